@@ -42,6 +42,9 @@ void kn_gguf_close(kn_gguf *g);                       /* NULL is a no-op */
 
 uint32_t kn_gguf_version(const kn_gguf *g);
 size_t   kn_gguf_alignment(const kn_gguf *g);
+/* File offset where the tensor data section starts (tensor offsets are
+ * relative to it). With 0 tensors it may lie past the end of the file. */
+uint64_t kn_gguf_data_offset(const kn_gguf *g);
 
 /* Metadata: keys are found by exact name; index -1 = absent. */
 int64_t kn_gguf_n_kv(const kn_gguf *g);

@@ -1,0 +1,81 @@
+/* mapfile.c: read-only file mapping with a read() fallback (see mapfile.h). */
+#include "llm/mapfile.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Read the whole stream into a heap buffer (for files mmap refuses). */
+static kn_status read_all(int fd, const char *path, size_t hint, void **buf_out, size_t *size_out) {
+    size_t cap = hint ? hint + 1 : 65536, size = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf) return kn_set_error(KN_ERR_NOMEM, "%s: cannot allocate %zu bytes to read the file", path, cap);
+    for (;;) {
+        if (size == cap) {
+            if (cap > SIZE_MAX / 2) { free(buf); return kn_set_error(KN_ERR_NOMEM, "%s: file too large", path); }
+            unsigned char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); return kn_set_error(KN_ERR_NOMEM, "%s: out of memory reading the file", path); }
+            buf = nb; cap *= 2;
+        }
+        ssize_t r = read(fd, buf + size, cap - size);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(buf);
+            return kn_set_error(KN_ERR_IO, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        size += (size_t)r;
+    }
+    *buf_out = buf; *size_out = size;
+    return KN_OK;
+}
+
+kn_status kn_mapfile_open(const char *path, kn_mapfile **out) {
+    if (!out) return kn_set_error(KN_ERR_INVALID, "kn_mapfile_open: out is NULL");
+    *out = NULL;
+    if (!path) return kn_set_error(KN_ERR_INVALID, "kn_mapfile_open: path is NULL");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return kn_set_error(KN_ERR_IO, "cannot open '%s': %s; check the path", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno; close(fd);
+        return kn_set_error(KN_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return kn_set_error(KN_ERR_IO, "'%s' is a directory, expected a file", path);
+    }
+    kn_mapfile *m = calloc(1, sizeof *m);
+    if (!m) { close(fd); return kn_set_error(KN_ERR_NOMEM, "out of memory opening '%s'", path); }
+    if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            m->data = p; m->size = (size_t)st.st_size; m->mapped = true;
+            close(fd);
+            *out = m;
+            return KN_OK;
+        }
+    }
+    void *buf = NULL; size_t size = 0;
+    size_t hint = (S_ISREG(st.st_mode) && st.st_size > 0) ? (size_t)st.st_size : 0;
+    kn_status s = read_all(fd, path, hint, &buf, &size);
+    close(fd);
+    if (s != KN_OK) { free(m); return s; }
+    m->data = buf; m->size = size; m->mapped = false;
+    *out = m;
+    return KN_OK;
+}
+
+void kn_mapfile_close(kn_mapfile *m) {
+    if (!m) return;
+    if (m->mapped) munmap((void *)m->data, m->size);
+    else free((void *)m->data);
+    free(m);
+}
