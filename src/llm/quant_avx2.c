@@ -1,0 +1,328 @@
+/* quant_avx2.c: AVX2 + FMA + F16C dot products for the GGUF block types.
+ * Each function computes what its scalar twin in quant.c computes (same
+ * name, same integer sums per block), only the float accumulation order
+ * differs. Integer products use maddubs (u8 x s8 -> s16 pairs) then madd
+ * (s16 pairs -> s32); no sum can saturate s16 (largest: 128*127*2 for Q8_0,
+ * with activation quants in [-127, 127] as quant.h requires).
+ * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c).
+ */
+#include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
+#include "core/fp16.h"      /* defines: kn_fp16_to_fp32 */
+#include <immintrin.h>
+#include <string.h>
+
+#define F16(x) kn_fp16_to_fp32(x)
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+/* u8 x s8, groups of 4 -> 8 x s32. */
+static inline __m256i dot_us(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+/* s8 x s8 (a in [-127,127] for the second operand) -> 8 x s32. */
+static inline __m256i dot_ss(__m256i w, __m256i a) {
+    return dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+/* 16 packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(15));
+}
+/* 32 bits (little-endian) -> 32 bytes, 0xff where bit i is set. */
+static inline __m256i bits32(const uint8_t *p) {
+    uint32_t v; memcpy(&v, p, 4);
+    __m256i x = _mm256_set1_epi32((int)v);
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL,
+                                            0x0202020202020202LL, 0x0303030303030303LL);
+    x = _mm256_shuffle_epi8(x, shuf);                     /* byte i = byte i/8 of v */
+    const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(x, m), m);
+}
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- 32-element blocks --------------------------------------------------- */
+
+static float dot_q4_0_q8_0(int64_t n, const void *vw, const void *va) {
+    const kn_block_q4_0 *w = vw; const kn_block_q8_0 *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t nb = n / KN_QK, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256i q0 = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8));
+        __m256i q1 = _mm256_sub_epi8(nibbles32(w[i + 1].qs), _mm256_set1_epi8(8));
+        __m256 p0 = _mm256_cvtepi32_ps(dot_ss(q0, load256(a[i].qs)));
+        __m256 p1 = _mm256_cvtepi32_ps(dot_ss(q1, load256(a[i + 1].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i + 1].d) * F16(a[i + 1].d)), p1, acc1);
+    }
+    for (; i < nb; i++) {
+        __m256i q0 = _mm256_sub_epi8(nibbles32(w[i].qs), _mm256_set1_epi8(8));
+        __m256 p0 = _mm256_cvtepi32_ps(dot_ss(q0, load256(a[i].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p0, acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q4_1_q8_1(int64_t n, const void *vw, const void *va) {
+    const kn_block_q4_1 *w = vw; const kn_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / KN_QK; i++) {
+        __m256 p = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i].qs), load256(a[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
+        summ += F16(w[i].m) * F16(a[i].s);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+static float dot_q5_0_q8_0(int64_t n, const void *vw, const void *va) {
+    const kn_block_q5_0 *w = vw; const kn_block_q8_0 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / KN_QK; i++) {
+        /* q - 16 = nibble | 0xf0 (i.e. nibble - 16) where the 5th bit is clear */
+        __m256i hi = _mm256_andnot_si256(bits32(w[i].qh), _mm256_set1_epi8((char)0xf0));
+        __m256i q = _mm256_or_si256(nibbles32(w[i].qs), hi);
+        __m256 p = _mm256_cvtepi32_ps(dot_ss(q, load256(a[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
+    }
+    return hsum_ps(acc);
+}
+
+static float dot_q5_1_q8_1(int64_t n, const void *vw, const void *va) {
+    const kn_block_q5_1 *w = vw; const kn_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / KN_QK; i++) {
+        __m256i hi = _mm256_and_si256(bits32(w[i].qh), _mm256_set1_epi8(0x10));
+        __m256i q = _mm256_or_si256(nibbles32(w[i].qs), hi);
+        __m256 p = _mm256_cvtepi32_ps(dot_us(q, load256(a[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
+        summ += F16(w[i].m) * F16(a[i].s);
+    }
+    return hsum_ps(acc) + summ;
+}
+
+static float dot_q8_0_q8_0(int64_t n, const void *vw, const void *va) {
+    const kn_block_q8_0 *w = vw; const kn_block_q8_0 *a = va;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int64_t nb = n / KN_QK, i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        __m256 p0 = _mm256_cvtepi32_ps(dot_ss(load256(w[i].qs), load256(a[i].qs)));
+        __m256 p1 = _mm256_cvtepi32_ps(dot_ss(load256(w[i + 1].qs), load256(a[i + 1].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i + 1].d) * F16(a[i + 1].d)), p1, acc1);
+    }
+    for (; i < nb; i++) {
+        __m256 p0 = _mm256_cvtepi32_ps(dot_ss(load256(w[i].qs), load256(a[i].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p0, acc0);
+    }
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q8_1_q8_1(int64_t n, const void *vw, const void *va) {
+    const kn_block_q8_1 *w = vw; const kn_block_q8_1 *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / KN_QK; i++) {
+        __m256 p = _mm256_cvtepi32_ps(dot_ss(load256(w[i].qs), load256(a[i].qs)));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
+    }
+    return hsum_ps(acc);
+}
+
+/* ---- K-quants ------------------------------------------------------------- */
+
+/* The 8 6-bit scales and mins of a Q4_K/Q5_K block (same packing as quant.c). */
+static inline void unpack_sc_m(const uint8_t *s, int16_t sc[8], int16_t m[8]) {
+    for (int j = 0; j < 4; j++) { sc[j] = s[j] & 63; m[j] = s[j + 4] & 63; }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (int16_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
+        m[j] = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+/* Sum over 8 sub-blocks of 32 of m[j] * sum(y in sub-block j), from bsums. */
+static inline int min_term(const int16_t m[8], const int16_t *bsums) {
+    int s = 0;
+    for (int j = 0; j < 8; j++) s += m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    return s;
+}
+
+static float dot_q4_K_q8_K(int64_t n, const void *vw, const void *va) {
+    const kn_block_q4_K *w = vw; const kn_block_q8_K *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    for (int64_t i = 0; i < n / KN_QK_K; i++) {
+        int16_t sc[8], m[8];
+        unpack_sc_m(w[i].scales, sc, m);
+        summ += a[i].d * F16(w[i].dmin) * (float)min_term(m, a[i].bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load256(w[i].qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(15));
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(15));
+            __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
+            __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - summ;
+}
+
+static float dot_q5_K_q8_K(int64_t n, const void *vw, const void *va) {
+    const kn_block_q5_K *w = vw; const kn_block_q8_K *a = va;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0;
+    const __m256i m15 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    for (int64_t i = 0; i < n / KN_QK_K; i++) {
+        int16_t sc[8], m[8];
+        unpack_sc_m(w[i].scales, sc, m);
+        summ += a[i].d * F16(w[i].dmin) * (float)min_term(m, a[i].bsums);
+        __m256i qh = load256(w[i].qh), sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i q = load256(w[i].qs + 32 * c);
+            /* bit 2c / 2c+1 of each qh byte -> 0x10 */
+            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
+            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m15), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15), h1);
+            __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
+            __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
+            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
+            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc) - summ;
+}
+
+/* Q6_K: dot of the unsigned 6-bit q (0..63) with y, minus 32 * sum(y) via bsums. */
+static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
+    const kn_block_q6_K *w = vw; const kn_block_q8_K *a = va;
+    float sum = 0;
+    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    for (int64_t i = 0; i < n / KN_QK_K; i++) {
+        int off = 0;
+        for (int j = 0; j < 16; j++) off += w[i].scales[j] * a[i].bsums[j];
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w[i].ql + 64 * h;
+            const int8_t *sc = w[i].scales + 8 * h, *y = a[i].qs + 128 * h;
+            __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(w[i].qh + 32 * h);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15), _mm256_and_si256(qh, m30));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            for (int g = 0; g < 4; g++) {
+                __m256i p = _mm256_maddubs_epi16(q[g], load256(y + 32 * g));
+                /* int16 lanes 0..7 are elements 0..15 (scale 2g), 8..15 the rest */
+                __m256i s = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * g]), _mm_set1_epi16(sc[2 * g + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            }
+        }
+        sum += a[i].d * F16(w[i].d) * (float)(hsum_epi32(sumi) - 32 * off);
+    }
+    return sum;
+}
+
+static float dot_q8_K_q8_K(int64_t n, const void *vw, const void *va) {
+    const kn_block_q8_K *w = vw; const kn_block_q8_K *a = va;
+    float sum = 0;
+    for (int64_t i = 0; i < n / KN_QK_K; i++) {
+        __m256i s = _mm256_setzero_si256();
+        for (int c = 0; c < 8; c++)
+            s = _mm256_add_epi32(s, dot_ss(load256(w[i].qs + 32 * c), load256(a[i].qs + 32 * c)));
+        sum += w[i].d * a[i].d * (float)hsum_epi32(s);
+    }
+    return sum;
+}
+
+/* ---- float weights -------------------------------------------------------- */
+
+static float dot_f32_f32(int64_t n, const void *vw, const void *va) {
+    const float *w = vw, *a = va;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += w[i] * a[i];
+    return s;
+}
+
+static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+static float dot_f16_f32(int64_t n, const void *vw, const void *va) {
+    const uint16_t *w = vw; const float *a = va;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(a + i), s0);
+        s1 = _mm256_fmadd_ps(ld_f16(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);
+        s2 = _mm256_fmadd_ps(ld_f16(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
+        s3 = _mm256_fmadd_ps(ld_f16(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(ld_f16(w + i), _mm256_loadu_ps(a + i), s0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += F16(w[i]) * a[i];
+    return s;
+}
+
+static inline __m256 ld_bf16(const uint16_t *p) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+static float dot_bf16_f32(int64_t n, const void *vw, const void *va) {
+    const uint16_t *w = vw; const float *a = va;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(ld_bf16(w + i), _mm256_loadu_ps(a + i), s0);
+        s1 = _mm256_fmadd_ps(ld_bf16(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);
+        s2 = _mm256_fmadd_ps(ld_bf16(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
+        s3 = _mm256_fmadd_ps(ld_bf16(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(ld_bf16(w + i), _mm256_loadu_ps(a + i), s0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += kn_bf16_to_fp32(w[i]) * a[i];
+    return s;
+}
+
+kn_vec_dot_fn kn_quant_avx2_dot(kn_dtype t) {
+    switch (t) {
+    case KN_F32: return dot_f32_f32;
+    case KN_F16: return dot_f16_f32;
+    case KN_BF16: return dot_bf16_f32;
+    case KN_Q4_0: return dot_q4_0_q8_0;
+    case KN_Q4_1: return dot_q4_1_q8_1;
+    case KN_Q5_0: return dot_q5_0_q8_0;
+    case KN_Q5_1: return dot_q5_1_q8_1;
+    case KN_Q8_0: return dot_q8_0_q8_0;
+    case KN_Q8_1: return dot_q8_1_q8_1;
+    case KN_Q4_K: return dot_q4_K_q8_K;
+    case KN_Q5_K: return dot_q5_K_q8_K;
+    case KN_Q6_K: return dot_q6_K_q8_K;
+    case KN_Q8_K: return dot_q8_K_q8_K;
+    default: return NULL;
+    }
+}
