@@ -286,8 +286,20 @@ static double s_field_err(kn_dtype t, int64_t n, const void *w, const void *a) {
     return e;
 }
 
-static int n_paths(void) { return (int)kn_cpu()->isa + 1; }
-static const char *path_name(int p) { return p == 0 ? "scalar" : p == 1 ? "avx2" : "avx512"; }
+/* Paths: 0 scalar, 1 avx2, 2 avx512 (with VNNI where the CPU has it), 3 avx512 without VNNI. */
+static int n_paths(void) {
+    int isa = (int)kn_cpu()->isa;
+    return isa + 1 + (isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni);
+}
+static const char *path_name(int p) {
+    static const char *names[] = {"scalar", "avx2", "avx512", "avx512-novnni"};
+    return names[p];
+}
+static void use_path(int p) {
+    kn_quant_force_isa(p == 3 ? 2 : p);
+    kn_quant_force_no_vnni(p == 3);
+}
+static void auto_path(void) { kn_quant_force_isa(-1); kn_quant_force_no_vnni(0); }
 
 static void check_dots(kn_dtype t, int64_t n, int raw) {
     kn_dtype at = kn_quant_vec_dot_type(t);
@@ -325,20 +337,23 @@ static void check_dots(kn_dtype t, int64_t n, int raw) {
     CHECK(act_bound <= act_max * (1 + 1e-6) + 1e-12, "%s: activation error %.4g above d/2 bound %.4g",
           kn_dtype_name(t), act_bound, act_max);
     for (int p = 0; p < n_paths(); p++) {
-        kn_quant_force_isa(p);
-        CHECK(kn_quant_isa() == p, "force_isa(%d) gave %d", p, kn_quant_isa());
+        use_path(p);
+        CHECK(kn_quant_isa() == (p == 3 ? 2 : p), "path %d gave isa %d", p, kn_quant_isa());
         float got = kn_quant_vec_dot(t, n, w, a);
         CHECK(fabs(got - ref) <= tol, "%s %s n=%lld raw=%d: dot %.9g vs ref %.9g (tol %.3g)",
               kn_dtype_name(t), path_name(p), (long long)n, raw, got, ref, tol);
         CHECK(fabs(got - exact) <= act_max + tol, "%s %s: dot %.6g vs f32-activation %.6g beyond %.3g",
               kn_dtype_name(t), path_name(p), got, exact, act_max + tol);
     }
-    kn_quant_force_isa(-1);
+    auto_path();
     free(w); free(a); free(x); free(xw); free(wf); free(af);
 }
 
 TEST(vec_dot_all_paths_quantized_weights) {
     kn_test_seed(3);
+    printf("# dot paths tested:");
+    for (int p = 0; p < n_paths(); p++) printf(" %s", path_name(p));
+    printf("\n");
     for (int k = 0; k < ND; k++) {
         kn_dtype t = DOTTYPES[k];
         int64_t bs = bsize(t) == 1 ? 1 : bsize(t);
@@ -371,18 +386,18 @@ TEST(vec_dot_paths_agree) {
             kn_quantize_row(at, x, a, n);
             double abs_sum, ref = dot_ref(t, n, w, a, &abs_sum);
             double tol = 3e-5 * abs_sum + s_field_err(t, n, w, a) + 1e-30;
-            kn_quant_force_isa(0);
+            use_path(0);
             float s = kn_quant_vec_dot(t, n, w, a);
             bad += !(fabs(s - ref) <= tol);
             for (int p = 1; p < n_paths(); p++) {
-                kn_quant_force_isa(p);
+                use_path(p);
                 float v = kn_quant_vec_dot(t, n, w, a);
                 if (!(fabs(v - s) <= 2 * tol)) {
                     if (bad++ < 3) fprintf(stderr, "  %s %s rep %d: %.9g vs scalar %.9g\n", kn_dtype_name(t), path_name(p), rep, v, s);
                 }
             }
         }
-        kn_quant_force_isa(-1);
+        auto_path();
         CHECK(bad == 0, "%s: %d mismatches", kn_dtype_name(t), bad);
         free(w); free(a); free(x);
     }
@@ -406,7 +421,7 @@ TEST(matvec_rows_matches_vec_dot) {
         fill_signal(x, n);
         REQUIRE(kn_quantize_row(at, x, a, n) == KN_OK, "%s", kn_last_error());
         for (int p = 0; p < n_paths(); p++) {
-            kn_quant_force_isa(p);
+            use_path(p);
             int64_t ranges[][2] = {{0, 13}, {3, 10}, {5, 6}, {7, 7}, {12, 13}};
             for (int q = 0; q < 5; q++) {
                 for (int i = 0; i < 13; i++) y[i] = z[i] = -12345.0f;
@@ -417,7 +432,7 @@ TEST(matvec_rows_matches_vec_dot) {
                           (long long)ranges[q][0], (long long)ranges[q][1], i, y[i], z[i]);
             }
         }
-        kn_quant_force_isa(-1);
+        auto_path();
         free(W); free(a); free(x);
     }
 }

@@ -515,9 +515,10 @@ static kn_vec_dot_fn scalar_dot(kn_dtype t) {
 
 /* ---- public entry points -------------------------------------------------- */
 
-static int g_force = -1;
+static int g_force = -1, g_no_vnni;
 
 void kn_quant_force_isa(int isa) { g_force = isa; }
+void kn_quant_force_no_vnni(int on) { g_no_vnni = on; }
 
 int kn_quant_isa(void) {
     int isa = (int)kn_cpu()->isa;
@@ -530,7 +531,7 @@ static kn_vec_dot_fn pick_dot(kn_dtype t) {
     int isa = kn_quant_isa();
     (void)isa;
 #ifdef KN_QUANT_AVX512
-    if (isa >= KN_ISA_AVX512) f = kn_quant_avx512_dot(t, kn_cpu()->avx512vnni);
+    if (isa >= KN_ISA_AVX512) f = kn_quant_avx512_dot(t, kn_cpu()->avx512vnni && !g_no_vnni);
 #endif
 #ifdef KN_QUANT_X86
     if (!f && isa >= KN_ISA_AVX2) f = kn_quant_avx2_dot(t);

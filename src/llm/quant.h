@@ -119,6 +119,9 @@ void kn_quant_matvec_rows(kn_dtype t, int64_t n, const void *W, size_t row_bytes
 void kn_quant_force_isa(int isa);
 /* The path kn_quant_vec_dot uses now (after force/cap). */
 int kn_quant_isa(void);
+/* Internal, for tests: 1 = do not use AVX512-VNNI even where the CPU has it
+ * (runs the vpmaddubsw AVX-512 variants); 0 = auto. */
+void kn_quant_force_no_vnni(int on);
 
 /* ---- kernels (internal) -----------------------------------------------------
  * All take n a multiple of the block size (checked by the callers above).     */
