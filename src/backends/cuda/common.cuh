@@ -1,0 +1,74 @@
+/* common.cuh: shared helpers for kiln's CUDA kernels (error checks, warp
+ * reductions, bf16 conversion, vector loads). Internal: not installed. */
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "kiln_base.h"            // defines: kn_status, kn_set_error
+#include "backends/cuda/kn_cuda.h"  // defines: the public C API
+
+/* Return KN_ERR_BACKEND with file:line and the CUDA message when `call` fails. */
+#define KN_CUDA_TRY(call)                                                          \
+    do {                                                                           \
+        cudaError_t e_ = (call);                                                   \
+        if (e_ != cudaSuccess)                                                     \
+            return kn_set_error(KN_ERR_BACKEND, "%s:%d: %s failed: %s (%s)",       \
+                                __FILE__, __LINE__, #call, cudaGetErrorName(e_),   \
+                                cudaGetErrorString(e_));                           \
+    } while (0)
+/* After a <<<>>> launch: catch bad launch configurations at once. */
+#define KN_CUDA_LAUNCHED() KN_CUDA_TRY(cudaGetLastError())
+
+#define KN_CUDA_REQUIRE(cond, ...)                                                 \
+    do {                                                                           \
+        if (!(cond)) return kn_set_error(KN_ERR_INVALID, __VA_ARGS__);             \
+    } while (0)
+
+static inline cudaStream_t kn_stream(void *s) { return (cudaStream_t)s; }
+static inline bool kn_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ float kn_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float kn_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Block-wide sum; every thread gets the result. `sh` needs 32 floats; blockDim
+ * a multiple of 32. Contains two __syncthreads. */
+__device__ __forceinline__ float kn_block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = kn_warp_sum(v);
+    __syncthreads();                 // sh may still be read from a previous call
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.f;
+    return kn_warp_sum(v);
+}
+__device__ __forceinline__ float kn_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = kn_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return kn_warp_max(v);
+}
+/* Online-softmax pair merge: (m, s) with s = sum exp(x - m). */
+__device__ __forceinline__ void kn_ms_merge(float &m, float &s, float m2, float s2) {
+    float mn = fmaxf(m, m2);
+    if (mn == -INFINITY) { m = mn; s = 0.f; return; }
+    s = s * __expf(m - mn) + s2 * __expf(m2 - mn);
+    m = mn;
+}
+
+__device__ __forceinline__ float kn_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t kn_f2bf(float f) {  // round to nearest even, NaN kept
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}

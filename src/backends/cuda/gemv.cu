@@ -1,0 +1,92 @@
+/* gemv.cu: y[N] = W[N,K] @ x[K] (+ bias) for batch-1 decode; W f32 or bf16.
+ * One warp per output row, 16-byte loads of W (4 f32 or 8 bf16 per lane),
+ * two 16-byte loads in flight per lane per step; x is read through the
+ * read-only cache (it is K floats, shared by every warp). The kernel is bound
+ * by reading W once: N*K*sizeof(w) bytes. */
+#include "backends/cuda/common.cuh"
+
+#define KN_GV_WARPS 8
+
+__global__ void __launch_bounds__(KN_GV_WARPS * 32)
+gemv_f32_kernel(float *y, const float *__restrict__ W, const float *__restrict__ x,
+                const float *__restrict__ bias, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * KN_GV_WARPS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const float4 *w4 = (const float4 *)(W + (int64_t)row * K);
+    const float4 *x4 = (const float4 *)x;
+    const int k4 = K / 4;
+    float a0 = 0.f, a1 = 0.f;
+    int i = lane;
+    for (; i + 32 < k4; i += 64) {
+        float4 w0 = __ldcs(w4 + i), w1 = __ldcs(w4 + i + 32);
+        float4 x0 = __ldg(x4 + i), x1 = __ldg(x4 + i + 32);
+        a0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
+        a1 += w1.x * x1.x + w1.y * x1.y + w1.z * x1.z + w1.w * x1.w;
+    }
+    for (; i < k4; i += 32) {
+        float4 w0 = __ldcs(w4 + i), x0 = __ldg(x4 + i);
+        a0 += w0.x * x0.x + w0.y * x0.y + w0.z * x0.z + w0.w * x0.w;
+    }
+    float a = kn_warp_sum(a0 + a1);
+    if (lane == 0) y[row] = a + (bias ? bias[row] : 0.f);
+}
+
+__device__ __forceinline__ float gv_dot8(uint4 w, const float4 *x) {
+    float4 xa = __ldg(x), xb = __ldg(x + 1);
+    return kn_bf2f(w.x & 0xffff) * xa.x + kn_bf2f(w.x >> 16) * xa.y +
+           kn_bf2f(w.y & 0xffff) * xa.z + kn_bf2f(w.y >> 16) * xa.w +
+           kn_bf2f(w.z & 0xffff) * xb.x + kn_bf2f(w.z >> 16) * xb.y +
+           kn_bf2f(w.w & 0xffff) * xb.z + kn_bf2f(w.w >> 16) * xb.w;
+}
+
+__global__ void __launch_bounds__(KN_GV_WARPS * 32)
+gemv_bf16_kernel(float *y, const uint16_t *__restrict__ W, const float *__restrict__ x,
+                 const float *__restrict__ bias, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * KN_GV_WARPS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const uint4 *w8 = (const uint4 *)(W + (int64_t)row * K);
+    const float4 *x4 = (const float4 *)x;
+    const int k8 = K / 8;
+    float a0 = 0.f, a1 = 0.f;
+    int i = lane;
+    for (; i + 32 < k8; i += 64) {
+        uint4 w0 = __ldcs(w8 + i), w1 = __ldcs(w8 + i + 32);
+        a0 += gv_dot8(w0, x4 + 2 * i);
+        a1 += gv_dot8(w1, x4 + 2 * (i + 32));
+    }
+    for (; i < k8; i += 32) a0 += gv_dot8(__ldcs(w8 + i), x4 + 2 * i);
+    float a = kn_warp_sum(a0 + a1);
+    if (lane == 0) y[row] = a + (bias ? bias[row] : 0.f);
+}
+
+static kn_status gemv_check(const char *name, const void *y, const void *W, const void *x,
+                            int64_t N, int64_t K, int kdiv) {
+    KN_CUDA_REQUIRE(N >= 0 && N <= INT32_MAX && K > 0 && K <= INT32_MAX && K % kdiv == 0,
+                    "%s: bad shape N=%lld K=%lld (K must be a positive multiple of %d)", name,
+                    (long long)N, (long long)K, kdiv);
+    KN_CUDA_REQUIRE(N == 0 || (y && W && x), "%s: NULL pointer", name);
+    KN_CUDA_REQUIRE(N == 0 || (kn_aligned16(W) && kn_aligned16(x)),
+                    "%s: W and x must be 16-byte aligned", name);
+    return KN_OK;
+}
+
+extern "C" kn_status kn_cuda_gemv_f32(float *y, const float *W, const float *x, const float *bias,
+                                      int64_t N, int64_t K, void *stream) {
+    kn_status s = gemv_check("kn_cuda_gemv_f32", y, W, x, N, K, 4);
+    if (s || N == 0) return s;
+    gemv_f32_kernel<<<(unsigned)((N + KN_GV_WARPS - 1) / KN_GV_WARPS), KN_GV_WARPS * 32, 0,
+                      kn_stream(stream)>>>(y, W, x, bias, (int)N, (int)K);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+extern "C" kn_status kn_cuda_gemv_bf16(float *y, const uint16_t *W, const float *x,
+                                       const float *bias, int64_t N, int64_t K, void *stream) {
+    kn_status s = gemv_check("kn_cuda_gemv_bf16", y, W, x, N, K, 8);
+    if (s || N == 0) return s;
+    gemv_bf16_kernel<<<(unsigned)((N + KN_GV_WARPS - 1) / KN_GV_WARPS), KN_GV_WARPS * 32, 0,
+                       kn_stream(stream)>>>(y, W, x, bias, (int)N, (int)K);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}

@@ -1,0 +1,164 @@
+/* kn_cuda.h: kiln's hand-written CUDA kernels, as a plain C API.
+ *
+ * Every pointer argument named d_* or documented as "device" lives in device
+ * memory; the caller owns it. `stream` is a cudaStream_t passed as void* so
+ * that C code can include this header without the CUDA headers (NULL = the
+ * legacy default stream). Calls are asynchronous: a KN_OK return means the
+ * launch was accepted; errors of the kernel itself show at the next sync.
+ * Each function checks its arguments and returns KN_ERR_INVALID with a
+ * message (kn_last_error()) on bad shapes, and KN_ERR_BACKEND when a CUDA
+ * call fails. Nothing here exits or aborts.
+ *
+ * Layout letters: M,N,K are GEMM dims; rows x cols for row-wise ops; all
+ * matrices are row-major and dense unless a leading dimension (ld*, in
+ * elements) is given. bf16 is stored as uint16_t (the top half of an f32).
+ *
+ * Non-goals: no graph, no tensors, no dtype dispatch; the CUDA backend
+ * (src/backends/cuda/backend.c, later) maps ops onto these calls.
+ *
+ * Example:
+ *     float *a, *b, *c;  // device, M*K, K*N, M*N
+ *     if (kn_cuda_sgemm(false, false, M, N, K, 1.0f, a, K, b, N, 0.0f, c, N, NULL))
+ *         fprintf(stderr, "%s\n", kn_last_error());
+ */
+#ifndef KN_CUDA_H
+#define KN_CUDA_H
+#include "kiln_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C, fp32 (plain FFMA, no tf32).
+ * op(A) is M x K: A is M x K (lda >= K) or, with trans_a, K x M (lda >= M).
+ * op(B) is K x N: B is K x N (ldb >= N) or, with trans_b, N x K (ldb >= K).
+ * With beta == 0, C is not read (it may hold NaN). */
+kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                        float alpha, const float *A, int64_t lda,
+                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                        void *stream);
+
+typedef enum kn_cuda_epilogue {
+    KN_CUDA_EPI_NONE = 0,   /* C = A @ W^T (+ bias)                               */
+    KN_CUDA_EPI_GELU = 1,   /* C = gelu_tanh(A @ W^T (+ bias))                    */
+} kn_cuda_epilogue;
+
+/* bf16 GEMM, fp32 accumulation, for linear layers:
+ * C[M,N] (bf16) = epi(A[M,K] @ W[N,K]^T + bias[N]); bias is f32 or NULL.
+ * On sm_90a it runs a wgmma + TMA kernel (needs K % 8 == 0 and 16-byte
+ * aligned A, W); elsewhere a plain tiled fallback. */
+kn_status kn_cuda_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                            const uint16_t *W, const float *bias, kn_cuda_epilogue epi,
+                            uint16_t *C, void *stream);
+/* 1 when kn_cuda_gemm_bf16 takes the wgmma path on the current device. */
+int kn_cuda_gemm_bf16_uses_wgmma(void);
+
+/* ---- GEMV (batch-1 decode) ----------------------------------------------------
+ * y[N] = W[N,K] @ x[K] (+ bias[N] if not NULL), f32 accumulation.
+ * Needs K % 4 == 0 (f32) or K % 8 == 0 (bf16) and 16-byte aligned W, x. */
+kn_status kn_cuda_gemv_f32(float *y, const float *W, const float *x, const float *bias,
+                           int64_t N, int64_t K, void *stream);
+kn_status kn_cuda_gemv_bf16(float *y, const uint16_t *W, const float *x, const float *bias,
+                            int64_t N, int64_t K, void *stream);
+
+/* ---- softmax over the last axis -------------------------------------------------
+ * y[r, :] = softmax(x[r, :]); y may equal x. */
+kn_status kn_cuda_softmax_f32(float *y, const float *x, int64_t rows, int64_t cols, void *stream);
+kn_status kn_cuda_softmax_bf16(uint16_t *y, const uint16_t *x, int64_t rows, int64_t cols,
+                               void *stream);
+
+/* ---- norms (row-wise over C) -------------------------------------------------
+ * layer norm: y = (x - mean) * rstd * w + b; mean, rstd: [rows] (written, may
+ * be NULL in forward when not needed for backward).
+ * backward: dx = (written), dw += , db += (accumulated; zero them first).  */
+kn_status kn_cuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b, int64_t rows, int64_t C,
+                                float eps, void *stream);
+kn_status kn_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
+                                const float *x, const float *w, const float *mean,
+                                const float *rstd, int64_t rows, int64_t C, void *stream);
+/* RMS norm: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
+kn_status kn_cuda_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w,
+                              int64_t rows, int64_t C, float eps, void *stream);
+kn_status kn_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x,
+                              const float *w, const float *rstd, int64_t rows, int64_t C,
+                              void *stream);
+/* bf16 in/out variants (f32 math, w/b f32). */
+kn_status kn_cuda_rmsnorm_fwd_bf16(uint16_t *y, float *rstd, const uint16_t *x, const float *w,
+                                   int64_t rows, int64_t C, float eps, void *stream);
+
+/* ---- fused softmax cross-entropy (forward + backward in one pass) -------------
+ * logits[B,V]; targets[B] in [0,V) or -1 (ignored: loss 0, grad 0).
+ * losses[B] = logsumexp(logits[b]) - logits[b, t];
+ * dlogits[b,:] = dloss * (softmax(logits[b]) - onehot(t)) (NULL to skip);
+ * dlogits may equal logits (in place). */
+kn_status kn_cuda_crossentropy_fwd_bwd(float *losses, float *dlogits, const float *logits,
+                                       const int32_t *targets, int64_t B, int64_t V,
+                                       float dloss, void *stream);
+
+/* ---- AdamW (fused, in place) ---------------------------------------------------
+ * step t >= 1 (bias correction); decoupled weight decay:
+ * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). */
+kn_status kn_cuda_adamw(float *params, float *m, float *v, const float *grads, int64_t n,
+                        float lr, float beta1, float beta2, float eps, float weight_decay,
+                        int t, void *stream);
+
+/* ---- RoPE ------------------------------------------------------------------------
+ * x, y: [n_tok, n_head, head_dim]; pos[n_tok] (int32 positions).
+ * Pair i of a head rotates by angle pos * theta^(-2i/head_dim); pairs are
+ * (2i, 2i+1) (llama/"normal") or, with neox, (i, i + head_dim/2).
+ * inverse rotates by -angle (the backward pass). y may equal x. */
+kn_status kn_cuda_rope_f32(float *y, const float *x, const int32_t *pos, int64_t n_tok,
+                           int n_head, int head_dim, float theta, bool neox, bool inverse,
+                           void *stream);
+
+/* ---- embedding -------------------------------------------------------------------
+ * out[i,:] = table[ids[i], :]  (ids outside [0,V) give a zero row).
+ * backward: dtable[ids[i], :] += dout[i, :] (atomic; ids outside [0,V) skipped). */
+kn_status kn_cuda_embedding_fwd(float *out, const float *table, const int32_t *ids,
+                                int64_t n, int64_t V, int64_t C, void *stream);
+kn_status kn_cuda_embedding_bwd(float *dtable, const float *dout, const int32_t *ids,
+                                int64_t n, int64_t V, int64_t C, void *stream);
+
+/* ---- top-k / top-p over a vocabulary row ----------------------------------------
+ * For each of `rows` rows of x[rows, V]: the k largest values and their indices,
+ * sorted descending (ties: any order), 1 <= k <= 1024. Radix select on the
+ * float bits; NaN inputs are not supported. */
+kn_status kn_cuda_topk_f32(float *vals, int32_t *idx, const float *x, int64_t rows, int64_t V,
+                           int k, void *stream);
+/* Nucleus: for logits x[rows,V] and temperature 1, n_keep[r] = size of the
+ * smallest set of largest-probability tokens whose mass reaches p (0<p<=1), and
+ * thresh[r] = the smallest logit kept (tokens with logit >= thresh are kept;
+ * ties at the threshold are all kept). */
+kn_status kn_cuda_topp_f32(int32_t *n_keep, float *thresh, const float *x, int64_t rows,
+                           int64_t V, float p, void *stream);
+
+/* ---- caching device allocator ---------------------------------------------------
+ * Size classes of 4 steps per power of two (>= 512 bytes); freed blocks go to
+ * the free list of their class and are reused without cudaMalloc. On
+ * cudaMalloc failure the cache is trimmed once and the call retried; then
+ * KN_ERR_NOMEM with the sizes. Thread-safe (one mutex). */
+typedef struct kn_cuda_pool kn_cuda_pool;
+typedef struct kn_cuda_pool_stats {
+    size_t  current_bytes;   /* handed out now (class-rounded)                  */
+    size_t  peak_bytes;      /* max of current_bytes                            */
+    size_t  cached_bytes;    /* held in free lists                              */
+    size_t  requested_bytes; /* handed out now, as asked                        */
+    int64_t n_device_allocs; /* cudaMalloc calls so far                         */
+    int64_t n_allocs;        /* kn_cuda_pool_alloc calls so far                 */
+} kn_cuda_pool_stats;
+
+/* limit_bytes caps current+cached (0 = no cap beyond the device). */
+kn_status kn_cuda_pool_new(kn_cuda_pool **out, size_t limit_bytes);
+void      kn_cuda_pool_free(kn_cuda_pool *p);   /* frees everything; NULL ok  */
+kn_status kn_cuda_pool_alloc(kn_cuda_pool *p, size_t nbytes, void **d_ptr);
+kn_status kn_cuda_pool_release(kn_cuda_pool *p, void *d_ptr);  /* NULL ok      */
+kn_status kn_cuda_pool_trim(kn_cuda_pool *p);   /* cudaFree all cached blocks   */
+void      kn_cuda_pool_get_stats(kn_cuda_pool *p, kn_cuda_pool_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,266 @@
+/* norms.cu: layer norm and RMS norm, forward and backward, row-wise over C.
+ * Forward: one block per row; the row (C floats) is read once into registers
+ * when C % 4 == 0 and C <= KN_NM_REG_MAX, otherwise re-read from L1/L2.
+ * Backward: a grid of a few blocks per SM, each walking a strided set of rows;
+ * each thread owns fixed columns, so dw/db partials sit in shared memory
+ * without atomics and are added to global memory once per block. */
+#include "backends/cuda/common.cuh"
+
+#define KN_NM_THREADS 256
+#define KN_NM_VPT 8
+#define KN_NM_REG_MAX (KN_NM_THREADS * 4 * KN_NM_VPT)
+
+/* ---- layer norm forward --------------------------------------------------------- */
+template <bool RMS, bool BF16>
+__global__ void __launch_bounds__(KN_NM_THREADS)
+norm_fwd_reg_kernel(void *yv, float *mean_out, float *rstd_out, const void *xv, const float *w,
+                    const float *b, int C, float eps) {
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    float r[KN_NM_VPT][4];
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < KN_NM_VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        if (i < C) {
+            if (BF16) {
+                uint2 t = *(const uint2 *)((const uint16_t *)xv + row * C + i);
+                r[j][0] = kn_bf2f(t.x & 0xffff); r[j][1] = kn_bf2f(t.x >> 16);
+                r[j][2] = kn_bf2f(t.y & 0xffff); r[j][3] = kn_bf2f(t.y >> 16);
+            } else {
+                float4 t = __ldg((const float4 *)((const float *)xv + row * C + i));
+                r[j][0] = t.x; r[j][1] = t.y; r[j][2] = t.z; r[j][3] = t.w;
+            }
+            sum += RMS ? r[j][0] * r[j][0] + r[j][1] * r[j][1] + r[j][2] * r[j][2] + r[j][3] * r[j][3]
+                       : r[j][0] + r[j][1] + r[j][2] + r[j][3];
+        }
+    }
+    sum = kn_block_sum(sum, sh);
+    float mu = 0.f, rs;
+    if (RMS) {
+        rs = rsqrtf(sum / C + eps);
+    } else {
+        mu = sum / C;
+        float v = 0.f;
+#pragma unroll
+        for (int j = 0; j < KN_NM_VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            if (i < C)
+#pragma unroll
+                for (int q = 0; q < 4; q++) { float d = r[j][q] - mu; v += d * d; }
+        }
+        v = kn_block_sum(v, sh);
+        rs = rsqrtf(v / C + eps);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out) mean_out[row] = mu;
+        if (rstd_out) rstd_out[row] = rs;
+    }
+#pragma unroll
+    for (int j = 0; j < KN_NM_VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        if (i < C) {
+            float4 wv = __ldg((const float4 *)(w + i));
+            float o[4] = {(r[j][0] - mu) * rs * wv.x, (r[j][1] - mu) * rs * wv.y,
+                          (r[j][2] - mu) * rs * wv.z, (r[j][3] - mu) * rs * wv.w};
+            if (!RMS && b) {
+                float4 bv = __ldg((const float4 *)(b + i));
+                o[0] += bv.x; o[1] += bv.y; o[2] += bv.z; o[3] += bv.w;
+            }
+            if (BF16) {
+                uint2 t; t.x = kn_f2bf(o[0]) | ((uint32_t)kn_f2bf(o[1]) << 16);
+                t.y = kn_f2bf(o[2]) | ((uint32_t)kn_f2bf(o[3]) << 16);
+                *(uint2 *)((uint16_t *)yv + row * C + i) = t;
+            } else {
+                *(float4 *)((float *)yv + row * C + i) = make_float4(o[0], o[1], o[2], o[3]);
+            }
+        }
+    }
+}
+
+/* Any C (scalar, re-reads the row). */
+template <bool RMS, bool BF16>
+__global__ void __launch_bounds__(KN_NM_THREADS)
+norm_fwd_any_kernel(void *yv, float *mean_out, float *rstd_out, const void *xv, const float *w,
+                    const float *b, int64_t C, float eps) {
+    __shared__ float sh[32];
+    const int64_t row = blockIdx.x;
+    auto X = [&](int64_t i) -> float {
+        return BF16 ? kn_bf2f(((const uint16_t *)xv)[row * C + i]) : ((const float *)xv)[row * C + i];
+    };
+    float sum = 0.f;
+    for (int64_t i = threadIdx.x; i < C; i += KN_NM_THREADS) { float t = X(i); sum += RMS ? t * t : t; }
+    sum = kn_block_sum(sum, sh);
+    float mu = 0.f, rs;
+    if (RMS) {
+        rs = rsqrtf(sum / C + eps);
+    } else {
+        mu = sum / C;
+        float v = 0.f;
+        for (int64_t i = threadIdx.x; i < C; i += KN_NM_THREADS) { float d = X(i) - mu; v += d * d; }
+        v = kn_block_sum(v, sh);
+        rs = rsqrtf(v / C + eps);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out) mean_out[row] = mu;
+        if (rstd_out) rstd_out[row] = rs;
+    }
+    for (int64_t i = threadIdx.x; i < C; i += KN_NM_THREADS) {
+        float o = (X(i) - mu) * rs * w[i] + ((!RMS && b) ? b[i] : 0.f);
+        if (BF16) ((uint16_t *)yv)[row * C + i] = kn_f2bf(o);
+        else ((float *)yv)[row * C + i] = o;
+    }
+}
+
+template <bool RMS, bool BF16>
+static kn_status norm_fwd(const char *name, void *y, float *mean, float *rstd, const void *x,
+                          const float *w, const float *b, int64_t rows, int64_t C, float eps,
+                          void *stream) {
+    KN_CUDA_REQUIRE(rows >= 0 && rows <= INT32_MAX && C > 0 && C <= INT32_MAX,
+                    "%s: bad shape rows=%lld C=%lld", name, (long long)rows, (long long)C);
+    if (rows == 0) return KN_OK;
+    KN_CUDA_REQUIRE(y && x && w, "%s: NULL pointer (y, x and w are required)", name);
+    bool vec = C % 4 == 0 && C <= KN_NM_REG_MAX && ((uintptr_t)x % (BF16 ? 8 : 16)) == 0 &&
+               ((uintptr_t)y % (BF16 ? 8 : 16)) == 0 && kn_aligned16(w) && (!b || kn_aligned16(b));
+    if (vec)
+        norm_fwd_reg_kernel<RMS, BF16><<<(unsigned)rows, KN_NM_THREADS, 0, kn_stream(stream)>>>(
+            y, mean, rstd, x, w, b, (int)C, eps);
+    else
+        norm_fwd_any_kernel<RMS, BF16><<<(unsigned)rows, KN_NM_THREADS, 0, kn_stream(stream)>>>(
+            y, mean, rstd, x, w, b, C, eps);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+extern "C" kn_status kn_cuda_layernorm_fwd(float *y, float *mean, float *rstd, const float *x,
+                                           const float *w, const float *b, int64_t rows,
+                                           int64_t C, float eps, void *stream) {
+    return norm_fwd<false, false>("kn_cuda_layernorm_fwd", y, mean, rstd, x, w, b, rows, C, eps, stream);
+}
+extern "C" kn_status kn_cuda_rmsnorm_fwd(float *y, float *rstd, const float *x, const float *w,
+                                         int64_t rows, int64_t C, float eps, void *stream) {
+    return norm_fwd<true, false>("kn_cuda_rmsnorm_fwd", y, NULL, rstd, x, w, NULL, rows, C, eps, stream);
+}
+extern "C" kn_status kn_cuda_rmsnorm_fwd_bf16(uint16_t *y, float *rstd, const uint16_t *x,
+                                              const float *w, int64_t rows, int64_t C, float eps,
+                                              void *stream) {
+    return norm_fwd<true, true>("kn_cuda_rmsnorm_fwd_bf16", y, NULL, rstd, x, w, NULL, rows, C, eps, stream);
+}
+
+/* ---- backward ----------------------------------------------------------------------
+ * Layer norm: xh = (x-mu)*rstd, g = dy*w,
+ *   dx = rstd * (g - mean(g) - xh * mean(g*xh)),  dw += dy*xh,  db += dy.
+ * RMS norm:   xh = x*rstd, g = dy*w,
+ *   dx = rstd * (g - xh * mean(g*xh)),            dw += dy*xh.
+ * Shared memory: dw partial [C] (+ db partial [C]). */
+template <bool RMS>
+__global__ void __launch_bounds__(KN_NM_THREADS)
+norm_bwd_kernel(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                const float *mean, const float *rstd, int64_t rows, int C, bool vec) {
+    extern __shared__ float part[];      // [C] dw, then [C] db (layer norm)
+    __shared__ float sh[32];
+    float *pdw = part, *pdb = part + C;
+    for (int i = threadIdx.x; i < C; i += KN_NM_THREADS) { pdw[i] = 0.f; if (!RMS) pdb[i] = 0.f; }
+    __syncthreads();
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float *xr = x + row * C, *dyr = dy + row * C;
+        const float mu = RMS ? 0.f : mean[row], rs = rstd[row];
+        float sg = 0.f, sgx = 0.f;
+        if (vec) {
+            for (int i = threadIdx.x * 4; i < C; i += KN_NM_THREADS * 4) {
+                float4 xv = __ldg((const float4 *)(xr + i)), dv = __ldg((const float4 *)(dyr + i));
+                float4 wv = __ldg((const float4 *)(w + i));
+                float xa[4] = {xv.x, xv.y, xv.z, xv.w}, da[4] = {dv.x, dv.y, dv.z, dv.w};
+                float wa[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float xh = (xa[q] - mu) * rs, g = da[q] * wa[q];
+                    sg += g; sgx += g * xh;
+                }
+            }
+        } else {
+            for (int i = threadIdx.x; i < C; i += KN_NM_THREADS) {
+                float xh = (xr[i] - mu) * rs, g = dyr[i] * w[i];
+                sg += g; sgx += g * xh;
+            }
+        }
+        sg = kn_block_sum(sg, sh) / C;
+        sgx = kn_block_sum(sgx, sh) / C;
+        float *dxr = dx + row * C;
+        if (vec) {
+            for (int i = threadIdx.x * 4; i < C; i += KN_NM_THREADS * 4) {
+                float4 xv = __ldg((const float4 *)(xr + i)), dv = __ldg((const float4 *)(dyr + i));
+                float4 wv = __ldg((const float4 *)(w + i));
+                float xa[4] = {xv.x, xv.y, xv.z, xv.w}, da[4] = {dv.x, dv.y, dv.z, dv.w};
+                float wa[4] = {wv.x, wv.y, wv.z, wv.w}, o[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float xh = (xa[q] - mu) * rs, g = da[q] * wa[q];
+                    o[q] = rs * (g - (RMS ? 0.f : sg) - xh * sgx);
+                    pdw[i + q] += da[q] * xh;
+                    if (!RMS) pdb[i + q] += da[q];
+                }
+                *(float4 *)(dxr + i) = make_float4(o[0], o[1], o[2], o[3]);
+            }
+        } else {
+            for (int i = threadIdx.x; i < C; i += KN_NM_THREADS) {
+                float xh = (xr[i] - mu) * rs, g = dyr[i] * w[i];
+                dxr[i] = rs * (g - (RMS ? 0.f : sg) - xh * sgx);
+                pdw[i] += dyr[i] * xh;
+                if (!RMS) pdb[i] += dyr[i];
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < C; i += KN_NM_THREADS) {
+        atomicAdd(dw + i, pdw[i]);
+        if (!RMS) atomicAdd(db + i, pdb[i]);
+    }
+}
+
+template <bool RMS>
+static kn_status norm_bwd(const char *name, float *dx, float *dw, float *db, const float *dy,
+                          const float *x, const float *w, const float *mean, const float *rstd,
+                          int64_t rows, int64_t C, void *stream) {
+    KN_CUDA_REQUIRE(rows >= 0 && C > 0 && C <= INT32_MAX, "%s: bad shape rows=%lld C=%lld", name,
+                    (long long)rows, (long long)C);
+    if (rows == 0) return KN_OK;
+    KN_CUDA_REQUIRE(dx && dw && dy && x && w && rstd && (RMS || (db && mean)),
+                    "%s: NULL pointer", name);
+    size_t smem = (size_t)C * sizeof(float) * (RMS ? 1 : 2);
+    int dev = 0, nsm = 0, maxsm = 0;
+    KN_CUDA_TRY(cudaGetDevice(&dev));
+    KN_CUDA_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    KN_CUDA_TRY(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem + 32 * sizeof(float) > (size_t)maxsm)
+        return kn_set_error(KN_ERR_UNSUPPORTED,
+                            "%s: C=%lld needs %zu bytes of shared memory, the device has %d per "
+                            "block; split the row or use a smaller C",
+                            name, (long long)C, smem, maxsm);
+    if (smem > 48 * 1024)
+        KN_CUDA_TRY(cudaFuncSetAttribute(norm_bwd_kernel<RMS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_kernel<RMS>,
+                                                              KN_NM_THREADS, smem));
+    if (per_sm < 1) per_sm = 1;
+    int64_t grid = (int64_t)nsm * per_sm;
+    if (grid > rows) grid = rows;
+    bool vec = C % 4 == 0 && kn_aligned16(dx) && kn_aligned16(dy) && kn_aligned16(x) && kn_aligned16(w);
+    norm_bwd_kernel<RMS><<<(unsigned)grid, KN_NM_THREADS, smem, kn_stream(stream)>>>(
+        dx, dw, db, dy, x, w, mean, rstd, rows, (int)C, vec);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+extern "C" kn_status kn_cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy,
+                                           const float *x, const float *w, const float *mean,
+                                           const float *rstd, int64_t rows, int64_t C,
+                                           void *stream) {
+    return norm_bwd<false>("kn_cuda_layernorm_bwd", dx, dw, db, dy, x, w, mean, rstd, rows, C, stream);
+}
+extern "C" kn_status kn_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x,
+                                         const float *w, const float *rstd, int64_t rows,
+                                         int64_t C, void *stream) {
+    return norm_bwd<true>("kn_cuda_rmsnorm_bwd", dx, dw, NULL, dy, x, w, NULL, rstd, rows, C, stream);
+}
