@@ -1,0 +1,285 @@
+/* rules.c: gradient rules, one per differentiable op, in a single table.
+ *
+ * A rule gets the node (its sources and params), the gradient of its output
+ * `g` and fills gin[k] with the gradient for source k (leave NULL for none).
+ * Rules build ordinary lazy ops, so gradients run on any backend. Letters:
+ * x = src[0], y = the node's output, g = incoming gradient.
+ * Ops of the index and nn families register their rules in rules_index.c and
+ * rules_nn.c through kn__grad_rule_index / kn__grad_rule_nn.
+ */
+#include "kn-impl.h"
+#include <math.h>
+
+#define X (t->src[0])
+#define S(v) kn_scalar(ctx, g->dtype, (v))
+
+/* Undo broadcasting: sum g over the dims that t was broadcast along. */
+kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
+    if (!g) return NULL;
+    if (kn_same_shape(g, t)) return g;
+    int axes[KN_MAX_DIMS], na = 0, off = g->ndim - t->ndim;
+    for (int i = 0; i < g->ndim; i++) {
+        int j = i - off;
+        if (j < 0 || (t->shape[j] == 1 && g->shape[i] != 1)) axes[na++] = i;
+    }
+    kn_tensor *s = na ? kn_sum(ctx, g, na, axes, true) : g;
+    return kn_reshape(ctx, s, t->ndim, t->shape);
+}
+
+/* Expand a reduced gradient back over the reduced axes of x. */
+static kn_tensor *unreduce(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
+    const kn_tensor *x = X;
+    if (!t->p.reduce.keepdim) {
+        int64_t shape[KN_MAX_DIMS];
+        for (int i = 0; i < x->ndim; i++) shape[i] = (t->p.reduce.axes >> i & 1) ? 1 : x->shape[i];
+        g = kn_reshape(ctx, g, x->ndim, shape);
+    }
+    return kn_expand(ctx, g, x->ndim, x->shape);
+}
+static double reduced_count(const kn_tensor *t) {
+    double n = 1;
+    for (int i = 0; i < X->ndim; i++) if (t->p.reduce.axes >> i & 1) n *= (double)X->shape[i];
+    return n;
+}
+
+/* ---- views and copies ---- */
+static void g_reshape(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    gin[0] = kn_reshape(ctx, g, X->ndim, X->shape);
+}
+static void g_permute(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    int inv[KN_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) inv[t->p.permute.perm[i]] = i;
+    gin[0] = kn_permute(ctx, g, inv);
+}
+static void g_expand(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { gin[0] = kn__sum_to(ctx, g, X); }
+static void g_slice(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    int d = t->p.slice.dim;
+    int64_t st = t->p.slice.start, step = t->p.slice.step, len = t->shape[d];
+    kn_tensor *idx = kn_arange(ctx, KN_I64, (double)st, (double)(st + len * step), (double)step);
+    gin[0] = kn_index_add(ctx, kn_zeros_like(ctx, X), d, idx, g);
+}
+static void g_copy(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { gin[0] = g; }
+static void g_cast(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { gin[0] = kn_cast(ctx, g, X->dtype); }
+static void g_tri(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    gin[0] = t->p.tri.upper ? kn_triu(ctx, g, t->p.tri.k) : kn_tril(ctx, g, t->p.tri.k);
+}
+static void g_where(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *z = S(0);
+    gin[1] = kn__sum_to(ctx, kn_where(ctx, X, g, z), t->src[1]);
+    gin[2] = kn__sum_to(ctx, kn_where(ctx, X, z, g), t->src[2]);
+}
+
+/* ---- unary ---- */
+static kn_tensor *mask_f(kn_ctx *ctx, kn_tensor *m, kn_dtype dt) { return kn_cast(ctx, m, dt); }
+
+static void g_unary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *y = t, *d = NULL;
+    double a = t->p.scalar.a, b = t->p.scalar.b;
+    kn_dtype dt = g->dtype;
+    switch (t->op) {
+    case KN_OP_NEG: gin[0] = kn_neg(ctx, g); return;
+    case KN_OP_ABS: d = kn_sign(ctx, x); break;
+    case KN_OP_SIGN: case KN_OP_FLOOR: case KN_OP_CEIL: case KN_OP_ROUND: case KN_OP_TRUNC:
+        gin[0] = kn_zeros_like(ctx, x); return;
+    case KN_OP_EXP: d = y; break;
+    case KN_OP_EXP2: d = kn_mul(ctx, y, S(M_LN2)); break;
+    case KN_OP_LOG: gin[0] = kn_div(ctx, g, x); return;
+    case KN_OP_LOG2: gin[0] = kn_div(ctx, g, kn_mul(ctx, x, S(M_LN2))); return;
+    case KN_OP_LOG1P: gin[0] = kn_div(ctx, g, kn_add(ctx, x, S(1))); return;
+    case KN_OP_EXPM1: d = kn_add(ctx, y, S(1)); break;
+    case KN_OP_SQRT: gin[0] = kn_div(ctx, g, kn_mul(ctx, y, S(2))); return;
+    case KN_OP_RSQRT: d = kn_mul(ctx, kn_div(ctx, y, x), S(-0.5)); break;
+    case KN_OP_RECIPROCAL: d = kn_neg(ctx, kn_square(ctx, y)); break;
+    case KN_OP_SQUARE: d = kn_mul(ctx, x, S(2)); break;
+    case KN_OP_SIN: d = kn_cos(ctx, x); break;
+    case KN_OP_COS: d = kn_neg(ctx, kn_sin(ctx, x)); break;
+    case KN_OP_TAN: d = kn_add(ctx, kn_square(ctx, y), S(1)); break;
+    case KN_OP_ASIN: d = kn_rsqrt(ctx, kn_sub(ctx, S(1), kn_square(ctx, x))); break;
+    case KN_OP_ACOS: d = kn_neg(ctx, kn_rsqrt(ctx, kn_sub(ctx, S(1), kn_square(ctx, x)))); break;
+    case KN_OP_ATAN: d = kn_reciprocal(ctx, kn_add(ctx, kn_square(ctx, x), S(1))); break;
+    case KN_OP_SINH: d = kn_cosh(ctx, x); break;
+    case KN_OP_COSH: d = kn_sinh(ctx, x); break;
+    case KN_OP_TANH: d = kn_sub(ctx, S(1), kn_square(ctx, y)); break;
+    case KN_OP_ASINH: d = kn_rsqrt(ctx, kn_add(ctx, kn_square(ctx, x), S(1))); break;
+    case KN_OP_ACOSH: d = kn_rsqrt(ctx, kn_sub(ctx, kn_square(ctx, x), S(1))); break;
+    case KN_OP_ATANH: d = kn_reciprocal(ctx, kn_sub(ctx, S(1), kn_square(ctx, x))); break;
+    case KN_OP_ERF: d = kn_mul(ctx, kn_exp(ctx, kn_neg(ctx, kn_square(ctx, x))), S(M_2_SQRTPI)); break;
+    case KN_OP_CLAMP: case KN_OP_HARDTANH:
+        d = mask_f(ctx, kn_logical_and(ctx, kn_ge(ctx, x, S(a)), kn_le(ctx, x, S(b))), dt); break;
+    case KN_OP_RELU: d = mask_f(ctx, kn_gt(ctx, x, S(0)), dt); break;
+    case KN_OP_LEAKY_RELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), S(a)); break;
+    case KN_OP_ELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), kn_add(ctx, y, S(a))); break;
+    case KN_OP_SELU: {
+        const double sc = 1.0507009873554804934193349852946, al = 1.6732632423543772848170429916717;
+        d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(sc), kn_add(ctx, y, S(sc * al)));
+        break;
+    }
+    case KN_OP_GELU: {   /* Phi(x) + x * phi(x) */
+        kn_tensor *cdf = kn_mul(ctx, kn_add(ctx, kn_erf(ctx, kn_mul(ctx, x, S(M_SQRT1_2))), S(1)), S(0.5));
+        kn_tensor *pdf = kn_mul(ctx, kn_exp(ctx, kn_mul(ctx, kn_square(ctx, x), S(-0.5))), S(0.3989422804014327));
+        d = kn_add(ctx, cdf, kn_mul(ctx, x, pdf));
+        break;
+    }
+    case KN_OP_GELU_TANH: {   /* u = c (x + k x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 k x^2) */
+        const double c = 0.7978845608028654, k = 0.044715;
+        kn_tensor *x2 = kn_square(ctx, x);
+        kn_tensor *th = kn_tanh(ctx, kn_mul(ctx, kn_mul(ctx, x, kn_add(ctx, kn_mul(ctx, x2, S(k)), S(1))), S(c)));
+        kn_tensor *l = kn_mul(ctx, kn_add(ctx, th, S(1)), S(0.5));
+        kn_tensor *r = kn_mul(ctx, kn_mul(ctx, kn_mul(ctx, x, kn_sub(ctx, S(1), kn_square(ctx, th))), S(0.5 * c)),
+                              kn_add(ctx, kn_mul(ctx, x2, S(3 * k)), S(1)));
+        d = kn_add(ctx, l, r);
+        break;
+    }
+    case KN_OP_SILU: {
+        kn_tensor *s = kn_sigmoid(ctx, x);
+        d = kn_mul(ctx, s, kn_add(ctx, kn_mul(ctx, x, kn_sub(ctx, S(1), s)), S(1)));
+        break;
+    }
+    case KN_OP_SIGMOID: d = kn_mul(ctx, y, kn_sub(ctx, S(1), y)); break;
+    case KN_OP_SOFTPLUS: d = kn_sigmoid(ctx, x); break;
+    case KN_OP_MISH: {
+        kn_tensor *th = kn_tanh(ctx, kn_softplus(ctx, x));
+        d = kn_add(ctx, th, kn_mul(ctx, kn_mul(ctx, x, kn_sigmoid(ctx, x)), kn_sub(ctx, S(1), kn_square(ctx, th))));
+        break;
+    }
+    case KN_OP_HARDSIGMOID:
+        d = kn_mul(ctx, mask_f(ctx, kn_logical_and(ctx, kn_gt(ctx, x, S(-3)), kn_lt(ctx, x, S(3))), dt), S(1.0 / 6.0));
+        break;
+    default: return;
+    }
+    gin[0] = kn_mul(ctx, g, d);
+}
+
+/* ---- binary ---- */
+static void g_binary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *a = t->src[0], *b = t->src[1], *ga = NULL, *gb = NULL;
+    switch (t->op) {
+    case KN_OP_ADD: ga = g; gb = g; break;
+    case KN_OP_SUB: ga = g; gb = kn_neg(ctx, g); break;
+    case KN_OP_MUL: ga = kn_mul(ctx, g, b); gb = kn_mul(ctx, g, a); break;
+    case KN_OP_DIV: ga = kn_div(ctx, g, b); gb = kn_neg(ctx, kn_div(ctx, kn_mul(ctx, g, t), b)); break;
+    case KN_OP_POW: {
+        ga = kn_mul(ctx, g, kn_mul(ctx, b, kn_pow(ctx, a, kn_sub(ctx, b, S(1)))));
+        /* d/db a^b = a^b log a; defined as 0 where a == 0 (torch does the same) */
+        kn_tensor *la = kn_where(ctx, kn_eq(ctx, a, S(0)), S(0), kn_log(ctx, a));
+        gb = kn_mul(ctx, g, kn_mul(ctx, t, la));
+        break;
+    }
+    case KN_OP_MAXIMUM: case KN_OP_MINIMUM: {
+        /* ties split the gradient evenly, as torch does */
+        kn_tensor *win = t->op == KN_OP_MAXIMUM ? kn_gt(ctx, a, b) : kn_lt(ctx, a, b);
+        kn_tensor *tie = kn_eq(ctx, a, b);
+        kn_tensor *wa = kn_add(ctx, kn_cast(ctx, win, g->dtype), kn_mul(ctx, kn_cast(ctx, tie, g->dtype), S(0.5)));
+        ga = kn_mul(ctx, g, wa);
+        gb = kn_mul(ctx, g, kn_sub(ctx, S(1), wa));
+        break;
+    }
+    case KN_OP_ATAN2: {
+        kn_tensor *den = kn_add(ctx, kn_square(ctx, a), kn_square(ctx, b));
+        ga = kn_div(ctx, kn_mul(ctx, g, b), den);
+        gb = kn_neg(ctx, kn_div(ctx, kn_mul(ctx, g, a), den));
+        break;
+    }
+    case KN_OP_FMOD: ga = g; gb = kn_neg(ctx, kn_mul(ctx, g, kn_trunc(ctx, kn_div(ctx, a, b)))); break;
+    default: return;   /* comparisons and logic ops have no gradient */
+    }
+    gin[0] = kn__sum_to(ctx, ga, a);
+    gin[1] = kn__sum_to(ctx, gb, b);
+}
+
+/* ---- reductions ---- */
+static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *ge = unreduce(ctx, g, t), *ye = NULL;
+    double n = reduced_count(t);
+    switch (t->op) {
+    case KN_OP_SUM: gin[0] = ge; return;
+    case KN_OP_MEAN: gin[0] = kn_mul(ctx, ge, S(1.0 / n)); return;
+    case KN_OP_PROD: gin[0] = kn_div(ctx, kn_mul(ctx, ge, unreduce(ctx, t, t)), x); return;
+    case KN_OP_MAX: case KN_OP_MIN: {   /* split evenly among the extreme elements */
+        ye = unreduce(ctx, t, t);
+        kn_tensor *m = kn_cast(ctx, kn_eq(ctx, x, ye), g->dtype);
+        kn_tensor *cnt = unreduce(ctx, kn_reduce(ctx, KN_OP_SUM, m, 0, NULL, false), t);
+        int axes[KN_MAX_DIMS], na = 0;
+        for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
+        cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
+        gin[0] = kn_div(ctx, kn_mul(ctx, ge, m), cnt);
+        return;
+    }
+    case KN_OP_VAR: case KN_OP_STD: {
+        int axes[KN_MAX_DIMS], na = 0;
+        for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
+        kn_tensor *mean = kn_expand(ctx, kn_mean(ctx, x, na, axes, true), x->ndim, x->shape);
+        double den = n - t->p.reduce.correction;
+        kn_tensor *dx = kn_mul(ctx, kn_sub(ctx, x, mean), S(2.0 / den));
+        if (t->op == KN_OP_STD) dx = kn_div(ctx, dx, kn_mul(ctx, unreduce(ctx, t, t), S(2)));
+        gin[0] = kn_mul(ctx, ge, dx);
+        return;
+    }
+    case KN_OP_LOGSUMEXP: gin[0] = kn_mul(ctx, ge, kn_exp(ctx, kn_sub(ctx, x, unreduce(ctx, t, t)))); return;
+    case KN_OP_NORM: {
+        double p = t->p.reduce.p;
+        ye = unreduce(ctx, t, t);
+        if (p == 2) { gin[0] = kn_mul(ctx, ge, kn_div(ctx, x, ye)); return; }
+        if (p == 1) { gin[0] = kn_mul(ctx, ge, kn_sign(ctx, x)); return; }
+        if (isinf(p)) {
+            kn_tensor *m = kn_cast(ctx, kn_eq(ctx, kn_abs(ctx, x), ye), g->dtype);
+            int axes[KN_MAX_DIMS], na = 0;
+            for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
+            kn_tensor *cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
+            gin[0] = kn_div(ctx, kn_mul(ctx, kn_mul(ctx, ge, m), kn_sign(ctx, x)), cnt);
+            return;
+        }
+        kn_tensor *num = kn_mul(ctx, kn_sign(ctx, x), kn_pow(ctx, kn_abs(ctx, x), S(p - 1)));
+        gin[0] = kn_mul(ctx, ge, kn_div(ctx, num, kn_pow(ctx, ye, S(p - 1))));
+        return;
+    }
+    default: return;
+    }
+}
+
+/* reverse cumulative sum along d: sum_{j >= i} v_j = total - cumsum + v */
+static kn_tensor *rev_cumsum(kn_ctx *ctx, kn_tensor *v, int d) {
+    kn_tensor *tot = kn_expand(ctx, kn_sum(ctx, v, 1, &d, true), v->ndim, v->shape);
+    return kn_add(ctx, kn_sub(ctx, tot, kn_cumsum(ctx, v, d)), v);
+}
+static void g_scan(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    int d = t->p.scan.dim;
+    if (t->op == KN_OP_CUMSUM) gin[0] = rev_cumsum(ctx, g, d);
+    else gin[0] = kn_div(ctx, rev_cumsum(ctx, kn_mul(ctx, g, t), d), X);   /* assumes no zeros in x */
+}
+
+static void g_matmul(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *a = t->src[0], *b = t->src[1];
+    if (a->flags & KN_FLAG_REQUIRES_GRAD)
+        gin[0] = kn__sum_to(ctx, kn_matmul(ctx, g, kn_transpose(ctx, b, -1, -2)), a);
+    if (b->flags & KN_FLAG_REQUIRES_GRAD)
+        gin[1] = kn__sum_to(ctx, kn_matmul(ctx, kn_transpose(ctx, a, -1, -2), g), b);
+}
+
+kn_grad_rule kn__grad_rule_index(kn_op op);
+kn_grad_rule kn__grad_rule_nn(kn_op op);
+
+kn_grad_rule kn__grad_rule(kn_op op) {
+    switch (op) {
+    case KN_OP_RESHAPE: return g_reshape;
+    case KN_OP_PERMUTE: return g_permute;
+    case KN_OP_EXPAND: return g_expand;
+    case KN_OP_SLICE: return g_slice;
+    case KN_OP_COPY: return g_copy;
+    case KN_OP_CAST: return g_cast;
+    case KN_OP_TRI: return g_tri;
+    case KN_OP_WHERE: return g_where;
+    case KN_OP_MATMUL: return g_matmul;
+    case KN_OP_CUMSUM: case KN_OP_CUMPROD: return g_scan;
+    default: break;
+    }
+    switch (kn_op_get(op)->kind) {
+    case KN_KIND_UNARY: return op == KN_OP_NOT ? NULL : g_unary;
+    case KN_KIND_BINARY: return g_binary;
+    case KN_KIND_REDUCE:
+        return (op == KN_OP_ARGMAX || op == KN_OP_ARGMIN || op == KN_OP_ALL || op == KN_OP_ANY) ? NULL : g_reduce;
+    case KN_KIND_COPY: return kn__grad_rule_index(op);
+    case KN_KIND_NN: return kn__grad_rule_nn(op);
+    default: return NULL;
+    }
+}

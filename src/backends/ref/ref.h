@@ -1,0 +1,34 @@
+/* ref.h: the reference backend's internal pieces (one file per op family).
+ * Every kernel here is plain C over kn_tview operands, reading and writing
+ * through kn_load/kn_store and accumulating in double: slow, readable, and
+ * the oracle every other backend is tested against. */
+#ifndef KN_REF_H
+#define KN_REF_H
+#include "kn-impl.h"
+
+/* Offset (elements) of linear index lin (row-major over v->ne) in v. */
+static inline int64_t kn_ref_off(const kn_tview *v, int64_t lin) {
+    int64_t o = 0;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        int64_t n = v->ne[d];
+        o += (lin % n) * v->st[d];
+        lin /= n;
+    }
+    return o;
+}
+#define LD(v, off) kn_load((v)->dtype, (v)->data, (off))
+#define ST(v, off, x) kn_store((v)->dtype, (v)->data, (off), (x))
+
+double kn_ref_unary_fn(kn_op op, double x, double a, double b);
+double kn_ref_binary_fn(kn_op op, double x, double y);
+
+kn_status kn_ref_create(const kn_exec *e);
+kn_status kn_ref_copy(const kn_exec *e);       /* COPY, CAST, ASSIGN, TRI, WHERE */
+kn_status kn_ref_unary(const kn_exec *e);
+kn_status kn_ref_binary(const kn_exec *e);
+kn_status kn_ref_reduce(const kn_exec *e);
+kn_status kn_ref_scan(const kn_exec *e);
+kn_status kn_ref_matmul(const kn_exec *e);
+kn_status kn_ref_index(const kn_exec *e);      /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
+kn_status kn_ref_nn(const kn_exec *e);         /* softmax, norms, conv, pool, sdpa, rope */
+#endif

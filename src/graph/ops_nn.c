@@ -1,0 +1,3 @@
+/* ops_nn.c: nn op constructors: softmax, norms, dropout, embedding, conv,
+ * pooling, attention, rope. */
+#include "kn-impl.h"

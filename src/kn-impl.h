@@ -1,0 +1,107 @@
+/* kn-impl.h: internals shared by src/ files; never included by users.
+ * defines: struct kn_ctx, struct kn_buffer, the op info table, graph helpers. */
+#ifndef KN_IMPL_H
+#define KN_IMPL_H
+#include "kiln.h"
+#include "kiln_backend.h"
+#include <stdio.h>
+
+/* ---- buffers: reference-counted storage on one backend ------------------- */
+struct kn_buffer {
+    int refcount;
+    kn_backend *be;
+    void *data;
+    size_t size;
+    bool owned;            /* false: wraps caller memory, never freed by us */
+};
+kn_buffer *kn_buffer_new(kn_backend *be, size_t size);   /* NULL + error on OOM */
+kn_buffer *kn_buffer_wrap(kn_backend *be, void *data, size_t size);
+void kn_buffer_retain(kn_buffer *b);
+void kn_buffer_release(kn_buffer *b);
+
+/* ---- context ------------------------------------------------------------- */
+typedef struct kn_arena_chunk kn_arena_chunk;
+struct kn_ctx {
+    kn_backend *be;
+    kn_arena_chunk *chunks;               /* arena of tensor descriptors            */
+    kn_tensor **all;                  /* every tensor made, by id               */
+    int32_t n_all, cap_all;
+    kn_status status;                 /* sticky first error                     */
+    int no_grad;                      /* no-grad scope depth                    */
+    int n_syms;
+    int64_t sym_max[KN_MAX_SYMS + 1];
+    int64_t sym_val[KN_MAX_SYMS + 1];
+    char sym_name[KN_MAX_SYMS + 1][24];
+};
+
+/* internal node flag: an effect node already ran (kn_realize) */
+#define KN__FLAG_COMPUTED (1u << 8)
+
+/* ---- op table ------------------------------------------------------------ */
+typedef enum {
+    KN_KIND_LEAF, KN_KIND_CREATE, KN_KIND_VIEW, KN_KIND_COPY, KN_KIND_UNARY,
+    KN_KIND_BINARY, KN_KIND_REDUCE, KN_KIND_SCAN, KN_KIND_MATMUL, KN_KIND_NN,
+    KN_KIND_EFFECT
+} kn_op_kind;
+typedef struct kn_op_info {
+    const char *name;
+    kn_op_kind kind;
+    bool inplace_ok;      /* output may reuse src[0]'s memory when it dies here */
+} kn_op_info;
+const kn_op_info *kn_op_get(kn_op op);
+
+/* ---- node construction (src/graph/node.c) -------------------------------- */
+/* Report a misuse: records the message, makes ctx status sticky, returns NULL. */
+kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Format "[2,3,4]" (with sym dims as "s1<=512") into buf. */
+const char *kn__shape_str(const kn_tensor *t, char *buf, size_t n);
+bool kn__alive(const kn_tensor *t);
+/* New node: contiguous strides from shape; sym copied when non-NULL;
+ * requires_grad propagated from the sources (unless in a no-grad scope). */
+kn_tensor *kn__node(kn_ctx *ctx, kn_op op, kn_dtype dt, int ndim, const int64_t *shape,
+                    const int8_t *sym, kn_tensor *const *src, int nsrc);
+/* New view node of x (storage shared with x's storage owner). */
+kn_tensor *kn__view_node(kn_ctx *ctx, kn_op op, kn_tensor *x, int ndim, const int64_t *shape,
+                         const int64_t *stride, int64_t offset, const int8_t *sym);
+void kn__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
+int kn__norm_dim(kn_ctx *ctx, const char *op, int dim, int ndim, bool *ok);
+/* numpy broadcast of two shapes; false (and an error) when incompatible */
+bool kn__broadcast_shape(kn_ctx *ctx, const char *op, const kn_tensor *a, const kn_tensor *b,
+                         int *ndim, int64_t *shape, int8_t *sym);
+kn_dtype kn__promote(kn_dtype a, kn_dtype b);
+bool kn__is_view_op(kn_op op);
+/* extent of dim i at run time given symbol values (syms may be NULL: max) */
+static inline int64_t kn__extent(const kn_tensor *t, int i, const int64_t *syms) {
+    return (t->sym[i] && syms) ? syms[t->sym[i]] : t->shape[i];
+}
+/* storage size in elements needed by t's layout at max extents */
+int64_t kn__storage_elems(const kn_tensor *t);
+kn_tensor *kn__storage_owner(kn_tensor *t);
+
+/* ---- graph (src/graph/graph.c) ------------------------------------------- */
+/* Nodes reachable from outs that must be computed, in dependency order.
+ * Stops at materialised tensors (buf != NULL) unless they are in outs or
+ * not yet computed. Caller frees *order. */
+kn_status kn__toposort(kn_ctx *ctx, int nout, kn_tensor **outs, bool stop_at_realized,
+                       kn_tensor ***order, int *n);
+
+/* ---- autograd (src/autograd/) ---------------------------------------------- */
+typedef void (*kn_grad_rule)(kn_ctx *ctx, kn_tensor *node, kn_tensor *gout, kn_tensor **gin);
+kn_grad_rule kn__grad_rule(kn_op op);
+/* Sum g down to t's shape (undo broadcasting). */
+kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t);
+
+/* ---- backends --------------------------------------------------------------- */
+kn_status kn__ref_compute(kn_backend *be, const kn_exec *e);   /* the oracle, usable by any host backend */
+void *kn__host_alloc(kn_backend *be, size_t n);
+void kn__host_free(kn_backend *be, void *p);
+kn_status kn__host_copy(kn_backend *be, void *dst, const void *src, size_t n);
+
+/* Philox4x32-10 (src/core/philox.c): 4 x 32 random bits of counter ctr under key. */
+void kn_philox4x32(uint64_t ctr, uint64_t key, uint32_t out[4]);
+double kn_rand_at(kn_rand_kind kind, double a, double b, uint64_t seed, uint64_t i);
+#endif

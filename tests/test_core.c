@@ -1,0 +1,268 @@
+/* test_core.c: tensors, views, lazy graphs, plans and autograd basics. */
+#include "kn_optest.h"
+#include <math.h>
+
+static kn_ctx *ref_ctx(void) { kn_ctx_opts o = {kn_backend_ref()}; return kn_ctx_new(&o); }
+
+TEST(from_data_read_roundtrip) {
+    kn_ctx *ctx = ref_ctx();
+    float d[6] = {1, 2, 3, 4, 5, 6};
+    int64_t s[2] = {2, 3};
+    kn_tensor *x = kn_from_data(ctx, KN_F32, 2, s, d);
+    double out[6];
+    REQUIRE(kn_tensor_read(x, out, KN_F64) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 6; i++) CHECK(out[i] == d[i], "elem %d", i);
+    kn_ctx_free(ctx);
+}
+
+TEST(views_are_zero_copy_and_correct) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *a = kn_arange(ctx, KN_F32, 0, 24, 1);
+    int64_t s[3] = {2, 3, 4};
+    kn_tensor *x = kn_reshape(ctx, a, 3, s);
+    REQUIRE(kn_realize(x) == KN_OK, "%s", kn_last_error());
+    int perm[3] = {2, 0, 1};
+    kn_tensor *p = kn_permute(ctx, x, perm);           /* [4,2,3] */
+    CHECK(p->buf == x->buf || p->view_src == x->view_src, "permute shares storage");
+    float v[24];
+    REQUIRE(kn_tensor_read(p, v, KN_F32) == KN_OK, "%s", kn_last_error());
+    /* p[k][i][j] = x[i][j][k] = i*12 + j*4 + k */
+    for (int k = 0; k < 4; k++) for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++)
+        CHECK(v[k * 6 + i * 3 + j] == i * 12 + j * 4 + k, "permute [%d,%d,%d]", k, i, j);
+    kn_tensor *sl = kn_slice(ctx, x, 2, 1, 4, 2);        /* [2,3,2]: k = 1, 3 */
+    float w[12];
+    REQUIRE(kn_tensor_read(sl, w, KN_F32) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 2; i++) for (int j = 0; j < 3; j++) for (int k = 0; k < 2; k++)
+        CHECK(w[i * 6 + j * 2 + k] == i * 12 + j * 4 + 1 + 2 * k, "slice");
+    /* view of a non-contiguous tensor: view fails, reshape copies */
+    int64_t flat = 24;
+    CHECK(kn_view(ctx, p, 1, &flat) == NULL, "view of permuted must fail");
+    kn_ctx_clear_status(ctx);
+    kn_tensor *r = kn_reshape(ctx, p, 1, &flat);
+    REQUIRE(r != NULL, "%s", kn_last_error());
+    float z[24];
+    REQUIRE(kn_tensor_read(r, z, KN_F32) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 24; i++) CHECK(z[i] == v[i], "reshape copy %d", i);
+    /* unsqueeze / squeeze / expand / flatten / select */
+    kn_tensor *u = kn_unsqueeze(ctx, x, 1);
+    CHECK(u->ndim == 4 && u->shape[1] == 1, "unsqueeze");
+    CHECK(kn_squeeze(ctx, u, 1)->ndim == 3, "squeeze");
+    kn_tensor *se = kn_select(ctx, x, 1, -1);            /* [2,4], j = 2 */
+    float q[8];
+    REQUIRE(kn_tensor_read(se, q, KN_F32) == KN_OK, "%s", kn_last_error());
+    CHECK(q[5] == 12 + 8 + 1, "select");
+    int64_t es[3] = {2, 3, 4};
+    kn_tensor *row = kn_reshape(ctx, kn_arange(ctx, KN_F32, 0, 4, 1), 1, (int64_t[]){4});
+    kn_tensor *ex = kn_expand(ctx, row, 3, es);
+    CHECK(ex->stride[0] == 0 && ex->stride[1] == 0, "expand strides 0");
+    kn_ctx_free(ctx);
+}
+
+TEST(bad_shapes_give_clear_errors) {
+    kn_ctx *ctx = ref_ctx();
+    int64_t s1[2] = {2, 3}, s2[2] = {4, 5};
+    kn_tensor *a = kn_zeros(ctx, KN_F32, 2, s1), *b = kn_zeros(ctx, KN_F32, 2, s2);
+    CHECK(kn_add(ctx, a, b) == NULL, "add must fail");
+    CHECK(strstr(kn_last_error(), "add") && strstr(kn_last_error(), "[2,3]") && strstr(kn_last_error(), "[4,5]"),
+          "message names op and shapes: %s", kn_last_error());
+    CHECK(kn_ctx_status(ctx) == KN_ERR_INVALID, "sticky status");
+    CHECK(kn_matmul(ctx, a, a) == NULL && strstr(kn_last_error(), "inner dims"), "%s", kn_last_error());
+    CHECK(kn_sum(ctx, a, 1, (int[]){5}, false) == NULL && strstr(kn_last_error(), "out of range"), "%s", kn_last_error());
+    CHECK(kn_add(ctx, NULL, a) == NULL, "NULL propagates");
+    CHECK(kn_realize(NULL) != KN_OK, "realize NULL is an error");
+    /* a freed tensor */
+    kn_tensor *c = kn_add(ctx, a, a);
+    kn_ctx_reset(ctx);
+    CHECK(kn_realize(c) == KN_ERR_STATE && strstr(kn_last_error(), "freed"), "%s", kn_last_error());
+    CHECK(kn_add(ctx, c, c) == NULL && kn_ctx_status(ctx) == KN_ERR_STATE, "using a freed tensor");
+    kn_ctx_free(ctx);
+    kn_ctx_free(NULL);
+    kn_plan_free(NULL);
+}
+
+TEST(broadcast_binary_and_scalar) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *a = kn_reshape(ctx, kn_arange(ctx, KN_F32, 0, 6, 1), 2, (int64_t[]){2, 3});
+    kn_tensor *b = kn_reshape(ctx, kn_arange(ctx, KN_F32, 10, 13, 1), 1, (int64_t[]){3});
+    kn_tensor *c = kn_add(ctx, a, b);
+    float v[6];
+    REQUIRE(kn_tensor_read(c, v, KN_F32) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 6; i++) CHECK(v[i] == i + 10 + i % 3, "bcast add %d", i);
+    kn_tensor *d = kn_mul_scalar(ctx, a, 0.5);
+    CHECK(d->dtype == KN_F32, "scalar keeps f32");
+    REQUIRE(kn_tensor_read(d, v, KN_F32) == KN_OK, "%s", kn_last_error());
+    CHECK(v[5] == 2.5f, "mul scalar");
+    kn_tensor *m = kn_lt(ctx, a, kn_scalar(ctx, KN_F32, 2.5));
+    CHECK(m->dtype == KN_BOOL, "compare gives bool");
+    kn_ctx_free(ctx);
+}
+
+TEST(reductions) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *a = kn_reshape(ctx, kn_arange(ctx, KN_F64, 0, 24, 1), 3, (int64_t[]){2, 3, 4});
+    int ax[2] = {0, 2};
+    kn_tensor *s = kn_sum(ctx, a, 2, ax, false);        /* [3] */
+    double v[3];
+    REQUIRE(kn_tensor_read(s, v, KN_F64) == KN_OK, "%s", kn_last_error());
+    for (int j = 0; j < 3; j++) {
+        double e = 0;
+        for (int i = 0; i < 2; i++) for (int k = 0; k < 4; k++) e += i * 12 + j * 4 + k;
+        CHECK(v[j] == e, "sum %d: %g vs %g", j, v[j], e);
+    }
+    kn_tensor *k = kn_mean(ctx, a, 1, (int[]){-1}, true);
+    CHECK(k->ndim == 3 && k->shape[2] == 1, "keepdim");
+    kn_tensor *am = kn_argmax(ctx, a, 1, false);
+    CHECK(am->dtype == KN_I64, "argmax i64");
+    int64_t iv[8];
+    REQUIRE(kn_tensor_read(am, iv, KN_I64) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 8; i++) CHECK(iv[i] == 2, "argmax");
+    kn_tensor *var = kn_var(ctx, a, 0, NULL, 1, false);
+    double vv = kn_item(var);
+    CHECK(fabs(vv - 50.0) < 1e-9, "var of 0..23 (unbiased) = 50, got %g", vv);
+    kn_ctx_free(ctx);
+}
+
+TEST(matmul_batched_broadcast) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *a = kn_rand(ctx, KN_F64, 3, (int64_t[]){2, 3, 4}, 1);
+    kn_tensor *b = kn_rand(ctx, KN_F64, 2, (int64_t[]){4, 5}, 2);
+    kn_tensor *c = kn_matmul(ctx, a, b);
+    REQUIRE(c && c->ndim == 3 && c->shape[0] == 2 && c->shape[2] == 5, "shape");
+    double A[24], B[20], C[30];
+    kn_tensor_read(a, A, KN_F64); kn_tensor_read(b, B, KN_F64);
+    REQUIRE(kn_tensor_read(c, C, KN_F64) == KN_OK, "%s", kn_last_error());
+    for (int z = 0; z < 2; z++) for (int i = 0; i < 3; i++) for (int j = 0; j < 5; j++) {
+        double e = 0;
+        for (int k = 0; k < 4; k++) e += A[z * 12 + i * 4 + k] * B[k * 5 + j];
+        CHECK(fabs(C[z * 15 + i * 5 + j] - e) < 1e-12, "matmul");
+    }
+    kn_tensor *v = kn_matmul(ctx, b, kn_ones(ctx, KN_F64, 1, (int64_t[]){5}));
+    CHECK(v && v->ndim == 1 && v->shape[0] == 4, "matrix @ vector is 1-d");
+    kn_ctx_free(ctx);
+}
+
+TEST(random_is_deterministic_and_sane) {
+    kn_ctx *ctx = ref_ctx();
+    int64_t n = 20000;
+    kn_tensor *u = kn_rand(ctx, KN_F32, 1, &n, 7), *u2 = kn_rand(ctx, KN_F64, 1, &n, 7);
+    kn_tensor *g = kn_randn(ctx, KN_F64, 1, &n, 7);
+    float *a = malloc(sizeof(float) * n); double *b = malloc(sizeof(double) * n), *c = malloc(sizeof(double) * n);
+    kn_tensor_read(u, a, KN_F32); kn_tensor_read(u2, b, KN_F64); kn_tensor_read(g, c, KN_F64);
+    double mu = 0, m2 = 0;
+    for (int64_t i = 0; i < n; i++) { CHECK(a[i] == (float)b[i], "f32/f64 same stream"); mu += c[i]; m2 += c[i] * c[i]; if (a[i] != (float)b[i]) break; }
+    mu /= n; m2 = m2 / n - mu * mu;
+    CHECK(fabs(mu) < 0.03 && fabs(m2 - 1) < 0.05, "normal moments %g %g", mu, m2);
+    kn_tensor *p = kn_randperm(ctx, KN_I64, 100, 3);
+    int64_t pv[100]; int seen[100] = {0};
+    kn_tensor_read(p, pv, KN_I64);
+    for (int i = 0; i < 100; i++) if (pv[i] >= 0 && pv[i] < 100) seen[pv[i]]++;
+    for (int i = 0; i < 100; i++) CHECK(seen[i] == 1, "randperm is a permutation");
+    kn_tensor *ri = kn_randint(ctx, KN_I32, 1, &n, -3, 4, 9);
+    int32_t *iv = malloc(sizeof(int32_t) * n);
+    kn_tensor_read(ri, iv, KN_I32);
+    int hist[7] = {0};
+    for (int64_t i = 0; i < n; i++) { CHECK(iv[i] >= -3 && iv[i] < 4, "randint range"); if (iv[i] >= -3 && iv[i] < 4) hist[iv[i] + 3]++; }
+    for (int i = 0; i < 7; i++) CHECK(abs(hist[i] - (int)n / 7) < 400, "randint roughly uniform");
+    free(a); free(b); free(c); free(iv);
+    kn_ctx_free(ctx);
+}
+
+/* A plan is built once and replayed with new input data. */
+TEST(plan_replay_and_memory_reuse) {
+    kn_ctx *ctx = ref_ctx();
+    int64_t s[2] = {64, 64};
+    kn_tensor *x = kn_input(ctx, KN_F32, 2, s);
+    kn_tensor *h = x;
+    for (int i = 0; i < 8; i++) h = kn_tanh(ctx, kn_add(ctx, kn_mul_scalar(ctx, h, 0.9), kn_scalar(ctx, KN_F32, 0.1)));
+    kn_tensor *y = kn_sum_all(ctx, h);
+    kn_plan *p = kn_plan_new(ctx, 1, &y, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    CHECK(kn_plan_peak_bytes(p) < kn_plan_naive_bytes(p) / 4, "liveness reuse: peak %zu naive %zu",
+          kn_plan_peak_bytes(p), kn_plan_naive_bytes(p));
+    float *in = malloc(sizeof(float) * 4096);
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < 4096; i++) in[i] = (float)((i * (rep + 1)) % 7) / 7.0f;
+        kn_tensor_write(x, in, KN_F32);
+        REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        double expect = 0;
+        for (int i = 0; i < 4096; i++) {
+            double v = in[i];
+            for (int k = 0; k < 8; k++) v = tanh((double)(float)((float)v * 0.9f) + 0.1);
+            expect += v;
+        }
+        double got = kn_item(y);
+        CHECK(fabs(got - expect) < 1e-3 * fabs(expect) + 1e-3, "rep %d: %g vs %g", rep, got, expect);
+    }
+    kn_plan_opts no = {.no_reuse = true};
+    kn_plan *p2 = kn_plan_new(ctx, 1, &y, &no);
+    REQUIRE(p2 && kn_plan_run(p2) == KN_OK, "%s", kn_last_error());
+    kn_plan_free(p2);
+    kn_plan_free(p);
+    free(in);
+    kn_ctx_free(ctx);
+}
+
+/* Symbolic sizes: one plan serves several lengths. */
+TEST(plan_symbolic_length) {
+    kn_ctx *ctx = ref_ctx();
+    int T = kn_sym_new(ctx, "T", 16);
+    kn_tensor *x = kn_input(ctx, KN_F32, 2, (int64_t[]){16, 4});
+    kn_tensor *xs = kn_slice_sym(ctx, x, 0, 0, T);
+    kn_tensor *y = kn_sum(ctx, kn_square(ctx, xs), 1, (int[]){0}, false);   /* [4] */
+    kn_plan *p = kn_plan_new(ctx, 1, &y, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    float in[64];
+    for (int i = 0; i < 64; i++) in[i] = (float)(i % 5);
+    kn_tensor_write(x, in, KN_F32);
+    for (int len = 1; len <= 16; len += 5) {
+        REQUIRE(kn_sym_set(ctx, T, len) == KN_OK, "%s", kn_last_error());
+        REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        float out[4];
+        kn_tensor_read(y, out, KN_F32);
+        for (int c = 0; c < 4; c++) {
+            double e = 0;
+            for (int t = 0; t < len; t++) e += in[t * 4 + c] * in[t * 4 + c];
+            CHECK(out[c] == (float)e, "T=%d c=%d: %g vs %g", len, c, out[c], e);
+        }
+    }
+    CHECK(kn_sym_set(ctx, T, 17) == KN_ERR_LIMIT, "beyond max is refused");
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+}
+
+TEST(autograd_simple_and_accumulation) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *w = kn_from_data(ctx, KN_F64, 1, (int64_t[]){3}, (double[]){1, 2, 3});
+    kn_set_requires_grad(w, true);
+    kn_tensor *loss = kn_sum_all(ctx, kn_square(ctx, w));     /* d/dw = 2w */
+    REQUIRE(kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());
+    double g[3];
+    REQUIRE(kn_tensor_read(kn_grad(w), g, KN_F64) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 3; i++) CHECK(g[i] == 2.0 * (i + 1), "grad %d", i);
+    REQUIRE(kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());   /* accumulates */
+    kn_tensor_read(kn_grad(w), g, KN_F64);
+    for (int i = 0; i < 3; i++) CHECK(g[i] == 4.0 * (i + 1), "accumulated grad %d", i);
+    kn_zero_grad(w);
+    CHECK(kn_grad(w) == NULL, "zero_grad");
+    kn_no_grad_begin(ctx);
+    kn_tensor *ng = kn_mul(ctx, w, w);
+    kn_no_grad_end(ctx);
+    CHECK(!kn_requires_grad(ng), "no-grad scope");
+    CHECK(!kn_requires_grad(kn_detach(ctx, w)), "detach");
+    CHECK(kn_backward(ctx, ng) != KN_OK, "backward of a no-grad tensor is an error");
+    kn_ctx_free(ctx);
+}
+
+TEST(dot_dump) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *a = kn_param(ctx, KN_F32, 1, (int64_t[]){4});
+    kn_tensor *y = kn_sum_all(ctx, kn_exp(ctx, a));
+    REQUIRE(kn_graph_dump_dot(ctx, 1, &y, "/tmp/kn_test_graph.dot") == KN_OK, "%s", kn_last_error());
+    FILE *f = fopen("/tmp/kn_test_graph.dot", "r");
+    REQUIRE(f, "dot file");
+    char buf[4096]; size_t n = fread(buf, 1, sizeof buf - 1, f); buf[n] = 0; fclose(f);
+    CHECK(strstr(buf, "digraph") && strstr(buf, "exp") && strstr(buf, "sum"), "dot content");
+    kn_ctx_free(ctx);
+}
+
+KN_TEST_MAIN()
