@@ -185,8 +185,8 @@ static bool rd_str(rd *r, kn_gguf_str *s) {
 
 /* Skip one value of type t (validating it), non-recursively for nested arrays:
  * each nesting level keeps (elem_type, remaining) on a small explicit stack. */
-static kn_status skip_value(rd *r, uint32_t t, const char *what, char *kb) {
-    struct { uint32_t type; uint64_t left; } stk[GGUF_MAX_NESTING + 1];
+static kn_status skip_value(rd *r, uint32_t t, int max_depth, const char *what, char *kb) {
+    struct { uint32_t type; uint64_t left; } stk[GGUF_MAX_NESTING];
     int depth = 0;
     kn_status st = KN_OK;
     for (;;) {
@@ -234,7 +234,7 @@ static kn_status skip_value(rd *r, uint32_t t, const char *what, char *kb) {
                 FAIL("%s '%s': array at byte %zu claims %llu elements of type %s, more than the "
                      "%zu bytes left in the file can hold", what, kb, at, (unsigned long long)n,
                      gguf_type_name(et), rd_left(r));
-            if (depth >= GGUF_MAX_NESTING)
+            if (depth >= max_depth)
                 FAIL("%s '%s': arrays nested deeper than %d levels at byte %zu", what, kb,
                      GGUF_MAX_NESTING, at);
             stk[depth].type = et; stk[depth].left = n; depth++;
@@ -391,7 +391,7 @@ static kn_status parse(kn_gguf *g) {
             } else {
                 /* array of arrays: validate and skip; exposed as raw bytes only */
                 for (uint64_t j = 0; j < n; j++)
-                    if ((st = skip_value(&r, KN_GGUF_ARRAY, "key", kb)) != KN_OK) goto fail;
+                    if ((st = skip_value(&r, KN_GGUF_ARRAY, GGUF_MAX_NESTING - 1, "key", kb)) != KN_OK) goto fail;
             }
         }
         if (kv->key.len == 17 && memcmp(kv->key.ptr, "general.alignment", 17) == 0) {

@@ -412,7 +412,7 @@ int64_t kn_json_get(const kn_json *j, int64_t obj, const char *key) {
 }
 int64_t kn_json_at(const kn_json *j, int64_t arr, int64_t i) {
     const jnode *a = node(j, arr);
-    if (!a || a->type != KN_JSON_ARRAY || i < 0 || i >= a->n) return -1;
+    if (!a || (a->type != KN_JSON_ARRAY && a->type != KN_JSON_OBJECT) || i < 0 || i >= a->n) return -1;
     int64_t c = a->first;
     while (i-- > 0) c = j->nodes[c].next;
     return c;

@@ -45,7 +45,7 @@ int64_t kn_json_next(const kn_json *j, int64_t v);    /* next sibling, or -1    
 /* Member name of v when v is a member of an object, else NULL. */
 const char *kn_json_key(const kn_json *j, int64_t v, size_t *len);
 int64_t kn_json_get(const kn_json *j, int64_t obj, const char *key); /* O(members) */
-int64_t kn_json_at(const kn_json *j, int64_t arr, int64_t i);        /* O(i)       */
+int64_t kn_json_at(const kn_json *j, int64_t arr, int64_t i);  /* i-th element or member, O(i) */
 
 /* Typed reads; false when v is not of that type. Strings are NUL-terminated
  * (and may contain NULs from \u0000: use *len). kn_json_int accepts only

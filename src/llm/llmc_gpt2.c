@@ -34,7 +34,7 @@ kn_status kn_llmc_gpt2_shapes(const kn_llmc_gpt2_config *c, kn_llmc_gpt2_tensor 
     if (c->channels % c->n_heads != 0)
         return kn_set_error(KN_ERR_FORMAT, "llm.c GPT-2: NH = %d does not divide C = %d", c->n_heads, c->channels);
     int64_t C = c->channels, L = c->n_layers, T = c->max_seq_len, Vp = c->padded_vocab_size;
-    /* every field <= 2^24, so each product below stays under 2^53 */
+    /* every field <= 2^24, so 3C and 4C fit; the products are checked below */
     const int64_t sh[KN_GPT2_NPARAMS][4] = {
         {2, Vp, C, 0}, {2, T, C, 0}, {2, L, C, 0}, {2, L, C, 0}, {3, L, 3 * C, C}, {2, L, 3 * C, 0},
         {3, L, C, C}, {2, L, C, 0}, {2, L, C, 0}, {2, L, C, 0}, {3, L, 4 * C, C}, {2, L, 4 * C, 0},
@@ -107,13 +107,14 @@ kn_status kn_llmc_gpt2_open_memory(const void *data, size_t size, kn_llmc_gpt2 *
     kn_status s = kn_llmc_gpt2_shapes(c, m->p, &m->numel);
     if (s != KN_OK) { kn_llmc_gpt2_close(m); return s; }
     size_t es = kn_dtype_get(dt)->type_size;
-    uint64_t need = (uint64_t)m->numel * es;   /* numel < 2^58, cannot overflow */
-    if (need > size - hdr || need != size - hdr) {
+    uint64_t need = (uint64_t)m->numel > (UINT64_MAX - hdr) / es ? UINT64_MAX - hdr : (uint64_t)m->numel * es;
+    if (need != size - hdr) {
+        kn_status e = kn_set_error(KN_ERR_FORMAT, "llm.c GPT-2: file has %zu bytes but the header (maxT %d, V %d, "
+                                   "Vp %d, L %d, NH %d, C %d, %s) implies %llu; the file is truncated or corrupt",
+                                   size, c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->n_layers,
+                                   c->n_heads, c->channels, kn_dtype_name(dt), (unsigned long long)(need + hdr));
         kn_llmc_gpt2_close(m);
-        return kn_set_error(KN_ERR_FORMAT, "llm.c GPT-2: file has %zu bytes but the header (maxT %d, V %d, Vp %d, "
-                            "L %d, NH %d, C %d, %s) implies %llu; the file is truncated or corrupt",
-                            size, c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->n_layers, c->n_heads,
-                            c->channels, kn_dtype_name(dt), (unsigned long long)(need + hdr));
+        return e;
     }
     size_t off = hdr;
     for (int i = 0; i < KN_GPT2_NPARAMS; i++) {
