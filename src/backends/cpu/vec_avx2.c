@@ -32,12 +32,6 @@ static inline __m256i tail_mask(int64_t r) {
 static inline V absv(V x) { return _mm256_andnot_ps(SET1(-0.0f), x); }
 static inline V signv(V x) { return _mm256_and_ps(SET1(-0.0f), x); }
 
-static inline float hsum8(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 static inline __m256d acc_d(__m256d acc, V v) {
     acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
     return _mm256_add_pd(acc, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
