@@ -7,11 +7,12 @@
  * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c).
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
-#include "core/fp16.h"      /* defines: kn_fp16_to_fp32 */
+#include "core/fp16.h"      /* defines: kn_bf16_to_fp32 */
 #include <immintrin.h>
 #include <string.h>
 
-#define F16(x) kn_fp16_to_fp32(x)
+/* scale fields: one F16C conversion (vcvtph2ps) instead of the software one */
+#define F16(x) _cvtsh_ss(x)
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -143,19 +144,26 @@ static float dot_q8_1_q8_1(int64_t n, const void *vw, const void *va) {
 
 /* ---- K-quants ------------------------------------------------------------- */
 
-/* The 8 6-bit scales and mins of a Q4_K/Q5_K block (same packing as quant.c). */
-static inline void unpack_sc_m(const uint8_t *s, int16_t sc[8], int16_t m[8]) {
-    for (int j = 0; j < 4; j++) { sc[j] = s[j] & 63; m[j] = s[j + 4] & 63; }
-    for (int j = 4; j < 8; j++) {
-        sc[j] = (int16_t)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        m[j] = (int16_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
+/* The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block (packing in quant.h),
+ * unpacked four at a time in 32-bit words: out[0] = sc0..3, out[1] = sc4..7,
+ * out[2] = m0..3, out[3] = m4..7, one byte each. */
+static inline void unpack_sc_m(const uint8_t *s, uint32_t out[4]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4); memcpy(&u1, s + 4, 4); memcpy(&u2, s + 8, 4);
+    out[0] = u0 & 0x3f3f3f3fu;
+    out[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    out[2] = u1 & 0x3f3f3f3fu;
+    out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
 }
-/* Sum over 8 sub-blocks of 32 of m[j] * sum(y in sub-block j), from bsums. */
-static inline int min_term(const int16_t m[8], const int16_t *bsums) {
-    int s = 0;
-    for (int j = 0; j < 8; j++) s += m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
-    return s;
+/* sum_j m[j] * (bsums[2j] + bsums[2j+1]) for the 8 mins in sm[2..3]. */
+static inline int min_term(const uint32_t sm[4], const int16_t *bsums) {
+    __m128i b0 = _mm_loadu_si128((const __m128i *)bsums), b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    __m128i pairs = _mm_hadd_epi16(b0, b1);                       /* 8 x s16, |.| <= 4064 */
+    __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(sm + 2)));
+    __m128i p = _mm_madd_epi16(pairs, m);
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4e));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xb1));
+    return _mm_cvtsi128_si32(p);
 }
 
 static float dot_q4_K_q8_K(int64_t n, const void *vw, const void *va) {
@@ -163,9 +171,10 @@ static float dot_q4_K_q8_K(int64_t n, const void *vw, const void *va) {
     __m256 acc = _mm256_setzero_ps();
     float summ = 0;
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        int16_t sc[8], m[8];
-        unpack_sc_m(w[i].scales, sc, m);
-        summ += a[i].d * F16(w[i].dmin) * (float)min_term(m, a[i].bsums);
+        uint32_t sm[4];
+        unpack_sc_m(w[i].scales, sm);
+        const uint8_t *sc = (const uint8_t *)sm;
+        summ += a[i].d * F16(w[i].dmin) * (float)min_term(sm, a[i].bsums);
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = load256(w[i].qs + 32 * c);
@@ -188,9 +197,10 @@ static float dot_q5_K_q8_K(int64_t n, const void *vw, const void *va) {
     float summ = 0;
     const __m256i m15 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        int16_t sc[8], m[8];
-        unpack_sc_m(w[i].scales, sc, m);
-        summ += a[i].d * F16(w[i].dmin) * (float)min_term(m, a[i].bsums);
+        uint32_t sm[4];
+        unpack_sc_m(w[i].scales, sm);
+        const uint8_t *sc = (const uint8_t *)sm;
+        summ += a[i].d * F16(w[i].dmin) * (float)min_term(sm, a[i].bsums);
         __m256i qh = load256(w[i].qh), sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
             __m256i q = load256(w[i].qs + 32 * c);
@@ -213,15 +223,24 @@ static float dot_q5_K_q8_K(int64_t n, const void *vw, const void *va) {
 /* Q6_K: dot of the unsigned 6-bit q (0..63) with y, minus 32 * sum(y) via bsums. */
 static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
     const kn_block_q6_K *w = vw; const kn_block_q8_K *a = va;
-    float sum = 0;
+    __m256 acc = _mm256_setzero_ps();
     const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    /* group g of a half uses scale 2g (int16 lanes 0..7) and 2g+1 (lanes 8..15):
+     * byte shuffles that broadcast s16 element 2g in the low 128 bits, 2g+1 in the high */
+    __m256i bcast[4];
+    for (int g = 0; g < 4; g++)
+        bcast[g] = _mm256_setr_m128i(_mm_set1_epi16((short)((4 * g + 1) << 8 | 4 * g)),
+                                     _mm_set1_epi16((short)((4 * g + 3) << 8 | (4 * g + 2))));
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        int off = 0;
-        for (int j = 0; j < 16; j++) off += w[i].scales[j] * a[i].bsums[j];
-        __m256i sumi = _mm256_setzero_si256();
+        __m128i sc8 = _mm_loadu_si128((const __m128i *)w[i].scales);
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc8);                        /* 16 x s16 */
+        __m256i offv = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a[i].bsums));
+        __m256i sumi = _mm256_slli_epi32(offv, 5);                        /* 32 * sc * bsum, subtracted below */
+        sumi = _mm256_sub_epi32(_mm256_setzero_si256(), sumi);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w[i].ql + 64 * h;
-            const int8_t *sc = w[i].scales + 8 * h, *y = a[i].qs + 128 * h;
+            const int8_t *y = a[i].qs + 128 * h;
+            __m256i sch = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
             __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(w[i].qh + 32 * h);
             __m256i q[4];
             q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
@@ -232,13 +251,12 @@ static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
             for (int g = 0; g < 4; g++) {
                 __m256i p = _mm256_maddubs_epi16(q[g], load256(y + 32 * g));
                 /* int16 lanes 0..7 are elements 0..15 (scale 2g), 8..15 the rest */
-                __m256i s = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * g]), _mm_set1_epi16(sc[2 * g + 1]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, bcast[g])));
             }
         }
-        sum += a[i].d * F16(w[i].d) * (float)(hsum_epi32(sumi) - 32 * off);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return sum;
+    return hsum_ps(acc);
 }
 
 static float dot_q8_K_q8_K(int64_t n, const void *vw, const void *va) {

@@ -11,10 +11,11 @@
  * Compiled with the *_avx512.c flags from the Makefile.
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
-#include "core/fp16.h"      /* defines: kn_fp16_to_fp32 */
 #include <immintrin.h>
+#include <string.h>
 
-#define F16(x) kn_fp16_to_fp32(x)
+/* scale fields: one F16C conversion (vcvtph2ps) instead of the software one */
+#define F16(x) _cvtsh_ss(x)
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -123,16 +124,23 @@ INLINE float q4_K_body(int64_t n, const void *vw, const void *va, const int vnni
     __m512 acc = _mm512_setzero_ps();
     float summ = 0;
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        const uint8_t *s = w[i].scales;
-        int sc[8], m[8];
-        for (int j = 0; j < 4; j++) { sc[j] = s[j] & 63; m[j] = s[j + 4] & 63; }
-        for (int j = 4; j < 8; j++) {
-            sc[j] = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-            m[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        }
-        int mt = 0;
-        for (int j = 0; j < 8; j++) mt += m[j] * (a[i].bsums[2 * j] + a[i].bsums[2 * j + 1]);
-        summ += a[i].d * F16(w[i].dmin) * (float)mt;
+        /* unpack the 6-bit scales/mins four at a time (packing in quant.h) */
+        uint32_t u0, u1, u2, sm[4];
+        memcpy(&u0, w[i].scales, 4); memcpy(&u1, w[i].scales + 4, 4); memcpy(&u2, w[i].scales + 8, 4);
+        sm[0] = u0 & 0x3f3f3f3fu;
+        sm[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+        sm[2] = u1 & 0x3f3f3f3fu;
+        sm[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+        const uint8_t *sc = (const uint8_t *)sm, *m = sc + 8;
+        /* sum_j m[j] * (bsums[2j] + bsums[2j+1]) */
+        __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);
+        __m256i m2 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)m),
+                                                           _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)));
+        __m256i mt8 = _mm256_madd_epi16(bs, m2);
+        __m128i mt4 = _mm_add_epi32(_mm256_castsi256_si128(mt8), _mm256_extracti128_si256(mt8, 1));
+        mt4 = _mm_add_epi32(mt4, _mm_shuffle_epi32(mt4, 0x4e));
+        mt4 = _mm_add_epi32(mt4, _mm_shuffle_epi32(mt4, 0xb1));
+        summ += a[i].d * F16(w[i].dmin) * (float)_mm_cvtsi128_si32(mt4);
         const int8_t *y = a[i].qs;
         __m512i sumi = _mm512_setzero_si512();
         for (int c = 0; c < 2; c++) {
@@ -161,9 +169,10 @@ INLINE float q6_K_body(int64_t n, const void *vw, const void *va, const int vnni
     const __m512i idx23 = _mm512_add_epi32(idx01, _mm512_set1_epi32(4));
     float sum = 0;
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        int off = 0;
-        for (int j = 0; j < 16; j++) off += w[i].scales[j] * a[i].bsums[j];
-        __m512i sumi = _mm512_setzero_si512();
+        /* -32 * sum_j scales[j] * bsums[j], as 8 s32 partial sums in the low half */
+        __m256i off = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w[i].scales)),
+                                         _mm256_loadu_si256((const __m256i *)a[i].bsums));
+        __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5)));
         for (int h = 0; h < 2; h++) {
             __m512i ql = load512(w[i].ql + 64 * h);
             __m256i qh = load256(w[i].qh + 32 * h);
@@ -178,7 +187,7 @@ INLINE float q6_K_body(int64_t n, const void *vw, const void *va, const int vnni
             __m512i p23 = _mm512_mullo_epi32(dot4(q23, load512(y + 64), vnni), _mm512_permutexvar_epi32(idx23, sc32));
             sumi = _mm512_add_epi32(sumi, _mm512_add_epi32(p01, p23));
         }
-        sum += a[i].d * F16(w[i].d) * (float)(_mm512_reduce_add_epi32(sumi) - 32 * off);
+        sum += a[i].d * F16(w[i].d) * (float)_mm512_reduce_add_epi32(sumi);
     }
     return sum;
 }
