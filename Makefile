@@ -16,7 +16,7 @@ BUILD   ?= build
 CC      ?= cc
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=c11 -Wall -Wextra -pedantic -Wno-unused-parameter -fPIC -D_GNU_SOURCE \
+CFLAGS  += -std=c11 -Wall -Wextra -pedantic -Wno-unused-parameter -Wno-missing-field-initializers -fPIC -D_GNU_SOURCE \
            -Iinclude -Isrc $(SANFLAGS)
 LDLIBS  += -lm -lpthread -lz
 ARCH    := $(shell uname -m)

@@ -198,10 +198,9 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     case KN_OP_MAX: case KN_OP_MIN: {   /* split evenly among the extreme elements */
         ye = unreduce(ctx, t, t);
         kn_tensor *m = kn_cast(ctx, kn_eq(ctx, x, ye), g->dtype);
-        kn_tensor *cnt = unreduce(ctx, kn_reduce(ctx, KN_OP_SUM, m, 0, NULL, false), t);
         int axes[KN_MAX_DIMS], na = 0;
         for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
-        cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
+        kn_tensor *cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
         gin[0] = kn_div(ctx, kn_mul(ctx, ge, m), cnt);
         return;
     }
