@@ -356,6 +356,40 @@ TEST(long_prompt_is_fast) {
     kn_tokenizer_free(tok);
 }
 
+TEST(bpe_long_and_pathological_inputs) {
+    kn_tokenizer *tok = load_gguf_tok("gguf/ggml-vocab-gpt-2.gguf", NULL);
+    const char *tp = kn_asset("datasets/tinyshakespeare/input.txt");
+    if (!tok || !tp) { kn_tokenizer_free(tok); SKIP("ggml-vocab-gpt-2.gguf or tinyshakespeare missing"); }
+    size_t n; char *text = read_all(tp, &n);
+    REQUIRE(text, "read");
+    size_t len = n < 300000 ? n : 300000;
+    int32_t *ids = malloc((len + 64) * sizeof *ids);
+    int nid;
+    clock_t t0 = clock();
+    kn_status st = kn_tokenize(tok, text, len, false, false, ids, (int)len + 16, &nid);
+    double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    CHECK(st == KN_OK, "%s", kn_last_error());
+    printf("  gpt2: %zu bytes -> %d tokens in %.3f s\n", len, nid, sec);
+    CHECK(sec < 5.0, "encoding %zu bytes took %.2f s", len, sec);
+    char *back = malloc(len + 1); size_t need;
+    CHECK(kn_detokenize(tok, ids, nid, 0, back, len + 1, &need) == KN_OK && need == len &&
+          memcmp(back, text, len) == 0, "round trip of %zu bytes", len);
+    /* one 200 KB word, 200 KB of spaces, 200 KB of punctuation: each is one pre-token */
+    const char fill[3] = {'a', ' ', '!'};
+    size_t big = 200000;
+    for (int k = 0; k < 3; k++) {
+        memset(text, fill[k], big);
+        t0 = clock();
+        st = kn_tokenize(tok, text, big, false, false, ids, (int)len + 16, &nid);
+        sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+        CHECK(st == KN_OK && nid > 0 && sec < 5.0, "run of '%c': st %d, %d ids, %.2f s", fill[k], (int)st, nid, sec);
+        CHECK(kn_detokenize(tok, ids, nid, 0, back, len + 1, &need) == KN_OK && need == big &&
+              memcmp(back, text, big) == 0, "round trip of the '%c' run", fill[k]);
+    }
+    free(back); free(ids); free(text);
+    kn_tokenizer_free(tok);
+}
+
 /* ---- llm.c decode-only -------------------------------------------------------- */
 
 TEST(llmc_decode) {
