@@ -47,28 +47,49 @@ static inline double hsum4d(__m256d v) {
  * ========================================================================== */
 
 /* exp: n = round(x/ln2), r = x - n*ln2 (two-part ln2, |r| <= 0.347), degree-6
- * polynomial, then scale by 2^n in two halves so results that are subnormal or
- * overflow round once, correctly. */
-static inline V exp8(V x) {
-    x = _mm256_min_ps(SET1(88.8f), x);
-    x = _mm256_max_ps(SET1(-104.0f), x);
-    V n = _mm256_round_ps(_mm256_mul_ps(x, SET1(1.44269502f)),
-                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm256_fnmadd_ps(n, SET1(0.693147182f), x);
-    r = _mm256_fnmadd_ps(n, SET1(-1.90465432e-09f), r);
+ * polynomial p(r), result p * 2^n.
+ * Wide path (any lane |x| > 87 or inf): clamp x to [-104, 88.8] and scale by
+ * 2^n in two halves, so subnormal and overflowing results round once, correctly.
+ * Fast path (every lane |x| <= 87 or NaN, the usual case): n comes from the
+ * magic-number add t = x/ln2 + (1.5*2^23 + 127), whose low mantissa bits hold
+ * n + 127, so 2^n is t's bits shifted left by 23; p * 2^n is then normal. */
+static inline V exp_poly8(V r) {
     V p = SET1(0.00139485905f);
     p = _mm256_fmadd_ps(p, r, SET1(0.00837513525f));
     p = _mm256_fmadd_ps(p, r, SET1(0.0416662171f));
     p = _mm256_fmadd_ps(p, r, SET1(0.166664153f));
     p = _mm256_fmadd_ps(p, r, SET1(0.5f));
     p = _mm256_fmadd_ps(p, r, SET1(1.0f));
-    p = _mm256_fmadd_ps(p, r, SET1(1.0f));
+    return _mm256_fmadd_ps(p, r, SET1(1.0f));
+}
+static V exp8_wide(V x) {
+    x = _mm256_min_ps(SET1(88.8f), x);
+    x = _mm256_max_ps(SET1(-104.0f), x);
+    V n = _mm256_round_ps(_mm256_mul_ps(x, SET1(1.44269502f)),
+                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm256_fnmadd_ps(n, SET1(0.693147182f), x);
+    r = _mm256_fnmadd_ps(n, SET1(-1.90465432e-09f), r);
+    V p = exp_poly8(r);
     __m256i ni = _mm256_cvtps_epi32(n);              /* [-150, 128] */
     __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
     V s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
     V s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
     return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
+/* Some lane has |x| > 87 (or is infinite): the wide path is needed. */
+static inline int any_wide8(V x) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(SET1(-0.0f), x), SET1(87.0f), _CMP_GT_OQ));
+}
+static inline V exp8_fast(V x) {
+    const V magic = SET1(12583039.0f);               /* 1.5 * 2^23 + 127 */
+    V t = _mm256_fmadd_ps(x, SET1(1.44269502f), magic);
+    V n = _mm256_sub_ps(t, magic);
+    V r = _mm256_fnmadd_ps(n, SET1(0.693147182f), x);
+    r = _mm256_fnmadd_ps(n, SET1(-1.90465432e-09f), r);
+    V s = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(t), 23));
+    return _mm256_mul_ps(exp_poly8(r), s);
+}
+static inline V exp8(V x) { return any_wide8(x) ? exp8_wide(x) : exp8_fast(x); }
 
 /* log: x = m*2^e with m in [sqrt(1/2), sqrt(2)), f = m-1 (exact),
  * log(1+f) = f - (f^2/2 - s*(f^2/2 + R(s^2))), s = f/(2+f), R the atanh series
@@ -153,19 +174,26 @@ static inline V erf8(V x) {
     return _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, SET1(1.0f), _CMP_LE_OQ));
 }
 
-/* Stable sigmoid: e = exp(-|x|) never overflows; sigmoid = (x >= 0 ? 1 : e) / (1 + e). */
-static inline V sigmoid_num8(V x, V *den) {
-    V e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), absv(x)));
+/* sigmoid = 1/(1+exp(-x)). When some lane has |x| > 87, exp(-x) could overflow
+ * and lose the tiny results, so that vector takes the stable form
+ * e = exp(-|x|), sigmoid = (x >= 0 ? 1 : e) / (1 + e). */
+static V sigmoid_num8_wide(V x, V *den) {
+    V e = exp8_wide(_mm256_sub_ps(_mm256_setzero_ps(), absv(x)));
     *den = _mm256_add_ps(SET1(1.0f), e);
     return _mm256_blendv_ps(e, SET1(1.0f), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ));
 }
 static inline V sigmoid8(V x) {
-    V den, num = sigmoid_num8(x, &den);
+    V den, num;
+    if (any_wide8(x)) num = sigmoid_num8_wide(x, &den);
+    else { num = SET1(1.0f); den = _mm256_add_ps(num, exp8_fast(_mm256_sub_ps(_mm256_setzero_ps(), x))); }
     return _mm256_div_ps(num, den);
 }
 static inline V silu8(V x) {
-    V den, num = sigmoid_num8(x, &den);
-    return _mm256_div_ps(_mm256_mul_ps(x, num), den);
+    if (any_wide8(x)) {
+        V den, num = sigmoid_num8_wide(x, &den);
+        return _mm256_div_ps(_mm256_mul_ps(x, num), den);
+    }
+    return _mm256_div_ps(x, _mm256_add_ps(SET1(1.0f), exp8_fast(_mm256_sub_ps(_mm256_setzero_ps(), x))));
 }
 /* x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3): -2u = x(-1.5957691 - 0.0713548 x^2) */
 static inline V gelu_tanh8(V x) {
