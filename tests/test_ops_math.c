@@ -302,4 +302,27 @@ TEST(where_tri_assign) {
     kn_ctx_free(ctx);
 }
 
+/* sizes above the threading threshold, so the fast CPU paths split work over threads */
+static kn_tensor *b_big(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int which = *(int *)ud;
+    switch (which) {
+    case 0: return kn_silu(ctx, in[0]);
+    case 1: return kn_mul(ctx, in[0], in[1]);
+    case 2: return kn_sub(ctx, in[0], in[2]);
+    case 3: return kn_sum(ctx, in[0], 1, (int[]){-1}, false);
+    case 4: return kn_max(ctx, in[0], 1, (int[]){1}, true);
+    case 5: return kn_cast(ctx, kn_cast(ctx, in[0], KN_BF16), KN_F32);
+    case 6: return kn_add(ctx, in[0], kn_scalar(ctx, KN_F32, 3.5));
+    default: return kn_matmul(ctx, in[0], kn_transpose(ctx, in[1], 0, 1));
+    }
+}
+TEST(fast_paths_large_threaded) {
+    kn_test_seed(6);
+    kn_opin in[3] = {{2, {300, 257}, -2, 2}, {2, {300, 257}, -2, 2}, {1, {257}, -2, 2}};
+    for (int w = 0; w < 8; w++) {
+        double e = kn_optest_backends(b_big, &w, 3, in);
+        CHECK(e < 1e-5, "case %d: rel err %g", w, e);
+    }
+}
+
 KN_TEST_MAIN()

@@ -1,12 +1,279 @@
-/* cpu_backend.c: the fast CPU backend. Ops with a fast path (SIMD + threads)
- * run here; every other op falls back to the reference kernels, so the
- * backend always covers every op. */
+/* cpu_backend.c: the fast CPU backend.
+ *
+ * Ops with a fast path (f32 data in the layouts below) run on the SIMD
+ * kernels (vec.h, gemm.h) split over the thread pool; every other case falls
+ * back to the reference kernels, so the backend always covers every op.
+ * Each fast path states the layout it needs; the predicate is checked per
+ * node at run time (extents can change with symbolic sizes).
+ *
+ * Non-goals (for now): fusing nodes, f16/bf16 arithmetic (those go through
+ * the reference kernels), strided elementwise fast paths.
+ */
 #include "kn-impl.h"
+#include "backends/cpu/gemm.h"
+#include "backends/cpu/threadpool.h"
+#include "backends/cpu/vec.h"
 #include <stdlib.h>
 #include <string.h>
 
+/* Below this many elements a job runs on the calling thread: waking the pool
+ * costs more than the work. */
+#define PAR_MIN 32768
+
+typedef void (*rows_fn)(void *ctx, int64_t r0, int64_t r1);
+typedef struct { rows_fn fn; void *ctx; int64_t rows; } par_job;
+static void par_worker(void *p, int ith, int nth) {
+    par_job *j = p;
+    int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
+    if (r1 > r0) j->fn(j->ctx, r0, r1);
+}
+/* Run fn over [0, rows) split across the pool when the work is large enough. */
+static void par_rows(rows_fn fn, void *ctx, int64_t rows, int64_t work) {
+    if (work < PAR_MIN || rows < 2 || kn_pool_nthreads() < 2) { fn(ctx, 0, rows); return; }
+    par_job j = {fn, ctx, rows};
+    kn_pool_run(par_worker, &j, 0);
+}
+
+static bool is_f32(const kn_tview *v) { return v->dtype == KN_F32; }
+static bool contig(const kn_tview *v) { return kn_tview_is_contiguous(v); }
+
+/* ---- elementwise -------------------------------------------------------------- */
+typedef struct { int kind; kn_vec_unary_op uop; kn_op bop; float *y; const float *a, *b; float s; int64_t n, blen; } ew_job;
+enum { EW_UNARY, EW_BIN_SAME, EW_BIN_ROW, EW_BIN_SCALAR };
+
+/* rows here are chunks of 4096 elements (or rows of blen for row broadcast) */
+static void ew_rows(void *p, int64_t r0, int64_t r1) {
+    ew_job *j = p;
+    int64_t L = j->kind == EW_BIN_ROW ? j->blen : 4096;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o = r * L, n = (o + L <= j->n) ? L : j->n - o;
+        float *y = j->y + o;
+        const float *a = j->a + o;
+        const float *b = j->kind == EW_BIN_ROW ? j->b : j->b ? j->b + o : NULL;
+        switch (j->kind) {
+        case EW_UNARY: kn_vec_unary(j->uop, y, a, n); break;
+        case EW_BIN_SCALAR:
+            if (j->bop == KN_OP_ADD) kn_vec_add_scalar(y, a, j->s, n);
+            else if (j->bop == KN_OP_SUB) kn_vec_add_scalar(y, a, -j->s, n);
+            else kn_vec_mul_scalar(y, a, j->s, n);
+            break;
+        default:
+            switch (j->bop) {
+            case KN_OP_ADD: kn_vec_add(y, a, b, n); break;
+            case KN_OP_SUB: kn_vec_sub(y, a, b, n); break;
+            case KN_OP_MUL: kn_vec_mul(y, a, b, n); break;
+            default: kn_vec_div(y, a, b, n); break;
+            }
+        }
+    }
+}
+
+static bool unary_map(kn_op op, kn_vec_unary_op *u) {
+    switch (op) {
+    case KN_OP_EXP: *u = KN_VU_EXP; return true;
+    case KN_OP_TANH: *u = KN_VU_TANH; return true;
+    case KN_OP_SIGMOID: *u = KN_VU_SIGMOID; return true;
+    case KN_OP_SILU: *u = KN_VU_SILU; return true;
+    case KN_OP_GELU_TANH: *u = KN_VU_GELU_TANH; return true;
+    case KN_OP_GELU: *u = KN_VU_GELU_ERF; return true;
+    case KN_OP_RELU: *u = KN_VU_RELU; return true;
+    case KN_OP_NEG: *u = KN_VU_NEG; return true;
+    case KN_OP_SQRT: *u = KN_VU_SQRT; return true;
+    case KN_OP_RSQRT: *u = KN_VU_RSQRT; return true;
+    case KN_OP_LOG: *u = KN_VU_LOG; return true;
+    default: return false;
+    }
+}
+
+static bool fast_unary(const kn_exec *e) {
+    kn_vec_unary_op u;
+    if (!unary_map(e->node->op, &u) || !is_f32(&e->dst) || !is_f32(&e->src[0]) || !contig(&e->dst) || !contig(&e->src[0]))
+        return false;
+    ew_job j = {EW_UNARY, u, 0, e->dst.data, e->src[0].data, NULL, 0, kn_tview_numel(&e->dst), 0};
+    par_rows(ew_rows, &j, (j.n + 4095) / 4096, j.n);
+    return true;
+}
+
+static bool fast_binary(const kn_exec *e) {
+    kn_op op = e->node->op;
+    if (op != KN_OP_ADD && op != KN_OP_SUB && op != KN_OP_MUL && op != KN_OP_DIV) return false;
+    const kn_tview *d = &e->dst;
+    if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1]) || !contig(d)) return false;
+    kn_tview a = kn_tview_broadcast(&e->src[0], d->ndim, d->ne);
+    kn_tview b = kn_tview_broadcast(&e->src[1], d->ndim, d->ne);
+    int64_t n = kn_tview_numel(d);
+    if (!contig(&a)) {                          /* commutative ops: put the full operand first */
+        if ((op == KN_OP_ADD || op == KN_OP_MUL) && contig(&b)) { kn_tview t = a; a = b; b = t; }
+        else return false;
+    }
+    ew_job j = {EW_BIN_SAME, 0, op, d->data, a.data, b.data, 0, n, 0};
+    if (contig(&b)) { par_rows(ew_rows, &j, (n + 4095) / 4096, n); return true; }
+    bool scalar = true;
+    for (int i = 0; i < b.ndim; i++) if (b.st[i] != 0 && b.ne[i] != 1) scalar = false;
+    if (scalar && op != KN_OP_DIV) {
+        j.kind = EW_BIN_SCALAR; j.s = *(const float *)b.data; j.b = NULL;
+        par_rows(ew_rows, &j, (n + 4095) / 4096, n);
+        return true;
+    }
+    /* row broadcast: b is contiguous over the trailing dims and stride 0 above */
+    int k = b.ndim;
+    int64_t blen = 1;
+    while (k > 0 && (b.st[k - 1] == blen || b.ne[k - 1] == 1)) { blen *= b.ne[k - 1]; k--; }
+    for (int i = 0; i < k; i++) if (b.st[i] != 0 && b.ne[i] != 1) return false;
+    if (blen < 16 || n % blen) return false;
+    j.kind = EW_BIN_ROW; j.blen = blen;
+    par_rows(ew_rows, &j, n / blen, n);
+    return true;
+}
+
+/* ---- matmul -------------------------------------------------------------------------
+ * Each operand's last two dims must have a unit stride in one of them (row-
+ * or column-major, i.e. a plain or transposed matrix); batch dims may be any
+ * strides (including 0 for broadcast). C must be row-major. */
+static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
+    int r = v->ndim - 2, c = v->ndim - 1;
+    if (v->st[c] == 1 || v->ne[c] == 1) {          /* row-major: (i,k) at i*ld + k */
+        *trans = false; *ld = v->ne[r] == 1 ? v->ne[c] : v->st[r];
+        return *ld >= v->ne[c] || v->ne[r] == 1;
+    }
+    if (v->st[r] == 1 || v->ne[r] == 1) {          /* stored transposed: (i,k) at k*ld + i */
+        *trans = true; *ld = v->ne[c] == 1 ? v->ne[r] : v->st[c];
+        return *ld >= v->ne[r] || v->ne[c] == 1;
+    }
+    return false;
+}
+
+static bool fast_matmul(const kn_exec *e) {
+    const kn_tview *d = &e->dst;
+    if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
+    int nb = d->ndim - 2;
+    kn_tview a = e->src[0], b = e->src[1];
+    int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
+    if (d->st[nb + 1] != 1 && N > 1) return false;
+    int64_t ldc = d->st[nb] > N ? d->st[nb] : N;
+    bool ta, tb; int64_t lda, ldb;
+    /* a view with stride 0 in a matrix dim (expanded) is not a plain matrix */
+    if (a.st[a.ndim - 1] == 0 || a.st[a.ndim - 2] == 0 || b.st[b.ndim - 1] == 0 || b.st[b.ndim - 2] == 0) return false;
+    if (!mat_layout(&a, &ta, &lda) || !mat_layout(&b, &tb, &ldb)) return false;
+    kn_tview ab = a, bb = b, db = *d;
+    ab.ndim = a.ndim - 2; bb.ndim = b.ndim - 2; db.ndim = nb;
+    ab = kn_tview_broadcast(&ab, nb, d->ne);
+    bb = kn_tview_broadcast(&bb, nb, d->ne);
+    int64_t batch = 1;
+    for (int i = 0; i < nb; i++) batch *= d->ne[i];
+    const float *A = a.data, *B = b.data;
+    float *C = d->data;
+    /* one uniform batch dim (after collapsing) goes to the batched entry point */
+    if (nb == 1 || batch == 1) {
+        int64_t sa = nb ? ab.st[0] : 0, sb = nb ? bb.st[0] : 0, sc = nb ? db.st[0] : 0;
+        kn_sgemm_batched(batch, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc);
+        return true;
+    }
+    for (int64_t z = 0; z < batch; z++) {
+        int64_t ao = 0, bo = 0, co = 0, lin = z;
+        for (int i = nb - 1; i >= 0; i--) {
+            int64_t q = lin % d->ne[i]; lin /= d->ne[i];
+            ao += q * ab.st[i]; bo += q * bb.st[i]; co += q * db.st[i];
+        }
+        kn_sgemm(ta, tb, M, N, K, 1.0f, A + ao, lda, B + bo, ldb, 0.0f, C + co, ldc);
+    }
+    return true;
+}
+
+/* ---- row ops: reductions over the last dim, softmax ------------------------------------ */
+typedef struct { kn_op op; float *y; const float *x; int64_t len, ys; } row_job;
+static void row_rows(void *p, int64_t r0, int64_t r1) {
+    row_job *j = p;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = j->x + r * j->len;
+        switch (j->op) {
+        case KN_OP_SUM: j->y[r * j->ys] = kn_vec_sum(x, j->len); break;
+        case KN_OP_MEAN: j->y[r * j->ys] = kn_vec_sum(x, j->len) / (float)j->len; break;
+        case KN_OP_MAX: j->y[r * j->ys] = kn_vec_max(x, j->len); break;
+        case KN_OP_SOFTMAX: kn_vec_softmax(j->y + r * j->len, x, j->len); break;
+        case KN_OP_LOG_SOFTMAX: kn_vec_log_softmax(j->y + r * j->len, x, j->len); break;
+        default: break;
+        }
+    }
+}
+
+static bool fast_reduce(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *d = &e->dst;
+    if (t->op != KN_OP_SUM && t->op != KN_OP_MEAN && t->op != KN_OP_MAX) return false;
+    if (!is_f32(x) || !is_f32(d) || !contig(x) || !contig(d) || x->ndim == 0) return false;
+    if (t->p.reduce.axes != (1u << (x->ndim - 1))) return false;   /* last dim only */
+    int64_t len = x->ne[x->ndim - 1];
+    if (len == 0) return false;
+    row_job j = {t->op, d->data, x->data, len, 1};
+    int64_t rows = kn_tview_numel(x) / len;
+    par_rows(row_rows, &j, rows, rows * len);
+    return true;
+}
+
+static bool fast_softmax(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *d = &e->dst;
+    if (!is_f32(x) || !is_f32(d) || !contig(x) || !contig(d) || x->ndim == 0) return false;
+    if (t->p.axis.dim != x->ndim - 1) return false;
+    int64_t len = x->ne[x->ndim - 1];
+    if (len == 0) return false;
+    row_job j = {t->op, d->data, x->data, len, 1};
+    int64_t rows = kn_tview_numel(x) / len;
+    par_rows(row_rows, &j, rows, rows * len);
+    return true;
+}
+
+/* ---- copies and casts ---------------------------------------------------------------- */
+typedef struct { kn_dtype from, to; void *y; const void *x; } cast_job;
+static void cast_rows(void *p, int64_t r0, int64_t r1) {
+    cast_job *j = p;
+    int64_t o = r0 * 4096, n = r1 * 4096 - o;
+    if (j->from == KN_F32 && j->to == KN_F16) kn_vec_f32_to_f16((uint16_t *)j->y + o, (const float *)j->x + o, n);
+    else if (j->from == KN_F16 && j->to == KN_F32) kn_vec_f16_to_f32((float *)j->y + o, (const uint16_t *)j->x + o, n);
+    else if (j->from == KN_F32 && j->to == KN_BF16) kn_vec_f32_to_bf16((uint16_t *)j->y + o, (const float *)j->x + o, n);
+    else if (j->from == KN_BF16 && j->to == KN_F32) kn_vec_bf16_to_f32((float *)j->y + o, (const uint16_t *)j->x + o, n);
+    else memcpy((char *)j->y + o * (int64_t)kn_dtype_get(j->to)->type_size,
+                (const char *)j->x + o * (int64_t)kn_dtype_get(j->to)->type_size, (size_t)n * kn_dtype_get(j->to)->type_size);
+}
+static bool fast_copy(const kn_exec *e) {
+    const kn_tview *x = &e->src[0], *d = &e->dst;
+    if (!contig(x) || !contig(d)) return false;
+    bool ok = x->dtype == d->dtype ||
+              (x->dtype == KN_F32 && (d->dtype == KN_F16 || d->dtype == KN_BF16)) ||
+              (d->dtype == KN_F32 && (x->dtype == KN_F16 || x->dtype == KN_BF16));
+    if (!ok || kn_dtype_get(x->dtype)->is_quant) return false;
+    int64_t n = kn_tview_numel(d);
+    if (n % 4096) {                    /* the tail goes first, serially */
+        int64_t o = n - n % 4096;
+        cast_job t = {x->dtype, d->dtype, (char *)d->data + o * (int64_t)kn_dtype_get(d->dtype)->type_size,
+                      (const char *)x->data + o * (int64_t)kn_dtype_get(x->dtype)->type_size};
+        /* reuse cast_rows for one partial chunk by shifting bases */
+        int64_t tail = n % 4096;
+        if (t.from == t.to) memcpy(t.y, t.x, (size_t)tail * kn_dtype_get(t.to)->type_size);
+        else if (t.from == KN_F32 && t.to == KN_F16) kn_vec_f32_to_f16(t.y, t.x, tail);
+        else if (t.from == KN_F16) kn_vec_f16_to_f32(t.y, t.x, tail);
+        else if (t.from == KN_F32) kn_vec_f32_to_bf16(t.y, t.x, tail);
+        else kn_vec_bf16_to_f32(t.y, t.x, tail);
+    }
+    cast_job j = {x->dtype, d->dtype, d->data, x->data};
+    par_rows(cast_rows, &j, n / 4096, n);
+    return true;
+}
+
 static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
-    return kn__ref_compute(be, e);
+    bool done = false;
+    switch (e->node->op) {
+    case KN_OP_MATMUL: done = fast_matmul(e); break;
+    case KN_OP_ADD: case KN_OP_SUB: case KN_OP_MUL: case KN_OP_DIV: done = fast_binary(e); break;
+    case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e); break;
+    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e); break;
+    case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e); break;
+    default:
+        if (kn_op_get(e->node->op)->kind == KN_KIND_UNARY && e->node->op != KN_OP_CLAMP) done = fast_unary(e);
+        break;
+    }
+    return done ? KN_OK : kn__ref_compute(be, e);
 }
 
 static kn_backend g_cpu = {
