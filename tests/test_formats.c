@@ -557,6 +557,12 @@ TEST(safetensors_roundtrip) {
     t = kn_safetensors_find(st, "h\xc3\xa9");
     CHECK(t && t->dtype == KN_BOOL && !memcmp(t->data, bools, 3), "utf-8 name, bool");
     CHECK(kn_safetensors_tensor_at(st, 0) && !strcmp(kn_safetensors_tensor_at(st, 0)->name, "w.a"), "order kept");
+    /* every tensor aligned to its element size within the file */
+    for (int64_t i = 0; i < kn_safetensors_n_tensors(st); i++) {
+        const kn_st_tensor *x = kn_safetensors_tensor_at(st, i);
+        size_t es = kn_dtype_get(x->dtype)->type_size;
+        CHECK(((uintptr_t)x->data) % es == 0, "%s misaligned", x->name);
+    }
     CHECK(kn_safetensors_find(st, "nope") == NULL && kn_safetensors_tensor_at(st, 5) == NULL, "absent");
     CHECK(!strcmp(kn_safetensors_metadata(st, "format"), "pt"), "metadata");
     CHECK(!strcmp(kn_safetensors_metadata(st, "note"), "line\nbreak \"q\" \x01"), "metadata escapes");

@@ -277,6 +277,9 @@ static void sb_json_str(sbuf *b, const char *s) {
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
         char esc[8];
         if (*c == '"' || *c == '\\') { esc[0] = '\\'; esc[1] = (char)*c; sb_put(b, esc, 2); }
+        else if (*c == '\n') sb_put(b, "\\n", 2);
+        else if (*c == '\t') sb_put(b, "\\t", 2);
+        else if (*c == '\r') sb_put(b, "\\r", 2);
         else if (*c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", *c); sb_put(b, esc, 6); }
         else sb_put(b, (const char *)c, 1);
     }
@@ -318,10 +321,11 @@ kn_status kn_safetensors_write(const char *path, int64_t n, const char *const na
     kn_status s = KN_OK;
     sbuf b = {0};
     size_t *sizes = malloc((n ? (size_t)n : 1) * sizeof *sizes);
+    uint64_t *offs = malloc((n ? (size_t)n : 1) * sizeof *offs);
     const char **sorted = malloc((n ? (size_t)n : 1) * sizeof *sorted);
     char *tmp = NULL;
     FILE *f = NULL;
-    if (!sizes || !sorted) { s = kn_set_error(KN_ERR_NOMEM, "out of memory writing '%s'", path); goto done; }
+    if (!sizes || !sorted || !offs) { s = kn_set_error(KN_ERR_NOMEM, "out of memory writing '%s'", path); goto done; }
     /* validate */
     for (int64_t i = 0; i < n; i++) {
         const char *nm = names[i];
@@ -387,7 +391,13 @@ kn_status kn_safetensors_write(const char *path, int64_t n, const char *const na
         sb_str(&b, "}");
         first = false;
     }
+    /* data order: 8-byte dtypes first, then 4, 2, 1 (each group in the given
+     * order), so with the 8-aligned header every tensor is aligned to its
+     * element size, as the reference writer arranges it. */
     uint64_t off = 0;
+    for (size_t es = 8; es >= 1; es /= 2)
+        for (int64_t i = 0; i < n; i++)
+            if (kn_dtype_get(dtypes[i])->type_size == es) { offs[i] = off; off += sizes[i]; }
     for (int64_t i = 0; i < n; i++) {
         char num[64];
         if (!first) sb_str(&b, ",");
@@ -400,10 +410,9 @@ kn_status kn_safetensors_write(const char *path, int64_t n, const char *const na
             snprintf(num, sizeof num, d ? ",%lld" : "%lld", (long long)shapes[i][d]);
             sb_str(&b, num);
         }
-        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-                 (unsigned long long)(off + sizes[i]));
+        snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)offs[i],
+                 (unsigned long long)(offs[i] + sizes[i]));
         sb_str(&b, num);
-        off += sizes[i];
     }
     sb_str(&b, "}");
     while (b.n % 8) sb_str(&b, " ");
@@ -419,8 +428,10 @@ kn_status kn_safetensors_write(const char *path, int64_t n, const char *const na
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)b.n >> (8 * i));
     bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
-    for (int64_t i = 0; ok && i < n; i++)
-        if (sizes[i]) ok = fwrite(datas[i], 1, sizes[i], f) == sizes[i];
+    for (size_t es = 8; es >= 1; es /= 2)
+        for (int64_t i = 0; ok && i < n; i++)
+            if (kn_dtype_get(dtypes[i])->type_size == es && sizes[i])
+                ok = fwrite(datas[i], 1, sizes[i], f) == sizes[i];
     if (fclose(f) != 0) ok = false;
     f = NULL;
     if (!ok) {
@@ -438,6 +449,7 @@ done:
     free(tmp);
     free(b.p);
     free(sizes);
+    free(offs);
     free(sorted);
     return s;
 }

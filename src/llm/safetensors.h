@@ -53,8 +53,10 @@ const char *kn_safetensors_dtype_str(kn_dtype t);
  * kn_safetensors_dtype_str accepts), ndims[i] (0..8) dims shapes[i][0..ndim)
  * (>= 0) and its row-major bytes at datas[i] (may be NULL when empty).
  * meta_kv holds n_meta (key, value) string pairs: meta_kv[2k], meta_kv[2k+1].
- * Data is laid out in the given order, contiguously; the header is padded
- * with spaces to a multiple of 8 bytes, as the reference writer does. */
+ * The header lists tensors in the given order and is padded with spaces to a
+ * multiple of 8 bytes, as the reference writer does; the data is contiguous,
+ * 8-byte dtypes first, then 4-, 2- and 1-byte ones (each group in the given
+ * order), so every tensor is aligned to its element size in the file. */
 kn_status kn_safetensors_write(const char *path, int64_t n, const char *const names[],
                                const kn_dtype dtypes[], const int ndims[],
                                const int64_t shapes[][KN_ST_MAX_DIMS], const void *const datas[],
