@@ -7,14 +7,16 @@
  *     back to <0xXX> byte tokens), then merges the adjacent pair whose merged
  *     text has the highest score until no pair is in the vocabulary.
  *   - GPT-2 byte-level BPE: GGUF files with tokenizer.ggml.model = "gpt2"
- *     (GPT-2, SmolLM/SmolLM2, ...). Text is split by a pre-tokenizer
- *     (tokenizer.ggml.pre: "gpt-2"/"gpt2"/"default", or the digit-splitting
- *     "smollm"/"starcoder"/"refact"/"command-r"/"codeshell" family), bytes are
- *     mapped to printable characters, then merged by rank.
+ *     (GPT-2, SmolLM/SmolLM2, Llama 3, ...). Text is split by a pre-tokenizer
+ *     named by tokenizer.ggml.pre: "gpt-2"/"gpt2"/"default" (GPT-2 pattern;
+ *     note llama.cpp's "default" differs slightly), the digit-splitting
+ *     "smollm"/"starcoder"/"refact"/"command-r"/"codeshell" family, or
+ *     "llama-bpe"/"llama3" (Llama 3). Bytes are mapped to printable
+ *     characters, then merged by rank.
  *   - llm.c gpt2_tokenizer.bin: decode only (the file has no merges).
  *
  * Non-goals: WordPiece/Unigram (BERT, T5) vocabularies, Unicode normalization
- * (NFC/NFKC) and the Llama 3 / Qwen pre-tokenizers; loading such a GGUF
+ * (NFC/NFKC) and other pre-tokenizers (Qwen, DeepSeek, ...); loading such a GGUF
  * returns KN_ERR_UNSUPPORTED with a message naming the missing piece.
  *
  * Encoding input must be valid UTF-8 (KN_ERR_INVALID otherwise). Decoding

@@ -594,6 +594,41 @@ TEST(smollm_pretokenizer_and_template_from_gguf) {
     kn_tokenizer_free(gpt2);
 }
 
+/* The Llama 3 split on the GPT-2 vocabulary. Expected ids: the tiktoken-style
+ * pattern run by Python's `regex` module, then plain GPT-2 BPE per word (a
+ * word that is a whole vocabulary entry is taken as is). Offline, the same
+ * comparison agreed on 4000 random strings mixing letters, digits, marks,
+ * CJK, emoji, contractions and Unicode spaces (and 3000 each for the GPT-2
+ * and SmolLM splits). */
+TEST(llama3_pretokenizer_on_gpt2_vocab) {
+    kn_gguf *src = NULL;
+    kn_tokenizer *gpt2 = load_gguf_tok("gguf/ggml-vocab-gpt-2.gguf", &src);
+    if (!gpt2) { kn_gguf_close(src); SKIP("gguf/ggml-vocab-gpt-2.gguf missing or unreadable"); }
+    gbuf b = build_smollm_like(src, "llama-bpe");
+    kn_gguf *g = NULL;
+    kn_tokenizer *tok = NULL;
+    REQUIRE(kn_gguf_open_memory(b.p, b.n, &g) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_tokenizer_from_gguf(g, &tok) == KN_OK, "%s", kn_last_error());
+    struct { const char *text; int n; int32_t ids[12]; } cases[] = {
+        {"Hello 12345 world", 5, {15496, 220, 10163, 2231, 995}},          /* 'Hello' ' ' '123' '45' ' world' */
+        {"I'M here\n\n  x", 7, {40, 6, 44, 994, 628, 220, 2124}},        /* 'I' "'M" ' here' '\n\n' ' ' ' x' */
+        {"(word) don'T stop!!\n", 9, {7, 4775, 8, 836, 6, 51, 2245, 3228, 198}},
+        {"\t\tfoo  \n bar", 7, {197, 197, 21943, 220, 220, 198, 2318}}, /* '\t' '\tfoo' '  \n' ' bar' */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int32_t ids[64]; int n;
+        REQUIRE(encode(tok, cases[c].text, false, false, ids, &n), "%s", kn_last_error());
+        bool same = n == cases[c].n && memcmp(ids, cases[c].ids, (size_t)n * 4) == 0;
+        CHECK(same, "case %zu: got %d ids (%d %d %d %d ...)", c, n, ids[0], n > 1 ? ids[1] : -1,
+              n > 2 ? ids[2] : -1, n > 3 ? ids[3] : -1);
+    }
+    kn_tokenizer_free(tok);
+    kn_gguf_close(g);
+    free(b.p);
+    kn_gguf_close(src);
+    kn_tokenizer_free(gpt2);
+}
+
 /* ---- chat templates -------------------------------------------------------------- */
 
 static const char *render(const kn_chat_tmpl *t, const kn_chat_msg *m, size_t n, bool gen) {

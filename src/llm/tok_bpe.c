@@ -16,7 +16,9 @@
  *     k = lambda c: {'L': 1, 'N': 2}.get(u.category(chr(c))[0], 0)
  *     emit maximal runs of equal k != 0 as {lo | k << 24, hi}
  * \s is the Unicode White_Space property (listed in is_space).
- * Non-goals: the Llama 3, Qwen, DeepSeek and other pre-tokenizers.
+ * The Llama 3 ("llama-bpe") split is also written out (llama3_split), and
+ * like llama.cpp it takes a whole word that is a vocabulary entry as is.
+ * Non-goals: the Qwen, DeepSeek and other pre-tokenizers.
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
 #include "llm/gguf.h"             /* defines: kn_gguf_get_str/arr                */
@@ -344,6 +346,14 @@ static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
         if (!ns) return kn_set_error(KN_ERR_NOMEM, "tokenize: out of memory for a %zu-byte word", n);
         c->sym = ns; c->sym_cap = n;
     }
+    if (t->pretok == KN_PRETOK_LLAMA3 && n <= 256) {
+        /* Llama 3 (as llama.cpp: ignore_merges): a word that is a vocabulary
+         * entry as a whole is that entry, even where merges would not reach it */
+        char mapped[512]; size_t m = 0;
+        for (size_t i = 0; i < n; i++) m += (size_t)kn__utf8_encode(byte_to_cp(w[i]), mapped + m);
+        int32_t id = kn__tok_lookup(t, mapped, m);
+        if (id >= 0) return kn__idvec_push(c->out, id);
+    }
     bpe_sym *s = c->sym;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[w[i]];
@@ -410,6 +420,55 @@ static kn_status gpt2_split(bpe_ctx *c, const char *text, const uint32_t *cp, co
     return KN_OK;
 }
 
+/* Llama 3 split of cp[b..e) (llama.cpp's adaptation of the tiktoken pattern):
+ *   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * Alternatives are tried in order at each position; the first that matches wins. */
+static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, const size_t *boff,
+                              size_t b, size_t e) {
+#define FL(i) ((i) < e ? cp_flags(cp[i]) : 0u)
+#define LOW(i) ((i) < e && cp[i] < 0x80 ? (cp[i] | 0x20u) : 0u)
+#define NL(i) ((i) < e && (cp[i] == '\r' || cp[i] == '\n'))
+    size_t pos = b;
+    while (pos < e) {
+        size_t start = pos;
+        uint32_t ch = cp[pos];
+        unsigned f = FL(pos);
+        if (ch == '\'' && pos + 1 < e) {                               /* contractions, any case */
+            uint32_t n1 = LOW(pos + 1), n2 = LOW(pos + 2);
+            if (n1 == 's' || n1 == 't' || n1 == 'm' || n1 == 'd') pos += 2;
+            else if ((n1 == 'r' && n2 == 'e') || (n1 == 'v' && n2 == 'e') || (n1 == 'l' && n2 == 'l')) pos += 3;
+        }
+        if (pos == start && ((f & CF_LETTER) ||                        /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+                             (!(f & CF_NUMBER) && !NL(pos) && (FL(pos + 1) & CF_LETTER)))) {
+            pos++;
+            while (FL(pos) & CF_LETTER) pos++;
+        }
+        if (pos == start && (f & CF_NUMBER)) {                         /* \p{N}{1,3} */
+            while (pos < e && pos - start < 3 && (FL(pos) & CF_NUMBER)) pos++;
+        }
+        if (pos == start && ((f & CF_OTHER) || (ch == ' ' && (FL(pos + 1) & CF_OTHER)))) {
+            pos += ch == ' ';                                          /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+            while (FL(pos) & CF_OTHER) pos++;
+            while (NL(pos)) pos++;
+        }
+        if (pos == start) {                                            /* whitespace alternatives */
+            size_t q = pos, last_nl = SIZE_MAX;
+            while (q < e && (FL(q) & CF_SPACE)) { if (NL(q)) last_nl = q; q++; }
+            if (last_nl != SIZE_MAX) pos = last_nl + 1;                /* \s*[\r\n]+ */
+            else if (q - pos > 1 && q < e) pos = q - 1;                /* \s+(?!\S) */
+            else if (q > pos) pos = q;                                 /* \s+ */
+            else pos++;
+        }
+        kn_status st = bpe_word(c, (const unsigned char *)text + boff[start], boff[pos] - boff[start]);
+        if (st != KN_OK) return st;
+    }
+#undef FL
+#undef LOW
+#undef NL
+    return KN_OK;
+}
+
 kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn_idvec *out) {
     if (len == 0) return KN_OK;
     uint32_t *cp = malloc(len * sizeof *cp);
@@ -434,6 +493,8 @@ kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn
             b = i + 1;
         }
         if (st == KN_OK && b < n) st = gpt2_split(&c, text, cp, boff, b, n);
+    } else if (t->pretok == KN_PRETOK_LLAMA3) {
+        st = llama3_split(&c, text, cp, boff, 0, n);
     } else {
         st = gpt2_split(&c, text, cp, boff, 0, n);
     }
@@ -494,13 +555,19 @@ static kn_status pick_pretok(kn_tokenizer *t, const kn_gguf *g) {
                                          "exaone", "minerva-7b"};
     for (size_t i = 0; i < sizeof gpt2 / sizeof *gpt2; i++)
         if (pre.len == strlen(gpt2[i]) && memcmp(pre.ptr, gpt2[i], pre.len) == 0) return KN_OK;
+    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3"};
+    for (size_t i = 0; i < sizeof llama3 / sizeof *llama3; i++)
+        if (pre.len == strlen(llama3[i]) && memcmp(pre.ptr, llama3[i], pre.len) == 0) {
+            t->pretok = KN_PRETOK_LLAMA3;
+            return KN_OK;
+        }
     for (size_t i = 0; i < sizeof digits / sizeof *digits; i++)
         if (pre.len == strlen(digits[i]) && memcmp(pre.ptr, digits[i], pre.len) == 0) {
             t->pretok = KN_PRETOK_DIGITS_GPT2;
             return KN_OK;
         }
     return kn_set_error(KN_ERR_UNSUPPORTED, "GGUF tokenizer.ggml.pre = \"%.*s\" is not supported; kiln "
-                        "implements the \"gpt2\"/\"default\" and \"smollm\"/\"starcoder\" pre-tokenizers",
+                        "implements the \"gpt2\"/\"default\", \"smollm\"/\"starcoder\" and \"llama-bpe\" (Llama 3) pre-tokenizers",
                         (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 }
 
