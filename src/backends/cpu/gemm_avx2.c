@@ -1,0 +1,135 @@
+/* gemm_avx2.c: AVX2+FMA kernels for gemm.c: the 6x16 micro-kernel and the two
+ * matrix-vector forms. Scalar twins: the *_generic functions in gemm.c.
+ * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c); only called
+ * when kn_cpu() reports AVX2. */
+#include "backends/cpu/gemm.h"   // defines: kernel signatures
+#include <immintrin.h>
+
+/* ---- micro-kernel ------------------------------------------------------------
+ * Per k step: two 8-wide loads of the packed B row, six broadcasts of the packed
+ * A column, twelve FMAs into c[i][0..1]. Ap holds 6 floats per k, Bp 16. */
+#define ROW_FMA(i)                                                              \
+    do { const __m256 a = _mm256_broadcast_ss(Ap + (i));                         \
+         c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                             \
+         c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); } while (0)
+#define STEP()                                                                  \
+    do { const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);     \
+         ROW_FMA(0); ROW_FMA(1); ROW_FMA(2); ROW_FMA(3); ROW_FMA(4); ROW_FMA(5); \
+         Ap += 6; Bp += 16; } while (0)
+#define STORE_ROW(i)                                                            \
+    do { float *r = C + (i) * ldc;                                              \
+         __m256 v0 = _mm256_mul_ps(va, c##i##0), v1 = _mm256_mul_ps(va, c##i##1); \
+         if (beta != 0.0f) {                                                    \
+             v0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(r), v0);                  \
+             v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(r + 8), v1);              \
+         }                                                                      \
+         _mm256_storeu_ps(r, v0); _mm256_storeu_ps(r + 8, v1); } while (0)
+
+void kn_sgemm_ukr_6x16_avx2(int64_t kc, const float *Ap, const float *Bp,
+                            float *C, int64_t ldc, float alpha, float beta) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int i = 0; i < 6; i++) {                 /* C rows: 64 bytes, maybe 2 lines */
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + 15), _MM_HINT_T0);
+    }
+    int64_t k = 0;
+    for (; k + 4 <= kc; k += 4) {
+        _mm_prefetch((const char *)(Ap + 96), _MM_HINT_T0);
+        STEP(); STEP(); STEP(); STEP();
+    }
+    for (; k < kc; k++) STEP();
+    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5);
+}
+#undef ROW_FMA
+#undef STEP
+#undef STORE_ROW
+
+/* ---- matrix-vector ---------------------------------------------------------- */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Four rows at a time, two accumulators per row (8 independent FMA chains),
+ * each x load shared by the four rows. */
+void kn_sgemv_dot_avx2(int64_t rows, int64_t K, const float *X, int64_t ld,
+                       const float *x, float *y) {
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        const float *r0 = X + i * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), x0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), x0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), x0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), x0, a3);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k + 8), x1, b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k + 8), x1, b1);
+            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k + 8), x1, b2);
+            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k + 8), x1, b3);
+        }
+        for (; k + 8 <= K; k += 8) {
+            const __m256 x0 = _mm256_loadu_ps(x + k);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), x0, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), x0, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), x0, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), x0, a3);
+        }
+        float s0 = hsum8(_mm256_add_ps(a0, b0)), s1 = hsum8(_mm256_add_ps(a1, b1));
+        float s2 = hsum8(_mm256_add_ps(a2, b2)), s3 = hsum8(_mm256_add_ps(a3, b3));
+        for (; k < K; k++) {
+            s0 += r0[k] * x[k]; s1 += r1[k] * x[k]; s2 += r2[k] * x[k]; s3 += r3[k] * x[k];
+        }
+        y[i] = s0; y[i + 1] = s1; y[i + 2] = s2; y[i + 3] = s3;
+    }
+    for (; i < rows; i++) {
+        const float *r = X + i * ld;
+        __m256 a = _mm256_setzero_ps(), b = a;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a);
+            b = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), b);
+        }
+        for (; k + 8 <= K; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a);
+        float s = hsum8(_mm256_add_ps(a, b));
+        for (; k < K; k++) s += r[k] * x[k];
+        y[i] = s;
+    }
+}
+
+/* y (cols <= a few thousand, stays in L1) += x[k..k+3] * four rows, streaming
+ * each row of X once, left to right. */
+void kn_sgemv_axpy_avx2(int64_t K, int64_t cols, const float *X, int64_t ld,
+                        const float *x, float *y) {
+    for (int64_t j = 0; j < cols; j++) y[j] = 0.0f;
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        const float *r0 = X + k * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        const __m256 x0 = _mm256_set1_ps(x[k]), x1 = _mm256_set1_ps(x[k + 1]);
+        const __m256 x2 = _mm256_set1_ps(x[k + 2]), x3 = _mm256_set1_ps(x[k + 3]);
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8) {
+            __m256 s = _mm256_loadu_ps(y + j);
+            __m256 t = _mm256_mul_ps(x1, _mm256_loadu_ps(r1 + j));
+            s = _mm256_fmadd_ps(x0, _mm256_loadu_ps(r0 + j), s);
+            t = _mm256_fmadd_ps(x3, _mm256_loadu_ps(r3 + j), t);
+            s = _mm256_fmadd_ps(x2, _mm256_loadu_ps(r2 + j), s);
+            _mm256_storeu_ps(y + j, _mm256_add_ps(s, t));
+        }
+        for (; j < cols; j++) y[j] += x[k] * r0[j] + x[k + 1] * r1[j] + x[k + 2] * r2[j] + x[k + 3] * r3[j];
+    }
+    for (; k < K; k++) {
+        const float *r = X + k * ld;
+        const __m256 xk = _mm256_set1_ps(x[k]);
+        int64_t j = 0;
+        for (; j + 8 <= cols; j += 8)
+            _mm256_storeu_ps(y + j, _mm256_fmadd_ps(xk, _mm256_loadu_ps(r + j), _mm256_loadu_ps(y + j)));
+        for (; j < cols; j++) y[j] += x[k] * r[j];
+    }
+}

@@ -1,0 +1,151 @@
+/* gemm_avx512.c: AVX-512F kernels for gemm.c: the 14x32 micro-kernel and the
+ * two matrix-vector forms. Scalar twins: the *_generic functions in gemm.c.
+ * Compiled with the AVX-512 flags (Makefile rule for *_avx512.c); only called
+ * when kn_cpu() reports AVX-512. Kept deliberately plain: the development
+ * machine cannot run it, so every loop mirrors its AVX2 sibling. */
+#include "backends/cpu/gemm.h"   // defines: kernel signatures
+#include <immintrin.h>
+
+/* ---- micro-kernel ------------------------------------------------------------
+ * Per k step: two 16-wide loads of the packed B row, 14 broadcasts of the packed
+ * A column (compilers fold them into the FMA as {1to16} memory operands), 28
+ * FMAs into c<i>0, c<i>1. Ap holds 14 floats per k, Bp 32. */
+/* Accumulators are named registers (c<row><half>), not an array: compilers keep
+ * arrays of vectors in memory at -O2. */
+#define ROW_FMA(i)                                                              \
+    do { const __m512 a = _mm512_set1_ps(Ap[i]);                                \
+         c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
+         c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
+#define STORE_ROW(i)                                                            \
+    do { float *r = C + (i) * ldc;                                              \
+         __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1); \
+         if (beta != 0.0f) {                                                    \
+             v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r), v0);                  \
+             v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r + 16), v1);             \
+         }                                                                      \
+         _mm512_storeu_ps(r, v0); _mm512_storeu_ps(r + 16, v1); } while (0)
+
+void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
+                               float *C, int64_t ldc, float alpha, float beta) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00;
+    __m512 c10 = c00, c11 = c00;
+    __m512 c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00;
+    __m512 c50 = c00, c51 = c00;
+    __m512 c60 = c00, c61 = c00;
+    __m512 c70 = c00, c71 = c00;
+    __m512 c80 = c00, c81 = c00;
+    __m512 c90 = c00, c91 = c00;
+    __m512 c100 = c00, c101 = c00;
+    __m512 c110 = c00, c111 = c00;
+    __m512 c120 = c00, c121 = c00;
+    __m512 c130 = c00, c131 = c00;
+    for (int i = 0; i < 14; i++) {
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + 31), _MM_HINT_T0);
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+        _mm_prefetch((const char *)(Ap + 14 * 8), _MM_HINT_T0);
+        ROW_FMA(0); ROW_FMA(1); ROW_FMA(2);  ROW_FMA(3);  ROW_FMA(4);  ROW_FMA(5);  ROW_FMA(6);
+        ROW_FMA(7); ROW_FMA(8); ROW_FMA(9); ROW_FMA(10); ROW_FMA(11); ROW_FMA(12); ROW_FMA(13);
+        Ap += 14; Bp += 32;
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2);  STORE_ROW(3);  STORE_ROW(4);  STORE_ROW(5);  STORE_ROW(6);
+    STORE_ROW(7); STORE_ROW(8); STORE_ROW(9); STORE_ROW(10); STORE_ROW(11); STORE_ROW(12); STORE_ROW(13);
+}
+#undef ROW_FMA
+#undef STORE_ROW
+
+/* ---- matrix-vector ---------------------------------------------------------- */
+/* Four rows at a time, two accumulators per row; a masked load finishes K. */
+void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
+                         const float *x, float *y) {
+    const int64_t kt = K & ~(int64_t)15;
+    const __mmask16 tail = (__mmask16)((1u << (K - kt)) - 1u);
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        const float *r0 = X + i * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        int64_t k = 0;
+        for (; k + 32 <= kt; k += 32) {
+            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k), x0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k), x0, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k), x0, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k), x0, a3);
+            b0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k + 16), x1, b0);
+            b1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k + 16), x1, b1);
+            b2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k + 16), x1, b2);
+            b3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k + 16), x1, b3);
+        }
+        for (; k < kt; k += 16) {
+            const __m512 x0 = _mm512_loadu_ps(x + k);
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k), x0, a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k), x0, a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k), x0, a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k), x0, a3);
+        }
+        if (tail) {
+            const __m512 x0 = _mm512_maskz_loadu_ps(tail, x + kt);
+            b0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r0 + kt), x0, b0);
+            b1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r1 + kt), x0, b1);
+            b2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r2 + kt), x0, b2);
+            b3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r3 + kt), x0, b3);
+        }
+        y[i]     = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
+        y[i + 1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
+        y[i + 2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
+        y[i + 3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+    }
+    for (; i < rows; i++) {
+        const float *r = X + i * ld;
+        __m512 a = _mm512_setzero_ps();
+        for (int64_t k = 0; k < kt; k += 16)
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(r + k), _mm512_loadu_ps(x + k), a);
+        if (tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kt), _mm512_maskz_loadu_ps(tail, x + kt), a);
+        y[i] = _mm512_reduce_add_ps(a);
+    }
+}
+
+/* y (in L1) += x[k..k+3] * four rows of X, each row streamed once; a masked
+ * load/store finishes the columns. */
+void kn_sgemv_axpy_avx512(int64_t K, int64_t cols, const float *X, int64_t ld,
+                          const float *x, float *y) {
+    const int64_t jt = cols & ~(int64_t)15;
+    const __mmask16 tail = (__mmask16)((1u << (cols - jt)) - 1u);
+    for (int64_t j = 0; j < cols; j++) y[j] = 0.0f;
+    int64_t k = 0;
+    for (; k + 4 <= K; k += 4) {
+        const float *r0 = X + k * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
+        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
+        const __m512 x2 = _mm512_set1_ps(x[k + 2]), x3 = _mm512_set1_ps(x[k + 3]);
+        for (int64_t j = 0; j < jt; j += 16) {
+            __m512 s = _mm512_loadu_ps(y + j);
+            __m512 t = _mm512_mul_ps(x1, _mm512_loadu_ps(r1 + j));
+            s = _mm512_fmadd_ps(x0, _mm512_loadu_ps(r0 + j), s);
+            t = _mm512_fmadd_ps(x3, _mm512_loadu_ps(r3 + j), t);
+            s = _mm512_fmadd_ps(x2, _mm512_loadu_ps(r2 + j), s);
+            _mm512_storeu_ps(y + j, _mm512_add_ps(s, t));
+        }
+        if (tail) {
+            __m512 s = _mm512_maskz_loadu_ps(tail, y + jt);
+            __m512 t = _mm512_mul_ps(x1, _mm512_maskz_loadu_ps(tail, r1 + jt));
+            s = _mm512_fmadd_ps(x0, _mm512_maskz_loadu_ps(tail, r0 + jt), s);
+            t = _mm512_fmadd_ps(x3, _mm512_maskz_loadu_ps(tail, r3 + jt), t);
+            s = _mm512_fmadd_ps(x2, _mm512_maskz_loadu_ps(tail, r2 + jt), s);
+            _mm512_mask_storeu_ps(y + jt, tail, _mm512_add_ps(s, t));
+        }
+    }
+    for (; k < K; k++) {
+        const float *r = X + k * ld;
+        const __m512 xk = _mm512_set1_ps(x[k]);
+        for (int64_t j = 0; j < jt; j += 16)
+            _mm512_storeu_ps(y + j, _mm512_fmadd_ps(xk, _mm512_loadu_ps(r + j), _mm512_loadu_ps(y + j)));
+        if (tail)
+            _mm512_mask_storeu_ps(y + jt, tail,
+                _mm512_fmadd_ps(xk, _mm512_maskz_loadu_ps(tail, r + jt), _mm512_maskz_loadu_ps(tail, y + jt)));
+    }
+}

@@ -1,0 +1,35 @@
+/* threadpool.h: the CPU backend's persistent worker pool.
+ *
+ * One process-wide pool of pthreads, created on first use and kept alive, so
+ * that kernels can fan out thousands of times per second (decode loops) without
+ * creating threads. Size: env KN_THREADS, default the number of online cores.
+ * The calling thread is always worker 0; workers spin briefly after each job
+ * and then sleep on a condition variable.
+ *
+ * Non-goals: work stealing, task graphs, barriers inside a job. A job is one
+ * function run as fn(ctx, i, nth) for i in [0, nth); split the work in fn.
+ *
+ *   static void add_rows(void *ctx, int ith, int nth) {
+ *       struct job *j = ctx;
+ *       int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
+ *       ...
+ *   }
+ *   kn_pool_run(add_rows, &job, 0);      // all pool threads, returns when done
+ *
+ * Nested calls (from inside a job) and calls that find the pool busy with
+ * another thread's job run every part serially on the calling thread, so they
+ * are always safe, only not parallel.
+ */
+#ifndef KN_THREADPOOL_H
+#define KN_THREADPOOL_H
+
+typedef void (*kn_pool_fn)(void *ctx, int ith, int nth);
+
+int  kn_pool_nthreads(void);                          /* current size (>= 1)        */
+void kn_pool_set_threads(int n);                      /* resize (n <= 0: default)   */
+/* Run fn(ctx, i, nth) for i in [0, nth) on nth threads, the caller being
+ * thread 0, and wait for all. nth <= 0 means the pool size; nth larger than
+ * the pool is allowed (the extra parts run on the pool's threads in turn). */
+void kn_pool_run(kn_pool_fn fn, void *ctx, int nth);
+
+#endif
