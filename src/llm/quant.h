@@ -17,6 +17,9 @@
  * ggml search-based K-quant quantizers (ours are plain round-to-nearest),
  * Q2_K/Q3_K/IQ types.
  *
+ * Alignment: rows (w, a, each W row) must start 4-byte aligned (the f32/q8_K
+ * fields are read as float); GGUF tensor data is 32-byte aligned.
+ *
  * Activation contract: the int8 quants of Q8_0/Q8_1/Q8_K activations must lie
  * in [-127, 127] (kn_quantize_row guarantees it); the SIMD sign trick relies on
  * it. Weight blocks may hold any bit pattern.

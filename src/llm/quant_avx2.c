@@ -53,6 +53,11 @@ static inline __m256i bits32(const uint8_t *p) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(x, m), m);
 }
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+/* Two adjacent fp16 fields (d, m of Q4_1/Q5_1; d, s of Q8_1) -> lanes 0, 1. */
+static inline __m128 f16x2(const uint16_t *p) {
+    int v; memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
 
 /* ---- 32-element blocks --------------------------------------------------- */
 
@@ -76,16 +81,19 @@ static float dot_q4_0_q8_0(int64_t n, const void *vw, const void *va) {
     return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
+/* Q4_1/Q5_1: one conversion gives [dw, mw] x [da, sa] = [dw*da, mw*sa]; lane 1
+ * (the min term) is summed in a vector, lane 0 broadcast as the block scale. */
 static float dot_q4_1_q8_1(int64_t n, const void *vw, const void *va) {
     const kn_block_q4_1 *w = vw; const kn_block_q8_1 *a = va;
     __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
+    __m128 summ = _mm_setzero_ps();
     for (int64_t i = 0; i < n / KN_QK; i++) {
+        __m128 ds = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d));
         __m256 p = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i].qs), load256(a[i].qs)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
-        summ += F16(w[i].m) * F16(a[i].s);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), p, acc);
+        summ = _mm_add_ps(summ, ds);
     }
-    return hsum_ps(acc) + summ;
+    return hsum_ps(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 static float dot_q5_0_q8_0(int64_t n, const void *vw, const void *va) {
@@ -104,15 +112,16 @@ static float dot_q5_0_q8_0(int64_t n, const void *vw, const void *va) {
 static float dot_q5_1_q8_1(int64_t n, const void *vw, const void *va) {
     const kn_block_q5_1 *w = vw; const kn_block_q8_1 *a = va;
     __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
+    __m128 summ = _mm_setzero_ps();
     for (int64_t i = 0; i < n / KN_QK; i++) {
+        __m128 ds = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d));
         __m256i hi = _mm256_and_si256(bits32(w[i].qh), _mm256_set1_epi8(0x10));
         __m256i q = _mm256_or_si256(nibbles32(w[i].qs), hi);
         __m256 p = _mm256_cvtepi32_ps(dot_us(q, load256(a[i].qs)));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), p, acc);
-        summ += F16(w[i].m) * F16(a[i].s);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), p, acc);
+        summ = _mm_add_ps(summ, ds);
     }
-    return hsum_ps(acc) + summ;
+    return hsum_ps(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 static float dot_q8_0_q8_0(int64_t n, const void *vw, const void *va) {

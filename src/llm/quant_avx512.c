@@ -1,13 +1,14 @@
-/* quant_avx512.c: AVX-512 (F/BW/VL/DQ) dot products for the hottest GGUF types:
- * Q8_0, Q4_0, Q4_1, Q4_K, Q6_K and F16 weights. The other types fall back to
- * the AVX2 kernels (every AVX-512 CPU has AVX2).
+/* quant_avx512.c: AVX-512 dot products for the hottest GGUF types: Q8_0,
+ * Q4_0, Q4_1 (256-bit AVX512-VL + VNNI), Q4_K, Q6_K (512-bit) and F16 weights.
+ * Other types, and Q8_0/Q4_0/Q4_1 on CPUs without VNNI, use the AVX2 kernels
+ * (every AVX-512 CPU has AVX2).
  *
- * Each kernel is one body instantiated twice: with vpdpbusd (AVX512-VNNI,
+ * The K kernels are one body instantiated twice: with vpdpbusd (AVX512-VNNI,
  * u8 x s8 groups of 4 summed straight into s32) and without it (vpmaddubsw +
  * vpmaddwd, exact for the value ranges here, as in quant_avx2.c). A 512-bit
- * register holds two 32-element blocks (Q8_0/Q4_0/Q4_1) or two 32-element
- * sub-blocks (K types); the s32 lanes 0..7 belong to the first, 8..15 to the
- * second. The scalar twins are in quant.c; tests force each path.
+ * register holds two 32-element sub-blocks; s32 lanes 0..7 belong to the
+ * first, 8..15 to the second. The scalar twins are in quant.c; the tests force
+ * each path (kn_quant_force_isa, kn_quant_force_no_vnni).
  * Compiled with the *_avx512.c flags from the Makefile.
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
@@ -25,16 +26,14 @@ INLINE __m512i dot4(__m512i u, __m512i s, const int vnni) {
     if (vnni) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 }
-/* s8 x s8 (second operand in [-127, 127]) via |w| and sign(w) * a */
-INLINE __m512i dot4_ss(__m512i w, __m512i a, const int vnni) {
-    __m512i sa = _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
-    return dot4(_mm512_abs_epi8(w), sa, vnni);
-}
 INLINE __m512i cat(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
-INLINE __m512 cat_ps(float lo, float hi) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(lo)), _mm256_set1_ps(hi), 1);
+INLINE float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
 }
 INLINE __m512i cat_epi32(int lo, int hi) {
     return cat(_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
@@ -53,68 +52,73 @@ INLINE __m256i nibbles32(const uint8_t *qs) {
     static float name##_vnni(int64_t n, const void *w, const void *a) { return body(n, w, a, 1); } \
     static float name##_novnni(int64_t n, const void *w, const void *a) { return body(n, w, a, 0); }
 
-/* ---- 32-element blocks --------------------------------------------------- */
+/* ---- 32-element blocks ---------------------------------------------------
+ * One block is 32 bytes of quants, so these stay 256-bit: on a Sapphire Rapids
+ * Xeon, pairing two blocks per 512-bit register (two inserts and two scale
+ * broadcasts per pair) measured slower than 256-bit. With VNNI (AVX512-VL),
+ * vpdpbusd replaces vpmaddubsw + vpmaddwd; without VNNI these types use the
+ * AVX2 kernels (kn_quant_avx512_dot returns NULL). */
 
-INLINE float q8_0_body(int64_t n, const void *vw, const void *va, const int vnni) {
+INLINE __m256 dot_blocks_ss(__m256i x, __m256i y) {   /* s8 x s8, y in [-127, 127] */
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)));
+}
+
+static float dot_q8_0_vnni(int64_t n, const void *vw, const void *va) {
     const kn_block_q8_0 *w = vw; const kn_block_q8_0 *a = va;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t nb = n / KN_QK, i = 0;
     for (; i + 2 <= nb; i += 2) {
-        __m512i x = cat(load256(w[i].qs), load256(w[i + 1].qs));
-        __m512i y = cat(load256(a[i].qs), load256(a[i + 1].qs));
-        __m512 d = cat_ps(F16(w[i].d) * F16(a[i].d), F16(w[i + 1].d) * F16(a[i + 1].d));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4_ss(x, y, vnni)), d, acc);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), dot_blocks_ss(load256(w[i].qs), load256(a[i].qs)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i + 1].d) * F16(a[i + 1].d)),
+                               dot_blocks_ss(load256(w[i + 1].qs), load256(a[i + 1].qs)), acc1);
     }
-    if (i < nb) {   /* odd block count: upper half zero */
-        __m512i x = cat(load256(w[i].qs), _mm256_setzero_si256());
-        __m512i y = cat(load256(a[i].qs), _mm256_setzero_si256());
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4_ss(x, y, vnni)), cat_ps(F16(w[i].d) * F16(a[i].d), 0), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    if (i < nb)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), dot_blocks_ss(load256(w[i].qs), load256(a[i].qs)), acc0);
+    return hsum256(_mm256_add_ps(acc0, acc1));
 }
-TWO_VARIANTS(dot_q8_0, q8_0_body)
 
-INLINE float q4_0_body(int64_t n, const void *vw, const void *va, const int vnni) {
+static float dot_q4_0_vnni(int64_t n, const void *vw, const void *va) {
     const kn_block_q4_0 *w = vw; const kn_block_q8_0 *a = va;
     const __m256i eight = _mm256_set1_epi8(8);
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t nb = n / KN_QK, i = 0;
     for (; i + 2 <= nb; i += 2) {
-        __m512i x = cat(_mm256_sub_epi8(nibbles32(w[i].qs), eight), _mm256_sub_epi8(nibbles32(w[i + 1].qs), eight));
-        __m512i y = cat(load256(a[i].qs), load256(a[i + 1].qs));
-        __m512 d = cat_ps(F16(w[i].d) * F16(a[i].d), F16(w[i + 1].d) * F16(a[i + 1].d));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4_ss(x, y, vnni)), d, acc);
+        __m256i x0 = _mm256_sub_epi8(nibbles32(w[i].qs), eight), x1 = _mm256_sub_epi8(nibbles32(w[i + 1].qs), eight);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), dot_blocks_ss(x0, load256(a[i].qs)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i + 1].d) * F16(a[i + 1].d)), dot_blocks_ss(x1, load256(a[i + 1].qs)), acc1);
     }
-    if (i < nb) {
-        __m512i x = cat(_mm256_sub_epi8(nibbles32(w[i].qs), eight), _mm256_setzero_si256());
-        __m512i y = cat(load256(a[i].qs), _mm256_setzero_si256());
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4_ss(x, y, vnni)), cat_ps(F16(w[i].d) * F16(a[i].d), 0), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
+    if (i < nb)
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)),
+                               dot_blocks_ss(_mm256_sub_epi8(nibbles32(w[i].qs), eight), load256(a[i].qs)), acc0);
+    return hsum256(_mm256_add_ps(acc0, acc1));
 }
-TWO_VARIANTS(dot_q4_0, q4_0_body)
 
-INLINE float q4_1_body(int64_t n, const void *vw, const void *va, const int vnni) {
+/* [dw, mw] x [da, sa] in one conversion each: lane 0 scales the block, lane 1 is the min term */
+INLINE __m128 f16x2(const uint16_t *p) {
+    int v; memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+static float dot_q4_1_vnni(int64_t n, const void *vw, const void *va) {
     const kn_block_q4_1 *w = vw; const kn_block_q8_1 *a = va;
-    __m512 acc = _mm512_setzero_ps();
-    float summ = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m128 summ = _mm_setzero_ps();
     int64_t nb = n / KN_QK, i = 0;
     for (; i + 2 <= nb; i += 2) {
-        __m512i x = cat(nibbles32(w[i].qs), nibbles32(w[i + 1].qs));
-        __m512i y = cat(load256(a[i].qs), load256(a[i + 1].qs));
-        __m512 d = cat_ps(F16(w[i].d) * F16(a[i].d), F16(w[i + 1].d) * F16(a[i + 1].d));
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4(x, y, vnni)), d, acc);
-        summ += F16(w[i].m) * F16(a[i].s) + F16(w[i + 1].m) * F16(a[i + 1].s);
+        __m128 ds0 = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d)), ds1 = _mm_mul_ps(f16x2(&w[i + 1].d), f16x2(&a[i + 1].d));
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles32(w[i].qs), load256(a[i].qs));
+        __m256i p1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles32(w[i + 1].qs), load256(a[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds0), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds1), _mm256_cvtepi32_ps(p1), acc1);
+        summ = _mm_add_ps(summ, _mm_add_ps(ds0, ds1));
     }
     if (i < nb) {
-        __m512i x = cat(nibbles32(w[i].qs), _mm256_setzero_si256());
-        __m512i y = cat(load256(a[i].qs), _mm256_setzero_si256());
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot4(x, y, vnni)), cat_ps(F16(w[i].d) * F16(a[i].d), 0), acc);
-        summ += F16(w[i].m) * F16(a[i].s);
+        __m128 ds0 = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d));
+        __m256i p0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), nibbles32(w[i].qs), load256(a[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds0), _mm256_cvtepi32_ps(p0), acc0);
+        summ = _mm_add_ps(summ, ds0);
     }
-    return _mm512_reduce_add_ps(acc) + summ;
+    return hsum256(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
-TWO_VARIANTS(dot_q4_1, q4_1_body)
 
 /* ---- K-quants ------------------------------------------------------------- */
 
@@ -212,9 +216,9 @@ static float dot_f16_f32(int64_t n, const void *vw, const void *va) {
 kn_vec_dot_fn kn_quant_avx512_dot(kn_dtype t, int vnni) {
     switch (t) {
     case KN_F16: return dot_f16_f32;
-    case KN_Q8_0: return vnni ? dot_q8_0_vnni : dot_q8_0_novnni;
-    case KN_Q4_0: return vnni ? dot_q4_0_vnni : dot_q4_0_novnni;
-    case KN_Q4_1: return vnni ? dot_q4_1_vnni : dot_q4_1_novnni;
+    case KN_Q8_0: return vnni ? dot_q8_0_vnni : NULL;   /* NULL: the AVX2 kernel */
+    case KN_Q4_0: return vnni ? dot_q4_0_vnni : NULL;
+    case KN_Q4_1: return vnni ? dot_q4_1_vnni : NULL;
     case KN_Q4_K: return vnni ? dot_q4_K_vnni : dot_q4_K_novnni;
     case KN_Q6_K: return vnni ? dot_q6_K_vnni : dot_q6_K_novnni;
     default: return NULL;
