@@ -1,4 +1,218 @@
-/* rules_nn.c: gradient rules of the nn ops (softmax, norms, conv, pool, sdpa, rope). */
+/* rules_nn.c: gradient rules of the nn ops (softmax, norms, conv, pool, sdpa, rope).
+ *
+ * Same contract as rules.c: fill gin[k] for src k from the node t and its
+ * output gradient g, with ordinary lazy ops. Norm rules recompute the
+ * statistics from x with lazy ops and use the closed forms; conv uses
+ * conv_transpose2d / conv2d for the input and a CONV2D_BWD_W node for the
+ * weight; poolings use their *_BWD nodes; sdpa rebuilds the probabilities
+ * (softmax of the masked scores) and applies the matmul chain rule with the
+ * key/value heads expanded over each query group. Gradient-only nodes
+ * (CONV2D_BWD_W, *_POOL2D_BWD) have no rule: no second derivatives yet.
+ */
 #include "kn-impl.h"
+#include <math.h>
 
-kn_grad_rule kn__grad_rule_nn(kn_op op) { (void)op; return NULL; }
+#define X (t->src[0])
+
+static bool rg(const kn_tensor *s) { return s && (s->flags & KN_FLAG_REQUIRES_GRAD); }
+
+/* ---- softmax ---- */
+static void g_softmax(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    int d = t->p.axis.dim;
+    if (t->op == KN_OP_SOFTMAX) {        /* dx = y*g - y * sum(y*g) */
+        kn_tensor *gy = kn_mul(ctx, g, t);
+        gin[0] = kn_sub(ctx, gy, kn_mul(ctx, t, kn_sum(ctx, gy, 1, &d, true)));
+    } else {                             /* dx = g - exp(y) * sum(g) */
+        gin[0] = kn_sub(ctx, g, kn_mul(ctx, kn_exp(ctx, t), kn_sum(ctx, g, 1, &d, true)));
+    }
+}
+
+/* ---- norms ----
+ * xhat = (x - mean) * rstd over axes A (M elements each); with dxhat = g * w:
+ * dx = rstd * (dxhat - mean_A(dxhat) - xhat * mean_A(dxhat * xhat)). */
+typedef struct { kn_tensor *xhat, *rstd; } norm_stats;
+
+static norm_stats stats(kn_ctx *ctx, kn_tensor *x, int na, const int *axes, double eps) {
+    norm_stats s;
+    kn_tensor *mu = kn_mean(ctx, x, na, axes, true);
+    s.rstd = kn_rsqrt(ctx, kn_add_scalar(ctx, kn_var(ctx, x, na, axes, 0, true), eps));
+    s.xhat = kn_mul(ctx, kn_sub(ctx, x, mu), s.rstd);
+    return s;
+}
+static kn_tensor *norm_dx(kn_ctx *ctx, norm_stats s, kn_tensor *dxhat, int na, const int *axes) {
+    kn_tensor *m1 = kn_mean(ctx, dxhat, na, axes, true);
+    kn_tensor *m2 = kn_mean(ctx, kn_mul(ctx, dxhat, s.xhat), na, axes, true);
+    return kn_mul(ctx, s.rstd, kn_sub(ctx, kn_sub(ctx, dxhat, m1), kn_mul(ctx, s.xhat, m2)));
+}
+
+static void g_layer_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1], *b = t->src[2];
+    int axes[KN_MAX_DIMS], na = 0;
+    for (int i = x->ndim - (int)t->p.norm.n_norm; i < x->ndim; i++) axes[na++] = i;
+    norm_stats s = stats(ctx, x, na, axes, t->p.norm.eps);
+    if (rg(x)) gin[0] = norm_dx(ctx, s, w ? kn_mul(ctx, g, w) : g, na, axes);
+    if (rg(w)) gin[1] = kn__sum_to(ctx, kn_mul(ctx, g, s.xhat), w);
+    if (rg(b)) gin[2] = kn__sum_to(ctx, g, b);
+}
+
+/* y = x * r * w, r = rsqrt(mean(x^2) + eps): dx = r * (gw - x r^2 mean(gw x)) */
+static void g_rms_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1];
+    int axes[KN_MAX_DIMS], na = 0;
+    for (int i = x->ndim - (int)t->p.norm.n_norm; i < x->ndim; i++) axes[na++] = i;
+    kn_tensor *r = kn_rsqrt(ctx, kn_add_scalar(ctx, kn_mean(ctx, kn_square(ctx, x), na, axes, true), t->p.norm.eps));
+    if (rg(x)) {
+        kn_tensor *gw = w ? kn_mul(ctx, g, w) : g;
+        kn_tensor *m = kn_mean(ctx, kn_mul(ctx, gw, x), na, axes, true);
+        gin[0] = kn_mul(ctx, r, kn_sub(ctx, gw, kn_mul(ctx, x, kn_mul(ctx, kn_square(ctx, r), m))));
+    }
+    if (rg(w)) gin[1] = kn__sum_to(ctx, kn_mul(ctx, g, kn_mul(ctx, x, r)), w);
+}
+
+/* [C] -> [C,1,...,1] with nd dims: broadcasts along dim 1 of an (nd+1)-d [N,C,...] */
+static kn_tensor *per_channel(kn_ctx *ctx, kn_tensor *p, int nd) {
+    int64_t s[KN_MAX_DIMS];
+    for (int i = 0; i < nd; i++) s[i] = 1;
+    s[0] = p->shape[0];
+    return kn_reshape(ctx, p, nd, s);
+}
+
+/* group norm (groups G) and training batch norm, x [N,C,...] */
+static void g_group_batch_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1], *b = t->src[2];
+    int nd = x->ndim;
+    int caxes[KN_MAX_DIMS], nc = 0;          /* every axis but the channel one */
+    for (int i = 0; i < nd; i++) if (i != 1) caxes[nc++] = i;
+    kn_tensor *dxhat = w ? kn_mul(ctx, g, per_channel(ctx, w, nd - 1)) : g;
+    kn_tensor *xhat;
+    if (t->op == KN_OP_BATCH_NORM) {
+        norm_stats s = stats(ctx, x, nc, caxes, t->p.norm.eps);
+        xhat = s.xhat;
+        if (rg(x)) gin[0] = norm_dx(ctx, s, dxhat, nc, caxes);
+    } else {
+        int64_t G = t->p.norm.groups, s3[3] = {x->shape[0], G, x->shape[0] ? kn_numel(x) / (x->shape[0] * G) : 0};
+        int ax = 2;
+        norm_stats s = stats(ctx, kn_reshape(ctx, x, 3, s3), 1, &ax, t->p.norm.eps);
+        xhat = kn_reshape(ctx, s.xhat, nd, x->shape);
+        if (rg(x)) gin[0] = kn_reshape(ctx, norm_dx(ctx, s, kn_reshape(ctx, dxhat, 3, s3), 1, &ax), nd, x->shape);
+    }
+    if (rg(w)) gin[1] = kn_sum(ctx, kn_mul(ctx, g, xhat), nc, caxes, false);
+    if (rg(b)) gin[2] = kn_sum(ctx, g, nc, caxes, false);
+}
+
+/* ---- convolution ---- */
+/* dw of shape wshape from a [N,Ca,H,W] and b [N,Cb,OH,OW] (see ref_nn.c) */
+static kn_tensor *bwd_w(kn_ctx *ctx, kn_tensor *t, kn_tensor *a, kn_tensor *b, const int64_t *wshape) {
+    kn_tensor *src[2] = {a, b};
+    kn_tensor *dw = kn__node(ctx, KN_OP_CONV2D_BWD_W, kn__promote(a->dtype, b->dtype), 4, wshape, NULL, src, 2);
+    if (dw) dw->p.conv = t->p.conv;
+    return dw;
+}
+static int bias_axes[3] = {0, 2, 3};
+
+static void g_conv2d(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1], *b = t->src[2];
+    const int *st = t->p.conv.stride, *pd = t->p.conv.padding, *dl = t->p.conv.dilation;
+    if (rg(x)) {
+        /* conv_transpose2d maps OH back to (OH-1)s - 2p + d(K-1) + 1 + op: pick
+         * op (< stride) so that it is H again */
+        int op[2];
+        for (int i = 0; i < 2; i++)
+            op[i] = (int)(x->shape[2 + i] + 2 * pd[i] - (int64_t)dl[i] * (w->shape[2 + i] - 1) - 1 - (t->shape[2 + i] - 1) * st[i]);
+        gin[0] = kn_conv_transpose2d(ctx, g, w, NULL, st, pd, op, dl, t->p.conv.groups);
+    }
+    if (rg(w)) gin[1] = bwd_w(ctx, t, x, g, w->shape);
+    if (rg(b)) gin[2] = kn_sum(ctx, g, 3, bias_axes, false);
+}
+
+static void g_conv_transpose2d(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1], *b = t->src[2];
+    const int *st = t->p.conv.stride, *pd = t->p.conv.padding, *dl = t->p.conv.dilation;
+    if (rg(x)) {
+        kn_tensor *dx = kn_conv2d(ctx, g, w, NULL, st, pd, dl, t->p.conv.groups);
+        /* output_padding >= stride (allowed when < dilation) leaves extra rows */
+        for (int i = 0; dx && i < 2; i++)
+            if (dx->shape[2 + i] != x->shape[2 + i]) dx = kn_narrow(ctx, dx, 2 + i, 0, x->shape[2 + i]);
+        gin[0] = dx;
+    }
+    if (rg(w)) gin[1] = bwd_w(ctx, t, g, x, w->shape);
+    if (rg(b)) gin[2] = kn_sum(ctx, g, 3, bias_axes, false);
+}
+
+/* ---- pooling ---- */
+static void g_pool(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *dx;
+    if (t->op == KN_OP_MAX_POOL2D) {
+        kn_tensor *src[2] = {x, g};
+        dx = kn__node(ctx, KN_OP_MAX_POOL2D_BWD, g->dtype, x->ndim, x->shape, x->sym, src, 2);
+    } else {
+        kn_op op = t->op == KN_OP_AVG_POOL2D ? KN_OP_AVG_POOL2D_BWD : KN_OP_ADAPTIVE_AVG_POOL2D_BWD;
+        dx = kn__node(ctx, op, g->dtype, x->ndim, x->shape, x->sym, &g, 1);
+    }
+    if (dx) dx->p = t->p;
+    gin[0] = dx;
+}
+
+/* ---- attention ---- */
+/* [B,Hkv,T,D] -> [B,Hkv*G,T,D], head h reading kv head h / G */
+static kn_tensor *repeat_heads(kn_ctx *ctx, kn_tensor *kv, int64_t G) {
+    if (G == 1) return kv;
+    int64_t B = kv->shape[0], H = kv->shape[1], T = kv->shape[2], D = kv->shape[3];
+    int64_t s5[5] = {B, H, 1, T, D}, e5[5] = {B, H, G, T, D}, s4[4] = {B, H * G, T, D};
+    return kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, kv, 5, s5), 5, e5), 4, s4);
+}
+/* [B,Hkv*G,T,D] -> [B,Hkv,T,D], summing each group */
+static kn_tensor *sum_heads(kn_ctx *ctx, kn_tensor *x, int64_t G) {
+    if (G == 1) return x;
+    int64_t s5[5] = {x->shape[0], x->shape[1] / G, G, x->shape[2], x->shape[3]};
+    int ax = 2;
+    return kn_sum(ctx, kn_reshape(ctx, x, 5, s5), 1, &ax, false);
+}
+
+static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    if (q->sym[2] || k->sym[2]) {
+        kn__fail(ctx, KN_ERR_UNSUPPORTED, "sdpa backward: symbolic sequence lengths are not supported; build the training graph with fixed sizes");
+        return;
+    }
+    int64_t G = q->shape[1] / k->shape[1], Tq = q->shape[2], Tk = k->shape[2];
+    double scale = t->p.sdpa.scale;
+    kn_tensor *ke = repeat_heads(ctx, k, G), *ve = repeat_heads(ctx, v, G);
+    kn_tensor *s = kn_mul_scalar(ctx, kn_matmul(ctx, q, kn_transpose(ctx, ke, -1, -2)), scale);  /* [B,Hq,Tq,Tk] */
+    if (t->p.sdpa.causal) {
+        int64_t r[2] = {Tq, 1}, c[2] = {1, Tk};
+        kn_tensor *qi = kn_reshape(ctx, kn_add_scalar(ctx, kn_arange(ctx, KN_I64, 0, (double)Tq, 1), (double)(Tk - Tq)), 2, r);
+        kn_tensor *kj = kn_reshape(ctx, kn_arange(ctx, KN_I64, 0, (double)Tk, 1), 2, c);
+        s = kn_masked_fill(ctx, s, kn_gt(ctx, kj, qi), -INFINITY);
+    }
+    kn_tensor *p = kn_softmax(ctx, s, -1);
+    if (rg(v)) gin[2] = sum_heads(ctx, kn_matmul(ctx, kn_transpose(ctx, p, -1, -2), g), G);
+    if (rg(q) || rg(k)) {
+        kn_tensor *dp = kn_matmul(ctx, g, kn_transpose(ctx, ve, -1, -2));
+        int ax = 3;
+        kn_tensor *ds = kn_mul(ctx, p, kn_sub(ctx, dp, kn_sum(ctx, kn_mul(ctx, dp, p), 1, &ax, true)));
+        ds = kn_mul_scalar(ctx, ds, scale);
+        if (rg(q)) gin[0] = kn_matmul(ctx, ds, ke);
+        if (rg(k)) gin[1] = sum_heads(ctx, kn_matmul(ctx, kn_transpose(ctx, ds, -1, -2), q), G);
+    }
+}
+
+/* ---- rope: a rotation, so the gradient rotates back (negated angle) ---- */
+static void g_rope(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    gin[0] = kn_rope(ctx, g, t->src[1], t->p.rope.n_rot, t->p.rope.theta, t->p.rope.neox, -t->p.rope.freq_scale);
+}
+
+kn_grad_rule kn__grad_rule_nn(kn_op op) {
+    switch (op) {
+    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return g_softmax;
+    case KN_OP_LAYER_NORM: return g_layer_norm;
+    case KN_OP_RMS_NORM: return g_rms_norm;
+    case KN_OP_GROUP_NORM: case KN_OP_BATCH_NORM: return g_group_batch_norm;
+    case KN_OP_CONV2D: return g_conv2d;
+    case KN_OP_CONV_TRANSPOSE2D: return g_conv_transpose2d;
+    case KN_OP_MAX_POOL2D: case KN_OP_AVG_POOL2D: case KN_OP_ADAPTIVE_AVG_POOL2D: return g_pool;
+    case KN_OP_SDPA: return g_sdpa;
+    case KN_OP_ROPE: return g_rope;
+    default: return NULL;
+    }
+}

@@ -415,7 +415,7 @@ static kn_status rope(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *pos = &e->src[1], *y = &e->dst;
     int nd = x->ndim;
-    int64_t T = x->ne[nd - 2], D = x->ne[nd - 1], rows = T * D ? kn_tview_numel(x) / (T * D) : 0;
+    int64_t T = x->ne[nd - 2], D = x->ne[nd - 1], rows = (T * D) != 0 ? kn_tview_numel(x) / (T * D) : 0;
     int n_rot = t->p.rope.n_rot, half = n_rot / 2;
     bool neox = t->p.rope.neox;
     for (int64_t r = 0; r < rows; r++)
