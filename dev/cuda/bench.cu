@@ -242,7 +242,7 @@ static void test_bench_softmax() {
 /* ---- norms --------------------------------------------------------------------- */
 static void test_bench_norms() {
     printf("[layernorm / rmsnorm]\n");
-    struct S { int rows, C; bool bench; } cases[] = {{64, 768, false}, {33, 1001, false}, {16, 12288, false}, {16384, 4096, true}};
+    struct S { int rows, C; bool bench; } cases[] = {{64, 768, false}, {33, 1001, false}, {16, 12288, false}, {48, 2048, false}, {300, 8192, false}, {16384, 4096, true}};
     for (auto c : cases) {
         size_t n = (size_t)c.rows * c.C;
         auto x = randv(n, 2.f), w = randv(c.C), b = randv(c.C), dy = randv(n);

@@ -1,14 +1,20 @@
 /* crossentropy.cu: fused softmax cross-entropy, forward and backward in one
  * kernel. One block per row of logits[B,V]: an online (max, sum) pass, the
  * loss, then dlogits = dloss * (softmax - onehot) written in a second pass
- * (which may overwrite the logits in place). Bytes: 2 reads + 1 write of V. */
+ * (which may overwrite the logits in place). When the row fits in shared
+ * memory (V <= ~56k f32 on Hopper) it is cached there: 1 read + 1 write of V;
+ * otherwise the second pass re-reads it (mostly from L2). */
 #include "backends/cuda/common.cuh"
 
-#define KN_CE_THREADS 512
+#define KN_CE_THREADS 1024
 
+/* CACHE: the row (V floats, vec only) is kept in dynamic shared memory between
+ * the two passes, so logits are read from device memory once. */
+template <bool CACHE>
 __global__ void __launch_bounds__(KN_CE_THREADS)
 ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *targets, int64_t V,
           float dloss, bool vec) {
+    extern __shared__ float4 rowc[];
     __shared__ float shm[32], shs[32];
     const int64_t b = blockIdx.x;
     const float *xr = logits + b * V;
@@ -19,6 +25,7 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
     if (vec) {
         for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) {
             float4 a = __ldg((const float4 *)(xr + i));
+            if (CACHE) rowc[i / 4] = a;
             float mx = fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w));
             kn_ms_merge(m, s, mx, __expf(a.x - mx) + __expf(a.y - mx) + __expf(a.z - mx) + __expf(a.w - mx));
         }
@@ -41,7 +48,7 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
     const float sc = valid ? dloss / s : 0.f;
     if (vec) {
         for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) {
-            float4 a = __ldg((const float4 *)(xr + i));
+            float4 a = CACHE ? rowc[i / 4] : __ldg((const float4 *)(xr + i));
             float4 g = make_float4(__expf(a.x - m) * sc, __expf(a.y - m) * sc,
                                    __expf(a.z - m) * sc, __expf(a.w - m) * sc);
             if (valid && t >= i && t < i + 4) (&g.x)[t - i] -= dloss;
@@ -66,8 +73,19 @@ extern "C" kn_status kn_cuda_crossentropy_fwd_bwd(float *losses, float *dlogits,
     if (B == 0) return KN_OK;
     KN_CUDA_REQUIRE(losses && logits && targets, "kn_cuda_crossentropy_fwd_bwd: NULL pointer");
     bool vec = V % 4 == 0 && kn_aligned16(logits) && (!dlogits || kn_aligned16(dlogits));
-    ce_kernel<<<(unsigned)B, KN_CE_THREADS, 0, kn_stream(stream)>>>(losses, dlogits, logits,
-                                                                  targets, V, dloss, vec);
+    int dev = 0, maxsm = 0;
+    KN_CUDA_TRY(cudaGetDevice(&dev));
+    KN_CUDA_TRY(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    size_t cache = (size_t)V * sizeof(float);
+    if (vec && dlogits && cache + 1024 <= (size_t)maxsm) {
+        KN_CUDA_TRY(cudaFuncSetAttribute(ce_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)cache));
+        ce_kernel<true><<<(unsigned)B, KN_CE_THREADS, cache, kn_stream(stream)>>>(
+            losses, dlogits, logits, targets, V, dloss, vec);
+    } else {
+        ce_kernel<false><<<(unsigned)B, KN_CE_THREADS, 0, kn_stream(stream)>>>(
+            losses, dlogits, logits, targets, V, dloss, vec);
+    }
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }

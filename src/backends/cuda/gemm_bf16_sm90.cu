@@ -120,9 +120,12 @@ gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap tmA,
 #pragma unroll
             for (int kk = 0; kk < G_BK / 16; kk++) wg_mma_256(d, wg_desc(a + kk * 32), wg_desc(b + kk * 32));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-            if (tid == 0) mbar_arrive(&empty[s]);
+            /* keep this k-tile's wgmmas in flight; the previous ones are done,
+             * so their stage can go back to the producer */
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            if (kt > 0 && tid == 0) mbar_arrive(&empty[(kt - 1) % G_STAGES]);
         }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         /* epilogue: fragment j -> row warp*16 + lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1) */
         const int warp = tid / 32, lane = tid % 32;
         const int rbase = m0 + cw * 64 + warp * 16 + lane / 4;

@@ -2,8 +2,10 @@
  * Forward: one block per row; the row (C floats) is read once into registers
  * when C % 4 == 0 and C <= KN_NM_REG_MAX, otherwise re-read from L1/L2.
  * Backward: a grid of a few blocks per SM, each walking a strided set of rows;
- * each thread owns fixed columns, so dw/db partials sit in shared memory
- * without atomics and are added to global memory once per block. */
+ * each thread owns fixed columns, so dw/db partials need no atomics until the
+ * end (one atomicAdd per column per block). For C % 4 == 0 and C <= 8192 the
+ * row and the partials live in registers (x, dy read once); otherwise the
+ * partials sit in shared memory and the row is read twice. */
 #include "backends/cuda/common.cuh"
 
 #define KN_NM_THREADS 256
@@ -218,6 +220,70 @@ norm_bwd_kernel(float *dx, float *dw, float *db, const float *dy, const float *x
     }
 }
 
+/* Register variant: C % 4 == 0, C <= 256*4*VPT. Each thread keeps its
+ * columns' x, dy (one row) and dw/db partials (all its rows) in registers:
+ * x and dy are read once. */
+template <bool RMS, int VPT>
+__global__ void __launch_bounds__(KN_NM_THREADS)
+norm_bwd_reg_kernel(float *dx, float *dw, float *db, const float *dy, const float *x,
+                    const float *w, const float *mean, const float *rstd, int64_t rows, int C) {
+    __shared__ float sh[32];
+    float pw[VPT][4], pb[VPT][4], wr[VPT][4];
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        float4 wv = i < C ? __ldg((const float4 *)(w + i)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        wr[j][0] = wv.x; wr[j][1] = wv.y; wr[j][2] = wv.z; wr[j][3] = wv.w;
+#pragma unroll
+        for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
+    }
+    for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+        const float mu = RMS ? 0.f : mean[row], rs = rstd[row];
+        float xh[VPT][4], g[VPT][4], d[VPT][4];
+        float sg = 0.f, sgx = 0.f;
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            float4 xv = make_float4(0.f, 0.f, 0.f, 0.f), dv = xv;
+            if (i < C) { xv = __ldcs((const float4 *)(x + row * C + i)); dv = __ldcs((const float4 *)(dy + row * C + i)); }
+            float xa[4] = {xv.x, xv.y, xv.z, xv.w};
+            d[j][0] = dv.x; d[j][1] = dv.y; d[j][2] = dv.z; d[j][3] = dv.w;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                xh[j][q] = (xa[q] - mu) * rs;
+                g[j][q] = d[j][q] * wr[j][q];
+                sg += g[j][q]; sgx += g[j][q] * xh[j][q];
+            }
+        }
+        sg = kn_block_sum(sg, sh) / C;
+        sgx = kn_block_sum(sgx, sh) / C;
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            if (i < C) {
+                float o[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    o[q] = rs * (g[j][q] - (RMS ? 0.f : sg) - xh[j][q] * sgx);
+                    pw[j][q] += d[j][q] * xh[j][q];
+                    if (!RMS) pb[j][q] += d[j][q];
+                }
+                __stcs((float4 *)(dx + row * C + i), make_float4(o[0], o[1], o[2], o[3]));
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        if (i < C)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                atomicAdd(dw + i + q, pw[j][q]);
+                if (!RMS) atomicAdd(db + i + q, pb[j][q]);
+            }
+    }
+}
+
 template <bool RMS>
 static kn_status norm_bwd(const char *name, float *dx, float *dw, float *db, const float *dy,
                           const float *x, const float *w, const float *mean, const float *rstd,
@@ -227,26 +293,43 @@ static kn_status norm_bwd(const char *name, float *dx, float *dw, float *db, con
     if (rows == 0) return KN_OK;
     KN_CUDA_REQUIRE(dx && dw && dy && x && w && rstd && (RMS || (db && mean)),
                     "%s: NULL pointer", name);
-    size_t smem = (size_t)C * sizeof(float) * (RMS ? 1 : 2);
     int dev = 0, nsm = 0, maxsm = 0;
     KN_CUDA_TRY(cudaGetDevice(&dev));
     KN_CUDA_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    bool vec = C % 4 == 0 && kn_aligned16(dx) && kn_aligned16(dy) && kn_aligned16(x) && kn_aligned16(w);
+    if (vec && C <= KN_NM_REG_MAX) {
+        int vpt = C <= 1024 ? 1 : C <= 2048 ? 2 : C <= 4096 ? 4 : 8;
+#define NB_LAUNCH(V)                                                                        \
+    do {                                                                                    \
+        int per_sm = 1;                                                                     \
+        KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                          \
+            &per_sm, norm_bwd_reg_kernel<RMS, V>, KN_NM_THREADS, 0));                       \
+        int64_t grid = (int64_t)nsm * (per_sm < 1 ? 1 : per_sm);                            \
+        if (grid > rows) grid = rows;                                                       \
+        norm_bwd_reg_kernel<RMS, V><<<(unsigned)grid, KN_NM_THREADS, 0, kn_stream(stream)>>>( \
+            dx, dw, db, dy, x, w, mean, rstd, rows, (int)C);                                \
+    } while (0)
+        if (vpt == 1) NB_LAUNCH(1); else if (vpt == 2) NB_LAUNCH(2); else if (vpt == 4) NB_LAUNCH(4); else NB_LAUNCH(8);
+#undef NB_LAUNCH
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
+    size_t smem = (size_t)C * sizeof(float) * (RMS ? 1 : 2);
     KN_CUDA_TRY(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     if (smem + 32 * sizeof(float) > (size_t)maxsm)
         return kn_set_error(KN_ERR_UNSUPPORTED,
                             "%s: C=%lld needs %zu bytes of shared memory, the device has %d per "
                             "block; split the row or use a smaller C",
                             name, (long long)C, smem, maxsm);
-    if (smem > 48 * 1024)
-        KN_CUDA_TRY(cudaFuncSetAttribute(norm_bwd_kernel<RMS>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* the static reduction buffer counts too, so set the limit every time */
+    KN_CUDA_TRY(cudaFuncSetAttribute(norm_bwd_kernel<RMS>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
     KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_kernel<RMS>,
                                                               KN_NM_THREADS, smem));
     if (per_sm < 1) per_sm = 1;
     int64_t grid = (int64_t)nsm * per_sm;
     if (grid > rows) grid = rows;
-    bool vec = C % 4 == 0 && kn_aligned16(dx) && kn_aligned16(dy) && kn_aligned16(x) && kn_aligned16(w);
     norm_bwd_kernel<RMS><<<(unsigned)grid, KN_NM_THREADS, smem, kn_stream(stream)>>>(
         dx, dw, db, dy, x, w, mean, rstd, rows, (int)C, vec);
     KN_CUDA_LAUNCHED();

@@ -69,22 +69,23 @@ softmax_reg_kernel(T *y, const T *x, int cols) {
 }
 
 /* Any length: online (max, sum) then normalize. vec: cols % 4 == 0, aligned. */
+#define KN_SM_ONLINE_THREADS 1024   /* long rows: few rows, so many threads per row */
 template <typename T>
-__global__ void __launch_bounds__(KN_SM_THREADS)
+__global__ void __launch_bounds__(KN_SM_ONLINE_THREADS)
 softmax_online_kernel(T *y, const T *x, int64_t cols, bool vec) {
     __shared__ float shm[32], shs[32];
     const T *xr = x + (int64_t)blockIdx.x * cols;
     T *yr = y + (int64_t)blockIdx.x * cols;
     float m = -INFINITY, s = 0.f;
     if (vec) {
-        for (int64_t i = threadIdx.x * 4; i < cols; i += KN_SM_THREADS * 4) {
+        for (int64_t i = threadIdx.x * 4; i < cols; i += KN_SM_ONLINE_THREADS * 4) {
             f4 a = sm_ld4(xr + i);
             float mx = fmaxf(fmaxf(a.v[0], a.v[1]), fmaxf(a.v[2], a.v[3]));
             float t = __expf(a.v[0] - mx) + __expf(a.v[1] - mx) + __expf(a.v[2] - mx) + __expf(a.v[3] - mx);
             kn_ms_merge(m, s, mx, t);
         }
     } else {
-        for (int64_t i = threadIdx.x; i < cols; i += KN_SM_THREADS) kn_ms_merge(m, s, sm_ld1(xr + i), 1.f);
+        for (int64_t i = threadIdx.x; i < cols; i += KN_SM_ONLINE_THREADS) kn_ms_merge(m, s, sm_ld1(xr + i), 1.f);
     }
     /* merge (m, s) over the warp, then over warps */
 #pragma unroll
@@ -96,17 +97,17 @@ softmax_online_kernel(T *y, const T *x, int64_t cols, bool vec) {
     if (lane == 0) { shm[w] = m; shs[w] = s; }
     __syncthreads();
     m = -INFINITY; s = 0.f;
-    for (int k = 0; k < KN_SM_THREADS / 32; k++) kn_ms_merge(m, s, shm[k], shs[k]);
+    for (int k = 0; k < KN_SM_ONLINE_THREADS / 32; k++) kn_ms_merge(m, s, shm[k], shs[k]);
     float inv = 1.f / s;
     if (vec) {
-        for (int64_t i = threadIdx.x * 4; i < cols; i += KN_SM_THREADS * 4) {
+        for (int64_t i = threadIdx.x * 4; i < cols; i += KN_SM_ONLINE_THREADS * 4) {
             f4 a = sm_ld4(xr + i);
 #pragma unroll
             for (int q = 0; q < 4; q++) a.v[q] = __expf(a.v[q] - m) * inv;
             sm_st4(yr + i, a);
         }
     } else {
-        for (int64_t i = threadIdx.x; i < cols; i += KN_SM_THREADS)
+        for (int64_t i = threadIdx.x; i < cols; i += KN_SM_ONLINE_THREADS)
             sm_st1(yr + i, __expf(sm_ld1(xr + i) - m) * inv);
     }
 }
@@ -122,7 +123,7 @@ static kn_status softmax_launch(const char *name, T *y, const T *x, int64_t rows
     if (vec && cols <= KN_SM_REG_MAX)
         softmax_reg_kernel<T><<<(unsigned)rows, KN_SM_THREADS, 0, kn_stream(stream)>>>(y, x, (int)cols);
     else
-        softmax_online_kernel<T><<<(unsigned)rows, KN_SM_THREADS, 0, kn_stream(stream)>>>(y, x, cols, vec);
+        softmax_online_kernel<T><<<(unsigned)rows, KN_SM_ONLINE_THREADS, 0, kn_stream(stream)>>>(y, x, cols, vec);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }

@@ -28,6 +28,8 @@ __device__ uint32_t tk_select(const float *xr, int64_t V, int k, int *n_eq_take,
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
+        /* plain shared atomics: a warp-aggregated (match_any) version measured
+         * slower here (245 vs 178 us for 1 x 151936, k = 50, H200) */
         for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
             uint32_t key = tk_key(xr[i]);
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255], 1u);
@@ -134,15 +136,29 @@ topp_kernel(int32_t *n_keep, float *thresh, const float *x, int64_t V, float p) 
     m = -INFINITY; s = 0.f;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++) kn_ms_merge(m, s, shm[w], shs[w]);
     /* mass is measured in units of exp(x - m); the target is p * s */
-    float remaining = p * s;
+    float remaining = p >= 1.f ? INFINITY : p * s;    // p = 1: keep everything
     uint32_t prefix = 0, mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hmass[i] = 0.f;
         __syncthreads();
-        for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-            float f = xr[i];
-            uint32_t key = tk_key(f);
-            if ((key & mask) == prefix) atomicAdd(&hmass[(key >> shift) & 255], __expf(f - m));
+        /* warp-aggregated: one shared atomic per distinct bin per warp */
+        for (int64_t i0 = threadIdx.x & ~31; i0 < V; i0 += blockDim.x) {
+            int64_t i = i0 + (threadIdx.x & 31);
+            int bin = -1;
+            float q = 0.f;
+            if (i < V) {
+                float f = xr[i];
+                uint32_t key = tk_key(f);
+                if ((key & mask) == prefix) { bin = (key >> shift) & 255; q = __expf(f - m); }
+            }
+            unsigned todo = __ballot_sync(0xffffffffu, bin >= 0);
+            while (todo) {
+                int lb = __shfl_sync(0xffffffffu, bin, __ffs(todo) - 1);
+                bool mine = bin == lb;
+                float v = kn_warp_sum(mine ? q : 0.f);
+                if ((threadIdx.x & 31) == __ffs(todo) - 1) atomicAdd(&hmass[lb], v);
+                todo &= ~__ballot_sync(0xffffffffu, mine);
+            }
         }
         __syncthreads();
         if (threadIdx.x == 0) {
