@@ -4,7 +4,8 @@
  *   1. as a llama2.c tokenizer.bin (vocab_size 0: read to the end); when it
  *      loads, encode fixed texts and the input itself, decode the ids, and
  *      stream-decode them;
- *   2. as an llm.c gpt2_tokenizer.bin, decoding every id when it loads;
+ *   2. as an llm.c gpt2_tokenizer.bin, decoding every id when it loads, and
+ *      as a GGUF file (kn_tokenizer_from_gguf, then the fixed texts);
  *   3. as text for the real vocabularies in $KN_ASSETS (llama2c/tok512.bin,
  *      gguf/ggml-vocab-gpt-2.gguf) when present: encode with and without
  *      special-token parsing, then check decode(encode(x)) == x for valid
@@ -97,6 +98,14 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         int32_t n = kn_tokenizer_n_vocab(t);
         for (int32_t i = 0; i < n; i++) { size_t l; kn_token_to_piece(t, i, 1, &l); }
         kn_tokenizer_free(t);
+    }
+    kn_gguf *g = NULL;
+    if (kn_gguf_open_memory(data, size, &g) == KN_OK) {
+        if (kn_tokenizer_from_gguf(g, &t) == KN_OK) {
+            exercise(t, "Hello world 123 \xf0\x9f\x98\x80", 20, 0);
+            kn_tokenizer_free(t);
+        }
+        kn_gguf_close(g);
     }
     if (g_spm) exercise(g_spm, text, size, 1);
     if (g_bpe) exercise(g_bpe, text, size, 1);

@@ -251,6 +251,17 @@ TEST(spm_special_tokens_and_bos) {
     kn_tokenizer_free(tok);
 }
 
+TEST(model_gguf_vocab) {
+    /* a model GGUF (random weights) whose vocabulary lacks add_bos_token and
+     * add_space_prefix: the SPM defaults (both true) apply */
+    kn_tokenizer *tok = load_gguf_tok("gguf/llama-2-tiny-random.gguf", NULL);
+    if (!tok) SKIP("gguf/llama-2-tiny-random.gguf missing or unreadable");
+    int32_t ids[64]; int n;
+    REQUIRE(encode(tok, "Hello world", kn_tokenizer_add_bos(tok), false, ids, &n), "%s", kn_last_error());
+    CHECK(n == 3 && ids[0] == 1 && ids[1] == 15043 && ids[2] == 3186, "n=%d %d %d %d", n, ids[0], ids[1], ids[2]);
+    kn_tokenizer_free(tok);
+}
+
 /* ---- tok512: round trips, streaming, long input ----------------------------- */
 
 static kn_tokenizer *load_tok512(void) {
