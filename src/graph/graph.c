@@ -8,6 +8,9 @@
  * or an op node realized earlier (buf set and not a view of a pending node). */
 static bool materialised(const kn_tensor *t) {
     if (t->op == KN_OP_NONE) return true;
+    /* a view shares its storage owner's buffer but holds its value only when
+     * the node it views does (a view of a pending effect is pending) */
+    if (kn__is_view_op(t->op)) return t->src[0] && materialised(t->src[0]);
     if (kn_op_get(t->op)->kind == KN_KIND_EFFECT) return (t->flags & KN__FLAG_COMPUTED) != 0;
     return t->buf != NULL;
 }

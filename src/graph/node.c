@@ -78,7 +78,8 @@ kn_tensor *kn__node(kn_ctx *ctx, kn_op op, kn_dtype dt, int ndim, const int64_t 
             return kn__fail(ctx, KN_ERR_INVALID, "%s: negative size %lld in dim %d", kn_op_name(op), (long long)shape[i], i);
     const kn_dtype_info *di = kn_dtype_get(dt);
     if (!di) return kn__fail(ctx, KN_ERR_INVALID, "%s: unknown dtype %d", kn_op_name(op), (int)dt);
-    if (di->is_quant && ndim > 0 && shape[ndim - 1] % di->block_size)
+    /* quantized storage is whole blocks along the last dim (views may differ) */
+    if (di->is_quant && op == KN_OP_NONE && ndim > 0 && shape[ndim - 1] % di->block_size)
         return kn__fail(ctx, KN_ERR_INVALID, "%s: last dim %lld of a %s tensor must be a multiple of its block size %lld",
                         kn_op_name(op), (long long)shape[ndim - 1], di->name, (long long)di->block_size);
     kn_tensor *t = kn__alloc_tensor(ctx);

@@ -183,8 +183,11 @@ kn_tensor *kn_matmul(kn_ctx *ctx, kn_tensor *a, kn_tensor *b) {
     if (a->ndim == 0 || b->ndim == 0)
         return kn__fail(ctx, KN_ERR_INVALID, "matmul: operands must be at least 1-d, got %s and %s",
                         kn__shape_str(a, s1, sizeof s1), kn__shape_str(b, s2, sizeof s2));
-    if (!kn_dtype_get(a->dtype)->is_float || !kn_dtype_get(b->dtype)->is_float)
-        return kn__fail(ctx, KN_ERR_INVALID, "matmul: needs float operands, got %s and %s", kn_dtype_name(a->dtype), kn_dtype_name(b->dtype));
+    /* b may be a quantized weight (GGUF blocks used in place); a must be float */
+    bool bq = kn_dtype_get(b->dtype)->is_quant;
+    if (!kn_dtype_get(a->dtype)->is_float || !(kn_dtype_get(b->dtype)->is_float || bq))
+        return kn__fail(ctx, KN_ERR_INVALID, "matmul: needs float operands (or a quantized right operand), got %s and %s",
+                        kn_dtype_name(a->dtype), kn_dtype_name(b->dtype));
     kn_tensor *A = a->ndim == 1 ? kn_unsqueeze(ctx, a, 0) : a;
     kn_tensor *B = b->ndim == 1 ? kn_unsqueeze(ctx, b, 1) : b;
     if (!A || !B) return NULL;
@@ -207,7 +210,7 @@ kn_tensor *kn_matmul(kn_ctx *ctx, kn_tensor *a, kn_tensor *b) {
     shape[n] = A->shape[A->ndim - 2]; sym[n] = A->sym[A->ndim - 2];
     shape[n + 1] = B->shape[B->ndim - 1]; sym[n + 1] = B->sym[B->ndim - 1];
     kn_tensor *src[2] = {A, B};
-    kn_tensor *t = kn__node(ctx, KN_OP_MATMUL, kn__promote(a->dtype, b->dtype), n + 2, shape, sym, src, 2);
+    kn_tensor *t = kn__node(ctx, KN_OP_MATMUL, bq ? a->dtype : kn__promote(a->dtype, b->dtype), n + 2, shape, sym, src, 2);
     if (!t) return NULL;
     if (a->ndim == 1) t = kn_squeeze(ctx, t, -2);
     if (b->ndim == 1) t = kn_squeeze(ctx, t, -1);

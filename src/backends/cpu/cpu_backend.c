@@ -13,6 +13,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
 #include "backends/cpu/vec.h"
+#include "llm/quant.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,7 +144,51 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
     return false;
 }
 
+/* Quantized right operand: y[t, n] = dot(W row n, x row t). W is stored as
+ * rows of K elements (the view is W^T: unit stride along K). The activation
+ * rows are quantized once to the weight type's dot partner, then threads
+ * split the weight rows, so each weight row is read once per call. */
+typedef struct {
+    kn_dtype wt; const char *W; size_t row_bytes; int64_t K, N, T;
+    const char *xq; size_t xq_bytes; float *C; int64_t ldc;
+} qmm_job;
+static void qmm_rows(void *p, int64_t r0, int64_t r1) {
+    qmm_job *j = p;
+    /* blocks of 16 weight rows stay in cache while every token visits them */
+    for (int64_t n0 = r0; n0 < r1; n0 += 16) {
+        int64_t n1 = n0 + 16 < r1 ? n0 + 16 : r1;
+        for (int64_t t = 0; t < j->T; t++)
+            kn_quant_matvec_rows(j->wt, j->K, j->W, j->row_bytes, j->xq + t * j->xq_bytes, j->C + t * j->ldc, n0, n1);
+    }
+}
+typedef struct { kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; } qx_job;
+static void qx_rows(void *p, int64_t r0, int64_t r1) {
+    qx_job *j = p;
+    for (int64_t t = r0; t < r1; t++) {
+        if (j->at == KN_F32) memcpy(j->xq + t * j->xq_bytes, j->x + t * j->lda, (size_t)j->K * 4);
+        else kn_quantize_row(j->at, j->x + t * j->lda, j->xq + t * j->xq_bytes, j->K);
+    }
+}
+static bool fast_matmul_quant(const kn_exec *e) {
+    const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
+    if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
+    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
+    if (a->st[1] != 1 || b->st[0] != 1 || d->st[1] != 1 || K % kn_dtype_get(b->dtype)->block_size) return false;
+    kn_dtype at = kn_quant_vec_dot_type(b->dtype);
+    size_t xq_bytes = kn_dtype_nbytes(at, K);
+    char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
+    if (!xq) return false;
+    qx_job qj = {at, a->data, a->st[0], K, xq, xq_bytes};
+    par_rows(qx_rows, &qj, T, T * K);
+    qmm_job j = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0]};
+    par_rows(qmm_rows, &j, N, N * K * (T ? T : 1));
+    free(xq);
+    return true;
+}
+
 static bool fast_matmul(const kn_exec *e) {
+    if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
+        return fast_matmul_quant(e);
     const kn_tview *d = &e->dst;
     if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
     int nb = d->ndim - 2;

@@ -22,6 +22,10 @@ static inline int64_t kn_ref_off(const kn_tview *v, int64_t lin) {
 double kn_ref_unary_fn(kn_op op, double x, double a, double b);
 double kn_ref_binary_fn(kn_op op, double x, double y);
 
+/* A quantized view as f32: *out reads a temporary copy (*tmp, free it) with
+ * the same strides; non-quantized views pass through with *tmp = NULL. */
+kn_status kn_ref_dequant_view(const kn_tview *v, kn_tview *out, float **tmp);
+
 kn_status kn_ref_create(const kn_exec *e);
 kn_status kn_ref_copy(const kn_exec *e);       /* COPY, CAST, ASSIGN, TRI, WHERE */
 kn_status kn_ref_unary(const kn_exec *e);

@@ -62,11 +62,14 @@ kn_status kn_ref_copy(const kn_exec *e) {
     int64_t n = kn_tview_numel(d);
     switch (t->op) {
     case KN_OP_COPY: case KN_OP_CAST: {
-        const kn_tview *s = &e->src[0];
-        if (kn_dtype_get(s->dtype)->is_quant || kn_dtype_get(d->dtype)->is_quant)
-            return kn_set_error(KN_ERR_UNSUPPORTED, "reference: %s between %s and %s is done by the quantization kernels",
-                                kn_op_name(t->op), kn_dtype_name(s->dtype), kn_dtype_name(d->dtype));
-        for (int64_t i = 0; i < n; i++) ST(d, kn_ref_off(d, i), LD(s, kn_ref_off(s, i)));
+        if (kn_dtype_get(d->dtype)->is_quant)
+            return kn_set_error(KN_ERR_UNSUPPORTED, "reference: casting to %s is not supported; quantize with the model tools",
+                                kn_dtype_name(d->dtype));
+        kn_tview sv; float *tmp = NULL;       /* quantized sources are dequantized first */
+        kn_status st = kn_ref_dequant_view(&e->src[0], &sv, &tmp);
+        if (st) return st;
+        for (int64_t i = 0; i < n; i++) ST(d, kn_ref_off(d, i), LD(&sv, kn_ref_off(&sv, i)));
+        free(tmp);
         return KN_OK;
     }
     case KN_OP_ASSIGN: {

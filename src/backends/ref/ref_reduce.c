@@ -126,7 +126,11 @@ kn_status kn_ref_scan(const kn_exec *e) {
 kn_status kn_ref_matmul(const kn_exec *e) {
     const kn_tview *d = &e->dst;
     int nb = d->ndim - 2;
-    kn_tview a = e->src[0], b = e->src[1];
+    kn_tview a, b;
+    float *ta = NULL, *tb = NULL;
+    kn_status st = kn_ref_dequant_view(&e->src[0], &a, &ta);
+    if (!st) st = kn_ref_dequant_view(&e->src[1], &b, &tb);
+    if (st) { free(ta); return st; }
     int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
     /* batch views: align each operand's batch dims to the output's */
     kn_tview ab = a, bb = b;
@@ -148,5 +152,6 @@ kn_status kn_ref_matmul(const kn_exec *e) {
                 ST(d, dof + i * sdm + j * sdn, acc);
             }
     }
+    free(ta); free(tb);
     return KN_OK;
 }

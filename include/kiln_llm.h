@@ -1,0 +1,110 @@
+/* kiln_llm.h: LLM inference: load a model file, tokenize, evaluate, sample,
+ * generate with a per-token callback.
+ *
+ *   kn_model *m;
+ *   if (kn_model_load("SmolLM2-135M-Instruct.Q4_1.gguf", NULL, &m)) { puts(kn_last_error()); return 1; }
+ *   kn_generate_params gp = kn_generate_defaults();
+ *   gp.max_tokens = 64; gp.sampling.temp = 0;          // greedy
+ *   kn_generate(m, "Once upon a time", &gp, print_piece, NULL, NULL);
+ *   kn_model_free(m);
+ *
+ * Formats: GGUF v2/v3 (llama architecture: Llama 2/3, SmolLM, TinyLlama;
+ * tensor types F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, used in
+ * place from the memory map) and llama2.c checkpoints (with a tokenizer file).
+ * The forward pass is one kiln plan built at load (symbolic token count and
+ * context length) and replayed for every prefill and decode step.
+ */
+#ifndef KILN_LLM_H
+#define KILN_LLM_H
+#include "kiln.h"
+#include "kiln_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kn_model kn_model;
+
+typedef enum { KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1 } kn_arch;
+
+typedef struct kn_model_config {
+    kn_arch arch;
+    int n_vocab, n_ctx_train, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
+    int n_rot;              /* rotated dims per head                     */
+    double rope_theta, rope_freq_scale, norm_eps;
+    bool rope_neox;         /* rotate halves (true) or interleaved pairs */
+    bool tied_output;       /* output matrix is the token embedding      */
+    kn_dtype weight_type;   /* dtype of most matrices                    */
+    int64_t n_params;
+    char name[128];
+} kn_model_config;
+
+typedef struct kn_model_opts {
+    const char *tokenizer_path;  /* llama2.c checkpoints: tokenizer.bin (like llama2.c's -z) */
+    int n_ctx;                   /* context length; 0 = min(training context, 4096) */
+    int n_batch;                 /* max tokens per forward (prefill chunk); 0 = 512 */
+    kn_backend *backend;         /* NULL = default */
+} kn_model_opts;
+
+kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out);
+void kn_model_free(kn_model *m);                         /* NULL is a no-op */
+const kn_model_config *kn_model_get_config(const kn_model *m);
+const kn_tokenizer *kn_model_tokenizer(const kn_model *m);  /* NULL if none was loaded */
+int kn_model_n_ctx(const kn_model *m);
+/* Chat template from the model file (GGUF tokenizer.chat_template), or NULL. */
+const char *kn_model_chat_template(const kn_model *m);
+/* Print architecture, hyperparameters, tensors, tokenizer (for `kiln info`). */
+kn_status kn_model_print_info(const char *path, void *FILE_ptr);
+
+/* Evaluate tokens at positions n_past .. n_past+n-1 (the KV cache keeps
+ * earlier positions). logits receives n_vocab floats for the last token, or
+ * n * n_vocab when all_logits. Long inputs are split into n_batch chunks. */
+kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits);
+
+/* ---- sampling ---------------------------------------------------------------- */
+typedef struct kn_sampler_params {
+    float temp;              /* 0 = greedy                                          */
+    int top_k;               /* 0 = off                                             */
+    float top_p;             /* 1 = off                                             */
+    float min_p;             /* 0 = off: drop tokens with p < min_p * p_max          */
+    float repeat_penalty;    /* 1 = off (llama.cpp style: divide positive logits)   */
+    float freq_penalty, presence_penalty;  /* 0 = off (OpenAI style)               */
+    int penalty_last_n;      /* how many recent tokens the penalties see            */
+    uint64_t seed;
+} kn_sampler_params;
+kn_sampler_params kn_sampler_defaults(void);
+typedef struct kn_sampler kn_sampler;
+kn_sampler *kn_sampler_new(const kn_sampler_params *p);
+void kn_sampler_free(kn_sampler *s);
+/* Picks a token; logits (n_vocab) are modified in place. history: recent tokens. */
+int32_t kn_sampler_sample(kn_sampler *s, float *logits, int n_vocab, const int32_t *history, int n_history);
+
+/* ---- generation ------------------------------------------------------------------- */
+/* Called with each new token and its text (UTF-8 complete pieces only; may be
+ * empty while a character is incomplete). Return false to stop. */
+typedef bool (*kn_token_cb)(void *ud, int32_t token, const char *text, size_t len);
+typedef struct kn_generate_params {
+    int max_tokens;          /* new tokens; 0 = until end of generation or context */
+    kn_sampler_params sampling;
+    const char *const *stop; /* stop strings (not printed)                          */
+    int n_stop;
+    bool add_bos;            /* default true (follows the tokenizer's rule)         */
+    bool parse_special;      /* recognise <|im_start|> etc. in the prompt            */
+    int n_past;              /* continue after this many cached tokens (chat)        */
+} kn_generate_params;
+typedef struct kn_generate_stats {
+    int n_prompt, n_generated, n_past_end;
+    double prefill_s, decode_s;    /* wall-clock seconds                         */
+    bool hit_context_limit;
+} kn_generate_stats;
+kn_generate_params kn_generate_defaults(void);
+kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *p,
+                      kn_token_cb cb, void *ud, kn_generate_stats *stats);
+/* Same with a prompt given as tokens. */
+kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *p,
+                             kn_token_cb cb, void *ud, kn_generate_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,133 @@
+/* generate.c: the generation loop: tokenize, prefill through the plan in
+ * batches, then decode one token per plan run, sampling, streaming complete
+ * UTF-8 text to a callback, stopping at end-of-generation tokens, stop
+ * strings, max tokens or the context limit. */
+#include "kn-impl.h"
+#include "kiln_llm.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+kn_generate_params kn_generate_defaults(void) {
+    kn_generate_params p = {0};
+    p.sampling = kn_sampler_defaults();
+    p.add_bos = true;
+    p.parse_special = true;
+    return p;
+}
+
+/* Text is held back while it could still be the start of a stop string. */
+typedef struct { char *buf; size_t len, cap; } sbuf;
+static bool sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t c = (b->cap ? b->cap * 2 : 256);
+        while (c < b->len + n + 1) c *= 2;
+        char *p = realloc(b->buf, c);
+        if (!p) return false;
+        b->buf = p; b->cap = c;
+    }
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = 0;
+    return true;
+}
+
+kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
+                             kn_token_cb cb, void *ud, kn_generate_stats *stats) {
+    kn_generate_params p = gp ? *gp : kn_generate_defaults();
+    kn_generate_stats st0 = {0};
+    kn_generate_stats *S = stats ? stats : &st0;
+    memset(S, 0, sizeof *S);
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    int V = kn_model_get_config(m)->n_vocab, n_ctx = kn_model_n_ctx(m);
+    if (n_prompt <= 0) return kn_set_error(KN_ERR_INVALID, "generate: empty prompt");
+    if (p.n_past + n_prompt >= n_ctx)
+        return kn_set_error(KN_ERR_LIMIT, "the prompt (%d tokens%s) does not fit the context length %d; shorten it or raise --ctx",
+                            n_prompt, p.n_past ? " plus the conversation so far" : "", n_ctx);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    int32_t *hist = malloc(sizeof(int32_t) * (size_t)(n_ctx + 1));
+    kn_sampler *smp = kn_sampler_new(&p.sampling);
+    kn_detok_stream *ds = NULL;
+    sbuf pend = {0};
+    int nh = n_prompt, n_past = p.n_past;
+    kn_status st = (!logits || !hist || !smp) ? kn_set_error(KN_ERR_NOMEM, "out of memory") : KN_OK;
+    if (!st && tok) st = kn_detok_stream_new(tok, 0, &ds);
+    if (st) goto out;
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    double t0 = now_s();
+    st = kn_model_eval(m, prompt, n_prompt, n_past, logits, false);
+    S->prefill_s = now_s() - t0;
+    S->n_prompt = n_prompt;
+    n_past += n_prompt;
+    if (st) goto out;
+    double t1 = now_s();
+    bool stop = false;
+    for (int i = 0; !stop && (p.max_tokens <= 0 || i < p.max_tokens); i++) {
+        int32_t t = kn_sampler_sample(smp, logits, V, hist, nh);
+        if (tok && kn_tokenizer_is_eog(tok, t)) break;
+        hist[nh++] = t;
+        S->n_generated++;
+        const char *txt = ""; size_t len = 0;
+        if (ds && (st = kn_detok_stream_push(ds, t, &txt, &len))) goto out;
+        /* stop strings: emit only what can no longer begin a stop string */
+        if (!sb_add(&pend, txt, len)) { st = kn_set_error(KN_ERR_NOMEM, "out of memory"); goto out; }
+        size_t emit = pend.len;
+        for (int k = 0; k < p.n_stop; k++) {
+            const char *hit = p.stop[k][0] ? strstr(pend.buf, p.stop[k]) : NULL;
+            if (hit) { emit = (size_t)(hit - pend.buf); stop = true; break; }
+        }
+        if (!stop)
+            for (int k = 0; k < p.n_stop; k++) {
+                size_t sl = strlen(p.stop[k]);
+                for (size_t l = sl > pend.len ? pend.len : sl - 1; l > 0; l--)
+                    if (!memcmp(pend.buf + pend.len - l, p.stop[k], l)) { if (pend.len - l < emit) emit = pend.len - l; break; }
+            }
+        if (cb && !cb(ud, t, pend.buf, emit)) stop = true;
+        memmove(pend.buf, pend.buf + emit, pend.len - emit);
+        pend.len -= emit;
+        if (pend.buf) pend.buf[pend.len] = 0;
+        if (stop) break;
+        if (n_past + 1 > n_ctx - 0 || n_past >= n_ctx) { S->hit_context_limit = true; break; }
+        if ((st = kn_model_eval(m, &t, 1, n_past, logits, false))) goto out;
+        n_past++;
+    }
+    if (!stop && ds) {                            /* flush held-back bytes */
+        const char *txt; size_t len;
+        if (kn_detok_stream_flush(ds, &txt, &len) == KN_OK && len) sb_add(&pend, txt, len);
+        if (cb && pend.len) cb(ud, -1, pend.buf, pend.len);
+    }
+    S->decode_s = now_s() - t1;
+out:
+    S->n_past_end = n_past;
+    kn_detok_stream_free(ds);
+    kn_sampler_free(smp);
+    free(pend.buf); free(logits); free(hist);
+    return st;
+}
+
+kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *gp,
+                      kn_token_cb cb, void *ud, kn_generate_stats *stats) {
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    if (!tok) return kn_set_error(KN_ERR_STATE, "generate: the model has no tokenizer");
+    kn_generate_params p = gp ? *gp : kn_generate_defaults();
+    int cap = (int)strlen(prompt) + 8, n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    bool bos = p.add_bos && kn_tokenizer_add_bos(tok) && p.n_past == 0;
+    kn_status st = kn_tokenize(tok, prompt, strlen(prompt), bos, p.parse_special, ids, cap, &n);
+    if (st == KN_ERR_LIMIT) {
+        int32_t *b = realloc(ids, sizeof(int32_t) * (size_t)n);
+        if (!b) { free(ids); return kn_set_error(KN_ERR_NOMEM, "out of memory"); }
+        ids = b; cap = n;
+        st = kn_tokenize(tok, prompt, strlen(prompt), bos, p.parse_special, ids, cap, &n);
+    }
+    if (!st) st = kn_generate_tokens(m, ids, n, &p, cb, ud, stats);
+    free(ids);
+    return st;
+}

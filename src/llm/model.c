@@ -1,0 +1,385 @@
+/* model.c: loading a decoder-only transformer and evaluating it as a kiln plan.
+ *
+ * Loading maps the file and wraps every weight as a kiln tensor in place
+ * (kn_from_ptr: no copy, quantized blocks stay quantized). The forward graph
+ * is built once: inputs are the token embeddings x [T, C], positions
+ * pos [T] and the index of the rows whose logits are wanted; T (tokens in
+ * this call) and S (context length after it) are plan symbols, so the same
+ * plan runs prefill chunks and single-token decode steps.
+ *
+ * Letters: T tokens this step, S context length (n_past + T), C model width,
+ * H query heads, Hkv key/value heads, D head dim, F ffn width, V vocab.
+ *
+ * Per layer (Llama): x += Wo · attn(rope(Wq·n(x)), cache_k, cache_v);
+ * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
+ * the caches [Hkv, n_ctx, D] with index_copy at their positions.
+ */
+#include "kn-impl.h"
+#include "kiln_llm.h"
+#include "llm/gguf.h"
+#include "llm/llama2c.h"
+#include "llm/mapfile.h"
+#include "llm/quant.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    kn_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w2, *w3;
+    kn_tensor *k_cache, *v_cache;       /* [Hkv, n_ctx, D] f32 */
+} layer_w;
+
+struct kn_model {
+    kn_model_config cfg;
+    kn_ctx *ctx;                       /* weights, caches and the graph */
+    kn_gguf *gguf;
+    kn_llama2c *l2c;
+    kn_tokenizer *tok;
+    char *chat_template;
+    kn_tensor *tok_embd;               /* [V, C] any dtype */
+    kn_tensor *out_norm, *wout;        /* [C], [V, C]      */
+    layer_w *layers;
+    int n_ctx, n_batch;
+    /* graph */
+    int sym_T, sym_S, sym_R;
+    kn_tensor *x_in, *pos_in, *rows_in, *logits;
+    kn_plan *plan;
+    float *row_buf;                    /* one dequantized embedding row */
+};
+
+/* ---- weights ------------------------------------------------------------------ */
+static kn_tensor *wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name) {
+    int64_t shape[2] = {rows, cols};
+    kn_tensor *t = rows == 1 ? kn_from_ptr(m->ctx, dt, 1, &shape[1], (void *)data)
+                             : kn_from_ptr(m->ctx, dt, 2, shape, (void *)data);
+    if (t) kn_set_name(t, name);
+    return t;
+}
+
+static kn_tensor *gguf_w(kn_model *m, const char *name, int64_t rows, int64_t cols, bool required, kn_status *st) {
+    const kn_gguf_tensor *gt = kn_gguf_find_tensor(m->gguf, name);
+    if (!gt) {
+        if (required) *st = kn_set_error(KN_ERR_FORMAT, "model file has no tensor '%s'; is it a llama-architecture GGUF?", name);
+        return NULL;
+    }
+    int64_t r = gt->n_dims == 1 ? 1 : gt->ne[1], c = gt->ne[0];
+    for (int i = 2; i < gt->n_dims; i++) r *= gt->ne[i];
+    if (r != rows || c != cols) {
+        *st = kn_set_error(KN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld], expected [%lld, %lld] from the model's hyperparameters",
+                           name, (long long)r, (long long)c, (long long)rows, (long long)cols);
+        return NULL;
+    }
+    kn_tensor *t = wrap(m, gt->type, rows, cols, gt->data, name);
+    if (!t) *st = kn_ctx_status(m->ctx);
+    return t;
+}
+
+static int64_t gguf_int(const kn_gguf *g, const char *arch, const char *key, int64_t def) {
+    char k[160];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    int64_t v;
+    return kn_gguf_get_i64(g, k, &v) ? v : def;
+}
+static double gguf_f64(const kn_gguf *g, const char *arch, const char *key, double def) {
+    char k[160];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    double v;
+    return kn_gguf_get_f64(g, k, &v) ? v : def;
+}
+
+static kn_status load_gguf(kn_model *m, const char *path) {
+    kn_status st = kn_gguf_open(path, &m->gguf);
+    if (st) return st;
+    kn_gguf_str s;
+    char arch[64] = "llama";
+    if (kn_gguf_get_str(m->gguf, "general.architecture", &s)) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
+    if (strcmp(arch, "llama"))
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama' GGUF models: Llama 2/3, SmolLM, TinyLlama)", path, arch);
+    if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(m->cfg.name, sizeof m->cfg.name, "%.*s", (int)s.len, s.ptr);
+    kn_model_config *c = &m->cfg;
+    c->arch = KN_ARCH_LLAMA;
+    c->dim = (int)gguf_int(m->gguf, arch, "embedding_length", 0);
+    c->n_layers = (int)gguf_int(m->gguf, arch, "block_count", 0);
+    c->ffn_dim = (int)gguf_int(m->gguf, arch, "feed_forward_length", 0);
+    c->n_heads = (int)gguf_int(m->gguf, arch, "attention.head_count", 0);
+    c->n_kv_heads = (int)gguf_int(m->gguf, arch, "attention.head_count_kv", c->n_heads);
+    c->n_ctx_train = (int)gguf_int(m->gguf, arch, "context_length", 2048);
+    c->rope_theta = gguf_f64(m->gguf, arch, "rope.freq_base", 10000.0);
+    c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_rms_epsilon", 1e-5);
+    double factor = gguf_f64(m->gguf, arch, "rope.scaling.factor", 1.0);
+    kn_gguf_str stype = {0};
+    bool linear = kn_gguf_get_str(m->gguf, "llama.rope.scaling.type", &stype) && stype.len == 6 && !memcmp(stype.ptr, "linear", 6);
+    c->rope_freq_scale = (linear && factor > 0) ? 1.0 / factor : 1.0;
+    c->rope_neox = false;              /* GGUF llama Q/K rows are permuted for paired rotation */
+    if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->ffn_dim <= 0 ||
+        c->dim % c->n_heads || c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20))
+        return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent hyperparameters (dim %d, layers %d, heads %d/%d, ffn %d)",
+                            path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
+    c->head_dim = c->dim / c->n_heads;
+    c->n_rot = (int)gguf_int(m->gguf, arch, "rope.dimension_count", c->head_dim);
+    const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
+    c->n_vocab = (int)te->ne[1];
+    int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim, V = c->n_vocab;
+    m->tok_embd = gguf_w(m, "token_embd.weight", V, C, true, &st);
+    if (st) return st;
+    m->out_norm = gguf_w(m, "output_norm.weight", 1, C, true, &st);
+    m->wout = gguf_w(m, "output.weight", V, C, false, &st);
+    if (st) return st;
+    c->tied_output = m->wout == NULL;
+    if (!m->wout) m->wout = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers && !st; l++) {
+        layer_w *L = &m->layers[l];
+        char n[96];
+#define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
+        W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", C, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
+        W(wo, "attn_output", C, C) W(ffn_norm, "ffn_norm", 1, C) W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F)
+        W(w3, "ffn_up", F, C)
+#undef W
+    }
+    if (st) return st;
+    c->weight_type = m->layers[0].wq->dtype;
+    st = kn_tokenizer_from_gguf(m->gguf, &m->tok);
+    if (st) return st;
+    if (kn_gguf_get_str(m->gguf, "tokenizer.chat_template", &s)) {
+        m->chat_template = malloc(s.len + 1);
+        if (m->chat_template) { memcpy(m->chat_template, s.ptr, s.len); m->chat_template[s.len] = 0; }
+    }
+    return KN_OK;
+}
+
+static kn_status load_llama2c(kn_model *m, const char *path, const char *tok_path) {
+    kn_status st = kn_llama2c_open(path, &m->l2c);
+    if (st) return st;
+    const kn_llama2c_config *lc = kn_llama2c_config_of(m->l2c);
+    if (lc->version == 2)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: llama2.c int8 (version 2) checkpoints are not supported yet; export with --version 1 (fp32)", path);
+    kn_model_config *c = &m->cfg;
+    c->arch = KN_ARCH_LLAMA;
+    c->dim = lc->dim; c->ffn_dim = lc->hidden_dim; c->n_layers = lc->n_layers;
+    c->n_heads = lc->n_heads; c->n_kv_heads = lc->n_kv_heads; c->n_vocab = lc->vocab_size;
+    c->n_ctx_train = lc->seq_len; c->head_dim = lc->head_size; c->n_rot = lc->head_size;
+    c->rope_theta = 10000.0; c->rope_freq_scale = 1.0; c->norm_eps = 1e-5; c->rope_neox = false;
+    c->tied_output = lc->shared_classifier; c->weight_type = KN_F32;
+    const char *base = strrchr(path, '/');
+    snprintf(c->name, sizeof c->name, "%s", base ? base + 1 : path);
+    int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim, V = c->n_vocab;
+    const float *sc;
+    m->tok_embd = wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_TOKEN_EMBEDDING, 0, &sc), "token_embedding");
+    m->out_norm = wrap(m, KN_F32, 1, C, kn_llama2c_layer(m->l2c, KN_L2C_RMS_FINAL, 0, &sc), "rms_final");
+    m->wout = wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_WCLS, 0, &sc), "wcls");
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_w *L = &m->layers[l];
+#define W(field, id, r, cc) L->field = wrap(m, KN_F32, r, cc, kn_llama2c_layer(m->l2c, id, l, &sc), #field);
+        W(attn_norm, KN_L2C_RMS_ATT, 1, C) W(wq, KN_L2C_WQ, C, C) W(wk, KN_L2C_WK, kv, C) W(wv, KN_L2C_WV, kv, C)
+        W(wo, KN_L2C_WO, C, C) W(ffn_norm, KN_L2C_RMS_FFN, 1, C) W(w1, KN_L2C_W1, F, C) W(w2, KN_L2C_W2, C, F)
+        W(w3, KN_L2C_W3, F, C)
+#undef W
+    }
+    if (kn_ctx_status(m->ctx)) return kn_ctx_status(m->ctx);
+    if (!tok_path)
+        return kn_set_error(KN_ERR_INVALID, "%s is a llama2.c checkpoint, which carries no tokenizer: pass one with -z tokenizer.bin", path);
+    return kn_tokenizer_load_llama2c(tok_path, c->n_vocab, &m->tok);
+}
+
+/* ---- the forward graph --------------------------------------------------------------- */
+static kn_tensor *lin(kn_ctx *ctx, kn_tensor *x, kn_tensor *w) { return kn_matmul(ctx, x, kn_transpose(ctx, w, 0, 1)); }
+
+static kn_status build_graph(kn_model *m) {
+    kn_ctx *ctx = m->ctx;
+    const kn_model_config *c = &m->cfg;
+    int64_t C = c->dim, H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim, NB = m->n_batch;
+    m->sym_T = kn_sym_new(ctx, "T", NB);
+    m->sym_S = kn_sym_new(ctx, "S", m->n_ctx);
+    m->sym_R = kn_sym_new(ctx, "R", NB);
+    m->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
+    m->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    m->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    if (!m->x_in || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
+    memset(m->pos_in->buf->data, 0, m->pos_in->buf->size);     /* every index valid from the start */
+    memset(m->rows_in->buf->data, 0, m->rows_in->buf->size);
+    kn_tensor *x = kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T);            /* [T, C] */
+    kn_tensor *pos = kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T);         /* [T] */
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_w *L = &m->layers[l];
+        L->k_cache = kn_empty(ctx, KN_F32, 3, (int64_t[]){Hkv, m->n_ctx, D});
+        L->v_cache = kn_empty(ctx, KN_F32, 3, (int64_t[]){Hkv, m->n_ctx, D});
+        if (!L->k_cache || !L->v_cache) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM;
+        memset(L->k_cache->buf->data, 0, L->k_cache->buf->size);
+        memset(L->v_cache->buf->data, 0, L->v_cache->buf->size);
+        kn_tensor *h = kn_rms_norm(ctx, x, 1, L->attn_norm, c->norm_eps);
+        int perm[3] = {1, 0, 2};
+        kn_tensor *q = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wq), 3, (int64_t[]){-1, H, D}), perm);   /* [H, T, D] */
+        kn_tensor *k = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wk), 3, (int64_t[]){-1, Hkv, D}), perm); /* [Hkv, T, D] */
+        kn_tensor *v = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wv), 3, (int64_t[]){-1, Hkv, D}), perm);
+        q = kn_rope(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+        k = kn_rope(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+        kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
+        kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
+        kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
+        kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
+        kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, 0);
+        a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
+        a = kn_reshape(ctx, a, 2, (int64_t[]){-1, C});
+        x = kn_add(ctx, x, lin(ctx, a, L->wo));
+        h = kn_rms_norm(ctx, x, 1, L->ffn_norm, c->norm_eps);
+        kn_tensor *f = kn_mul(ctx, kn_silu(ctx, lin(ctx, h, L->w1)), lin(ctx, h, L->w3));
+        x = kn_add(ctx, x, lin(ctx, f, L->w2));
+        if (!x) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    }
+    kn_tensor *rows = kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R);
+    kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
+    xl = kn_rms_norm(ctx, xl, 1, m->out_norm, c->norm_eps);
+    m->logits = lin(ctx, xl, m->wout);                                     /* [R, V] */
+    if (!m->logits) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
+    return m->plan ? KN_OK : (kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE);
+}
+
+/* ---- public ----------------------------------------------------------------------------- */
+static bool ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out) {
+    *out = NULL;
+    if (!path) return kn_set_error(KN_ERR_INVALID, "kn_model_load: no path");
+    kn_model *m = calloc(1, sizeof *m);
+    if (!m) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    kn_ctx_opts co = {opts ? opts->backend : NULL};
+    m->ctx = kn_ctx_new(&co);
+    kn_status st = m->ctx ? KN_OK : KN_ERR_NOMEM;
+    /* GGUF files start with "GGUF"; everything else is tried as llama2.c */
+    FILE *f = fopen(path, "rb");
+    if (!f) { kn_model_free(m); return kn_set_error(KN_ERR_IO, "cannot open model file %s (does it exist? `make run` downloads the default model into models/)", path); }
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, f);
+    fclose(f);
+    if (!st) {
+        if (got == 4 && !memcmp(magic, "GGUF", 4)) st = load_gguf(m, path);
+        else if (ends_with(path, ".bin") || (opts && opts->tokenizer_path)) st = load_llama2c(m, path, opts ? opts->tokenizer_path : NULL);
+        else st = kn_set_error(KN_ERR_FORMAT, "%s: not a GGUF file (magic %02x %02x %02x %02x) and not a .bin llama2.c checkpoint",
+                               path, (unsigned char)magic[0], (unsigned char)magic[1], (unsigned char)magic[2], (unsigned char)magic[3]);
+    }
+    if (!st) {
+        kn_model_config *c = &m->cfg;
+        int want = opts && opts->n_ctx > 0 ? opts->n_ctx : (c->n_ctx_train < 4096 ? c->n_ctx_train : 4096);
+        if (want > c->n_ctx_train && !(opts && opts->n_ctx > 0)) want = c->n_ctx_train;
+        m->n_ctx = want > 0 ? want : 512;
+        m->n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
+        if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
+        int64_t np = 0;
+        for (int32_t i = 0; i < m->ctx->n_all; i++)
+            if (m->ctx->all[i]->op == KN_OP_NONE && m->ctx->all[i] != m->wout) np += kn_numel(m->ctx->all[i]);
+        if (!c->tied_output) np += kn_numel(m->wout);
+        c->n_params = np;
+        m->row_buf = malloc(sizeof(float) * (size_t)c->dim);
+        st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;
+    }
+    if (st) { kn_model_free(m); return st; }
+    *out = m;
+    return KN_OK;
+}
+
+void kn_model_free(kn_model *m) {
+    if (!m) return;
+    kn_plan_free(m->plan);
+    kn_ctx_free(m->ctx);
+    kn_tokenizer_free(m->tok);
+    kn_gguf_close(m->gguf);
+    kn_llama2c_close(m->l2c);
+    free(m->layers);
+    free(m->chat_template);
+    free(m->row_buf);
+    free(m);
+}
+
+const kn_model_config *kn_model_get_config(const kn_model *m) { return &m->cfg; }
+const kn_tokenizer *kn_model_tokenizer(const kn_model *m) { return m->tok; }
+int kn_model_n_ctx(const kn_model *m) { return m->n_ctx; }
+const char *kn_model_chat_template(const kn_model *m) { return m->chat_template; }
+
+/* x rows = token embeddings, dequantized on the host straight into the input */
+static kn_status embed(kn_model *m, const int32_t *tokens, int n) {
+    const kn_tensor *te = m->tok_embd;
+    int64_t C = m->cfg.dim;
+    size_t row_bytes = kn_dtype_nbytes(te->dtype, C);
+    float *x = m->x_in->buf->data;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.n_vocab)
+            return kn_set_error(KN_ERR_INVALID, "token id %d is outside the vocabulary [0, %d)", tokens[i], m->cfg.n_vocab);
+        const char *row = (const char *)te->buf->data + row_bytes * (size_t)tokens[i];
+        kn_status st = kn_dequantize_row(te->dtype, row, x + (int64_t)i * C, C);
+        if (st) return st;
+    }
+    return KN_OK;
+}
+
+kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
+    if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");
+    if (n_past < 0 || n_past + n > m->n_ctx)
+        return kn_set_error(KN_ERR_LIMIT, "context full: %d cached + %d new tokens exceed the context length %d; "
+                            "start a new conversation or load with a larger --ctx", n_past, n, m->n_ctx);
+    int V = m->cfg.n_vocab;
+    for (int done = 0; done < n;) {
+        int T = n - done < m->n_batch ? n - done : m->n_batch;
+        kn_status st = embed(m, tokens + done, T);
+        if (st) return st;
+        int32_t *pos = m->pos_in->buf->data, *rows = m->rows_in->buf->data;
+        for (int i = 0; i < T; i++) pos[i] = n_past + done + i;
+        bool last_chunk = done + T == n;
+        int R = all_logits ? T : 1;
+        for (int i = 0; i < R; i++) rows[i] = all_logits ? i : T - 1;
+        if ((st = kn_sym_set(m->ctx, m->sym_T, T)) || (st = kn_sym_set(m->ctx, m->sym_S, n_past + done + T)) ||
+            (st = kn_sym_set(m->ctx, m->sym_R, R)))
+            return st;
+        if ((st = kn_plan_run(m->plan))) return st;
+        const float *lg = m->logits->buf->data;
+        if (all_logits) memcpy(logits + (size_t)done * V, lg, sizeof(float) * (size_t)T * V);
+        else if (last_chunk) memcpy(logits, lg, sizeof(float) * (size_t)V);
+        done += T;
+    }
+    return KN_OK;
+}
+
+kn_status kn_model_print_info(const char *path, void *fp) {
+    FILE *f = fp ? fp : stdout;
+    FILE *in = fopen(path, "rb");
+    if (!in) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
+    char magic[4] = {0};
+    size_t got = fread(magic, 1, 4, in);
+    fclose(in);
+    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+        kn_gguf *g;
+        kn_status st = kn_gguf_open(path, &g);
+        if (st) return st;
+        kn_gguf_print(g, f);
+        kn_tokenizer *tok = NULL;
+        if (kn_tokenizer_from_gguf(g, &tok) == KN_OK) {
+            fprintf(f, "tokenizer: %d tokens, bos %d, eos %d\n", kn_tokenizer_n_vocab(tok), kn_tokenizer_bos(tok), kn_tokenizer_eos(tok));
+            kn_tokenizer_free(tok);
+        } else fprintf(f, "tokenizer: none usable (%s)\n", kn_last_error());
+        kn_gguf_str s;
+        if (kn_gguf_get_str(g, "tokenizer.chat_template", &s)) fprintf(f, "chat template:\n%.*s\n", (int)s.len, s.ptr);
+        kn_gguf_close(g);
+        return KN_OK;
+    }
+    kn_llama2c *l;
+    kn_status st = kn_llama2c_open(path, &l);
+    if (st) return st;
+    const kn_llama2c_config *c = kn_llama2c_config_of(l);
+    fprintf(f, "llama2.c checkpoint (version %d)\n  dim %d, hidden %d, layers %d, heads %d, kv heads %d, vocab %d, seq_len %d, %s classifier\n",
+            c->version, c->dim, c->hidden_dim, c->n_layers, c->n_heads, c->n_kv_heads, c->vocab_size, c->seq_len,
+            c->shared_classifier ? "shared" : "separate");
+    for (int w = 0; w < KN_L2C_COUNT; w++) {
+        const kn_llama2c_weight *wt = kn_llama2c_weight_of(l, (kn_llama2c_wid)w);
+        if (wt) fprintf(f, "  %-16s %s x%d [%lld, %lld]\n", wt->name, kn_dtype_name(wt->dtype), wt->n_layers, (long long)wt->rows, (long long)wt->cols);
+    }
+    kn_llama2c_close(l);
+    return KN_OK;
+}
