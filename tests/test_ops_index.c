@@ -410,6 +410,46 @@ TEST(gradients) {
     GRAD(sl0, 1, R1, IN(3, SH(5, 2, 3), false, 0));
 }
 
+/* Symbolic lengths: a gather/index_select over a slice_sym view inside one
+ * plan, with its gradient (slice_sym's rule is an index_add into zeros). */
+TEST(symbolic_lengths_in_a_plan) {
+    kn_ctx *ctx = ref_ctx();
+    int T = kn_sym_new(ctx, "T", 6);
+    kn_tensor *x = kn_param(ctx, KN_F64, 2, SH(6, 3));
+    double xv[18];
+    for (int i = 0; i < 18; i++) xv[i] = i;
+    REQUIRE(kn_tensor_write(x, xv, KN_F64) == KN_OK, "%s", kn_last_error());
+    kn_tensor *xs = kn_slice_sym(ctx, x, 0, 0, T);                          /* [T,3] */
+    kn_tensor *y = kn_index_select(ctx, xs, 1, idx1(ctx, KN_I64, 3, (double[]){2, 0, 2}));   /* [T,3] */
+    kn_tensor *z = kn_pad(ctx, y, 1, SH(1, 0), KN_PAD_CONSTANT, 0);         /* [T,4] */
+    REQUIRE(y && z && y->sym[0] == T && z->sym[0] == T, "symbolic dim carried: %s", kn_last_error());
+    /* seeded with ones_like(z) (symbolic) rather than through kn_sum_all,
+     * whose rule does not keep symbolic dims */
+    kn_tensor *seed = kn_ones_like(ctx, z), *gx = NULL;
+    REQUIRE(kn_gradients(ctx, 1, &z, &seed, 1, &x, &gx) == KN_OK && gx, "%s", kn_last_error());
+    kn_tensor *outs[2] = {z, gx};
+    kn_plan *p = kn_plan_new(ctx, 2, outs, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    for (int len = 1; len <= 6; len += 2) {
+        REQUIRE(kn_sym_set(ctx, T, len) == KN_OK && kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        double zv[24], g[18];
+        REQUIRE(kn_tensor_read(z, zv, KN_F64) == KN_OK, "%s", kn_last_error());
+        for (int t = 0; t < len; t++)
+            for (int j = 0; j < 4; j++) {
+                double w = j == 0 ? 0 : xv[t * 3 + (j == 2 ? 0 : 2)];
+                CHECK(zv[t * 4 + j] == w, "T=%d: z[%d][%d] = %g want %g", len, t, j, zv[t * 4 + j], w);
+            }
+        REQUIRE(kn_tensor_read(gx, g, KN_F64) == KN_OK, "%s", kn_last_error());
+        for (int t = 0; t < 6; t++)
+            for (int j = 0; j < 3; j++) {
+                double w = t < len ? (j == 2 ? 2 : j == 0 ? 1 : 0) : 0;
+                CHECK(g[t * 3 + j] == w, "T=%d grad[%d][%d] = %g want %g", len, t, j, g[t * 3 + j], w);
+            }
+    }
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+}
+
 /* ======================================================================
  * bad arguments
  * ====================================================================== */
