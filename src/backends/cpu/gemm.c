@@ -21,6 +21,7 @@
 #include "core/cpu.h"                  // defines: kn_cpu, KN_ISA_*
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +32,13 @@ typedef struct {
     kn_sgemm_ukr_fn  ukr;
     kn_sgemv_dot_fn  dot;
     kn_sgemv_axpy_fn axpy;
+    kn_sgemm_pack_t_fn pack_t;  /* rows of A (not transposed) / of B (transposed) -> panels */
 } gemm_isa;
 
 /* Scalar: a 4x8 tile keeps 32 accumulators that compilers map to SSE/NEON registers. */
 static const gemm_isa k_generic = {4, 8, 256, 128, 2048,
-                                   kn_sgemm_ukr_4x8_generic, kn_sgemv_dot_generic, kn_sgemv_axpy_generic};
+                                   kn_sgemm_ukr_4x8_generic, kn_sgemv_dot_generic, kn_sgemv_axpy_generic,
+                                   kn_sgemm_pack_t_generic};
 #if !defined(KN_NO_X86) && (defined(__x86_64__) || defined(__i386__))
 #define KN_HAVE_X86 1
 /* AVX2 6x16: 12 ymm accumulators + 2 for the B row + 1 broadcast = 15 of 16 registers.
@@ -43,14 +46,16 @@ static const gemm_isa k_generic = {4, 8, 256, 128, 2048,
  * MC=192: the packed A block is 192 KiB, under half of a 512 KiB (Zen 3) L2.
  * NC=4080: the packed B block is ~4 MiB of L3. */
 static const gemm_isa k_avx2 = {6, 16, 256, 192, 4080,
-                                kn_sgemm_ukr_6x16_avx2, kn_sgemv_dot_avx2, kn_sgemv_axpy_avx2};
+                                kn_sgemm_ukr_6x16_avx2, kn_sgemv_dot_avx2, kn_sgemv_axpy_avx2,
+                                kn_sgemm_pack_t_avx2};
 #ifndef KN_NO_AVX512
 /* AVX-512 14x32: 28 zmm accumulators + 2 for the B row (broadcasts of A are
  * folded into the FMA as {1to16} memory operands) = 30 of 32 registers; 28 FMAs
  * per 2 loads + 14 broadcasts per k step, the best ratio that fits. KC=192 keeps
  * the 24 KiB B micro-panel inside a 32-48 KiB L1d; MC=168 -> 126 KiB of A in L2. */
 static const gemm_isa k_avx512 = {14, 32, 192, 168, 4096,
-                                  kn_sgemm_ukr_14x32_avx512, kn_sgemv_dot_avx512, kn_sgemv_axpy_avx512};
+                                  kn_sgemm_ukr_14x32_avx512, kn_sgemv_dot_avx512, kn_sgemv_axpy_avx512,
+                                  kn_sgemm_pack_t_avx2};
 #endif
 #endif
 
@@ -75,16 +80,40 @@ int kn_sgemm_force_isa(int isa) {
     return isa;
 }
 
-static const gemm_isa *cur_isa(void) {
-    int isa = atomic_load_explicit(&g_forced_isa, memory_order_relaxed);
-    if (isa < 0) isa = best_isa();
+static const gemm_isa *isa_table(int isa) {
 #ifdef KN_HAVE_X86
 #ifndef KN_NO_AVX512
     if (isa >= KN_ISA_AVX512) return &k_avx512;
 #endif
     if (isa >= KN_ISA_AVX2) return &k_avx2;
 #endif
+    (void)isa;
     return &k_generic;
+}
+
+/* Tuning knob: env KN_GEMM_BLOCK="KC,MC,NC" overrides the cache blocks of every
+ * path (MC, NC rounded up to the tile), read once. For benchmarking only. */
+static gemm_isa g_tuned[3];
+static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
+static void tune_init(void) {
+    for (int i = 0; i < 3; i++) g_tuned[i] = *isa_table(i);
+    const char *e = getenv("KN_GEMM_BLOCK");
+    long kc, mc, nc;
+    if (!e || sscanf(e, "%ld,%ld,%ld", &kc, &mc, &nc) != 3 || kc < 1 || mc < 1 || nc < 1 ||
+        kc > 4096 || mc > 4096 || nc > 65536) return;
+    for (int i = 0; i < 3; i++) {
+        gemm_isa *t = &g_tuned[i];
+        t->kc = (int)kc;
+        t->mc = (int)((mc + t->mr - 1) / t->mr * t->mr);
+        t->nc = (int)((nc + t->nr - 1) / t->nr * t->nr);
+    }
+}
+
+static const gemm_isa *cur_isa(void) {
+    int isa = atomic_load_explicit(&g_forced_isa, memory_order_relaxed);
+    if (isa < 0) isa = best_isa();
+    pthread_once(&g_tune_once, tune_init);
+    return &g_tuned[isa < 0 ? 0 : isa > 2 ? 2 : isa];
 }
 
 void kn_sgemm_set_max_threads(int n) { atomic_store(&g_max_threads, n > 0 ? n : 0); }
@@ -131,6 +160,14 @@ void kn_sgemv_axpy_generic(int64_t K, int64_t cols, const float *X, int64_t ld,
     }
 }
 
+void kn_sgemm_pack_t_generic(const float *src, int64_t ld, int rows, int64_t kc,
+                             float *dst, int64_t dstride) {
+    for (int i = 0; i < rows; i++) {
+        const float *r = src + i * ld;
+        for (int64_t k = 0; k < kc; k++) dst[k * dstride + i] = r[k];
+    }
+}
+
 /* ==== packing ================================================================= */
 /* Element (i, k) of op(A) and (k, j) of op(B). */
 #define OPA(i, k) (ta ? A[(k) * lda + (i)] : A[(i) * lda + (k)])
@@ -138,8 +175,9 @@ void kn_sgemv_axpy_generic(int64_t K, int64_t cols, const float *X, int64_t ld,
 
 /* Pack op(A)[i0 : i0+mc, k0 : k0+kc] as ceil(mc/mr) panels of mr x kc; panel p
  * stores column k as mr consecutive floats; rows past mc are zero. */
-static void pack_a(int mr, bool ta, const float *A, int64_t lda, int64_t i0, int64_t mc,
+static void pack_a(const gemm_isa *I, bool ta, const float *A, int64_t lda, int64_t i0, int64_t mc,
                    int64_t k0, int64_t kc, float *restrict dst) {
+    const int mr = I->mr;
     for (int64_t ip = 0; ip < mc; ip += mr) {
         const int64_t m = mc - ip < mr ? mc - ip : mr;
         if (ta) {                                         /* rows of A are columns of op(A): contiguous */
@@ -151,10 +189,7 @@ static void pack_a(int mr, bool ta, const float *A, int64_t lda, int64_t i0, int
                 for (; i < mr; i++) d[i] = 0.0f;
             }
         } else {
-            for (int64_t i = 0; i < m; i++) {
-                const float *src = A + (i0 + ip + i) * lda + k0;
-                for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = src[k];
-            }
+            I->pack_t(A + (i0 + ip) * lda + k0, lda, (int)m, kc, dst, mr);
             for (int64_t i = m; i < mr; i++)
                 for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = 0.0f;
         }
@@ -164,8 +199,9 @@ static void pack_a(int mr, bool ta, const float *A, int64_t lda, int64_t i0, int
 
 /* Pack op(B)[k0 : k0+kc, j0 : j0+nc] as ceil(nc/nr) panels of kc x nr; panel p
  * stores row k as nr consecutive floats; columns past nc are zero. */
-static void pack_b(int nr, bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
+static void pack_b(const gemm_isa *I, bool tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
                    int64_t j0, int64_t nc, float *restrict dst) {
+    const int nr = I->nr;
     for (int64_t jp = 0; jp < nc; jp += nr) {
         const int64_t n = nc - jp < nr ? nc - jp : nr;
         if (!tb) {
@@ -180,10 +216,7 @@ static void pack_b(int nr, bool tb, const float *B, int64_t ldb, int64_t k0, int
                 }
             }
         } else {
-            for (int64_t j = 0; j < n; j++) {
-                const float *src = B + (j0 + jp + j) * ldb + k0;
-                for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = src[k];
-            }
+            I->pack_t(B + (j0 + jp) * ldb + k0, ldb, (int)n, kc, dst, nr);
             for (int64_t j = n; j < nr; j++)
                 for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = 0.0f;
         }
@@ -270,10 +303,10 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
         for (int64_t pc = 0; pc < K; pc += I->kc) {
             const int64_t kc = K - pc < I->kc ? K - pc : I->kc;
             const float beta = pc == 0 ? g->beta : 1.0f;
-            pack_b(nr, g->tb, g->B, g->ldb, pc, kc, jc, nc, Bp);
+            pack_b(I, g->tb, g->B, g->ldb, pc, kc, jc, nc, Bp);
             for (int64_t ic = m0; ic < m1; ic += I->mc) {
                 const int64_t mc = m1 - ic < I->mc ? m1 - ic : I->mc;
-                pack_a(mr, g->ta, g->A, g->lda, ic, mc, pc, kc, Ap);
+                pack_a(I, g->ta, g->A, g->lda, ic, mc, pc, kc, Ap);
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int64_t n = nc - jr < nr ? nc - jr : nr;
                     const float *bp = Bp + jr * kc;

@@ -57,6 +57,12 @@ typedef void (*kn_sgemv_dot_fn)(int64_t rows, int64_t K, const float *X, int64_t
 typedef void (*kn_sgemv_axpy_fn)(int64_t K, int64_t cols, const float *X, int64_t ld,
                                  const float *x, float *y);
 
+/* Transposing pack: dst[k*dstride + i] = src[i*ld + k] for i < rows, k < kc. */
+typedef void (*kn_sgemm_pack_t_fn)(const float *src, int64_t ld, int rows, int64_t kc,
+                                   float *dst, int64_t dstride);
+
+void kn_sgemm_pack_t_generic(const float *src, int64_t ld, int rows, int64_t kc,
+                             float *dst, int64_t dstride);
 void kn_sgemm_ukr_4x8_generic(int64_t kc, const float *Ap, const float *Bp,
                               float *C, int64_t ldc, float alpha, float beta);
 void kn_sgemv_dot_generic(int64_t rows, int64_t K, const float *X, int64_t ld,
@@ -70,6 +76,8 @@ void kn_sgemv_dot_avx2(int64_t rows, int64_t K, const float *X, int64_t ld,
                        const float *x, float *y);
 void kn_sgemv_axpy_avx2(int64_t K, int64_t cols, const float *X, int64_t ld,
                         const float *x, float *y);
+void kn_sgemm_pack_t_avx2(const float *src, int64_t ld, int rows, int64_t kc,
+                          float *dst, int64_t dstride);   /* also used by the AVX-512 path */
 #ifndef KN_NO_AVX512
 void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
                                float *C, int64_t ldc, float alpha, float beta);

@@ -133,3 +133,53 @@ void kn_sgemv_axpy_avx2(int64_t K, int64_t cols, const float *X, int64_t ld,
         for (; j < cols; j++) y[j] += x[k] * r[j];
     }
 }
+
+/* ---- transposing pack ---------------------------------------------------------
+ * dst[k*dstride + i] = src[i*ld + k] for i < rows, k < kc: packs rows of a
+ * row-major operand into k-major micro-panels (op(A) not transposed, op(B)
+ * transposed). Groups of 8 (or 6) rows go through an 8x8 register transpose,
+ * 8 k at a time; other group sizes and the k tail are scalar. */
+static void pack_t_group(const float *src, int64_t ld, int g, int64_t kc, float *dst, int64_t ds) {
+    const float *r[8];
+    for (int i = 0; i < 8; i++) r[i] = src + (i < g ? i : 0) * ld;
+    int64_t k = 0;
+    if (g == 8 || g == 6) {
+        const __m256 z = _mm256_setzero_ps();
+        for (; k + 8 <= kc; k += 8) {
+            const __m256 a0 = _mm256_loadu_ps(r[0] + k), a1 = _mm256_loadu_ps(r[1] + k);
+            const __m256 a2 = _mm256_loadu_ps(r[2] + k), a3 = _mm256_loadu_ps(r[3] + k);
+            const __m256 a4 = _mm256_loadu_ps(r[4] + k), a5 = _mm256_loadu_ps(r[5] + k);
+            const __m256 a6 = g == 8 ? _mm256_loadu_ps(r[6] + k) : z;
+            const __m256 a7 = g == 8 ? _mm256_loadu_ps(r[7] + k) : z;
+            const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+            const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+            const __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+            const __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+            const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+            const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+            const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+            const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+            __m256 c[8];                     /* c[j] = column k+j: rows 0..7 */
+            c[0] = _mm256_permute2f128_ps(s0, s4, 0x20); c[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+            c[1] = _mm256_permute2f128_ps(s1, s5, 0x20); c[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+            c[2] = _mm256_permute2f128_ps(s2, s6, 0x20); c[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+            c[3] = _mm256_permute2f128_ps(s3, s7, 0x20); c[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+            float *d = dst + k * ds;
+            if (g == 8) {
+                for (int j = 0; j < 8; j++) _mm256_storeu_ps(d + j * ds, c[j]);
+            } else {
+                for (int j = 0; j < 8; j++) {
+                    _mm_storeu_ps(d + j * ds, _mm256_castps256_ps128(c[j]));
+                    _mm_storel_pi((__m64 *)(void *)(d + j * ds + 4), _mm256_extractf128_ps(c[j], 1));
+                }
+            }
+        }
+    }
+    for (; k < kc; k++)
+        for (int i = 0; i < g; i++) dst[k * ds + i] = r[i][k];
+}
+
+void kn_sgemm_pack_t_avx2(const float *src, int64_t ld, int rows, int64_t kc, float *dst, int64_t dstride) {
+    for (int i0 = 0; i0 < rows; i0 += 8)
+        pack_t_group(src + i0 * ld, ld, rows - i0 < 8 ? rows - i0 : 8, kc, dst + i0, dstride);
+}
