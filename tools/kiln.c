@@ -38,6 +38,7 @@ static void usage(void) {
             "  info MODEL                    architecture, hyperparameters, tensors, tokenizer\n"
             "  bench -m MODEL                prefill and decode tokens/s (median of runs)\n"
             "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
+            "  tokenize -m MODEL -p TEXT     print the token ids of TEXT\n"
             "options:\n"
             "  -m FILE        model (GGUF, or llama2.c .bin with -z)\n"
             "  -z FILE        tokenizer for llama2.c checkpoints (tokenizer.bin)\n"
@@ -143,6 +144,7 @@ static int cmd_generate(const args *a) {
         msgs[n++] = (kn_chat_msg){"user", a->prompt};
         text = render(&t, msgs, n);
         prompt = text;
+        if (text && getenv("KN_DEBUG")) fprintf(stderr, "--- chat prompt ---\n%s\n-------------------\n", text);
     }
     kn_generate_stats s;
     kn_status st = prompt ? kn_generate(m, prompt, &gp, print_cb, NULL, &s) : KN_ERR_NOMEM;
@@ -243,6 +245,22 @@ static int cmd_chat(const args *a) {
     free(msgs); free(owned);
     kn_model_free(m);
     return rc;
+}
+
+/* kiln tokenize: print the token ids of -p TEXT (one line, space separated) */
+static int cmd_tokenize(const args *a) {
+    if (!a->prompt) { fprintf(stderr, "kiln tokenize: no text (-p TEXT)\n"); return 2; }
+    kn_model *m = load(a);
+    if (!m) return 1;
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    int cap = (int)strlen(a->prompt) + 8, n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    kn_status st = ids ? kn_tokenize(tok, a->prompt, strlen(a->prompt), kn_tokenizer_add_bos(tok), true, ids, cap, &n) : KN_ERR_NOMEM;
+    if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
+    else { for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]); printf("\n"); }
+    free(ids);
+    kn_model_free(m);
+    return st ? 1 : 0;
 }
 
 static double now_s(void) {
@@ -346,6 +364,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(&a);
     if (!strcmp(cmd, "bench")) return cmd_bench(&a);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&a);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&a);
     fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
     usage();
     return 2;

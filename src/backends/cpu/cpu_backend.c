@@ -188,7 +188,7 @@ static bool fast_matmul_quant(const kn_exec *e) {
 
 static bool fast_matmul(const kn_exec *e) {
     if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
-        return fast_matmul_quant(e);
+        return getenv("KN_QMM_EXACT") ? false : fast_matmul_quant(e);
     const kn_tview *d = &e->dst;
     if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
     int nb = d->ndim - 2;
