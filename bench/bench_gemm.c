@@ -5,8 +5,9 @@
  * Shapes: square 256..2048; the LLM shapes A[768,2304] @ B[2304,64] and the
  * decode matrix-vector W[4096,4096] @ x[4096] (kiln through kn_sgemm with N=1,
  * OpenBLAS through cblas_sgemv, its best entry point for that shape).
- * Each cell runs all kiln reps, then all OpenBLAS reps, after one warm-up each;
- * the result of each library is checked against the other.
+ * Each cell runs all kiln reps, then all OpenBLAS reps, each after a 0.3 s pause
+ * (idle pool threads of the other library fall asleep) and one warm-up run; the
+ * result of each library is checked against the other.
  *
  * Debian's OpenBLAS can mis-detect recent CPUs, so unless OPENBLAS_CORETYPE is
  * set the program re-executes itself with it set ("SkylakeX" when the CPU has
@@ -59,6 +60,10 @@ static void run_blas(const shape *s, const float *A, const float *B, float *C) {
 static double time_med(void (*fn)(const shape *, const float *, const float *, float *),
                        const shape *s, const float *A, const float *B, float *C, int reps) {
     double t[64];
+    /* Let the other library's idle workers go to sleep first: OpenBLAS's spin
+     * (sched_yield) for ~2^28 cycles after a job, kiln's for well under 1 ms;
+     * on a 2-core machine a spinning idle thread halves the other's 2-thread speed. */
+    usleep(300 * 1000);
     fn(s, A, B, C);
     for (int r = 0; r < reps; r++) {
         double t0 = now();

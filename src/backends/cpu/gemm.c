@@ -331,21 +331,30 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
     }
 }
 
-/* Thread grid: tm x tn rectangles over C. */
-typedef struct { const gemm_args *g; int tm, tn; int64_t mstep, nstep; } grid_job;
+/* Chunk grid: tm x tn rectangles over C, claimed by the threads from a shared
+ * counter, so a thread slowed down by other load on its core takes fewer. */
+typedef struct {
+    const gemm_args *g;
+    int tm, tn;
+    int64_t mstep, nstep;
+    atomic_int next;            /* next unclaimed chunk */
+} grid_job;
 
 static void grid_worker(void *ctx, int ith, int nth) {
-    const grid_job *j = ctx;
-    const int64_t bi = ith / j->tn, bj = ith % j->tn;
-    int64_t m0 = bi * j->mstep, m1 = m0 + j->mstep, n0 = bj * j->nstep, n1 = n0 + j->nstep;
-    if (m1 > j->g->M) m1 = j->g->M;
-    if (n1 > j->g->N) n1 = j->g->N;
-    gemm_block(j->g, m0, m1, n0, n1);
+    grid_job *j = ctx;
+    const int nchunks = j->tm * j->tn;
+    for (int c = atomic_fetch_add(&j->next, 1); c < nchunks; c = atomic_fetch_add(&j->next, 1)) {
+        const int64_t bi = c / j->tn, bj = c % j->tn;
+        int64_t m0 = bi * j->mstep, m1 = m0 + j->mstep, n0 = bj * j->nstep, n1 = n0 + j->nstep;
+        if (m1 > j->g->M) m1 = j->g->M;
+        if (n1 > j->g->N) n1 = j->g->N;
+        gemm_block(j->g, m0, m1, n0, n1);
+    }
 }
 
 static int64_t ceil_to(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* Pick tm x tn = nt minimizing per-thread padded compute plus packing volume. */
+/* Pick tm x tn = nt minimizing per-chunk padded compute plus packing volume. */
 static void pick_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt,
                       int *tm_out, int *tn_out, int64_t *ms, int64_t *ns) {
     double best = -1;
@@ -359,6 +368,24 @@ static void pick_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt
         const double nblk = (double)((nstep + I->nc - 1) / I->nc);
         const double cost = (double)mstep * nstep * K + 4.0 * K * (mstep * nblk + nstep);
         if (best < 0 || cost < best) { best = cost; *tm_out = tm; *tn_out = tn; *ms = mstep; *ns = nstep; }
+    }
+}
+
+/* Split for nt threads: up to 4 chunks per thread (load balance) as long as the
+ * extra packing that more chunks cost stays under ~2% of the multiply-adds
+ * (each extra column of chunks packs op(A) again, each extra row op(B)). */
+static void plan_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt, grid_job *j) {
+    j->tm = 1; j->tn = 1; j->mstep = M; j->nstep = N;
+    pick_grid(I, M, N, K, nt, &j->tm, &j->tn, &j->mstep, &j->nstep);
+    for (int over = 4; over >= 2; over /= 2) {
+        int tm = 0, tn = 0;
+        int64_t ms = 0, ns = 0;
+        pick_grid(I, M, N, K, nt * over, &tm, &tn, &ms, &ns);
+        if (tm == 0) continue;
+        /* extra copies K*(M*(tn-1) + N*(tm-1)) at ~4 floats/cycle, against M*N*K
+         * multiply-adds at ~16/cycle */
+        const double extra = 4.0 * ((double)(tn - 1) / N + (double)(tm - 1) / M);
+        if (extra <= 0.02) { j->tm = tm; j->tn = tn; j->mstep = ms; j->nstep = ns; return; }
     }
 }
 
@@ -451,9 +478,12 @@ static void sgemm_nt(int nt, bool transA, bool transB, int64_t M, int64_t N, int
     int64_t maxnt = (int64_t)(flops / 2e6);
     if (maxnt < nt) nt = maxnt < 1 ? 1 : (int)maxnt;
     if (nt <= 1) { gemm_block(&g, 0, M, 0, N); return; }
-    grid_job j = {&g, 1, 1, M, N};
-    pick_grid(I, M, N, K, nt, &j.tm, &j.tn, &j.mstep, &j.nstep);
-    kn_pool_run(grid_worker, &j, j.tm * j.tn);
+    grid_job j;
+    j.g = &g;
+    atomic_init(&j.next, 0);
+    plan_grid(I, M, N, K, nt, &j);
+    const int chunks = j.tm * j.tn;
+    kn_pool_run(grid_worker, &j, chunks < nt ? chunks : nt);
 }
 
 void kn_sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
