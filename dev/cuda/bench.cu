@@ -23,6 +23,7 @@
 #include "sgemm/v2_smem.cu"
 #include "sgemm/v3_blocktile2d.cu"
 #include "sgemm/v4_vectorized.cu"
+#include "sgemm/v6_warplayout.cu"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(2); } } while (0)
@@ -133,7 +134,7 @@ static void test_sgemm() {
     struct S { int M, N, K; bool ta, tb; float alpha, beta; } cases[] = {
         {256, 384, 128, false, false, 1, 0}, {256, 384, 128, false, true, 1, 0}, {256, 384, 128, true, false, 1, 0},
         {256, 384, 128, true, true, 1, 0}, {260, 132, 100, false, false, 1.5f, 0.5f}, {1000, 1004, 996, false, true, 1, 0},
-        {129, 67, 33, false, false, 1, 0}, {129, 67, 33, true, true, 2, -1}};
+        {129, 67, 33, false, false, 1, 0}, {129, 67, 33, true, true, 2, -1}, {256, 256, 64, false, false, 1.5f, 0.5f}};
     for (auto c : cases) {
         auto A = randv((size_t)c.M * c.K), B = randv((size_t)c.K * c.N), C0 = randv((size_t)c.M * c.N);
         float *dA = dup(A), *dB = dup(B), *dC = dup(C0);
@@ -183,17 +184,18 @@ static void bench_sgemm() {
             check("kn_cuda_sgemm", w, serr, 1e-5);
             float ms = time_ms([&] { kn_cuda_sgemm(ta, tb, n, n, n, 1, dA, n, dB, n, 0, dC, n, NULL); }, 2, n > 4096 ? 5 : 10);
             g_rows.push_back({std::string("cublasSgemm ") + mn, s, rms * 1e3, fl / (rms * 1e-3) / 1e12, "TFLOP/s", 1.0, "cublas", cerr, true});
-            row_fl(std::string("sgemm v5 (lib) ") + mn, s, ms, fl, rms, "cublas", err, err <= 1e-5);
+            row_fl(std::string("kn_cuda_sgemm ") + mn, s, ms, fl, rms, "cublas", err, err <= 1e-5);
             if (mode == 0 && n == 4096) {
-                void (*vs[4])(int, int, int, const float *, const float *, float *) = {sgemm_v1, sgemm_v2, sgemm_v3, sgemm_v4};
-                for (int v = 0; v < 4; v++) {
+                void (*vs[6])(int, int, int, const float *, const float *, float *) = {sgemm_v1, sgemm_v2, sgemm_v3, sgemm_v4, sgemm_v6_bk8, sgemm_v6_bk16};
+                const char *vn[6] = {"sgemm v1 naive", "sgemm v2 smem", "sgemm v3 2d-tile", "sgemm v4 float4", "sgemm v6 warp bk8", "sgemm v6 warp bk16"};
+                for (int v = 0; v < 6; v++) {
                     poison(dC, e);
                     vs[v](n, n, n, dA, dB, dC); CK(cudaGetLastError());
                     double ev = relerr_f(down(dC, e), R);
-                    snprintf(w, sizeof w, "%s v%d vs cublas", s.c_str(), v + 1);
+                    snprintf(w, sizeof w, "%s %s vs cublas", s.c_str(), vn[v]);
                     check("dev sgemm ladder", w, ev, 1e-5);
-                    float vms = time_ms([&] { vs[v](n, n, n, dA, dB, dC); }, 1, v == 0 ? 3 : 5);
-                    row_fl("sgemm v" + std::to_string(v + 1) + (v == 0 ? " naive" : v == 1 ? " smem" : v == 2 ? " 2d-tile" : " float4"), s, vms, fl, rms, "cublas", ev, ev <= 1e-5);
+                    float vms = time_ms([&] { vs[v](n, n, n, dA, dB, dC); }, 1, v < 2 ? 3 : 10);
+                    row_fl(vn[v], s, vms, fl, rms, "cublas", ev, ev <= 1e-5);
                 }
             }
         }
@@ -345,7 +347,8 @@ static void test_bench_ce() {
         float *dx2 = dup(x); poison(dl, c.B);
         KN(kn_cuda_crossentropy_fwd_bwd(dl, dx2, dx2, dt, c.B, c.V, dloss, NULL));
         check("kn_cuda_crossentropy", s + " in-place dlogits", relerr(down(dx2, n), rg), 1e-5);
-        if (c.bench) { float ms = time_ms([&] { kn_cuda_crossentropy_fwd_bwd(dl, dg, dx, dt, c.B, c.V, dloss, NULL); }); row_bw("crossentropy fwd+bwd", s, ms, 2.0 * n * 4, eg, eg <= 1e-5); }
+        if (c.bench) { float ms = time_ms([&] { kn_cuda_crossentropy_fwd_bwd(dl, dg, dx, dt, c.B, c.V, dloss, NULL); }); row_bw("crossentropy fwd+bwd", s, ms, 2.0 * n * 4, eg, eg <= 1e-5);
+        }
         CK(cudaFree(dx)); CK(cudaFree(dx2)); CK(cudaFree(dl)); CK(cudaFree(dg)); CK(cudaFree(dt));
     }
 }

@@ -72,3 +72,24 @@ __device__ __forceinline__ uint16_t kn_f2bf(float f) {  // round to nearest even
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
+
+/* Block-strided sweep over x[0, n) in float4s (n % 4 == 0, x 16-byte aligned):
+ * each thread loads U float4s before using any, so that U loads are in flight
+ * per thread, then calls f(i, v) for the float4 v = x[i..i+3]. */
+template <int U, typename F>
+__device__ __forceinline__ void kn_sweep4(const float *x, int64_t n, F f) {
+    const int64_t T4 = (int64_t)blockDim.x * 4;
+    for (int64_t b = (int64_t)threadIdx.x * 4; b < n; b += T4 * U) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t i = b + u * T4;
+            if (i < n) v[u] = __ldg((const float4 *)(x + i));
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t i = b + u * T4;
+            if (i < n) f(i, v[u]);
+        }
+    }
+}

@@ -23,12 +23,17 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
     const float xt = valid ? xr[t] : 0.f;     // read before any in-place write
     float m = -INFINITY, s = 0.f;
     if (vec) {
-        for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) {
-            float4 a = __ldg((const float4 *)(xr + i));
+        auto stat = [&](int64_t i, float4 a) {
             if (CACHE) rowc[i / 4] = a;
             float mx = fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w));
             kn_ms_merge(m, s, mx, __expf(a.x - mx) + __expf(a.y - mx) + __expf(a.z - mx) + __expf(a.w - mx));
-        }
+        };
+        /* measured (H200, 2048 x 50304): the plain loop is faster with the cache
+         * (0.68 vs 0.64 of copy), the batched sweep without it */
+        if (CACHE)
+            for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) stat(i, __ldg((const float4 *)(xr + i)));
+        else
+            kn_sweep4<4>(xr, V, stat);
     } else {
         for (int64_t i = threadIdx.x; i < V; i += KN_CE_THREADS) kn_ms_merge(m, s, xr[i], 1.f);
     }
@@ -47,12 +52,16 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
     float *dr = dlogits + b * V;
     const float sc = valid ? dloss / s : 0.f;
     if (vec) {
-        for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) {
-            float4 a = CACHE ? rowc[i / 4] : __ldg((const float4 *)(xr + i));
+        auto emit = [&](int64_t i, float4 a) {
             float4 g = make_float4(__expf(a.x - m) * sc, __expf(a.y - m) * sc,
                                    __expf(a.z - m) * sc, __expf(a.w - m) * sc);
             if (valid && t >= i && t < i + 4) (&g.x)[t - i] -= dloss;
             *(float4 *)(dr + i) = g;
+        };
+        if (CACHE) {
+            for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) emit(i, rowc[i / 4]);
+        } else {
+            kn_sweep4<4>(xr, V, emit);
         }
     } else {
         for (int64_t i = threadIdx.x; i < V; i += KN_CE_THREADS) {

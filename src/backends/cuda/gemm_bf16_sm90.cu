@@ -21,11 +21,12 @@
 #endif
 
 #define G_BM 128
-#define G_BN 256
 #define G_BK 64
-#define G_STAGES 4
-#define G_STAGE_BYTES ((G_BM + G_BN) * G_BK * 2)
-#define G_SMEM_BYTES (G_STAGES * G_STAGE_BYTES + 1024 + 2 * G_STAGES * 8)
+/* per tile width BN (only 256 is instantiated; 128 measured slower at 8192):
+ * stages and shared-memory bytes */
+#define G_STAGES(BN) 4
+#define G_STAGE_BYTES(BN) ((G_BM + (BN)) * G_BK * 2)
+#define G_SMEM_BYTES(BN) (G_STAGES(BN) * G_STAGE_BYTES(BN) + 1024 + 2 * 8 * G_STAGES(BN))
 
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -73,24 +74,30 @@ __device__ __forceinline__ void wg_mma_256(float *d, uint64_t da, uint64_t db) {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(da), "l"(db), "r"(1));
 }
+template <int BN> __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
+    static_assert(BN == 256, "only the m64n256k16 shape is written");
+    wg_mma_256(d, da, db);
+}
 #endif /* KN_SM90A_DEVICE */
 
+template <int BN>
 __global__ void __launch_bounds__(384, 1)
 gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap tmA,
                        const __grid_constant__ CUtensorMap tmB, int M, int N, int K,
                        const float *__restrict__ bias, int epi, uint16_t *__restrict__ C) {
 #ifdef KN_SM90A_DEVICE
+    constexpr int STAGES = G_STAGES(BN), STAGE_BYTES = G_STAGE_BYTES(BN), NACC = BN / 2;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sA = base;                                   // [STAGES][BM][BK]
-    uint8_t *sB = base + G_STAGES * G_BM * G_BK * 2;      // [STAGES][BN][BK]
-    uint64_t *full = (uint64_t *)(base + G_STAGES * G_STAGE_BYTES);
-    uint64_t *empty = full + G_STAGES;
+    uint8_t *sB = base + STAGES * G_BM * G_BK * 2;      // [STAGES][BN][BK]
+    uint64_t *full = (uint64_t *)(base + STAGES * STAGE_BYTES);
+    uint64_t *empty = full + STAGES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const int m0 = blockIdx.y * G_BM, n0 = blockIdx.x * G_BN;
+    const int m0 = blockIdx.y * G_BM, n0 = blockIdx.x * BN;
     const int nk = (K + G_BK - 1) / G_BK;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < G_STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 2); }
+        for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 2); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
@@ -98,51 +105,67 @@ gemm_bf16_wgmma_kernel(const __grid_constant__ CUtensorMap tmA,
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (tid == 0) {
             for (int kt = 0; kt < nk; kt++) {
-                int s = kt % G_STAGES;
-                if (kt >= G_STAGES) mbar_wait(&empty[s], ((kt / G_STAGES) - 1) & 1);
-                mbar_expect_tx(&full[s], G_STAGE_BYTES);
+                int s = kt % STAGES;
+                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) - 1) & 1);
+                mbar_expect_tx(&full[s], STAGE_BYTES);
                 tma_load_2d(sA + s * G_BM * G_BK * 2, &tmA, kt * G_BK, m0, &full[s]);
-                tma_load_2d(sB + s * G_BN * G_BK * 2, &tmB, kt * G_BK, n0, &full[s]);
+                tma_load_2d(sB + s * BN * G_BK * 2, &tmB, kt * G_BK, n0, &full[s]);
             }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1;
-        float d[128];
+        float d[NACC];
 #pragma unroll
-        for (int i = 0; i < 128; i++) d[i] = 0.f;
+        for (int i = 0; i < NACC; i++) d[i] = 0.f;
         for (int kt = 0; kt < nk; kt++) {
-            int s = kt % G_STAGES;
-            mbar_wait(&full[s], (kt / G_STAGES) & 1);
+            int s = kt % STAGES;
+            mbar_wait(&full[s], (kt / STAGES) & 1);
             const uint8_t *a = sA + s * G_BM * G_BK * 2 + cw * 64 * G_BK * 2;
-            const uint8_t *b = sB + s * G_BN * G_BK * 2;
+            const uint8_t *b = sB + s * BN * G_BK * 2;
             asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int kk = 0; kk < G_BK / 16; kk++) wg_mma_256(d, wg_desc(a + kk * 32), wg_desc(b + kk * 32));
+            for (int kk = 0; kk < G_BK / 16; kk++) wg_mma<BN>(d, wg_desc(a + kk * 32), wg_desc(b + kk * 32));
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
             /* keep this k-tile's wgmmas in flight; the previous ones are done,
              * so their stage can go back to the producer */
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-            if (kt > 0 && tid == 0) mbar_arrive(&empty[(kt - 1) % G_STAGES]);
+            if (kt > 0 && tid == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        /* epilogue: fragment j -> row warp*16 + lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1) */
+        /* Epilogue, staged through shared memory so that global stores are
+         * 16-byte and row-contiguous. Fragment j of a thread is row
+         * warp*16 + lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1). The pipeline
+         * buffers are reused: both consumers first finish reading them. */
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        constexpr int SROW = BN * 2 + 16;                 // padded staging row, bytes
+        uint8_t *stg = base + cw * 64 * SROW;
         const int warp = tid / 32, lane = tid % 32;
-        const int rbase = m0 + cw * 64 + warp * 16 + lane / 4;
 #pragma unroll
-        for (int j = 0; j < 128; j += 2) {
-            int row = rbase + ((j & 2) ? 8 : 0);
-            int col = n0 + (j / 4) * 8 + (lane % 4) * 2;
-            if (row >= M || col >= N) continue;
+        for (int j = 0; j < NACC; j += 2) {
+            int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
+            int cl = (j / 4) * 8 + (lane % 4) * 2;
+            int col = n0 + cl;
             float v0 = d[j], v1 = d[j + 1];
-            if (bias) { v0 += bias[col]; if (col + 1 < N) v1 += bias[col + 1]; }
+            if (bias) { if (col < N) v0 += bias[col]; if (col + 1 < N) v1 += bias[col + 1]; }
             if (epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
+            *(uint32_t *)(stg + rl * SROW + cl * 2) = (uint32_t)kn_f2bf(v0) | ((uint32_t)kn_f2bf(v1) << 16);
+        }
+        asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+        const bool vec_out = (N % 8) == 0 && (((uintptr_t)C) & 15) == 0;
+        for (int c = tid; c < 64 * (BN / 8); c += 128) {
+            int rl = c / (BN / 8), ch = c % (BN / 8);
+            int row = m0 + cw * 64 + rl, col = n0 + ch * 8;
+            if (row >= M || col >= N) continue;
+            uint4 v = *(const uint4 *)(stg + rl * SROW + ch * 16);
             uint16_t *cp = C + (int64_t)row * N + col;
-            if (col + 1 < N && (N % 2) == 0) {
-                *(uint32_t *)cp = (uint32_t)kn_f2bf(v0) | ((uint32_t)kn_f2bf(v1) << 16);
+            if (vec_out && col + 8 <= N) {
+                *(uint4 *)cp = v;
             } else {
-                cp[0] = kn_f2bf(v0);
-                if (col + 1 < N) cp[1] = kn_f2bf(v1);
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    if (col + q < N) cp[q] = (uint16_t)(w[q / 2] >> (16 * (q & 1)));
             }
         }
     }
@@ -227,9 +250,9 @@ static int wgmma_available(void) {
             ok = 0;
         } else {
             g_encode = (kn_encode_tiled_fn)fn;
-            if (cudaFuncSetAttribute(gemm_bf16_wgmma_kernel,
+            if (cudaFuncSetAttribute(gemm_bf16_wgmma_kernel<256>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     G_SMEM_BYTES) != cudaSuccess) {
+                                     G_SMEM_BYTES(256)) != cudaSuccess) {
                 cudaGetLastError();
                 ok = 0;
             }
@@ -267,14 +290,15 @@ extern "C" kn_status kn_cuda_gemm_bf16(int64_t M, int64_t N, int64_t K, const ui
     KN_CUDA_REQUIRE(A && W && C, "kn_cuda_gemm_bf16: NULL pointer");
     cudaStream_t st = kn_stream(stream);
     if (wgmma_available() && K % 8 == 0 && kn_aligned16(A) && kn_aligned16(W)) {
+        const int bn = 256;
         CUtensorMap ma, mb;
         kn_status s = make_map(&ma, A, M, K, G_BM);
         if (s) return s;
-        if ((s = make_map(&mb, W, N, K, G_BN))) return s;
-        dim3 grid((unsigned)((N + G_BN - 1) / G_BN), (unsigned)((M + G_BM - 1) / G_BM));
+        if ((s = make_map(&mb, W, N, K, (uint32_t)bn))) return s;
+        dim3 grid((unsigned)((N + bn - 1) / bn), (unsigned)((M + G_BM - 1) / G_BM));
         KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_gemm_bf16: M=%lld too large", (long long)M);
-        gemm_bf16_wgmma_kernel<<<grid, 384, G_SMEM_BYTES, st>>>(ma, mb, (int)M, (int)N, (int)K,
-                                                                bias, (int)epi, C);
+        gemm_bf16_wgmma_kernel<256><<<grid, 384, G_SMEM_BYTES(256), st>>>(ma, mb, (int)M, (int)N,
+                                                                       (int)K, bias, (int)epi, C);
     } else {
         dim3 grid((unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64));
         KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_gemm_bf16: M=%lld too large", (long long)M);

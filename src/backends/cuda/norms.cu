@@ -1,6 +1,7 @@
 /* norms.cu: layer norm and RMS norm, forward and backward, row-wise over C.
- * Forward: one block per row; the row (C floats) is read once into registers
- * when C % 4 == 0 and C <= KN_NM_REG_MAX, otherwise re-read from L1/L2.
+ * Forward: one block per row; the row is read once into registers (16-byte
+ * vectors) when C is a multiple of the vector and C <= 8192 f32 / 16384 bf16,
+ * otherwise re-read from L1/L2.
  * Backward: a grid of a few blocks per SM, each walking a strided set of rows;
  * each thread owns fixed columns, so dw/db partials need no atomics until the
  * end (one atomicAdd per column per block). For C % 4 == 0 and C <= 8192 the
@@ -12,30 +13,39 @@
 #define KN_NM_VPT 8
 #define KN_NM_REG_MAX (KN_NM_THREADS * 4 * KN_NM_VPT)
 
-/* ---- layer norm forward --------------------------------------------------------- */
-template <bool RMS, bool BF16>
+/* ---- forward ------------------------------------------------------------------------
+ * Register variant: 16-byte vectors of E elements (4 f32 or 8 bf16), C % E == 0,
+ * C <= 256 * E * VPT; all loads issued before the first reduction. */
+template <bool RMS, bool BF16, int VPT>
 __global__ void __launch_bounds__(KN_NM_THREADS)
 norm_fwd_reg_kernel(void *yv, float *mean_out, float *rstd_out, const void *xv, const float *w,
                     const float *b, int C, float eps) {
+    constexpr int E = BF16 ? 8 : 4;
     __shared__ float sh[32];
     const int64_t row = blockIdx.x;
-    float r[KN_NM_VPT][4];
-    float sum = 0.f;
+    float r[VPT][E];
 #pragma unroll
-    for (int j = 0; j < KN_NM_VPT; j++) {
-        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * E;
         if (i < C) {
             if (BF16) {
-                uint2 t = *(const uint2 *)((const uint16_t *)xv + row * C + i);
-                r[j][0] = kn_bf2f(t.x & 0xffff); r[j][1] = kn_bf2f(t.x >> 16);
-                r[j][2] = kn_bf2f(t.y & 0xffff); r[j][3] = kn_bf2f(t.y >> 16);
+                uint4 t = __ldcs((const uint4 *)((const uint16_t *)xv + row * C + i));
+                uint32_t u[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) { r[j][2 * q] = kn_bf2f(u[q] & 0xffff); r[j][2 * q + 1] = kn_bf2f(u[q] >> 16); }
             } else {
-                float4 t = __ldg((const float4 *)((const float *)xv + row * C + i));
+                float4 t = __ldcs((const float4 *)((const float *)xv + row * C + i));
                 r[j][0] = t.x; r[j][1] = t.y; r[j][2] = t.z; r[j][3] = t.w;
             }
-            sum += RMS ? r[j][0] * r[j][0] + r[j][1] * r[j][1] + r[j][2] * r[j][2] + r[j][3] * r[j][3]
-                       : r[j][0] + r[j][1] + r[j][2] + r[j][3];
         }
+    }
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * E;
+        if (i < C)
+#pragma unroll
+            for (int q = 0; q < E; q++) sum += RMS ? r[j][q] * r[j][q] : r[j][q];
     }
     sum = kn_block_sum(sum, sh);
     float mu = 0.f, rs;
@@ -45,11 +55,11 @@ norm_fwd_reg_kernel(void *yv, float *mean_out, float *rstd_out, const void *xv, 
         mu = sum / C;
         float v = 0.f;
 #pragma unroll
-        for (int j = 0; j < KN_NM_VPT; j++) {
-            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * E;
             if (i < C)
 #pragma unroll
-                for (int q = 0; q < 4; q++) { float d = r[j][q] - mu; v += d * d; }
+                for (int q = 0; q < E; q++) { float d = r[j][q] - mu; v += d * d; }
         }
         v = kn_block_sum(v, sh);
         rs = rsqrtf(v / C + eps);
@@ -59,22 +69,28 @@ norm_fwd_reg_kernel(void *yv, float *mean_out, float *rstd_out, const void *xv, 
         if (rstd_out) rstd_out[row] = rs;
     }
 #pragma unroll
-    for (int j = 0; j < KN_NM_VPT; j++) {
-        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * E;
         if (i < C) {
-            float4 wv = __ldg((const float4 *)(w + i));
-            float o[4] = {(r[j][0] - mu) * rs * wv.x, (r[j][1] - mu) * rs * wv.y,
-                          (r[j][2] - mu) * rs * wv.z, (r[j][3] - mu) * rs * wv.w};
-            if (!RMS && b) {
-                float4 bv = __ldg((const float4 *)(b + i));
-                o[0] += bv.x; o[1] += bv.y; o[2] += bv.z; o[3] += bv.w;
+            float o[E];
+#pragma unroll
+            for (int h = 0; h < E / 4; h++) {
+                float4 wv = __ldg((const float4 *)(w + i + 4 * h));
+                float4 bv = (!RMS && b) ? __ldg((const float4 *)(b + i + 4 * h)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                o[4 * h + 0] = (r[j][4 * h + 0] - mu) * rs * wv.x + bv.x;
+                o[4 * h + 1] = (r[j][4 * h + 1] - mu) * rs * wv.y + bv.y;
+                o[4 * h + 2] = (r[j][4 * h + 2] - mu) * rs * wv.z + bv.z;
+                o[4 * h + 3] = (r[j][4 * h + 3] - mu) * rs * wv.w + bv.w;
             }
             if (BF16) {
-                uint2 t; t.x = kn_f2bf(o[0]) | ((uint32_t)kn_f2bf(o[1]) << 16);
+                uint4 t;
+                t.x = kn_f2bf(o[0]) | ((uint32_t)kn_f2bf(o[1]) << 16);
                 t.y = kn_f2bf(o[2]) | ((uint32_t)kn_f2bf(o[3]) << 16);
-                *(uint2 *)((uint16_t *)yv + row * C + i) = t;
+                t.z = kn_f2bf(o[4 % E]) | ((uint32_t)kn_f2bf(o[5 % E]) << 16);
+                t.w = kn_f2bf(o[6 % E]) | ((uint32_t)kn_f2bf(o[7 % E]) << 16);
+                __stcs((uint4 *)((uint16_t *)yv + row * C + i), t);
             } else {
-                *(float4 *)((float *)yv + row * C + i) = make_float4(o[0], o[1], o[2], o[3]);
+                __stcs((float4 *)((float *)yv + row * C + i), make_float4(o[0], o[1], o[2], o[3]));
             }
         }
     }
@@ -122,12 +138,17 @@ static kn_status norm_fwd(const char *name, void *y, float *mean, float *rstd, c
                     "%s: bad shape rows=%lld C=%lld", name, (long long)rows, (long long)C);
     if (rows == 0) return KN_OK;
     KN_CUDA_REQUIRE(y && x && w, "%s: NULL pointer (y, x and w are required)", name);
-    bool vec = C % 4 == 0 && C <= KN_NM_REG_MAX && ((uintptr_t)x % (BF16 ? 8 : 16)) == 0 &&
-               ((uintptr_t)y % (BF16 ? 8 : 16)) == 0 && kn_aligned16(w) && (!b || kn_aligned16(b));
-    if (vec)
-        norm_fwd_reg_kernel<RMS, BF16><<<(unsigned)rows, KN_NM_THREADS, 0, kn_stream(stream)>>>(
-            y, mean, rstd, x, w, b, (int)C, eps);
-    else
+    const int E = BF16 ? 8 : 4;
+    bool vec = C % E == 0 && C <= KN_NM_THREADS * E * 8 && kn_aligned16(x) && kn_aligned16(y) &&
+               kn_aligned16(w) && (!b || kn_aligned16(b));
+    if (vec) {
+        int64_t per = (C / E + KN_NM_THREADS - 1) / KN_NM_THREADS;
+        cudaStream_t st = kn_stream(stream);
+#define NF_LAUNCH(V) norm_fwd_reg_kernel<RMS, BF16, V><<<(unsigned)rows, KN_NM_THREADS, 0, st>>>( \
+            y, mean, rstd, x, w, b, (int)C, eps)
+        if (per <= 1) NF_LAUNCH(1); else if (per <= 2) NF_LAUNCH(2); else if (per <= 4) NF_LAUNCH(4); else NF_LAUNCH(8);
+#undef NF_LAUNCH
+    } else
         norm_fwd_any_kernel<RMS, BF16><<<(unsigned)rows, KN_NM_THREADS, 0, kn_stream(stream)>>>(
             y, mean, rstd, x, w, b, C, eps);
     KN_CUDA_LAUNCHED();

@@ -1,9 +1,10 @@
 /* sgemm.cu: fp32 GEMM with plain FFMA (no tensor cores, no tf32).
  *
- * Fast path (v5 of dev/cuda/sgemm/): 128x128 block tile, BK = 8, 256 threads,
- * each thread an 8x8 micro-tile split into 2x2 sub-tiles of 4x4 (rows ty*4 and
- * ty*4+64, cols tx*4 and tx*4+64) so that shared-memory fragment reads are
- * 16-byte and conflict-free. A is kept transposed in shared memory (As[k][m]),
+ * Fast path (v6 of dev/cuda/sgemm/): 128x128 block tile, BK = 8, 256 threads.
+ * Warps are 4 (M) x 2 (N), each owning a 32 x 64 sub-tile; lanes are 4 x 8 and
+ * each lane an 8x8 micro-tile split into 2x2 sub-tiles of 4x4 (rows lm*4 and
+ * lm*4+16, cols ln*4 and ln*4+32), so every 16-byte shared-memory fragment
+ * read of a warp is one wavefront (4 per k). A is kept transposed in shared memory (As[k][m]),
  * padded by 4 floats so that the transposing stores do not conflict. The next
  * K-slab is loaded into registers while the current one is multiplied, and
  * shared memory is double-buffered: one __syncthreads per slab.
@@ -77,8 +78,9 @@ sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__
                      int64_t ldc) {
     __shared__ __align__(16) float As[2][SG_BK][SG_BM + SG_PAD];
     __shared__ __align__(16) float Bs[2][SG_BK][SG_BN + SG_PAD];
-    const int tid = threadIdx.x;
-    const int tx = tid & 15, ty = tid >> 4;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 64;    // warp sub-tile 32 x 64
+    const int lm = lane >> 3, ln = lane & 7;                  // lanes 4 (M) x 8 (N)
     const int m0 = blockIdx.y * SG_BM, n0 = blockIdx.x * SG_BN;
 
     float acc[8][8];
@@ -103,10 +105,10 @@ sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__
 #pragma unroll
         for (int k = 0; k < SG_BK; k++) {
             float a[8], b[8];
-            *(float4 *)&a[0] = *(const float4 *)&As[cur][k][ty * 4];
-            *(float4 *)&a[4] = *(const float4 *)&As[cur][k][ty * 4 + 64];
-            *(float4 *)&b[0] = *(const float4 *)&Bs[cur][k][tx * 4];
-            *(float4 *)&b[4] = *(const float4 *)&Bs[cur][k][tx * 4 + 64];
+            *(float4 *)&a[0] = *(const float4 *)&As[cur][k][wm + lm * 4];
+            *(float4 *)&a[4] = *(const float4 *)&As[cur][k][wm + lm * 4 + 16];
+            *(float4 *)&b[0] = *(const float4 *)&Bs[cur][k][wn + ln * 4];
+            *(float4 *)&b[4] = *(const float4 *)&Bs[cur][k][wn + ln * 4 + 32];
 #pragma unroll
             for (int i = 0; i < 8; i++)
 #pragma unroll
@@ -122,13 +124,84 @@ sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__
 
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        int m = m0 + ty * 4 + (i & 3) + (i >> 2) * 64;
+        int m = m0 + wm + lm * 4 + (i & 3) + (i >> 2) * 16;
         if (m >= M) continue;
 #pragma unroll
         for (int jh = 0; jh < 2; jh++) {
-            int n = n0 + tx * 4 + jh * 64;
+            int n = n0 + wn + ln * 4 + jh * 32;
             if (n >= N) continue;       // N % 4 == 0: the whole float4 is in range
             float4 *cp = (float4 *)(C + (int64_t)m * ldc + n);
+            float4 o = make_float4(alpha * acc[i][jh * 4 + 0], alpha * acc[i][jh * 4 + 1],
+                                   alpha * acc[i][jh * 4 + 2], alpha * acc[i][jh * 4 + 3]);
+            if (beta != 0.f) {
+                float4 c = *cp;
+                o.x += beta * c.x; o.y += beta * c.y; o.z += beta * c.z; o.w += beta * c.w;
+            }
+            *cp = o;
+        }
+    }
+}
+
+/* NN with complete tiles (M, N % 128 == 0, K % 8 == 0): the same scheme with
+ * no bounds checks and an unpadded B tile. Kept as a separate kernel because
+ * adding the FULL case as a template flag of the kernel above measured
+ * slower (H200, 4096^3: 41.6 vs 46 TFLOP/s; register allocation differs). */
+__global__ void __launch_bounds__(256, 2)
+sgemm_nn_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
+                     const float *__restrict__ B, int ldb, float beta, float *__restrict__ C,
+                     int ldc) {
+    __shared__ __align__(16) float As[2][SG_BK][SG_BM + SG_PAD];
+    __shared__ __align__(16) float Bs[2][SG_BK][SG_BN];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = (warp >> 1) * 32, wn = (warp & 1) * 64;
+    const int lm = lane >> 3, ln = lane & 7;
+    const int m0 = blockIdx.y * SG_BM, n0 = blockIdx.x * SG_BN;
+    const int ar = tid >> 1, ac = (tid & 1) * 4;        // A: row, col of this thread's float4
+    const int br = tid >> 5, bc = (tid & 31) * 4;       // B: row, col
+    const float *Ap = A + (size_t)(m0 + ar) * lda + ac;
+    const float *Bp = B + (size_t)br * ldb + n0 + bc;
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
+    float4 ra = __ldg((const float4 *)Ap), rb = __ldg((const float4 *)Bp);
+    As[0][ac + 0][ar] = ra.x; As[0][ac + 1][ar] = ra.y; As[0][ac + 2][ar] = ra.z; As[0][ac + 3][ar] = ra.w;
+    *(float4 *)&Bs[0][br][bc] = rb;
+    __syncthreads();
+    int cur = 0;
+    for (int k0 = 0; k0 < K; k0 += SG_BK) {
+        const bool more = k0 + SG_BK < K;
+        if (more) {
+            ra = __ldg((const float4 *)(Ap + k0 + SG_BK));
+            rb = __ldg((const float4 *)(Bp + (size_t)(k0 + SG_BK) * ldb));
+        }
+#pragma unroll
+        for (int k = 0; k < SG_BK; k++) {
+            float a[8], b[8];
+            *(float4 *)&a[0] = *(const float4 *)&As[cur][k][wm + lm * 4];
+            *(float4 *)&a[4] = *(const float4 *)&As[cur][k][wm + lm * 4 + 16];
+            *(float4 *)&b[0] = *(const float4 *)&Bs[cur][k][wn + ln * 4];
+            *(float4 *)&b[4] = *(const float4 *)&Bs[cur][k][wn + ln * 4 + 32];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        if (more) {
+            const int nx = cur ^ 1;
+            As[nx][ac + 0][ar] = ra.x; As[nx][ac + 1][ar] = ra.y; As[nx][ac + 2][ar] = ra.z; As[nx][ac + 3][ar] = ra.w;
+            *(float4 *)&Bs[nx][br][bc] = rb;
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        int m = m0 + wm + lm * 4 + (i & 3) + (i >> 2) * 16;
+#pragma unroll
+        for (int jh = 0; jh < 2; jh++) {
+            float4 *cp = (float4 *)(C + (size_t)m * ldc + n0 + wn + ln * 4 + jh * 32);
             float4 o = make_float4(alpha * acc[i][jh * 4 + 0], alpha * acc[i][jh * 4 + 1],
                                    alpha * acc[i][jh * 4 + 2], alpha * acc[i][jh * 4 + 3]);
             if (beta != 0.f) {
@@ -188,7 +261,12 @@ extern "C" kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_
 #define SG_LAUNCH(ta, tb)                                                                   \
     sgemm_128x128_kernel<ta, tb><<<grid, 256, 0, st>>>((int)M, (int)N, (int)K, alpha, A, lda, \
                                                        B, ldb, beta, C, ldc)
-        if (!trans_a && !trans_b) SG_LAUNCH(false, false);
+        const bool full = M % SG_BM == 0 && N % SG_BN == 0 && K % SG_BK == 0 &&
+                          lda <= INT32_MAX && ldb <= INT32_MAX && ldc <= INT32_MAX;
+        if (!trans_a && !trans_b && full)
+            sgemm_nn_full_kernel<<<grid, 256, 0, st>>>((int)K, alpha, A, (int)lda, B, (int)ldb, beta,
+                                                       C, (int)ldc);
+        else if (!trans_a && !trans_b) SG_LAUNCH(false, false);
         else if (!trans_a && trans_b) SG_LAUNCH(false, true);
         else if (trans_a && !trans_b) SG_LAUNCH(true, false);
         else SG_LAUNCH(true, true);
