@@ -7,10 +7,12 @@ each prompt (token ids), the logits of every position and the greedy
 continuation, to a small fixture file that tests/test_llm.c compares against.
 The same for llama2.c checkpoints (fp32, legacy header), read with numpy.
 
-Fixture format (little endian): magic "KNLR", u32 version 1, u32 n_cases,
+Fixture format (little endian): magic "KNLR", u32 version 2, u32 n_cases,
 u32 n_vocab; per case: u32 n_prompt, u32 n_gen, u32 n_logit_rows, i32
-prompt[n_prompt], i32 greedy[n_gen], f32 logits[n_logit_rows][n_vocab] (the
-last n_logit_rows positions of the prompt).
+prompt[n_prompt], i32 greedy[n_gen], f32 margin[n_gen] (top-1 minus top-2
+logit at each greedy step: small margins are near ties that rounding may
+flip), f32 logits[n_logit_rows][n_vocab] (the last n_logit_rows positions of
+the prompt).
 
 usage: . scripts/torch_env.sh; python3 scripts/llm_ref.py gguf MODEL OUT "ids;ids;..." N_GEN ROWS
        python3 scripts/llm_ref.py l2c  MODEL OUT "ids;..."  N_GEN ROWS
@@ -132,21 +134,25 @@ def main():
     prompts = [[int(t) for t in c.split()] for c in cases.split(";")]
     V = m.W["out"].shape[0]
     with open(out, "wb") as f:
-        f.write(b"KNLR" + struct.pack("<III", 1, len(prompts), V))
+        f.write(b"KNLR" + struct.pack("<III", 2, len(prompts), V))
         for p in prompts:
             logits = m.forward(p)
             ids = list(p)
-            gen = []
+            gen, margin = [], []
             for _ in range(n_gen):
-                nxt = int(torch.argmax(m.forward(ids)[-1]))
+                last = m.forward(ids)[-1]
+                top = torch.topk(last, 2).values
+                nxt = int(torch.argmax(last))
                 gen.append(nxt)
+                margin.append(float(top[0] - top[1]))
                 ids.append(nxt)
             r = min(rows, len(p))
             f.write(struct.pack("<III", len(p), n_gen, r))
             f.write(struct.pack(f"<{len(p)}i", *p))
             f.write(struct.pack(f"<{n_gen}i", *gen))
+            f.write(struct.pack(f"<{n_gen}f", *margin))
             f.write(logits[-r:].to(torch.float32).numpy().astype("<f4").tobytes())
-            print("prompt", p[:8], "... greedy", gen, file=sys.stderr)
+            print("prompt", p[:8], "... greedy", gen, "min margin %.3f" % min(margin or [0]), file=sys.stderr)
 
 
 if __name__ == "__main__":

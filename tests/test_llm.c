@@ -6,14 +6,14 @@
 #include "kiln_llm.h"
 #include <math.h>
 
-typedef struct { int n_prompt, n_gen, rows; int32_t *prompt, *gen; float *logits; } ref_case;
+typedef struct { int n_prompt, n_gen, rows; int32_t *prompt, *gen; float *margin, *logits; } ref_case;
 typedef struct { int n, V; ref_case c[16]; } ref_file;
 
 static bool read_ref(const char *path, ref_file *r) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
     char magic[4]; uint32_t h[3];
-    bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNLR", 4) && fread(h, 4, 3, f) == 3 && h[0] == 1 && h[1] <= 16;
+    bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNLR", 4) && fread(h, 4, 3, f) == 3 && h[0] == 2 && h[1] <= 16;
     if (ok) { r->n = (int)h[1]; r->V = (int)h[2]; }
     for (int i = 0; ok && i < r->n; i++) {
         uint32_t k[3];
@@ -22,20 +22,22 @@ static bool read_ref(const char *path, ref_file *r) {
         if (!ok) break;
         c->n_prompt = (int)k[0]; c->n_gen = (int)k[1]; c->rows = (int)k[2];
         c->prompt = malloc(4 * (size_t)c->n_prompt); c->gen = malloc(4 * (size_t)c->n_gen + 4);
+        c->margin = malloc(4 * (size_t)c->n_gen + 4);
         c->logits = malloc(4 * (size_t)c->rows * (size_t)r->V);
         ok = fread(c->prompt, 4, (size_t)c->n_prompt, f) == (size_t)c->n_prompt &&
              fread(c->gen, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
+             fread(c->margin, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
              fread(c->logits, 4, (size_t)c->rows * (size_t)r->V, f) == (size_t)c->rows * (size_t)r->V;
     }
     fclose(f);
     return ok;
 }
 static void free_ref(ref_file *r) {
-    for (int i = 0; i < r->n; i++) { free(r->c[i].prompt); free(r->c[i].gen); free(r->c[i].logits); }
+    for (int i = 0; i < r->n; i++) { free(r->c[i].prompt); free(r->c[i].gen); free(r->c[i].margin); free(r->c[i].logits); }
 }
 
 /* logits of the last rows of each prompt within tol (relative L2 per row), greedy identical */
-static void check_model(kn_model *m, const ref_file *r, double tol, int min_greedy) {
+static void check_model(kn_model *m, const ref_file *r, double tol, int min_greedy, double tie_margin) {
     int V = r->V;
     REQUIRE(kn_model_get_config(m)->n_vocab == V, "vocab %d vs %d", kn_model_get_config(m)->n_vocab, V);
     for (int i = 0; i < r->n; i++) {
@@ -50,16 +52,14 @@ static void check_model(kn_model *m, const ref_file *r, double tol, int min_gree
             CHECK(e < tol, "case %d row %d: logits rel err %.3g (tol %.3g)", i, k, e, tol);
         }
         free(lg);
-        kn_generate_params gp = kn_generate_defaults();
-        gp.sampling.temp = 0;
-        gp.max_tokens = c->n_gen;
-        int32_t got[64]; int n = 0;
+        /* free-running greedy decode through the KV cache */
+        int32_t got[256]; int n = 0;
         float *l1 = malloc(sizeof(float) * (size_t)V);
         int32_t *seq = malloc(sizeof(int32_t) * (size_t)(c->n_prompt + c->n_gen));
         memcpy(seq, c->prompt, sizeof(int32_t) * (size_t)c->n_prompt);
         int np = c->n_prompt;
         REQUIRE(kn_model_eval(m, seq, np, 0, l1, false) == KN_OK, "%s", kn_last_error());
-        for (int g = 0; g < c->n_gen; g++) {
+        for (int g = 0; g < c->n_gen && g < 256; g++) {
             int best = 0;
             for (int v = 1; v < V; v++) if (l1[v] > l1[best]) best = v;
             got[n++] = best;
@@ -69,8 +69,13 @@ static void check_model(kn_model *m, const ref_file *r, double tol, int min_gree
         }
         int same = 0;
         while (same < n && got[same] == c->gen[same]) same++;
-        CHECK(same >= (min_greedy < c->n_gen ? min_greedy : c->n_gen), "case %d: greedy agrees for %d of %d tokens (first diff: %d vs %d)",
-              i, same, c->n_gen, same < n ? got[same] : -1, same < n ? c->gen[same] : -1);
+        /* a step where the reference's top two logits are closer than
+         * tie_margin is a near tie that rounding may legitimately flip */
+        int clear = 0;
+        while (clear < c->n_gen && c->margin[clear] >= tie_margin) clear++;
+        int need = min_greedy < clear ? min_greedy : clear;
+        CHECK(same >= need, "case %d: greedy agrees for %d of %d tokens, %d required (first diff: %d vs reference %d, reference margin %.3f)",
+              i, same, c->n_gen, need, same < n ? got[same] : -1, same < n ? c->gen[same] : -1, same < n ? c->margin[same] : 0.0);
         free(l1); free(seq);
     }
 }
@@ -83,7 +88,7 @@ TEST(stories260k_matches_pytorch) {
     kn_model_opts o = {.tokenizer_path = tok};
     kn_model *m;
     REQUIRE(kn_model_load(model, &o, &m) == KN_OK, "%s", kn_last_error());
-    check_model(m, &r, 1e-4, 1000);
+    check_model(m, &r, 1e-4, 1000, 0);
     kn_model_free(m);
     free_ref(&r);
 }
@@ -100,9 +105,164 @@ TEST(smollm2_q4_1_matches_pytorch) {
     REQUIRE(kn_model_load(model, NULL, &m) == KN_OK, "%s", kn_last_error());
     /* activations are quantized to 8 bits for the Q4_1 dot products, the
      * reference computes in float64 from dequantized weights */
-    check_model(m, &r, 2e-2, 32);
+    check_model(m, &r, 0.15, 32, 0.5);
     kn_model_free(m);
     free_ref(&r);
+}
+
+/* With exact quantized matmuls (weights dequantized, activations kept in
+ * f32: the reference backend's path) the whole pipeline must match the
+ * float64 PyTorch reference closely: this separates pipeline bugs from the
+ * expected noise of 8-bit activations. */
+TEST(smollm2_exact_path_matches_pytorch_closely) {
+    const char *model = getenv("KN_SMOLLM2");
+    if (!model) model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    FILE *f = fopen(model, "rb");
+    if (!f) SKIP("%s missing (run `make run` to fetch it)", model);
+    fclose(f);
+    ref_file r = {0};
+    REQUIRE(read_ref("tests/fixtures/smollm2.ref", &r), "tests/fixtures/smollm2.ref unreadable");
+    kn_model *m;
+    REQUIRE(kn_model_load(model, NULL, &m) == KN_OK, "%s", kn_last_error());
+    setenv("KN_QMM_EXACT", "1", 1);
+    const ref_case *c = &r.c[0];        /* the shortest prompt: the exact path is slow */
+    int V = r.V;
+    float *lg = malloc(sizeof(float) * (size_t)c->n_prompt * V);
+    REQUIRE(kn_model_eval(m, c->prompt, c->n_prompt, 0, lg, true) == KN_OK, "%s", kn_last_error());
+    for (int k = 0; k < c->rows; k++) {
+        const float *a = lg + (size_t)(c->n_prompt - c->rows + k) * V, *b = c->logits + (size_t)k * V;
+        double num = 0, den = 0;
+        for (int v = 0; v < V; v++) { num += (a[v] - b[v]) * (a[v] - b[v]); den += b[v] * b[v]; }
+        CHECK(sqrt(num / den) < 1e-5, "row %d: rel err %.3g", k, sqrt(num / den));
+    }
+    unsetenv("KN_QMM_EXACT");
+    free(lg);
+    kn_model_free(m);
+    free_ref(&r);
+}
+
+TEST(load_errors_are_clear) {
+    kn_model *m = (kn_model *)1;
+    CHECK(kn_model_load("/nonexistent/model.gguf", NULL, &m) == KN_ERR_IO && m == NULL, "missing file");
+    CHECK(strstr(kn_last_error(), "/nonexistent/model.gguf") != NULL, "message names the file: %s", kn_last_error());
+    const char *tok = kn_asset("llama2c/tok512.bin");
+    if (tok) {
+        CHECK(kn_model_load(tok, NULL, &m) != KN_OK, "a tokenizer is not a model: %s", kn_last_error());
+        const char *model = kn_asset("llama2c/stories260K.bin");
+        if (model) {
+            CHECK(kn_model_load(model, NULL, &m) == KN_ERR_INVALID && strstr(kn_last_error(), "-z"),
+                  "llama2.c without tokenizer: %s", kn_last_error());
+            kn_model_opts o = {.tokenizer_path = tok, .n_ctx = 16};
+            REQUIRE(kn_model_load(model, &o, &m) == KN_OK, "%s", kn_last_error());
+            int32_t ids[20] = {1};
+            float *lg = malloc(sizeof(float) * 512);
+            CHECK(kn_model_eval(m, ids, 20, 0, lg, false) == KN_ERR_LIMIT && strstr(kn_last_error(), "context"),
+                  "prompt longer than the context: %s", kn_last_error());
+            ids[0] = 9999;
+            CHECK(kn_model_eval(m, ids, 1, 0, lg, false) == KN_ERR_INVALID, "bad token id: %s", kn_last_error());
+            free(lg);
+            kn_model_free(m);
+        }
+    }
+    /* a truncated GGUF */
+    const char *g = kn_asset("gguf/llama-2-tiny-random.gguf");
+    if (g) {
+        FILE *in = fopen(g, "rb"), *out = fopen("/tmp/kn_trunc.gguf", "wb");
+        char buf[4096]; size_t n = fread(buf, 1, sizeof buf, in);
+        fwrite(buf, 1, n, out); fclose(in); fclose(out);
+        CHECK(kn_model_load("/tmp/kn_trunc.gguf", NULL, &m) == KN_ERR_FORMAT, "truncated gguf: %s", kn_last_error());
+    }
+    kn_model_free(NULL);
+}
+
+static bool collect(void *ud, int32_t t, const char *s, size_t l) {
+    char *out = ud;
+    size_t n = strlen(out);
+    if (n + l < 4000) { memcpy(out + n, s, l); out[n + l] = 0; }
+    return true;
+}
+
+TEST(generate_api_stories260k) {
+    const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
+    if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
+    kn_model_opts o = {.tokenizer_path = tok};
+    kn_model *m;
+    REQUIRE(kn_model_load(model, &o, &m) == KN_OK, "%s", kn_last_error());
+    char out[4096] = "";
+    kn_generate_params gp = kn_generate_defaults();
+    gp.sampling.temp = 0;
+    gp.max_tokens = 40;
+    kn_generate_stats st;
+    REQUIRE(kn_generate(m, "Once upon a time", &gp, collect, out, &st) == KN_OK, "%s", kn_last_error());
+    /* llama2.c's documented greedy story for this model */
+    CHECK(strstr(out, "there was a little girl named Lily. She loved to play outside in the park.") != NULL, "got: %s", out);
+    CHECK(st.n_prompt == 5 && st.n_generated == 40, "stats %d %d", st.n_prompt, st.n_generated);
+    /* stop strings cut the text before the stop string */
+    char out2[4096] = "";
+    const char *stops[1] = {"Lily"};
+    gp.stop = stops; gp.n_stop = 1;
+    REQUIRE(kn_generate(m, "Once upon a time", &gp, collect, out2, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(!strcmp(out2, ", there was a little girl named "), "stop string: '%s'", out2);
+    /* the same seed gives the same sampled text; another seed differs */
+    char s1[4096] = "", s2[4096] = "", s3[4096] = "";
+    gp.stop = NULL; gp.n_stop = 0;
+    gp.sampling = kn_sampler_defaults();
+    gp.sampling.temp = 1.0f; gp.sampling.seed = 7;
+    kn_generate(m, "Once upon a time", &gp, collect, s1, NULL);
+    kn_generate(m, "Once upon a time", &gp, collect, s2, NULL);
+    gp.sampling.seed = 8;
+    kn_generate(m, "Once upon a time", &gp, collect, s3, NULL);
+    CHECK(!strcmp(s1, s2) && strcmp(s1, s3), "seeded sampling: '%s' / '%s' / '%s'", s1, s2, s3);
+    kn_model_free(m);
+}
+
+TEST(sampler_filters) {
+    float base[6] = {1.0f, 3.0f, 2.9f, -1.0f, 0.5f, 2.0f};
+    float l[6];
+    kn_sampler_params p = kn_sampler_defaults();
+    p.temp = 0;
+    kn_sampler *s = kn_sampler_new(&p);
+    memcpy(l, base, sizeof l);
+    CHECK(kn_sampler_sample(s, l, 6, NULL, 0) == 1, "greedy");
+    kn_sampler_free(s);
+    /* top-k 1 at any temperature is greedy */
+    p.temp = 2.0f; p.top_k = 1; p.top_p = 1; p.min_p = 0;
+    s = kn_sampler_new(&p);
+    for (int i = 0; i < 50; i++) { memcpy(l, base, sizeof l); CHECK(kn_sampler_sample(s, l, 6, NULL, 0) == 1, "top-k 1"); }
+    kn_sampler_free(s);
+    /* top-k 2 only ever picks 1 or 2 */
+    p.top_k = 2;
+    s = kn_sampler_new(&p);
+    int seen[6] = {0};
+    for (int i = 0; i < 400; i++) { memcpy(l, base, sizeof l); seen[kn_sampler_sample(s, l, 6, NULL, 0)]++; }
+    CHECK(seen[1] > 100 && seen[2] > 100 && seen[1] + seen[2] == 400, "top-k 2: %d %d", seen[1], seen[2]);
+    kn_sampler_free(s);
+    /* min-p 0.5 keeps tokens with p >= 0.5 p_max: ids 1, 2 (and not 5 at T=1) */
+    p.top_k = 0; p.temp = 1.0f; p.min_p = 0.5f;
+    s = kn_sampler_new(&p);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 400; i++) { memcpy(l, base, sizeof l); seen[kn_sampler_sample(s, l, 6, NULL, 0)]++; }
+    CHECK(seen[1] + seen[2] == 400, "min-p: %d %d %d", seen[1], seen[2], seen[5]);
+    kn_sampler_free(s);
+    /* top-p 0.5: p(1) = 0.41, p(2) = 0.37 at T=1: keeps 1 and 2 */
+    p.min_p = 0; p.top_p = 0.5f;
+    s = kn_sampler_new(&p);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 400; i++) { memcpy(l, base, sizeof l); seen[kn_sampler_sample(s, l, 6, NULL, 0)]++; }
+    CHECK(seen[1] + seen[2] == 400 && seen[2] > 50, "top-p: %d %d", seen[1], seen[2]);
+    kn_sampler_free(s);
+    /* repetition penalty: a seen token loses its lead */
+    p = kn_sampler_defaults(); p.temp = 0; p.repeat_penalty = 2.0f;
+    s = kn_sampler_new(&p);
+    memcpy(l, base, sizeof l);
+    int32_t hist[1] = {1};
+    CHECK(kn_sampler_sample(s, l, 6, hist, 1) == 2, "repeat penalty");
+    kn_sampler_free(s);
+    p.repeat_penalty = 1; p.presence_penalty = 0.5f;
+    s = kn_sampler_new(&p);
+    memcpy(l, base, sizeof l);
+    CHECK(kn_sampler_sample(s, l, 6, hist, 1) == 2, "presence penalty");
+    kn_sampler_free(s);
 }
 
 KN_TEST_MAIN()
