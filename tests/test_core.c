@@ -58,6 +58,22 @@ TEST(views_are_zero_copy_and_correct) {
     kn_ctx_free(ctx);
 }
 
+/* reshape of an expanded tensor with size-1 dims between real ones must not
+ * be taken for a view (it needs a copy) and must give the right values */
+TEST(reshape_expanded_with_unit_dims) {
+    kn_ctx *ctx = ref_ctx();
+    kn_tensor *x = kn_reshape(ctx, kn_arange(ctx, KN_F32, 0, 8, 1), 6, (int64_t[]){2, 2, 2, 1, 1, 1});
+    kn_tensor *e = kn_expand(ctx, x, 6, (int64_t[]){2, 2, 2, 1, 2, 1});
+    kn_tensor *r = kn_reshape(ctx, e, 4, (int64_t[]){16, 1, 1, 1});
+    float v[16];
+    REQUIRE(kn_tensor_read(r, v, KN_F32) == KN_OK, "%s", kn_last_error());
+    for (int i = 0; i < 16; i++) CHECK(v[i] == (float)(i / 2), "elem %d = %g", i, v[i]);
+    kn_tensor *y = kn_reshape(ctx, kn_arange(ctx, KN_F32, 0, 6, 1), 4, (int64_t[]){2, 1, 3, 1});
+    kn_tensor *z = kn_view(ctx, y, 2, (int64_t[]){3, 2});     /* contiguous: a view */
+    CHECK(z && z->view_src, "contiguous reshape through unit dims is a view");
+    kn_ctx_free(ctx);
+}
+
 TEST(bad_shapes_give_clear_errors) {
     kn_ctx *ctx = ref_ctx();
     int64_t s1[2] = {2, 3}, s2[2] = {4, 5};
@@ -226,6 +242,36 @@ TEST(plan_symbolic_length) {
         }
     }
     CHECK(kn_sym_set(ctx, T, 17) == KN_ERR_LIMIT, "beyond max is refused");
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+}
+
+/* gradients through symbolic sizes: one plan for every length */
+TEST(plan_symbolic_gradient) {
+    kn_ctx *ctx = ref_ctx();
+    int T = kn_sym_new(ctx, "T", 6);
+    kn_tensor *w = kn_param(ctx, KN_F64, 1, (int64_t[]){4});
+    kn_tensor *x = kn_input(ctx, KN_F64, 2, (int64_t[]){6, 4});
+    kn_tensor *xs = kn_slice_sym(ctx, x, 0, 0, T);
+    kn_tensor *loss = kn_sum_all(ctx, kn_square(ctx, kn_mul(ctx, xs, w)));   /* sum_t sum_c (x w)^2 */
+    REQUIRE(kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());
+    kn_tensor *outs[2] = {loss, kn_grad(w)};
+    kn_plan *p = kn_plan_new(ctx, 2, outs, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    double xv[24], wv[4] = {1, -2, 0.5, 3};
+    for (int i = 0; i < 24; i++) xv[i] = (i % 7) - 3;
+    kn_tensor_write(x, xv, KN_F64); kn_tensor_write(w, wv, KN_F64);
+    for (int len = 1; len <= 6; len += 2) {
+        kn_sym_set(ctx, T, len);
+        REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        double g[4];
+        kn_tensor_read(kn_grad(w), g, KN_F64);
+        for (int c = 0; c < 4; c++) {
+            double e = 0;
+            for (int t = 0; t < len; t++) e += 2 * xv[t * 4 + c] * xv[t * 4 + c] * wv[c];
+            CHECK(fabs(g[c] - e) < 1e-12, "T=%d grad[%d] %g vs %g", len, c, g[c], e);
+        }
+    }
     kn_plan_free(p);
     kn_ctx_free(ctx);
 }

@@ -13,6 +13,15 @@
 #define X (t->src[0])
 #define S(v) kn_scalar(ctx, g->dtype, (v))
 
+/* Broadcast g to x's shape, keeping x's symbolic dims symbolic. */
+static kn_tensor *expand_like(kn_ctx *ctx, kn_tensor *g, const kn_tensor *x) {
+    kn_tensor *e = kn_expand(ctx, g, x->ndim, x->shape);
+    if (e)
+        for (int i = 0; i < x->ndim; i++)
+            if (x->sym[i] && e->shape[i] == x->shape[i]) e->sym[i] = x->sym[i];
+    return e;
+}
+
 /* Undo broadcasting: sum g over the dims that t was broadcast along. */
 kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
     if (!g) return NULL;
@@ -34,7 +43,7 @@ static kn_tensor *unreduce(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
         for (int i = 0; i < x->ndim; i++) shape[i] = (t->p.reduce.axes >> i & 1) ? 1 : x->shape[i];
         g = kn_reshape(ctx, g, x->ndim, shape);
     }
-    return kn_expand(ctx, g, x->ndim, x->shape);
+    return expand_like(ctx, g, x);
 }
 static double reduced_count(const kn_tensor *t) {
     double n = 1;
@@ -200,14 +209,14 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         kn_tensor *m = kn_cast(ctx, kn_eq(ctx, x, ye), g->dtype);
         int axes[KN_MAX_DIMS], na = 0;
         for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
-        kn_tensor *cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
+        kn_tensor *cnt = expand_like(ctx, kn_sum(ctx, m, na, axes, true), x);
         gin[0] = kn_div(ctx, kn_mul(ctx, ge, m), cnt);
         return;
     }
     case KN_OP_VAR: case KN_OP_STD: {
         int axes[KN_MAX_DIMS], na = 0;
         for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
-        kn_tensor *mean = kn_expand(ctx, kn_mean(ctx, x, na, axes, true), x->ndim, x->shape);
+        kn_tensor *mean = expand_like(ctx, kn_mean(ctx, x, na, axes, true), x);
         double den = n - t->p.reduce.correction;
         kn_tensor *dx = kn_mul(ctx, kn_sub(ctx, x, mean), S(2.0 / den));
         if (t->op == KN_OP_STD) dx = kn_div(ctx, dx, kn_mul(ctx, unreduce(ctx, t, t), S(2)));
@@ -224,7 +233,7 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
             kn_tensor *m = kn_cast(ctx, kn_eq(ctx, kn_abs(ctx, x), ye), g->dtype);
             int axes[KN_MAX_DIMS], na = 0;
             for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
-            kn_tensor *cnt = kn_expand(ctx, kn_sum(ctx, m, na, axes, true), x->ndim, x->shape);
+            kn_tensor *cnt = expand_like(ctx, kn_sum(ctx, m, na, axes, true), x);
             gin[0] = kn_div(ctx, kn_mul(ctx, kn_mul(ctx, ge, m), kn_sign(ctx, x)), cnt);
             return;
         }
@@ -238,7 +247,7 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
 
 /* reverse cumulative sum along d: sum_{j >= i} v_j = total - cumsum + v */
 static kn_tensor *rev_cumsum(kn_ctx *ctx, kn_tensor *v, int d) {
-    kn_tensor *tot = kn_expand(ctx, kn_sum(ctx, v, 1, &d, true), v->ndim, v->shape);
+    kn_tensor *tot = expand_like(ctx, kn_sum(ctx, v, 1, &d, true), v);
     return kn_add(ctx, kn_sub(ctx, tot, kn_cumsum(ctx, v, d)), v);
 }
 static void g_scan(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {

@@ -11,6 +11,7 @@ static bool view_strides(const kn_tensor *x, int ndim, const int64_t *shape, int
     int oi = 0, ni = 0;
     int on = x->ndim;
     const int64_t *os = x->shape, *ost = x->stride;
+    if (kn_numel(x) == 0) { kn__contig_strides(ndim, shape, stride); return true; }
     while (oi < on && ni < ndim) {
         int64_t np = shape[ni], op = os[oi];
         int oj = oi + 1, nj = ni + 1;
@@ -18,10 +19,16 @@ static bool view_strides(const kn_tensor *x, int ndim, const int64_t *shape, int
             if (np < op) { if (nj >= ndim) return false; np *= shape[nj++]; }
             else { if (oj >= on) return false; op *= os[oj++]; }
         }
-        for (int k = oi; k < oj - 1; k++)
-            if (os[k + 1] != 1 && os[k] != 1 && ost[k] != os[k + 1] * ost[k + 1]) return false;
-        /* new strides for ni..nj-1 from the innermost old stride of the group */
-        int64_t s = ost[oj - 1];
+        /* old dims [oi, oj) merge or split into new dims [ni, nj): each pair
+         * of consecutive non-1 old dims must be laid out contiguously (size-1
+         * dims carry no layout, whatever their stride) */
+        int last = -1;
+        for (int k = oi; k < oj; k++) {
+            if (os[k] == 1) continue;
+            if (last >= 0 && ost[last] != os[k] * ost[k]) return false;
+            last = k;
+        }
+        int64_t s = last >= 0 ? ost[last] : 1;
         for (int k = nj - 1; k >= ni; k--) { stride[k] = s; s *= shape[k]; }
         oi = oj; ni = nj;
     }

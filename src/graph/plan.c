@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+#include <time.h>
 
 struct kn_plan {
     kn_ctx *ctx;
@@ -188,7 +189,32 @@ static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     return v->data != NULL;
 }
 
+/* KN_PROFILE=1: time per op, printed at exit (a development aid). */
+static double g_prof_s[KN_OP_COUNT];
+static long g_prof_n[KN_OP_COUNT];
+static int g_prof = -1;
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static void prof_dump(void) {
+    double tot = 0;
+    for (int i = 0; i < KN_OP_COUNT; i++) tot += g_prof_s[i];
+    fprintf(stderr, "kiln profile (%.3f s in kernels):\n", tot);
+    for (int k = 0; k < KN_OP_COUNT; k++) {
+        int best = -1;
+        for (int i = 0; i < KN_OP_COUNT; i++)
+            if (g_prof_n[i] && (best < 0 || g_prof_s[i] > g_prof_s[best])) best = i;
+        if (best < 0) break;
+        fprintf(stderr, "  %-20s %8ld calls %9.3f s %5.1f%%\n", kn_op_name((kn_op)best), g_prof_n[best], g_prof_s[best],
+                100 * g_prof_s[best] / (tot > 0 ? tot : 1));
+        g_prof_n[best] = 0;
+    }
+}
+
 kn_status kn_plan_run(kn_plan *p) {
+    if (g_prof < 0) { g_prof = getenv("KN_PROFILE") != NULL; if (g_prof) atexit(prof_dump); }
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
@@ -206,7 +232,9 @@ kn_status kn_plan_run(kn_plan *p) {
                 return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", k, kn_op_name(t->op));
             e.nsrc = k + 1;
         }
+        double t0 = g_prof ? prof_now() : 0;
         kn_status st = p->be->compute(p->be, &e);
+        if (g_prof) { g_prof_s[t->op] += prof_now() - t0; g_prof_n[t->op]++; }
         if (st != KN_OK) return st;
     }
     if (p->be->synchronize) return p->be->synchronize(p->be);
