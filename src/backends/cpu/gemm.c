@@ -91,12 +91,16 @@ static const gemm_isa *isa_table(int isa) {
     return &k_generic;
 }
 
-/* Tuning knob: env KN_GEMM_BLOCK="KC,MC,NC" overrides the cache blocks of every
- * path (MC, NC rounded up to the tile), read once. For benchmarking only. */
+/* Tuning knobs, read once, for benchmarking: env KN_GEMM_BLOCK="KC,MC,NC"
+ * overrides the cache blocks of every path (MC, NC rounded up to the tile);
+ * KN_GEMM_CHUNKS=n caps the chunks per thread of the threaded split (1..4). */
 static gemm_isa g_tuned[3];
+static int g_max_chunks = 2;   /* 2: measured within noise of 1 on an idle 16-core host, 4 cost ~5% */
 static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
 static void tune_init(void) {
     for (int i = 0; i < 3; i++) g_tuned[i] = *isa_table(i);
+    const char *c = getenv("KN_GEMM_CHUNKS");
+    if (c && atoi(c) >= 1 && atoi(c) <= 4) g_max_chunks = atoi(c);
     const char *e = getenv("KN_GEMM_BLOCK");
     long kc, mc, nc;
     if (!e || sscanf(e, "%ld,%ld,%ld", &kc, &mc, &nc) != 3 || kc < 1 || mc < 1 || nc < 1 ||
@@ -208,7 +212,9 @@ static void pack_b(const gemm_isa *I, bool tb, const float *B, int64_t ldb, int6
             for (int64_t k = 0; k < kc; k++) {
                 const float *src = B + (k0 + k) * ldb + j0 + jp;
                 float *d = dst + k * nr;
-                if (n == nr) memcpy(d, src, sizeof(float) * (size_t)nr);
+                if (n == nr && nr == 16) memcpy(d, src, 16 * sizeof(float));  /* inlined fixed-size copies */
+                else if (n == nr && nr == 32) memcpy(d, src, 32 * sizeof(float));
+                else if (n == nr) memcpy(d, src, sizeof(float) * (size_t)nr);
                 else {
                     int64_t j = 0;
                     for (; j < n; j++) d[j] = src[j];
@@ -371,20 +377,20 @@ static void pick_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt
     }
 }
 
-/* Split for nt threads: up to 4 chunks per thread (load balance) as long as the
+/* Split for nt threads: up to g_max_chunks chunks per thread (load balance) as long as the
  * extra packing that more chunks cost stays under ~2% of the multiply-adds
  * (each extra column of chunks packs op(A) again, each extra row op(B)). */
 static void plan_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt, grid_job *j) {
     j->tm = 1; j->tn = 1; j->mstep = M; j->nstep = N;
     pick_grid(I, M, N, K, nt, &j->tm, &j->tn, &j->mstep, &j->nstep);
-    for (int over = 4; over >= 2; over /= 2) {
+    for (int over = g_max_chunks; over >= 2; over--) {
         int tm = 0, tn = 0;
         int64_t ms = 0, ns = 0;
         pick_grid(I, M, N, K, nt * over, &tm, &tn, &ms, &ns);
         if (tm == 0) continue;
         /* extra copies K*(M*(tn-1) + N*(tm-1)) at ~4 floats/cycle, against M*N*K
-         * multiply-adds at ~16/cycle */
-        const double extra = 4.0 * ((double)(tn - 1) / N + (double)(tm - 1) / M);
+         * multiply-adds at ~nr (2 FMA units x nr/2 lanes) per cycle */
+        const double extra = I->nr / 4.0 * ((double)(tn - 1) / N + (double)(tm - 1) / M);
         if (extra <= 0.02) { j->tm = tm; j->tn = tn; j->mstep = ms; j->nstep = ns; return; }
     }
 }
