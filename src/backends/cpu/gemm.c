@@ -347,6 +347,7 @@ typedef struct {
 } grid_job;
 
 static void grid_worker(void *ctx, int ith, int nth) {
+    (void)ith; (void)nth;       /* chunks are claimed, not assigned */
     grid_job *j = ctx;
     const int nchunks = j->tm * j->tn;
     for (int c = atomic_fetch_add(&j->next, 1); c < nchunks; c = atomic_fetch_add(&j->next, 1)) {
@@ -411,6 +412,7 @@ typedef struct {
 enum { GEMV_CHUNK = 1024 };      /* outputs per inner call: the axpy form keeps them in L1 */
 
 static void gemv_worker(void *ctx, int ith, int nth) {
+    (void)nth;
     const gemv_job *j = ctx;
     int64_t o0 = ith * j->grain, o1 = o0 + j->grain;
     if (o1 > j->len) o1 = j->len;
