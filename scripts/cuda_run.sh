@@ -1,7 +1,7 @@
 #!/bin/sh
 # cuda_run.sh: build + test + benchmark kiln's CUDA kernels in one go on a
 # GPU machine (Hopper for the wgmma path). Prints a short table last.
-#   sh scripts/cuda_run.sh [--quick]      env: BUILD (default build-cudadev),
+#   sh scripts/cuda_run.sh [--quick|--tests]   env: BUILD (default build-cudadev),
 #   ARCH (default "-gencode=arch=compute_90a,code=sm_90a"), LOG (full log file)
 set -e
 BUILD=${BUILD:-build-cudadev}

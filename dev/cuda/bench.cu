@@ -4,7 +4,8 @@
  * (NaN never passes: errors are compared with !(err <= tol)), then timed with
  * cudaEvents (warm-up, median of repeats) next to cuBLAS or the device-to-
  * device copy bandwidth measured in the same run. Prints a table last.
- * Usage: bench [--quick]   (exit code 1 if any check failed). */
+ * Usage: bench [--quick | --tests]   (exit code 1 if any check failed);
+ * --tests runs only the small correctness cases (for compute-sanitizer). */
 #include "backends/cuda/kn_cuda.h"
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -59,6 +60,7 @@ static double relerr_f(const std::vector<float> &out, const std::vector<float> &
 
 /* ---- timing ---------------------------------------------------------------- */
 static bool g_quick = false;
+static bool g_tests_only = false;   /* --tests: small correctness cases only (for compute-sanitizer) */
 static float time_ms(const std::function<void()> &f, int warm = 3, int iters = 20) {
     if (g_quick) { warm = 1; iters = std::min(iters, 5); }
     cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
@@ -217,6 +219,7 @@ static void test_bench_softmax() {
     printf("[softmax]\n");
     struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false}, {8192, 4096, true}, {128, 131072, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.cols;
         auto x = randv(n, 8.f);
         float *dx = dup(x), *dy = dnew<float>(n);
@@ -246,6 +249,7 @@ static void test_bench_norms() {
     printf("[layernorm / rmsnorm]\n");
     struct S { int rows, C; bool bench; } cases[] = {{64, 768, false}, {33, 1001, false}, {16, 12288, false}, {48, 2048, false}, {300, 8192, false}, {16384, 4096, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.C;
         auto x = randv(n, 2.f), w = randv(c.C), b = randv(c.C), dy = randv(n);
         for (size_t i = 0; i < n; i++) x[i] += 0.5f;   // nonzero mean
@@ -324,6 +328,7 @@ static void test_bench_ce() {
     printf("[crossentropy]\n");
     struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {2048, 50304, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.B * c.V;
         auto x = randv(n, 4.f);
         std::vector<int32_t> t(c.B); for (int b = 0; b < c.B; b++) t[b] = (b % 7 == 3) ? -1 : (int)(rnd64() % c.V);
@@ -357,6 +362,7 @@ static void test_bench_ce() {
 static void test_bench_adamw() {
     printf("[adamw]\n");
     for (size_t n : {(size_t)1000003, (size_t)1 << 26}) {
+        if (g_tests_only && n > 1000003) continue;
         auto p = randv(n), g = randv(n), m = randv(n, 0.1f), v = randv(n, 0.01f);
         for (auto &q : v) q = std::fabs(q);
         float *dp = dup(p), *dg = dup(g), *dm = dup(m), *dv = dup(v);
@@ -385,6 +391,7 @@ static void test_bench_rope() {
     printf("[rope]\n");
     struct S { int ntok, nh, hd; bool bench; } cases[] = {{64, 8, 128, false}, {17, 3, 64, false}, {16384, 32, 128, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.ntok * c.nh * c.hd;
         auto x = randv(n);
         std::vector<int32_t> pos(c.ntok); for (int i = 0; i < c.ntok; i++) pos[i] = (int)(rnd64() % 4096);
@@ -415,6 +422,7 @@ static void test_bench_embedding() {
     printf("[embedding]\n");
     struct S { int n, V, C; bool bench; } cases[] = {{100, 1000, 768, false}, {50, 37, 99, false}, {16384, 50304, 4096, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t tn = (size_t)c.V * c.C, on = (size_t)c.n * c.C;
         auto table = randv(tn), dout = randv(on);
         std::vector<int32_t> ids(c.n); for (int i = 0; i < c.n; i++) ids[i] = (int)(rnd64() % c.V);
@@ -446,6 +454,7 @@ static void test_bench_gemv() {
     printf("[gemv]\n");
     struct S { int N, K; int rot; bool bench; } cases[] = {{1000, 4096, 1, false}, {37, 1000, 1, false}, {4096, 4096, 4, true}, {16384, 8192, 1, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t wn = (size_t)c.N * c.K;
         auto W = randv(wn), x = randv(c.K), bias = randv(c.N);
         std::vector<uint16_t> Wb(wn); for (size_t i = 0; i < wn; i++) Wb[i] = f2bf(W[i]);
@@ -503,6 +512,7 @@ static void test_bench_gemm_bf16() {
         CK(cudaFree(dA)); CK(cudaFree(dW)); CK(cudaFree(dC)); CK(cudaFree(db));
     }
     for (int n : {4096, 8192}) {
+        if (g_tests_only) break;
         size_t e = (size_t)n * n;
         std::vector<uint16_t> A(e), W(e); for (auto &a : A) a = f2bf(rndn()); for (auto &x : W) x = f2bf(rndn());
         uint16_t *dA = dup(A), *dW = dup(W), *dC = dnew<uint16_t>(e), *dR = dnew<uint16_t>(e);
@@ -544,6 +554,7 @@ static void test_bench_topk() {
     printf("[topk / topp]\n");
     struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
     for (auto c : cases) {
+        if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.V;
         std::vector<float> x(n);
         for (auto &v : x) v = c.ties ? (float)(int)(rndn() * 20) * 0.25f : rndn() * 10;
@@ -639,7 +650,10 @@ static void test_pool() {
 }
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) if (!strcmp(argv[i], "--quick")) g_quick = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) g_quick = true;
+        if (!strcmp(argv[i], "--tests")) g_tests_only = g_quick = true;
+    }
     const char *only = getenv("KN_BENCH_ONLY");
     g_rng = (uint64_t)std::chrono::high_resolution_clock::now().time_since_epoch().count();
     printf("seed %llu\n", (unsigned long long)g_rng);
@@ -658,7 +672,7 @@ int main(int argc, char **argv) {
     if (want("emb")) test_bench_embedding();
     if (want("topk")) test_bench_topk();
     if (want("bf16")) test_bench_gemm_bf16();
-    if (want("sgemm")) { test_sgemm(); bench_sgemm(); }
+    if (want("sgemm")) { test_sgemm(); if (!g_tests_only) bench_sgemm(); }
     printf("\n%-24s %-22s %10s %10s %-8s %7s %-6s %9s %s\n", "kernel", "size", "time_us", "rate", "unit", "ratio", "vs", "relerr", "check");
     for (auto &r : g_rows)
         printf("%-24s %-22s %10.1f %10.1f %-8s %7.3f %-6s %9.2g %s\n", r.name.c_str(), r.size.c_str(), r.us, r.rate, r.unit.c_str(), r.ratio, r.vs.c_str(), r.err, r.ok ? "ok" : "FAIL");
