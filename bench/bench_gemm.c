@@ -96,9 +96,13 @@ int main(int argc, char **argv) {
         {"[4096,4096]@x (matvec)", 4096, 1, 4096, true},
     };
     const int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    printf("kiln isa: %s, OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), %d online cpus, median of %d\n\n",
+    double load[3] = {0, 0, 0};
+    FILE *lf = fopen("/proc/loadavg", "r");     /* other work on the machine skews the 2-thread rows */
+    if (lf) { if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1; fclose(lf); }
+    printf("kiln isa: %s, OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), %d online cpus, median of %d, "
+           "load average before: %.2f\n\n",
            kn_cpu()->isa == KN_ISA_AVX512 ? "avx512" : kn_cpu()->isa == KN_ISA_AVX2 ? "avx2" : "scalar",
-           openblas_get_corename(), getenv("OPENBLAS_CORETYPE"), ncpu, reps);
+           openblas_get_corename(), getenv("OPENBLAS_CORETYPE"), ncpu, reps, load[0]);
     printf("| shape | threads | kiln GFLOP/s | OpenBLAS GFLOP/s | kiln/OpenBLAS |\n");
     printf("|---|---:|---:|---:|---:|\n");
     fflush(stdout);
