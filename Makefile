@@ -103,6 +103,13 @@ valgrind:
 	$(MAKE) BUILD=build-avx2 AVX2ONLY=1 all
 	@for t in build-avx2/tests/test_*; do valgrind -q --error-exitcode=1 $$t >/dev/null || exit 1; done
 
+# CUDA kernels on a GPU machine: every kernel against a CPU float64 reference
+# (test-cuda), then timed next to cuBLAS and copy bandwidth (bench-cuda).
+test-cuda:
+	sh scripts/cuda_run.sh --tests
+bench-cuda:
+	sh scripts/cuda_run.sh
+
 BENCH_LIBS ?= $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 bench: all
 	@for b in $(BENCH_BIN); do $$b || exit 1; done
