@@ -286,12 +286,10 @@ static int cmd_bench(const args *a) {
         if (kn_model_eval(m, toks, np, 0, logits, false)) { rc = 1; break; }
         pp[r] = np / (now_s() - t0);
         t0 = now_s();
-        int32_t t = 1;
+        /* decode feeds a fixed token pattern (as scripts/bench_llamacpp.py does) */
         for (int i = 0; i < ng; i++) {
+            int32_t t = (int32_t)((i * 31 + 7) % c->n_vocab);
             if (kn_model_eval(m, &t, 1, np + i, logits, false)) { rc = 1; break; }
-            int32_t best = 0;
-            for (int v = 1; v < c->n_vocab; v++) if (logits[v] > logits[best]) best = v;
-            t = best;
         }
         tg[r] = ng / (now_s() - t0);
     }
