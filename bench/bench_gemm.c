@@ -1,13 +1,14 @@
 /* bench_gemm.c: kiln SGEMM vs OpenBLAS, GFLOP/s, 1 and 2 threads, one markdown table.
  *
- *   build/bench/bench_gemm [reps]        (reps: timed runs per cell, default 7; median)
+ *   build/bench/bench_gemm [reps]    (reps: timed runs per cell and library, default 9;
+ *                                     at least 60 ms of runs per block; median)
  *
  * Shapes: square 256..2048; the LLM shapes A[768,2304] @ B[2304,64] and the
  * decode matrix-vector W[4096,4096] @ x[4096] (kiln through kn_sgemm with N=1,
  * OpenBLAS through cblas_sgemv, its best entry point for that shape).
- * Each cell runs all kiln reps, then all OpenBLAS reps, each after a 0.3 s pause
- * (idle pool threads of the other library fall asleep) and one warm-up run; the
- * result of each library is checked against the other.
+ * Each cell runs 3 rounds of (kiln block, OpenBLAS block); each block starts
+ * after a 0.2 s pause (idle pool threads of the other library fall asleep) and
+ * one warm-up run. The result of each library is checked against the other.
  *
  * Debian's OpenBLAS can mis-detect recent CPUs, so unless OPENBLAS_CORETYPE is
  * set the program re-executes itself with it set ("SkylakeX" when the CPU has
@@ -56,22 +57,28 @@ static void run_blas(const shape *s, const float *A, const float *B, float *C) {
                      A, (int)s->K, B, (int)s->N, 0.0f, C, (int)s->N);
 }
 
-/* Median seconds of `reps` runs after a warm-up; reps shrink for big shapes. */
-static double time_med(void (*fn)(const shape *, const float *, const float *, float *),
-                       const shape *s, const float *A, const float *B, float *C, int reps) {
-    double t[64];
+enum { ROUNDS = 3, MAXT = 256 };
+
+/* One block of timed runs of fn: at least `reps` runs and ~60 ms, appended to t[]. */
+static void time_block(void (*fn)(const shape *, const float *, const float *, float *),
+                       const shape *s, const float *A, const float *B, float *C, int reps,
+                       double *t, int *nt) {
     /* Let the other library's idle workers go to sleep first: OpenBLAS's spin
      * (sched_yield) for ~2^28 cycles after a job, kiln's for well under 1 ms;
      * on a 2-core machine a spinning idle thread halves the other's 2-thread speed. */
-    usleep(300 * 1000);
-    fn(s, A, B, C);
-    for (int r = 0; r < reps; r++) {
-        double t0 = now();
+    usleep(200 * 1000);
+    fn(s, A, B, C);                                   /* warm-up */
+    const double start = now();
+    for (int r = 0; (r < reps || now() - start < 0.06) && *nt < MAXT; r++) {
+        const double t0 = now();
         fn(s, A, B, C);
-        t[r] = now() - t0;
+        t[(*nt)++] = now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
-    return t[reps / 2];
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof t[0], cmp_d);
+    return t[n / 2];
 }
 
 int main(int argc, char **argv) {
@@ -86,9 +93,9 @@ int main(int argc, char **argv) {
         perror("bench_gemm: re-exec with OPENBLAS_CORETYPE failed, run it with OPENBLAS_CORETYPE set");
         return 1;
     }
-    int reps = argc > 1 ? atoi(argv[1]) : 7;
+    int reps = argc > 1 ? atoi(argv[1]) : 9;
     if (reps < 1) reps = 1;
-    if (reps > 63) reps = 63;
+    if (reps > 120) reps = 120;
     static const shape shapes[] = {
         {"256^3", 256, 256, 256, false},      {"512^3", 512, 512, 512, false},
         {"1024^3", 1024, 1024, 1024, false},  {"2048^3", 2048, 2048, 2048, false},
@@ -99,7 +106,7 @@ int main(int argc, char **argv) {
     double load[3] = {0, 0, 0};
     FILE *lf = fopen("/proc/loadavg", "r");     /* other work on the machine skews the 2-thread rows */
     if (lf) { if (fscanf(lf, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1; fclose(lf); }
-    printf("kiln isa: %s, OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), %d online cpus, median of %d, "
+    printf("kiln isa: %s, OpenBLAS core: %s (OPENBLAS_CORETYPE=%s), %d online cpus, median of >= %d runs, "
            "load average before: %.2f\n\n",
            kn_cpu()->isa == KN_ISA_AVX512 ? "avx512" : kn_cpu()->isa == KN_ISA_AVX2 ? "avx2" : "scalar",
            openblas_get_corename(), getenv("OPENBLAS_CORETYPE"), ncpu, reps, load[0]);
@@ -112,14 +119,20 @@ int main(int argc, char **argv) {
         float *A = randm(s->M * s->K), *B = randm(s->K * s->N);
         float *C1 = randm(s->M * s->N), *C2 = randm(s->M * s->N);
         const double flops = 2.0 * s->M * s->N * s->K;
-        int r = reps;
-        if (flops > 4e9 && r > 5) r = 5;
+        int r = (reps + ROUNDS - 1) / ROUNDS;     /* per round */
         for (int nt = 1; nt <= 2; nt++) {
             kn_pool_set_threads(nt);
             kn_sgemm_set_max_threads(nt);
             openblas_set_num_threads(nt);
-            const double tk = time_med(run_kiln, s, A, B, C1, s->gemv ? 3 * r : r);
-            const double tb = time_med(run_blas, s, A, B, C2, s->gemv ? 3 * r : r);
+            /* rounds alternate the libraries so that load from other processes,
+             * which comes and goes, hits both alike */
+            double tkv[MAXT], tbv[MAXT];
+            int nk = 0, nb = 0;
+            for (int round = 0; round < ROUNDS; round++) {
+                time_block(run_kiln, s, A, B, C1, r, tkv, &nk);
+                time_block(run_blas, s, A, B, C2, r, tbv, &nb);
+            }
+            const double tk = median(tkv, nk), tb = median(tbv, nb);
             double num = 0, den = 0;
             for (int64_t i = 0; i < s->M * s->N; i++) {
                 num += (double)(C1[i] - C2[i]) * (C1[i] - C2[i]);
