@@ -406,16 +406,15 @@ typedef struct {
     const float *x;              /* contiguous vector [K]                             */
     float *y; int64_t incy;      /* output, stride incy                               */
     float alpha, beta;
-    int64_t grain;               /* outputs per part, multiple of 16                  */
+    int64_t grain;               /* outputs per piece, multiple of 16                 */
+    int64_t pieces;              /* ceil(len / grain)                                 */
+    atomic_llong next;           /* next unclaimed piece                              */
 } gemv_job;
 
 enum { GEMV_CHUNK = 1024 };      /* outputs per inner call: the axpy form keeps them in L1 */
 
-static void gemv_worker(void *ctx, int ith, int nth) {
-    (void)nth;
-    const gemv_job *j = ctx;
-    int64_t o0 = ith * j->grain, o1 = o0 + j->grain;
-    if (o1 > j->len) o1 = j->len;
+/* Outputs [o0, o1) of a matrix-vector job, GEMV_CHUNK at a time. */
+static void gemv_piece(const gemv_job *j, int64_t o0, int64_t o1) {
     float buf[GEMV_CHUNK] __attribute__((aligned(64)));
     for (int64_t c0 = o0; c0 < o1; c0 += GEMV_CHUNK) {
         const int64_t n = o1 - c0 < GEMV_CHUNK ? o1 - c0 : GEMV_CHUNK;
@@ -426,6 +425,17 @@ static void gemv_worker(void *ctx, int ith, int nth) {
             const float v = j->alpha * buf[i];
             y[i * j->incy] = j->beta == 0.0f ? v : v + j->beta * y[i * j->incy];
         }
+    }
+}
+
+/* Pieces are claimed from a counter, like GEMM chunks: a thread slowed by
+ * other load on its core takes fewer. */
+static void gemv_worker(void *ctx, int ith, int nth) {
+    (void)ith; (void)nth;
+    gemv_job *j = ctx;
+    for (int64_t p = atomic_fetch_add(&j->next, 1); p < j->pieces; p = atomic_fetch_add(&j->next, 1)) {
+        const int64_t o0 = p * j->grain;
+        gemv_piece(j, o0, o0 + j->grain < j->len ? o0 + j->grain : j->len);
     }
 }
 
@@ -445,14 +455,16 @@ static void gemv(const gemm_isa *I, bool dot, int64_t len, int64_t K, const floa
         for (int64_t k = 0; k < K; k++) xc[k] = x[k * incx];
         x = xc;
     }
-    /* ~32K multiply-adds per thread at least, else threads cost more than they give */
-    int64_t parts = (len * K) / 32768;
-    if (parts > nt) parts = nt;
-    if (parts < 1) parts = 1;
-    int64_t grain = ceil_to((len + parts - 1) / parts, 16);
-    parts = (len + grain - 1) / grain;
-    gemv_job j = {I, dot, len, K, X, ld, x, y, incy, alpha, beta, grain};
-    kn_pool_run(gemv_worker, &j, (int)parts);
+    /* pieces of >= ~32K multiply-adds (else threads cost more than they give),
+     * up to 4 per thread for load balance */
+    int64_t pieces = (len * K) / 32768;
+    if (pieces > 4 * (int64_t)nt) pieces = 4 * (int64_t)nt;
+    if (pieces < 1) pieces = 1;
+    gemv_job j = {I, dot, len, K, X, ld, x, y, incy, alpha, beta, 0, 0, 0};
+    j.grain = ceil_to((len + pieces - 1) / pieces, 16);
+    j.pieces = (len + j.grain - 1) / j.grain;
+    atomic_init(&j.next, 0);
+    kn_pool_run(gemv_worker, &j, j.pieces < nt ? (int)j.pieces : nt);
     free(xc);
 }
 
