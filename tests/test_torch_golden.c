@@ -173,6 +173,59 @@ static void build_mlp(golden *g) {
 }
 TEST(golden_mlp_step) { golden_run("tests/fixtures/golden_mlp.bin", build_mlp); }
 
+/* Three training steps as ONE plan replayed three times: x, y are plan inputs
+ * (a new batch each run), SGD with momentum updates the parameters and the
+ * momentum buffers in place with kn_assign (so the plan must run every update
+ * after every read of the old value). Compared: each step's loss and the
+ * parameters after the third step (torch.optim.SGD, momentum 0.9). */
+static void build_mlp_train(golden *g) {
+    kn_ctx *ctx = g->ctx;
+    static const char *pn[4] = {"w1", "b1", "w2", "b2"};
+    const kn_fx_tensor *fxs = kn_fx_get(g->fx, "train.x"), *fys = kn_fx_get(g->fx, "train.y");
+    if (!fxs || !fys || fxs->ndim != 3 || fys->ndim != 2) { g->bad = true; return; }
+    const int64_t xs[2] = {fxs->shape[1], fxs->shape[2]}, ysh[1] = {fys->shape[1]};
+    int nstep = (int)fxs->shape[0];
+    kn_tensor *x = kn_input(ctx, g->dt, 2, xs), *y = kn_input(ctx, KN_I64, 1, ysh), *p[4], *buf[4];
+    for (int i = 0; i < 4; i++) {
+        char nm[32]; snprintf(nm, sizeof nm, "in.%s", pn[i]);
+        const kn_fx_tensor *f = kn_fx_get(g->fx, nm);
+        if (!f) { g->bad = true; return; }
+        p[i] = kn_param(ctx, g->dt, f->ndim, f->shape);
+        buf[i] = kn_empty(ctx, g->dt, f->ndim, f->shape);
+        double *zero = calloc((size_t)f->numel, sizeof(double));
+        bool ok = p[i] && buf[i] && zero && kn_tensor_write(p[i], f->v, KN_F64) == KN_OK && kn_tensor_write(buf[i], zero, KN_F64) == KN_OK;
+        free(zero);
+        if (!ok) { g->bad = true; return; }
+    }
+    double lr = g_hp(g, "hp.lr"), mom = g_hp(g, "hp.momentum");
+    kn_tensor *loss = mlp_fwd(ctx, x, y, p, NULL);
+    if (kn_backward(ctx, loss) != KN_OK) { g->bad = true; return; }
+    kn_tensor *outs[9] = {loss};
+    kn_no_grad_begin(ctx);
+    for (int i = 0; i < 4; i++) {
+        kn_tensor *nb = kn_add(ctx, kn_mul_scalar(ctx, buf[i], mom), kn_grad(p[i]));   /* torch: buf = m buf + g */
+        outs[1 + 2 * i] = kn_assign(ctx, p[i], kn_sub(ctx, p[i], kn_mul_scalar(ctx, nb, lr)));
+        outs[2 + 2 * i] = kn_assign(ctx, buf[i], nb);
+    }
+    kn_no_grad_end(ctx);
+    kn_plan *plan = kn_plan_new(ctx, 9, outs, NULL);
+    if (!plan) { CHECK(0, "plan: %s", kn_last_error()); g->bad = true; return; }
+    int64_t nx = xs[0] * xs[1];
+    kn_tensor *losses = kn_empty(ctx, g->dt, 1, (int64_t[]){nstep});
+    double *lv = calloc((size_t)nstep, sizeof(double));
+    for (int s = 0; s < nstep && lv; s++) {
+        if (kn_tensor_write(x, fxs->v + s * nx, KN_F64) != KN_OK || kn_tensor_write(y, fys->v + s * ysh[0], KN_F64) != KN_OK ||
+            kn_plan_run(plan) != KN_OK) { CHECK(0, "step %d: %s", s, kn_last_error()); g->bad = true; break; }
+        lv[s] = kn_item(loss);
+    }
+    if (lv) kn_tensor_write(losses, lv, KN_F64);
+    free(lv);
+    kn_plan_free(plan);
+    g_want(g, "train.loss", losses);
+    for (int i = 0; i < 4; i++) { char nm[32]; snprintf(nm, sizeof nm, "train.%s", pn[i]); g_want(g, nm, p[i]); }
+}
+TEST(golden_mlp_train_plan) { golden_run("tests/fixtures/golden_mlp.bin", build_mlp_train); }
+
 /* ---- 2. conv-net step -------------------------------------------------------------------
  * x [2,3,12,12] -> conv(3->6,k3,s1,p1) -> relu -> maxpool 2 -> conv(6->8,k3,s2,p1,g2)
  * -> batch_norm(training) -> silu -> adaptive avg pool 1 -> flatten -> linear(8,5)

@@ -84,7 +84,25 @@ def case_mlp():
     opt.step()
     with torch.no_grad():
         _, loss2 = fwd()
-    outs += [("step." + n, p) for n, p in params] + [("out.loss_after", loss2)]
+    outs += [("step." + n, p.detach().clone()) for n, p in params] + [("out.loss_after", loss2)]
+
+    # A short training run from the same initial parameters: 3 steps of SGD
+    # with momentum, a new batch each step; the losses and the final params.
+    mom = 0.9
+    xs, ys = torch.randn(3, 8, 20), torch.randint(0, 10, (3, 8))
+    with torch.no_grad():
+        for (n, p), (_, v) in zip(params, ins[3:]):
+            p.copy_(v)
+    opt = torch.optim.SGD([p for _, p in params], lr=lr, momentum=mom)
+    losses = []
+    for step in range(3):
+        opt.zero_grad()
+        l = F.cross_entropy(F.linear(F.gelu(F.linear(xs[step], w1, b1)), w2, b2), ys[step])
+        l.backward()
+        opt.step()
+        losses.append(l.detach())
+    outs += [("hp.momentum", hp(mom)), ("train.x", xs), ("train.y", ys), ("train.loss", torch.stack(losses))]
+    outs += [("train." + n, p) for n, p in params]
     return ins + outs
 
 
