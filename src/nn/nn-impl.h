@@ -1,0 +1,47 @@
+/* nn-impl.h: internals shared by the files of src/nn (the module struct, helpers).
+ * defines: struct kn_module, kn__mod_fail, kn__mod_path, kn__param_new. */
+#ifndef KN_NN_IMPL_H
+#define KN_NN_IMPL_H
+#include "kiln_nn.h"
+#include "kn-impl.h"
+
+typedef struct kn__mparam {
+    char name[64];
+    kn_tensor *t;
+    bool buffer, no_decay;
+} kn__mparam;
+
+struct kn_module {
+    kn_ctx *ctx;
+    char kind[32];
+    char name[64];                 /* name within the parent ("" for a root)    */
+    kn_module *parent;
+    kn_forward_fn forward;         /* generic one-input forward, or NULL        */
+    void *impl;                    /* layer-specific struct                     */
+    bool free_impl;
+    bool training;
+    kn_module **children; int n_children, cap_children;
+    kn__mparam *params; int n_params, cap_params;
+    kn_tensor **effects; int n_effects, cap_effects;   /* pending training effects */
+    kn_tensor *rng_step;           /* 0-d i64 stream offset for dropout, or NULL */
+};
+
+/* "Linear 'h.0.attn.c_proj'" into buf (kind and dotted path from the root). */
+const char *kn__mod_path(const kn_module *m, char *buf, size_t n);
+/* Record "<kind> '<path>': <message>" as an invalid-argument error; returns NULL. */
+kn_tensor *kn__mod_fail(const kn_module *m, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* New f32 parameter registered in m (uninitialised storage). */
+kn_tensor *kn__param_new(kn_module *m, const char *name, int ndim, const int64_t *shape, bool no_decay);
+kn_tensor *kn__buffer_new(kn_module *m, const char *name, int ndim, const int64_t *shape);
+kn_status kn__mod_push_effect(kn_module *m, kn_tensor *e);
+/* child that must be of a given kind: NULL with an error otherwise */
+kn_module *kn__child(const kn_module *m, const char *name);
+/* checks x has ndim in [lo,hi] and (when want >= 0) dim `dim` == want */
+bool kn__mod_check(const kn_module *m, kn_tensor *x, int lo, int hi, int dim, int64_t want, const char *what);
+/* dropout honouring the tree's rng step input */
+kn_tensor *kn__mod_dropout(kn_module *m, kn_tensor *x, double p, uint64_t seed);
+#endif
