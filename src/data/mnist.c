@@ -136,8 +136,9 @@ kn_status kn_mnist_load(const char *images_path, const char *labels_path, kn_mni
     const uint8_t *y = lab;
     for (int64_t i = 0; i < sl[0]; i++)
         if (y[i] > 9) {
+            int bad = y[i];
             free(img); free(lab);
-            return kn_set_error(KN_ERR_FORMAT, "mnist: label %d at index %lld of '%s' is not a digit 0..9", y[i],
+            return kn_set_error(KN_ERR_FORMAT, "mnist: label %d at index %lld of '%s' is not a digit 0..9", bad,
                                 (long long)i, labels_path);
         }
     kn_mnist *m = calloc(1, sizeof *m);

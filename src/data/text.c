@@ -108,7 +108,7 @@ kn_status kn_char_vocab_build(const char *text, size_t len, bool byte_level, kn_
         }
         astral[n_astral++] = c;
     }
-    qsort(astral, n_astral, sizeof *astral, cmp_u32);
+    if (n_astral) qsort(astral, n_astral, sizeof *astral, cmp_u32);
     size_t n_unique_astral = 0;
     for (size_t i = 0; i < n_astral; i++)
         if (i == 0 || astral[i] != astral[i - 1]) astral[n_unique_astral++] = astral[i];
