@@ -381,8 +381,10 @@ static void pick_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt
 }
 
 /* Split for nt threads: up to g_max_chunks chunks per thread (load balance) as long as the
- * extra packing that more chunks cost stays under ~2% of the multiply-adds
- * (each extra column of chunks packs op(A) again, each extra row op(B)). */
+ * extra packing that more chunks cost stays under ~4% of the multiply-adds
+ * (each extra column of chunks packs op(A) again, each extra row op(B)). With
+ * more chunks than threads, a caller whose worker is not scheduled (busy
+ * machine) does the work itself instead of waiting for a time slice. */
 static void plan_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt, grid_job *j) {
     j->tm = 1; j->tn = 1; j->mstep = M; j->nstep = N;
     pick_grid(I, M, N, K, nt, &j->tm, &j->tn, &j->mstep, &j->nstep);
@@ -394,7 +396,7 @@ static void plan_grid(const gemm_isa *I, int64_t M, int64_t N, int64_t K, int nt
         /* extra copies K*(M*(tn-1) + N*(tm-1)) at ~4 floats/cycle, against M*N*K
          * multiply-adds at ~nr (2 FMA units x nr/2 lanes) per cycle */
         const double extra = I->nr / 4.0 * ((double)(tn - 1) / N + (double)(tm - 1) / M);
-        if (extra <= 0.02) { j->tm = tm; j->tn = tn; j->mstep = ms; j->nstep = ns; return; }
+        if (extra <= 0.04) { j->tm = tm; j->tn = tn; j->mstep = ms; j->nstep = ns; return; }
     }
 }
 
