@@ -365,6 +365,62 @@ static void build_rope(golden *g) {
 }
 TEST(golden_rope_index) { golden_run("tests/fixtures/golden_rope.bin", build_rope); }
 
+/* ---- 6. more nn ops --------------------------------------------------------------------------------
+ * x [1,4,5,5]; seven terms sum(f_k(...) * r_k) (see torch_refs.py): conv_transpose2d,
+ * avg_pool2d (ceil, padding not counted) + group_norm + gelu_tanh, dilated
+ * max_pool2d (ceil) + softplus, an activation mix, cumsum * cumprod,
+ * reflect/replicate pad + dilated grouped conv1d, where/tril/masked_fill/clamp. */
+static kn_tensor *misc_term(golden *g, int i, kn_tensor **L) {
+    kn_ctx *ctx = g->ctx;
+    kn_tensor *x = L[0];
+    const int one[2] = {1, 1}, two[2] = {2, 2}, three[2] = {3, 3};
+    switch (i) {
+    case 0: case 1: {
+        kn_tensor *ct = kn_conv_transpose2d(ctx, x, L[1], L[2], two, one, one, one, 2);
+        if (i == 0) return ct;
+        kn_tensor *a = kn_avg_pool2d(ctx, ct, three, two, one, true, false);
+        return kn_gelu_tanh(ctx, kn_group_norm(ctx, a, 3, L[3], L[4], 1e-5));
+    }
+    case 2: return kn_softplus(ctx, kn_max_pool2d(ctx, x, three, one, one, two, true));
+    case 3: {
+        kn_tensor *y = kn_add(ctx, kn_mish(ctx, x), kn_mul(ctx, kn_elu(ctx, x, 0.7), kn_leaky_relu(ctx, x, 0.1)));
+        y = kn_add(ctx, kn_add(ctx, y, kn_hardsigmoid(ctx, x)), kn_selu(ctx, x));
+        return kn_sub(ctx, y, kn_hardtanh(ctx, x, -0.5, 0.8));
+    }
+    case 4: return kn_mul(ctx, kn_cumsum(ctx, x, 1), kn_cumprod(ctx, x, 3));
+    case 5: {
+        const int64_t p1[2] = {1, 2}, p2[4] = {0, 0, 2, 1};
+        kn_tensor *p = kn_pad(ctx, kn_pad(ctx, x, 1, p1, KN_PAD_REFLECT, 0), 2, p2, KN_PAD_REPLICATE, 0);
+        return kn_tanh(ctx, kn_conv1d(ctx, kn_flatten(ctx, p, 2, 3), L[5], NULL, 2, 2, 2, 2));
+    }
+    default: {
+        kn_tensor *w = kn_where(ctx, kn_gt(ctx, x, kn_scalar(ctx, g->dt, 0.3)), kn_mul(ctx, x, x), kn_sin(ctx, x));
+        kn_tensor *m = kn_masked_fill(ctx, kn_tril(ctx, w, 1), kn_lt(ctx, x, kn_scalar(ctx, g->dt, -1.5)), 0.25);
+        return kn_clamp(ctx, m, -0.7, 1.2);
+    }
+    }
+}
+static void build_misc(golden *g) {
+    static const char *ln[6] = {"x", "wt", "bt", "gw", "gb", "w1d"};
+    kn_tensor *L[6];
+    for (int i = 0; i < 6; i++) { char nm[32]; snprintf(nm, sizeof nm, "in.%s", ln[i]); L[i] = g_in(g, nm, true); }
+    for (int i = 0; i < 7; i++) {
+        char nm[48];
+        snprintf(nm, sizeof nm, "in.rt%d", i + 1);
+        kn_tensor *y = misc_term(g, i, L), *r = g_in(g, nm, false), *gr[6] = {0};
+        kn_tensor *t = kn_sum_all(g->ctx, kn_mul(g->ctx, y, r));
+        snprintf(nm, sizeof nm, "out.t%d", i + 1); g_want(g, nm, y);
+        snprintf(nm, sizeof nm, "out.sumt%d", i + 1); g_want(g, nm, t);
+        if (!t || kn_gradients(g->ctx, 1, &t, NULL, 6, L, gr) != KN_OK) { g->bad = true; return; }
+        for (int k = 0; k < 6; k++) {
+            snprintf(nm, sizeof nm, "grad.t%d.%s", i + 1, ln[k]);
+            if (kn_fx_get(g->fx, nm)) g_want(g, nm, gr[k]);
+            else if (gr[k]) g_want(g, NULL, gr[k]);
+        }
+    }
+}
+TEST(golden_misc_nn) { golden_run("tests/fixtures/golden_misc.bin", build_misc); }
+
 /* ---- the fixture reader itself ----------------------------------------------------------------------- */
 TEST(fixture_reader_rejects_bad_files) {
     kn_fx fx;

@@ -247,10 +247,55 @@ def case_rope():
             ("grad.E", E.grad), ("grad.base", base.grad)]
 
 
+# ---- 6. more nn ops ------------------------------------------------------------------------
+# x [1,4,5,5]; each term is sum(f(...) * r_k) with a fixed random weight r_k, and
+# has its own gradients "grad.<term>.<leaf>":
+#   t1 conv_transpose2d(x, wt, bt, stride 2, padding 1, output_padding 1, groups 2)
+#   t2 gelu_tanh(group_norm(avg_pool2d(t1's output, 3, 2, 1, ceil, no pad count), 3 groups, gw, gb))
+#   t3 softplus(max_pool2d(x, 3, stride 1, padding 1, dilation 2, ceil))
+#   t4 mish(x) + elu(x, .7) * leaky_relu(x, .1) + hardsigmoid(x) + selu(x) - hardtanh(x, -.5, .8)
+#   t5 cumsum(x, 1) * cumprod(x, 3)
+#   t6 tanh(conv1d(flatten(pad(pad(x, (1,2,0,0) reflect), (0,0,2,1) replicate), 2), w1d,
+#          stride 2, padding 2, dilation 2, groups 2))
+#   t7 clamp(masked_fill(tril(where(x > .3, x*x, sin x), 1), x < -1.5, .25), -.7, 1.2)
+def case_misc():
+    x = leaf(1, 4, 5, 5, lo=-2, hi=2)
+    wt, bt = leaf(4, 3, 3, 3, lo=-0.5, hi=0.5), leaf(6, lo=-0.2, hi=0.2)
+    gw, gb = leaf(6, lo=0.5, hi=1.5), leaf(6, lo=-0.3, hi=0.3)
+    w1d = leaf(6, 2, 3, lo=-0.5, hi=0.5)
+    leaves = [("x", x), ("wt", wt), ("bt", bt), ("gw", gw), ("gb", gb), ("w1d", w1d)]
+    out = [("in." + n, t.detach().clone()) for n, t in leaves]
+    # F.hardsigmoid's backward uses the float constant 1.0f/6 even in float64
+    # (gradient off by 3e-8 relative), so its definition relu6(x+3)/6 is spelled out
+    hardsigmoid = lambda v: torch.clamp(v + 3, 0, 6) / 6
+    ct = lambda: F.conv_transpose2d(x, wt, bt, stride=2, padding=1, output_padding=1, groups=2)
+    terms = {
+        "t1": ct,
+        "t2": lambda: F.gelu(F.group_norm(F.avg_pool2d(ct(), 3, 2, 1, ceil_mode=True, count_include_pad=False), 3, gw, gb, 1e-5),
+                             approximate="tanh"),
+        "t3": lambda: F.softplus(F.max_pool2d(x, 3, stride=1, padding=1, dilation=2, ceil_mode=True)),
+        "t4": lambda: F.mish(x) + F.elu(x, 0.7) * F.leaky_relu(x, 0.1) + hardsigmoid(x) + F.selu(x) - F.hardtanh(x, -0.5, 0.8),
+        "t5": lambda: torch.cumsum(x, 1) * torch.cumprod(x, 3),
+        "t6": lambda: torch.tanh(F.conv1d(F.pad(F.pad(x, (1, 2, 0, 0), mode="reflect"), (0, 0, 2, 1), mode="replicate").flatten(2),
+                                          w1d, None, stride=2, padding=2, dilation=2, groups=2)),
+        "t7": lambda: torch.clamp(torch.tril(torch.where(x > 0.3, x * x, torch.sin(x)), 1).masked_fill(x < -1.5, 0.25), -0.7, 1.2),
+    }
+    for name, fn in terms.items():
+        y = fn()
+        r = torch.randn(y.shape)
+        val = (y * r).sum()
+        grads = torch.autograd.grad(val, [t for _, t in leaves], allow_unused=True)
+        out += [("in.r" + name, r), ("out." + name, y), ("out.sum" + name, val)]
+        for (ln, lt), g in zip(leaves, grads):
+            if g is not None:
+                out.append((f"grad.{name}.{ln}", g))
+    return out
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
     os.makedirs(outdir, exist_ok=True)
-    for name, fn in (("mlp", case_mlp), ("conv", case_conv), ("attn", case_attn), ("norm", case_norm), ("rope", case_rope)):
+    for name, fn in (("mlp", case_mlp), ("conv", case_conv), ("attn", case_attn), ("norm", case_norm), ("rope", case_rope), ("misc", case_misc)):
         torch.manual_seed(1234)
         write_fixture(os.path.join(outdir, f"golden_{name}.bin"), fn())
 
