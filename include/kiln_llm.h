@@ -10,7 +10,13 @@
  *
  * Formats: GGUF v2/v3 (llama architecture: Llama 2/3, SmolLM, TinyLlama;
  * tensor types F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, used in
- * place from the memory map) and llama2.c checkpoints (with a tokenizer file).
+ * place from the memory map), llama2.c checkpoints (with a tokenizer file),
+ * llm.c GPT-2 checkpoints (fp32/bf16) and Hugging Face safetensors with
+ * config.json (a model directory or a .safetensors path; LlamaForCausalLM and
+ * GPT2LMHeadModel, F32/F16/BF16). llm.c and Hugging Face files carry no
+ * usable tokenizer: pass tokenizer_path (a GGUF vocabulary such as
+ * ggml-vocab-gpt-2.gguf, or a llama2.c tokenizer.bin); without one the model
+ * evaluates token ids but cannot encode text.
  * The forward pass is one kiln plan built at load (symbolic token count and
  * context length) and replayed for every prefill and decode step.
  */
@@ -33,6 +39,7 @@ typedef struct kn_model_config {
     int n_rot;              /* rotated dims per head                     */
     double rope_theta, rope_freq_scale, norm_eps;
     bool rope_neox;         /* rotate halves (true) or interleaved pairs */
+                            /* GPT-2: no rope (n_rot 0), learned positions, LayerNorm */
     bool tied_output;       /* output matrix is the token embedding      */
     kn_dtype weight_type;   /* dtype of most matrices                    */
     int64_t n_params;
@@ -40,10 +47,15 @@ typedef struct kn_model_config {
 } kn_model_config;
 
 typedef struct kn_model_opts {
-    const char *tokenizer_path;  /* llama2.c checkpoints: tokenizer.bin (like llama2.c's -z) */
+    /* tokenizer file (like llama2.c's -z): a GGUF vocabulary (*.gguf), a
+     * llama2.c tokenizer.bin, or llm.c's gpt2_tokenizer.bin (decode only:
+     * encoding fails with a message). Needed by llama2.c, llm.c and Hugging
+     * Face models; for a GGUF model it replaces the file's vocabulary. */
+    const char *tokenizer_path;
     int n_ctx;                   /* context length; 0 = min(training context, 4096) */
     int n_batch;                 /* max tokens per forward (prefill chunk); 0 = 512 */
     kn_backend *backend;         /* NULL = default */
+    bool kv_f16;                 /* K/V caches in f16 (half the memory; rounding of cached K, V) */
 } kn_model_opts;
 
 kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out);

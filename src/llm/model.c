@@ -13,39 +13,24 @@
  * Per layer (Llama): x += Wo · attn(rope(Wq·n(x)), cache_k, cache_v);
  * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
+ * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
+ * come from one fused matrix with bias (no rope), the MLP is
+ * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
+ * With kn_model_opts.kv_f16 the caches are f16: K, V are cast before the
+ * index_copy and attention reads the f16 rows.
+ *
+ * This file: weight helpers, the GGUF and llama2.c loaders, the graph and the
+ * public entry points; model_hf.c loads llm.c GPT-2 and Hugging Face
+ * safetensors models (struct in model_impl.h).
  */
 #include "kn-impl.h"
-#include "kiln_llm.h"
-#include "llm/gguf.h"
-#include "llm/llama2c.h"
-#include "llm/mapfile.h"
-#include "llm/quant.h"
+#include "llm/model_impl.h"   /* defines: struct kn_model, kn__layer_w, loader entry points */
+#include "llm/quant.h"        /* defines: kn_dequantize_row */
+#include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    kn_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w2, *w3;
-    kn_tensor *k_cache, *v_cache;       /* [Hkv, n_ctx, D] f32 */
-} layer_w;
-
-struct kn_model {
-    kn_model_config cfg;
-    kn_ctx *ctx;                       /* weights, caches and the graph */
-    kn_gguf *gguf;
-    kn_llama2c *l2c;
-    kn_tokenizer *tok;
-    char *chat_template;
-    kn_tensor *tok_embd;               /* [V, C] any dtype */
-    kn_tensor *out_norm, *wout;        /* [C], [V, C]      */
-    layer_w *layers;
-    int n_ctx, n_batch;
-    /* graph */
-    int sym_T, sym_S, sym_R;
-    kn_tensor *x_in, *pos_in, *rows_in, *logits;
-    kn_plan *plan;
-    float *row_buf;                    /* one dequantized embedding row */
-};
 
 /* ---- weights ------------------------------------------------------------------ */
 static kn_tensor *wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name) {
@@ -54,6 +39,146 @@ static kn_tensor *wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, con
                              : kn_from_ptr(m->ctx, dt, 2, shape, (void *)data);
     if (t) kn_set_name(t, name);
     return t;
+}
+
+void *kn__model_alloc(kn_model *m, size_t bytes) {
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 32;
+        void **o = realloc(m->owned, sizeof *o * (size_t)cap);
+        if (!o) { kn_set_error(KN_ERR_NOMEM, "out of memory"); return NULL; }
+        m->owned = o; m->cap_owned = cap;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) { kn_set_error(KN_ERR_NOMEM, "out of memory for %zu bytes of converted weights", bytes); return NULL; }
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+kn_status kn__model_err_prefix(kn_status st, const char *prefix) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", kn_last_error());
+    return kn_set_error(st, "%s: %s", prefix, msg);
+}
+
+static void wrap_fail(kn_model *m, const char *name) {
+    char pre[160];
+    snprintf(pre, sizeof pre, "tensor '%s'", name);
+    kn__model_err_prefix(kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM, pre);
+}
+
+static double elem_f64(kn_dtype dt, const void *data, int64_t i) {
+    uint16_t h;
+    switch (dt) {
+    case KN_F16: memcpy(&h, (const char *)data + 2 * i, 2); return kn_fp16_to_fp32(h);
+    case KN_BF16: memcpy(&h, (const char *)data + 2 * i, 2); return kn_bf16_to_fp32(h);
+    default: { float f; memcpy(&f, (const char *)data + 4 * i, 4); return f; }
+    }
+}
+
+static bool half_or_f32(kn_dtype dt) { return dt == KN_F32 || dt == KN_F16 || dt == KN_BF16; }
+
+kn_tensor *kn__model_mat(kn_model *m, kn_dtype dt, int64_t out, int64_t in, const void *data, bool in_out,
+                         const char *name) {
+    size_t es = kn_dtype_get(dt)->type_size;
+    bool quant = kn_dtype_get(dt)->is_quant;
+    if (in_out && !half_or_f32(dt)) {
+        kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s': %s weights stored [in, out] are not supported; use f32/f16/bf16",
+                     name, kn_dtype_name(dt));
+        return NULL;
+    }
+    if (!in_out) {
+        if (!quant && (uintptr_t)data % es) {         /* safetensors data need not be aligned */
+            size_t nb = kn_dtype_nbytes(dt, out * in);
+            void *p = kn__model_alloc(m, nb);
+            if (!p) return NULL;
+            memcpy(p, data, nb);
+            data = p;
+        }
+        kn_tensor *t = wrap(m, dt, out, in, data, name);
+        if (!t) wrap_fail(m, name);
+        return t;
+    }
+    /* [in, out] in the file */
+    if (dt == KN_F32 && (uintptr_t)data % 4 == 0) {
+        kn_tensor *t = wrap(m, dt, in, out, data, name);
+        kn_tensor *v = t ? kn_transpose(m->ctx, t, 0, 1) : NULL;      /* a view: no copy */
+        if (!v) wrap_fail(m, name);
+        return v;
+    }
+    /* f16/bf16 (or misaligned f32): a transposed copy, so each output row is
+     * contiguous as the CPU backend's half-precision matmul requires */
+    char *p = kn__model_alloc(m, es * (size_t)(out * in));
+    if (!p) return NULL;
+    for (int64_t i = 0; i < in; i++)
+        for (int64_t o = 0; o < out; o++)
+            memcpy(p + es * (size_t)(o * in + i), (const char *)data + es * (size_t)(i * out + o), es);
+    kn_tensor *t = wrap(m, dt, out, in, p, name);
+    if (!t) wrap_fail(m, name);
+    return t;
+}
+
+kn_tensor *kn__model_f32(kn_model *m, kn_dtype dt, int64_t rows, int64_t n, const void *data, const char *name) {
+    if (!half_or_f32(dt)) {
+        kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; norms, biases and position embeddings must be f32, f16 or bf16",
+                     name, kn_dtype_name(dt));
+        return NULL;
+    }
+    const void *src = data;
+    int64_t numel = (rows ? rows : 1) * n;
+    if (dt != KN_F32 || (uintptr_t)data % 4) {
+        float *p = kn__model_alloc(m, sizeof(float) * (size_t)numel);
+        if (!p) return NULL;
+        for (int64_t i = 0; i < numel; i++) p[i] = (float)elem_f64(dt, data, i);
+        src = p;
+    }
+    int64_t shape[2] = {rows, n};
+    kn_tensor *t = rows ? kn_from_ptr(m->ctx, KN_F32, 2, shape, (void *)src) : kn_from_ptr(m->ctx, KN_F32, 1, &shape[1], (void *)src);
+    if (t) kn_set_name(t, name);
+    if (!t) wrap_fail(m, name);
+    return t;
+}
+
+/* First 12 bytes of a file (zeros past the end); false if it cannot be opened. */
+static bool file_magic(const char *path, unsigned char mg[12], size_t *got) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    memset(mg, 0, 12);
+    *got = fread(mg, 1, 12, f);
+    fclose(f);
+    return true;
+}
+
+kn_status kn__model_load_tokenizer(kn_model *m, const char *path) {
+    unsigned char mg[12];
+    size_t got;
+    if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open tokenizer file %s", path);
+    kn_status st;
+    int32_t magic;
+    memcpy(&magic, mg, 4);
+    if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
+        kn_gguf *g;
+        if ((st = kn_gguf_open(path, &g))) return st;
+        st = kn_tokenizer_from_gguf(g, &m->tok);
+        kn_gguf_str s;
+        if (!st && !m->chat_template && kn_gguf_get_str(g, "tokenizer.chat_template", &s)) {
+            m->chat_template = malloc(s.len + 1);
+            if (m->chat_template) { memcpy(m->chat_template, s.ptr, s.len); m->chat_template[s.len] = 0; }
+        }
+        kn_gguf_close(g);
+    } else if (got >= 4 && magic == 20240328) {
+        st = kn_tokenizer_load_llmc(path, &m->tok);          /* decode only: kn_tokenize says so */
+    } else {
+        st = kn_tokenizer_load_llama2c(path, m->cfg.n_vocab, &m->tok);
+    }
+    if (st) return st;
+    int tv = kn_tokenizer_n_vocab(m->tok);
+    if (tv > m->cfg.n_vocab) {
+        kn_tokenizer_free(m->tok);
+        m->tok = NULL;
+        return kn_set_error(KN_ERR_FORMAT, "tokenizer %s has %d tokens but the model's vocabulary has only %d; "
+                            "pass the tokenizer that belongs to this model", path, tv, m->cfg.n_vocab);
+    }
+    return KN_OK;
 }
 
 static kn_tensor *gguf_w(kn_model *m, const char *name, int64_t rows, int64_t cols, bool required, kn_status *st) {
@@ -131,7 +256,7 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers && !st; l++) {
-        layer_w *L = &m->layers[l];
+        kn__layer_w *L = &m->layers[l];
         char n[96];
 #define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
         W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", C, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
@@ -173,7 +298,7 @@ static kn_status load_llama2c(kn_model *m, const char *path, const char *tok_pat
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers; l++) {
-        layer_w *L = &m->layers[l];
+        kn__layer_w *L = &m->layers[l];
 #define W(field, id, r, cc) L->field = wrap(m, KN_F32, r, cc, kn_llama2c_layer(m->l2c, id, l, &sc), #field);
         W(attn_norm, KN_L2C_RMS_ATT, 1, C) W(wq, KN_L2C_WQ, C, C) W(wk, KN_L2C_WK, kv, C) W(wv, KN_L2C_WV, kv, C)
         W(wo, KN_L2C_WO, C, C) W(ffn_norm, KN_L2C_RMS_FFN, 1, C) W(w1, KN_L2C_W1, F, C) W(w2, KN_L2C_W2, C, F)
@@ -183,16 +308,28 @@ static kn_status load_llama2c(kn_model *m, const char *path, const char *tok_pat
     if (kn_ctx_status(m->ctx)) return kn_ctx_status(m->ctx);
     if (!tok_path)
         return kn_set_error(KN_ERR_INVALID, "%s is a llama2.c checkpoint, which carries no tokenizer: pass one with -z tokenizer.bin", path);
-    return kn_tokenizer_load_llama2c(tok_path, c->n_vocab, &m->tok);
+    return kn__model_load_tokenizer(m, tok_path);
 }
 
 /* ---- the forward graph --------------------------------------------------------------- */
 static kn_tensor *lin(kn_ctx *ctx, kn_tensor *x, kn_tensor *w) { return kn_matmul(ctx, x, kn_transpose(ctx, w, 0, 1)); }
 
+static kn_tensor *lin_b(kn_ctx *ctx, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
+    kn_tensor *y = lin(ctx, x, w);
+    return b ? kn_add(ctx, y, b) : y;
+}
+
+static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
+    return c->arch == KN_ARCH_GPT2 ? kn_layer_norm(ctx, x, 1, w, b, c->norm_eps) : kn_rms_norm(ctx, x, 1, w, c->norm_eps);
+}
+
 static kn_status build_graph(kn_model *m) {
     kn_ctx *ctx = m->ctx;
     const kn_model_config *c = &m->cfg;
+    bool gpt2 = c->arch == KN_ARCH_GPT2;
     int64_t C = c->dim, H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim, NB = m->n_batch;
+    int64_t QD = H * D, KD = Hkv * D;
+    kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
     m->sym_T = kn_sym_new(ctx, "T", NB);
     m->sym_S = kn_sym_new(ctx, "S", m->n_ctx);
     m->sym_R = kn_sym_new(ctx, "R", NB);
@@ -204,36 +341,52 @@ static kn_status build_graph(kn_model *m) {
     memset(m->rows_in->buf->data, 0, m->rows_in->buf->size);
     kn_tensor *x = kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T);            /* [T, C] */
     kn_tensor *pos = kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T);         /* [T] */
+    if (m->pos_embd) x = kn_add(ctx, x, kn_index_select(ctx, m->pos_embd, 0, pos));   /* + wpe[pos] */
     for (int l = 0; l < c->n_layers; l++) {
-        layer_w *L = &m->layers[l];
-        L->k_cache = kn_empty(ctx, KN_F32, 3, (int64_t[]){Hkv, m->n_ctx, D});
-        L->v_cache = kn_empty(ctx, KN_F32, 3, (int64_t[]){Hkv, m->n_ctx, D});
+        kn__layer_w *L = &m->layers[l];
+        L->k_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
+        L->v_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
         if (!L->k_cache || !L->v_cache) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM;
         memset(L->k_cache->buf->data, 0, L->k_cache->buf->size);
         memset(L->v_cache->buf->data, 0, L->v_cache->buf->size);
-        kn_tensor *h = kn_rms_norm(ctx, x, 1, L->attn_norm, c->norm_eps);
+        kn_tensor *h = norm(ctx, c, x, L->attn_norm, L->attn_norm_b);
+        kn_tensor *q, *k, *v;
+        if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
+            kn_tensor *qkv = lin_b(ctx, h, L->wqkv, L->bqkv);
+            q = kn_narrow(ctx, qkv, 1, 0, QD);
+            k = kn_narrow(ctx, qkv, 1, QD, KD);
+            v = kn_narrow(ctx, qkv, 1, QD + KD, KD);
+        } else {
+            q = lin_b(ctx, h, L->wq, L->bq);
+            k = lin_b(ctx, h, L->wk, L->bk);
+            v = lin_b(ctx, h, L->wv, L->bv);
+        }
         int perm[3] = {1, 0, 2};
-        kn_tensor *q = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wq), 3, (int64_t[]){-1, H, D}), perm);   /* [H, T, D] */
-        kn_tensor *k = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wk), 3, (int64_t[]){-1, Hkv, D}), perm); /* [Hkv, T, D] */
-        kn_tensor *v = kn_permute(ctx, kn_reshape(ctx, lin(ctx, h, L->wv), 3, (int64_t[]){-1, Hkv, D}), perm);
-        q = kn_rope(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
-        k = kn_rope(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+        q = kn_permute(ctx, kn_reshape(ctx, q, 3, (int64_t[]){-1, H, D}), perm);     /* [H, T, D] */
+        k = kn_permute(ctx, kn_reshape(ctx, k, 3, (int64_t[]){-1, Hkv, D}), perm);   /* [Hkv, T, D] */
+        v = kn_permute(ctx, kn_reshape(ctx, v, 3, (int64_t[]){-1, Hkv, D}), perm);
+        if (!gpt2) {
+            q = kn_rope(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+            k = kn_rope(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+        }
+        if (m->kv_f16) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }
         kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
         kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
         kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
         kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
         kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, 0);
         a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
-        a = kn_reshape(ctx, a, 2, (int64_t[]){-1, C});
-        x = kn_add(ctx, x, lin(ctx, a, L->wo));
-        h = kn_rms_norm(ctx, x, 1, L->ffn_norm, c->norm_eps);
-        kn_tensor *f = kn_mul(ctx, kn_silu(ctx, lin(ctx, h, L->w1)), lin(ctx, h, L->w3));
-        x = kn_add(ctx, x, lin(ctx, f, L->w2));
+        a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});
+        x = kn_add(ctx, x, lin_b(ctx, a, L->wo, L->bo));
+        h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
+        kn_tensor *f = gpt2 ? kn_gelu_tanh(ctx, lin_b(ctx, h, L->w1, L->b1))
+                            : kn_mul(ctx, kn_silu(ctx, lin(ctx, h, L->w1)), lin(ctx, h, L->w3));
+        x = kn_add(ctx, x, lin_b(ctx, f, L->w2, L->b2));
         if (!x) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     }
     kn_tensor *rows = kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R);
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
-    xl = kn_rms_norm(ctx, xl, 1, m->out_norm, c->norm_eps);
+    xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
     m->logits = lin(ctx, xl, m->wout);                                     /* [R, V] */
     if (!m->logits) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
@@ -254,23 +407,41 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     kn_ctx_opts co = {opts ? opts->backend : NULL};
     m->ctx = kn_ctx_new(&co);
     kn_status st = m->ctx ? KN_OK : KN_ERR_NOMEM;
-    /* GGUF files start with "GGUF"; everything else is tried as llama2.c */
-    FILE *f = fopen(path, "rb");
-    if (!f) { kn_model_free(m); return kn_set_error(KN_ERR_IO, "cannot open model file %s (does it exist? `make run` downloads the default model into models/)", path); }
-    char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, f);
-    fclose(f);
+    /* a directory, or by magic: "GGUF", llm.c GPT-2 (int32 20240326),
+     * safetensors (u64 header length, then '{'); other .bin files are llama2.c */
+    unsigned char mg[12];
+    size_t got = 0;
+    bool dir = kn__is_dir(path);
+    if (!dir && !file_magic(path, mg, &got)) {
+        kn_model_free(m);
+        return kn_set_error(KN_ERR_IO, "cannot open model file %s (does it exist? `make run` downloads the default model into models/)", path);
+    }
+    const char *tok_path = opts ? opts->tokenizer_path : NULL;
+    int32_t magic = 0;
+    if (!dir) memcpy(&magic, mg, 4);
+    m->kv_f16 = opts && opts->kv_f16;
     if (!st) {
-        if (got == 4 && !memcmp(magic, "GGUF", 4)) st = load_gguf(m, path);
-        else if (ends_with(path, ".bin") || (opts && opts->tokenizer_path)) st = load_llama2c(m, path, opts ? opts->tokenizer_path : NULL);
-        else st = kn_set_error(KN_ERR_FORMAT, "%s: not a GGUF file (magic %02x %02x %02x %02x) and not a .bin llama2.c checkpoint",
-                               path, (unsigned char)magic[0], (unsigned char)magic[1], (unsigned char)magic[2], (unsigned char)magic[3]);
+        if (dir || (got >= 9 && mg[8] == '{') || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
+        else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
+            st = load_gguf(m, path);
+            if (!st && tok_path) {                  /* an explicit tokenizer replaces the file's */
+                kn_tokenizer_free(m->tok);
+                m->tok = NULL;
+                st = kn__model_load_tokenizer(m, tok_path);
+            }
+        } else if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) st = kn__load_llmc_gpt2(m, path, tok_path);
+        else if (ends_with(path, ".bin") || tok_path) st = load_llama2c(m, path, tok_path);
+        else st = kn_set_error(KN_ERR_FORMAT, "%s: not a GGUF, llm.c GPT-2, safetensors or llama2.c (.bin) model file (magic %02x %02x %02x %02x)",
+                               path, mg[0], mg[1], mg[2], mg[3]);
     }
     if (!st) {
         kn_model_config *c = &m->cfg;
         int want = opts && opts->n_ctx > 0 ? opts->n_ctx : (c->n_ctx_train < 4096 ? c->n_ctx_train : 4096);
         if (want > c->n_ctx_train && !(opts && opts->n_ctx > 0)) want = c->n_ctx_train;
         m->n_ctx = want > 0 ? want : 512;
+        if (m->pos_embd && m->n_ctx > c->n_ctx_train)
+            st = kn_set_error(KN_ERR_INVALID, "context length %d exceeds the %d learned positions of this GPT-2 model; use --ctx %d or less",
+                              m->n_ctx, c->n_ctx_train, c->n_ctx_train);
         m->n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
         if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
         int64_t np = 0;
@@ -279,7 +450,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         if (!c->tied_output) np += kn_numel(m->wout);
         c->n_params = np;
         m->row_buf = malloc(sizeof(float) * (size_t)c->dim);
-        st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;
+        if (!st) st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;
     }
     if (st) { kn_model_free(m); return st; }
     *out = m;
@@ -293,6 +464,10 @@ void kn_model_free(kn_model *m) {
     kn_tokenizer_free(m->tok);
     kn_gguf_close(m->gguf);
     kn_llama2c_close(m->l2c);
+    kn_llmc_gpt2_close(m->llmc);
+    kn_safetensors_close(m->st);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     free(m->layers);
     free(m->chat_template);
     free(m->row_buf);
@@ -349,12 +524,15 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
 
 kn_status kn_model_print_info(const char *path, void *fp) {
     FILE *f = fp ? fp : stdout;
-    FILE *in = fopen(path, "rb");
-    if (!in) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
-    char magic[4] = {0};
-    size_t got = fread(magic, 1, 4, in);
-    fclose(in);
-    if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+    if (kn__is_dir(path)) return kn__print_info_hf(path, f);
+    unsigned char mg[12];
+    size_t got;
+    if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
+    int32_t magic;
+    memcpy(&magic, mg, 4);
+    if ((got >= 9 && mg[8] == '{') || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
+    if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
+    if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
         kn_status st = kn_gguf_open(path, &g);
         if (st) return st;

@@ -1,0 +1,428 @@
+/* model_hf.c: loading GPT-2 and Hugging Face models into a kn_model (the
+ * struct and the forward graph are in model_impl.h / model.c).
+ *
+ *   - llm.c GPT-2 checkpoints (gpt2_124M.bin, version 3 fp32 / 5 bf16):
+ *     weights used in place from the memory map; norms, biases and the
+ *     position table converted to f32. The checkpoint has no tokenizer: pass
+ *     tokenizer_path (a GGUF GPT-2 vocabulary encodes and decodes; llm.c's
+ *     gpt2_tokenizer.bin only decodes).
+ *   - Hugging Face safetensors + config.json (a model directory, or a
+ *     .safetensors path with config.json beside it): "LlamaForCausalLM"
+ *     (q/k rows in HF order, so RoPE rotates halves: rope_neox) and
+ *     "GPT2LMHeadModel" (Conv1D weights stored [in, out]). Dtypes F32, F16,
+ *     BF16.
+ *
+ * Non-goals: sharded checkpoints (model.safetensors.index.json), tokenizer.json
+ * (pass a GGUF vocabulary or a llama2.c tokenizer.bin as tokenizer_path),
+ * RoPE scaling other than "linear" (llama3, yarn, dynamic), other
+ * architectures (Mistral sliding windows, Qwen biases, ...).
+ *
+ * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
+ * P positions, L layers.
+ */
+#include "kn-impl.h"
+#include "llm/model_impl.h"   /* defines: struct kn_model, kn__model_mat, kn__model_f32 */
+#include "llm/hfconfig.h"     /* defines: kn_json */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+bool kn__is_dir(const char *path) {
+    struct stat sb;
+    return path && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b && b[1] ? b + 1 : path;
+}
+
+/* ---- llm.c GPT-2 -------------------------------------------------------------- */
+kn_status kn__load_llmc_gpt2(kn_model *m, const char *path, const char *tok_path) {
+    kn_status st = kn_llmc_gpt2_open(path, &m->llmc);
+    if (st) return kn__model_err_prefix(st, path);
+    const kn_llmc_gpt2_config *g = kn_llmc_gpt2_config_of(m->llmc);
+    kn_dtype dt = kn_llmc_gpt2_dtype(m->llmc);
+    size_t es = kn_dtype_get(dt)->type_size;
+    kn_model_config *c = &m->cfg;
+    c->arch = KN_ARCH_GPT2;
+    c->dim = g->channels; c->n_layers = g->n_layers; c->n_heads = c->n_kv_heads = g->n_heads;
+    c->head_dim = g->channels / g->n_heads; c->ffn_dim = 4 * g->channels; c->n_vocab = g->vocab_size;
+    c->n_ctx_train = g->max_seq_len; c->n_rot = 0; c->rope_theta = 0; c->rope_freq_scale = 1; c->rope_neox = false;
+    c->norm_eps = 1e-5; c->tied_output = true; c->weight_type = dt;
+    snprintf(c->name, sizeof c->name, "%s", base_name(path));
+    int64_t C = c->dim, F = c->ffn_dim, V = c->n_vocab;
+#define P(id) ((const char *)kn_llmc_gpt2_param(m->llmc, id)->data)
+    m->tok_embd = kn__model_mat(m, dt, V, C, P(KN_GPT2_WTE), false, "wte");   /* first V of Vp rows */
+    m->pos_embd = kn__model_f32(m, dt, g->max_seq_len, C, P(KN_GPT2_WPE), "wpe");
+    m->out_norm = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LNFW), "lnfw");
+    m->out_norm_b = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LNFB), "lnfb");
+    m->wout = m->tok_embd;
+    if (!m->tok_embd || !m->pos_embd || !m->out_norm || !m->out_norm_b)
+        return kn__model_err_prefix(kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM, path);
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        kn__layer_w *L = &m->layers[l];
+        L->attn_norm = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LN1W) + es * (size_t)(l * C), "ln1w");
+        L->attn_norm_b = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LN1B) + es * (size_t)(l * C), "ln1b");
+        L->wqkv = kn__model_mat(m, dt, 3 * C, C, P(KN_GPT2_QKVW) + es * (size_t)(l * 3 * C * C), false, "qkvw");
+        L->bqkv = kn__model_f32(m, dt, 0, 3 * C, P(KN_GPT2_QKVB) + es * (size_t)(l * 3 * C), "qkvb");
+        L->wo = kn__model_mat(m, dt, C, C, P(KN_GPT2_ATTPROJW) + es * (size_t)(l * C * C), false, "attprojw");
+        L->bo = kn__model_f32(m, dt, 0, C, P(KN_GPT2_ATTPROJB) + es * (size_t)(l * C), "attprojb");
+        L->ffn_norm = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LN2W) + es * (size_t)(l * C), "ln2w");
+        L->ffn_norm_b = kn__model_f32(m, dt, 0, C, P(KN_GPT2_LN2B) + es * (size_t)(l * C), "ln2b");
+        L->w1 = kn__model_mat(m, dt, F, C, P(KN_GPT2_FCW) + es * (size_t)(l * F * C), false, "fcw");
+        L->b1 = kn__model_f32(m, dt, 0, F, P(KN_GPT2_FCB) + es * (size_t)(l * F), "fcb");
+        L->w2 = kn__model_mat(m, dt, C, F, P(KN_GPT2_FCPROJW) + es * (size_t)(l * C * F), false, "fcprojw");
+        L->b2 = kn__model_f32(m, dt, 0, C, P(KN_GPT2_FCPROJB) + es * (size_t)(l * C), "fcprojb");
+        if (!L->attn_norm || !L->attn_norm_b || !L->wqkv || !L->bqkv || !L->wo || !L->bo || !L->ffn_norm ||
+            !L->ffn_norm_b || !L->w1 || !L->b1 || !L->w2 || !L->b2)
+            return kn__model_err_prefix(kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM, path);
+    }
+#undef P
+    /* no tokenizer in the file: the model still evaluates token ids */
+    return tok_path ? kn__model_load_tokenizer(m, tok_path) : KN_OK;
+}
+
+kn_status kn__print_info_llmc(const char *path, void *fp) {
+    FILE *f = fp;
+    kn_llmc_gpt2 *g;
+    kn_status st = kn_llmc_gpt2_open(path, &g);
+    if (st) return kn__model_err_prefix(st, path);
+    const kn_llmc_gpt2_config *c = kn_llmc_gpt2_config_of(g);
+    fprintf(f, "llm.c GPT-2 checkpoint (%s)\n  layers %d, heads %d, channels %d, vocab %d (padded %d), max_seq_len %d, %lld parameters\n",
+            kn_dtype_name(kn_llmc_gpt2_dtype(g)), c->n_layers, c->n_heads, c->channels, c->vocab_size,
+            c->padded_vocab_size, c->max_seq_len, (long long)kn_llmc_gpt2_numel(g));
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) {
+        const kn_llmc_gpt2_tensor *t = kn_llmc_gpt2_param(g, (kn_gpt2_param)p);
+        fprintf(f, "  %-10s [", t->name);
+        for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        fprintf(f, "]\n");
+    }
+    fprintf(f, "tokenizer: none in the file (pass -z ggml-vocab-gpt-2.gguf to encode; llm.c's gpt2_tokenizer.bin only decodes)\n");
+    kn_llmc_gpt2_close(g);
+    return KN_OK;
+}
+
+/* ---- Hugging Face: paths and config -------------------------------------------------- */
+typedef struct {
+    char weights[4096], config[4096];
+} hf_paths;
+
+static kn_status hf_resolve(const char *path, hf_paths *p) {
+    if (kn__is_dir(path)) {
+        snprintf(p->weights, sizeof p->weights, "%s/model.safetensors", path);
+        snprintf(p->config, sizeof p->config, "%s/config.json", path);
+        if (!exists(p->weights)) {
+            char idx[4200];
+            snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", path);
+            if (exists(idx))
+                return kn_set_error(KN_ERR_UNSUPPORTED, "%s: sharded safetensors checkpoints are not supported; "
+                                    "merge the shards into one model.safetensors", idx);
+            return kn_set_error(KN_ERR_IO, "%s: no model.safetensors in this directory", path);
+        }
+    } else {
+        snprintf(p->weights, sizeof p->weights, "%s", path);
+        const char *slash = strrchr(path, '/');
+        if (slash) snprintf(p->config, sizeof p->config, "%.*s/config.json", (int)(slash - path), path);
+        else snprintf(p->config, sizeof p->config, "config.json");
+    }
+    if (!exists(p->config))
+        return kn_set_error(KN_ERR_IO, "%s: missing; a safetensors model needs its Hugging Face config.json beside "
+                            "the weights (%s)", p->config, p->weights);
+    return KN_OK;
+}
+
+/* architectures[0], else model_type, else NULL */
+static const char *hf_arch(const kn_json *j) {
+    int64_t a = kn_json_get(j, 0, "architectures");
+    if (kn_json_kind(j, a) == KN_JSON_ARRAY && kn_json_count(j, a) > 0) {
+        const char *s = kn_json_str(j, kn_json_at(j, a, 0), NULL);
+        if (s) return s;
+    }
+    const char *mt = kn_json_get_str(j, 0, "model_type");
+    if (mt && !strcmp(mt, "llama")) return "LlamaForCausalLM";
+    if (mt && !strcmp(mt, "gpt2")) return "GPT2LMHeadModel";
+    return mt;
+}
+
+/* ---- Hugging Face: tensors ------------------------------------------------------------- */
+typedef struct {
+    kn_model *m;
+    const char *file;        /* the .safetensors path, for messages */
+    const char *config;
+    const char *prefix;      /* GPT-2: "transformer." or "" */
+    kn_status st;
+} hf_loader;
+
+/* The tensor `name` with file shape [d0] (d1 = 0) or [d0, d1]; NULL with h->st
+ * set when it is missing (and required) or its shape or dtype is wrong. */
+static const kn_st_tensor *hf_get(hf_loader *h, const char *name, int64_t d0, int64_t d1, bool required) {
+    if (h->st) return NULL;
+    const kn_st_tensor *t = kn_safetensors_find(h->m->st, name);
+    if (!t) {
+        if (required)
+            h->st = kn_set_error(KN_ERR_FORMAT, "%s: no tensor '%s' (required by %s); is the checkpoint complete and of the "
+                                 "architecture config.json names?", h->file, name, h->config);
+        return NULL;
+    }
+    int nd = d1 ? 2 : 1;
+    if (t->ndim != nd || t->shape[0] != d0 || (nd == 2 && t->shape[1] != d1)) {
+        char got[128] = "", want[64];
+        size_t o = 0;
+        for (int i = 0; i < t->ndim && o < sizeof got - 24; i++)
+            o += (size_t)snprintf(got + o, sizeof got - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (nd == 2) snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+        else snprintf(want, sizeof want, "%lld", (long long)d0);
+        h->st = kn_set_error(KN_ERR_FORMAT, "%s: tensor '%s' has shape [%s] but %s implies [%s]; the config and the weights "
+                             "do not belong together", h->file, name, got, h->config, want);
+        return NULL;
+    }
+    if (t->dtype != KN_F32 && t->dtype != KN_F16 && t->dtype != KN_BF16) {
+        h->st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; kiln loads F32, F16 and BF16 safetensors",
+                             h->file, name, kn_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t;
+}
+
+static kn_tensor *hf_mat(hf_loader *h, const char *name, int64_t out, int64_t in, bool in_out, bool required) {
+    const kn_st_tensor *t = hf_get(h, name, in_out ? in : out, in_out ? out : in, required);
+    if (!t) return NULL;
+    kn_tensor *w = kn__model_mat(h->m, t->dtype, out, in, t->data, in_out, name);
+    if (!w) h->st = kn__model_err_prefix(KN_ERR_NOMEM, h->file);
+    return w;
+}
+
+static kn_tensor *hf_vec(hf_loader *h, const char *name, int64_t rows, int64_t n, bool required) {
+    const kn_st_tensor *t = hf_get(h, name, rows ? rows : n, rows ? n : 0, required);
+    if (!t) return NULL;
+    kn_tensor *v = kn__model_f32(h->m, t->dtype, rows, n, t->data, name);
+    if (!v) h->st = kn__model_err_prefix(KN_ERR_NOMEM, h->file);
+    return v;
+}
+
+static bool cfg_int(const kn_json *j, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out) {
+    int64_t v = def;
+    int64_t n = kn_json_get(j, 0, key);
+    if (n >= 0 && kn_json_kind(j, n) != KN_JSON_NULL && !kn_json_int(j, n, &v)) return false;
+    *out = v;
+    return v >= lo && v <= hi;
+}
+
+#define CFG_INT(key, def, lo, hi, dst)                                                                         \
+    do {                                                                                                       \
+        int64_t v_;                                                                                            \
+        if (!cfg_int(j, key, def, lo, hi, &v_))                                                                \
+            return kn_set_error(KN_ERR_FORMAT, "%s: \"%s\" is missing or out of range (%lld..%lld)", cfgp, key, \
+                                (long long)(lo), (long long)(hi));                                             \
+        dst = (int)v_;                                                                                         \
+    } while (0)
+
+static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
+    kn_model_config *c = &m->cfg;
+    const char *cfgp = h->config;
+    c->arch = KN_ARCH_LLAMA;
+    CFG_INT("hidden_size", -1, 1, 1 << 20, c->dim);
+    CFG_INT("num_hidden_layers", -1, 1, 1024, c->n_layers);
+    CFG_INT("num_attention_heads", -1, 1, 1 << 16, c->n_heads);
+    CFG_INT("num_key_value_heads", c->n_heads, 1, c->n_heads, c->n_kv_heads);
+    CFG_INT("intermediate_size", -1, 1, 1 << 24, c->ffn_dim);
+    CFG_INT("vocab_size", -1, 1, 1 << 24, c->n_vocab);
+    CFG_INT("max_position_embeddings", 2048, 1, 1 << 24, c->n_ctx_train);
+    CFG_INT("head_dim", c->dim / c->n_heads, 1, 1 << 16, c->head_dim);
+    if (c->n_heads % c->n_kv_heads || c->head_dim % 2)
+        return kn_set_error(KN_ERR_FORMAT, "%s: %d heads are not a multiple of %d key/value heads, or head_dim %d is odd",
+                            cfgp, c->n_heads, c->n_kv_heads, c->head_dim);
+    double eps = 1e-6, theta = 10000.0;
+    kn_json_get_f64(j, 0, "rms_norm_eps", &eps);
+    kn_json_get_f64(j, 0, "rope_theta", &theta);
+    c->norm_eps = eps; c->rope_theta = theta; c->rope_freq_scale = 1.0;
+    c->n_rot = c->head_dim;
+    c->rope_neox = true;                 /* HF q/k rows are not permuted: rotate halves */
+    const char *act = kn_json_get_str(j, 0, "hidden_act");
+    if (act && strcmp(act, "silu"))
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (Llama uses silu)", cfgp, act);
+    int64_t rs = kn_json_get(j, 0, "rope_scaling");
+    if (kn_json_kind(j, rs) == KN_JSON_OBJECT) {
+        const char *type = kn_json_get_str(j, rs, "rope_type");
+        if (!type) type = kn_json_get_str(j, rs, "type");
+        double factor = 0;
+        if (!type || strcmp(type, "linear") || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0))
+            return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported; kiln implements "
+                                "\"linear\" with a positive factor", cfgp, type ? type : "?");
+        c->rope_freq_scale = 1.0 / factor;
+    }
+    bool tied = false, bias = false;
+    kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);
+    kn_json_get_bool(j, 0, "attention_bias", &bias);
+    int64_t C = c->dim, QD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t F = c->ffn_dim, V = c->n_vocab;
+    m->tok_embd = hf_mat(h, "model.embed_tokens.weight", V, C, false, true);
+    m->out_norm = hf_vec(h, "model.norm.weight", 0, C, true);
+    m->wout = hf_mat(h, "lm_head.weight", V, C, false, !tied);
+    if (h->st) return h->st;
+    c->tied_output = m->wout == NULL;
+    if (!m->wout) m->wout = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers && !h->st; l++) {
+        kn__layer_w *L = &m->layers[l];
+        char n[160];
+#define NM(s) (snprintf(n, sizeof n, "model.layers.%d." s, l), n)
+        L->attn_norm = hf_vec(h, NM("input_layernorm.weight"), 0, C, true);
+        L->wq = hf_mat(h, NM("self_attn.q_proj.weight"), QD, C, false, true);
+        L->wk = hf_mat(h, NM("self_attn.k_proj.weight"), KD, C, false, true);
+        L->wv = hf_mat(h, NM("self_attn.v_proj.weight"), KD, C, false, true);
+        L->bq = hf_vec(h, NM("self_attn.q_proj.bias"), 0, QD, bias);
+        L->bk = hf_vec(h, NM("self_attn.k_proj.bias"), 0, KD, bias);
+        L->bv = hf_vec(h, NM("self_attn.v_proj.bias"), 0, KD, bias);
+        L->wo = hf_mat(h, NM("self_attn.o_proj.weight"), C, QD, false, true);
+        L->ffn_norm = hf_vec(h, NM("post_attention_layernorm.weight"), 0, C, true);
+        L->w1 = hf_mat(h, NM("mlp.gate_proj.weight"), F, C, false, true);
+        L->w3 = hf_mat(h, NM("mlp.up_proj.weight"), F, C, false, true);
+        L->w2 = hf_mat(h, NM("mlp.down_proj.weight"), C, F, false, true);
+#undef NM
+    }
+    if (h->st) return h->st;
+    c->weight_type = m->layers[0].wq->dtype;
+    return KN_OK;
+}
+
+static kn_status hf_gpt2(kn_model *m, const kn_json *j, hf_loader *h) {
+    kn_model_config *c = &m->cfg;
+    const char *cfgp = h->config;
+    c->arch = KN_ARCH_GPT2;
+    CFG_INT("n_embd", -1, 1, 1 << 20, c->dim);
+    CFG_INT("n_layer", -1, 1, 1024, c->n_layers);
+    CFG_INT("n_head", -1, 1, 1 << 16, c->n_heads);
+    CFG_INT("vocab_size", -1, 1, 1 << 24, c->n_vocab);
+    int ctx_def;
+    CFG_INT("n_ctx", 1024, 1, 1 << 24, ctx_def);
+    CFG_INT("n_positions", ctx_def, 1, 1 << 24, c->n_ctx_train);
+    CFG_INT("n_inner", 4 * (int64_t)c->dim, 1, 1 << 24, c->ffn_dim);
+    if (c->dim % c->n_heads)
+        return kn_set_error(KN_ERR_FORMAT, "%s: n_head %d does not divide n_embd %d", cfgp, c->n_heads, c->dim);
+    c->n_kv_heads = c->n_heads; c->head_dim = c->dim / c->n_heads; c->n_rot = 0;
+    c->rope_theta = 0; c->rope_freq_scale = 1; c->rope_neox = false;
+    double eps = 1e-5;
+    kn_json_get_f64(j, 0, "layer_norm_epsilon", &eps);
+    c->norm_eps = eps;
+    const char *act = kn_json_get_str(j, 0, "activation_function");
+    if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: activation_function \"%s\" is not supported (GPT-2 uses gelu_new, the tanh form)",
+                            cfgp, act);
+    bool tied = true;
+    kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);
+    /* GPT2LMHeadModel saves "transformer.h.0...", the bare GPT2Model "h.0..." */
+    h->prefix = kn_safetensors_find(m->st, "transformer.wte.weight") ? "transformer." : "";
+    int64_t C = c->dim, F = c->ffn_dim, V = c->n_vocab;
+    char n[200];
+#define NM(s) (snprintf(n, sizeof n, "%s" s, h->prefix), n)
+    m->tok_embd = hf_mat(h, NM("wte.weight"), V, C, false, true);
+    m->pos_embd = hf_vec(h, NM("wpe.weight"), c->n_ctx_train, C, true);
+    m->out_norm = hf_vec(h, NM("ln_f.weight"), 0, C, true);
+    m->out_norm_b = hf_vec(h, NM("ln_f.bias"), 0, C, true);
+#undef NM
+    m->wout = hf_mat(h, "lm_head.weight", V, C, false, !tied);
+    if (h->st) return h->st;
+    c->tied_output = m->wout == NULL;
+    if (!m->wout) m->wout = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers && !h->st; l++) {
+        kn__layer_w *L = &m->layers[l];
+#define NM(s) (snprintf(n, sizeof n, "%sh.%d." s, h->prefix, l), n)
+        /* Conv1D: weights stored [in, out] */
+        L->attn_norm = hf_vec(h, NM("ln_1.weight"), 0, C, true);
+        L->attn_norm_b = hf_vec(h, NM("ln_1.bias"), 0, C, true);
+        L->wqkv = hf_mat(h, NM("attn.c_attn.weight"), 3 * C, C, true, true);
+        L->bqkv = hf_vec(h, NM("attn.c_attn.bias"), 0, 3 * C, true);
+        L->wo = hf_mat(h, NM("attn.c_proj.weight"), C, C, true, true);
+        L->bo = hf_vec(h, NM("attn.c_proj.bias"), 0, C, true);
+        L->ffn_norm = hf_vec(h, NM("ln_2.weight"), 0, C, true);
+        L->ffn_norm_b = hf_vec(h, NM("ln_2.bias"), 0, C, true);
+        L->w1 = hf_mat(h, NM("mlp.c_fc.weight"), F, C, true, true);
+        L->b1 = hf_vec(h, NM("mlp.c_fc.bias"), 0, F, true);
+        L->w2 = hf_mat(h, NM("mlp.c_proj.weight"), C, F, true, true);
+        L->b2 = hf_vec(h, NM("mlp.c_proj.bias"), 0, C, true);
+#undef NM
+    }
+    if (h->st) return h->st;
+    c->weight_type = m->tok_embd->dtype;
+    return KN_OK;
+}
+
+kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
+    hf_paths p;
+    kn_status st = hf_resolve(path, &p);
+    if (st) return st;
+    kn_json *j;
+    if ((st = kn_json_load(p.config, &j))) return kn__model_err_prefix(st, p.config);
+    if (kn_json_kind(j, 0) != KN_JSON_OBJECT) {
+        kn_json_free(j);
+        return kn_set_error(KN_ERR_FORMAT, "%s: expected a JSON object", p.config);
+    }
+    const char *arch = hf_arch(j);
+    bool llama = arch && !strcmp(arch, "LlamaForCausalLM"), gpt2 = arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model"));
+    if (!llama && !gpt2) {
+        st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM and "
+                          "GPT2LMHeadModel safetensors models (or convert the model to GGUF)", p.config, arch ? arch : "(none given)");
+        kn_json_free(j);
+        return st;
+    }
+    if ((st = kn_safetensors_open(p.weights, &m->st))) {
+        kn_json_free(j);
+        return kn__model_err_prefix(st, p.weights);
+    }
+    const char *nm = kn_json_get_str(j, 0, "_name_or_path");
+    snprintf(m->cfg.name, sizeof m->cfg.name, "%.127s", nm && *nm ? nm : base_name(path));
+    hf_loader h = {m, p.weights, p.config, "", KN_OK};
+    st = llama ? hf_llama(m, j, &h) : hf_gpt2(m, j, &h);
+    kn_json_free(j);
+    if (st) return st;
+    if (tok_path) return kn__model_load_tokenizer(m, tok_path);
+    return KN_OK;   /* no tokenizer: kn_model_eval works on ids; tokenizer.json is not read */
+}
+
+kn_status kn__print_info_hf(const char *path, void *fp) {
+    FILE *f = fp;
+    hf_paths p;
+    kn_status st = hf_resolve(path, &p);
+    if (st) return st;
+    kn_json *j;
+    if ((st = kn_json_load(p.config, &j))) return kn__model_err_prefix(st, p.config);
+    const char *arch = hf_arch(j);
+    fprintf(f, "Hugging Face model: %s\n  architecture %s\n  config (%s):\n", p.weights, arch ? arch : "(none)", p.config);
+    for (int64_t v = kn_json_first(j, 0); v >= 0; v = kn_json_next(j, v)) {
+        const char *k = kn_json_key(j, v, NULL);
+        double d; bool b; const char *s;
+        if (kn_json_num(j, v, &d)) fprintf(f, "    %-28s %.10g\n", k, d);
+        else if (kn_json_bool(j, v, &b)) fprintf(f, "    %-28s %s\n", k, b ? "true" : "false");
+        else if ((s = kn_json_str(j, v, NULL))) fprintf(f, "    %-28s \"%.80s\"\n", k, s);
+    }
+    kn_json_free(j);
+    kn_safetensors *s;
+    if ((st = kn_safetensors_open(p.weights, &s))) return kn__model_err_prefix(st, p.weights);
+    int64_t n = kn_safetensors_n_tensors(s), total = 0;
+    fprintf(f, "  %lld tensors:\n", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const kn_st_tensor *t = kn_safetensors_tensor_at(s, i);
+        int64_t ne = 1;
+        fprintf(f, "    %-48s %-5s [", t->name, kn_safetensors_dtype_str(t->dtype));
+        for (int d = 0; d < t->ndim; d++) { fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]); ne *= t->shape[d]; }
+        fprintf(f, "]\n");
+        total += ne;
+    }
+    fprintf(f, "  %lld parameters\ntokenizer: not read from Hugging Face files (tokenizer.json is not supported); "
+            "pass -z with a GGUF vocabulary or a llama2.c tokenizer.bin\n", (long long)total);
+    kn_safetensors_close(s);
+    return KN_OK;
+}

@@ -1,0 +1,81 @@
+/* model_impl.h: the kn_model struct shared by the model loaders (model.c:
+ * GGUF and llama2.c; model_hf.c: llm.c GPT-2 and Hugging Face safetensors)
+ * and the forward graph (model.c). Internal header (src/).
+ *
+ * Letters: C model width, H query heads, Hkv key/value heads, D head dim,
+ * F ffn width, V vocab, P learned positions (GPT-2).
+ *
+ * Every weight matrix is held as W [out, in] (rows are output features), the
+ * way the graph multiplies x · W^T; a loader whose file stores [in, out]
+ * (HF GPT-2 Conv1D) hands over a transposed view or a transposed copy.
+ * Vectors (norm gains, biases) and GPT-2 position embeddings are f32.
+ */
+#ifndef KN_MODEL_IMPL_H
+#define KN_MODEL_IMPL_H
+#include "kiln_llm.h"
+#include "llm/gguf.h"        /* defines: kn_gguf */
+#include "llm/llama2c.h"     /* defines: kn_llama2c */
+#include "llm/llmc_gpt2.h"   /* defines: kn_llmc_gpt2 */
+#include "llm/safetensors.h" /* defines: kn_safetensors */
+
+typedef struct {
+    kn_tensor *attn_norm, *attn_norm_b;   /* [C]; bias: GPT-2 LayerNorm, else NULL    */
+    kn_tensor *wq, *wk, *wv;              /* [H*D, C], [Hkv*D, C] x2; NULL when fused  */
+    kn_tensor *bq, *bk, *bv;              /* optional biases                          */
+    kn_tensor *wqkv, *bqkv;               /* GPT-2 fused [3C, C], [3C] (q, k, v rows)  */
+    kn_tensor *wo, *bo;                   /* [C, H*D], [C] or NULL                    */
+    kn_tensor *ffn_norm, *ffn_norm_b;     /* [C]                                      */
+    kn_tensor *w1, *b1;                   /* [F, C]: Llama gate, GPT-2 fc; bias       */
+    kn_tensor *w2, *b2;                   /* [C, F]: down / proj; bias                */
+    kn_tensor *w3;                        /* [F, C]: Llama up; NULL for GPT-2         */
+    kn_tensor *k_cache, *v_cache;         /* [Hkv, n_ctx, D] f32 or f16               */
+} kn__layer_w;
+
+struct kn_model {
+    kn_model_config cfg;
+    kn_ctx *ctx;                       /* weights, caches and the graph */
+    kn_gguf *gguf;
+    kn_llama2c *l2c;
+    kn_llmc_gpt2 *llmc;
+    kn_safetensors *st;
+    kn_tokenizer *tok;
+    char *chat_template;
+    kn_tensor *tok_embd;               /* [V, C] any dtype, a materialised leaf */
+    kn_tensor *pos_embd;               /* [P, C] f32 (GPT-2) or NULL            */
+    kn_tensor *out_norm, *out_norm_b;  /* [C], [C] or NULL                      */
+    kn_tensor *wout;                   /* [V, C]                                */
+    kn__layer_w *layers;
+    void **owned;                      /* converted / transposed copies         */
+    int n_owned, cap_owned;
+    int n_ctx, n_batch;
+    bool kv_f16;
+    /* graph */
+    int sym_T, sym_S, sym_R;
+    kn_tensor *x_in, *pos_in, *rows_in, *logits;
+    kn_plan *plan;
+    float *row_buf;                    /* one dequantized embedding row */
+};
+
+/* Memory freed with the model (zeroed); NULL + error when out of memory. */
+void *kn__model_alloc(kn_model *m, size_t bytes);
+/* Weight matrix W [out, in] from file data of dtype dt. in_out: the file
+ * stores [in, out] (Conv1D). Misaligned data is copied; f16/bf16 [in, out]
+ * data is copied transposed (the CPU fast paths want rows of `in`). */
+kn_tensor *kn__model_mat(kn_model *m, kn_dtype dt, int64_t out, int64_t in, const void *data, bool in_out,
+                         const char *name);
+/* f32 vector [n] (rows = 0: gains, biases) or f32 matrix [rows, n] from
+ * f32/f16/bf16 data (copied unless f32 and aligned). */
+kn_tensor *kn__model_f32(kn_model *m, kn_dtype dt, int64_t rows, int64_t n, const void *data, const char *name);
+/* Sets the error "prefix: <previous message>" (copied first) and returns st. */
+kn_status kn__model_err_prefix(kn_status st, const char *prefix);
+/* Tokenizer from a file: GGUF vocabulary, llm.c gpt2_tokenizer.bin (decode
+ * only) or llama2.c tokenizer.bin; checked against the model's vocabulary. */
+kn_status kn__model_load_tokenizer(kn_model *m, const char *path);
+
+/* model_hf.c */
+kn_status kn__load_llmc_gpt2(kn_model *m, const char *path, const char *tok_path);
+kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path);
+kn_status kn__print_info_llmc(const char *path, void *FILE_ptr);
+kn_status kn__print_info_hf(const char *path, void *FILE_ptr);
+bool kn__is_dir(const char *path);
+#endif
