@@ -12,6 +12,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
 #include "core/cpu.h"
+#include "kiln_base.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -225,6 +226,25 @@ TEST(alpha_zero_and_k_zero) {
         for (int j = 0; j < N; j++) bad += C[i * ldc + j] != 0.0f;
     CHECK(bad == 0, "K=0 beta=0 must zero C (%d bad)", bad);
     kn_sgemm(false, false, 0, N, 3, 1.0f, A, 3, B, 7, 0.0f, C, ldc);     /* M 0: nothing */
+}
+
+TEST(bad_arguments_rejected) {
+    float A[6] = {1, 2, 3, 4, 5, 6}, B[6] = {1, 1, 1, 1, 1, 1}, C[4] = {7, 7, 7, 7};
+    kn_clear_error();
+    kn_sgemm(false, false, 2, 2, 3, 1.0f, A, 2, B, 2, 0.0f, C, 2);      /* lda 2 < K 3 */
+    CHECK(C[0] == 7 && strstr(kn_last_error(), "lda=2"), "short lda must be refused: '%s'", kn_last_error());
+    kn_clear_error();
+    kn_sgemm(false, false, 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 1);      /* ldc 1 < N 2 */
+    CHECK(C[0] == 7 && strstr(kn_last_error(), "ldc"), "short ldc must be refused: '%s'", kn_last_error());
+    kn_clear_error();
+    kn_sgemm(false, false, -1, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2);
+    CHECK(strstr(kn_last_error(), "negative"), "negative M must be refused: '%s'", kn_last_error());
+    kn_clear_error();
+    kn_sgemm_batched(2, false, false, 2, 2, 3, 1.0f, NULL, 3, 0, B, 2, 0, 0.0f, C, 2, 0);
+    CHECK(C[0] == 7 && strstr(kn_last_error(), "NULL"), "NULL A must be refused: '%s'", kn_last_error());
+    kn_clear_error();
+    kn_sgemm(false, false, 2, 2, 3, 1.0f, A, 3, B, 2, 0.0f, C, 2);      /* valid: no error */
+    CHECK(kn_last_error()[0] == 0 && C[0] == 1 + 2 + 3, "valid call: err '%s' C[0]=%g", kn_last_error(), C[0]);
 }
 
 TEST(batched_broadcast) {

@@ -16,6 +16,7 @@
  * Non-goals: sharing packed panels between threads (would pay on many-core
  * machines; this one has 2), NUMA, fp16 inputs (callers convert first).
  */
+#include "kiln_base.h"                 // defines: kn_set_error, KN_ERR_INVALID
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm*, kernel typedefs
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
 #include "core/cpu.h"                  // defines: kn_cpu, KN_ISA_*
@@ -510,9 +511,38 @@ static void sgemm_nt(int nt, bool transA, bool transB, int64_t M, int64_t N, int
     kn_pool_run(grid_worker, &j, chunks < nt ? chunks : nt);
 }
 
+/* Argument check shared by both entry points: records KN_ERR_INVALID and
+ * returns false (C untouched) on negative sizes, short strides or NULL data. */
+static bool args_ok(const char *fn, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                    const float *C, int64_t ldc) {
+    if (M < 0 || N < 0 || K < 0) {
+        kn_set_error(KN_ERR_INVALID, "%s: negative size M=%lld N=%lld K=%lld; pass sizes >= 0", fn,
+                     (long long)M, (long long)N, (long long)K);
+        return false;
+    }
+    if (M == 0 || N == 0) return true;
+    if (!C || ldc < N) {
+        kn_set_error(KN_ERR_INVALID, "%s: C is %s, ldc=%lld < N=%lld; ldc is the row stride of C in elements",
+                     fn, C ? "set" : "NULL", (long long)ldc, (long long)N);
+        return false;
+    }
+    if (K == 0 || alpha == 0.0f) return true;           /* A and B are not read */
+    const int64_t arow = transA ? M : K, brow = transB ? K : N;
+    if (!A || !B || lda < arow || ldb < brow) {
+        kn_set_error(KN_ERR_INVALID, "%s: A %s lda=%lld (needs >= %lld), B %s ldb=%lld (needs >= %lld); "
+                     "strides are stored row lengths in elements (transX: X is stored transposed)", fn,
+                     A ? "set" : "NULL", (long long)lda, (long long)arow,
+                     B ? "set" : "NULL", (long long)ldb, (long long)brow);
+        return false;
+    }
+    return true;
+}
+
 void kn_sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb,
               float beta, float *C, int64_t ldc) {
+    if (!args_ok("kn_sgemm", transA, transB, M, N, K, alpha, A, lda, B, ldb, C, ldc)) return;
     sgemm_nt(gemm_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -535,6 +565,7 @@ void kn_sgemm_batched(int64_t batch, bool transA, bool transB, int64_t M, int64_
                       const float *B, int64_t ldb, int64_t strideB, float beta,
                       float *C, int64_t ldc, int64_t strideC) {
     if (batch <= 0) return;
+    if (!args_ok("kn_sgemm_batched", transA, transB, M, N, K, alpha, A, lda, B, ldb, C, ldc)) return;
     const int nt = gemm_threads();
     const double flops = 2.0 * M * N * K;
     if (batch > 1 && nt > 1 && strideC != 0 && flops < 8e6) {

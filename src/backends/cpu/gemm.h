@@ -5,6 +5,9 @@
  * (op(A) = A^T means A is stored [K,M]). lda/ldb/ldc are row strides in
  * elements (>= the stored row length). beta == 0 means C is only written
  * (it may hold NaN); alpha == 0 or K == 0 means A and B are not read.
+ * Bad arguments (negative sizes, a stride shorter than its stored row, NULL
+ * data that would be touched) leave C untouched and record KN_ERR_INVALID for
+ * kn_last_error().
  *
  *   // y[4096] = W[4096,4096] @ x[4096]  (decode matrix-vector)
  *   kn_sgemm(false, false, 4096, 1, 4096, 1.0f, W, 4096, x, 1, 0.0f, y, 1);
