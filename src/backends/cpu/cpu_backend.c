@@ -12,6 +12,7 @@
 #include "kn-impl.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
+#include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/vec.h"
 #include "llm/quant.h"
 #include <stdlib.h>
@@ -312,10 +313,11 @@ static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
     case KN_OP_MATMUL: done = fast_matmul(e); break;
     case KN_OP_ADD: case KN_OP_SUB: case KN_OP_MUL: case KN_OP_DIV: done = fast_binary(e); break;
     case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e); break;
-    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e); break;
-    case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e); break;
+    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e) || kn_cpu_nn_fast(e); break;
+    case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e) || kn_cpu_nn_fast(e); break;
     default:
         if (kn_op_get(e->node->op)->kind == KN_KIND_UNARY && e->node->op != KN_OP_CLAMP) done = fast_unary(e);
+        else done = kn_cpu_nn_fast(e);      /* norms, rope, sdpa, index ops, conv, pools (cpu_nn.c) */
         break;
     }
     return done ? KN_OK : kn__ref_compute(be, e);
