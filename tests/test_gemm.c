@@ -203,6 +203,8 @@ TEST(matrix_vector_paths) {
         fails += run_case(ta, tb, 37, 1, 1030, 3, -2.0f, 0.0f);   /* strided vector / output */
         fails += run_case(ta, tb, 1, 37, 1030, 3, 0.5f, 1.0f);
         fails += run_case(ta, tb, 1, 1, 5, 2, 1.0f, 0.0f);
+        fails += run_case(ta, tb, 2, 1500, 300, 1, 1.0f, 0.5f);   /* 2-3 rows: one pass per row */
+        fails += run_case(ta, tb, 1500, 3, 300, 2, -1.0f, 0.0f);  /* 2-3 columns */
     }
     CHECK(fails == 0, "%d failing runs", fails);
 }
