@@ -221,13 +221,16 @@ typedef struct { const kn_tview *x, *y, *pos; int64_t T, D, O; int n_rot; bool n
 static void rope_rows(void *p, int64_t t0, int64_t t1) {
     rope_job *j = p;
     int nd = j->x->ndim, half = j->n_rot / 2;
-    float *cs = malloc(sizeof(float) * (size_t)half * 2);
-    if (!cs) { atomic_store(&j->failed, 1); return; }
-    float *sn = cs + half;
+    /* angles in double exactly as the reference forms them; the trig is the
+     * cost here, amortised over the O rows of each position */
+    double *inv = malloc(sizeof(double) * (size_t)half + sizeof(float) * (size_t)half * 2);
+    if (!inv) { atomic_store(&j->failed, 1); return; }
+    float *cs = (float *)(inv + half), *sn = cs + half;
+    for (int i = 0; i < half; i++) inv[i] = pow(j->theta, -2.0 * i / j->n_rot);
     for (int64_t t = t0; t < t1; t++) {
         double pp = kn_load(j->pos->dtype, j->pos->data, t * j->pos->st[0]) * j->fs;
         for (int i = 0; i < half; i++) {
-            double ang = pp * pow(j->theta, -2.0 * i / j->n_rot);
+            double ang = pp * inv[i];
             cs[i] = (float)cos(ang); sn[i] = (float)sin(ang);
         }
         for (int64_t o = 0; o < j->O; o++) {
@@ -249,7 +252,7 @@ static void rope_rows(void *p, int64_t t0, int64_t t1) {
             if (x != y) for (int64_t k = j->n_rot; k < j->D; k++) y[k] = x[k];
         }
     }
-    free(cs);
+    free(inv);
 }
 static bool fast_rope(const kn_exec *e) {
     const kn_tensor *t = e->node;
