@@ -339,9 +339,10 @@ kn_status kn_gpt2_param_name(const char *prefix, int kind, int layer, char *buf,
 
 int64_t kn_gpt2_n_named(int n_layers) { return n_layers < 0 ? 0 : 4 + 12 * (int64_t)n_layers; }
 
-/* Entries for a config: data points into base (file bytes or flat buffer). */
-static kn_status gpt2_entries(const kn_llmc_gpt2_config *c, kn_dtype dt, const char *prefix, const char *base,
-                              entry **out, char **namebuf, int64_t *ne) {
+/* Entries for a config: kind p's data starts at bases[p] (file mapping or the
+ * flat buffer being filled). */
+static kn_status gpt2_entries(const kn_llmc_gpt2_config *c, kn_dtype dt, const char *prefix,
+                              const char *const bases[KN_GPT2_NPARAMS], entry **out, char **namebuf, int64_t *ne) {
     kn_llmc_gpt2_tensor sh[KN_GPT2_NPARAMS];
     kn_status st = kn_llmc_gpt2_shapes(c, sh, NULL);
     if (st) return st;
@@ -350,7 +351,7 @@ static kn_status gpt2_entries(const kn_llmc_gpt2_config *c, kn_dtype dt, const c
     entry *es = calloc((size_t)n, sizeof *es);
     char *names = malloc((size_t)n * nlen);
     if (!es || !names) { free(es); free(names); return kn_set_error(KN_ERR_NOMEM, "llm.c GPT-2: out of memory"); }
-    size_t esz = kn_dtype_get(dt)->type_size, off = 0;
+    size_t esz = kn_dtype_get(dt)->type_size;
     int64_t k = 0;
     for (int p = 0; p < KN_GPT2_NPARAMS; p++) {
         const kn_gpt2_name_map *m = &kn_gpt2_names[p];
@@ -363,11 +364,10 @@ static kn_status gpt2_entries(const kn_llmc_gpt2_config *c, kn_dtype dt, const c
             e->ndim = m->per_layer ? sh[p].ndim - 1 : sh[p].ndim;
             memcpy(e->shape, sh[p].shape + (m->per_layer ? 1 : 0), sizeof(int64_t) * (size_t)e->ndim);
             e->dtype = dt;
-            e->data = base + off + (size_t)l * per;
+            e->data = bases[p] + (size_t)l * per;
             e->alt_rows = p == KN_GPT2_WTE ? c->vocab_size : -1;
             e->convert = true;
         }
-        off += (size_t)sh[p].numel * esz;
     }
     *out = es; *namebuf = names; *ne = n;
     return KN_OK;
@@ -385,7 +385,9 @@ kn_status kn_ckpt_load_llmc_gpt2(const char *path, const char *prefix, int64_t n
     int64_t ne = 0;
     int64_t *which = malloc((size_t)(n > 0 ? n : 1) * sizeof *which);
     if (!which) { st = kn_set_error(KN_ERR_NOMEM, "kn_ckpt_load_llmc_gpt2: out of memory"); goto done; }
-    st = gpt2_entries(c, kn_llmc_gpt2_dtype(m), prefix, kn_llmc_gpt2_param(m, KN_GPT2_WTE)->data, &es, &nb, &ne);
+    const char *bases[KN_GPT2_NPARAMS];
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) bases[p] = kn_llmc_gpt2_param(m, (kn_gpt2_param)p)->data;
+    st = gpt2_entries(c, kn_llmc_gpt2_dtype(m), prefix, bases, &es, &nb, &ne);
     if (st) goto done;
     static const labels lb = {"kn_ckpt_load_llmc_gpt2", "missing", "unexpected"};
     st = match(path, &lb, es, ne, n, names, tensors, KN_CKPT_STRICT, which, NULL);
@@ -415,7 +417,10 @@ kn_status kn_ckpt_save_llmc_gpt2(const char *path, const kn_llmc_gpt2_config *cf
     char *nb = NULL;
     int64_t ne = 0;
     if (!flat || !which) { st = kn_set_error(KN_ERR_NOMEM, "kn_ckpt_save_llmc_gpt2: out of memory"); goto done; }
-    st = gpt2_entries(cfg, dtype, prefix, flat, &es, &nb, &ne);
+    const char *bases[KN_GPT2_NPARAMS];
+    size_t off = 0;
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) { bases[p] = flat + off; off += (size_t)sh[p].numel * esz; }
+    st = gpt2_entries(cfg, dtype, prefix, bases, &es, &nb, &ne);
     if (st) goto done;
     static const labels lb = {"kn_ckpt_save_llmc_gpt2", "not a GPT-2 parameter", "missing"};
     st = match(path, &lb, es, ne, n, names, tensors, KN_CKPT_STRICT, which, NULL);
