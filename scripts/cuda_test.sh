@@ -1,0 +1,31 @@
+#!/bin/sh
+# cuda_test.sh: on a GPU machine, build kiln with the CUDA backend and run
+# the CUDA op tests (tests/test_cuda_ops.c: every op kind, ref vs GPU), then
+# the core test binaries on the default (cpu) backend with the CUDA build.
+#   sh scripts/cuda_test.sh [LOGDIR]     env: BUILD (default build-cuda), JOBS (16)
+# Prints one line per test binary and exits non-zero if any failed.
+BUILD=${BUILD:-build-cuda}
+JOBS=${JOBS:-16}
+LOG=${1:-$BUILD/logs}
+mkdir -p "$LOG"
+export PATH="$PATH:/usr/local/cuda/bin"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
+TESTS="test_cuda_ops test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+TARGETS=""
+for t in $TESTS; do [ -f "tests/$t.c" ] && TARGETS="$TARGETS $BUILD/tests/$t"; done
+if ! make CUDA=1 BUILD="$BUILD" -j"$JOBS" lib $TARGETS > "$LOG/build.log" 2>&1; then
+    grep -E "error|Error" "$LOG/build.log" | head -40
+    echo "build failed (log: $LOG/build.log)"
+    exit 1
+fi
+grep -i "warning" "$LOG/build.log" | head -20
+fail=0
+for t in $TESTS; do
+    [ -x "$BUILD/tests/$t" ] || continue
+    start=$(date +%s)
+    KN_BACKEND=cpu timeout 300 "$BUILD/tests/$t" > "$LOG/$t.log" 2>&1
+    rc=$?
+    echo "$t: rc=$rc $(tail -1 "$LOG/$t.log") ($(( $(date +%s) - start )) s)"
+    [ $rc -ne 0 ] && fail=1
+done
+exit $fail

@@ -1,0 +1,192 @@
+/* cuda_backend.cu: the CUDA backend's table, memory, transfers and the
+ * dispatch switch (one node per compute call, operands as kn_tview).
+ *
+ * Memory: every buffer and scratch block comes from one kn_cuda_pool.
+ * Work: all kernels and copies go to the legacy default stream, so they run
+ * in issue order; copy_in/copy_out are synchronous cudaMemcpy calls.
+ * Kernels live in cuda_ops_*.cu, one file per op family.
+ */
+#include "backends/cuda/cuda_ops.cuh"
+#include "kiln_cuda.h"
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+
+static kn_cuda_pool *g_pool;
+static kn_cu_err *g_err;
+
+kn_status kn_cu_tmp(size_t bytes, void **p) {
+    *p = NULL;
+    if (!g_pool) return kn_set_error(KN_ERR_STATE, "cuda backend: not initialised; call kn_backend_cuda() first");
+    return kn_cuda_pool_alloc(g_pool, bytes ? bytes : 8, p);
+}
+void kn_cu_tmp_free(void *p) {
+    if (p && g_pool) kn_cuda_pool_release(g_pool, p);
+}
+
+kn_cu_err *kn_cu_err_dev(void) { return g_err; }
+
+kn_status kn_cu_err_check(const char *op) {
+    kn_cu_err h;
+    KN_CUDA_TRY(cudaMemcpy(&h, g_err, sizeof h, cudaMemcpyDeviceToHost));
+    if (!h.code) return KN_OK;
+    KN_CUDA_TRY(cudaMemset(g_err, 0, sizeof h));
+    if (h.code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", op);
+    return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
+                        op, h.value, h.dim, (long long)h.size, (long long)h.size - 1);
+}
+
+/* ---- row-major <-> view helpers ---- */
+__global__ void k_store_all(kn_dview y, const double *acc, int64_t n) {
+    KN_GRID_LOOP(i, n) kn_dput(y, kn_doff(y, i), acc[i]);
+}
+__global__ void k_load_all(kn_dview x, double *acc, int64_t n) {
+    KN_GRID_LOOP(i, n) acc[i] = kn_dget(x, kn_doff(x, i));
+}
+kn_status kn_cu_store_all(const kn_tview *y, const double *acc, int64_t n) {
+    if (n <= 0) return KN_OK;
+    k_store_all<<<kn_blocks(n), KN_THREADS>>>(kn_dv(y), acc, n);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n) {
+    if (n <= 0) return KN_OK;
+    k_load_all<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), acc, n);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* ---- the table ---- */
+static void *cu_alloc(kn_backend *be, size_t size) {
+    void *p = NULL;
+    if (kn_cuda_pool_alloc(g_pool, size ? size : 1, &p) != KN_OK) return NULL;
+    return p;
+}
+static void cu_free(kn_backend *be, void *ptr) {
+    if (ptr) kn_cuda_pool_release(g_pool, ptr);
+}
+static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t n) {
+    if (n) KN_CUDA_TRY(cudaMemcpy(dst, host, n, cudaMemcpyHostToDevice));
+    return KN_OK;
+}
+static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) {
+    if (n) KN_CUDA_TRY(cudaMemcpy(host, src, n, cudaMemcpyDeviceToHost));
+    return KN_OK;
+}
+static kn_status cu_sync(kn_backend *be) {
+    KN_CUDA_TRY(cudaDeviceSynchronize());
+    return KN_OK;
+}
+
+static bool has_quant(const kn_exec *e) {
+    if (kn_dtype_get(e->dst.dtype)->is_quant) return true;
+    for (int k = 0; k < e->nsrc; k++)
+        if (e->node->src[k] && kn_dtype_get(e->src[k].dtype)->is_quant) return true;
+    return false;
+}
+
+static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    kn_op_kind kind = kn_op_get(t->op)->kind;
+    if (kind == KN_KIND_VIEW || kind == KN_KIND_LEAF) return KN_OK;
+    if (has_quant(e)) {
+        const char *q = kn_dtype_name(e->dst.dtype);
+        for (int k = 0; k < e->nsrc; k++)
+            if (e->node->src[k] && kn_dtype_get(e->src[k].dtype)->is_quant) q = kn_dtype_name(e->src[k].dtype);
+        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: %s with a quantized (%s) operand is not supported on the GPU; "
+                            "dequantize on the host (cast to f32/f16 on the cpu backend) before moving the tensor", kn_op_name(t->op), q);
+    }
+    if (kn_tview_numel(&e->dst) == 0 && t->op != KN_OP_INDEX_COPY && t->op != KN_OP_ASSIGN) return KN_OK;
+    kn_status st;
+    switch (kind) {
+    case KN_KIND_CREATE: st = kn_cu_create(e); break;
+    case KN_KIND_UNARY: st = kn_cu_unary(e); break;
+    case KN_KIND_BINARY: st = kn_cu_binary(e); break;
+    case KN_KIND_REDUCE: st = kn_cu_reduce(e); break;
+    case KN_KIND_SCAN: st = kn_cu_scan(e); break;
+    case KN_KIND_MATMUL: st = kn_cu_matmul(e); break;
+    case KN_KIND_COPY: case KN_KIND_EFFECT:
+        switch (t->op) {
+        case KN_OP_COPY: case KN_OP_CAST: case KN_OP_ASSIGN: case KN_OP_TRI: case KN_OP_WHERE: st = kn_cu_copy(e); break;
+        default: st = kn_cu_index(e); break;
+        }
+        break;
+    case KN_KIND_NN: st = kn_cu_nn(e); break;
+    default:
+        st = kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
+    }
+    if (st == KN_OK && getenv("KN_CUDA_SYNC")) {      /* debugging: fault at the op that caused it */
+        cudaError_t ce = cudaDeviceSynchronize();
+        if (ce != cudaSuccess)
+            return kn_set_error(KN_ERR_BACKEND, "cuda backend: %s failed: %s", kn_op_name(t->op), cudaGetErrorString(ce));
+    }
+    return st;
+}
+
+static kn_backend g_cuda = {
+    KN_BACKEND_VERSION, "cuda", KN_DEVICE_CUDA, cu_alloc, cu_free, cu_copy_in, cu_copy_out,
+    cu_compute, cu_sync, NULL, NULL,
+};
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static kn_status g_init_st;
+static char g_init_msg[256];
+
+static void cu_init(void) {
+    int n = 0;
+    cudaError_t ce = cudaGetDeviceCount(&n);
+    if (ce != cudaSuccess || n == 0) {
+        snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: no usable GPU (%s); use kn_backend_cpu()",
+                 ce != cudaSuccess ? cudaGetErrorString(ce) : "0 devices");
+        cudaGetLastError();
+        g_init_st = KN_ERR_UNSUPPORTED;
+        return;
+    }
+    const char *lim = getenv("KN_CUDA_POOL_MB");
+    size_t limit = lim ? (size_t)strtoull(lim, NULL, 10) << 20 : 0;
+    if (kn_cuda_pool_new(&g_pool, limit) != KN_OK) {
+        snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: %s", kn_last_error());
+        g_init_st = KN_ERR_BACKEND;
+        return;
+    }
+    void *p = NULL;
+    if (kn_cuda_pool_alloc(g_pool, sizeof(kn_cu_err), &p) != KN_OK || cudaMemset(p, 0, sizeof(kn_cu_err)) != cudaSuccess) {
+        snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot set up device memory: %s", kn_last_error());
+        g_init_st = KN_ERR_BACKEND;
+        return;
+    }
+    g_err = (kn_cu_err *)p;
+    g_init_st = KN_OK;
+}
+
+extern "C" kn_backend *kn_backend_cuda(void) {
+    pthread_once(&g_once, cu_init);
+    if (g_init_st != KN_OK) { kn_set_error(g_init_st, "%s", g_init_msg); return NULL; }
+    return &g_cuda;
+}
+
+extern "C" void kn_cuda_backend_stats(size_t *in_use, size_t *peak, size_t *cached) {
+    kn_cuda_pool_stats s;
+    memset(&s, 0, sizeof s);
+    if (g_pool) kn_cuda_pool_get_stats(g_pool, &s);
+    if (in_use) *in_use = s.current_bytes;
+    if (peak) *peak = s.peak_bytes;
+    if (cached) *cached = s.cached_bytes;
+}
+
+extern "C" kn_status kn_to_backend(kn_ctx *dst_ctx, kn_tensor *t, kn_tensor **out) {
+    if (out) *out = NULL;
+    if (!dst_ctx || !t || !out) return kn_set_error(KN_ERR_INVALID, "kn_to_backend: NULL argument (an earlier op failed? %s)", kn_last_error());
+    size_t bytes = kn_dtype_nbytes(t->dtype, kn_numel(t));
+    void *host = malloc(bytes ? bytes : 1);
+    if (!host) return kn_set_error(KN_ERR_NOMEM, "kn_to_backend: out of host memory staging %zu bytes", bytes);
+    kn_tensor *src = t;
+    if (kn_dtype_get(t->dtype)->is_quant && !kn_is_contiguous(t))
+        src = kn_contiguous(t->ctx, t);
+    kn_status st = kn_tensor_read(src, host, t->dtype);
+    if (st) { free(host); return st; }
+    kn_tensor *y = kn_from_data(dst_ctx, t->dtype, t->ndim, t->shape, host);
+    free(host);
+    if (!y) return kn_ctx_status(dst_ctx) ? kn_ctx_status(dst_ctx) : KN_ERR_NOMEM;
+    *out = y;
+    return KN_OK;
+}

@@ -1,0 +1,185 @@
+/* cuda_ops.cuh: shared pieces of the CUDA backend's generic kernels.
+ *
+ * Every generic kernel reads and writes its operands through a kn_dview (a
+ * kn_tview passed by value to the kernel: data pointer, dtype, run-time
+ * extents and element strides, any layout), converting each element to
+ * double in registers and back with the reference backend's store rules
+ * (float RNE first, then f16/bf16 RNE; integers truncate and saturate, NaN
+ * becomes 0; bool is v != 0). Arithmetic is done in double like the
+ * reference, so results match it to rounding. Fast paths (f32 GEMM,
+ * softmax, norms) call the hand-tuned kernels of kn_cuda.h.
+ *
+ * Internal to src/backends/cuda; host functions here are called by the
+ * dispatch switch in cuda_backend.cu.
+ */
+#pragma once
+#include "backends/cuda/common.cuh"
+extern "C" {
+#include "kn-impl.h"
+}
+#include <math.h>
+
+/* Device copy of a kn_tview (passed by value into kernels). */
+struct kn_dview {
+    char *data;
+    int dtype, ndim;
+    int64_t ne[KN_MAX_DIMS], st[KN_MAX_DIMS];
+};
+
+static inline kn_dview kn_dv(const kn_tview *v) {
+    kn_dview d;
+    d.data = (char *)v->data;
+    d.dtype = (int)v->dtype;
+    d.ndim = v->ndim;
+    for (int i = 0; i < KN_MAX_DIMS; i++) {
+        d.ne[i] = i < v->ndim ? v->ne[i] : 1;
+        d.st[i] = i < v->ndim ? v->st[i] : 0;
+    }
+    return d;
+}
+
+/* ---- element access ---------------------------------------------------------- */
+__device__ __forceinline__ float kn_dev_h2f(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (ex == 0x1f) return __uint_as_float(sign | 0x7f800000u | (man << 13));
+    if (ex == 0) {
+        if (!man) return __uint_as_float(sign);
+        float f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    return __uint_as_float(sign | ((ex + 112) << 23) | (man << 13));
+}
+/* the same bit recipe as src/core/fp16.h (round to nearest even) */
+__device__ __forceinline__ uint16_t kn_dev_f2h(float f) {
+    uint32_t u = __float_as_uint(f), sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (a > 0x7f800000u ? 0x200 : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (a < 0x38800000u) {
+        float v = __uint_as_float(a) * 16777216.0f;
+        uint32_t m = (uint32_t)v;
+        float r = v - (float)m;
+        if (r > 0.5f || (r == 0.5f && (m & 1))) m++;
+        return (uint16_t)(sign | m);
+    }
+    uint32_t mant = a & 0x7fffff, ex = (a >> 23) - 112;
+    uint32_t h = (ex << 10) | (mant >> 13), rest = mant & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+__device__ __forceinline__ double kn_dld(int dt, const char *base, int64_t i) {
+    switch (dt) {
+    case KN_F32: return ((const float *)base)[i];
+    case KN_F64: return ((const double *)base)[i];
+    case KN_F16: return kn_dev_h2f(((const uint16_t *)base)[i]);
+    case KN_BF16: return kn_bf2f(((const uint16_t *)base)[i]);
+    case KN_I8: return ((const int8_t *)base)[i];
+    case KN_I32: return ((const int32_t *)base)[i];
+    case KN_I64: return (double)((const int64_t *)base)[i];
+    case KN_U8: return ((const uint8_t *)base)[i];
+    case KN_BOOL: return ((const uint8_t *)base)[i] != 0;
+    default: return __longlong_as_double(0x7ff8000000000000ll);
+    }
+}
+__device__ __forceinline__ int64_t kn_dsat(double v, double lo, double hi) {
+    if (isnan(v)) return 0;
+    if (v <= lo) return (int64_t)lo;
+    if (v >= hi) return (int64_t)hi;
+    return (int64_t)v;
+}
+__device__ __forceinline__ void kn_dst(int dt, char *base, int64_t i, double v) {
+    switch (dt) {
+    case KN_F32: ((float *)base)[i] = (float)v; break;
+    case KN_F64: ((double *)base)[i] = v; break;
+    case KN_F16: ((uint16_t *)base)[i] = kn_dev_f2h((float)v); break;
+    case KN_BF16: ((uint16_t *)base)[i] = kn_f2bf((float)v); break;
+    case KN_I8: ((int8_t *)base)[i] = (int8_t)kn_dsat(v, -128, 127); break;
+    case KN_I32: ((int32_t *)base)[i] = (int32_t)kn_dsat(v, -2147483648.0, 2147483647.0); break;
+    case KN_I64: ((int64_t *)base)[i] = kn_dsat(v, -9.2233720368547758e18, 9.2233720368547748e18); break;
+    case KN_U8: ((uint8_t *)base)[i] = (uint8_t)kn_dsat(v, 0, 255); break;
+    case KN_BOOL: ((uint8_t *)base)[i] = v != 0; break;
+    default: break;
+    }
+}
+/* element offset of row-major linear index lin over v's extents */
+__device__ __forceinline__ int64_t kn_doff(const kn_dview &v, int64_t lin) {
+    int64_t o = 0;
+    for (int d = v.ndim - 1; d >= 0; d--) {
+        int64_t n = v.ne[d];
+        o += (lin % n) * v.st[d];
+        lin /= n;
+    }
+    return o;
+}
+__device__ __forceinline__ double kn_dget(const kn_dview &v, int64_t off) { return kn_dld(v.dtype, v.data, off); }
+__device__ __forceinline__ void kn_dput(const kn_dview &v, int64_t off, double x) { kn_dst(v.dtype, v.data, off, x); }
+
+/* grid-stride loop over [0, n) */
+#define KN_GRID_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+#define KN_THREADS 256
+static inline unsigned kn_blocks(int64_t n) {
+    int64_t b = (n + KN_THREADS - 1) / KN_THREADS;
+    if (b < 1) b = 1;
+    if (b > 65536) b = 65536;
+    return (unsigned)b;
+}
+
+/* Block-wide double sum / max; blockDim.x = KN_THREADS; every thread gets the result. */
+__device__ __forceinline__ double kn_dblock_sum(double v, double *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double kn_dblock_max(double v, double *sh) {  /* NaN ignored (fmax) */
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- host side: temporaries, errors, family entry points ---------------------- */
+/* Device scratch from the backend's pool (stream-ordered on the default
+ * stream, so release right after the last launch that uses it is safe). */
+kn_status kn_cu_tmp(size_t bytes, void **p);
+void kn_cu_tmp_free(void *p);
+
+/* Kernels that can find bad data (index out of range, integer division by
+ * zero) record the first problem here; kn_cu_err_check() waits for the
+ * device, reads it, clears it and turns it into a message naming op. */
+struct kn_cu_err {
+    int code;          /* 0 none, 1 index out of range, 2 integer division by zero */
+    int dim;
+    double value;
+    int64_t size;
+};
+kn_cu_err *kn_cu_err_dev(void);   /* device pointer */
+kn_status kn_cu_err_check(const char *op);
+__device__ __forceinline__ void kn_cu_err_set(kn_cu_err *e, int code, int dim, double value, int64_t size) {
+    if (atomicCAS(&e->code, 0, code) == 0) { e->dim = dim; e->value = value; e->size = size; }
+}
+
+/* Store a row-major double buffer acc[n] into the view y. */
+kn_status kn_cu_store_all(const kn_tview *y, const double *acc, int64_t n);
+/* Load the view x (row-major order) into a double buffer acc[n]. */
+kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n);
+
+kn_status kn_cu_create(const kn_exec *e);
+kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */
+kn_status kn_cu_unary(const kn_exec *e);
+kn_status kn_cu_binary(const kn_exec *e);
+kn_status kn_cu_reduce(const kn_exec *e);
+kn_status kn_cu_scan(const kn_exec *e);
+kn_status kn_cu_matmul(const kn_exec *e);
+kn_status kn_cu_index(const kn_exec *e);     /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
+kn_status kn_cu_nn(const kn_exec *e);

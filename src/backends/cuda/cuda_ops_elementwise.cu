@@ -1,0 +1,339 @@
+/* cuda_ops_elementwise.cu: creation (fill, arange, eye, rand, randperm),
+ * copy/cast, assign, tri, where, unary and binary math on the GPU.
+ * Same formulas as src/backends/ref/ref_elementwise.c, in double. */
+#include "backends/cuda/cuda_ops.cuh"
+#include <stdlib.h>
+
+/* Drop size-1 dims and merge dims that are contiguous in every view (all
+ * views share the extents ne). Cuts the per-element index arithmetic. */
+static void collapse(kn_tview **v, int nv) {
+    int nd = v[0]->ndim, o = 0;
+    for (int d = 0; d < nd; d++) {
+        if (v[0]->ne[d] == 1) continue;
+        for (int k = 0; k < nv; k++) { v[k]->ne[o] = v[k]->ne[d]; v[k]->st[o] = v[k]->st[d]; }
+        o++;
+    }
+    for (int k = 0; k < nv; k++) v[k]->ndim = o;
+    nd = o;
+    o = 0;
+    for (int d = 1; d < nd; d++) {
+        bool merge = true;
+        for (int k = 0; k < nv; k++) if (v[k]->st[o] != v[k]->st[d] * v[k]->ne[d]) merge = false;
+        for (int k = 0; k < nv; k++) {
+            if (merge) { v[k]->ne[o] *= v[k]->ne[d]; v[k]->st[o] = v[k]->st[d]; }
+            else { v[k]->ne[o + 1] = v[k]->ne[d]; v[k]->st[o + 1] = v[k]->st[d]; }
+        }
+        if (!merge) o++;
+    }
+    for (int k = 0; k < nv; k++) v[k]->ndim = nd ? o + 1 : 0;
+}
+
+/* ---- Philox4x32-10 and kn_rand_at, as src/core/philox.c ---- */
+__device__ void kn_dphilox(uint64_t ctr, uint64_t key, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0x2545F491u, c3 = 0x9E3779B9u;
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+__device__ double kn_drand_at(int kind, double a, double b, uint64_t seed, uint64_t i) {
+    uint32_t r[4];
+    kn_dphilox(i, seed, r);
+    double u0 = (double)(r[0] >> 8) * (1.0 / 16777216.0);
+    switch (kind) {
+    case KN_RAND_UNIFORM: return a + (b - a) * u0;
+    case KN_RAND_BERNOULLI: return u0 < a ? 1.0 : 0.0;
+    case KN_RAND_NORMAL: {
+        double u1 = ((double)(r[1] >> 8) + 1.0) * (1.0 / 16777216.0);
+        return a + b * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u0);
+    }
+    case KN_RAND_INT: {
+        uint64_t range = (uint64_t)(b - a);
+        uint64_t x = ((uint64_t)r[2] << 32) | r[3];
+        return a + (double)__umul64hi(x, range);
+    }
+    }
+    return 0;
+}
+
+__global__ void k_create(kn_dview d, int64_t n, int op, double a, double b) {
+    KN_GRID_LOOP(i, n) {
+        double v;
+        if (op == KN_OP_FILL) v = a;
+        else if (op == KN_OP_ARANGE) v = a + (double)i * b;
+        else v = (i / d.ne[1]) == (i % d.ne[1]) ? 1.0 : 0.0;
+        kn_dput(d, kn_doff(d, i), v);
+    }
+}
+__global__ void k_rand(kn_dview d, int64_t n, int kind, double a, double b, uint64_t seed, kn_dview off, int has_off) {
+    if (has_off) seed += (uint64_t)kn_dget(off, 0) * 0x9E3779B97F4A7C15ull;
+    KN_GRID_LOOP(i, n) kn_dput(d, kn_doff(d, i), kn_drand_at(kind, a, b, seed, (uint64_t)i));
+}
+
+typedef struct { uint64_t key; int64_t i; } rp_kv;
+static int cmp_key(const void *x, const void *y) {
+    const rp_kv *a = (const rp_kv *)x, *b = (const rp_kv *)y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->i < b->i ? -1 : 1;
+}
+
+/* randperm sorts (key, index) pairs: done on the host, then stored on the device */
+static kn_status randperm(const kn_exec *e, int64_t n) {
+    const kn_tensor *t = e->node;
+    uint64_t seed = t->p.rand.seed;
+    if (e->nsrc > 0) {
+        double o;
+        kn_tview s = e->src[0];
+        size_t ts = kn_dtype_get(s.dtype)->type_size;
+        char buf[8];
+        KN_CUDA_TRY(cudaMemcpy(buf, s.data, ts, cudaMemcpyDeviceToHost));
+        o = kn_load(s.dtype, buf, 0);
+        seed += (uint64_t)o * 0x9E3779B97F4A7C15ull;
+    }
+    rp_kv *a = (rp_kv *)malloc(sizeof *a * (size_t)n);
+    double *h = (double *)malloc(sizeof(double) * (size_t)n);
+    if (!a || !h) { free(a); free(h); return kn_set_error(KN_ERR_NOMEM, "randperm: out of host memory for %lld elements", (long long)n); }
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t r[4];
+        kn_philox4x32((uint64_t)i, seed, r);
+        a[i].key = ((uint64_t)r[0] << 32) | r[1]; a[i].i = i;
+    }
+    qsort(a, (size_t)n, sizeof *a, cmp_key);
+    for (int64_t i = 0; i < n; i++) h[i] = (double)a[i].i;
+    free(a);
+    double *dv = NULL;
+    kn_status st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&dv);
+    if (!st && cudaMemcpy(dv, h, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
+        st = kn_set_error(KN_ERR_BACKEND, "randperm: cudaMemcpy to the device failed");
+    free(h);
+    if (!st) st = kn_cu_store_all(&e->dst, dv, n);
+    kn_cu_tmp_free(dv);
+    return st;
+}
+
+kn_status kn_cu_create(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    int64_t n = kn_tview_numel(&e->dst);
+    switch (t->op) {
+    case KN_OP_FILL: case KN_OP_ARANGE: case KN_OP_EYE:
+        k_create<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    case KN_OP_RAND: {
+        kn_dview off = e->nsrc > 0 ? kn_dv(&e->src[0]) : kn_dv(&e->dst);
+        k_rand<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->p.rand.kind, t->p.rand.a, t->p.rand.b,
+                                             t->p.rand.seed, off, e->nsrc > 0);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
+    case KN_OP_RANDPERM: return randperm(e, n);
+    default: break;
+    }
+    return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no creation kernel for %s", kn_op_name(t->op));
+}
+
+/* ---- copy, cast, assign, tri, where ---- */
+__global__ void k_copy(kn_dview d, kn_dview s, int64_t n) {
+    KN_GRID_LOOP(i, n) kn_dput(d, kn_doff(d, i), kn_dget(s, kn_doff(s, i)));
+}
+__global__ void k_copy_f32(float *d, const float *s, int64_t n) {
+    KN_GRID_LOOP(i, n) d[i] = s[i];
+}
+__global__ void k_tri(kn_dview d, kn_dview s, int64_t n, int64_t R, int64_t C, int64_t k, int upper) {
+    KN_GRID_LOOP(i, n) {
+        int64_t c = i % C, r = (i / C) % R;
+        bool keep = upper ? (c - r >= k) : (c - r <= k);
+        kn_dput(d, kn_doff(d, i), keep ? kn_dget(s, kn_doff(s, i)) : 0.0);
+    }
+}
+__global__ void k_where(kn_dview d, kn_dview c, kn_dview a, kn_dview b, int64_t n) {
+    KN_GRID_LOOP(i, n)
+        kn_dput(d, kn_doff(d, i), kn_dget(c, kn_doff(c, i)) != 0 ? kn_dget(a, kn_doff(a, i)) : kn_dget(b, kn_doff(b, i)));
+}
+
+/* dst = src converted; same-dtype contiguous copies are a cudaMemcpy */
+static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
+    kn_tview d = *dst, s = *src;
+    int64_t n = kn_tview_numel(&d);
+    if (n == 0) return KN_OK;
+    bool same = d.ndim == s.ndim;
+    for (int i = 0; same && i < d.ndim; i++) same = d.ne[i] == s.ne[i];
+    kn_tview *vv[2] = {&d, &s};
+    if (same) collapse(vv, 2);
+    else { collapse(vv, 1); collapse(vv + 1, 1); }   /* a reshaping copy: each view keeps its row-major order */
+    if (d.dtype == s.dtype && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s)) {
+        KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, 0));
+        return KN_OK;
+    }
+    k_copy<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+kn_status kn_cu_copy(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *d = &e->dst;
+    int64_t n = kn_tview_numel(d);
+    switch (t->op) {
+    case KN_OP_COPY: case KN_OP_CAST: return copy_view(d, &e->src[0]);
+    case KN_OP_ASSIGN: {
+        if (n == 0) return KN_OK;
+        kn_tview s = kn_tview_broadcast(&e->src[1], d->ndim, d->ne);
+        /* read everything first: src may overlap dst (x = x.T) */
+        double *tmp = NULL;
+        kn_status st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&tmp);
+        if (st) return st;
+        st = kn_cu_load_all(&s, tmp, n);
+        if (!st) st = kn_cu_store_all(d, tmp, n);
+        kn_cu_tmp_free(tmp);
+        return st;
+    }
+    case KN_OP_TRI: {
+        int64_t R = d->ne[d->ndim - 2], C = d->ne[d->ndim - 1];
+        k_tri<<<kn_blocks(n), KN_THREADS>>>(kn_dv(d), kn_dv(&e->src[0]), n, R, C, t->p.tri.k, t->p.tri.upper);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
+    case KN_OP_WHERE: {
+        kn_tview dd = *d;
+        kn_tview c = kn_tview_broadcast(&e->src[0], d->ndim, d->ne);
+        kn_tview a = kn_tview_broadcast(&e->src[1], d->ndim, d->ne);
+        kn_tview b = kn_tview_broadcast(&e->src[2], d->ndim, d->ne);
+        kn_tview *vv[4] = {&dd, &c, &a, &b};
+        collapse(vv, 4);
+        k_where<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&dd), kn_dv(&c), kn_dv(&a), kn_dv(&b), n);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
+    default: break;
+    }
+    return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
+}
+
+/* ---- unary ---- */
+__device__ __forceinline__ double d_sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+__device__ __forceinline__ double d_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+
+__device__ double kn_dunary(int op, double x, double a, double b) {
+    switch (op) {
+    case KN_OP_NEG: return -x;
+    case KN_OP_ABS: return fabs(x);
+    case KN_OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x;
+    case KN_OP_EXP: return exp(x);
+    case KN_OP_EXP2: return exp2(x);
+    case KN_OP_LOG: return log(x);
+    case KN_OP_LOG2: return log2(x);
+    case KN_OP_LOG1P: return log1p(x);
+    case KN_OP_EXPM1: return expm1(x);
+    case KN_OP_SQRT: return sqrt(x);
+    case KN_OP_RSQRT: return 1.0 / sqrt(x);
+    case KN_OP_RECIPROCAL: return 1.0 / x;
+    case KN_OP_SQUARE: return x * x;
+    case KN_OP_SIN: return sin(x);
+    case KN_OP_COS: return cos(x);
+    case KN_OP_TAN: return tan(x);
+    case KN_OP_ASIN: return asin(x);
+    case KN_OP_ACOS: return acos(x);
+    case KN_OP_ATAN: return atan(x);
+    case KN_OP_SINH: return sinh(x);
+    case KN_OP_COSH: return cosh(x);
+    case KN_OP_TANH: return tanh(x);
+    case KN_OP_ASINH: return asinh(x);
+    case KN_OP_ACOSH: return acosh(x);
+    case KN_OP_ATANH: return atanh(x);
+    case KN_OP_ERF: return erf(x);
+    case KN_OP_FLOOR: return floor(x);
+    case KN_OP_CEIL: return ceil(x);
+    case KN_OP_ROUND: return rint(x);                 /* half to even */
+    case KN_OP_TRUNC: return trunc(x);
+    case KN_OP_CLAMP: return isnan(x) ? x : x < a ? a : x > b ? b : x;
+    case KN_OP_NOT: return x == 0 ? 1.0 : 0.0;
+    case KN_OP_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
+    case KN_OP_LEAKY_RELU: return x > 0 ? x : a * x;
+    case KN_OP_ELU: return x > 0 ? x : a * expm1(x);
+    case KN_OP_SELU: return 1.0507009873554804934193349852946 * (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
+    case KN_OP_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case KN_OP_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case KN_OP_SILU: return x * d_sigmoid(x);
+    case KN_OP_SIGMOID: return d_sigmoid(x);
+    case KN_OP_SOFTPLUS: return d_softplus(x);
+    case KN_OP_MISH: return x * tanh(d_softplus(x));
+    case KN_OP_HARDTANH: return x < a ? a : x > b ? b : x;
+    case KN_OP_HARDSIGMOID: return x <= -3 ? 0.0 : x >= 3 ? 1.0 : x / 6.0 + 0.5;
+    default: return __longlong_as_double(0x7ff8000000000000ll);
+    }
+}
+
+__global__ void k_unary(kn_dview d, kn_dview s, int64_t n, int op, double a, double b) {
+    KN_GRID_LOOP(i, n) kn_dput(d, kn_doff(d, i), kn_dunary(op, kn_dget(s, kn_doff(s, i)), a, b));
+}
+/* f32 contiguous: float math is enough for the common activations */
+__global__ void k_unary_f32(float *y, const float *x, int64_t n, int op, double a, double b) {
+    KN_GRID_LOOP(i, n) y[i] = (float)kn_dunary(op, (double)x[i], a, b);
+}
+
+kn_status kn_cu_unary(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    kn_tview d = e->dst, s = e->src[0];
+    int64_t n = kn_tview_numel(&d);
+    kn_tview *vv[2] = {&d, &s};
+    collapse(vv, 2);
+    if (d.dtype == KN_F32 && s.dtype == KN_F32 && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s))
+        k_unary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)s.data, n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+    else
+        k_unary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* ---- binary ---- */
+__device__ __forceinline__ double kn_dbinary(int op, double x, double y) {
+    switch (op) {
+    case KN_OP_ADD: return x + y;
+    case KN_OP_SUB: return x - y;
+    case KN_OP_MUL: return x * y;
+    case KN_OP_DIV: return x / y;
+    case KN_OP_POW: return pow(x, y);
+    case KN_OP_MAXIMUM: return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : x > y ? x : y;
+    case KN_OP_MINIMUM: return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : x < y ? x : y;
+    case KN_OP_FMOD: return fmod(x, y);
+    case KN_OP_ATAN2: return atan2(x, y);
+    case KN_OP_EQ: return x == y;
+    case KN_OP_NE: return x != y;
+    case KN_OP_LT: return x < y;
+    case KN_OP_LE: return x <= y;
+    case KN_OP_GT: return x > y;
+    case KN_OP_GE: return x >= y;
+    case KN_OP_AND: return (x != 0) && (y != 0);
+    case KN_OP_OR: return (x != 0) || (y != 0);
+    default: return __longlong_as_double(0x7ff8000000000000ll);
+    }
+}
+
+__global__ void k_binary(kn_dview d, kn_dview a, kn_dview b, int64_t n, int op, int intdiv, kn_cu_err *err) {
+    KN_GRID_LOOP(i, n) {
+        double x = kn_dget(a, kn_doff(a, i)), y = kn_dget(b, kn_doff(b, i));
+        if (intdiv && y == 0) { kn_cu_err_set(err, 2, 0, 0, 0); continue; }
+        kn_dput(d, kn_doff(d, i), kn_dbinary(op, x, y));
+    }
+}
+
+kn_status kn_cu_binary(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    kn_tview d = e->dst;
+    kn_tview a = kn_tview_broadcast(&e->src[0], d.ndim, d.ne);
+    kn_tview b = kn_tview_broadcast(&e->src[1], d.ndim, d.ne);
+    int64_t n = kn_tview_numel(&d);
+    bool intdiv = t->op == KN_OP_FMOD && kn_dtype_get(d.dtype)->is_int;
+    kn_tview *vv[3] = {&d, &a, &b};
+    collapse(vv, 3);
+    k_binary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
+    KN_CUDA_LAUNCHED();
+    return intdiv ? kn_cu_err_check("fmod") : KN_OK;
+}

@@ -1,0 +1,281 @@
+/* cuda_ops_index.cu: cat, pad, gather, scatter(_add), index_select,
+ * index_add and index_copy on the GPU, with the semantics of
+ * src/backends/ref/ref_index.c: indices are checked (first bad one is
+ * reported, naming the op); scatter_add/index_add accumulate in a double
+ * copy of the output with atomics; with repeated indices scatter and
+ * index_copy keep the last value in row-major order of the index (a winner
+ * pass picks it, so the result does not depend on thread timing). */
+#include "backends/cuda/cuda_ops.cuh"
+
+__device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin, int64_t *c) {
+    for (int d = ndim - 1; d >= 0; d--) { c[d] = ne[d] ? lin % ne[d] : 0; lin = ne[d] ? lin / ne[d] : 0; }
+}
+__device__ __forceinline__ int64_t off_of(const kn_dview &v, const int64_t *c) {
+    int64_t o = 0;
+    for (int d = 0; d < v.ndim; d++) o += c[d] * v.st[d];
+    return o;
+}
+__device__ __forceinline__ int64_t ravel(const int64_t *ne, int ndim, const int64_t *c) {
+    int64_t lin = 0;
+    for (int d = 0; d < ndim; d++) lin = lin * ne[d] + c[d];
+    return lin;
+}
+/* index value at off of iv checked against [0, n); -1 (and the error recorded) if bad */
+__device__ __forceinline__ int64_t load_index(const kn_dview &iv, int64_t off, int dim, int64_t n, kn_cu_err *err) {
+    double v = kn_dget(iv, off);
+    if (!(v >= 0 && v < (double)n)) { kn_cu_err_set(err, 1, dim, v, n); return -1; }
+    return (int64_t)v;
+}
+
+static kn_status check_extents(const char *op, const kn_tview *iv, const kn_tview *x, int d, const char *xname) {
+    for (int k = 0; k < x->ndim; k++)
+        if (k != d && iv->ne[k] > x->ne[k])
+            return kn_set_error(KN_ERR_INVALID, "%s: at run time the index has %lld entries in dim %d but %s has only %lld",
+                                op, (long long)iv->ne[k], k, xname, (long long)x->ne[k]);
+    return KN_OK;
+}
+static kn_status check_slices(const char *op, const kn_tview *s, const kn_tview *y, const kn_tview *iv, int d) {
+    for (int k = 0; k < y->ndim; k++)
+        if (k == d ? s->ne[k] > iv->ne[0] : s->ne[k] != y->ne[k])
+            return kn_set_error(KN_ERR_INVALID, "%s: at run time src has %lld entries in dim %d where %s has %lld",
+                                op, (long long)s->ne[k], k, k == d ? "index" : "x", (long long)(k == d ? iv->ne[0] : y->ne[k]));
+    return KN_OK;
+}
+
+/* ---- cat ---- */
+__global__ void k_cat(kn_dview y, kn_dview s, int d, int64_t base, int64_t n) {
+    KN_GRID_LOOP(i, n) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(s.ne, s.ndim, i, c);
+        double v = kn_dget(s, off_of(s, c));
+        c[d] += base;
+        kn_dput(y, off_of(y, c), v);
+    }
+}
+static kn_status cu_cat(const kn_exec *e) {
+    int d = e->node->p.axis.dim;
+    int64_t base = 0;
+    for (int k = 0; k < e->nsrc; k++) {
+        const kn_tview *s = &e->src[k];
+        int64_t n = kn_tview_numel(s);
+        if (n) {
+            k_cat<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(s), d, base, n);
+            KN_CUDA_LAUNCHED();
+        }
+        base += s->ne[d];
+    }
+    return KN_OK;
+}
+
+/* ---- pad ---- */
+struct pad_p { int64_t pad[2 * KN_MAX_DIMS]; int mode; double value; };
+__global__ void k_pad(kn_dview y, kn_dview x, pad_p p, int64_t n) {
+    KN_GRID_LOOP(i, n) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(y.ne, y.ndim, i, c);
+        bool inside = true;
+        for (int d = 0; d < y.ndim; d++) {
+            int k = y.ndim - 1 - d;
+            int64_t lo = p.pad[2 * k], m = x.ne[d], j = c[d] - lo;
+            if (j >= 0 && j < m) { c[d] = j; continue; }
+            if (p.mode == KN_PAD_CONSTANT) { inside = false; break; }
+            if (p.mode == KN_PAD_REFLECT) c[d] = j < 0 ? -j : 2 * (m - 1) - j;
+            else c[d] = j < 0 ? 0 : m - 1;
+        }
+        kn_dput(y, kn_doff(y, i), inside ? kn_dget(x, off_of(x, c)) : p.value);
+    }
+}
+static kn_status cu_pad(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    pad_p p;
+    for (int i = 0; i < 2 * KN_MAX_DIMS; i++) p.pad[i] = t->p.pad.pad[i];
+    p.mode = (int)t->p.pad.mode;
+    p.value = t->p.pad.value;
+    int64_t n = kn_tview_numel(&e->dst);
+    k_pad<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), p, n);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* ---- gather ---- */
+__global__ void k_gather(kn_dview y, kn_dview x, kn_dview iv, int d, int64_t n, kn_cu_err *err) {
+    KN_GRID_LOOP(i, n) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(y.ne, y.ndim, i, c);
+        int64_t j = load_index(iv, off_of(iv, c), d, x.ne[d], err);
+        if (j < 0) continue;
+        c[d] = j;
+        kn_dput(y, kn_doff(y, i), kn_dget(x, off_of(x, c)));
+    }
+}
+static kn_status cu_gather(const kn_exec *e) {
+    const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1];
+    int d = e->node->p.axis.dim;
+    kn_status st = check_extents("gather", iv, x, d, "x");
+    if (st) return st;
+    int64_t n = kn_tview_numel(y);
+    k_gather<<<kn_blocks(n), KN_THREADS>>>(kn_dv(y), kn_dv(x), kn_dv(iv), d, n, kn_cu_err_dev());
+    KN_CUDA_LAUNCHED();
+    return kn_cu_err_check("gather");
+}
+
+/* ---- scatter / scatter_add ---- */
+/* pass 0: scatter_add (atomic add); pass 1: scatter, claim the last i per target; pass 2: scatter, winners write */
+__global__ void k_scatter(kn_dview y, kn_dview iv, kn_dview s, int d, int64_t m, int pass, double *acc,
+                          long long *win, kn_cu_err *err) {
+    KN_GRID_LOOP(i, m) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(iv.ne, iv.ndim, i, c);
+        int64_t j = load_index(iv, off_of(iv, c), d, y.ne[d], err);
+        if (j < 0) continue;
+        double v = kn_dget(s, off_of(s, c));
+        c[d] = j;
+        int64_t at = ravel(y.ne, y.ndim, c);
+        if (pass == 0) atomicAdd(&acc[at], v);
+        else if (pass == 1) atomicMax(&win[at], (long long)i);
+        else if (win[at] == i) acc[at] = v;
+    }
+}
+static kn_status cu_scatter(const kn_exec *e, bool add) {
+    const char *op = add ? "scatter_add" : "scatter";
+    const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1], *s = &e->src[2];
+    int d = e->node->p.axis.dim;
+    kn_status st = check_extents(op, iv, y, d, "x");
+    if (!st) st = check_extents(op, iv, s, -1, "src");
+    if (st) return st;
+    int64_t n = kn_tview_numel(y), m = kn_tview_numel(iv);
+    double *acc = NULL;
+    long long *win = NULL;
+    if ((st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&acc))) return st;
+    if (!add && (st = kn_cu_tmp(sizeof(long long) * (size_t)n, (void **)&win))) { kn_cu_tmp_free(acc); return st; }
+    st = kn_cu_load_all(x, acc, n);
+    if (!st && m > 0) {
+        if (win && cudaMemsetAsync(win, 0xff, sizeof(long long) * (size_t)n, 0) != cudaSuccess)
+            st = kn_set_error(KN_ERR_BACKEND, "%s: cudaMemsetAsync failed", op);
+        for (int pass = add ? 0 : 1; !st && pass <= (add ? 0 : 2); pass++) {
+            k_scatter<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, pass, acc, win, kn_cu_err_dev());
+            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", op);
+            if (!st && pass <= 1) st = kn_cu_err_check(op);
+        }
+    }
+    if (!st) st = kn_cu_store_all(y, acc, n);
+    kn_cu_tmp_free(acc);
+    kn_cu_tmp_free(win);
+    return st;
+}
+
+/* ---- index_select ---- */
+__global__ void k_index_select(kn_dview y, kn_dview x, kn_dview iv, int d, int64_t n, kn_cu_err *err) {
+    KN_GRID_LOOP(i, n) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(y.ne, y.ndim, i, c);
+        int64_t j = load_index(iv, c[d] * iv.st[0], d, x.ne[d], err);
+        if (j < 0) continue;
+        c[d] = j;
+        kn_dput(y, kn_doff(y, i), kn_dget(x, off_of(x, c)));
+    }
+}
+static kn_status cu_index_select(const kn_exec *e) {
+    int64_t n = kn_tview_numel(&e->dst);
+    k_index_select<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), kn_dv(&e->src[1]),
+                                                  e->node->p.axis.dim, n, kn_cu_err_dev());
+    KN_CUDA_LAUNCHED();
+    return kn_cu_err_check("index_select");
+}
+
+/* ---- index_add ---- */
+__global__ void k_index_add(kn_dview y, kn_dview iv, kn_dview s, int d, int64_t m, double *acc, kn_cu_err *err) {
+    KN_GRID_LOOP(i, m) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(s.ne, s.ndim, i, c);
+        int64_t j = load_index(iv, c[d] * iv.st[0], d, y.ne[d], err);
+        if (j < 0) continue;
+        double v = kn_dget(s, off_of(s, c));
+        c[d] = j;
+        atomicAdd(&acc[ravel(y.ne, y.ndim, c)], v);
+    }
+}
+static kn_status cu_index_add(const kn_exec *e) {
+    const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1], *s = &e->src[2];
+    int d = e->node->p.axis.dim;
+    kn_status st = check_slices("index_add", s, y, iv, d);
+    if (st) return st;
+    int64_t n = kn_tview_numel(y), m = kn_tview_numel(s);
+    double *acc = NULL;
+    if ((st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&acc))) return st;
+    st = kn_cu_load_all(x, acc, n);
+    if (!st && m > 0) {
+        k_index_add<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, acc, kn_cu_err_dev());
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_add: kernel launch failed");
+        if (!st) st = kn_cu_err_check("index_add");
+    }
+    if (!st) st = kn_cu_store_all(y, acc, n);
+    kn_cu_tmp_free(acc);
+    return st;
+}
+
+/* ---- index_copy (effect): every index checked and src read before the first write ---- */
+__global__ void k_ic_pos(kn_dview iv, int64_t k, int d, int64_t n, long long *pos, kn_cu_err *err) {
+    KN_GRID_LOOP(i, k) pos[i] = load_index(iv, i * iv.st[0], d, n, err);
+}
+/* dup[i]: a later index position writes the same slice (so i's values lose) */
+__global__ void k_ic_dup(const long long *pos, int64_t k, int *dup) {
+    KN_GRID_LOOP(i, k) {
+        int v = 0;
+        for (int64_t j = i + 1; j < k && !v; j++) v = pos[j] == pos[i];
+        dup[i] = v;
+    }
+}
+__global__ void k_ic_write(kn_dview y, kn_dview s, int d, int64_t m, const double *val, const long long *pos, const int *dup) {
+    KN_GRID_LOOP(i, m) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(s.ne, s.ndim, i, c);
+        if (dup[c[d]]) continue;
+        c[d] = pos[c[d]];
+        kn_dput(y, off_of(y, c), val[i]);
+    }
+}
+static kn_status cu_index_copy(const kn_exec *e) {
+    const kn_tview *y = &e->dst, *iv = &e->src[1], *s = &e->src[2];
+    int d = e->node->p.axis.dim;
+    int64_t m = kn_tview_numel(s), k = iv->ne[0];
+    kn_status st = check_slices("index_copy", s, y, iv, d);
+    if (st) return st;
+    if (k == 0) return KN_OK;
+    double *val = NULL;
+    long long *pos = NULL;
+    int *dup = NULL;
+    st = kn_cu_tmp(sizeof(double) * (size_t)(m ? m : 1), (void **)&val);
+    if (!st) st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);
+    if (!st) st = kn_cu_tmp(sizeof(int) * (size_t)k, (void **)&dup);
+    if (!st) {
+        k_ic_pos<<<kn_blocks(k), KN_THREADS>>>(kn_dv(iv), k, d, y->ne[d], pos, kn_cu_err_dev());
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
+        if (!st) st = kn_cu_err_check("index_copy");
+    }
+    if (!st && m > 0) {
+        st = kn_cu_load_all(s, val, m);
+        k_ic_dup<<<kn_blocks(k), KN_THREADS>>>(pos, k, dup);
+        k_ic_write<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(s), d, m, val, pos, dup);
+        if (!st && cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
+    }
+    kn_cu_tmp_free(val);
+    kn_cu_tmp_free(pos);
+    kn_cu_tmp_free(dup);
+    return st;
+}
+
+kn_status kn_cu_index(const kn_exec *e) {
+    switch (e->node->op) {
+    case KN_OP_CAT: return cu_cat(e);
+    case KN_OP_PAD: return cu_pad(e);
+    case KN_OP_GATHER: return cu_gather(e);
+    case KN_OP_SCATTER: return cu_scatter(e, false);
+    case KN_OP_SCATTER_ADD: return cu_scatter(e, true);
+    case KN_OP_INDEX_SELECT: return cu_index_select(e);
+    case KN_OP_INDEX_ADD: return cu_index_add(e);
+    case KN_OP_INDEX_COPY: return cu_index_copy(e);
+    default: break;
+    }
+    return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s in the index family", kn_op_name(e->node->op));
+}

@@ -1,0 +1,464 @@
+/* cuda_ops_nn.cu: softmax, norms, convolution, pooling, attention and rope
+ * on the GPU. Same formulas as src/backends/ref/ref_nn.c (double
+ * arithmetic); row ops run one block per row, the rest one thread per
+ * output element (direct loops). Fast paths: kn_cuda_softmax_f32 and the
+ * f32 layer/RMS norm kernels when the layouts are dense rows.
+ * Letters: N batch, C/O channels, H/W spatial, KH/KW kernel, g groups,
+ * T positions, D head dim. */
+#include "backends/cuda/cuda_ops.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+#define KN_NAN __longlong_as_double(0x7ff8000000000000ll)
+#define HAS(k) (e->node->src[k] != NULL)
+#define OFF4(v, a, b, c, d) ((a) * (v).st[0] + (b) * (v).st[1] + (c) * (v).st[2] + (d) * (v).st[3])
+
+/* offset of lin over every dim of v except skip */
+__device__ __forceinline__ int64_t off_skip(const kn_dview &v, int skip, int64_t lin) {
+    int64_t o = 0;
+    for (int d = v.ndim - 1; d >= 0; d--) {
+        if (d == skip) continue;
+        o += (lin % v.ne[d]) * v.st[d];
+        lin /= v.ne[d];
+    }
+    return o;
+}
+__device__ __forceinline__ int64_t off_lead(const kn_dview &v, int n, int64_t lin) {
+    int64_t o = 0;
+    for (int d = n - 1; d >= 0; d--) { o += (lin % v.ne[d]) * v.st[d]; lin /= v.ne[d]; }
+    return o;
+}
+static int64_t prod_ne(const kn_tview *v, int from, int to) {
+    int64_t n = 1;
+    for (int d = from; d < to; d++) n *= v->ne[d];
+    return n;
+}
+static unsigned row_blocks(int64_t rows) { return rows > 65536 ? 65536u : (unsigned)(rows > 0 ? rows : 1); }
+#define LAUNCHED_OK() KN_CUDA_LAUNCHED(); return KN_OK
+
+/* ---- softmax / log_softmax ---- */
+__global__ void __launch_bounds__(KN_THREADS) k_softmax(kn_dview x, kn_dview y, int d, int64_t rows, int64_t n, int logsm) {
+    __shared__ double sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t xo = off_skip(x, d, r), yo = off_skip(y, d, r);
+        double m = -INFINITY, s = 0;
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) { double v = kn_dget(x, xo + j * x.st[d]); if (v > m) m = v; }
+        m = kn_dblock_max(m, sh);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += exp(kn_dget(x, xo + j * x.st[d]) - m);
+        s = kn_dblock_sum(s, sh);
+        double ls = log(s);
+        for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+            double v = kn_dget(x, xo + j * x.st[d]) - m;
+            kn_dput(y, yo + j * y.st[d], logsm ? v - ls : exp(v) / s);
+        }
+        __syncthreads();
+    }
+}
+static kn_status cu_softmax(const kn_exec *e) {
+    const kn_tview *x = &e->src[0], *y = &e->dst;
+    int d = e->node->p.axis.dim;
+    int64_t n = x->ne[d], rows = n ? kn_tview_numel(x) / n : 0;
+    bool logsm = e->node->op == KN_OP_LOG_SOFTMAX;
+    if (rows == 0) return KN_OK;
+    if (!logsm && x->dtype == KN_F32 && y->dtype == KN_F32 && d == x->ndim - 1 && kn_tview_is_contiguous(x) &&
+        kn_tview_is_contiguous(y) && !getenv("KN_CUDA_GENERIC"))
+        return kn_cuda_softmax_f32((float *)y->data, (const float *)x->data, rows, n, NULL);
+    k_softmax<<<row_blocks(rows), KN_THREADS>>>(kn_dv(x), kn_dv(y), d, rows, n, logsm);
+    LAUNCHED_OK();
+}
+
+/* ---- layer / rms norm over the trailing n_norm dims ---- */
+__global__ void __launch_bounds__(KN_THREADS) k_lrnorm(kn_dview x, kn_dview y, kn_dview w, kn_dview b, int hw, int hb,
+                                                       int layer, int64_t rows, int64_t M, double eps) {
+    __shared__ double sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        double mean = 0, ss = 0;
+        if (layer) {
+            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) mean += kn_dget(x, kn_doff(x, r * M + j));
+            mean = kn_dblock_sum(mean, sh) / (double)M;
+        }
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, r * M + j)) - mean; ss += v * v; }
+        ss = kn_dblock_sum(ss, sh);
+        double rstd = 1.0 / sqrt(ss / (double)M + eps);
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            double v = (kn_dget(x, kn_doff(x, r * M + j)) - mean) * rstd;
+            if (hw) v *= kn_dget(w, kn_doff(w, j));
+            if (hb) v += kn_dget(b, kn_doff(b, j));
+            kn_dput(y, kn_doff(y, r * M + j), v);
+        }
+        __syncthreads();
+    }
+}
+static bool dense_f32(const kn_tview *v) { return v->dtype == KN_F32 && kn_tview_is_contiguous(v); }
+
+static kn_status cu_layer_rms_norm(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *y = &e->dst;
+    bool layer = t->op == KN_OP_LAYER_NORM;
+    bool hw = HAS(1), hb = layer && HAS(2);
+    int nn = (int)t->p.norm.n_norm;
+    int64_t M = prod_ne(x, x->ndim - nn, x->ndim), rows = M ? kn_tview_numel(x) / M : 0;
+    if (rows == 0) return KN_OK;
+    if (hw && dense_f32(x) && dense_f32(y) && dense_f32(&e->src[1]) && (!hb || dense_f32(&e->src[2])) &&
+        M <= INT32_MAX && !getenv("KN_CUDA_GENERIC")) {
+        if (layer)
+            return kn_cuda_layernorm_fwd((float *)y->data, NULL, NULL, (const float *)x->data, (const float *)e->src[1].data,
+                                         hb ? (const float *)e->src[2].data : NULL, rows, M, (float)t->p.norm.eps, NULL);
+        return kn_cuda_rmsnorm_fwd((float *)y->data, NULL, (const float *)x->data, (const float *)e->src[1].data, rows, M,
+                                   (float)t->p.norm.eps, NULL);
+    }
+    kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
+    k_lrnorm<<<row_blocks(rows), KN_THREADS>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, layer, rows, M, t->p.norm.eps);
+    LAUNCHED_OK();
+}
+
+/* ---- group / batch norm: x [N,C,S...] ---- */
+__global__ void __launch_bounds__(KN_THREADS) k_gbnorm(kn_dview x, kn_dview y, kn_dview w, kn_dview b, int hw, int hb, int bn,
+                                                       int64_t nsets, int64_t M, int64_t C, int64_t S, double eps) {
+    __shared__ double sh[32];
+    for (int64_t k = blockIdx.x; k < nsets; k += gridDim.x) {
+#define LIN(j) (bn ? (((j) / S) * C + k) * S + (j) % S : k * M + (j))
+        double mean = 0, ss = 0;
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) mean += kn_dget(x, kn_doff(x, LIN(j)));
+        mean = kn_dblock_sum(mean, sh);
+        mean = M ? mean / (double)M : 0;
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, LIN(j))) - mean; ss += v * v; }
+        ss = kn_dblock_sum(ss, sh);
+        double rstd = 1.0 / sqrt((M ? ss / (double)M : 0) + eps);
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            int64_t lin = LIN(j), c = (lin / S) % C;
+            double v = (kn_dget(x, kn_doff(x, lin)) - mean) * rstd;
+            if (hw) v *= kn_dget(w, c * w.st[0]);
+            if (hb) v += kn_dget(b, c * b.st[0]);
+            kn_dput(y, kn_doff(y, lin), v);
+        }
+#undef LIN
+        __syncthreads();
+    }
+}
+static kn_status cu_group_batch_norm(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *y = &e->dst;
+    int64_t N = x->ne[0], C = x->ne[1], S = prod_ne(x, 2, x->ndim);
+    bool bn = t->op == KN_OP_BATCH_NORM;
+    int64_t G = bn ? C : t->p.norm.groups, Cg = G ? C / G : 0;
+    int64_t nsets = bn ? C : N * G, M = bn ? N * S : Cg * S;
+    if (nsets == 0 || S == 0) return KN_OK;
+    bool hw = HAS(1), hb = HAS(2);
+    kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
+    k_gbnorm<<<row_blocks(nsets), KN_THREADS>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, bn, nsets, M, C, S, t->p.norm.eps);
+    LAUNCHED_OK();
+}
+
+/* ---- convolution ---- */
+struct conv_p { int sh, sw, ph, pw, dh, dw; int64_t G; };
+static conv_p conv_of(const kn_tensor *t) {
+    conv_p c = {t->p.conv.stride[0], t->p.conv.stride[1], t->p.conv.padding[0], t->p.conv.padding[1],
+                t->p.conv.dilation[0], t->p.conv.dilation[1], t->p.conv.groups};
+    return c;
+}
+/* y [N,O,OH,OW] = x [N,C,H,W] (*) w [O,C/g,KH,KW] + b [O] */
+__global__ void k_conv2d(kn_dview x, kn_dview w, kn_dview b, int hb, kn_dview y, conv_p p, int64_t n) {
+    int64_t O = y.ne[1], OH = y.ne[2], OW = y.ne[3], H = x.ne[2], W = x.ne[3];
+    int64_t Cg = w.ne[1], Og = O / p.G, KH = w.ne[2], KW = w.ne[3];
+    KN_GRID_LOOP(idx, n) {
+        int64_t ox = idx % OW, oy = (idx / OW) % OH, oc = (idx / (OW * OH)) % O, nn = idx / (OW * OH * O);
+        int64_t grp = oc / Og;
+        double acc = hb ? kn_dget(b, oc * b.st[0]) : 0;
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t kh = 0; kh < KH; kh++) {
+                int64_t iy = oy * p.sh - p.ph + kh * p.dh;
+                if (iy < 0 || iy >= H) continue;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    int64_t ix = ox * p.sw - p.pw + kw * p.dw;
+                    if (ix < 0 || ix >= W) continue;
+                    acc += kn_dget(x, OFF4(x, nn, grp * Cg + c, iy, ix)) * kn_dget(w, OFF4(w, oc, c, kh, kw));
+                }
+            }
+        kn_dput(y, OFF4(y, nn, oc, oy, ox), acc);
+    }
+}
+/* y [N,O,OH,OW] = x [N,C,H,W] (*)^T w [C,O/g,KH,KW] + b [O] */
+__global__ void k_conv_t2d(kn_dview x, kn_dview w, kn_dview b, int hb, kn_dview y, conv_p p, int64_t n) {
+    int64_t O = y.ne[1], OH = y.ne[2], OW = y.ne[3], C = x.ne[1], H = x.ne[2], W = x.ne[3];
+    int64_t Cg = C / p.G, Og = w.ne[1], KH = w.ne[2], KW = w.ne[3];
+    KN_GRID_LOOP(idx, n) {
+        int64_t ox = idx % OW, oy = (idx / OW) % OH, oc = (idx / (OW * OH)) % O, nn = idx / (OW * OH * O);
+        int64_t grp = oc / Og, o = oc % Og;
+        double acc = hb ? kn_dget(b, oc * b.st[0]) : 0;
+        for (int64_t c = grp * Cg; c < (grp + 1) * Cg; c++)
+            for (int64_t kh = 0; kh < KH; kh++) {
+                int64_t ty = oy + p.ph - kh * p.dh;
+                if (ty < 0 || ty % p.sh) continue;
+                int64_t iy = ty / p.sh;
+                if (iy >= H) continue;
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    int64_t tx = ox + p.pw - kw * p.dw;
+                    if (tx < 0 || tx % p.sw) continue;
+                    int64_t ix = tx / p.sw;
+                    if (ix >= W) continue;
+                    acc += kn_dget(x, OFF4(x, nn, c, iy, ix)) * kn_dget(w, OFF4(w, c, o, kh, kw));
+                }
+            }
+        kn_dput(y, OFF4(y, nn, oc, oy, ox), acc);
+    }
+}
+/* dw [Cb, Ca/g, KH, KW] = sum_{n,oy,ox} b[n,o,oy,ox] * a[n, grp*Ca/g + c, oy*s-p+kh*d, ox*s-p+kw*d] */
+__global__ void k_conv2d_bwd_w(kn_dview a, kn_dview b, kn_dview dw, conv_p p, int64_t n) {
+    int64_t N = b.ne[0], Cb = dw.ne[0], Cga = dw.ne[1], KH = dw.ne[2], KW = dw.ne[3];
+    int64_t OH = b.ne[2], OW = b.ne[3], H = a.ne[2], W = a.ne[3], Cgb = Cb / p.G;
+    KN_GRID_LOOP(idx, n) {
+        int64_t kw = idx % KW, kh = (idx / KW) % KH, c = (idx / (KW * KH)) % Cga, o = idx / (KW * KH * Cga);
+        int64_t grp = o / Cgb;
+        double acc = 0;
+        for (int64_t nn = 0; nn < N; nn++)
+            for (int64_t oy = 0; oy < OH; oy++) {
+                int64_t iy = oy * p.sh - p.ph + kh * p.dh;
+                if (iy < 0 || iy >= H) continue;
+                for (int64_t ox = 0; ox < OW; ox++) {
+                    int64_t ix = ox * p.sw - p.pw + kw * p.dw;
+                    if (ix < 0 || ix >= W) continue;
+                    acc += kn_dget(b, OFF4(b, nn, o, oy, ox)) * kn_dget(a, OFF4(a, nn, grp * Cga + c, iy, ix));
+                }
+            }
+        kn_dput(dw, OFF4(dw, o, c, kh, kw), acc);
+    }
+}
+static kn_status cu_conv(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *y = &e->dst;
+    int64_t n = kn_tview_numel(y);
+    conv_p p = conv_of(t);
+    if (t->op == KN_OP_CONV2D_BWD_W) {
+        k_conv2d_bwd_w<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), kn_dv(y), p, n);
+        LAUNCHED_OK();
+    }
+    bool hb = HAS(2);
+    kn_dview b = hb ? kn_dv(&e->src[2]) : kn_dv(y);
+    if (t->op == KN_OP_CONV2D)
+        k_conv2d<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
+    else
+        k_conv_t2d<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
+    LAUNCHED_OK();
+}
+
+/* ---- pooling: leading dims are planes; the last two are pooled ---- */
+struct pool_geo { int64_t planes, H, W, OH, OW; int k[2], s[2], p[2], d[2]; int inc; };
+static pool_geo geo_of(const kn_tensor *t, const kn_tview *in, const kn_tview *out) {
+    pool_geo g;
+    int n = in->ndim;
+    g.planes = prod_ne(in, 0, n - 2);
+    g.H = in->ne[n - 2]; g.W = in->ne[n - 1]; g.OH = out->ne[n - 2]; g.OW = out->ne[n - 1];
+    for (int i = 0; i < 2; i++) {
+        g.k[i] = t->p.pool.kernel[i]; g.s[i] = t->p.pool.stride[i];
+        g.p[i] = t->p.pool.padding[i]; g.d[i] = t->p.pool.dilation[i];
+    }
+    g.inc = t->p.pool.count_include_pad;
+    return g;
+}
+#define OFF2(v, base, i, j) ((base) + (i) * (v).st[(v).ndim - 2] + (j) * (v).st[(v).ndim - 1])
+
+__device__ int64_t max_window(const kn_dview &x, int64_t base, const pool_geo &g, int64_t oy, int64_t ox, double *val) {
+    double m = -INFINITY;
+    int64_t arg = -1;
+    for (int kh = 0; kh < g.k[0]; kh++) {
+        int64_t iy = oy * g.s[0] - g.p[0] + (int64_t)kh * g.d[0];
+        if (iy < 0 || iy >= g.H) continue;
+        for (int kw = 0; kw < g.k[1]; kw++) {
+            int64_t ix = ox * g.s[1] - g.p[1] + (int64_t)kw * g.d[1];
+            if (ix < 0 || ix >= g.W) continue;
+            double v = kn_dget(x, OFF2(x, base, iy, ix));
+            if (arg < 0 || v > m || isnan(v)) { m = v; arg = iy * g.W + ix; }
+        }
+    }
+    *val = m;
+    return arg;
+}
+/* torch's avg-pool window clipped to the input, and its divisor */
+__device__ double avg_window(const pool_geo &g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0, int64_t *x1) {
+    int64_t hs = oy * g.s[0] - g.p[0], ws = ox * g.s[1] - g.p[1];
+    int64_t he = hs + g.k[0], we = ws + g.k[1];
+    if (he > g.H + g.p[0]) he = g.H + g.p[0];
+    if (we > g.W + g.p[1]) we = g.W + g.p[1];
+    int64_t pool = (he - hs) * (we - ws);
+    if (hs < 0) hs = 0;
+    if (ws < 0) ws = 0;
+    if (he > g.H) he = g.H;
+    if (we > g.W) we = g.W;
+    *y0 = hs; *y1 = he; *x0 = ws; *x1 = we;
+    return g.inc ? (double)pool : (double)((he - hs) * (we - ws));
+}
+__device__ __forceinline__ void adaptive_window(const pool_geo &g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1, int64_t *x0, int64_t *x1) {
+    *y0 = oy * g.H / g.OH; *y1 = ((oy + 1) * g.H + g.OH - 1) / g.OH;
+    *x0 = ox * g.W / g.OW; *x1 = ((ox + 1) * g.W + g.OW - 1) / g.OW;
+}
+
+/* kind: 0 max, 1 avg, 2 adaptive. Forward: one thread per output; backward
+ * (acc != NULL): out is dy, in is x (max) and every window adds into acc. */
+__global__ void k_pool(kn_dview in, kn_dview out, pool_geo g, int kind, double *acc) {
+    int64_t n = g.planes * g.OH * g.OW;
+    KN_GRID_LOOP(idx, n) {
+        int64_t ox = idx % g.OW, oy = (idx / g.OW) % g.OH, pl = idx / (g.OW * g.OH);
+        int64_t ib = off_lead(in, in.ndim - 2, pl), ob = off_lead(out, out.ndim - 2, pl);
+        if (kind == 0) {
+            double m;
+            int64_t arg = max_window(in, ib, g, oy, ox, &m);
+            if (!acc) kn_dput(out, OFF2(out, ob, oy, ox), m);
+            else if (arg >= 0) atomicAdd(&acc[pl * g.H * g.W + arg], kn_dget(out, OFF2(out, ob, oy, ox)));
+            continue;
+        }
+        int64_t y0, y1, x0, x1;
+        double div;
+        if (kind == 1) div = avg_window(g, oy, ox, &y0, &y1, &x0, &x1);
+        else { adaptive_window(g, oy, ox, &y0, &y1, &x0, &x1); div = (double)((y1 - y0) * (x1 - x0)); }
+        if (acc) {
+            double v = kn_dget(out, OFF2(out, ob, oy, ox)) / div;
+            for (int64_t iy = y0; iy < y1; iy++)
+                for (int64_t ix = x0; ix < x1; ix++) atomicAdd(&acc[(pl * g.H + iy) * g.W + ix], v);
+        } else {
+            double s = 0;
+            for (int64_t iy = y0; iy < y1; iy++)
+                for (int64_t ix = x0; ix < x1; ix++) s += kn_dget(in, OFF2(in, ib, iy, ix));
+            kn_dput(out, OFF2(out, ob, oy, ox), s / div);
+        }
+    }
+}
+static kn_status cu_pool(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    int kind;
+    bool bwd;
+    switch (t->op) {
+    case KN_OP_MAX_POOL2D: kind = 0; bwd = false; break;
+    case KN_OP_MAX_POOL2D_BWD: kind = 0; bwd = true; break;
+    case KN_OP_AVG_POOL2D: kind = 1; bwd = false; break;
+    case KN_OP_AVG_POOL2D_BWD: kind = 1; bwd = true; break;
+    case KN_OP_ADAPTIVE_AVG_POOL2D: kind = 2; bwd = false; break;
+    default: kind = 2; bwd = true; break;
+    }
+    /* forward: x (src 0) -> y; max backward: x (src 0), dy (src 1) -> dx;
+     * avg/adaptive backward: dy (src 0) -> dx (dst, x's shape) */
+    const kn_tview *in, *out;
+    if (!bwd) { in = &e->src[0]; out = &e->dst; }
+    else if (kind == 0) { in = &e->src[0]; out = &e->src[1]; }
+    else { in = &e->dst; out = &e->src[0]; }
+    pool_geo g = geo_of(t, in, out);
+    int64_t n = g.planes * g.OH * g.OW;
+    if (!bwd) {
+        if (n == 0) return KN_OK;
+        k_pool<<<kn_blocks(n), KN_THREADS>>>(kn_dv(in), kn_dv(out), g, kind, NULL);
+        LAUNCHED_OK();
+    }
+    int64_t nin = g.planes * g.H * g.W;
+    double *acc = NULL;
+    kn_status st = kn_cu_tmp(sizeof(double) * (size_t)(nin ? nin : 1), (void **)&acc);
+    if (st) return st;
+    if (cudaMemsetAsync(acc, 0, sizeof(double) * (size_t)nin, 0) != cudaSuccess)
+        st = kn_set_error(KN_ERR_BACKEND, "%s: cudaMemsetAsync failed", kn_op_name(t->op));
+    if (!st && n > 0) {
+        k_pool<<<kn_blocks(n), KN_THREADS>>>(kn_dv(in), kn_dv(out), g, kind, acc);
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(t->op));
+    }
+    if (!st) st = kn_cu_store_all(&e->dst, acc, nin);
+    kn_cu_tmp_free(acc);
+    return st;
+}
+
+/* ---- attention: one block per (b, h, i) query row; scores in scratch s ---- */
+__global__ void __launch_bounds__(KN_THREADS) k_sdpa(kn_dview q, kn_dview k, kn_dview v, kn_dview y, int causal, double scale,
+                                                     double *s_all, int64_t nrows) {
+    __shared__ double sh[32];
+    int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2], Dv = v.ne[3];
+    int64_t G = Hq / Hkv;
+    for (int64_t row = blockIdx.x; row < nrows; row += gridDim.x) {
+        int64_t i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
+        double *s = s_all + (int64_t)blockIdx.x * Tk;
+        double m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+            double sc;
+            if (causal && j > i + (Tk - Tq)) sc = -INFINITY;
+            else {
+                double dot = 0;
+                for (int64_t d = 0; d < D; d++) dot += kn_dget(q, OFF4(q, b, h, i, d)) * kn_dget(k, OFF4(k, b, hk, j, d));
+                sc = dot * scale;
+            }
+            s[j] = sc;
+            if (sc > m) m = sc;
+        }
+        m = kn_dblock_max(m, sh);
+        double sum = 0;
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) { double p = exp(s[j] - m); s[j] = p; sum += p; }
+        sum = kn_dblock_sum(sum, sh);   /* its __syncthreads also publish s[] */
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+            double acc = 0;
+            for (int64_t j = 0; j < Tk; j++) acc += s[j] * kn_dget(v, OFF4(v, b, hk, j, d));
+            kn_dput(y, OFF4(y, b, h, i, d), acc / sum);
+        }
+        __syncthreads();
+    }
+}
+static kn_status cu_sdpa(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1];
+    int64_t nrows = q->ne[0] * q->ne[1] * q->ne[2], Tk = k->ne[2];
+    if (nrows == 0) return KN_OK;
+    if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
+    unsigned blocks = row_blocks(nrows);
+    if (blocks > 4096) blocks = 4096;      /* bounds the score scratch */
+    double *s = NULL;
+    kn_status st = kn_cu_tmp(sizeof(double) * (size_t)blocks * (size_t)(Tk ? Tk : 1), (void **)&s);
+    if (st) return st;
+    k_sdpa<<<blocks, KN_THREADS>>>(kn_dv(q), kn_dv(k), kn_dv(&e->src[2]), kn_dv(&e->dst), e->node->p.sdpa.causal,
+                                    e->node->p.sdpa.scale, s, nrows);
+    if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: kernel launch failed");
+    kn_cu_tmp_free(s);
+    return st;
+}
+
+/* ---- rope: pair (a, b) -> (a cos - b sin, a sin + b cos) ---- */
+__global__ void k_rope(kn_dview x, kn_dview pos, kn_dview y, int64_t rows, int64_t T, int64_t D, int n_rot, int neox,
+                       double theta, double fscale) {
+    int half = n_rot / 2;
+    int64_t per = (int64_t)half + (D - n_rot);        /* pairs, then the untouched tail */
+    KN_GRID_LOOP(idx, rows * T * per) {
+        int64_t q = idx % per, rt = idx / per, ti = rt % T;
+        int64_t base = rt * D;
+        if (q >= half) {
+            int64_t j = n_rot + (q - half);
+            kn_dput(y, kn_doff(y, base + j), kn_dget(x, kn_doff(x, base + j)));
+            continue;
+        }
+        int i = (int)q;
+        double p = kn_dget(pos, ti * pos.st[0]) * fscale;
+        double ang = p * pow(theta, -2.0 * i / n_rot), c = cos(ang), s = sin(ang);
+        int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        double a = kn_dget(x, kn_doff(x, base + ia)), bb = kn_dget(x, kn_doff(x, base + ib));
+        kn_dput(y, kn_doff(y, base + ia), a * c - bb * s);
+        kn_dput(y, kn_doff(y, base + ib), a * s + bb * c);
+    }
+}
+static kn_status cu_rope(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0];
+    int nd = x->ndim;
+    int64_t T = x->ne[nd - 2], D = x->ne[nd - 1], rows = (T * D) != 0 ? kn_tview_numel(x) / (T * D) : 0;
+    int n_rot = t->p.rope.n_rot;
+    int64_t n = rows * T * (n_rot / 2 + (D - n_rot));
+    if (n == 0) return KN_OK;
+    k_rope<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox,
+                                          t->p.rope.theta, t->p.rope.freq_scale);
+    LAUNCHED_OK();
+}
+
+kn_status kn_cu_nn(const kn_exec *e) {
+    switch (e->node->op) {
+    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return cu_softmax(e);
+    case KN_OP_LAYER_NORM: case KN_OP_RMS_NORM: return cu_layer_rms_norm(e);
+    case KN_OP_GROUP_NORM: case KN_OP_BATCH_NORM: return cu_group_batch_norm(e);
+    case KN_OP_CONV2D: case KN_OP_CONV_TRANSPOSE2D: case KN_OP_CONV2D_BWD_W: return cu_conv(e);
+    case KN_OP_MAX_POOL2D: case KN_OP_MAX_POOL2D_BWD: case KN_OP_AVG_POOL2D: case KN_OP_AVG_POOL2D_BWD:
+    case KN_OP_ADAPTIVE_AVG_POOL2D: case KN_OP_ADAPTIVE_AVG_POOL2D_BWD: return cu_pool(e);
+    case KN_OP_SDPA: return cu_sdpa(e);
+    case KN_OP_ROPE: return cu_rope(e);
+    default: break;
+    }
+    return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no nn kernel for %s", kn_op_name(e->node->op));
+}

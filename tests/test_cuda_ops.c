@@ -1,0 +1,469 @@
+/* test_cuda_ops.c: the CUDA backend against the reference backend.
+ *
+ * One driver (cu_cmp) builds the same graph on ref and on kn_backend_cuda()
+ * with fresh random inputs (plain and transposed views), runs both and
+ * compares every output element; NaN anywhere fails unless the case says
+ * NaN is expected. Tables cover every unary and binary op, reductions and
+ * scans, matmul layouts (plain, transposed, broadcast batch, 1-d, big f32 on
+ * the SGEMM path), creation ops (Philox streams must match bit for bit),
+ * copies/casts, where/tri/assign, the index family and the nn family
+ * (forward and, through kn_gradients, the *_BWD ops).
+ * Built without CUDA (no KN_CUDA) or run without a GPU, it SKIPs.
+ */
+#include "kn_optest.h"
+#include <time.h>
+
+#ifndef KN_CUDA
+TEST(cuda_ops) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#else
+#include "kiln_cuda.h"
+
+static kn_backend *gpu(void) { return kn_backend_cuda(); }
+#define NEED_GPU() do { if (!gpu()) SKIP("no GPU: %s", kn_last_error()); } while (0)
+
+/* ref vs cuda; returns relative error, inf on error, size mismatch or NaN (unless nan_ok) */
+static double cu_cmp_x(kn_build_fn build, void *ud, int nin, const kn_opin *ins, bool nan_ok) {
+    double *vals[8];
+    for (int i = 0; i < nin; i++) {
+        int64_t n = kn__numel(&ins[i]);
+        vals[i] = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        kn__fill_in(&ins[i], vals[i], n);
+    }
+    double *r = NULL, *c = NULL;
+    int64_t nr = 0, nc = 0;
+    kn_status s1 = kn__run_on(kn_backend_ref(), build, ud, nin, ins, vals, &r, &nr);
+    char e1[256];
+    snprintf(e1, sizeof e1, "%s", s1 ? kn_last_error() : "");
+    kn_status s2 = kn__run_on(gpu(), build, ud, nin, ins, vals, &c, &nc);
+    double err = INFINITY;
+    if (s1 == KN_OK && s2 == KN_OK && nr == nc) {
+        err = kn_rel_err(c, r, nr);
+        if (!nan_ok)
+            for (int64_t i = 0; i < nr; i++)
+                if (isnan(r[i]) || isnan(c[i])) { err = INFINITY; fprintf(stderr, "  NaN at %lld (ref %g cuda %g)\n", (long long)i, r[i], c[i]); break; }
+        if (err > 1e-3)
+            for (int64_t i = 0, k = 0; i < nr && k < 4; i++)
+                if (!(fabs(r[i] - c[i]) <= 1e-6 * (1 + fabs(r[i])))) { fprintf(stderr, "  [%lld] ref %.9g cuda %.9g\n", (long long)i, r[i], c[i]); k++; }
+    } else {
+        fprintf(stderr, "  ref %d (%s) cuda %d (%s) sizes %lld %lld\n", s1, e1, s2, s2 ? kn_last_error() : "", (long long)nr, (long long)nc);
+    }
+    for (int i = 0; i < nin; i++) free(vals[i]);
+    free(r); free(c);
+    return err;
+}
+static double cu_cmp(kn_build_fn build, void *ud, int nin, const kn_opin *ins) { return cu_cmp_x(build, ud, nin, ins, false); }
+
+static kn_opin IN(int ndim, const int64_t *shape, double lo, double hi, kn_dtype dt, bool tr) {
+    kn_opin o = {.ndim = ndim, .lo = lo, .hi = hi, .dtype = dt, .transposed = tr};
+    for (int i = 0; i < ndim; i++) o.shape[i] = shape[i];
+    return o;
+}
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+static double tol_of(kn_dtype dt) { return dt == KN_F64 ? 1e-12 : dt == KN_F16 ? 4e-3 : dt == KN_BF16 ? 2e-2 : 2e-6; }
+static const kn_dtype FDT[4] = {KN_F32, KN_F64, KN_F16, KN_BF16};
+
+/* ---- unary ---- */
+typedef struct { kn_op op; double lo, hi, a, b; } uspec;
+static const uspec UNARY[] = {
+    {KN_OP_NEG, -2, 2}, {KN_OP_ABS, -2, 2}, {KN_OP_SIGN, -2, 2}, {KN_OP_EXP, -2, 2}, {KN_OP_EXP2, -2, 2},
+    {KN_OP_LOG, 0.3, 3}, {KN_OP_LOG2, 0.3, 3}, {KN_OP_LOG1P, -0.5, 3}, {KN_OP_EXPM1, -2, 2},
+    {KN_OP_SQRT, 0.3, 3}, {KN_OP_RSQRT, 0.3, 3}, {KN_OP_RECIPROCAL, 0.5, 3}, {KN_OP_SQUARE, -2, 2},
+    {KN_OP_SIN, -3, 3}, {KN_OP_COS, -3, 3}, {KN_OP_TAN, -1.2, 1.2}, {KN_OP_ASIN, -0.8, 0.8},
+    {KN_OP_ACOS, -0.8, 0.8}, {KN_OP_ATAN, -3, 3}, {KN_OP_SINH, -2, 2}, {KN_OP_COSH, -2, 2},
+    {KN_OP_TANH, -2, 2}, {KN_OP_ASINH, -2, 2}, {KN_OP_ACOSH, 1.2, 3}, {KN_OP_ATANH, -0.8, 0.8},
+    {KN_OP_ERF, -2, 2}, {KN_OP_FLOOR, -2, 2}, {KN_OP_CEIL, -2, 2}, {KN_OP_ROUND, -2, 2},
+    {KN_OP_TRUNC, -2, 2}, {KN_OP_CLAMP, -2, 2, -0.5, 0.7}, {KN_OP_NOT, -1, 2}, {KN_OP_RELU, -2, 2},
+    {KN_OP_LEAKY_RELU, -2, 2, 0.1}, {KN_OP_ELU, -2, 2, 1.3}, {KN_OP_SELU, -2, 2}, {KN_OP_GELU, -3, 3},
+    {KN_OP_GELU_TANH, -3, 3}, {KN_OP_SILU, -3, 3}, {KN_OP_SIGMOID, -4, 4}, {KN_OP_SOFTPLUS, -4, 25},
+    {KN_OP_MISH, -3, 3}, {KN_OP_HARDTANH, -2, 2, -0.6, 0.9}, {KN_OP_HARDSIGMOID, -5, 5},
+};
+static kn_tensor *b_unary(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const uspec *u = ud;
+    kn_tensor *x = in[0];
+    if (u->op == KN_OP_NOT) x = kn_floor(ctx, x);       /* some exact zeros */
+    switch (u->op) {
+    case KN_OP_CLAMP: return kn_clamp(ctx, x, u->a, u->b);
+    case KN_OP_HARDTANH: return kn_hardtanh(ctx, x, u->a, u->b);
+    case KN_OP_LEAKY_RELU: return kn_leaky_relu(ctx, x, u->a);
+    case KN_OP_ELU: return kn_elu(ctx, x, u->a);
+    default: return kn_unary(ctx, u->op, x);
+    }
+}
+TEST(unary_all_ops_all_float_dtypes) {
+    NEED_GPU();
+    kn_test_seed(11);
+    for (size_t i = 0; i < sizeof UNARY / sizeof UNARY[0]; i++)
+        for (int k = 0; k < 4; k++) {
+            const uspec *u = &UNARY[i];
+            kn_opin in = IN(2, SH(7, 13), u->lo, u->hi, FDT[k], k != 0);
+            double e = cu_cmp(b_unary, (void *)u, 1, &in);
+            CHECK(e <= tol_of(FDT[k]), "%s %s: rel err %g", kn_op_name(u->op), kn_dtype_name(FDT[k]), e);
+        }
+    /* big contiguous f32 (fast path) and odd 4-d strided */
+    uspec ex = {KN_OP_EXP, -3, 3};
+    kn_opin big = IN(2, SH(257, 1031), -3, 3, KN_F32, false);
+    CHECK(cu_cmp(b_unary, &ex, 1, &big) <= 1e-6, "exp big");
+    kn_opin odd = IN(4, SH(2, 3, 1, 5), -3, 3, KN_F64, true);
+    CHECK(cu_cmp(b_unary, &ex, 1, &odd) <= 1e-12, "exp 4-d");
+}
+
+/* ---- binary ---- */
+typedef struct { kn_op op; double lo, hi; } bspec;
+static const bspec BINARY[] = {
+    {KN_OP_ADD, -2, 2}, {KN_OP_SUB, -2, 2}, {KN_OP_MUL, -2, 2}, {KN_OP_DIV, 0.5, 2}, {KN_OP_POW, 0.5, 2},
+    {KN_OP_MAXIMUM, -2, 2}, {KN_OP_MINIMUM, -2, 2}, {KN_OP_FMOD, 0.5, 4}, {KN_OP_ATAN2, -2, 2},
+    {KN_OP_EQ, -2, 2}, {KN_OP_NE, -2, 2}, {KN_OP_LT, -2, 2}, {KN_OP_LE, -2, 2}, {KN_OP_GT, -2, 2},
+    {KN_OP_GE, -2, 2}, {KN_OP_AND, -1, 2}, {KN_OP_OR, -1, 2},
+};
+typedef struct { const bspec *b; bool rnd; } bcase;
+static kn_tensor *b_binary(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const bcase *c = ud;
+    kn_tensor *x = in[0], *y = in[1];
+    if (c->rnd || c->b->op == KN_OP_AND || c->b->op == KN_OP_OR || c->b->op == KN_OP_EQ || c->b->op == KN_OP_NE ||
+        c->b->op == KN_OP_LE || c->b->op == KN_OP_GE) { x = kn_round(ctx, x); y = kn_round(ctx, y); }   /* ties and zeros */
+    return kn_binary(ctx, c->b->op, x, y);
+}
+TEST(binary_all_ops_broadcast_and_dtypes) {
+    NEED_GPU();
+    kn_test_seed(12);
+    for (size_t i = 0; i < sizeof BINARY / sizeof BINARY[0]; i++) {
+        const bspec *b = &BINARY[i];
+        bcase c = {b, false};
+        for (int k = 0; k < 4; k++) {
+            kn_opin s[2] = {IN(2, SH(5, 9), b->lo, b->hi, FDT[k], true), IN(2, SH(5, 9), b->lo, b->hi, FDT[k], false)};
+            double e = cu_cmp(b_binary, &c, 2, s);
+            CHECK(e <= tol_of(FDT[k]), "%s %s same shape: %g", kn_op_name(b->op), kn_dtype_name(FDT[k]), e);
+        }
+        kn_opin bc[2] = {IN(3, SH(4, 1, 6), b->lo, b->hi, KN_F32, false), IN(2, SH(3, 1), b->lo, b->hi, KN_F64, false)};
+        CHECK(cu_cmp(b_binary, &c, 2, bc) <= 1e-12, "%s broadcast f32 x f64", kn_op_name(b->op));
+        kn_opin sc[2] = {IN(3, SH(2, 3, 4), b->lo, b->hi, KN_F32, true), IN(0, SH(1), b->lo, b->hi, KN_F32, false)};
+        CHECK(cu_cmp(b_binary, &c, 2, sc) <= 2e-6, "%s with a 0-d operand", kn_op_name(b->op));
+        if (b->op != KN_OP_POW && b->op != KN_OP_ATAN2 && b->op != KN_OP_DIV) {
+            bcase ci = {b, true};
+            kn_opin it[2] = {IN(2, SH(6, 7), -9, 9, KN_I32, false), IN(2, SH(1, 7), b->op == KN_OP_FMOD ? 1 : -9, 9, KN_I32, false)};
+            if (b->op == KN_OP_FMOD) it[1].lo = 1;
+            CHECK(cu_cmp(b_binary, &ci, 2, it) <= 0, "%s i32", kn_op_name(b->op));
+        }
+    }
+}
+
+/* ---- reductions and scans ---- */
+typedef struct { kn_op op; int naxes; int axes[3]; bool keep; int corr; double p; } rspec;
+static kn_tensor *b_reduce(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const rspec *r = ud;
+    switch (r->op) {
+    case KN_OP_ARGMAX: return kn_argmax(ctx, in[0], r->axes[0], r->keep);
+    case KN_OP_ARGMIN: return kn_argmin(ctx, in[0], r->axes[0], r->keep);
+    case KN_OP_VAR: return kn_var(ctx, in[0], r->naxes, r->axes, r->corr, r->keep);
+    case KN_OP_STD: return kn_std(ctx, in[0], r->naxes, r->axes, r->corr, r->keep);
+    case KN_OP_NORM: return kn_norm(ctx, in[0], r->p, r->naxes, r->axes, r->keep);
+    case KN_OP_ALL: case KN_OP_ANY: return kn_reduce(ctx, r->op, kn_round(ctx, in[0]), r->naxes, r->axes, r->keep);
+    case KN_OP_CUMSUM: return kn_cumsum(ctx, in[0], r->axes[0]);
+    case KN_OP_CUMPROD: return kn_cumprod(ctx, in[0], r->axes[0]);
+    default: return kn_reduce(ctx, r->op, in[0], r->naxes, r->axes, r->keep);
+    }
+}
+TEST(reductions_and_scans) {
+    NEED_GPU();
+    kn_test_seed(13);
+    kn_op ops[] = {KN_OP_SUM, KN_OP_MEAN, KN_OP_PROD, KN_OP_MAX, KN_OP_MIN, KN_OP_VAR, KN_OP_STD,
+                   KN_OP_LOGSUMEXP, KN_OP_NORM, KN_OP_ALL, KN_OP_ANY};
+    rspec axes[] = {{0, 0, {0}, false}, {0, 1, {2}, false}, {0, 1, {0}, true}, {0, 2, {0, 2}, false}, {0, 1, {1}, true}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        for (size_t a = 0; a < sizeof axes / sizeof axes[0]; a++) {
+            rspec r = axes[a];
+            r.op = ops[i]; r.corr = (int)(a & 1); r.p = a == 3 ? INFINITY : 1.0 + (double)a * 0.5;
+            kn_opin in = IN(3, SH(3, 5, 70), ops[i] == KN_OP_PROD ? 0.7 : -1.5, ops[i] == KN_OP_PROD ? 1.3 : 1.5,
+                            a & 1 ? KN_F64 : KN_F32, a != 2);
+            double e = cu_cmp(b_reduce, &r, 1, &in);
+            CHECK(e <= 2e-6, "%s axes case %zu: %g", kn_op_name(ops[i]), a, e);
+        }
+    /* a long reduction (many threads per block) in f16 input, f32 out */
+    rspec big = {KN_OP_SUM, 1, {1}, false};
+    kn_opin bi = IN(2, SH(3, 100003), -1, 1, KN_F16, false);
+    CHECK(cu_cmp(b_reduce, &big, 1, &bi) <= 4e-3, "sum long f16");
+    for (int d = 0; d < 3; d++) {
+        rspec am = {KN_OP_ARGMAX, 1, {d}, d == 1}, an = {KN_OP_ARGMIN, 1, {d}, false};
+        kn_opin in = IN(3, SH(4, 300, 6), -2, 2, KN_F32, true);
+        CHECK(cu_cmp(b_reduce, &am, 1, &in) == 0, "argmax dim %d", d);
+        CHECK(cu_cmp(b_reduce, &an, 1, &in) == 0, "argmin dim %d", d);
+        rspec cs = {KN_OP_CUMSUM, 1, {d}}, cp = {KN_OP_CUMPROD, 1, {d}};
+        kn_opin sin_ = IN(3, SH(3, 4, 5), 0.8, 1.2, d == 2 ? KN_F64 : KN_F32, true);
+        CHECK(cu_cmp(b_reduce, &cs, 1, &sin_) <= 2e-6, "cumsum dim %d", d);
+        CHECK(cu_cmp(b_reduce, &cp, 1, &sin_) <= 2e-6, "cumprod dim %d", d);
+    }
+}
+
+/* NaN rules: max/argmax take the first NaN, sum propagates, logsumexp of -inf rows */
+static kn_tensor *b_nan(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int which = *(int *)ud;
+    double v[12] = {1, 5, NAN, 2, 3, 7, 7, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    kn_tensor *x = kn_from_data(ctx, KN_F64, 2, SH(3, 4), v);
+    int ax = 1;
+    switch (which) {
+    case 0: return kn_max(ctx, x, 1, &ax, false);
+    case 1: return kn_cast(ctx, kn_argmax(ctx, x, 1, false), KN_F64);
+    case 2: return kn_sum(ctx, x, 1, &ax, false);
+    case 3: return kn_logsumexp(ctx, x, 1, &ax, false);
+    default: return kn_softmax(ctx, x, 1);
+    }
+}
+TEST(nan_and_inf_rules_match_the_reference) {
+    NEED_GPU();
+    for (int w = 0; w < 5; w++) {
+        double e = cu_cmp_x(b_nan, &w, 0, NULL, true);
+        CHECK(e <= 1e-12, "nan case %d: %g", w, e);
+    }
+}
+
+/* ---- matmul ---- */
+typedef struct { int dummy; } mspec;
+static kn_tensor *b_matmul(kn_ctx *ctx, kn_tensor **in, void *ud) { return kn_matmul(ctx, in[0], in[1]); }
+TEST(matmul_layouts) {
+    NEED_GPU();
+    kn_test_seed(14);
+    struct { kn_opin a, b; double tol; } C[] = {
+        {IN(2, SH(5, 7), -1, 1, KN_F32, false), IN(2, SH(7, 3), -1, 1, KN_F32, false), 2e-6},
+        {IN(2, SH(5, 7), -1, 1, KN_F32, true), IN(2, SH(7, 3), -1, 1, KN_F32, false), 2e-6},
+        {IN(2, SH(5, 7), -1, 1, KN_F32, false), IN(2, SH(7, 3), -1, 1, KN_F32, true), 2e-6},
+        {IN(2, SH(5, 7), -1, 1, KN_F32, true), IN(2, SH(7, 3), -1, 1, KN_F32, true), 2e-6},
+        {IN(4, SH(2, 1, 4, 6), -1, 1, KN_F32, true), IN(3, SH(3, 6, 5), -1, 1, KN_F32, false), 2e-6},
+        {IN(1, SH(6), -1, 1, KN_F32, false), IN(3, SH(2, 6, 5), -1, 1, KN_F32, true), 2e-6},
+        {IN(3, SH(2, 4, 6), -1, 1, KN_F32, false), IN(1, SH(6), -1, 1, KN_F32, false), 2e-6},
+        {IN(2, SH(130, 70), -1, 1, KN_F32, false), IN(2, SH(70, 190), -1, 1, KN_F32, true), 1e-5},
+        {IN(3, SH(3, 129, 65), -1, 1, KN_F32, true), IN(3, SH(3, 65, 257), -1, 1, KN_F32, false), 1e-5},
+        {IN(2, SH(5, 7), -1, 1, KN_F64, true), IN(2, SH(7, 3), -1, 1, KN_F64, false), 1e-13},
+        {IN(2, SH(9, 17), -1, 1, KN_F16, false), IN(2, SH(17, 5), -1, 1, KN_F16, true), 4e-3},
+        {IN(2, SH(9, 17), -1, 1, KN_BF16, false), IN(2, SH(17, 5), -1, 1, KN_F32, false), 2e-2},
+        {IN(2, SH(4, 0), -1, 1, KN_F32, false), IN(2, SH(0, 3), -1, 1, KN_F32, false), 0},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        kn_opin in[2] = {C[i].a, C[i].b};
+        double e = cu_cmp(b_matmul, NULL, 2, in);
+        CHECK(e <= C[i].tol, "matmul case %zu: rel err %g", i, e);
+    }
+}
+
+/* ---- creation, copies, where/tri/assign ---- */
+static kn_tensor *b_misc(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int w = *(int *)ud;
+    int64_t s[2] = {37, 29};
+    switch (w) {
+    case 0: return kn_full(ctx, KN_F16, 2, s, 1.7);
+    case 1: return kn_arange(ctx, KN_F32, -3, 50, 0.7);
+    case 2: return kn_eye(ctx, KN_F64, 5, 7);
+    case 3: return kn_rand(ctx, KN_F32, 2, s, 42);
+    case 4: return kn_randn(ctx, KN_F64, 2, s, 7);
+    case 5: return kn_bernoulli(ctx, KN_F32, 2, s, 0.3, 9);
+    case 6: return kn_randint(ctx, KN_I64, 2, s, -5, 1000000007, 3);
+    case 7: return kn_randperm(ctx, KN_I32, 100, 5);
+    case 8: return kn_rand_offset(ctx, kn_randn(ctx, KN_F32, 2, s, 1), kn_scalar(ctx, KN_I64, 12));
+    case 9: return kn_cast(ctx, kn_cast(ctx, in[0], KN_F16), KN_F32);
+    case 10: return kn_cast(ctx, in[0], KN_BF16);
+    case 11: return kn_cast(ctx, kn_mul_scalar(ctx, in[0], 100), KN_I8);
+    case 12: return kn_cast(ctx, kn_mul_scalar(ctx, in[0], 100), KN_U8);
+    case 13: return kn_cast(ctx, kn_round(ctx, in[0]), KN_BOOL);
+    case 14: return kn_cast(ctx, kn_mul_scalar(ctx, in[0], 1e6), KN_I32);
+    case 15: return kn_copy(ctx, in[0]);
+    case 16: return kn_where(ctx, kn_gt(ctx, in[0], kn_scalar(ctx, KN_F32, 0)), in[0], kn_neg(ctx, in[1]));
+    case 17: return kn_triu(ctx, in[0], 1);
+    case 18: return kn_tril(ctx, in[0], -1);
+    case 19: return kn_assign(ctx, in[1], kn_mul_scalar(ctx, in[0], 2));
+    case 20: return kn_assign(ctx, in[1], kn_transpose(ctx, in[1], 0, 1));   /* overlapping */
+    case 21: return kn_cast(ctx, kn_cast(ctx, in[0], KN_F64), KN_F16);
+    }
+    return NULL;
+}
+TEST(creation_copy_where_tri_assign) {
+    NEED_GPU();
+    kn_test_seed(15);
+    for (int w = 0; w <= 21; w++) {
+        kn_opin in[2] = {IN(2, SH(9, 9), -3, 3, KN_F32, true), IN(2, SH(9, 9), -3, 3, KN_F32, false)};
+        double tol = (w == 4 || w == 8) ? 1e-12 : (w == 9 || w == 21) ? 1e-3 : w == 10 ? 4e-3 : 0;
+        double e = cu_cmp(b_misc, &w, 2, in);
+        CHECK(e <= tol, "case %d: rel err %g", w, e);
+    }
+}
+
+/* ---- index family ---- */
+typedef struct { int w; int64_t idx[64]; int64_t ni; } ispec;
+static kn_tensor *idx_t(kn_ctx *ctx, const ispec *s, int ndim, const int64_t *shape, kn_dtype dt) {
+    double v[64];
+    for (int64_t i = 0; i < s->ni; i++) v[i] = (double)s->idx[i];
+    kn_tensor *t = kn_empty(ctx, dt, ndim, shape);
+    kn_tensor_write(t, v, KN_F64);
+    return t;
+}
+static kn_tensor *b_index(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const ispec *s = ud;
+    switch (s->w) {
+    case 0: { kn_tensor *xs[3] = {in[0], in[1], kn_mul_scalar(ctx, in[0], 3)}; return kn_cat(ctx, xs, 3, 1); }
+    case 1: return kn_pad(ctx, in[0], 2, SH(2, 1, 0, 3), KN_PAD_CONSTANT, 0.5);
+    case 2: return kn_pad(ctx, in[0], 2, SH(2, 1, 1, 3), KN_PAD_REFLECT, 0);
+    case 3: return kn_pad(ctx, in[0], 2, SH(2, 1, 0, 3), KN_PAD_REPLICATE, 0);
+    case 4: return kn_gather(ctx, in[0], 1, idx_t(ctx, s, 2, SH(5, 3), KN_I64));
+    case 5: return kn_scatter(ctx, in[0], 1, idx_t(ctx, s, 2, SH(5, 3), KN_I32), in[1]);
+    case 6: return kn_scatter_add(ctx, in[0], 1, idx_t(ctx, s, 2, SH(5, 3), KN_I64), in[1]);
+    case 7: return kn_index_select(ctx, in[0], 0, idx_t(ctx, s, 1, SH(7), KN_I64));
+    case 8: return kn_index_add(ctx, in[0], 1, idx_t(ctx, s, 1, SH(3), KN_I64), kn_narrow(ctx, in[1], 1, 0, 3));
+    case 9: return kn_index_copy(ctx, in[0], 1, idx_t(ctx, s, 1, SH(3), KN_I64), kn_narrow(ctx, in[1], 1, 0, 3));
+    case 10: return kn_embedding(ctx, in[0], idx_t(ctx, s, 2, SH(2, 3), KN_I32));
+    }
+    return NULL;
+}
+TEST(index_family) {
+    NEED_GPU();
+    kn_test_seed(16);
+    for (int w = 0; w <= 10; w++) {
+        ispec s = {w, {0}, 15};
+        for (int i = 0; i < 15; i++) s.idx[i] = (int64_t)(kn_test_u64() % 4);
+        kn_opin in[2] = {IN(2, SH(5, 4), -2, 2, KN_F32, true), IN(2, SH(5, 4), -2, 2, w == 6 ? KN_F64 : KN_F32, false)};
+        if (w == 8 || w == 9) { in[0].transposed = false; s.idx[0] = 2; s.idx[1] = 0; s.idx[2] = 2; }  /* a repeat */
+        double e = cu_cmp(b_index, &s, 2, in);
+        CHECK(e <= (w == 6 || w == 8 ? 1e-12 : 0), "index case %d: %g", w, e);
+    }
+}
+TEST(bad_index_reports_the_op) {
+    NEED_GPU();
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_tensor *x = kn_zeros(ctx, KN_F32, 2, SH(3, 4));
+    int64_t bad[3] = {0, 7, 1};
+    kn_tensor *i = kn_from_data(ctx, KN_I64, 1, SH(3), bad);
+    float out[12];
+    CHECK(kn_tensor_read(kn_index_select(ctx, x, 1, i), out, KN_F32) == KN_ERR_INVALID, "bad index accepted");
+    CHECK(strstr(kn_last_error(), "index_select") && strstr(kn_last_error(), "7"), "message: %s", kn_last_error());
+    /* the backend keeps working after a reported error */
+    kn_tensor *y = kn_add_scalar(ctx, kn_ones(ctx, KN_F32, 1, SH(3)), 1);
+    float v[3] = {0};
+    CHECK(kn_tensor_read(y, v, KN_F32) == KN_OK && v[0] == 2 && v[2] == 2, "after error: %s", kn_last_error());
+    kn_ctx_free(ctx);
+}
+
+/* ---- nn family, forward and the backward ops through kn_gradients ---- */
+static kn_tensor *grad_of(kn_ctx *ctx, kn_tensor *y, kn_tensor *x) {
+    kn_tensor *g = NULL;
+    kn_tensor *seed = kn_sin(ctx, kn_add_scalar(ctx, kn_mul_scalar(ctx, kn_ones_like(ctx, y), 0.7), 0.1));
+    if (kn_gradients(ctx, 1, &y, &seed, 1, &x, &g)) return NULL;
+    return g;
+}
+static kn_tensor *b_nn(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int w = *(int *)ud;
+    int st1[2] = {1, 1}, st2[2] = {2, 1}, p1[2] = {1, 0}, d1[2] = {1, 1}, d2[2] = {1, 2}, k3[2] = {3, 2}, op0[2] = {0, 0};
+    kn_tensor *x = in[0];
+    switch (w) {
+    case 0: return kn_softmax(ctx, x, -1);
+    case 1: return kn_softmax(ctx, x, 0);
+    case 2: return kn_log_softmax(ctx, x, -1);
+    case 3: return kn_layer_norm(ctx, x, 1, in[1], in[2], 1e-5);
+    case 4: return kn_layer_norm(ctx, x, 2, NULL, NULL, 1e-5);
+    case 5: return kn_rms_norm(ctx, x, 1, in[1], 1e-6);
+    case 6: return kn_batch_norm(ctx, x, NULL, NULL, in[1], in[2], true, 1e-5);
+    case 7: return kn_group_norm(ctx, x, 2, in[1], in[2], 1e-5);
+    case 8: return kn_conv2d(ctx, x, in[1], in[2], st2, p1, d2, 1);
+    case 9: return kn_conv2d(ctx, x, in[1], NULL, st1, p1, d1, 2);
+    case 10: return kn_conv_transpose2d(ctx, x, in[1], in[2], st2, p1, op0, d1, 1);
+    case 11: return kn_max_pool2d(ctx, x, k3, st2, p1, d1, false);
+    case 12: return kn_avg_pool2d(ctx, x, k3, st2, p1, true, false);
+    case 13: return kn_adaptive_avg_pool2d(ctx, x, 3, 2);
+    case 14: kn_set_requires_grad(x, true); kn_set_requires_grad(in[1], true);
+             return grad_of(ctx, kn_conv2d(ctx, x, in[1], in[2], st2, p1, d2, 1), in[1]);
+    case 15: kn_set_requires_grad(x, true); return grad_of(ctx, kn_conv2d(ctx, x, in[1], in[2], st2, p1, d2, 1), x);
+    case 16: kn_set_requires_grad(x, true); return grad_of(ctx, kn_max_pool2d(ctx, x, k3, st2, p1, d1, false), x);
+    case 17: kn_set_requires_grad(x, true); return grad_of(ctx, kn_avg_pool2d(ctx, x, k3, st2, p1, true, true), x);
+    case 18: kn_set_requires_grad(x, true); return grad_of(ctx, kn_adaptive_avg_pool2d(ctx, x, 3, 2), x);
+    case 19: return kn_sdpa(ctx, x, in[1], in[2], false, 0);
+    case 20: return kn_sdpa(ctx, x, in[1], in[2], true, 0.3);
+    case 21: case 22: {
+        int32_t pos[5] = {0, 3, 7, 100, 4};
+        kn_tensor *p = kn_empty(ctx, KN_I32, 1, SH(5));
+        kn_tensor_write(p, pos, KN_I32);
+        return kn_rope(ctx, x, p, 6, 10000, w == 22, 0.5);
+    }
+    }
+    return NULL;
+}
+TEST(nn_family) {
+    NEED_GPU();
+    kn_test_seed(17);
+    struct { int w; int n; kn_opin in[3]; double tol; } C[] = {
+        {0, 1, {IN(2, SH(7, 300), -3, 3, KN_F32, false)}, 2e-6},
+        {0, 1, {IN(2, SH(7, 30), -3, 3, KN_F64, true)}, 1e-12},
+        {1, 1, {IN(3, SH(5, 3, 4), -3, 3, KN_F32, true)}, 2e-6},
+        {2, 1, {IN(2, SH(6, 33), -3, 3, KN_BF16, false)}, 2e-2},
+        {3, 3, {IN(3, SH(2, 5, 64), -2, 2, KN_F32, false), IN(1, SH(64), 0.5, 1.5, KN_F32, false), IN(1, SH(64), -1, 1, KN_F32, false)}, 2e-6},
+        {3, 3, {IN(2, SH(5, 9), -2, 2, KN_F64, true), IN(1, SH(9), 0.5, 1.5, KN_F64, false), IN(1, SH(9), -1, 1, KN_F64, false)}, 1e-12},
+        {4, 1, {IN(3, SH(3, 4, 5), -2, 2, KN_F32, true)}, 2e-6},
+        {5, 2, {IN(2, SH(6, 128), -2, 2, KN_F32, false), IN(1, SH(128), 0.5, 1.5, KN_F32, false)}, 2e-6},
+        {5, 2, {IN(2, SH(6, 10), -2, 2, KN_F16, true), IN(1, SH(10), 0.5, 1.5, KN_F32, false)}, 4e-3},
+        {6, 3, {IN(4, SH(3, 4, 2, 3), -2, 2, KN_F32, true), IN(1, SH(4), 0.5, 1.5, KN_F32, false), IN(1, SH(4), -1, 1, KN_F32, false)}, 2e-6},
+        {7, 3, {IN(3, SH(2, 4, 5), -2, 2, KN_F32, false), IN(1, SH(4), 0.5, 1.5, KN_F32, false), IN(1, SH(4), -1, 1, KN_F32, false)}, 2e-6},
+        {8, 3, {IN(4, SH(2, 3, 7, 8), -1, 1, KN_F32, true), IN(4, SH(4, 3, 3, 2), -1, 1, KN_F32, false), IN(1, SH(4), -1, 1, KN_F32, false)}, 2e-6},
+        {9, 2, {IN(4, SH(2, 4, 6, 5), -1, 1, KN_F64, false), IN(4, SH(6, 2, 3, 3), -1, 1, KN_F64, true)}, 1e-12},
+        {10, 3, {IN(4, SH(2, 3, 4, 5), -1, 1, KN_F32, false), IN(4, SH(3, 2, 3, 2), -1, 1, KN_F32, false), IN(1, SH(2), -1, 1, KN_F32, false)}, 2e-6},
+        {11, 1, {IN(4, SH(2, 3, 7, 6), -2, 2, KN_F32, true)}, 0},
+        {12, 1, {IN(4, SH(2, 3, 7, 6), -2, 2, KN_F32, false)}, 2e-6},
+        {13, 1, {IN(3, SH(3, 7, 5), -2, 2, KN_F64, true)}, 1e-12},
+        {14, 3, {IN(4, SH(2, 3, 7, 8), -1, 1, KN_F64, false), IN(4, SH(4, 3, 3, 2), -1, 1, KN_F64, false), IN(1, SH(4), -1, 1, KN_F64, false)}, 1e-12},
+        {15, 3, {IN(4, SH(2, 3, 7, 8), -1, 1, KN_F64, false), IN(4, SH(4, 3, 3, 2), -1, 1, KN_F64, false), IN(1, SH(4), -1, 1, KN_F64, false)}, 1e-12},
+        {16, 1, {IN(4, SH(2, 3, 7, 6), -2, 2, KN_F64, false)}, 1e-12},
+        {17, 1, {IN(4, SH(2, 3, 7, 6), -2, 2, KN_F64, false)}, 1e-12},
+        {18, 1, {IN(4, SH(2, 3, 7, 5), -2, 2, KN_F64, false)}, 1e-12},
+        {19, 3, {IN(4, SH(2, 4, 5, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 7, 8), -1, 1, KN_F32, true), IN(4, SH(2, 2, 7, 3), -1, 1, KN_F32, false)}, 2e-6},
+        {20, 3, {IN(4, SH(1, 3, 5, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, true)}, 1e-12},
+        {21, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false)}, 2e-6},
+        {22, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F64, true)}, 1e-12},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        double e = cu_cmp(b_nn, &C[i].w, C[i].n, C[i].in);
+        CHECK(e <= C[i].tol, "nn case %zu (op %d): rel err %g", i, C[i].w, e);
+    }
+}
+
+TEST(to_backend_and_plan_replay) {
+    NEED_GPU();
+    kn_ctx *h = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}), *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    kn_tensor *hw = kn_from_data(h, KN_F32, 2, SH(2, 3), w), *gw = NULL;
+    REQUIRE(kn_to_backend(g, kn_transpose(h, hw, 0, 1), &gw) == KN_OK, "%s", kn_last_error());
+    CHECK(gw->shape[0] == 3 && gw->shape[1] == 2, "shape");
+    /* a plan with an input, run several times */
+    kn_tensor *x = kn_input(g, KN_F32, 1, SH(3));
+    kn_tensor *y = kn_matmul(g, x, gw);                     /* [2] */
+    kn_plan *p = kn_plan_new(g, 1, &y, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    for (int r = 0; r < 3; r++) {
+        float xv[3] = {1.0f + r, 0, 1}, yv[2];
+        kn_tensor_write(x, xv, KN_F32);
+        REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        REQUIRE(kn_tensor_read(y, yv, KN_F32) == KN_OK, "%s", kn_last_error());
+        CHECK(yv[0] == (1.0f + r) * 1 + 3 && yv[1] == (1.0f + r) * 4 + 6, "run %d: %g %g", r, yv[0], yv[1]);
+    }
+    kn_plan_free(p);
+    size_t used, peak, cached;
+    kn_cuda_backend_stats(&used, &peak, &cached);
+    CHECK(peak > 0, "pool peak %zu", peak);
+    kn_ctx_free(g);
+    kn_ctx_free(h);
+}
+
+TEST(timing_matmul_and_softmax) {
+    NEED_GPU();
+    kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    int64_t n = 2048;
+    kn_tensor *a = kn_rand(g, KN_F32, 2, SH(n, n), 1), *b = kn_rand(g, KN_F32, 2, SH(n, n), 2);
+    kn_tensor *c = kn_softmax(g, kn_matmul(g, a, b), -1);
+    kn_plan *p = kn_plan_new(g, 1, &c, NULL);
+    REQUIRE(p && kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 0; r < 5; r++) REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) / 5;
+    printf("  rand x2 + matmul %lldx%lld + softmax plan: %.3f ms (%.1f TFLOP/s incl. the rest)\n",
+           (long long)n, (long long)n, s * 1e3, 2.0 * (double)n * n * n / s * 1e-12);
+    kn_plan_free(p);
+    kn_ctx_free(g);
+}
+#endif
+
+KN_TEST_MAIN()
