@@ -626,10 +626,12 @@ static void conv_rows(void *p, int64_t r0, int64_t r1) {
     }
     free(col);
 }
-/* Images (x groups) in parallel when there are several, each running a serial
- * GEMM (nested pool calls run inline); one image lets the GEMM use the pool. */
+/* Images (x groups) in parallel when there are at least as many as threads,
+ * each running a serial GEMM (nested pool calls run inline); fewer images
+ * run in turn and let each GEMM use the pool. */
 static void conv_run(rows_fn fn, conv_job *j, int64_t rows, int64_t work) {
-    if (rows >= 2 && kn_pool_nthreads() >= 2 && work >= PAR_MIN) par_rows(fn, j, rows, work);
+    int nth = kn_pool_nthreads();
+    if (nth >= 2 && rows >= nth && work >= PAR_MIN) par_rows(fn, j, rows, work);
     else fn(j, 0, rows);
 }
 
