@@ -446,6 +446,41 @@ TEST(to_backend_and_plan_replay) {
     kn_ctx_free(h);
 }
 
+/* one plan replayed with different symbolic lengths, ref vs cuda: a
+ * KV-cache style index_copy followed by attention over a symbolic prefix */
+static kn_status sym_run(kn_backend *be, const float *kv, int64_t steps, float *out) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
+    int S = kn_sym_new(ctx, "S", 8);
+    kn_tensor *cm = kn_empty(ctx, KN_F32, 3, SH(2, 8, 4));
+    kn_tensor_write(cm, (float[64]){0}, KN_F32);
+    kn_tensor *pos = kn_input(ctx, KN_I64, 1, SH(1)), *row = kn_input(ctx, KN_F32, 3, SH(2, 1, 4));
+    kn_tensor *upd = kn_index_copy(ctx, cm, 1, pos, row);
+    kn_tensor *k = kn_slice_sym(ctx, upd, 1, 0, S);                     /* [2, S, 4] */
+    kn_tensor *q = kn_unsqueeze(ctx, kn_narrow(ctx, upd, 1, 0, 1), 0); /* [1, 2, 1, 4] */
+    kn_tensor *y = kn_sdpa(ctx, q, kn_unsqueeze(ctx, k, 0), kn_unsqueeze(ctx, k, 0), false, 0);
+    kn_plan *p = kn_plan_new(ctx, 1, &y, NULL);
+    kn_status st = p ? KN_OK : KN_ERR_STATE;
+    for (int64_t t = 0; t < steps && !st; t++) {
+        kn_sym_set(ctx, S, t + 1);
+        kn_tensor_write(pos, &t, KN_I64);
+        kn_tensor_write(row, kv + t * 8, KN_F32);
+        st = kn_plan_run(p);
+        if (!st) st = kn_tensor_read(y, out + t * 8, KN_F32);
+    }
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+    return st;
+}
+TEST(symbolic_plan_replay_kv_cache) {
+    NEED_GPU();
+    kn_test_seed(18);
+    float kv[64], a[64], b[64];
+    for (int i = 0; i < 64; i++) kv[i] = (float)kn_test_uniform(-1, 1);
+    REQUIRE(sym_run(kn_backend_ref(), kv, 8, a) == KN_OK, "ref: %s", kn_last_error());
+    REQUIRE(sym_run(gpu(), kv, 8, b) == KN_OK, "cuda: %s", kn_last_error());
+    for (int i = 0; i < 64; i++) CHECK(fabsf(a[i] - b[i]) <= 1e-6f * (1 + fabsf(a[i])), "[%d] ref %g cuda %g", i, a[i], b[i]);
+}
+
 TEST(timing_matmul_and_softmax) {
     NEED_GPU();
     kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
