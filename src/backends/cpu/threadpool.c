@@ -1,13 +1,22 @@
 /* threadpool.c: persistent pthread pool for CPU kernels (see threadpool.h).
  *
- * Protocol: a job is published by writing (fn, ctx, nth), setting `pending`
- * to the number of workers, then bumping the generation counter `gen`. Every
- * worker (index 1..size-1) that sees a new generation runs its parts
- * (i = index, index + size, ...) and decrements `pending`, even when it had
- * no part, so that the job's fields are never rewritten while a late worker
- * still reads them. Workers spin on `gen` for a short while (cheap wake-up
- * for back-to-back jobs), then sleep on a condition variable; the publisher
- * only signals when someone sleeps (Dekker-style: both sides use seq_cst).
+ * Protocol: the publisher writes the job (fn, ctx, nth), resets the part
+ * counter, opens the job (g_open = its generation) and bumps the generation
+ * `gen`. Parts are claimed from the counter by whoever comes: the caller
+ * first, then every worker that wakes while the job is open. So the caller
+ * never waits for a worker that has not been scheduled yet (on a busy machine
+ * that can take a time slice): it runs the unclaimed parts itself.
+ *
+ * Job lifetime: a worker registers in `g_entered` and only then checks that
+ * the job it woke for is still open; the caller, once all parts are done,
+ * closes the job and waits for `g_entered` to drain (both sides seq_cst, so one
+ * of them sees the other). Registered threads are running, so that wait is
+ * short; a worker that registers after the close sees it and touches nothing.
+ *
+ * Workers spin on `gen` for a short while (cheap wake-up for back-to-back
+ * jobs), then sleep on a condition variable; the publisher only signals when
+ * someone sleeps (Dekker-style again: g_sleepers++ / load gen vs. gen++ / load
+ * g_sleepers).
  *
  * One job at a time: `g_run_mu` serializes publishers and resizes. A caller
  * that finds it taken (another thread's job), and any nested call from inside
@@ -41,8 +50,11 @@ static pthread_mutex_t g_sleep_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t  g_sleep_cv = PTHREAD_COND_INITIALIZER;
 
 static atomic_uint g_gen;          /* job generation; bumped to publish a job     */
+static atomic_uint g_open;         /* generation of the open job, 0 when closed   */
 static atomic_int  g_sleepers;     /* workers blocked (or about to) on g_sleep_cv */
-static atomic_int  g_pending;      /* workers that have not finished this gen     */
+static atomic_int  g_entered;      /* threads registered in the open job          */
+static atomic_int  g_next;         /* next unclaimed part                         */
+static atomic_int  g_done;         /* parts finished                              */
 static atomic_int  g_stop;         /* workers exit on the next generation         */
 
 static kn_pool_fn g_fn;            /* current job; written only under g_run_mu    */
@@ -55,7 +67,7 @@ static pthread_t  g_tid[KN_POOL_MAX];
 
 static _Thread_local int t_in_job; /* this thread is inside a job: run nested serially */
 
-typedef struct { int idx; unsigned gen0; } worker_arg;
+typedef struct { int idx; unsigned gen0; } worker_arg;   /* idx: for debugging */
 static worker_arg g_args[KN_POOL_MAX];
 
 /* ---- sizing ----------------------------------------------------------------- */
@@ -72,9 +84,19 @@ static int default_size(void) {
 static void init_once(void) { atomic_store(&g_size, default_size()); g_live = 1; }
 
 /* ---- workers ---------------------------------------------------------------- */
+/* Claim and run parts of the open job until none is left. */
+static void run_parts(void) {
+    const kn_pool_fn fn = g_fn;
+    void *ctx = g_ctx;
+    const int nth = g_nth;
+    for (int i = atomic_fetch_add(&g_next, 1); i < nth; i = atomic_fetch_add(&g_next, 1)) {
+        fn(ctx, i, nth);
+        atomic_fetch_add_explicit(&g_done, 1, memory_order_release);
+    }
+}
+
 static void *worker_main(void *p) {
     const worker_arg *a = p;
-    const int idx = a->idx;
     unsigned seen = a->gen0;
     t_in_job = 1;                  /* a worker never publishes jobs itself */
     for (;;) {
@@ -90,18 +112,15 @@ static void *worker_main(void *p) {
             spins = 0;
         }
         seen = g;
-        if (atomic_load_explicit(&g_stop, memory_order_relaxed)) {
-            atomic_fetch_sub_explicit(&g_pending, 1, memory_order_release);
-            return NULL;
-        }
-        for (int i = idx; i < g_nth; i += g_live) g_fn(g_ctx, i, g_nth);
-        atomic_fetch_sub_explicit(&g_pending, 1, memory_order_release);
+        if (atomic_load(&g_stop)) return NULL;
+        atomic_fetch_add(&g_entered, 1);                  /* seq_cst: pairs with the close */
+        if (atomic_load(&g_open) == g) run_parts();       /* else: closed or a newer job */
+        atomic_fetch_sub_explicit(&g_entered, 1, memory_order_release);
     }
 }
 
-/* Publish the current g_fn/g_ctx/g_nth (or a stop) to g_live-1 workers. Caller holds g_run_mu. */
+/* Wake workers for a new generation. Caller holds g_run_mu. */
 static void publish(void) {
-    atomic_store_explicit(&g_pending, g_live - 1, memory_order_relaxed);
     atomic_fetch_add(&g_gen, 1);                       /* seq_cst: pairs with g_sleepers++ */
     if (atomic_load(&g_sleepers) > 0) {
         pthread_mutex_lock(&g_sleep_mu);
@@ -110,9 +129,9 @@ static void publish(void) {
     }
 }
 
-static void wait_done(void) {
+static void spin_until(atomic_int *v, int target) {
     int spins = 0;
-    while (atomic_load_explicit(&g_pending, memory_order_acquire) > 0) {
+    while (atomic_load_explicit(v, memory_order_acquire) != target) {
         if (++spins < KN_SPIN_CALLER) KN_CPU_RELAX();
         else { sched_yield(); spins = 0; }
     }
@@ -123,7 +142,6 @@ static void stop_workers(void) {
     if (g_live <= 1) return;
     atomic_store(&g_stop, 1);
     publish();
-    wait_done();
     for (int i = 1; i < g_live; i++) pthread_join(g_tid[i], NULL);
     atomic_store(&g_stop, 0);
     g_live = 1;
@@ -183,10 +201,15 @@ void kn_pool_run(kn_pool_fn fn, void *ctx, int nth) {
         return;
     }
     g_fn = fn; g_ctx = ctx; g_nth = nth;
+    atomic_store(&g_next, 0);
+    atomic_store(&g_done, 0);
+    atomic_store(&g_open, atomic_load(&g_gen) + 1);   /* the generation publish() makes */
     publish();
     t_in_job = 1;
-    for (int i = 0; i < nth; i += g_live) fn(ctx, i, nth);
+    run_parts();
     t_in_job = 0;
-    wait_done();
+    spin_until(&g_done, nth);          /* parts other threads claimed are finished  */
+    atomic_store(&g_open, 0);          /* seq_cst: pairs with the workers' g_entered++ */
+    spin_until(&g_entered, 0);         /* no one still reads g_fn/g_ctx/g_nth       */
     pthread_mutex_unlock(&g_run_mu);
 }
