@@ -32,6 +32,12 @@
  *   }
  *   kn_plan_free(plan); kn_optim_free(opt); kn_module_free(net); kn_ctx_free(ctx);
  *
+ * Build the training plan from a fresh graph: a node that an earlier plan
+ * computed as an output, or that was read eagerly (kn_tensor_read), keeps its
+ * value and is a constant to later plans. To reuse a model for a second
+ * plan, call the forward again (and kn_zero_grad each parameter before a
+ * second kn_backward: gradients accumulate across kn_backward calls).
+ *
  * Ownership: modules and optimizers are malloc'd and freed with
  * kn_module_free (recursive: a container frees its children) and
  * kn_optim_free; the tensors they hold belong to the context. Free modules
@@ -181,7 +187,8 @@ typedef struct kn_attn_cfg {
     bool rope;              /* rotate q, k by position (needs pos)                   */
     bool rope_neox;         /* rotate halves (HF Llama) instead of interleaved pairs */
     double rope_theta;
-    double dropout;         /* on the attention output projection (training)         */
+    double dropout;         /* on the attention output projection (training); the MLP
+                               output has no dropout                                 */
 } kn_attn_cfg;
 kn_module *kn_attention_new(kn_ctx *ctx, const kn_attn_cfg *cfg);
 /* x [B,T,C]; pos: i32 [T] positions (needed with rope, else NULL) */

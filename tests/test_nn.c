@@ -253,6 +253,7 @@ TEST(dropout_module) {
     for (int i = 0; i < 1000; i++) { diff += a[i] != b[i]; zeros += a[i] == 0; sum += a[i]; CHECK(a[i] == 0 || a[i] == 2, "values 0 or 2"); if (a[i] != 0 && a[i] != 2) break; }
     CHECK(diff > 300, "a new mask per step (%d differ)", diff);
     CHECK(zeros > 420 && zeros < 580, "p=0.5: %d zeros", zeros);
+    CHECK(fabs(sum / 1000 - 1) < 0.16, "mean kept by the 1/(1-p) scale: %g", sum / 1000);
     free(a); free(b);
     kn_module_train(d, false);
     CHECK(kn_module_forward(d, x) == x, "eval is identity");
