@@ -103,9 +103,11 @@ valgrind:
 	$(MAKE) BUILD=build-avx2 AVX2ONLY=1 all
 	@for t in build-avx2/tests/test_*; do valgrind -q --error-exitcode=1 $$t >/dev/null || exit 1; done
 
-# CUDA kernels on a GPU machine: every kernel against a CPU float64 reference
-# (test-cuda), then timed next to cuBLAS and copy bandwidth (bench-cuda).
+# On a GPU machine: every op of the CUDA backend against the reference backend
+# and every hand-tuned kernel against a CPU float64 reference (test-cuda), then
+# the kernels timed next to cuBLAS and copy bandwidth (bench-cuda).
 test-cuda:
+	sh scripts/cuda_test.sh
 	sh scripts/cuda_run.sh --tests
 bench-cuda:
 	sh scripts/cuda_run.sh

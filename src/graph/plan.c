@@ -79,7 +79,10 @@ static void oa_free(offalloc *a, size_t off, size_t size) {
 static bool computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
 static bool owns_storage(const kn_tensor *t) { return !(t->flags & KN_FLAG_VIEW) && t->view_src == NULL; }
 
-kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+/* stop_at_realized: eager kn_realize reuses values computed earlier; a plan
+ * (kn_plan_new) recomputes every op node on each run, so only leaves
+ * (data, inputs, parameters) are read as they are. */
+static kn_plan *plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     kn_plan *p = calloc(1, sizeof *p);
     if (!p) { kn__fail(ctx, KN_ERR_NOMEM, "out of memory for a plan"); return NULL; }
@@ -87,7 +90,7 @@ kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts
     p->be = (opts && opts->backend) ? opts->backend : ctx->be;
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
-    if (kn__toposort(ctx, nout, outs, true, &p->order, &p->n) != KN_OK) { free(p); ctx->status = KN_ERR_STATE; return NULL; }
+    if (kn__toposort(ctx, nout, outs, stop_at_realized, &p->order, &p->n) != KN_OK) { free(p); ctx->status = KN_ERR_STATE; return NULL; }
     /* effects with no consumer run last (e.g. optimizer updates of a parameter
      * must follow every read of it); keep relative order otherwise */
     p->n_ids = ctx->n_all;
@@ -168,6 +171,10 @@ kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts
     }
     if (getenv("KN_DEBUG")) kn_plan_print(p, stderr);
     return p;
+}
+
+kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+    return plan_new(ctx, nout, outs, opts, false);
 }
 
 /* Byte address of t's element 0 in this plan. */
@@ -282,7 +289,7 @@ kn_status kn_realize(kn_tensor *t) {
         if (!t->buf && own->buf) { t->buf = own->buf; kn_buffer_retain(t->buf); }
         return KN_OK;
     }
-    kn_plan *p = kn_plan_new(t->ctx, 1, &t, NULL);
+    kn_plan *p = plan_new(t->ctx, 1, &t, NULL, true);
     if (!p) return t->ctx->status ? t->ctx->status : KN_ERR_STATE;
     kn_status st = kn_plan_run(p);
     if (st == KN_OK)
