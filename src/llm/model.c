@@ -139,6 +139,11 @@ kn_tensor *kn__model_f32(kn_model *m, kn_dtype dt, int64_t rows, int64_t n, cons
 }
 
 /* First 12 bytes of a file (zeros past the end); false if it cannot be opened. */
+/* safetensors: u64 little-endian header length (< 4 GB: high bytes zero), then '{' */
+static bool is_safetensors_magic(const unsigned char mg[12], size_t got) {
+    return got >= 9 && !mg[4] && !mg[5] && !mg[6] && !mg[7] && mg[8] == '{';
+}
+
 static bool file_magic(const char *path, unsigned char mg[12], size_t *got) {
     FILE *f = fopen(path, "rb");
     if (!f) return false;
@@ -421,7 +426,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     if (!dir) memcpy(&magic, mg, 4);
     m->kv_f16 = opts && opts->kv_f16;
     if (!st) {
-        if (dir || (got >= 9 && mg[8] == '{') || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
+        if (dir || is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
         else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
             st = load_gguf(m, path);
             if (!st && tok_path) {                  /* an explicit tokenizer replaces the file's */
@@ -530,7 +535,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
     int32_t magic;
     memcpy(&magic, mg, 4);
-    if ((got >= 9 && mg[8] == '{') || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
+    if (is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
