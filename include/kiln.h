@@ -363,7 +363,9 @@ void kn_zero_grad(kn_tensor *t);                          /* forget t's gradient
 /* ---- plans ------------------------------------------------------------------------
  * A plan is the compiled form of a graph: a schedule of kernels and a
  * memory plan (intermediates share one arena by liveness). Build once, run
- * many times; inputs are read at run time, outputs keep their storage. */
+ * many times; every op node feeding the outputs is recomputed on each run
+ * (leaves: data, inputs and parameters are read as they are then), outputs
+ * keep their storage. Effects (kn_assign) nobody reads run last. */
 typedef struct kn_plan_opts {
     kn_backend *backend;     /* NULL: the context's backend                    */
     bool no_inplace;         /* disable in-place reuse of dying inputs         */
