@@ -283,6 +283,10 @@ TEST(gpt2_llmc_fp32_bf16_match_pytorch) {
     CHECK(kn_model_get_config(m)->weight_type == KN_BF16, "bf16 weights");
     check_model("llm.c bf16", m, &r, 1e-5, 0);
     kn_model_free(m);
+    o = (kn_model_opts){.kv_f16 = true, .n_batch = 4};
+    REQUIRE((m = load(p16, &o)), "%s", kn_last_error());
+    check_model("llm.c bf16, f16 KV, n_batch 4", m, &r, 1e-3, 0.05);
+    kn_model_free(m);
     /* learned positions: no context beyond maxT */
     o = (kn_model_opts){.n_ctx = 32};
     CHECK(!load(p32, &o) && strstr(kn_last_error(), "16 learned positions"), "n_ctx > maxT: %s", kn_last_error());
