@@ -119,7 +119,8 @@ kn_status kn_loader_next(kn_loader *l, kn_batch *b);
 kn_status kn_loader_seek(kn_loader *l, int64_t epoch, int64_t index);
 int64_t kn_loader_n_batches(const kn_loader *l);                          /* per epoch */
 void kn_loader_free(kn_loader *l);                                        /* joins the thread */
-/* The order of epoch `epoch` (perm[n]; identity when shuffle is off). */
+/* The shuffled order of epoch `epoch` (perm[n]) that a loader with this seed
+ * uses; n < 2^40, 0 <= epoch < 2^24. */
 kn_status kn_shuffle_order(int64_t n, uint64_t seed, int64_t epoch, int64_t *perm);
 /* Write field f of a batch into a materialised tensor (kn_input/param/data)
  * with kn_numel == b->size * sample numel (converting to its dtype). */

@@ -215,6 +215,9 @@ kn_status kn_loader_next(kn_loader *l, kn_batch *b) {
     if (!l || !b) return kn_set_error(KN_ERR_INVALID, "kn_loader_next: NULL loader or batch");
     slot *s;
     if (l->o.prefetch) {
+        if (!l->running)
+            return kn_set_error(KN_ERR_STATE, "kn_loader_next: the prefetch thread could not be restarted; "
+                                "call kn_loader_seek again or make the loader with prefetch = false");
         pthread_mutex_lock(&l->mu);
         if (l->held >= 0) { l->slots[l->held].ready = 0; l->held = -1; pthread_cond_broadcast(&l->cv); }
         while (!l->slots[l->head].ready) pthread_cond_wait(&l->cv, &l->mu);
