@@ -24,7 +24,7 @@
 typedef struct {
     const char *model, *prompt, *tokenizer, *file, *system, *tmpl;
     int n, ctx, batch, reps, n_prompt_bench, threads;
-    bool chat, have_temp;
+    bool chat, have_temp, kv_f16;
     kn_sampler_params sp;
     const char *stop[8];
     int n_stop;
@@ -40,8 +40,11 @@ static void usage(void) {
             "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
             "  tokenize -m MODEL -p TEXT     print the token ids of TEXT\n"
             "options:\n"
-            "  -m FILE        model (GGUF, or llama2.c .bin with -z)\n"
-            "  -z FILE        tokenizer for llama2.c checkpoints (tokenizer.bin)\n"
+            "  -m FILE        model: GGUF (llama), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face\n"
+            "                 safetensors file/directory with config.json (Llama, GPT-2)\n"
+            "  -z FILE        tokenizer: llama2.c tokenizer.bin, a GGUF vocabulary (.gguf), or llm.c\n"
+            "                 gpt2_tokenizer.bin (decode only); needed for models without one\n"
+            "  --kv-f16       keep the KV cache in f16 (half the memory)\n"
             "  -p TEXT        prompt                      -n N      tokens to generate (default 256)\n"
             "  --temp T       temperature, 0 = greedy     --seed S  random seed\n"
             "  --top-k K  --top-p P  --min-p M  --repeat-penalty R  --frequency-penalty F  --presence-penalty P\n"
@@ -66,6 +69,7 @@ static int parse(int argc, char **argv, int start, args *a) {
         else if (!strcmp(o, "--chat-template")) { if (!(a->tmpl = NEXT())) return -1; }
         else if (!strcmp(o, "--stop")) { const char *s = NEXT(); if (!s) return -1; if (a->n_stop < 8) a->stop[a->n_stop++] = s; }
         else if (!strcmp(o, "--chat")) a->chat = true;
+        else if (!strcmp(o, "--kv-f16")) a->kv_f16 = true;
         else {
             const char *v = NEXT();
             if (!v) return -1;
@@ -96,7 +100,7 @@ static int parse(int argc, char **argv, int start, args *a) {
 
 static kn_model *load(const args *a) {
     if (!a->model) { fprintf(stderr, "kiln: no model given (-m FILE)\n"); return NULL; }
-    kn_model_opts o = {.tokenizer_path = a->tokenizer, .n_ctx = a->ctx, .n_batch = a->batch};
+    kn_model_opts o = {.tokenizer_path = a->tokenizer, .n_ctx = a->ctx, .n_batch = a->batch, .kv_f16 = a->kv_f16};
     kn_model *m;
     if (kn_model_load(a->model, &o, &m) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return NULL; }
     return m;

@@ -114,7 +114,8 @@ out:
 kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *gp,
                       kn_token_cb cb, void *ud, kn_generate_stats *stats) {
     const kn_tokenizer *tok = kn_model_tokenizer(m);
-    if (!tok) return kn_set_error(KN_ERR_STATE, "generate: the model has no tokenizer");
+    if (!tok) return kn_set_error(KN_ERR_STATE, "generate: the model has no tokenizer; load it with a tokenizer file "
+                                  "(kn_model_opts.tokenizer_path, `kiln -z FILE`: a GGUF vocabulary or llama2.c tokenizer.bin)");
     kn_generate_params p = gp ? *gp : kn_generate_defaults();
     int cap = (int)strlen(prompt) + 8, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
