@@ -3,7 +3,7 @@
  * One process-wide pool of pthreads, created on first use and kept alive, so
  * that kernels can fan out thousands of times per second (decode loops) without
  * creating threads. Size: env KN_THREADS, default the number of online cores.
- * The calling thread is always worker 0; workers spin briefly after each job
+ * The calling thread always takes part; workers spin briefly after each job
  * and then sleep on a condition variable.
  *
  * Non-goals: work stealing, task graphs, barriers inside a job. A job is one
@@ -27,9 +27,11 @@ typedef void (*kn_pool_fn)(void *ctx, int ith, int nth);
 
 int  kn_pool_nthreads(void);                          /* current size (>= 1)        */
 void kn_pool_set_threads(int n);                      /* resize (n <= 0: default)   */
-/* Run fn(ctx, i, nth) for i in [0, nth) on nth threads, the caller being
- * thread 0, and wait for all. nth <= 0 means the pool size; nth larger than
- * the pool is allowed (the extra parts run on the pool's threads in turn). */
+/* Run fn(ctx, i, nth) once for each i in [0, nth), on up to nth threads
+ * including the caller, and wait for all. Parts are claimed from a shared
+ * counter, so which thread runs which i is not fixed (and the caller runs
+ * parts no worker has picked up yet). nth <= 0 means the pool size; nth may
+ * exceed the pool size. */
 void kn_pool_run(kn_pool_fn fn, void *ctx, int nth);
 
 #endif
