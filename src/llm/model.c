@@ -449,10 +449,11 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
                               m->n_ctx, c->n_ctx_train, c->n_ctx_train);
         m->n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
         if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
+        /* every weight leaf once (a tied output matrix is the embedding itself);
+         * the graph's inputs and caches are made later */
         int64_t np = 0;
         for (int32_t i = 0; i < m->ctx->n_all; i++)
-            if (m->ctx->all[i]->op == KN_OP_NONE && m->ctx->all[i] != m->wout) np += kn_numel(m->ctx->all[i]);
-        if (!c->tied_output) np += kn_numel(m->wout);
+            if (m->ctx->all[i]->op == KN_OP_NONE) np += kn_numel(m->ctx->all[i]);
         c->n_params = np;
         m->row_buf = malloc(sizeof(float) * (size_t)c->dim);
         if (!st) st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;

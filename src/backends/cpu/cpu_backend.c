@@ -170,11 +170,38 @@ static void qx_rows(void *p, int64_t r0, int64_t r1) {
         else kn_quantize_row(j->at, j->x + t * j->lda, j->xq + t * j->xq_bytes, j->K);
     }
 }
+/* Many activation rows (prefill): dequantizing each weight row once and
+ * running the packed SGEMM beats T separate integer dot products per row,
+ * and keeps the activations in f32. The scratch buffer is reused across
+ * calls (plans run one node at a time). */
+#define QMM_GEMM_MIN_ROWS 32
+static float *g_wscratch;
+static size_t g_wscratch_n;
+typedef struct { kn_dtype wt; const char *W; size_t row_bytes; int64_t K; float *out; } deq_job;
+static void deq_rows(void *p, int64_t r0, int64_t r1) {
+    deq_job *j = p;
+    for (int64_t r = r0; r < r1; r++) kn_dequantize_row(j->wt, j->W + (size_t)r * j->row_bytes, j->out + r * j->K, j->K);
+}
+static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b) {
+    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
+    size_t need = (size_t)N * (size_t)K;
+    if (need > g_wscratch_n) {
+        float *w = realloc(g_wscratch, need * sizeof(float));
+        if (!w) return false;
+        g_wscratch = w; g_wscratch_n = need;
+    }
+    deq_job dj = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, g_wscratch};
+    par_rows(deq_rows, &dj, N, N * K);
+    kn_sgemm(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0]);
+    return true;
+}
+
 static bool fast_matmul_quant(const kn_exec *e) {
     const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
     if (a->st[1] != 1 || b->st[0] != 1 || d->st[1] != 1 || K % kn_dtype_get(b->dtype)->block_size) return false;
+    if (T >= QMM_GEMM_MIN_ROWS && matmul_dequant_sgemm(d, a, b)) return true;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
     size_t xq_bytes = kn_dtype_nbytes(at, K);
     char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));

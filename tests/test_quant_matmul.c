@@ -1,0 +1,51 @@
+/* test_quant_matmul.c: matmul with a quantized right operand (the LLM's
+ * linear layers: y = x @ W^T with W in GGUF blocks), on the fast CPU backend
+ * against the reference (which dequantizes W and multiplies in double).
+ * Few rows take the 8-bit activation dot path (error ~1e-2 from rounding the
+ * activations), many rows the dequantize + SGEMM path (f32-exact). */
+#include "kn_test.h"
+#include "kiln.h"
+#include "llm/quant.h"
+#include <math.h>
+
+static double run(kn_backend *be, kn_dtype wt, int64_t T, int64_t N, int64_t K, const float *x, const void *wq, float *out) {
+    kn_ctx_opts o = {be};
+    kn_ctx *ctx = kn_ctx_new(&o);
+    kn_tensor *X = kn_from_data(ctx, KN_F32, 2, (int64_t[]){T, K}, x);
+    kn_tensor *W = kn_from_ptr(ctx, wt, 2, (int64_t[]){N, K}, (void *)wq);
+    kn_tensor *Y = kn_matmul(ctx, X, kn_transpose(ctx, W, 0, 1));
+    kn_status st = Y ? kn_tensor_read(Y, out, KN_F32) : KN_ERR_INVALID;
+    kn_ctx_free(ctx);
+    return st;
+}
+
+TEST(quantized_matmul_both_paths_vs_reference) {
+    kn_test_seed(11);
+    kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_F16, KN_BF16};
+    int64_t rows[] = {1, 3, 40};
+    const int64_t N = 37, K = 512;
+    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * 40 * K);
+    float *ref = malloc(sizeof(float) * 40 * N), *got = malloc(sizeof(float) * 40 * N);
+    kn_test_fill_f32(w, N * K, -1, 1);
+    kn_test_fill_f32(x, 40 * K, -1, 1);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        kn_dtype t = types[ti];
+        void *wq = malloc(kn_dtype_nbytes(t, N * K));
+        for (int64_t r = 0; r < N; r++)
+            REQUIRE(kn_quantize_row(t, w + r * K, (char *)wq + kn_dtype_nbytes(t, K) * r, K) == KN_OK, "%s", kn_last_error());
+        for (size_t ri = 0; ri < 3; ri++) {
+            int64_t T = rows[ri];
+            REQUIRE(run(kn_backend_ref(), t, T, N, K, x, wq, ref) == KN_OK, "ref %s: %s", kn_dtype_name(t), kn_last_error());
+            REQUIRE(run(kn_backend_cpu(), t, T, N, K, x, wq, got) == KN_OK, "cpu %s: %s", kn_dtype_name(t), kn_last_error());
+            double num = 0, den = 0;
+            for (int64_t i = 0; i < T * N; i++) { num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i]; }
+            double e = sqrt(num / den);
+            bool exact = T >= 32 || t == KN_F16 || t == KN_BF16;   /* float activations */
+            CHECK(e < (exact ? 1e-5 : 2e-2), "%s T=%lld: rel err %.3g", kn_dtype_name(t), (long long)T, e);
+        }
+        free(wq);
+    }
+    free(w); free(x); free(ref); free(got);
+}
+
+KN_TEST_MAIN()
