@@ -352,6 +352,8 @@ static int cmd_perplexity(const args *a) {
     return rc;
 }
 
+int kn_cli_train(int argc, char **argv);   /* tools/train.c */
+
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return argc < 2 ? 2 : 0; }
     args a = {0};
@@ -361,6 +363,7 @@ int main(int argc, char **argv) {
         if (kn_model_print_info(argv[2], stdout) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
         return 0;
     }
+    if (!strcmp(cmd, "train")) return kn_cli_train(argc, argv);
     if (parse(argc, argv, 2, &a)) { usage(); return 2; }
     if (!strcmp(cmd, "generate")) return cmd_generate(&a);
     if (!strcmp(cmd, "chat")) return cmd_chat(&a);

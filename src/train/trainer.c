@@ -1,0 +1,279 @@
+/* trainer.c: the training loop of kiln_train.h (progress, evaluation and
+ * sample callbacks, checkpoints, SIGINT) and the checkpoint layout of a
+ * model + optimizer.
+ *
+ * The loop only orchestrates: the step itself is the caller's compiled plan
+ * (forward, backward and optimizer update in one), replayed once per step.
+ * Non-goals: deciding batches or schedules (callbacks do), retrying failed
+ * steps. */
+#include "kiln_train.h"
+#include "kiln_ckpt.h"
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- stop flag and SIGINT ------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_hits;
+static struct sigaction g_old;
+static bool g_installed;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_stop = 1;
+    if (++g_hits >= 2) {            /* second Ctrl-C: the next one kills as usual */
+        struct sigaction d;
+        memset(&d, 0, sizeof d);
+        d.sa_handler = SIG_DFL;
+        sigaction(SIGINT, &d, NULL);
+    }
+}
+
+void kn_train_catch_sigint(bool on) {
+    if (on && !g_installed) {
+        struct sigaction a;
+        memset(&a, 0, sizeof a);
+        a.sa_handler = on_sigint;
+        sigemptyset(&a.sa_mask);
+        if (sigaction(SIGINT, &a, &g_old) == 0) g_installed = true;
+        g_hits = 0;
+    } else if (!on && g_installed) {
+        sigaction(SIGINT, &g_old, NULL);
+        g_installed = false;
+    }
+}
+void kn_train_request_stop(void) { g_stop = 1; }
+bool kn_train_stop_requested(void) { return g_stop != 0; }
+void kn_train_clear_stop(void) { g_stop = 0; g_hits = 0; }
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+static const char *const k_states[] = {"exp_avg", "exp_avg_sq", "momentum_buffer", "square_avg", "grad_avg", "sum"};
+#define N_STATES (int)(sizeof k_states / sizeof k_states[0])
+
+typedef struct ck_list { int64_t n; char **names; kn_tensor **ts; } ck_list;
+
+static void ck_free(ck_list *l) {
+    for (int64_t i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names); free(l->ts);
+    memset(l, 0, sizeof *l);
+}
+
+/* Every tensor a checkpoint of (m, o) holds, with its name. */
+static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l) {
+    memset(l, 0, sizeof *l);
+    if (!m) return kn_set_error(KN_ERR_INVALID, "checkpoint: model is NULL");
+    int np = kn_module_named_params(m, true, NULL, 0);
+    kn_named_param *ps = calloc((size_t)(np > 0 ? np : 1), sizeof *ps);
+    int no = o ? kn_optim_n_params(o) : 0;
+    int64_t cap = np + (int64_t)no * N_STATES;
+    l->names = calloc((size_t)(cap > 0 ? cap : 1), sizeof *l->names);
+    l->ts = calloc((size_t)(cap > 0 ? cap : 1), sizeof *l->ts);
+    if (!ps || !l->names || !l->ts) { free(ps); ck_free(l); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
+    kn_module_named_params(m, true, ps, np);
+    for (int i = 0; i < np; i++) {
+        l->names[l->n] = strdup(ps[i].name);
+        l->ts[l->n++] = ps[i].t;
+    }
+    for (int i = 0; i < no; i++) {
+        kn_tensor *p = kn_optim_param(o, i);
+        const char *pname = NULL;
+        for (int k = 0; k < np && !pname; k++) if (ps[k].t == p) pname = ps[k].name;
+        char fallback[32];
+        if (!pname) { snprintf(fallback, sizeof fallback, "param%d", i); pname = fallback; }
+        for (int s = 0; s < N_STATES; s++) {
+            kn_tensor *st = kn_optim_state(o, i, k_states[s]);
+            if (!st) continue;
+            size_t len = strlen(pname) + strlen(k_states[s]) + 8;
+            char *nm = malloc(len);
+            if (!nm) { free(ps); ck_free(l); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
+            snprintf(nm, len, "optim.%s.%s", k_states[s], pname);
+            l->names[l->n] = nm;
+            l->ts[l->n++] = st;
+        }
+    }
+    free(ps);
+    for (int64_t i = 0; i < l->n; i++)
+        if (!l->names[i]) { ck_free(l); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
+    return KN_OK;
+}
+
+kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t step, int n_meta,
+                        const char *const meta_kv[]) {
+    if (!path) return kn_set_error(KN_ERR_INVALID, "kn_train_save: path is NULL");
+    if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return kn_set_error(KN_ERR_INVALID, "kn_train_save: bad metadata");
+    ck_list l;
+    kn_status st = ck_collect(m, o, &l);
+    if (st) return st;
+    const char **kv = malloc(sizeof *kv * (size_t)(2 * n_meta + 2));
+    if (!kv) { ck_free(&l); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
+    char sbuf[32];
+    snprintf(sbuf, sizeof sbuf, "%lld", (long long)step);
+    kv[0] = "step"; kv[1] = sbuf;
+    for (int i = 0; i < 2 * n_meta; i++) kv[2 + i] = meta_kv[i];
+    st = kn_ckpt_save(path, l.n, (const char *const *)l.names, l.ts, n_meta + 1, kv);
+    free(kv);
+    ck_free(&l);
+    return st;
+}
+
+kn_status kn_train_load(const char *path, kn_module *m, kn_optim *o, int n_meta, const char *const meta_kv[],
+                        int64_t *step) {
+    if (!path) return kn_set_error(KN_ERR_INVALID, "kn_train_load: path is NULL");
+    if (access(path, R_OK) != 0)
+        return kn_set_error(KN_ERR_IO, "checkpoint '%s' cannot be read (missing file?); check the path", path);
+    char val[256];
+    kn_status st = kn_ckpt_meta(path, "step", val, sizeof val);
+    if (st) {
+        if (st == KN_ERR_INVALID)
+            return kn_set_error(KN_ERR_FORMAT, "checkpoint '%s' has no \"step\" metadata: it was not written by "
+                                "kn_train_save (kiln train)", path);
+        return st;
+    }
+    char *end;
+    long long s = strtoll(val, &end, 10);
+    if (*end || s < 0) return kn_set_error(KN_ERR_FORMAT, "checkpoint '%s': bad step \"%s\"", path, val);
+    for (int i = 0; i < n_meta; i++) {
+        const char *k = meta_kv[2 * i], *want = meta_kv[2 * i + 1];
+        st = kn_ckpt_meta(path, k, val, sizeof val);
+        if (st == KN_ERR_INVALID)
+            return kn_set_error(KN_ERR_INVALID, "checkpoint '%s' lacks \"%s\" (expected \"%s\"): it belongs to "
+                                "another kind of model or run", path, k, want);
+        if (st) return st;
+        if (strcmp(val, want))
+            return kn_set_error(KN_ERR_INVALID, "checkpoint '%s' does not match this model: %s is \"%s\" in the file "
+                                "but \"%s\" here; use the same options as the run that wrote it", path, k, val, want);
+    }
+    ck_list l;
+    st = ck_collect(m, o, &l);
+    if (st) return st;
+    st = kn_ckpt_load_ex(path, l.n, (const char *const *)l.names, l.ts, o ? KN_CKPT_STRICT : KN_CKPT_ALLOW_UNEXPECTED);
+    ck_free(&l);
+    if (st) return st;
+    if (o && (st = kn_optim_set_step_count(o, (int64_t)s))) return st;
+    if (step) *step = (int64_t)s;
+    return KN_OK;
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *kn_train_fmt_duration(double sec, char *buf, size_t cap) {
+    if (!(sec >= 0) || sec > 1e8) { snprintf(buf, cap, "?"); return buf; }
+    long long t = (long long)(sec + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(buf, cap, "%lldm%02llds", t / 60, t % 60);
+    else snprintf(buf, cap, "%llds", t);
+    return buf;
+}
+
+kn_trainer_cfg kn_trainer_defaults(void) {
+    kn_trainer_cfg c;
+    memset(&c, 0, sizeof c);
+    c.items_name = "items";
+    c.log_every = 10;
+    return c;
+}
+
+static void progress(const kn_trainer_cfg *c, FILE *f, bool tty, int64_t s, double loss, double lr, double rate,
+                     double eta) {
+    char eb[32];
+    int64_t done = s + 1, total = c->steps;
+    if (tty) {
+        enum { W = 24 };
+        char bar[W + 1];
+        int fill = total > 0 ? (int)((double)done * W / (double)total) : W;
+        for (int i = 0; i < W; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+        bar[W] = 0;
+        fprintf(f, "\r[%s] %lld/%lld loss %.4f lr %.2e %.0f %s/s ETA %s   ", bar, (long long)done, (long long)total, loss,
+                lr, rate, c->items_name, kn_train_fmt_duration(eta, eb, sizeof eb));
+    } else {
+        fprintf(f, "step %lld/%lld loss %.4f lr %.2e %.0f %s/s ETA %s\n", (long long)done, (long long)total, loss, lr,
+                rate, c->items_name, kn_train_fmt_duration(eta, eb, sizeof eb));
+    }
+    fflush(f);
+}
+
+static bool due(int64_t every, int64_t s, int64_t last) { return (every > 0 && (s + 1) % every == 0) || s == last; }
+
+kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *res) {
+    kn_train_result r = {.next_step = start, .last_loss = NAN};
+    if (res) *res = r;
+    if (!c || !c->step || !c->loss || !c->opt || !c->load_batch)
+        return kn_set_error(KN_ERR_INVALID, "kn_train_run: cfg needs step, loss, opt and load_batch");
+    if (start < 0 || start > c->steps)
+        return kn_set_error(KN_ERR_INVALID, "kn_train_run: start step %lld outside 0..%lld", (long long)start,
+                            (long long)c->steps);
+    FILE *f = c->log ? c->log : stderr;
+    bool tty = isatty(fileno(f));
+    int64_t log_every = c->log_every > 0 ? c->log_every : 10;
+    double t0 = now_s(), train_time = 0;
+    int64_t steps_timed = 0;
+    kn_status st = KN_OK;
+    bool line_open = false;
+    for (int64_t s = start; s < c->steps; s++) {
+        double ts = now_s();
+        if ((st = c->load_batch(c->ud, s))) break;
+        double lr = c->lr_at ? c->lr_at(c->ud, s) : kn_optim_get_lr(c->opt, 0);
+        if (c->lr_at) kn_optim_set_lr(c->opt, -1, lr);
+        if ((st = kn_optim_prepare(c->opt))) break;
+        if ((st = kn_plan_run(c->step))) break;
+        double loss = kn_item(c->loss);
+        train_time += now_s() - ts;
+        steps_timed++;
+        r.next_step = s + 1;
+        r.last_loss = loss;
+        if (c->on_step) c->on_step(c->ud, s, loss);
+        if (!isfinite(loss)) {
+            st = kn_set_error(KN_ERR_STATE, "training diverged: loss is %g at step %lld; lower the learning rate", loss,
+                              (long long)s);
+            break;
+        }
+        double per = train_time / (double)steps_timed;
+        double rate = (double)c->items_per_step / per;
+        if (!c->quiet && (tty || (s + 1) % log_every == 0 || s == c->steps - 1)) {
+            progress(c, f, tty, s, loss, lr, rate, per * (double)(c->steps - s - 1));
+            line_open = tty;
+        }
+        bool stop = kn_train_stop_requested();
+        bool last = s == c->steps - 1;
+        if (c->eval && due(c->eval_every, s, c->steps - 1)) {
+            if (line_open) { fputc('\n', f); line_open = false; }
+            double metric;
+            if ((st = c->eval(c->ud, s, &metric))) break;
+        }
+        if (c->sample && due(c->sample_every, s, c->steps - 1)) {
+            if (line_open) { fputc('\n', f); line_open = false; }
+            if ((st = c->sample(c->ud, s))) break;
+        }
+        if (c->ckpt_path && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last || stop)) {
+            if ((st = kn_train_save(c->ckpt_path, c->model, c->opt, s + 1, c->n_meta, c->meta_kv))) break;
+            if (stop || last) {
+                if (line_open) { fputc('\n', f); line_open = false; }
+                fprintf(f, "checkpoint: %s (step %lld)\n", c->ckpt_path, (long long)(s + 1));
+            }
+        }
+        if (stop) {
+            if (line_open) { fputc('\n', f); line_open = false; }
+            fprintf(f, "stopped after step %lld of %lld%s\n", (long long)(s + 1), (long long)c->steps,
+                    c->ckpt_path ? "; resume with the checkpoint" : "");
+            r.interrupted = true;
+            break;
+        }
+    }
+    if (line_open) fputc('\n', f);
+    r.seconds = now_s() - t0;
+    r.items_per_s = train_time > 0 ? (double)c->items_per_step * (double)steps_timed / train_time : 0;
+    if (res) *res = r;
+    return st;
+}
