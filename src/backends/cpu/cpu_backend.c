@@ -12,29 +12,30 @@
 #include "kn-impl.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
+#include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/vec.h"
 #include "llm/quant.h"
 #include <stdlib.h>
 #include <string.h>
 
-/* Below this many elements a job runs on the calling thread: waking the pool
- * costs more than the work. */
-#define PAR_MIN 32768
-
-typedef void (*rows_fn)(void *ctx, int64_t r0, int64_t r1);
-typedef struct { rows_fn fn; void *ctx; int64_t rows; } par_job;
+typedef struct { kn_rows_fn fn; void *ctx; int64_t rows; } par_job;
 static void par_worker(void *p, int ith, int nth) {
     par_job *j = p;
     int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
     if (r1 > r0) j->fn(j->ctx, r0, r1);
 }
-/* Run fn over [0, rows) split across the pool when the work is large enough. */
-static void par_rows(rows_fn fn, void *ctx, int64_t rows, int64_t work) {
-    if (work < PAR_MIN || rows < 2 || kn_pool_nthreads() < 2) { fn(ctx, 0, rows); return; }
+void kn_cpu_par_rows(kn_rows_fn fn, void *ctx, int64_t rows, int64_t work) {
+    if (rows <= 0) return;
+    int nt = kn_pool_nthreads();
+    if (work < KN_CPU_PAR_MIN || rows < 2 || nt < 2) { fn(ctx, 0, rows); return; }
+    /* a few parts per thread: parts are claimed as threads come free, so a
+     * thread that is descheduled (busy machine) delays only its own part */
+    int64_t parts = (int64_t)nt * 4 < rows ? (int64_t)nt * 4 : rows;
     par_job j = {fn, ctx, rows};
-    kn_pool_run(par_worker, &j, 0);
+    kn_pool_run(par_worker, &j, (int)parts);
 }
+#define par_rows kn_cpu_par_rows
 
 static bool is_f32(const kn_tview *v) { return v->dtype == KN_F32; }
 static bool contig(const kn_tview *v) { return kn_tview_is_contiguous(v); }

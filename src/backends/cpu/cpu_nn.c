@@ -15,6 +15,7 @@
  * Non-goals: f16/bf16 data (reference), fused attention over blocks of
  * queries (prefill runs one query row at a time), Winograd/direct conv.
  */
+#include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_nn.h"
 #include "kn-impl.h"                   // defines: kn_tensor internals, kn_op_get
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemv_*_fn and kernels
@@ -27,24 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Below this many elements of work a job runs on the calling thread. */
-#define PAR_MIN 32768
-
 /* ==== helpers ================================================================ */
-typedef void (*rows_fn)(void *ctx, int64_t r0, int64_t r1);
-typedef struct { rows_fn fn; void *ctx; int64_t rows; } par_job;
-static void par_worker(void *p, int ith, int nth) {
-    par_job *j = p;
-    int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
-    if (r1 > r0) j->fn(j->ctx, r0, r1);
-}
-/* Run fn over [0, rows) split across the pool when the work is large enough. */
-static void par_rows(rows_fn fn, void *ctx, int64_t rows, int64_t work) {
-    if (rows <= 0) return;
-    if (work < PAR_MIN || rows < 2 || kn_pool_nthreads() < 2) { fn(ctx, 0, rows); return; }
-    par_job j = {fn, ctx, rows};
-    kn_pool_run(par_worker, &j, 0);
-}
+#define PAR_MIN KN_CPU_PAR_MIN
+#define par_rows kn_cpu_par_rows
 
 static bool f32(const kn_tview *v) { return v->dtype == KN_F32; }
 static int64_t prod(const kn_tview *v, int from, int to) {
@@ -629,7 +615,7 @@ static void conv_rows(void *p, int64_t r0, int64_t r1) {
 /* Images (x groups) in parallel when there are at least as many as threads,
  * each running a serial GEMM (nested pool calls run inline); fewer images
  * run in turn and let each GEMM use the pool. */
-static void conv_run(rows_fn fn, conv_job *j, int64_t rows, int64_t work) {
+static void conv_run(kn_rows_fn fn, conv_job *j, int64_t rows, int64_t work) {
     int nth = kn_pool_nthreads();
     if (nth >= 2 && rows >= nth && work >= PAR_MIN) par_rows(fn, j, rows, work);
     else fn(j, 0, rows);
