@@ -38,7 +38,7 @@ typedef struct targs {
     const char *what, *model, *data, *out, *resume, *tokenizer, *shards;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
         eval_batches, warmup, log_every, threads;
-    double lr, min_lr_frac, wd, val_frac, temp, clip;
+    double lr, min_lr_frac, wd, val_frac, temp, clip, full_vocab;
     uint64_t seed;
 } targs;
 
@@ -57,6 +57,8 @@ static void train_usage(void) {
             "  --resume CKPT       continue a run (same options) from its checkpoint\n"
             "  --eval-every N --eval-batches N --sample-every N --sample-len N --temp T --seed S\n"
             "  --tokenizer FILE (gpt2: GGUF with the GPT-2 vocab)  --shards PREFIX (where a .txt is tokenized to)\n"
+            "  --full-vocab 1      gpt2: keep all 50257 GPT-2 ids (default: only the ids of the training\n"
+            "                      tokens, renumbered, + one for unseen ones: same tokens, smaller softmax)\n"
             "  --log-every N  -t N (threads)\n");
 }
 
@@ -93,6 +95,7 @@ static int parse_targs(int argc, char **argv, targs *a) {
         else if (!strcmp(o, "--clip")) a->clip = x;
         else if (!strcmp(o, "--temp")) a->temp = x;
         else if (!strcmp(o, "--val-frac")) a->val_frac = x;
+        else if (!strcmp(o, "--full-vocab")) a->full_vocab = x;
         else if (!strcmp(o, "--seed")) a->seed = (uint64_t)x;
         else { fprintf(stderr, "kiln train: unknown option %s\n", o); return -1; }
         if (x < 0) { fprintf(stderr, "kiln train: %s must not be negative\n", o); return -1; }
@@ -358,6 +361,7 @@ typedef struct lm_run {
     const kn_tokenizer *tok;
     int32_t bos;                       /* sample start token                          */
     int32_t eot;                       /* stop token (-1 none)                        */
+    const int32_t *orig;               /* compact id -> GPT-2 id (NULL: identity; -1 unseen) */
     double last_val, best_val;
 } lm_run;
 
@@ -408,9 +412,11 @@ static void emit(const lm_run *r, int32_t id) {
     if (r->cv) {
         char buf[8]; size_t len;
         if (kn_char_decode(r->cv, &id, 1, buf, sizeof buf, &len) == KN_OK) fwrite(buf, 1, len, stdout);
+    } else if (r->orig && r->orig[id] < 0) {
+        printf("<unk>");
     } else if (r->tok) {
         size_t len;
-        const char *p = kn_token_to_piece(r->tok, id, false, &len);
+        const char *p = kn_token_to_piece(r->tok, r->orig ? r->orig[id] : id, false, &len);
         if (p) fwrite(p, 1, len, stdout);
     } else {
         printf("%d ", id);
@@ -462,13 +468,15 @@ static kn_status lm_sample(void *ud, int64_t s) {
 
 typedef struct lm_data {
     int32_t *ids; int64_t n; int64_t V;
+    int32_t *orig;                     /* compact vocabulary: id -> GPT-2 id           */
     kn_char_vocab *cv; kn_tokenizer *tok; int32_t bos, eot;
     char meta_vocab[32];
 } lm_data;
 
 static int train_lm(targs *a, lm_data *d, const char *kind) {
     bool gpt2 = !strcmp(kind, "gpt2");
-    lm_run r = {.a = a, .V = d->V, .cv = d->cv, .tok = d->tok, .bos = d->bos, .eot = d->eot, .best_val = INFINITY};
+    lm_run r = {.a = a, .V = d->V, .cv = d->cv, .tok = d->tok, .bos = d->bos, .eot = d->eot, .orig = d->orig,
+                .best_val = INFINITY};
     r.B = a->batch; r.T = a->ctx; r.total = a->steps;
     int64_t n_val = (int64_t)((double)d->n * a->val_frac);
     r.n_train = d->n - n_val; r.n_val = n_val;
@@ -525,7 +533,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     snprintf(st_, sizeof st_, "%lld", (long long)r.T);
     const char *meta[] = {"model", gpt2 ? "gpt2" : "char-gpt", "vocab", sv, "layers", sl, "dim", sd, "heads", sh,
                           "ctx", st_, "vocab_chars", d->meta_vocab};
-    int n_meta = gpt2 ? 6 : 7;
+    int n_meta = 7;
     int64_t start;
     if (resume(a, m, opt, n_meta, meta, &start)) { fail(kn_last_error()); goto done; }
     fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
@@ -693,9 +701,33 @@ static int train_gpt2(targs *a) {
         printf("unigram entropy of the training tokens: %.4f nats/token\n", H);
     }
     snprintf(d.meta_vocab, sizeof d.meta_vocab, "gpt2");
+    if (a->full_vocab == 0) {
+        /* Compact vocabulary: the GPT-2 ids that occur in the training part, in
+         * increasing order, then one id for every other token. Same tokens and
+         * the same loss definition; only the softmax is smaller. */
+        int64_t n_train = d.n - (int64_t)((double)d.n * a->val_frac);
+        int32_t *map = malloc(sizeof *map * 65536);
+        d.orig = malloc(sizeof *d.orig * 65537);
+        if (!map || !d.orig) { free(map); fail("out of memory"); goto done; }
+        for (int i = 0; i < 65536; i++) map[i] = -1;
+        for (int64_t i = 0; i < n_train; i++) map[d.ids[i]] = 0;
+        int32_t nv = 0;
+        for (int i = 0; i < 65536; i++) if (map[i] == 0) { d.orig[nv] = i; map[i] = nv++; }
+        d.orig[nv] = -1;
+        int64_t unseen = 0;
+        for (int64_t i = 0; i < d.n; i++) { int32_t m = map[d.ids[i]]; unseen += m < 0; d.ids[i] = m < 0 ? nv : m; }
+        d.bos = d.eot = map[50256] >= 0 ? map[50256] : nv;
+        d.V = nv + 1;
+        free(map);
+        uint64_t h = 1469598103934665603ull;
+        for (int32_t i = 0; i < nv; i++) h = (h ^ (uint64_t)d.orig[i]) * 1099511628211ull;
+        snprintf(d.meta_vocab, sizeof d.meta_vocab, "%016llx", (unsigned long long)h);
+        fprintf(stderr, "gpt2: compact vocabulary of the %d GPT-2 ids seen in training + 1 for unseen ids "
+                "(%lld validation tokens unseen); --full-vocab 1 keeps all 50257\n", nv, (long long)unseen);
+    }
     rc = train_lm(a, &d, "gpt2");
 done:
-    free(list); free(d.ids); kn_tokenizer_free(d.tok);
+    free(list); free(d.ids); free(d.orig); kn_tokenizer_free(d.tok);
     return rc;
 }
 
