@@ -54,7 +54,8 @@ static void train_usage(void) {
             "  --epochs N (mnist)  --steps N (LMs)  --batch B  --lr LR  --wd W  --warmup N  --clip NORM\n"
             "  --layers L --dim C --heads H --ctx T     transformer shape\n"
             "  --out CKPT          checkpoint written every --ckpt-every steps, at the end and on Ctrl-C\n"
-            "  --resume CKPT       continue a run (same options) from its checkpoint\n"
+            "  --resume CKPT       continue a run (same options) from its checkpoint (and keep writing it\n"
+            "                      unless --out names another file)\n"
             "  --eval-every N --eval-batches N --sample-every N --sample-len N --temp T --seed S\n"
             "  --tokenizer FILE (gpt2: GGUF with the GPT-2 vocab)  --shards PREFIX (where a .txt is tokenized to)\n"
             "  --full-vocab 1      gpt2: keep all 50257 GPT-2 ids (default: only the ids of the training\n"
@@ -101,6 +102,7 @@ static int parse_targs(int argc, char **argv, targs *a) {
         if (x < 0) { fprintf(stderr, "kiln train: %s must not be negative\n", o); return -1; }
     }
     if (a->threads > 0) kn_pool_set_threads((int)a->threads);
+    if (a->resume && !a->out) a->out = a->resume;   /* a resumed run keeps writing its checkpoint */
     return 0;
 }
 
