@@ -48,4 +48,30 @@ TEST(quantized_matmul_both_paths_vs_reference) {
     free(w); free(x); free(ref); free(got);
 }
 
+/* the vectorized activation quantizers must give the scalar bytes exactly */
+TEST(activation_quantizers_bit_exact) {
+    kn_test_seed(12);
+    const int64_t n = 32 * 64;
+    float *x = malloc(sizeof(float) * n);
+    for (int rep = 0; rep < 20; rep++) {
+        double scale = pow(10, kn_test_uniform(-6, 4));
+        kn_test_fill_f32(x, n, -scale, scale);
+        for (int64_t i = 0; i < n; i += 97) x[i] = 0;               /* zeros and an all-zero block */
+        for (int64_t i = 32; i < 64; i++) x[i] = 0;
+        x[100] = (float)(127 * scale);                                /* exact extremum */
+        kn_dtype ts[2] = {KN_Q8_0, KN_Q8_1};
+        for (int k = 0; k < 2; k++) {
+            size_t nb = kn_dtype_nbytes(ts[k], n);
+            char *a = malloc(nb), *b = malloc(nb);
+            kn_quant_force_isa(0);
+            REQUIRE(kn_quantize_row(ts[k], x, a, n) == KN_OK, "%s", kn_last_error());
+            kn_quant_force_isa(-1);
+            REQUIRE(kn_quantize_row(ts[k], x, b, n) == KN_OK, "%s", kn_last_error());
+            CHECK(memcmp(a, b, nb) == 0, "%s rep %d: vector and scalar quantization differ", kn_dtype_name(ts[k]), rep);
+            free(a); free(b);
+        }
+    }
+    free(x);
+}
+
 KN_TEST_MAIN()

@@ -607,8 +607,13 @@ kn_status kn_quantize_row(kn_dtype t, const float *src, void *dst, int64_t n) {
     case KN_Q4_1: quant_q4_1(src, dst, nb); break;
     case KN_Q5_0: quant_q5_0(src, dst, nb); break;
     case KN_Q5_1: quant_q5_1(src, dst, nb); break;
+#if !defined(KN_NO_X86)
+    case KN_Q8_0: if (kn_quant_isa() >= KN_ISA_AVX2) kn_quant_q8_0_avx2(src, dst, nb); else quant_q8_0(src, dst, nb); break;
+    case KN_Q8_1: if (kn_quant_isa() >= KN_ISA_AVX2) kn_quant_q8_1_avx2(src, dst, nb); else quant_q8_1(src, dst, nb); break;
+#else
     case KN_Q8_0: quant_q8_0(src, dst, nb); break;
     case KN_Q8_1: quant_q8_1(src, dst, nb); break;
+#endif
     case KN_Q4_K: quant_q4_K(src, dst, nb); break;
     case KN_Q5_K: quant_q5_K(src, dst, nb); break;
     case KN_Q6_K: quant_q6_K(src, dst, nb); break;

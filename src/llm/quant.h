@@ -134,6 +134,10 @@ typedef float (*kn_vec_dot_fn)(int64_t n, const void *w, const void *a);
 #define KN_QUANT_X86 1
 /* quant_avx2.c: entry for type t, NULL if there is no AVX2 kernel. */
 kn_vec_dot_fn kn_quant_avx2_dot(kn_dtype t);
+/* AVX2 activation quantizers, bit-identical to the scalar quant_q8_0/q8_1:
+ * nb blocks of 32 floats (all finite: checked by the caller). */
+void kn_quant_q8_0_avx2(const float *x, void *y, int64_t nb);
+void kn_quant_q8_1_avx2(const float *x, void *y, int64_t nb);
 #ifndef KN_NO_AVX512
 #define KN_QUANT_AVX512 1
 /* quant_avx512.c: entry for type t (vnni picks vpdpbusd), NULL if none. */

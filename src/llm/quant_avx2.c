@@ -83,17 +83,40 @@ static float dot_q4_0_q8_0(int64_t n, const void *vw, const void *va) {
 
 /* Q4_1/Q5_1: one conversion gives [dw, mw] x [da, sa] = [dw*da, mw*sa]; lane 1
  * (the min term) is summed in a vector, lane 0 broadcast as the block scale. */
+/* Four blocks per iteration with independent accumulators: one block's work
+ * is a short chain (unpack, maddubs, madd, convert, fma), so a single
+ * accumulator leaves the core waiting on FMA latency. The m * s terms (block
+ * minimum times activation sum) are summed as 4-lane vectors of (d*d, m*s)
+ * pairs and folded at the end. */
 static float dot_q4_1_q8_1(int64_t n, const void *vw, const void *va) {
     const kn_block_q4_1 *w = vw; const kn_block_q8_1 *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    __m128 summ = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / KN_QK; i++) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps(), acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+    __m128 summ0 = _mm_setzero_ps(), summ1 = _mm_setzero_ps();
+    int64_t nb = n / KN_QK, i = 0;
+    for (; i + 4 <= nb; i += 4) {
+        __m128 ds0 = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d));
+        __m128 ds1 = _mm_mul_ps(f16x2(&w[i + 1].d), f16x2(&a[i + 1].d));
+        __m128 ds2 = _mm_mul_ps(f16x2(&w[i + 2].d), f16x2(&a[i + 2].d));
+        __m128 ds3 = _mm_mul_ps(f16x2(&w[i + 3].d), f16x2(&a[i + 3].d));
+        __m256 p0 = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i].qs), load256(a[i].qs)));
+        __m256 p1 = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i + 1].qs), load256(a[i + 1].qs)));
+        __m256 p2 = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i + 2].qs), load256(a[i + 2].qs)));
+        __m256 p3 = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i + 3].qs), load256(a[i + 3].qs)));
+        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds0), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds1), p1, acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds2), p2, acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds3), p3, acc3);
+        summ0 = _mm_add_ps(summ0, _mm_add_ps(ds0, ds1));
+        summ1 = _mm_add_ps(summ1, _mm_add_ps(ds2, ds3));
+    }
+    for (; i < nb; i++) {
         __m128 ds = _mm_mul_ps(f16x2(&w[i].d), f16x2(&a[i].d));
         __m256 p = _mm256_cvtepi32_ps(dot_us(nibbles32(w[i].qs), load256(a[i].qs)));
-        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), p, acc);
-        summ = _mm_add_ps(summ, ds);
+        acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), p, acc0);
+        summ0 = _mm_add_ps(summ0, ds);
     }
-    return hsum_ps(acc) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
+    __m128 summ = _mm_add_ps(summ0, summ1);
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3))) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 static float dot_q5_0_q8_0(int64_t n, const void *vw, const void *va) {
@@ -351,5 +374,46 @@ kn_vec_dot_fn kn_quant_avx2_dot(kn_dtype t) {
     case KN_Q6_K: return dot_q6_K_q8_K;
     case KN_Q8_K: return dot_q8_K_q8_K;
     default: return NULL;
+    }
+}
+
+/* ---- activation quantization (the decode hot path) ------------------------- */
+/* One block of 32 floats -> d (fp16 bits) and 32 int8, exactly as the scalar
+ * quant.c does: d = fp16(amax / 127), q = clamp(rint(x / d), -127, 127).
+ * Returns the sum of the quants (for Q8_1's s field). */
+static inline int q8_block_avx2(const float *x, uint16_t *d16, int8_t *qs) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    *d16 = kn_fp32_to_fp16(amax / 127);
+    float d = F16(*d16), id = d != 0 ? 1.0f / d : 0;
+    __m256 vid = _mm256_set1_ps(id);
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, vid)), i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, vid));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, vid)), i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, vid));
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    i0 = _mm256_min_epi32(_mm256_max_epi32(i0, lo), hi); i1 = _mm256_min_epi32(_mm256_max_epi32(i1, lo), hi);
+    i2 = _mm256_min_epi32(_mm256_max_epi32(i2, lo), hi); i3 = _mm256_min_epi32(_mm256_max_epi32(i3, lo), hi);
+    int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    /* packs work within 128-bit lanes: fix the order with one permute */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p);
+    return sum;
+}
+
+void kn_quant_q8_0_avx2(const float *x, void *vy, int64_t nb) {
+    kn_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < nb; i++) q8_block_avx2(x + i * KN_QK, &y[i].d, y[i].qs);
+}
+void kn_quant_q8_1_avx2(const float *x, void *vy, int64_t nb) {
+    kn_block_q8_1 *y = vy;
+    for (int64_t i = 0; i < nb; i++) {
+        int sum = q8_block_avx2(x + i * KN_QK, &y[i].d, y[i].qs);
+        y[i].s = kn_fp32_to_fp16(F16(y[i].d) * (float)sum);
     }
 }
