@@ -26,6 +26,7 @@ def main():
         t0 = time.perf_counter()
         llm.eval(prompt)
         pp.append(n_prompt / (time.perf_counter() - t0))
+        llm.reset()                           # decode from an empty context, like llama-bench's tg test
         t0 = time.perf_counter()
         for t in gen:
             llm.eval([t])

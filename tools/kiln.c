@@ -290,10 +290,11 @@ static int cmd_bench(const args *a) {
         if (kn_model_eval(m, toks, np, 0, logits, false)) { rc = 1; break; }
         pp[r] = np / (now_s() - t0);
         t0 = now_s();
-        /* decode feeds a fixed token pattern (as scripts/bench_llamacpp.py does) */
+        /* decode from an empty context, one token per step, like llama-bench's
+         * tg test; a fixed token pattern (as scripts/bench_llamacpp.py uses) */
         for (int i = 0; i < ng; i++) {
             int32_t t = (int32_t)((i * 31 + 7) % c->n_vocab);
-            if (kn_model_eval(m, &t, 1, np + i, logits, false)) { rc = 1; break; }
+            if (kn_model_eval(m, &t, 1, i, logits, false)) { rc = 1; break; }
         }
         tg[r] = ng / (now_s() - t0);
     }
