@@ -170,6 +170,7 @@ typedef struct mnist_run {
     int64_t EB;
     float *xbuf, *lbuf;
     double best_acc, last_acc;
+    bool evaluated;
 } mnist_run;
 
 static kn_status mnist_batch(void *ud, int64_t s) {
@@ -219,6 +220,7 @@ static kn_status mnist_eval(void *ud, int64_t s, double *metric) {
             (long long)(s + 1), (double)(s + 1) / (double)r->nb, nll / (double)seen, r->last_acc,
             (long long)correct, (long long)seen);
     *metric = r->last_acc;
+    r->evaluated = true;
     return KN_OK;
 }
 
@@ -330,6 +332,10 @@ static int train_mnist(targs *a) {
     kn_train_result res;
     if (kn_train_run(&c, start, &res)) { fail(kn_last_error()); goto done; }
     kn_train_catch_sigint(false);
+    if (!r.evaluated && !res.interrupted) {   /* resumed a finished run: still report */
+        double acc;
+        if (mnist_eval(&r, res.next_step - 1, &acc)) { fail(kn_last_error()); goto done; }
+    }
     char db[32];
     fprintf(stderr, "done: %lld steps in %s, %.0f samples/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
@@ -365,6 +371,7 @@ typedef struct lm_run {
     int32_t eot;                       /* stop token (-1 none)                        */
     const int32_t *orig;               /* compact id -> GPT-2 id (NULL: identity; -1 unseen) */
     double last_val, best_val;
+    bool evaluated;
 } lm_run;
 
 static void window(const int32_t *src, int64_t off, int64_t T, int32_t *x, int64_t *y) {
@@ -407,6 +414,7 @@ static kn_status lm_eval(void *ud, int64_t s, double *metric) {
     fprintf(stderr, "eval after step %lld: val loss %.4f (%lld windows of %lld)\n", (long long)(s + 1), r->last_val,
             (long long)nw, (long long)r->T);
     *metric = r->last_val;
+    r->evaluated = true;
     return KN_OK;
 }
 
@@ -557,6 +565,10 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     if (kn_train_run(&c, start, &res)) { fail(kn_last_error()); goto done; }
     kn_train_catch_sigint(false);
     char db[32];
+    if (!r.evaluated && !res.interrupted) {   /* resumed a finished run: still report */
+        double v;
+        if (lm_eval(&r, res.next_step - 1, &v)) { fail(kn_last_error()); goto done; }
+    }
     fprintf(stderr, "done: %lld steps in %s, %.0f tok/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
     if (!res.interrupted)
