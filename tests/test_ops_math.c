@@ -313,16 +313,41 @@ static kn_tensor *b_big(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 4: return kn_max(ctx, in[0], 1, (int[]){1}, true);
     case 5: return kn_cast(ctx, kn_cast(ctx, in[0], KN_BF16), KN_F32);
     case 6: return kn_add(ctx, in[0], kn_scalar(ctx, KN_F32, 3.5));
-    default: return kn_matmul(ctx, in[0], kn_transpose(ctx, in[1], 0, 1));
+    case 7: return kn_matmul(ctx, in[0], kn_transpose(ctx, in[1], 0, 1));
+    case 8: return kn_square(ctx, in[0]);
+    case 9: return kn_sub(ctx, in[0], kn_sum(ctx, in[1], 1, (int[]){1}, true));      /* [N,1] column broadcast */
+    case 10: return kn_div(ctx, in[0], kn_add_scalar(ctx, kn_abs(ctx, kn_slice(ctx, in[1], 1, 0, 1, 1)), 1));
+    case 11: return kn_sum(ctx, in[0], 1, (int[]){0}, false);                     /* leading-axis reduction */
+    case 12: return kn_mean(ctx, kn_reshape(ctx, in[0], 3, (int64_t[]){3, 100, 257}), 2, (int[]){0, 1}, true);
+    default: return kn_add(ctx, kn_zeros_like(ctx, in[0]), in[0]);                 /* fill */
     }
 }
 TEST(fast_paths_large_threaded) {
     kn_test_seed(6);
     kn_opin in[3] = {{2, {300, 257}, -2, 2}, {2, {300, 257}, -2, 2}, {1, {257}, -2, 2}};
-    for (int w = 0; w < 8; w++) {
+    for (int w = 0; w < 14; w++) {
         double e = kn_optest_backends(b_big, &w, 3, in);
         CHECK(e < 1e-5, "case %d: rel err %g", w, e);
     }
+}
+
+/* assign of a same-shape contiguous value (the optimizer's update) on the fast path */
+TEST(assign_fast_path) {
+    kn_ctx_opts o = {kn_backend_cpu()};
+    kn_ctx *ctx = kn_ctx_new(&o);
+    int64_t n = 300000;
+    kn_tensor *p = kn_empty(ctx, KN_F32, 1, &n);
+    float *v = malloc(sizeof(float) * n);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)(i % 13);
+    kn_tensor_write(p, v, KN_F32);
+    kn_tensor *upd = kn_assign(ctx, p, kn_mul_scalar(ctx, p, 0.5));
+    kn_plan *pl = kn_plan_new(ctx, 1, &upd, NULL);
+    REQUIRE(pl && kn_plan_run(pl) == KN_OK && kn_plan_run(pl) == KN_OK, "%s", kn_last_error());
+    kn_tensor_read(p, v, KN_F32);
+    for (int64_t i = 0; i < n; i += 997) CHECK(v[i] == (float)(i % 13) * 0.25f, "p[%lld] = %g", (long long)i, v[i]);
+    kn_plan_free(pl);
+    free(v);
+    kn_ctx_free(ctx);
 }
 
 KN_TEST_MAIN()

@@ -88,13 +88,46 @@ static bool unary_map(kn_op op, kn_vec_unary_op *u) {
     }
 }
 
+typedef struct { float *y; const float *x; int64_t n; } sq_job;
+static void sq_rows(void *p, int64_t r0, int64_t r1) {
+    sq_job *j = p;
+    int64_t o = r0 * 4096, m = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    kn_vec_mul(j->y + o, j->x + o, j->x + o, m);
+}
+
 static bool fast_unary(const kn_exec *e) {
     kn_vec_unary_op u;
+    if (e->node->op == KN_OP_SQUARE && is_f32(&e->dst) && is_f32(&e->src[0]) && contig(&e->dst) && contig(&e->src[0])) {
+        sq_job j = {e->dst.data, e->src[0].data, kn_tview_numel(&e->dst)};
+        par_rows(sq_rows, &j, (j.n + 4095) / 4096, j.n);
+        return true;
+    }
     if (!unary_map(e->node->op, &u) || !is_f32(&e->dst) || !is_f32(&e->src[0]) || !contig(&e->dst) || !contig(&e->src[0]))
         return false;
     ew_job j = {EW_UNARY, u, 0, e->dst.data, e->src[0].data, NULL, 0, kn_tview_numel(&e->dst), 0};
     par_rows(ew_rows, &j, (j.n + 4095) / 4096, j.n);
     return true;
+}
+
+/* rows of len where b holds one value per row (any strides on b's outer dims) */
+typedef struct { kn_op op; float *y; const float *a; const kn_tview *b; int64_t len; } col_job;
+static void col_rows(void *p, int64_t r0, int64_t r1) {
+    col_job *j = p;
+    kn_tview outer = *j->b;
+    outer.ndim--;                       /* b's offset of row r: its outer dims, row-major */
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t o = 0, lin = r;
+        for (int k = outer.ndim - 1; k >= 0; k--) { o += (lin % outer.ne[k]) * outer.st[k]; lin /= outer.ne[k]; }
+        float s = ((const float *)j->b->data)[o];
+        float *y = j->y + r * j->len;
+        const float *a = j->a + r * j->len;
+        switch (j->op) {
+        case KN_OP_ADD: kn_vec_add_scalar(y, a, s, j->len); break;
+        case KN_OP_SUB: kn_vec_add_scalar(y, a, -s, j->len); break;
+        case KN_OP_MUL: kn_vec_mul_scalar(y, a, s, j->len); break;
+        default: for (int64_t i = 0; i < j->len; i++) y[i] = a[i] / s; break;   /* exact division */
+        }
+    }
 }
 
 static bool fast_binary(const kn_exec *e) {
@@ -116,6 +149,12 @@ static bool fast_binary(const kn_exec *e) {
     if (scalar && op != KN_OP_DIV) {
         j.kind = EW_BIN_SCALAR; j.s = *(const float *)b.data; j.b = NULL;
         par_rows(ew_rows, &j, (n + 4095) / 4096, n);
+        return true;
+    }
+    /* column broadcast ([N,1] against [N,M]): b constant along the last dim */
+    if (b.ndim > 0 && b.st[b.ndim - 1] == 0 && d->ne[d->ndim - 1] >= 16) {
+        col_job cj = {op, d->data, a.data, &b, d->ne[d->ndim - 1]};
+        par_rows(col_rows, &cj, n / cj.len, n);
         return true;
     }
     /* row broadcast: b is contiguous over the trailing dims and stride 0 above */
@@ -335,12 +374,69 @@ static bool fast_copy(const kn_exec *e) {
     return true;
 }
 
+/* FILL of a contiguous f32 tensor; ASSIGN of a contiguous f32 value of the
+ * same shape into a contiguous destination (optimizer updates) */
+typedef struct { float *y; const float *x; float v; int64_t n; } fill_job;
+static void fill_rows(void *p, int64_t r0, int64_t r1) {
+    fill_job *j = p;
+    int64_t o = r0 * 4096, m = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    if (j->x) memmove(j->y + o, j->x + o, (size_t)m * sizeof(float));
+    else for (int64_t i = 0; i < m; i++) j->y[o + i] = j->v;
+}
+static bool fast_fill_assign(const kn_exec *e) {
+    const kn_tview *d = &e->dst;
+    if (!is_f32(d) || !contig(d)) return false;
+    int64_t n = kn_tview_numel(d);
+    fill_job j = {d->data, NULL, (float)e->node->p.scalar.a, n};
+    if (e->node->op == KN_OP_ASSIGN) {
+        const kn_tview *s = &e->src[1];
+        if (!is_f32(s) || !contig(s) || kn_tview_numel(s) != n) return false;
+        /* overlapping but different ranges would need a copy first: refuse */
+        const float *x = s->data;
+        if (x != (const float *)d->data && x < (const float *)d->data + n && (const float *)d->data < x + n) return false;
+        j.x = x;
+    }
+    par_rows(fill_rows, &j, (n + 4095) / 4096, n);
+    return true;
+}
+
+/* SUM/MEAN over the leading dims of a contiguous tensor ([R, C] -> [C]):
+ * rows are added into the output with vector adds, threads split columns */
+typedef struct { float *y; const float *x; int64_t R, C; float scale; } colsum_job;
+static void colsum_rows(void *p, int64_t c0, int64_t c1) {
+    colsum_job *j = p;
+    int64_t w = c1 - c0;
+    float *y = j->y + c0;
+    memcpy(y, j->x + c0, sizeof(float) * (size_t)w);
+    for (int64_t r = 1; r < j->R; r++) kn_vec_add(y, y, j->x + r * j->C + c0, w);
+    if (j->scale != 1.0f) kn_vec_mul_scalar(y, y, j->scale, w);
+}
+static bool fast_reduce_leading(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *d = &e->dst;
+    if ((t->op != KN_OP_SUM && t->op != KN_OP_MEAN) || !is_f32(x) || !is_f32(d) || !contig(x) || !contig(d)) return false;
+    uint32_t m = t->p.reduce.axes;
+    int k = 0;
+    while (k < x->ndim && (m >> k & 1)) k++;
+    if (k == 0 || k == x->ndim || (m >> k) != 0) return false;      /* exactly dims 0..k-1 */
+    int64_t R = 1, C = 1;
+    for (int i = 0; i < k; i++) R *= x->ne[i];
+    for (int i = k; i < x->ndim; i++) C *= x->ne[i];
+    if (R == 0 || C < 16) return false;
+    colsum_job j = {d->data, x->data, R, C, t->op == KN_OP_MEAN ? 1.0f / (float)R : 1.0f};
+    int64_t chunks = (C + 255) / 256;     /* column blocks of 256 stay in L1 */
+    (void)chunks;
+    par_rows(colsum_rows, &j, C, R * C);
+    return true;
+}
+
 static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
     bool done = false;
     switch (e->node->op) {
+    case KN_OP_FILL: case KN_OP_ASSIGN: done = fast_fill_assign(e); break;
     case KN_OP_MATMUL: done = fast_matmul(e); break;
     case KN_OP_ADD: case KN_OP_SUB: case KN_OP_MUL: case KN_OP_DIV: done = fast_binary(e); break;
-    case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e); break;
+    case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e) || fast_reduce_leading(e); break;
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e) || kn_cpu_nn_fast(e); break;
     default:
