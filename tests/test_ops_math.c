@@ -319,13 +319,18 @@ static kn_tensor *b_big(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 10: return kn_div(ctx, in[0], kn_add_scalar(ctx, kn_abs(ctx, kn_slice(ctx, in[1], 1, 0, 1, 1)), 1));
     case 11: return kn_sum(ctx, in[0], 1, (int[]){0}, false);                     /* leading-axis reduction */
     case 12: return kn_mean(ctx, kn_reshape(ctx, in[0], 3, (int64_t[]){3, 100, 257}), 2, (int[]){0, 1}, true);
-    default: return kn_add(ctx, kn_zeros_like(ctx, in[0]), in[0]);                 /* fill */
+    case 13: return kn_add(ctx, kn_zeros_like(ctx, in[0]), in[0]);                 /* fill */
+    case 14: return kn_sub(ctx, kn_scalar(ctx, KN_F32, 1.5), in[0]);                /* scalar - tensor */
+    case 15: return kn_sub(ctx, in[2], in[0]);                                       /* row - tensor */
+    case 16: return kn_div(ctx, kn_slice(ctx, in[1], 1, 0, 1, 1), kn_add_scalar(ctx, kn_abs(ctx, in[0]), 1)); /* column / tensor */
+    case 17: return kn_mul(ctx, kn_transpose(ctx, kn_slice(ctx, in[1], 0, 0, 257, 1), 0, 1), kn_slice(ctx, in[0], 0, 0, 257, 1));
+    default: return kn_sub(ctx, kn_slice(ctx, in[0], 0, 0, 257, 1), kn_transpose(ctx, kn_slice(ctx, in[1], 0, 0, 257, 1), 0, 1));
     }
 }
 TEST(fast_paths_large_threaded) {
     kn_test_seed(6);
     kn_opin in[3] = {{2, {300, 257}, -2, 2}, {2, {300, 257}, -2, 2}, {1, {257}, -2, 2}};
-    for (int w = 0; w < 14; w++) {
+    for (int w = 0; w < 19; w++) {
         double e = kn_optest_backends(b_big, &w, 3, in);
         CHECK(e < 1e-5, "case %d: rel err %g", w, e);
     }

@@ -130,6 +130,81 @@ static void col_rows(void *p, int64_t r0, int64_t r1) {
     }
 }
 
+/* General f32 case: dst contiguous, each operand's last dim has stride 0 or
+ * 1 (full rows, rows broadcast from a row vector, columns, scalars); row
+ * offsets come from the outer strides. One loop per stride pair so the
+ * compiler vectorizes each. */
+typedef struct { kn_op op; float *y; const kn_tview *a, *b; int64_t len; } gen_job;
+static int64_t row_off(const kn_tview *v, int64_t r) {
+    int64_t o = 0;
+    for (int k = v->ndim - 2; k >= 0; k--) { o += (r % v->ne[k]) * v->st[k]; r /= v->ne[k]; }
+    return o;
+}
+#define GEN_LOOP(EXPR)                                                                            \
+    do {                                                                                          \
+        if (sa && sb) for (int64_t i = 0; i < L; i++) { float x = a[i], z = b[i]; y[i] = EXPR; }  \
+        else if (sa) { float z = b[0]; for (int64_t i = 0; i < L; i++) { float x = a[i]; y[i] = EXPR; } } \
+        else if (sb) { float x = a[0]; for (int64_t i = 0; i < L; i++) { float z = b[i]; y[i] = EXPR; } } \
+        else { float x = a[0], z = b[0], v = EXPR; for (int64_t i = 0; i < L; i++) y[i] = v; }   \
+    } while (0)
+static void gen_rows(void *p, int64_t r0, int64_t r1) {
+    gen_job *j = p;
+    int64_t L = j->len;
+    /* operands are broadcast to the output's shape: unit stride = a full row,
+     * stride 0 = one value repeated along the row */
+    bool sa = j->a->st[j->a->ndim - 1] == 1, sb = j->b->st[j->b->ndim - 1] == 1;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * L;
+        const float *a = (const float *)j->a->data + row_off(j->a, r), *b = (const float *)j->b->data + row_off(j->b, r);
+        switch (j->op) {
+        case KN_OP_ADD: GEN_LOOP(x + z); break;
+        case KN_OP_SUB: GEN_LOOP(x - z); break;
+        case KN_OP_MUL: GEN_LOOP(x * z); break;
+        default: GEN_LOOP(x / z); break;
+        }
+    }
+}
+/* 2-d with any operand strides (a transposed gradient in an optimizer
+ * update): 32 x 32 tiles keep both the row-major output and a column-major
+ * operand in cache. */
+typedef struct { kn_op op; float *y; const float *a, *b; int64_t R, C, a0, a1, b0, b1, tiles_c; } t2_job;
+static void t2_rows(void *p, int64_t t0, int64_t t1) {
+    t2_job *j = p;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r0 = (t / j->tiles_c) * 32, c0 = (t % j->tiles_c) * 32;
+        int64_t r1 = r0 + 32 < j->R ? r0 + 32 : j->R, c1 = c0 + 32 < j->C ? c0 + 32 : j->C;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t c = c0; c < c1; c++) {
+                float x = j->a[r * j->a0 + c * j->a1], z = j->b[r * j->b0 + c * j->b1], v;
+                switch (j->op) {
+                case KN_OP_ADD: v = x + z; break;
+                case KN_OP_SUB: v = x - z; break;
+                case KN_OP_MUL: v = x * z; break;
+                default: v = x / z; break;
+                }
+                j->y[r * j->C + c] = v;
+            }
+    }
+}
+
+static bool fast_binary_general(const kn_exec *e, const kn_tview *a, const kn_tview *b) {
+    const kn_tview *d = &e->dst;
+    if (d->ndim == 0) return false;
+    int64_t L = d->ne[d->ndim - 1], n = kn_tview_numel(d);
+    if (L == 0 || n == 0) return false;
+    int64_t la = a->st[a->ndim - 1], lb = b->st[b->ndim - 1];
+    if ((la != 0 && la != 1) || (lb != 0 && lb != 1)) {
+        if (d->ndim != 2) return false;
+        t2_job j = {e->node->op, d->data, a->data, b->data, d->ne[0], L, a->st[0], a->st[1], b->st[0], b->st[1], (L + 31) / 32};
+        int64_t tiles = ((d->ne[0] + 31) / 32) * j.tiles_c;
+        par_rows(t2_rows, &j, tiles, n);
+        return true;
+    }
+    gen_job j = {e->node->op, d->data, a, b, L};
+    par_rows(gen_rows, &j, n / L, n);
+    return true;
+}
+
 static bool fast_binary(const kn_exec *e) {
     kn_op op = e->node->op;
     if (op != KN_OP_ADD && op != KN_OP_SUB && op != KN_OP_MUL && op != KN_OP_DIV) return false;
@@ -140,7 +215,7 @@ static bool fast_binary(const kn_exec *e) {
     int64_t n = kn_tview_numel(d);
     if (!contig(&a)) {                          /* commutative ops: put the full operand first */
         if ((op == KN_OP_ADD || op == KN_OP_MUL) && contig(&b)) { kn_tview t = a; a = b; b = t; }
-        else return false;
+        else return fast_binary_general(e, &a, &b);
     }
     ew_job j = {EW_BIN_SAME, 0, op, d->data, a.data, b.data, 0, n, 0};
     if (contig(&b)) { par_rows(ew_rows, &j, (n + 4095) / 4096, n); return true; }
@@ -161,8 +236,8 @@ static bool fast_binary(const kn_exec *e) {
     int k = b.ndim;
     int64_t blen = 1;
     while (k > 0 && (b.st[k - 1] == blen || b.ne[k - 1] == 1)) { blen *= b.ne[k - 1]; k--; }
-    for (int i = 0; i < k; i++) if (b.st[i] != 0 && b.ne[i] != 1) return false;
-    if (blen < 16 || n % blen) return false;
+    for (int i = 0; i < k; i++) if (b.st[i] != 0 && b.ne[i] != 1) return fast_binary_general(e, &a, &b);
+    if (blen < 16 || n % blen) return fast_binary_general(e, &a, &b);
     j.kind = EW_BIN_ROW; j.blen = blen;
     par_rows(ew_rows, &j, n / blen, n);
     return true;
