@@ -39,6 +39,7 @@ static void usage(void) {
             "  bench -m MODEL                prefill and decode tokens/s (median of runs)\n"
             "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
             "  tokenize -m MODEL -p TEXT     print the token ids of TEXT\n"
+            "  train mnist|char|gpt2 ...     train a model (kiln train --help)\n"
             "options:\n"
             "  -m FILE        model: GGUF (llama), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face\n"
             "                 safetensors file/directory with config.json (Llama, GPT-2)\n"
