@@ -52,9 +52,13 @@ static void place(kn_llama2c *m, kn_llama2c_wid id, int n, int64_t rows, int64_t
     w->nbytes = (size_t)vbytes;
     w->layer_stride = (size_t)stride;
     uint64_t total = mul(stride, (uint64_t)n, ovf);
-    if (!*ovf && add(*off, total, ovf) <= m->size) {
+    /* pointers only into the file: with n == 0 copies `total` is 0 while
+     * vbytes may still be large, so check the scales' offset on its own */
+    uint64_t end = add(*off, total, ovf);      /* add() returns 0 on overflow: test ovf after it */
+    if (!*ovf && end <= m->size) {
         w->data = m->base + *off;
-        w->scales = q8 ? (const float *)(const void *)(m->base + *off + vbytes) : NULL;
+        bool scales_in = q8 && *off <= m->size && vbytes <= m->size - *off;
+        w->scales = scales_in ? (const float *)(const void *)(m->base + *off + vbytes) : NULL;
     }
     *off = add(*off, total, ovf);
 }
