@@ -45,7 +45,9 @@ for src in fuzz/fuzz_*.c; do
     [ -d "fuzz/corpus/$name" ] && seeds="fuzz/corpus/$name"
     echo "== $h: run ${T}s"
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-    "$OUT/$h" -max_total_time="$T" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
+    # a fixed seed (KN_FUZZ_SEED, default 1) makes a CI run repeatable: the
+    # same input sequence, cut off by the time limit
+    "$OUT/$h" -seed="${KN_FUZZ_SEED:-1}" -max_total_time="$T" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
         -artifact_prefix="$OUT/crashes/$name/" -print_final_stats=1 \
         "$OUT/corpus/$name" $seeds > "$OUT/$h.log" 2>&1
     rc=$?
