@@ -316,7 +316,9 @@ static bool fast_matmul_quant(const kn_exec *e) {
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
     if (a->st[1] != 1 || b->st[0] != 1 || d->st[1] != 1 || K % kn_dtype_get(b->dtype)->block_size) return false;
-    if (T >= QMM_GEMM_MIN_ROWS && matmul_dequant_sgemm(d, a, b)) return true;
+    /* KN_QMM_EXACT=1 keeps activations in f32 for every row count (slower
+     * decode; used to check the pipeline against float references) */
+    if ((T >= QMM_GEMM_MIN_ROWS || getenv("KN_QMM_EXACT")) && matmul_dequant_sgemm(d, a, b)) return true;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
     size_t xq_bytes = kn_dtype_nbytes(at, K);
     char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
@@ -331,7 +333,7 @@ static bool fast_matmul_quant(const kn_exec *e) {
 
 static bool fast_matmul(const kn_exec *e) {
     if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
-        return getenv("KN_QMM_EXACT") ? false : fast_matmul_quant(e);
+        return fast_matmul_quant(e);
     const kn_tview *d = &e->dst;
     if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
     int nb = d->ndim - 2;
