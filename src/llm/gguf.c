@@ -541,12 +541,7 @@ kn_status kn_gguf_open(const char *path, kn_gguf **out) {
     if (s != KN_OK) return s;
     kn_gguf *g = NULL;
     s = kn_gguf_open_memory(m->data, m->size, &g);
-    if (s != KN_OK) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", kn_last_error());
-        kn_mapfile_close(m);
-        return kn_set_error(s, "%s: %s", path, msg);
-    }
+    if (s != KN_OK) return kn_mapfile_fail(m, path, s);
     g->file = m;
     *out = g;
     return KN_OK;

@@ -206,12 +206,7 @@ kn_status kn_llama2c_open(const char *path, kn_llama2c **out) {
     if (s != KN_OK) return s;
     kn_llama2c *m = NULL;
     s = kn_llama2c_open_memory(f->data, f->size, &m);
-    if (s != KN_OK) {
-        char msg[900];
-        snprintf(msg, sizeof msg, "%s", kn_last_error());
-        kn_mapfile_close(f);
-        return kn_set_error(s, "%s: %s", path, msg);
-    }
+    if (s != KN_OK) return kn_mapfile_fail(f, path, s);
     m->file = f;
     *out = m;
     return KN_OK;

@@ -134,12 +134,7 @@ kn_status kn_llmc_gpt2_open(const char *path, kn_llmc_gpt2 **out) {
     if (s != KN_OK) return s;
     kn_llmc_gpt2 *m = NULL;
     s = kn_llmc_gpt2_open_memory(f->data, f->size, &m);
-    if (s != KN_OK) {
-        char msg[900];
-        snprintf(msg, sizeof msg, "%s", kn_last_error());
-        kn_mapfile_close(f);
-        return kn_set_error(s, "%s: %s", path, msg);
-    }
+    if (s != KN_OK) return kn_mapfile_fail(f, path, s);
     m->file = f;
     *out = m;
     return KN_OK;

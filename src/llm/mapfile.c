@@ -1,5 +1,6 @@
 /* mapfile.c: read-only file mapping with a read() fallback (see mapfile.h). */
 #include "llm/mapfile.h"
+#include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -78,4 +79,11 @@ void kn_mapfile_close(kn_mapfile *m) {
     if (m->mapped) munmap((void *)m->data, m->size);
     else free((void *)m->data);
     free(m);
+}
+
+kn_status kn_mapfile_fail(kn_mapfile *m, const char *path, kn_status s) {
+    char msg[900];
+    snprintf(msg, sizeof msg, "%s", kn_last_error());
+    kn_mapfile_close(m);
+    return kn_set_error(s, "%s: %s", path, msg);
 }

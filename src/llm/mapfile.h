@@ -24,4 +24,8 @@ typedef struct kn_mapfile {
  * message naming the path and the OS error; *out = NULL. */
 kn_status kn_mapfile_open(const char *path, kn_mapfile **out);
 void kn_mapfile_close(kn_mapfile *m);   /* NULL is a no-op */
+/* For readers that parse a mapped file: after a failed parse, close the
+ * mapping and return s with the file's path put in front of the parser's
+ * message ("model.gguf: tensor 'x' ..."). */
+kn_status kn_mapfile_fail(kn_mapfile *m, const char *path, kn_status s);
 #endif

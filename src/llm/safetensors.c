@@ -205,12 +205,7 @@ kn_status kn_safetensors_open(const char *path, kn_safetensors **out) {
     if (s != KN_OK) return s;
     kn_safetensors *st = NULL;
     s = kn_safetensors_open_memory(m->data, m->size, &st);
-    if (s != KN_OK) {
-        char msg[900];
-        snprintf(msg, sizeof msg, "%s", kn_last_error());
-        kn_mapfile_close(m);
-        return kn_set_error(s, "%s: %s", path, msg);
-    }
+    if (s != KN_OK) return kn_mapfile_fail(m, path, s);
     st->file = m;
     *out = st;
     return KN_OK;
