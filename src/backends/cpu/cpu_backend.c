@@ -415,16 +415,19 @@ static bool fast_softmax(const kn_exec *e) {
 }
 
 /* ---- copies and casts ---------------------------------------------------------------- */
-typedef struct { kn_dtype from, to; void *y; const void *x; } cast_job;
+typedef struct { kn_dtype from, to; void *y; const void *x; int64_t n; } cast_job;
+/* chunks of 4096 elements; the last one may be shorter */
 static void cast_rows(void *p, int64_t r0, int64_t r1) {
     cast_job *j = p;
-    int64_t o = r0 * 4096, n = r1 * 4096 - o;
-    if (j->from == KN_F32 && j->to == KN_F16) kn_vec_f32_to_f16((uint16_t *)j->y + o, (const float *)j->x + o, n);
-    else if (j->from == KN_F16 && j->to == KN_F32) kn_vec_f16_to_f32((float *)j->y + o, (const uint16_t *)j->x + o, n);
-    else if (j->from == KN_F32 && j->to == KN_BF16) kn_vec_f32_to_bf16((uint16_t *)j->y + o, (const float *)j->x + o, n);
-    else if (j->from == KN_BF16 && j->to == KN_F32) kn_vec_bf16_to_f32((float *)j->y + o, (const uint16_t *)j->x + o, n);
-    else memcpy((char *)j->y + o * (int64_t)kn_dtype_get(j->to)->type_size,
-                (const char *)j->x + o * (int64_t)kn_dtype_get(j->to)->type_size, (size_t)n * kn_dtype_get(j->to)->type_size);
+    int64_t o = r0 * 4096, n = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    size_t es = kn_dtype_get(j->to)->type_size, xs = kn_dtype_get(j->from)->type_size;
+    void *y = (char *)j->y + o * (int64_t)es;
+    const void *x = (const char *)j->x + o * (int64_t)xs;
+    if (j->from == j->to) memcpy(y, x, (size_t)n * es);
+    else if (j->from == KN_F32 && j->to == KN_F16) kn_vec_f32_to_f16(y, x, n);
+    else if (j->from == KN_F16) kn_vec_f16_to_f32(y, x, n);
+    else if (j->from == KN_F32) kn_vec_f32_to_bf16(y, x, n);
+    else kn_vec_bf16_to_f32(y, x, n);
 }
 static bool fast_copy(const kn_exec *e) {
     const kn_tview *x = &e->src[0], *d = &e->dst;
@@ -434,20 +437,8 @@ static bool fast_copy(const kn_exec *e) {
               (d->dtype == KN_F32 && (x->dtype == KN_F16 || x->dtype == KN_BF16));
     if (!ok || kn_dtype_get(x->dtype)->is_quant) return false;
     int64_t n = kn_tview_numel(d);
-    if (n % 4096) {                    /* the tail goes first, serially */
-        int64_t o = n - n % 4096;
-        cast_job t = {x->dtype, d->dtype, (char *)d->data + o * (int64_t)kn_dtype_get(d->dtype)->type_size,
-                      (const char *)x->data + o * (int64_t)kn_dtype_get(x->dtype)->type_size};
-        /* reuse cast_rows for one partial chunk by shifting bases */
-        int64_t tail = n % 4096;
-        if (t.from == t.to) memcpy(t.y, t.x, (size_t)tail * kn_dtype_get(t.to)->type_size);
-        else if (t.from == KN_F32 && t.to == KN_F16) kn_vec_f32_to_f16(t.y, t.x, tail);
-        else if (t.from == KN_F16) kn_vec_f16_to_f32(t.y, t.x, tail);
-        else if (t.from == KN_F32) kn_vec_f32_to_bf16(t.y, t.x, tail);
-        else kn_vec_bf16_to_f32(t.y, t.x, tail);
-    }
-    cast_job j = {x->dtype, d->dtype, d->data, x->data};
-    par_rows(cast_rows, &j, n / 4096, n);
+    cast_job j = {x->dtype, d->dtype, d->data, x->data, n};
+    par_rows(cast_rows, &j, (n + 4095) / 4096, n);
     return true;
 }
 
@@ -501,8 +492,6 @@ static bool fast_reduce_leading(const kn_exec *e) {
     for (int i = k; i < x->ndim; i++) C *= x->ne[i];
     if (R == 0 || C < 16) return false;
     colsum_job j = {d->data, x->data, R, C, t->op == KN_OP_MEAN ? 1.0f / (float)R : 1.0f};
-    int64_t chunks = (C + 255) / 256;     /* column blocks of 256 stay in L1 */
-    (void)chunks;
     par_rows(colsum_rows, &j, C, R * C);
     return true;
 }
