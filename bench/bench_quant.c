@@ -1,7 +1,8 @@
 /* bench_quant.c: quantized matrix-vector product speed vs memory bandwidth.
  *
  * For each weight type: y = W x with W 4096 x 4096 (kn_quant_matvec_rows, the
- * activation already quantized to the vec_dot type, as in decoding), on 1 and
+ * activation already quantized to the vec_dot type, as in decoding; then
+ * the same with 16-bit (Q16) activations, the default of the matmuls), on 1 and
  * 2 threads (plain pthreads, rows split in halves, a barrier after each
  * product like a decoding step). W is cycled through enough copies to fill
  * KN_BENCH_MB (default 512) MiB, so weights stream from DRAM rather than
@@ -37,6 +38,7 @@ typedef struct {
     kn_dtype t;
     char *W; size_t mat_bytes, row_bytes; int ncopies, iters;
     const void *a; float *y;
+    kn_vec_dot_fn dot;     /* Q16 activations: this dot; NULL: the 8-bit partner */
     char *buf, *dst; size_t buf_bytes;
     int nthreads;
     pthread_barrier_t bar;
@@ -54,7 +56,8 @@ static void *worker(void *p) {
         int64_t r0 = (int64_t)ROWS * id / T, r1 = (int64_t)ROWS * (id + 1) / T;
         for (int it = 0; it < j->iters; it++) {
             const char *M = j->W + (size_t)(it % j->ncopies) * j->mat_bytes;
-            kn_quant_matvec_rows(j->t, COLS, M, j->row_bytes, j->a, j->y, r0, r1);
+            if (j->dot) for (int64_t r = r0; r < r1; r++) j->y[r] = j->dot(COLS, M + (size_t)r * j->row_bytes, j->a);
+            else kn_quant_matvec_rows(j->t, COLS, M, j->row_bytes, j->a, j->y, r0, r1);
             pthread_barrier_wait(&j->bar);
         }
     } else {
@@ -142,20 +145,25 @@ int main(void) {
     float *x = malloc(sizeof(float) * COLS), *y = malloc(sizeof(float) * ROWS);
     float *src = malloc(sizeof(float) * COLS);
     for (int i = 0; i < COLS; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        kn_dtype t = types[k], at = kn_quant_vec_dot_type(t);
+    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
+        kn_dtype t = types[k / 2];
+        bool q16 = k & 1;                       /* each type with 8-bit, then 16-bit activations */
+        kn_vec_dot_fn dot = q16 ? kn_quant_q16_dot(t) : NULL;
+        if (q16 && !dot) continue;
+        kn_dtype at = kn_quant_vec_dot_type(t);
         job j; memset(&j, 0, sizeof j);
-        j.t = t; j.row_bytes = kn_dtype_nbytes(t, COLS); j.mat_bytes = j.row_bytes * ROWS;
+        j.t = t; j.dot = dot; j.row_bytes = kn_dtype_nbytes(t, COLS); j.mat_bytes = j.row_bytes * ROWS;
         j.ncopies = (int)(ws / j.mat_bytes); if (j.ncopies < 1) j.ncopies = 1;
         j.W = malloc(j.mat_bytes * (size_t)j.ncopies);
-        void *a = malloc(kn_dtype_nbytes(at, COLS));
+        void *a = malloc(q16 ? kn_quant_q16_nbytes(COLS) : kn_dtype_nbytes(at, COLS));
         if (!j.W || !a) { fprintf(stderr, "bench_quant: out of memory; set KN_BENCH_MB lower\n"); return 1; }
         for (int r = 0; r < ROWS; r++) {   /* deterministic pseudo-random weights */
             for (int i = 0; i < COLS; i++) src[i] = (float)(((unsigned)(r * 2654435761u + i * 40503u) >> 8) % 2001) / 1000.0f - 1.0f;
             if (kn_quantize_row(t, src, j.W + (size_t)r * j.row_bytes, COLS) != KN_OK) { fprintf(stderr, "%s\n", kn_last_error()); return 1; }
         }
         for (int c = 1; c < j.ncopies; c++) memcpy(j.W + (size_t)c * j.mat_bytes, j.W, j.mat_bytes);
-        kn_quantize_row(at, x, a, COLS);
+        if (q16) kn_quantize_q16(x, a, COLS);
+        else kn_quantize_row(at, x, a, COLS);
         j.a = a; j.y = y;
         j.kind = 0;
         /* hot: one copy, re-read */
@@ -166,7 +174,8 @@ int main(void) {
         paired(&j, &bj, 1, reps, &s1, &r1);
         paired(&j, &bj, 2, reps, &s2, &r2);
         double g1 = (double)j.mat_bytes / s1 / 1e9, g2 = (double)j.mat_bytes / s2 / 1e9;
-        printf("| %s | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f%% | %.2f | %.1f | %.1f | %.0f%% |\n", kn_dtype_name(t),
+        printf("| %s%s | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f%% | %.2f | %.1f | %.1f | %.0f%% |\n", kn_dtype_name(t),
+               q16 ? " x q16" : kn_dtype_get(t)->is_quant ? " x q8" : "",
                (double)j.mat_bytes / (1 << 20), hot, s1 * 1e3, g1, r1, 100 * g1 / r1, s2 * 1e3, g2, r2, 100 * g2 / r2);
         fflush(stdout);
         free(j.W); free(a);

@@ -7,6 +7,8 @@
  *   dequantize-both-then-sum-in-double, on quantized and raw random blocks,
  *   and against the f32 activation within the activation-quantization bound;
  * - matvec_rows against per-row vec_dot with odd row ranges and strides;
+ * - Q16 (16-bit) activations: quantizer bounds, every dot against the same
+ *   double reference and the f32-activation bound;
  * - bad arguments give a status / NaN and a message, not a crash.
  */
 #include "kn_test.h"
@@ -401,6 +403,94 @@ TEST(vec_dot_paths_agree) {
         CHECK(bad == 0, "%s: %d mismatches", kn_dtype_name(t), bad);
         free(w); free(a); free(x);
     }
+}
+
+/* ---- Q16 activations ------------------------------------------------------- */
+
+static const kn_dtype Q16TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+#define NQ16 (int)(sizeof Q16TYPES / sizeof Q16TYPES[0])
+
+TEST(q16_quantize_bounds_and_sums) {
+    kn_test_seed(21);
+    int64_t n = 1024;
+    float *x = malloc(n * sizeof *x);
+    kn_block_q16 *y = malloc(kn_quant_q16_nbytes(n));
+    REQUIRE(x && y && kn_quant_q16_nbytes(n) == 32 * sizeof(kn_block_q16), "oom / size");
+    fill_signal(x, n);
+    REQUIRE(kn_quantize_q16(x, y, n) == KN_OK, "%s", kn_last_error());
+    int bad = 0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0; long sum = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        for (int j = 0; j < 32; j++) {
+            sum += y[b].qs[j];
+            bad += y[b].qs[j] < -32767 || fabsf(x[32 * b + j] - y[b].d * y[b].qs[j]) > y[b].d * 0.5f * (1 + 1e-5f) + 1e-30f;
+        }
+        bad += fabsf(y[b].d - amax / 32767) > 1e-7f * amax;
+        bad += fabsf(y[b].s - y[b].d * (float)sum) > 1e-6f * fabsf(y[b].d) * 32 * 32767;
+    }
+    CHECK(bad == 0, "%d quants / scales / sums off", bad);
+    /* the SIMD quantizer (when this CPU runs one) is bit-identical to the scalar */
+    kn_block_q16 *z = malloc(kn_quant_q16_nbytes(n));
+    kn_quant_force_isa(KN_ISA_SCALAR);
+    REQUIRE(z && kn_quantize_q16(x, z, n) == KN_OK, "scalar quantize");
+    kn_quant_force_isa(-1);
+    CHECK(!memcmp(y, z, kn_quant_q16_nbytes(n)), "SIMD and scalar Q16 quants differ");
+    free(z);
+    x[37] = NAN;
+    CHECK(kn_quantize_q16(x, y, n) == KN_ERR_INVALID && strstr(kn_last_error(), "x[37]"), "NaN rejected: %s", kn_last_error());
+    CHECK(kn_quantize_q16(x, y, 33) == KN_ERR_INVALID, "n not a multiple of 32 rejected");
+    free(x); free(y);
+}
+
+/* Every Q16 dot this CPU has, scalar and SIMD, against the weights and the
+ * activation quants dequantized and summed in double, and against the f32
+ * activations within the quantization bound sum |w| * d / 2. */
+static void check_q16(kn_dtype t, int64_t n, int raw) {
+    void *w = malloc(kn_dtype_nbytes(t, n));
+    kn_block_q16 *a = malloc(kn_quant_q16_nbytes(n));
+    float *x = malloc(n * sizeof *x), *wf = malloc(n * sizeof *wf);
+    if (!w || !a || !x || !wf) { CHECK(0, "oom"); return; }
+    fill_signal(x, n);
+    if (raw) fill_raw(t, w, n);
+    else {
+        for (int64_t i = 0; i < n; i++) wf[i] = (float)kn_test_uniform(-1, 1);
+        kn_quantize_row(t, wf, w, n);
+    }
+    kn_quantize_q16(x, a, n);
+    kn_dequantize_row(t, w, wf, n);
+    double ref = 0, abs_sum = 0, exact = 0, bound = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double av = (double)a[i / 32].d * a[i / 32].qs[i % 32];
+        ref += wf[i] * av; abs_sum += fabs(wf[i] * av);
+        exact += (double)wf[i] * x[i];
+        bound += fabs((double)wf[i]) * a[i / 32].d * 0.5;
+    }
+    double tol = 1e-5 * abs_sum + 1e-30;
+    kn_vec_dot_fn fs = kn_quant_q16_dot_scalar(t);
+    REQUIRE(fs, "%s: no scalar q16 dot", kn_dtype_name(t));
+    float s = fs(n, w, a);
+    CHECK(fabs(s - ref) <= tol, "%s scalar n=%lld raw=%d: %.9g vs ref %.9g (tol %.3g)", kn_dtype_name(t), (long long)n, raw, s, ref, tol);
+    CHECK(fabs(s - exact) <= bound + tol, "%s: %.9g vs f32 activations %.9g beyond %.3g", kn_dtype_name(t), s, exact, bound + tol);
+    if (kn_cpu()->isa >= KN_ISA_AVX2) {
+        kn_vec_dot_fn fv = kn_quant_q16_dot(t);
+        CHECK(fv != NULL, "%s: no SIMD q16 dot", kn_dtype_name(t));
+        float v = fv ? fv(n, w, a) : NAN;
+        CHECK(fabs(v - ref) <= tol, "%s simd n=%lld raw=%d: %.9g vs ref %.9g (tol %.3g)", kn_dtype_name(t), (long long)n, raw, v, ref, tol);
+    }
+    free(w); free(a); free(x); free(wf);
+}
+
+TEST(q16_dots_match_reference) {
+    kn_test_seed(22);
+    for (int k = 0; k < NQ16; k++) {
+        kn_dtype t = Q16TYPES[k];
+        int64_t bs = bsize(t);
+        int64_t ns[] = {bs, 7 * bs, (4096 / bs) * bs + bs};
+        for (int i = 0; i < 3; i++) { check_q16(t, ns[i], 0); check_q16(t, ns[i], 1); }
+        for (int rep = 0; rep < 50; rep++) check_q16(t, 2 * bs, 1);
+    }
+    CHECK(kn_quant_q16_dot(KN_F32) == NULL && kn_quant_q16_dot_scalar(KN_F16) == NULL, "float weights have no q16 dot");
 }
 
 /* ---- matvec ---------------------------------------------------------------- */

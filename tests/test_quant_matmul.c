@@ -1,8 +1,9 @@
 /* test_quant_matmul.c: matmul with a quantized right operand (the LLM's
  * linear layers: y = x @ W^T with W in GGUF blocks), on the fast CPU backend
  * against the reference (which dequantizes W and multiplies in double).
- * Few rows take the 8-bit activation dot path (error ~1e-2 from rounding the
- * activations), many rows the dequantize + SGEMM path (f32-exact). */
+ * Few rows take an activation-quantizing dot path: Q16 (error ~1e-5) or the
+ * 8-bit partner (~1e-2), per KN_QMM_ACT, forced here through every mode; many
+ * rows (and mode f32) the dequantize + SGEMM path (f32-exact). */
 #include "kn_test.h"
 #include "kiln.h"
 #include "llm/quant.h"
@@ -33,15 +34,20 @@ TEST(quantized_matmul_both_paths_vs_reference) {
         void *wq = malloc(kn_dtype_nbytes(t, N * K));
         for (int64_t r = 0; r < N; r++)
             REQUIRE(kn_quantize_row(t, w + r * K, (char *)wq + kn_dtype_nbytes(t, K) * r, K) == KN_OK, "%s", kn_last_error());
+        for (int mode = KN_QACT_AUTO; mode <= KN_QACT_F32; mode++)
         for (size_t ri = 0; ri < 3; ri++) {
             int64_t T = rows[ri];
+            kn_quant_force_act_mode(mode);
             REQUIRE(run(kn_backend_ref(), t, T, N, K, x, wq, ref) == KN_OK, "ref %s: %s", kn_dtype_name(t), kn_last_error());
             REQUIRE(run(kn_backend_cpu(), t, T, N, K, x, wq, got) == KN_OK, "cpu %s: %s", kn_dtype_name(t), kn_last_error());
             double num = 0, den = 0;
             for (int64_t i = 0; i < T * N; i++) { num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i]; }
             double e = sqrt(num / den);
-            bool exact = T >= 32 || t == KN_F16 || t == KN_BF16;   /* float activations */
-            CHECK(e < (exact ? 1e-5 : 2e-2), "%s T=%lld: rel err %.3g", kn_dtype_name(t), (long long)T, e);
+            bool exact = T >= 32 || t == KN_F16 || t == KN_BF16 || mode == KN_QACT_F32;   /* float activations */
+            bool q16 = kn_quant_act_q16_dot(t) != NULL;
+            double tol = exact ? 1e-5 : q16 ? 1e-4 : 2e-2;
+            CHECK(e < tol, "%s T=%lld mode %d: rel err %.3g (tol %.3g)", kn_dtype_name(t), (long long)T, mode, e, tol);
+            kn_quant_force_act_mode(-1);
         }
         free(wq);
     }

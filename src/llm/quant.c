@@ -526,7 +526,7 @@ int kn_quant_isa(void) {
     return isa;
 }
 
-static kn_vec_dot_fn pick_dot(kn_dtype t) {
+kn_vec_dot_fn kn_quant_dot_fn(kn_dtype t) {
     kn_vec_dot_fn f = NULL;
     int isa = kn_quant_isa();
     (void)isa;
@@ -625,7 +625,7 @@ kn_status kn_quantize_row(kn_dtype t, const float *src, void *dst, int64_t n) {
 
 float kn_quant_vec_dot(kn_dtype t, int64_t n, const void *w, const void *a) {
     if (check_row("kn_quant_vec_dot", t, n, w, a)) return NAN;
-    kn_vec_dot_fn f = pick_dot(t);
+    kn_vec_dot_fn f = kn_quant_dot_fn(t);
     if (!f) {
         kn_set_error(KN_ERR_UNSUPPORTED, "kn_quant_vec_dot: no dot product for dtype %s; "
                      "convert the weights to f32/f16/bf16 or a block-quantized type", kn_dtype_name(t));
@@ -643,7 +643,7 @@ void kn_quant_matvec_rows(kn_dtype t, int64_t n, const void *W, size_t row_bytes
     }
     kn_vec_dot_fn f = NULL;
     if (!check_row("kn_quant_matvec_rows", t, n, W, a)) {
-        f = pick_dot(t);
+        f = kn_quant_dot_fn(t);
         if (!f)
             kn_set_error(KN_ERR_UNSUPPORTED, "kn_quant_matvec_rows: no dot product for dtype %s; "
                          "convert the weights to a supported type", kn_dtype_name(t));

@@ -93,6 +93,9 @@ _Static_assert(sizeof(kn_block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(kn_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(kn_block_q8_K) == 292, "q8_K layout");
 
+/* A dot of n elements (a multiple of the block size): weight row w, activations a. */
+typedef float (*kn_vec_dot_fn)(int64_t n, const void *w, const void *a);
+
 /* ---- public (to the rest of kiln) ------------------------------------------ */
 
 /* Dequantize n elements (multiple of the block size) of type t to f32. Also
@@ -116,6 +119,8 @@ float kn_quant_vec_dot(kn_dtype t, int64_t n, const void *w, const void *a);
  * range itself is valid). */
 void kn_quant_matvec_rows(kn_dtype t, int64_t n, const void *W, size_t row_bytes,
                           const void *a, float *y, int64_t r0, int64_t r1);
+/* The dot kn_quant_vec_dot uses for weight type t on this CPU, NULL if none. */
+kn_vec_dot_fn kn_quant_dot_fn(kn_dtype t);
 /* Internal, for tests: force a path (KN_ISA_SCALAR/AVX2/AVX512 from
  * src/core/cpu.h), capped at what kn_cpu() allows; -1 = auto. Not thread-safe
  * against concurrent dots: set it before starting work. */
@@ -126,14 +131,55 @@ int kn_quant_isa(void);
  * (runs the vpmaddubsw AVX-512 variants); 0 = auto. */
 void kn_quant_force_no_vnni(int on);
 
+
+/* ---- 16-bit activations (quant16.c) ------------------------------------------
+ * The default partner of every block-quantized weight type in the matmuls:
+ * 8-bit activation quants (above, as llama.cpp does) round each element by
+ * up to amax/254 of its block, which on SmolLM2 moves logits enough to flip
+ * near ties within a few greedy steps; 16-bit quants round by amax/65534 and
+ * cost about the same in the AVX2 kernels (weights widen to int16 and go
+ * through vpmaddwd instead of vpmaddubsw). One block per 32 activations; the
+ * K types (256-element super-blocks) read 8 consecutive blocks.               */
+typedef struct { float d, s; int16_t qs[KN_QK]; } kn_block_q16;
+/* x[j] ~ d * qs[j], qs in [-32767, 32767]; s = d * sum(qs)                      */
+_Static_assert(sizeof(kn_block_q16) == 72, "q16 layout");
+
+/* Which activations the CPU matmuls pair with quantized weights, from
+ * KN_QMM_ACT: auto (default) = Q16 for the 32-element block types (their Q16
+ * dots run as fast as the 8-bit ones) and the 8-bit partner for the K types
+ * (whose Q16 dots are 1.5-2.4x slower); q16 = Q16 for every type; q8 = the
+ * 8-bit partners (llama.cpp's choice); f32 = weights dequantized and SGEMM
+ * (exact, slow for one row; KN_QMM_EXACT=1 is a synonym). Read once. */
+typedef enum { KN_QACT_AUTO, KN_QACT_Q8, KN_QACT_Q16, KN_QACT_F32 } kn_qact;
+kn_qact kn_quant_act_mode(void);
+/* The Q16 dot the current mode picks for weight type t, NULL where it picks
+ * the 8-bit partner (or f32). */
+kn_vec_dot_fn kn_quant_act_q16_dot(kn_dtype t);
+/* Internal, for tests: force a mode (-1 = back to the environment's). */
+void kn_quant_force_act_mode(int mode);
+/* Bytes of the Q16 form of n activations (n a multiple of 32). */
+size_t kn_quant_q16_nbytes(int64_t n);
+/* Quantize n floats (a multiple of 32, all finite: checked) to Q16. */
+kn_status kn_quantize_q16(const float *x, kn_block_q16 *y, int64_t n);
+/* The dot of weight type t with Q16 activations on this CPU: the SIMD kernel
+ * where one exists, the scalar one on a CPU without AVX2, and NULL where a
+ * SIMD CPU has no Q16 kernel for t (callers then use the 8-bit partner, which
+ * is faster than the scalar Q16 dot). */
+kn_vec_dot_fn kn_quant_q16_dot(kn_dtype t);
+/* The scalar Q16 dot (the oracle of the SIMD ones; any quantized t), or NULL. */
+kn_vec_dot_fn kn_quant_q16_dot_scalar(kn_dtype t);
+
 /* ---- kernels (internal) -----------------------------------------------------
  * All take n a multiple of the block size (checked by the callers above).     */
-typedef float (*kn_vec_dot_fn)(int64_t n, const void *w, const void *a);
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(KN_NO_X86)
 #define KN_QUANT_X86 1
 /* quant_avx2.c: entry for type t, NULL if there is no AVX2 kernel. */
 kn_vec_dot_fn kn_quant_avx2_dot(kn_dtype t);
+/* quant16_avx2.c: Q16 dot for weight type t, NULL if there is none. */
+kn_vec_dot_fn kn_quant_q16_avx2_dot(kn_dtype t);
+/* AVX2 Q16 quantizer (bit-identical to the scalar one); false on a non-finite x. */
+bool kn_quant_q16_avx2(const float *x, kn_block_q16 *y, int64_t nb);
 /* AVX2 activation quantizers, bit-identical to the scalar quant_q8_0/q8_1:
  * nb blocks of 32 floats (all finite: checked by the caller). */
 void kn_quant_q8_0_avx2(const float *x, void *y, int64_t nb);

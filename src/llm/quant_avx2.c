@@ -8,26 +8,10 @@
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
 #include "core/fp16.h"      /* defines: kn_bf16_to_fp32 */
+#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, hsum_epi32, bits32, load256 */
 #include <immintrin.h>
 #include <string.h>
 
-/* scale fields: one F16C conversion (vcvtph2ps) instead of the software one */
-#define F16(x) _cvtsh_ss(x)
-
-/* ---- helpers ------------------------------------------------------------- */
-
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-static inline int hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
 /* u8 x s8, groups of 4 -> 8 x s32. */
 static inline __m256i dot_us(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
@@ -36,23 +20,6 @@ static inline __m256i dot_us(__m256i u, __m256i s) {
 static inline __m256i dot_ss(__m256i w, __m256i a) {
     return dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
-/* 16 packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high. */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(15));
-}
-/* 32 bits (little-endian) -> 32 bytes, 0xff where bit i is set. */
-static inline __m256i bits32(const uint8_t *p) {
-    uint32_t v; memcpy(&v, p, 4);
-    __m256i x = _mm256_set1_epi32((int)v);
-    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000LL, 0x0101010101010101LL,
-                                            0x0202020202020202LL, 0x0303030303030303LL);
-    x = _mm256_shuffle_epi8(x, shuf);                     /* byte i = byte i/8 of v */
-    const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(x, m), m);
-}
-static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 /* Two adjacent fp16 fields (d, m of Q4_1/Q5_1; d, s of Q8_1) -> lanes 0, 1. */
 static inline __m128 f16x2(const uint16_t *p) {
     int v; memcpy(&v, p, 4);

@@ -262,10 +262,11 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
 
 /* Quantized right operand: y[t, n] = dot(W row n, x row t). W is stored as
  * rows of K elements (the view is W^T: unit stride along K). The activation
- * rows are quantized once to the weight type's dot partner, then threads
- * split the weight rows, so each weight row is read once per call. */
+ * rows are quantized once (to Q16, or to the weight type's 8-bit partner:
+ * llm/quant.h), then threads split the weight rows, so each weight row is
+ * read once per call. */
 typedef struct {
-    kn_dtype wt; const char *W; size_t row_bytes; int64_t K, N, T;
+    kn_vec_dot_fn dot; const char *W; size_t row_bytes; int64_t K, N, T;
     const char *xq; size_t xq_bytes; float *C; int64_t ldc;
 } qmm_job;
 static void qmm_rows(void *p, int64_t r0, int64_t r1) {
@@ -273,16 +274,22 @@ static void qmm_rows(void *p, int64_t r0, int64_t r1) {
     /* blocks of 16 weight rows stay in cache while every token visits them */
     for (int64_t n0 = r0; n0 < r1; n0 += 16) {
         int64_t n1 = n0 + 16 < r1 ? n0 + 16 : r1;
-        for (int64_t t = 0; t < j->T; t++)
-            kn_quant_matvec_rows(j->wt, j->K, j->W, j->row_bytes, j->xq + t * j->xq_bytes, j->C + t * j->ldc, n0, n1);
+        for (int64_t t = 0; t < j->T; t++) {
+            const char *x = j->xq + t * j->xq_bytes;
+            float *y = j->C + t * j->ldc;
+            /* no software prefetch: measured slower than the hardware prefetchers */
+            for (int64_t n = n0; n < n1; n++) y[n] = j->dot(j->K, j->W + (size_t)n * j->row_bytes, x);
+        }
     }
 }
-typedef struct { kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; } qx_job;
+typedef struct { bool q16; kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; } qx_job;
 static void qx_rows(void *p, int64_t r0, int64_t r1) {
     qx_job *j = p;
     for (int64_t t = r0; t < r1; t++) {
-        if (j->at == KN_F32) memcpy(j->xq + t * j->xq_bytes, j->x + t * j->lda, (size_t)j->K * 4);
-        else kn_quantize_row(j->at, j->x + t * j->lda, j->xq + t * j->xq_bytes, j->K);
+        char *y = j->xq + t * j->xq_bytes;
+        if (j->q16) kn_quantize_q16(j->x + t * j->lda, (kn_block_q16 *)y, j->K);
+        else if (j->at == KN_F32) memcpy(y, j->x + t * j->lda, (size_t)j->K * 4);
+        else kn_quantize_row(j->at, j->x + t * j->lda, y, j->K);
     }
 }
 /* Many activation rows (prefill): dequantizing each weight row once and
@@ -316,16 +323,21 @@ static bool fast_matmul_quant(const kn_exec *e) {
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
     if (a->st[1] != 1 || b->st[0] != 1 || d->st[1] != 1 || K % kn_dtype_get(b->dtype)->block_size) return false;
-    /* KN_QMM_EXACT=1 keeps activations in f32 for every row count (slower
-     * decode; used to check the pipeline against float references) */
-    if ((T >= QMM_GEMM_MIN_ROWS || getenv("KN_QMM_EXACT")) && matmul_dequant_sgemm(d, a, b)) return true;
+    /* KN_QMM_ACT=f32 (or KN_QMM_EXACT=1) keeps activations in f32 at every
+     * row count (slow decode; checks the pipeline against float references) */
+    kn_qact mode = kn_quant_act_mode();
+    if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b)) return true;
+    kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
+    bool q16 = dot != NULL;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
-    size_t xq_bytes = kn_dtype_nbytes(at, K);
+    if (!dot) dot = kn_quant_dot_fn(b->dtype);
+    if (!dot) return false;
+    size_t xq_bytes = q16 ? kn_quant_q16_nbytes(K) : kn_dtype_nbytes(at, K);
     char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
     if (!xq) return false;
-    qx_job qj = {at, a->data, a->st[0], K, xq, xq_bytes};
+    qx_job qj = {q16, at, a->data, a->st[0], K, xq, xq_bytes};
     par_rows(qx_rows, &qj, T, T * K);
-    qmm_job j = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0]};
+    qmm_job j = {dot, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0]};
     par_rows(qmm_rows, &j, N, N * K * (T ? T : 1));
     free(xq);
     return true;
