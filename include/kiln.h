@@ -343,6 +343,12 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
 /* x [..., T, D]: rotates the first n_rot dims of D by position pos[t] (i32 [T]);
  * neox=false rotates interleaved pairs (llama2.c/GGUF llama), true rotates halves. */
 kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale);
+/* kn_rope with per-pair frequency divisors ff [n_rot/2] (float, not
+ * differentiated): angle(t, i) = pos[t] * freq_scale * theta^(-2i/n_rot) / ff[i].
+ * This is how Llama 3 and YaRN context scaling enter (GGUF rope_freqs.weight,
+ * or factors computed from a Hugging Face rope_scaling); ff = NULL is kn_rope. */
+kn_tensor *kn_rope_ff(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale,
+                      kn_tensor *ff);
 
 /* ---- autograd ----------------------------------------------------------------- */
 void kn_set_requires_grad(kn_tensor *t, bool on);

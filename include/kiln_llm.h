@@ -39,6 +39,8 @@ typedef struct kn_model_config {
     int n_rot;              /* rotated dims per head                     */
     double rope_theta, rope_freq_scale, norm_eps;
     bool rope_neox;         /* rotate halves (true) or interleaved pairs */
+    char rope_scaling[8];   /* "", "linear", "llama3" or "yarn"          */
+    double attn_scale;      /* sdpa logit scale; 0 = 1/sqrt(head_dim)    */
                             /* GPT-2: no rope (n_rot 0), learned positions, LayerNorm */
     bool tied_output;       /* output matrix is the token embedding      */
     kn_dtype weight_type;   /* dtype of most matrices                    */

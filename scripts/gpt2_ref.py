@@ -24,6 +24,12 @@ Models:
     5 post_attention_layernorm, 6 gate, 7 up, 8 down):
     L 2, C 32, H 4, Hkv 2, D 8, F 64, V 64, rms eps 1e-5, rope_theta 10000,
     rope_scaling linear factor 2, untied lm_head. HF rotary: rotate halves.
+    The same weights with rope_scaling llama3 (factor 8, low/high_freq_factor
+    1/4, original_max_position_embeddings 64) and yarn (factor 4, original 64,
+    beta_fast/slow defaults): gpt2_hfllama_llama3.ref, gpt2_hfllama_yarn.ref.
+    Their inverse frequencies and attention factor come from Hugging Face
+    transformers' own rope functions (ROPE_INIT_FUNCTIONS), not from a
+    re-derivation, so the C side is checked against the definition.
 
 The forward runs in float64 on the whole sequence (no KV cache); greedy
 decoding re-runs the full sequence each step.
@@ -33,6 +39,7 @@ Fixture format: the KNLR version 2 format of scripts/llm_ref.py (magic
 i32 prompt, i32 greedy, f32 margin, f32 logits[rows][V]).
 
 usage: . scripts/torch_env.sh; python3 scripts/gpt2_ref.py   (writes tests/fixtures/gpt2_*.ref)
+needs: torch, numpy, transformers (pip install transformers)
 """
 import math, struct, sys
 import numpy as np
@@ -141,13 +148,27 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
+def hf_rope(c, scaling):
+    """(inverse frequencies [D/2] float64, attention factor) from transformers."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cfg = LlamaConfig(hidden_size=c["C"], num_attention_heads=c["H"], num_key_value_heads=c["Hkv"],
+                      rope_theta=c["theta"], max_position_embeddings=1024, rope_scaling=scaling)
+    inv, af = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](cfg, "cpu")
+    return inv.to(torch.float64), float(af)
+
+
 def llama_forward(P, c, ids):
     T, H, Hkv, D = len(ids), c["H"], c["Hkv"], c["D"]
-    inv = 1.0 / (c["theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-    t = torch.arange(T, dtype=torch.float64) / c["factor"]          # linear rope scaling
+    if "inv" in c:                                                   # llama3 / yarn (hf_rope)
+        inv, af = c["inv"], c["af"]
+        t = torch.arange(T, dtype=torch.float64)
+    else:
+        inv, af = 1.0 / (c["theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D)), 1.0
+        t = torch.arange(T, dtype=torch.float64) / c["factor"]      # linear rope scaling
     fr = torch.outer(t, inv)
     emb = torch.cat([fr, fr], dim=-1)
-    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+    cos, sin = emb.cos()[:, None, :] * af, emb.sin()[:, None, :] * af   # HF scales cos/sin by af
 
     def rms(x, w):
         return x / torch.sqrt((x * x).mean(-1, keepdim=True) + c["eps"]) * w
@@ -193,6 +214,14 @@ def main():
     Q = llama_params(LL)
     write_ref(f"{out}/gpt2_hfllama.ref", lambda ids: llama_forward(Q, LL, ids), LL["V"],
               [[1, 7, 33, 12, 50, 2, 63, 8, 19], [4, 5, 6, 7]], 10)
+    for name, scaling in [("llama3", dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                          original_max_position_embeddings=64)),
+                          ("yarn", dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=64))]:
+        c = dict(LL)
+        c["inv"], c["af"] = hf_rope(c, scaling)
+        print(name, "inv_freq", c["inv"].tolist(), "attention factor", c["af"], file=sys.stderr)
+        write_ref(f"{out}/gpt2_hfllama_{name}.ref", lambda ids, c=c: llama_forward(Q, c, ids), LL["V"],
+                  [[1, 7, 33, 12, 50, 2, 63, 8, 19, 40, 41, 3, 22, 61, 17, 9, 30], [4, 5, 6, 7]], 12)
 
 
 if __name__ == "__main__":

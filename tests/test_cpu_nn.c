@@ -138,12 +138,12 @@ TEST(softmax_any_dim) {
 }
 
 /* ---- rope ------------------------------------------------------------------------- */
-typedef struct { int n_rot; bool neox; double fs; bool perm; } rope_ud;
+typedef struct { int n_rot; bool neox; double fs; bool perm; bool ff; } rope_ud;
 static kn_tensor *b_rope(kn_ctx *ctx, kn_tensor **in, void *ud) {
     rope_ud *u = ud;
     kn_tensor *x = in[0];
     if (u->perm) { int p[4] = {0, 2, 1, 3}; x = kn_permute(ctx, x, p); }   /* [B,T,H,D] -> [B,H,T,D] */
-    return kn_rope(ctx, x, in[1], u->n_rot, 10000.0, u->neox, u->fs);
+    return kn_rope_ff(ctx, x, in[1], u->n_rot, 10000.0, u->neox, u->fs, u->ff ? in[2] : NULL);
 }
 TEST(rope_modes) {
     int64_t s1[4] = {2, 3, 5, 16}, s2[4] = {2, 5, 3, 16}, s3[4] = {1, 8, 64, 128}, s4[3] = {4, 1, 64};
@@ -164,6 +164,10 @@ TEST(rope_modes) {
         BOTH(true, b_rope, &u5, 2, d, KN_OP_ROPE);
         kn_opin f[2] = {TR(IN(4, s1, -1, 1)), IDX(5, 100, KN_I32)};       /* D strided: reference */
         BOTH(false, b_rope, &u, 2, f, KN_OP_ROPE);
+        rope_ud u6 = {16, neox == 1, 0.5, false, true};                    /* freq factors (Llama 3 / YaRN) */
+        int64_t h8[1] = {8};
+        kn_opin g[3] = {IN(4, s1, -1, 1), IDX(5, 4000, KN_I32), IN(1, h8, 1, 32)};
+        BOTH(true, b_rope, &u6, 3, g, KN_OP_ROPE);
     }
 }
 

@@ -373,11 +373,11 @@ static kn_tensor *b_nn(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 18: kn_set_requires_grad(x, true); return grad_of(ctx, kn_adaptive_avg_pool2d(ctx, x, 3, 2), x);
     case 19: return kn_sdpa(ctx, x, in[1], in[2], false, 0);
     case 20: return kn_sdpa(ctx, x, in[1], in[2], true, 0.3);
-    case 21: case 22: {
+    case 21: case 22: case 23: {
         int32_t pos[5] = {0, 3, 7, 100, 4};
         kn_tensor *p = kn_empty(ctx, KN_I32, 1, SH(5));
         kn_tensor_write(p, pos, KN_I32);
-        return kn_rope(ctx, x, p, 6, 10000, w == 22, 0.5);
+        return kn_rope_ff(ctx, x, p, 6, 10000, w == 22, 0.5, w == 23 ? in[1] : NULL);
     }
     }
     return NULL;
@@ -412,6 +412,7 @@ TEST(nn_family) {
         {20, 3, {IN(4, SH(1, 3, 5, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, true)}, 1e-12},
         {21, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false)}, 2e-6},
         {22, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F64, true)}, 1e-12},
+        {23, 2, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false), IN(1, SH(3), 1, 8, KN_F32, false)}, 2e-6},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         double e = cu_cmp(b_nn, &C[i].w, C[i].n, C[i].in);

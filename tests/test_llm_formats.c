@@ -172,10 +172,17 @@ static const char *llama_config_fmt =
     "{\"architectures\": [\"%s\"], \"model_type\": \"llama\", \"hidden_size\": 32, \"num_hidden_layers\": 2,\n"
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": %d, \"vocab_size\": 64,\n"
     " \"max_position_embeddings\": 64, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"hidden_act\": \"silu\",\n"
-    " \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}, \"tie_word_embeddings\": false}\n";
+    " \"rope_scaling\": %s, \"tie_word_embeddings\": false}\n";
+static const char *rope_linear = "{\"type\": \"linear\", \"factor\": 2.0}";
+static void write_llama_config_rope(const char *dir, const char *arch, int ffn, const char *rope) {
+    char text[1024], path[300];
+    snprintf(text, sizeof text, llama_config_fmt, arch, ffn, rope);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, text);
+}
 static void write_llama_config(const char *dir, const char *arch, int ffn) {
     char text[1024], path[300];
-    snprintf(text, sizeof text, llama_config_fmt, arch, ffn);
+    snprintf(text, sizeof text, llama_config_fmt, arch, ffn, rope_linear);
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, text);
 }
@@ -367,6 +374,45 @@ TEST(llama_hf_safetensors_match_pytorch) {
     free_ref(&r);
 }
 
+/* RoPE context scaling, Llama 3 and YaRN: the reference takes its
+ * frequencies and attention factor from transformers' rope functions */
+TEST(llama_hf_rope_scaling_llama3_yarn_match_pytorch) {
+    static const struct { const char *ref, *rope, *name; } C[] = {
+        {"tests/fixtures/gpt2_hfllama_llama3.ref", "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+         "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}", "llama3"},
+        {"tests/fixtures/gpt2_hfllama_yarn.ref", "{\"rope_type\": \"yarn\", \"factor\": 4.0, "
+         "\"original_max_position_embeddings\": 64}", "yarn"}};
+    const char *dir = tmp_path("llama_hf_rope");
+    mkdir(dir, 0755);
+    char st[300], cfg[300];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    st_set s = {0};
+    llama_hf_set(&s);
+    REQUIRE(st_write(&s, st, KN_F32), "%s", kn_last_error());
+    st_free(&s);
+    for (int i = 0; i < 2; i++) {
+        ref_file r = {0};
+        REQUIRE(read_ref(C[i].ref, &r), "%s unreadable (scripts/gpt2_ref.py)", C[i].ref);
+        write_llama_config_rope(dir, "LlamaForCausalLM", LL_F, C[i].rope);
+        kn_model *m = load(dir, NULL);
+        REQUIRE(m, "%s", kn_last_error());
+        CHECK(!strcmp(kn_model_get_config(m)->rope_scaling, C[i].name), "rope_scaling '%s'", kn_model_get_config(m)->rope_scaling);
+        char what[64];
+        snprintf(what, sizeof what, "HF Llama rope %s", C[i].name);
+        check_model(what, m, &r, 1e-5, 0);
+        kn_model_free(m);
+        free_ref(&r);
+    }
+    /* unsupported types and bad parameters are refused with the reason */
+    write_llama_config_rope(dir, "LlamaForCausalLM", LL_F, "{\"rope_type\": \"dynamic\", \"factor\": 2.0}");
+    CHECK(!load(dir, NULL) && strstr(kn_last_error(), "dynamic"), "dynamic refused: %s", kn_last_error());
+    write_llama_config_rope(dir, "LlamaForCausalLM", LL_F, "{\"rope_type\": \"llama3\", \"factor\": 8.0, "
+                            "\"low_freq_factor\": 4.0, \"high_freq_factor\": 1.0}");
+    CHECK(!load(dir, NULL) && strstr(kn_last_error(), "high_freq_factor"), "bad llama3 refused: %s", kn_last_error());
+    unlink(st); unlink(cfg); rmdir(dir);
+}
+
 TEST(f16_kv_cache_same_greedy_stories260k) {
     const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
     if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
@@ -520,8 +566,8 @@ TEST(info_and_load_errors) {
     /* unsupported rope scaling */
     write_text(cfg, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 32, \"num_hidden_layers\": 2, "
                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 64, "
-                    "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}}");
-    CHECK(kn_model_load(dir, NULL, &m) == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "llama3"), "rope scaling: %s", kn_last_error());
+                    "\"rope_scaling\": {\"rope_type\": \"longrope\", \"factor\": 8.0}}");
+    CHECK(kn_model_load(dir, NULL, &m) == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "longrope"), "rope scaling: %s", kn_last_error());
     /* a config that is not JSON */
     write_text(cfg, "{\"architectures\": [\"LlamaForCausalLM\"");
     CHECK(kn_model_load(dir, NULL, &m) == KN_ERR_FORMAT && strstr(kn_last_error(), cfg), "bad json: %s", kn_last_error());

@@ -36,7 +36,7 @@ static kn_tensor *build(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case AVG_POOL: return kn_avg_pool2d(ctx, in[0], c->k, c->s, c->p, c->flag, c->flag2);
     case ADAPTIVE: return kn_adaptive_avg_pool2d(ctx, in[0], c->a, c->b);
     case SDPA: return kn_sdpa(ctx, in[0], in[1], in[2], c->flag, c->a ? 0.3 : 0);
-    case ROPE: return kn_rope(ctx, in[0], kn_cast(ctx, in[1], KN_I32), c->a, 100, c->flag, 0.75);
+    case ROPE: return kn_rope_ff(ctx, in[0], kn_cast(ctx, in[1], KN_I32), c->a, 100, c->flag, 0.75, c->flag2 ? in[2] : NULL);
     }
     return NULL;
 }
@@ -146,6 +146,9 @@ TEST(grad_rope) {
               "rope neox %d partial", neox);
         CHECK(check((nn_case){.op = ROPE, .a = 4, .flag = neox}, 2, (kn_opin[]){TR(3, 2, 3, 4), INT(1, 40, 3)}, (bool[]){true, false}) < 1e-6,
               "rope neox %d transposed", neox);
+        CHECK(check((nn_case){.op = ROPE, .a = 4, .flag = neox, .flag2 = true}, 3,
+                    (kn_opin[]){IN(3, 2, 3, 6), INT(1, 40, 3), INT_(1, 2)}, (bool[]){true, false, false}) < 1e-6,
+              "rope neox %d with freq factors", neox);
     }
 }
 

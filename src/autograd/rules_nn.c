@@ -199,7 +199,8 @@ static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
 
 /* ---- rope: a rotation, so the gradient rotates back (negated angle) ---- */
 static void g_rope(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
-    gin[0] = kn_rope(ctx, g, t->src[1], t->p.rope.n_rot, t->p.rope.theta, t->p.rope.neox, -t->p.rope.freq_scale);
+    gin[0] = kn_rope_ff(ctx, g, t->src[1], t->p.rope.n_rot, t->p.rope.theta, t->p.rope.neox, -t->p.rope.freq_scale,
+                        t->src[2]);
 }
 
 kn_grad_rule kn__grad_rule_nn(kn_op op) {

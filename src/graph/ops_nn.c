@@ -427,10 +427,14 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
 }
 
 /* ---- rope ------------------------------------------------------------------------
- * angle(t, i) = pos[t] * freq_scale * theta^(-2i/n_rot), i < n_rot/2. A negative
- * freq_scale rotates the other way: rope(rope(x, f), -f) == x (the gradient
- * rule uses exactly that). */
+ * angle(t, i) = pos[t] * freq_scale * theta^(-2i/n_rot) / ff[i], i < n_rot/2 (ff
+ * = 1 without freq factors). A negative freq_scale rotates the other way:
+ * rope(rope(x, f), -f) == x (the gradient rule uses exactly that). */
 kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale) {
+    return kn_rope_ff(ctx, x, pos, n_rot, theta, neox, freq_scale, NULL);
+}
+kn_tensor *kn_rope_ff(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale,
+                      kn_tensor *ff) {
     if (!x || !pos) return NULL;
     char s1[160], s2[160];
     if (!need_float(ctx, "rope", x, "x")) return NULL;
@@ -449,8 +453,11 @@ kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double 
                         n_rot, (long long)D, kn__shape_str(x, s1, sizeof s1));
     if (!(theta > 0) || isinf(theta) || !isfinite(freq_scale))
         return kn__fail(ctx, KN_ERR_INVALID, "rope: theta = %g must be finite and > 0, freq_scale = %g finite", theta, freq_scale);
-    kn_tensor *src[2] = {x, pos};
-    kn_tensor *t = kn__node(ctx, KN_OP_ROPE, x->dtype, x->ndim, x->shape, x->sym, src, 2);
+    if (ff && (!kn_dtype_get(ff->dtype)->is_float || ff->ndim != 1 || ff->shape[0] != n_rot / 2 || ff->sym[0]))
+        return kn__fail(ctx, KN_ERR_INVALID, "rope: freq factors must be a float [n_rot/2 = %d] tensor, got %s %s",
+                        n_rot / 2, kn_dtype_name(ff->dtype), kn__shape_str(ff, s2, sizeof s2));
+    kn_tensor *src[3] = {x, pos, ff};
+    kn_tensor *t = kn__node(ctx, KN_OP_ROPE, x->dtype, x->ndim, x->shape, x->sym, src, ff ? 3 : 2);
     if (t) { t->p.rope.theta = theta; t->p.rope.n_rot = n_rot; t->p.rope.neox = neox; t->p.rope.freq_scale = freq_scale; }
     return t;
 }

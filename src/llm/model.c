@@ -217,6 +217,56 @@ static double gguf_f64(const kn_gguf *g, const char *arch, const char *key, doub
     return kn_gguf_get_f64(g, k, &v) ? v : def;
 }
 
+/* RoPE scaling from the metadata: linear (a frequency scale), yarn (divisors
+ * and an attention scale), and Llama 3's divisors, which GGUF files carry as
+ * the tensor rope_freqs.weight [n_rot/2] (rope_scaling.c explains both). */
+static kn_status gguf_rope_scaling(kn_model *m, const char *arch, const char *path) {
+    kn_model_config *c = &m->cfg;
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    kn_gguf_str s = {0};
+    char type[16] = "none";
+    if (kn_gguf_get_str(m->gguf, key, &s)) snprintf(type, sizeof type, "%.*s", (int)s.len, s.ptr);
+    double factor = gguf_f64(m->gguf, arch, "rope.scaling.factor", 1.0);
+    int half = c->n_rot / 2;
+    const kn_gguf_tensor *rf = kn_gguf_find_tensor(m->gguf, "rope_freqs.weight");
+    if (!strcmp(type, "linear")) {
+        if (!(factor > 0) || isinf(factor))
+            return kn_set_error(KN_ERR_FORMAT, "%s: linear rope scaling needs a positive factor, got %g", path, factor);
+        c->rope_freq_scale = 1.0 / factor;
+        strcpy(c->rope_scaling, "linear");
+    } else if (!strcmp(type, "yarn")) {
+        double orig = gguf_f64(m->gguf, arch, "rope.scaling.original_context_length", (double)c->n_ctx_train);
+        double bf = gguf_f64(m->gguf, arch, "rope.scaling.yarn_beta_fast", 32), bs = gguf_f64(m->gguf, arch, "rope.scaling.yarn_beta_slow", 1);
+        double af = gguf_f64(m->gguf, arch, "rope.scaling.attn_factor", 1.0);
+        if (!(factor >= 1) || isinf(factor) || !(orig >= 1) || !(bf > 0) || !(bs > 0) || !(af > 0))
+            return kn_set_error(KN_ERR_FORMAT, "%s: yarn rope scaling needs factor >= 1, original_context_length >= 1 and "
+                                "positive beta_fast/beta_slow/attn_factor (got %g, %g, %g, %g, %g)", path, factor, orig, bf, bs, af);
+        float *ff = kn__model_alloc(m, sizeof(float) * (size_t)half);
+        if (!ff) return KN_ERR_NOMEM;
+        double ms = af * kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs);
+        c->attn_scale = ms * ms / sqrt((double)c->head_dim);
+        m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, ff);
+        strcpy(c->rope_scaling, "yarn");
+    } else if (strcmp(type, "none")) {
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope scaling type '%s' is not supported (kiln runs none, linear, yarn, "
+                            "and Llama 3 frequency factors)", path, type);
+    }
+    if (rf) {           /* Llama 3 (and others): per-pair divisors computed by the converter */
+        if (rf->type != KN_F32 || rf->n_dims != 1 || rf->ne[0] != half || m->rope_ff)
+            return kn_set_error(KN_ERR_FORMAT, "%s: rope_freqs.weight must be f32 [n_rot/2 = %d]%s", path, half,
+                                m->rope_ff ? " and not combined with yarn" : "");
+        const float *d = rf->data;
+        for (int i = 0; i < half; i++)
+            if (!(d[i] > 0) || isinf(d[i]))
+                return kn_set_error(KN_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive number", path, i, (double)d[i]);
+        m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, (void *)d);
+        strcpy(c->rope_scaling, "llama3");
+    }
+    if ((rf || !strcmp(type, "yarn")) && !m->rope_ff) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    return KN_OK;
+}
+
 static kn_status load_gguf(kn_model *m, const char *path) {
     kn_status st = kn_gguf_open(path, &m->gguf);
     if (st) return st;
@@ -236,10 +286,7 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     c->n_ctx_train = (int)gguf_int(m->gguf, arch, "context_length", 2048);
     c->rope_theta = gguf_f64(m->gguf, arch, "rope.freq_base", 10000.0);
     c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_rms_epsilon", 1e-5);
-    double factor = gguf_f64(m->gguf, arch, "rope.scaling.factor", 1.0);
-    kn_gguf_str stype = {0};
-    bool linear = kn_gguf_get_str(m->gguf, "llama.rope.scaling.type", &stype) && stype.len == 6 && !memcmp(stype.ptr, "linear", 6);
-    c->rope_freq_scale = (linear && factor > 0) ? 1.0 / factor : 1.0;
+    c->rope_freq_scale = 1.0;
     c->rope_neox = false;              /* GGUF llama Q/K rows are permuted for paired rotation */
     if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->ffn_dim <= 0 ||
         c->dim % c->n_heads || c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20))
@@ -247,6 +294,10 @@ static kn_status load_gguf(kn_model *m, const char *path) {
                             path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
     c->head_dim = c->dim / c->n_heads;
     c->n_rot = (int)gguf_int(m->gguf, arch, "rope.dimension_count", c->head_dim);
+    if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2)
+        return kn_set_error(KN_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
+                            path, c->n_rot, c->head_dim);
+    if ((st = gguf_rope_scaling(m, arch, path))) return st;
     const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
     c->n_vocab = (int)te->ne[1];
@@ -371,15 +422,15 @@ static kn_status build_graph(kn_model *m) {
         k = kn_permute(ctx, kn_reshape(ctx, k, 3, (int64_t[]){-1, Hkv, D}), perm);   /* [Hkv, T, D] */
         v = kn_permute(ctx, kn_reshape(ctx, v, 3, (int64_t[]){-1, Hkv, D}), perm);
         if (!gpt2) {
-            q = kn_rope(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
-            k = kn_rope(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale);
+            q = kn_rope_ff(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
+            k = kn_rope_ff(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
         }
         if (m->kv_f16) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }
         kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
         kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
         kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
         kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
-        kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, 0);
+        kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, c->attn_scale);
         a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
         a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});
         x = kn_add(ctx, x, lin_b(ctx, a, L->wo, L->bo));

@@ -14,7 +14,7 @@
  *
  * Non-goals: sharded checkpoints (model.safetensors.index.json), tokenizer.json
  * (pass a GGUF vocabulary or a llama2.c tokenizer.bin as tokenizer_path),
- * RoPE scaling other than "linear" (llama3, yarn, dynamic), other
+ * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope), other
  * architectures (Mistral sliding windows, Qwen biases, ...).
  *
  * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
@@ -25,6 +25,7 @@
 #include "llm/hfconfig.h"     /* defines: kn_json */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -255,10 +256,46 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
         const char *type = kn_json_get_str(j, rs, "rope_type");
         if (!type) type = kn_json_get_str(j, rs, "type");
         double factor = 0;
-        if (!type || strcmp(type, "linear") || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0))
+        bool known = type && (!strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn"));
+        if (!known || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0) || isinf(factor))
             return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported; kiln implements "
-                                "\"linear\" with a positive factor", cfgp, type ? type : "?");
-        c->rope_freq_scale = 1.0 / factor;
+                                "\"linear\", \"llama3\" and \"yarn\" with a positive factor", cfgp, type ? type : "?");
+        snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", type);
+        if (!strcmp(type, "linear")) c->rope_freq_scale = 1.0 / factor;
+        else {
+            int half = c->n_rot / 2;
+            double orig = c->n_ctx_train;
+            kn_json_get_f64(j, rs, "original_max_position_embeddings", &orig);
+            float *ff = kn__model_alloc(m, sizeof(float) * (size_t)half);
+            if (!ff) return KN_ERR_NOMEM;
+            if (!strcmp(type, "llama3")) {
+                double lo = 1, hi = 4;
+                kn_json_get_f64(j, rs, "low_freq_factor", &lo);
+                kn_json_get_f64(j, rs, "high_freq_factor", &hi);
+                if (!(hi > lo) || !(lo > 0) || !(orig >= 1))
+                    return kn_set_error(KN_ERR_FORMAT, "%s: llama3 rope_scaling needs high_freq_factor > low_freq_factor > 0 "
+                                        "and original_max_position_embeddings >= 1 (got %g, %g, %g)", cfgp, hi, lo, orig);
+                kn__rope_ff_llama3(ff, c->n_rot, c->rope_theta, factor, lo, hi, orig);
+            } else {
+                double bf = 32, bs = 1, af = 0;
+                kn_json_get_f64(j, rs, "beta_fast", &bf);
+                kn_json_get_f64(j, rs, "beta_slow", &bs);
+                if (!(bf > 0) || !(bs > 0) || !(orig >= 1) || factor < 1)
+                    return kn_set_error(KN_ERR_FORMAT, "%s: yarn rope_scaling needs factor >= 1, positive beta_fast/beta_slow "
+                                        "and original_max_position_embeddings >= 1", cfgp);
+                double ms = kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs);
+                double msc = 0, msa = 0;     /* DeepSeek style: ratio of two mscales */
+                if (kn_json_get_f64(j, rs, "mscale", &msc) && kn_json_get_f64(j, rs, "mscale_all_dim", &msa) && msc && msa)
+                    ms = (0.1 * msc * log(factor) + 1) / (0.1 * msa * log(factor) + 1);
+                if (kn_json_get_f64(j, rs, "attention_factor", &af) && af > 0) ms = af;
+                bool trunc = true;
+                if (kn_json_get_bool(j, rs, "truncate", &trunc) && !trunc)
+                    return kn_set_error(KN_ERR_UNSUPPORTED, "%s: yarn rope_scaling with \"truncate\": false is not supported", cfgp);
+                c->attn_scale = ms * ms / sqrt((double)c->head_dim);
+            }
+            m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, ff);
+            if (!m->rope_ff) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+        }
     }
     bool tied = false, bias = false;
     kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);

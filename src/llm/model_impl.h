@@ -44,6 +44,7 @@ struct kn_model {
     kn_tensor *pos_embd;               /* [P, C] f32 (GPT-2) or NULL            */
     kn_tensor *out_norm, *out_norm_b;  /* [C], [C] or NULL                      */
     kn_tensor *wout;                   /* [V, C]                                */
+    kn_tensor *rope_ff;                /* [n_rot/2] f32 frequency divisors or NULL */
     kn__layer_w *layers;
     void **owned;                      /* converted / transposed copies         */
     int n_owned, cap_owned;
@@ -78,4 +79,13 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path);
 kn_status kn__print_info_llmc(const char *path, void *FILE_ptr);
 kn_status kn__print_info_hf(const char *path, void *FILE_ptr);
 bool kn__is_dir(const char *path);
+
+/* rope_scaling.c: frequency divisors ff[n_rot/2] for kn_rope_ff. Llama 3
+ * (factor, low/high_freq_factor, original context); YaRN (factor, original
+ * context, beta_fast/slow), returning the attention mscale (logits scale by
+ * its square). */
+void kn__rope_ff_llama3(float *ff, int n_rot, double theta, double factor, double low_freq_factor,
+                        double high_freq_factor, double orig_ctx);
+double kn__rope_ff_yarn(float *ff, int n_rot, double theta, double factor, double orig_ctx, double beta_fast,
+                        double beta_slow);
 #endif

@@ -203,7 +203,7 @@ static bool fast_softmax(const kn_exec *e) {
 /* ==== rope ===================================================================
  * x [..., T, D]: each job takes positions t and computes that position's
  * cos/sin once, then rotates the rows (o, t) of every outer index o. */
-typedef struct { const kn_tview *x, *y, *pos; int64_t T, D, O; int n_rot; bool neox; double theta, fs; atomic_int failed; } rope_job;
+typedef struct { const kn_tview *x, *y, *pos, *ff; int64_t T, D, O; int n_rot; bool neox; double theta, fs; atomic_int failed; } rope_job;
 static void rope_rows(void *p, int64_t t0, int64_t t1) {
     rope_job *j = p;
     int nd = j->x->ndim, half = j->n_rot / 2;
@@ -212,7 +212,10 @@ static void rope_rows(void *p, int64_t t0, int64_t t1) {
     double *inv = malloc(sizeof(double) * (size_t)half + sizeof(float) * (size_t)half * 2);
     if (!inv) { atomic_store(&j->failed, 1); return; }
     float *cs = (float *)(inv + half), *sn = cs + half;
-    for (int i = 0; i < half; i++) inv[i] = pow(j->theta, -2.0 * i / j->n_rot);
+    for (int i = 0; i < half; i++) {
+        inv[i] = pow(j->theta, -2.0 * i / j->n_rot);
+        if (j->ff) inv[i] /= kn_load(j->ff->dtype, j->ff->data, i * j->ff->st[0]);
+    }
     for (int64_t t = t0; t < t1; t++) {
         double pp = kn_load(j->pos->dtype, j->pos->data, t * j->pos->st[0]) * j->fs;
         for (int i = 0; i < half; i++) {
@@ -251,7 +254,8 @@ static bool fast_rope(const kn_exec *e) {
     if (T == 0 || D == 0 || O == 0 || pos->ne[0] < T) return false;
     if (x->st[nd - 1] != 1 || y->st[nd - 1] != 1 || t->p.rope.n_rot > D) return false;
     if (!same_or_disjoint(x, y)) return false;
-    rope_job j = {x, y, pos, T, D, O, t->p.rope.n_rot, t->p.rope.neox, t->p.rope.theta, t->p.rope.freq_scale, 0};
+    rope_job j = {x, y, pos, e->nsrc > 2 ? &e->src[2] : NULL, T, D, O, t->p.rope.n_rot, t->p.rope.neox, t->p.rope.theta,
+                  t->p.rope.freq_scale, 0};
     par_rows(rope_rows, &j, T, O * T * D);
     return !atomic_load(&j.failed);             /* out of memory: the reference redoes it */
 }

@@ -414,8 +414,8 @@ static kn_status cu_sdpa(const kn_exec *e) {
 }
 
 /* ---- rope: pair (a, b) -> (a cos - b sin, a sin + b cos) ---- */
-__global__ void k_rope(kn_dview x, kn_dview pos, kn_dview y, int64_t rows, int64_t T, int64_t D, int n_rot, int neox,
-                       double theta, double fscale) {
+__global__ void k_rope(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dview y, int64_t rows, int64_t T, int64_t D,
+                       int n_rot, int neox, double theta, double fscale) {
     int half = n_rot / 2;
     int64_t per = (int64_t)half + (D - n_rot);        /* pairs, then the untouched tail */
     KN_GRID_LOOP(idx, rows * T * per) {
@@ -428,7 +428,9 @@ __global__ void k_rope(kn_dview x, kn_dview pos, kn_dview y, int64_t rows, int64
         }
         int i = (int)q;
         double p = kn_dget(pos, ti * pos.st[0]) * fscale;
-        double ang = p * pow(theta, -2.0 * i / n_rot), c = cos(ang), s = sin(ang);
+        double ang = p * pow(theta, -2.0 * i / n_rot);
+        if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
+        double c = cos(ang), s = sin(ang);
         int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         double a = kn_dget(x, kn_doff(x, base + ia)), bb = kn_dget(x, kn_doff(x, base + ib));
         kn_dput(y, kn_doff(y, base + ia), a * c - bb * s);
@@ -443,8 +445,10 @@ static kn_status cu_rope(const kn_exec *e) {
     int n_rot = t->p.rope.n_rot;
     int64_t n = rows * T * (n_rot / 2 + (D - n_rot));
     if (n == 0) return KN_OK;
-    k_rope<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox,
-                                          t->p.rope.theta, t->p.rope.freq_scale);
+    bool has_ff = e->nsrc > 2;
+    k_rope<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]), has_ff,
+                                          kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox, t->p.rope.theta,
+                                          t->p.rope.freq_scale);
     LAUNCHED_OK();
 }
 

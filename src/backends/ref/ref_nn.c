@@ -423,7 +423,9 @@ static kn_status rope(const kn_exec *e) {
             int64_t base = (r * T + ti) * D;
             double p = LD(pos, ti * pos->st[0]) * t->p.rope.freq_scale;
             for (int i = 0; i < half; i++) {
-                double ang = p * pow(t->p.rope.theta, -2.0 * i / n_rot), c = cos(ang), s = sin(ang);
+                double ang = p * pow(t->p.rope.theta, -2.0 * i / n_rot), c, s;
+                if (e->nsrc > 2) ang /= LD(&e->src[2], i * e->src[2].st[0]);
+                c = cos(ang); s = sin(ang);
                 int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
                 double a = LD(x, kn_ref_off(x, base + ia)), bb = LD(x, kn_ref_off(x, base + ib));
                 ST(y, kn_ref_off(y, base + ia), a * c - bb * s);
