@@ -16,6 +16,10 @@
 #include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/vec.h"
 #include "llm/quant.h"
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+#endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -538,8 +542,17 @@ static kn_backend g_cpu = {
 
 kn_backend *kn_backend_cpu(void) { return &g_cpu; }
 
+/* KN_BACKEND=ref|cpu|cuda (cuda in builds with CUDA=1; where the GPU cannot
+ * be opened the CPU backend is used, with a warning on stderr). */
 kn_backend *kn_backend_default(void) {
     const char *b = getenv("KN_BACKEND");
     if (b && !strcmp(b, "ref")) return kn_backend_ref();
+#ifdef KN_CUDA
+    if (b && !strcmp(b, "cuda")) {
+        kn_backend *g = kn_backend_cuda();
+        if (g) return g;
+        fprintf(stderr, "kiln: KN_BACKEND=cuda: %s; using the CPU backend\n", kn_last_error());
+    }
+#endif
     return kn_backend_cpu();
 }
