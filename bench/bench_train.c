@@ -9,7 +9,8 @@
  * when `python3 -c "import torch"` works after sourcing scripts/torch_env.sh,
  * else its column says n/a with the reason. Run from the repository root.
  *
- * Options: -t N threads (default: the pool's), -s N timed steps (default 20).
+ * Options: -t N threads (default: the pool's), -s N timed steps (default 20),
+ * -m mlp|gpt one model alone without PyTorch (with KN_PROFILE=1: where time goes).
  * Non-goals: statistics over repeated runs (the machine is shared; run it twice).
  */
 #include "kiln.h"
@@ -95,9 +96,11 @@ static double bench_gpt(int64_t V, int64_t T, int64_t C, int L, int H, int64_t B
 
 int main(int argc, char **argv) {
     int threads = 0, steps = 20;
+    const char *only = NULL;      /* -m mlp|gpt: that model alone, no PyTorch (for profiling) */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-s")) steps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-m")) only = argv[i + 1];
     }
     if (threads > 0) kn_pool_set_threads(threads);
     threads = kn_pool_nthreads();
@@ -106,6 +109,11 @@ int main(int argc, char **argv) {
     const int L = 4, H = 4;
     int gsteps = steps / 2 > 0 ? steps / 2 : 1;
 
+    if (only) {
+        double v = !strcmp(only, "mlp") ? bench_mlp(MB, steps) : bench_gpt(V, T, C, L, H, B, steps);
+        printf("%s: %.0f %s/s (kiln, %d threads, %d steps)\n", only, v, !strcmp(only, "mlp") ? "samples" : "tok", threads, steps);
+        return v > 0 ? 0 : 1;
+    }
     double k_mlp = bench_mlp(MB, steps);
     double k_gpt = bench_gpt(V, T, C, L, H, B, gsteps);
 

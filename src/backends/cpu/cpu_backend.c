@@ -209,6 +209,40 @@ static bool fast_binary_general(const kn_exec *e, const kn_tview *a, const kn_tv
     return true;
 }
 
+/* where(c, a, b) with f32 a, b, y and a bool or f32 condition, any
+ * broadcasting (the causal mask of attention backward, masked losses):
+ * rows of the last dim, each operand's stride along it 0 or 1 or any. */
+typedef struct { float *y; const kn_tview *c, *a, *b; int64_t len; } where_job;
+static void where_rows(void *p, int64_t r0, int64_t r1) {
+    where_job *j = p;
+    int64_t L = j->len, sc = j->c->st[j->c->ndim - 1], sa = j->a->st[j->a->ndim - 1], sb = j->b->st[j->b->ndim - 1];
+    bool cf = j->c->dtype == KN_F32;
+    for (int64_t r = r0; r < r1; r++) {
+        float *y = j->y + r * L;
+        const float *a = (const float *)j->a->data + row_off(j->a, r), *b = (const float *)j->b->data + row_off(j->b, r);
+        if (cf) {
+            const float *c = (const float *)j->c->data + row_off(j->c, r);
+            for (int64_t i = 0; i < L; i++) y[i] = c[i * sc] != 0 ? a[i * sa] : b[i * sb];
+        } else {
+            const uint8_t *c = (const uint8_t *)j->c->data + row_off(j->c, r);
+            for (int64_t i = 0; i < L; i++) y[i] = c[i * sc] ? a[i * sa] : b[i * sb];
+        }
+    }
+}
+static bool fast_where(const kn_exec *e) {
+    const kn_tview *d = &e->dst;
+    if (!is_f32(d) || !contig(d) || d->ndim == 0 || !is_f32(&e->src[1]) || !is_f32(&e->src[2])) return false;
+    if (e->src[0].dtype != KN_BOOL && e->src[0].dtype != KN_F32) return false;
+    int64_t L = d->ne[d->ndim - 1], n = kn_tview_numel(d);
+    if (L == 0 || n == 0) return false;
+    kn_tview c = kn_tview_broadcast(&e->src[0], d->ndim, d->ne);
+    kn_tview a = kn_tview_broadcast(&e->src[1], d->ndim, d->ne);
+    kn_tview b = kn_tview_broadcast(&e->src[2], d->ndim, d->ne);
+    where_job j = {d->data, &c, &a, &b, L};
+    par_rows(where_rows, &j, n / L, n);
+    return true;
+}
+
 static bool fast_binary(const kn_exec *e) {
     kn_op op = e->node->op;
     if (op != KN_OP_ADD && op != KN_OP_SUB && op != KN_OP_MUL && op != KN_OP_DIV) return false;
@@ -521,6 +555,7 @@ static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
     case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e) || fast_reduce_leading(e); break;
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e) || kn_cpu_nn_fast(e); break;
+    case KN_OP_WHERE: done = fast_where(e); break;
     default:
         if (kn_op_get(e->node->op)->kind == KN_KIND_UNARY && e->node->op != KN_OP_CLAMP) done = fast_unary(e);
         else done = kn_cpu_nn_fast(e);      /* norms, rope, sdpa, index ops, conv, pools (cpu_nn.c) */
