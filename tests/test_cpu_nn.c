@@ -235,6 +235,11 @@ TEST(index_select_add_copy) {
     BOTH(true, b_iadd, &d1, 3, g, KN_OP_INDEX_ADD);
     kn_opin h[3] = {IN(2, x3, -1, 1), IDX(2000, 200, KN_I32), IN(2, s3, -1, 1)};  /* threaded (embedding grad) */
     BOTH(true, b_iadd, &d0, 3, h, KN_OP_INDEX_ADD);
+    int64_t s4[3] = {4, 9, 12}, x5[2] = {512, 384}, s5[2] = {512, 128};
+    kn_opin g2[3] = {IN(3, x2, -1, 1), IDX(12, 5, KN_I32), IN(3, s4, -1, 1)};   /* last dim (inner 1), repeats */
+    BOTH(true, b_iadd, &d2, 3, g2, KN_OP_INDEX_ADD);
+    kn_opin g3[3] = {IN(2, x5, -1, 1), IDX(128, 384, KN_I64), IN(2, s5, -1, 1)}; /* narrow backward, threaded */
+    BOTH(true, b_iadd, &d1, 3, g3, KN_OP_INDEX_ADD);
 
     int64_t k1[3] = {3, 2, 8}, k2[3] = {2, 40, 8};
     kn_opin m[3] = {IN(3, x4, -1, 1), IDX(2, 40, KN_I32), IN(3, k1, -1, 1)};     /* KV cache rows */

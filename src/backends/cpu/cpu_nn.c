@@ -424,6 +424,17 @@ static void iadd_rows(void *p, int64_t r0, int64_t r1) {
         const float *xb = (const float *)x->data + off_lead(x, d, o) + c0;
         const float *sb = (const float *)s->data + off_lead(s, d, o) + c0;
         float *yb = (float *)y->data + off_lead(y, d, o) + c0;
+        if (L < 16) {       /* short slices (index_add along the last dim: L = 1): plain loops, no calls */
+            if (x->data != y->data)
+                for (int64_t k = 0; k < n; k++)
+                    for (int64_t c = 0; c < L; c++) yb[k * y->st[d] + c] = xb[k * x->st[d] + c];
+            for (int64_t i = 0; i < j->m; i++) {
+                float *yr = yb + j->idx[i] * y->st[d];
+                const float *sr = sb + i * s->st[d];
+                for (int64_t c = 0; c < L; c++) yr[c] += sr[c];
+            }
+            continue;
+        }
         if (x->data != y->data)
             for (int64_t k = 0; k < n; k++) memcpy(yb + k * y->st[d], xb + k * x->st[d], sizeof(float) * (size_t)L);
         for (int64_t i = 0; i < j->m; i++) {
