@@ -214,6 +214,13 @@ typedef struct { int dim; } dim_ud;
 static kn_tensor *b_isel(kn_ctx *ctx, kn_tensor **in, void *ud) { return kn_index_select(ctx, in[0], ((dim_ud *)ud)->dim, in[1]); }
 static kn_tensor *b_iadd(kn_ctx *ctx, kn_tensor **in, void *ud) { return kn_index_add(ctx, in[0], ((dim_ud *)ud)->dim, in[1], in[2]); }
 static kn_tensor *b_icopy(kn_ctx *ctx, kn_tensor **in, void *ud) { return kn_index_copy(ctx, in[0], ((dim_ud *)ud)->dim, in[1], in[2]); }
+/* scatter_add of src into x (dim 0 or 1 of 2-d), or into zeros (gather's gradient: x a broadcast 0) */
+typedef struct { int dim; bool zeros; } sc_ud;
+static kn_tensor *b_scadd(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    sc_ud *u = ud;
+    kn_tensor *x = u->zeros ? kn_zeros_like(ctx, in[0]) : in[0];
+    return kn_scatter_add(ctx, x, u->dim, kn_cast(ctx, in[1], KN_I64), in[2]);
+}
 TEST(index_select_add_copy) {
     int64_t x1[2] = {10, 7}, x2[3] = {4, 9, 5}, x3[2] = {200, 256}, x4[3] = {3, 40, 8};
     dim_ud d0 = {0}, d1 = {1}, d2 = {2};
@@ -240,6 +247,15 @@ TEST(index_select_add_copy) {
     BOTH(true, b_iadd, &d2, 3, g2, KN_OP_INDEX_ADD);
     kn_opin g3[3] = {IN(2, x5, -1, 1), IDX(128, 384, KN_I64), IN(2, s5, -1, 1)}; /* narrow backward, threaded */
     BOTH(true, b_iadd, &d1, 3, g3, KN_OP_INDEX_ADD);
+
+    /* scatter_add: index [R, k] into x [R, C] along dim 1 (cross-entropy backward), and along dim 0 */
+    int64_t sx[2] = {64, 37}, ss[2] = {64, 5}, sj[2] = {20, 37};
+    sc_ud su1 = {1, true}, su2 = {1, false}, su3 = {0, false};
+    kn_opin sa[3] = {IN(2, sx, -1, 1), {2, {64, 3}, 0, 37, 0, false, true}, IN(2, ss, -1, 1)};
+    BOTH(true, b_scadd, &su1, 3, sa, KN_OP_SCATTER_ADD);
+    BOTH(true, b_scadd, &su2, 3, sa, KN_OP_SCATTER_ADD);
+    kn_opin sb[3] = {IN(2, sx, -1, 1), {2, {20, 37}, 0, 64, 0, false, true}, IN(2, sj, -1, 1)};
+    BOTH(true, b_scadd, &su3, 3, sb, KN_OP_SCATTER_ADD);
 
     int64_t k1[3] = {3, 2, 8}, k2[3] = {2, 40, 8};
     kn_opin m[3] = {IN(3, x4, -1, 1), IDX(2, 40, KN_I32), IN(3, k1, -1, 1)};     /* KV cache rows */

@@ -19,6 +19,7 @@
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #endif
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,7 +422,7 @@ static bool fast_matmul(const kn_exec *e) {
 }
 
 /* ---- row ops: reductions over the last dim, softmax ------------------------------------ */
-typedef struct { kn_op op; float *y; const float *x; int64_t len, ys; } row_job;
+typedef struct { kn_op op; float *y; const float *x; int64_t len, ys; int correction; } row_job;
 static void row_rows(void *p, int64_t r0, int64_t r1) {
     row_job *j = p;
     for (int64_t r = r0; r < r1; r++) {
@@ -432,6 +433,14 @@ static void row_rows(void *p, int64_t r0, int64_t r1) {
         case KN_OP_MAX: j->y[r * j->ys] = kn_vec_max(x, j->len); break;
         case KN_OP_SOFTMAX: kn_vec_softmax(j->y + r * j->len, x, j->len); break;
         case KN_OP_LOG_SOFTMAX: kn_vec_log_softmax(j->y + r * j->len, x, j->len); break;
+        case KN_OP_VAR: case KN_OP_STD: {   /* two passes, as the reference: mean, then squared deviations */
+            float mean = kn_vec_sum(x, j->len) / (float)j->len, ss = 0;
+            for (int64_t i = 0; i < j->len; i++) ss += (x[i] - mean) * (x[i] - mean);
+            double den = (double)j->len - j->correction;
+            float v = den > 0 ? (float)(ss / den) : NAN;
+            j->y[r * j->ys] = j->op == KN_OP_STD ? sqrtf(v) : v;
+            break;
+        }
         default: break;
         }
     }
@@ -440,12 +449,12 @@ static void row_rows(void *p, int64_t r0, int64_t r1) {
 static bool fast_reduce(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *d = &e->dst;
-    if (t->op != KN_OP_SUM && t->op != KN_OP_MEAN && t->op != KN_OP_MAX) return false;
+    if (t->op != KN_OP_SUM && t->op != KN_OP_MEAN && t->op != KN_OP_MAX && t->op != KN_OP_VAR && t->op != KN_OP_STD) return false;
     if (!is_f32(x) || !is_f32(d) || !contig(x) || !contig(d) || x->ndim == 0) return false;
     if (t->p.reduce.axes != (1u << (x->ndim - 1))) return false;   /* last dim only */
     int64_t len = x->ne[x->ndim - 1];
     if (len == 0) return false;
-    row_job j = {t->op, d->data, x->data, len, 1};
+    row_job j = {t->op, d->data, x->data, len, 1, t->p.reduce.correction};
     int64_t rows = kn_tview_numel(x) / len;
     par_rows(row_rows, &j, rows, rows * len);
     return true;
@@ -553,6 +562,7 @@ static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
     case KN_OP_MATMUL: done = fast_matmul(e); break;
     case KN_OP_ADD: case KN_OP_SUB: case KN_OP_MUL: case KN_OP_DIV: done = fast_binary(e); break;
     case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e) || fast_reduce_leading(e); break;
+    case KN_OP_VAR: case KN_OP_STD: done = fast_reduce(e); break;
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_WHERE: done = fast_where(e); break;

@@ -460,6 +460,45 @@ static bool fast_index_add(const kn_exec *e) {
     return true;
 }
 
+/* scatter_add (f32) into a contiguous y: the gradient of gather (the
+ * cross-entropy's pick of the target log-probability). x is copied (or, a
+ * broadcast zero, filled), then each index element adds its src value; one
+ * thread: there are as many adds as index elements, few next to y's size. */
+static bool fast_scatter_add(const kn_exec *e) {
+    const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1], *s = &e->src[2];
+    int d = e->node->p.axis.dim, nd = y->ndim;
+    if (!f32(x) || !f32(y) || !f32(s) || !kn_tview_is_contiguous(y) || d < 0 || d >= nd) return false;
+    if ((iv->dtype != KN_I32 && iv->dtype != KN_I64) || x->ndim != nd || iv->ndim != nd || s->ndim != nd) return false;
+    for (int k = 0; k < nd; k++)
+        if (x->ne[k] != y->ne[k] || iv->ne[k] > s->ne[k] || (k != d && iv->ne[k] > y->ne[k])) return false;
+    bool xzero = true;
+    for (int k = 0; k < nd; k++) if (x->st[k] != 0 && x->ne[k] > 1) xzero = false;
+    if (overlap(s, y) || (!xzero && !same_or_disjoint(x, y)) || (!xzero && x->data != y->data && !kn_tview_is_contiguous(x)))
+        return false;
+    int64_t m = kn_tview_numel(iv), n = kn_tview_numel(y), c[KN_MAX_DIMS] = {0};
+    /* indices first: an out-of-range one goes to the reference, which reports it */
+    for (int64_t i = 0; i < m; i++) {
+        int64_t io = 0;
+        for (int k = 0; k < nd; k++) io += c[k] * iv->st[k];
+        int64_t j = iv->dtype == KN_I32 ? ((const int32_t *)iv->data)[io] : ((const int64_t *)iv->data)[io];
+        if (j < 0 || j >= y->ne[d]) return false;
+        for (int k = nd - 1; k >= 0 && ++c[k] == iv->ne[k]; k--) c[k] = 0;
+    }
+    float *yd = y->data;
+    if (xzero) { float v = n ? *(const float *)x->data : 0; for (int64_t i = 0; i < n; i++) yd[i] = v; }
+    else if (x->data != y->data) memcpy(yd, x->data, sizeof(float) * (size_t)n);
+    memset(c, 0, sizeof c);
+    for (int64_t i = 0; i < m; i++) {
+        int64_t io = 0, so = 0, yo = 0, ys = 1;
+        for (int k = nd - 1; k >= 0; k--) { io += c[k] * iv->st[k]; so += c[k] * s->st[k]; }
+        int64_t j = iv->dtype == KN_I32 ? ((const int32_t *)iv->data)[io] : ((const int64_t *)iv->data)[io];
+        for (int k = nd - 1; k >= 0; k--) { yo += (k == d ? j : c[k]) * ys; ys *= y->ne[k]; }
+        yd[yo] += ((const float *)s->data)[so];
+        for (int k = nd - 1; k >= 0 && ++c[k] == iv->ne[k]; k--) c[k] = 0;
+    }
+    return true;
+}
+
 /* ==== strided copy (4-byte elements) ==========================================
  * Dims are merged where both layouts allow and unit dims dropped. With q the
  * destination's fastest dim and p the source's: if they are the same dim,
@@ -842,6 +881,7 @@ bool kn_cpu_nn_fast(const kn_exec *e) {
     case KN_OP_INDEX_SELECT: return fast_index_select(e);
     case KN_OP_INDEX_COPY: return fast_index_copy(e);
     case KN_OP_INDEX_ADD: return fast_index_add(e);
+    case KN_OP_SCATTER_ADD: return fast_scatter_add(e);
     case KN_OP_COPY: return fast_copy(e);
     case KN_OP_CONV2D: return fast_conv2d(e);
     case KN_OP_CONV_TRANSPOSE2D: return fast_conv_transpose2d(e);
