@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define KN_MAX_DIMS 8
-#define KN_MAX_SRC  4
+#define KN_MAX_SRC  6
 #define KN_MAX_SYMS 16
 
 typedef struct kn_ctx kn_ctx;
@@ -58,7 +58,7 @@ typedef enum kn_op {
     /* copies and data movement */
     KN_OP_COPY, KN_OP_CAST, KN_OP_CAT, KN_OP_PAD, KN_OP_GATHER, KN_OP_SCATTER,
     KN_OP_SCATTER_ADD, KN_OP_INDEX_SELECT, KN_OP_INDEX_ADD, KN_OP_WHERE, KN_OP_TRI,
-    KN_OP_ASSIGN, KN_OP_INDEX_COPY,
+    KN_OP_ASSIGN, KN_OP_INDEX_COPY, KN_OP_ADAM_UPDATE,
     /* unary */
     KN_OP_NEG, KN_OP_ABS, KN_OP_SIGN, KN_OP_EXP, KN_OP_EXP2, KN_OP_LOG, KN_OP_LOG2,
     KN_OP_LOG1P, KN_OP_EXPM1, KN_OP_SQRT, KN_OP_RSQRT, KN_OP_RECIPROCAL, KN_OP_SQUARE,
@@ -108,6 +108,7 @@ typedef union kn_op_params {
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
     struct { bool causal; double scale; } sdpa;
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;
+    struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
 } kn_op_params;
 
 /* Node flags */

@@ -294,6 +294,9 @@ typedef struct kn_optim_cfg {
     double alpha; bool centered;                        /* RMSprop                    */
     double lr_decay, initial_accumulator_value;         /* Adagrad                    */
     double clip_norm;       /* > 0: clip gradients to this global norm (graph ops)   */
+    bool unfused;           /* Adam/AdamW: build the update from elementwise ops
+                               instead of one fused adam_update node per parameter
+                               (same f32 arithmetic; for checking, and the reference) */
 } kn_optim_cfg;
 /* torch defaults for the kind (AdamW weight_decay 0.01, Adam betas 0.9/0.999, eps 1e-8, ...) */
 kn_optim_cfg kn_optim_defaults(kn_optim_kind kind);

@@ -68,6 +68,9 @@ kn_tensor *kn__node(kn_ctx *ctx, kn_op op, kn_dtype dt, int ndim, const int64_t 
 kn_tensor *kn__view_node(kn_ctx *ctx, kn_op op, kn_tensor *x, int ndim, const int64_t *shape,
                          const int64_t *stride, int64_t offset, const int8_t *sym);
 void kn__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
+/* Fused in-place Adam/AdamW step of p and its moments m, v (ops_optim.c). */
+kn_tensor *kn__adam_update(kn_ctx *ctx, kn_tensor *p, kn_tensor *g, kn_tensor *m, kn_tensor *v, kn_tensor *c,
+                           double beta1, double beta2, double eps, double l2);
 int kn__norm_dim(kn_ctx *ctx, const char *op, int dim, int ndim, bool *ok);
 /* numpy broadcast of two shapes; false (and an error) when incompatible */
 bool kn__broadcast_shape(kn_ctx *ctx, const char *op, const kn_tensor *a, const kn_tensor *b,

@@ -233,6 +233,8 @@ TEST(matmul_backends_and_grads) {
         {3, 2, {2, 3, 4}, {4, 5}, true, false}, {3, 4, {2, 3, 4}, {3, 2, 4, 6}, false, false},
         {1, 2, {5}, {5, 3}, false, false}, {2, 1, {4, 5}, {5}, false, false}, {2, 2, {65, 70}, {70, 67}, false, false},
         {2, 2, {3, 0}, {0, 4}, false, false},
+        /* a shared 2-d right operand: one GEMM over all batch rows (fast path), gradient a2^T g2 / (g2^T a2)^T */
+        {3, 2, {4, 9, 6}, {6, 7}, false, false}, {4, 2, {2, 3, 5, 6}, {6, 7}, false, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kn_opin in[2] = {{cases[i].na, {0}, -1, 1, .transposed = cases[i].ta}, {cases[i].nb, {0}, -1, 1, .transposed = cases[i].tb}};

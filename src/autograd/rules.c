@@ -115,7 +115,7 @@ static void g_unary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     case KN_OP_ERF: d = kn_mul(ctx, kn_exp(ctx, kn_neg(ctx, kn_square(ctx, x))), S(M_2_SQRTPI)); break;
     case KN_OP_CLAMP: case KN_OP_HARDTANH:
         d = mask_f(ctx, kn_logical_and(ctx, kn_ge(ctx, x, S(a)), kn_le(ctx, x, S(b))), dt); break;
-    case KN_OP_RELU: d = mask_f(ctx, kn_gt(ctx, x, S(0)), dt); break;
+    case KN_OP_RELU: gin[0] = kn_where(ctx, kn_gt(ctx, x, S(0)), g, S(0)); return;   /* 2 passes, not 3 */
     case KN_OP_LEAKY_RELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), S(a)); break;
     case KN_OP_ELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), kn_add(ctx, y, S(a))); break;
     case KN_OP_SELU: {
@@ -256,12 +256,28 @@ static void g_scan(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     else gin[0] = kn_div(ctx, rev_cumsum(ctx, kn_mul(ctx, g, t), d), X);   /* assumes no zeros in x */
 }
 
+/* A 2-d right operand shared by every batch of a ([..., M, K] @ [K, N], a
+ * Linear layer) gets its gradient from one GEMM over all batch rows,
+ * a2^T g2 with a2 [rows, K], g2 [rows, N], instead of one per batch and a
+ * sum. When b is a transposed view (x @ W^T), the product is formed as
+ * (g2^T a2)^T so the gradient reaching W is contiguous. */
 static void g_matmul(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     kn_tensor *a = t->src[0], *b = t->src[1];
     if (a->flags & KN_FLAG_REQUIRES_GRAD)
         gin[0] = kn__sum_to(ctx, kn_matmul(ctx, g, kn_transpose(ctx, b, -1, -2)), a);
-    if (b->flags & KN_FLAG_REQUIRES_GRAD)
-        gin[1] = kn__sum_to(ctx, kn_matmul(ctx, kn_transpose(ctx, a, -1, -2), g), b);
+    if (!(b->flags & KN_FLAG_REQUIRES_GRAD)) return;
+    bool sym = false;
+    for (int i = 0; i < a->ndim; i++) sym |= a->sym[i] != 0;
+    if (b->ndim == 2 && a->ndim >= 2 && !sym) {
+        int64_t K = a->shape[a->ndim - 1], N = g->shape[g->ndim - 1], rows = 1;
+        for (int i = 0; i < a->ndim - 1; i++) rows *= a->shape[i];
+        kn_tensor *a2 = kn_reshape(ctx, a, 2, (int64_t[]){rows, K}), *g2 = kn_reshape(ctx, g, 2, (int64_t[]){rows, N});
+        bool col_major = b->stride[0] == 1 && b->stride[1] != 1;
+        gin[1] = col_major ? kn_transpose(ctx, kn_matmul(ctx, kn_transpose(ctx, g2, 0, 1), a2), 0, 1)
+                           : kn_matmul(ctx, kn_transpose(ctx, a2, 0, 1), g2);
+        return;
+    }
+    gin[1] = kn__sum_to(ctx, kn_matmul(ctx, kn_transpose(ctx, a, -1, -2), g), b);
 }
 
 kn_grad_rule kn__grad_rule_index(kn_op op);

@@ -24,6 +24,7 @@ static const kn_op_info g_ops[KN_OP_COUNT] = {
     [KN_OP_SCATTER_ADD] = {"scatter_add", CP, 0}, [KN_OP_INDEX_SELECT] = {"index_select", CP, 0},
     [KN_OP_INDEX_ADD] = {"index_add", CP, 0}, [KN_OP_WHERE] = {"where", CP, 0}, [KN_OP_TRI] = {"tri", CP, 1},
     [KN_OP_ASSIGN] = {"assign", E, 0}, [KN_OP_INDEX_COPY] = {"index_copy", E, 0},
+    [KN_OP_ADAM_UPDATE] = {"adam_update", E, 0},
     [KN_OP_NEG] = {"neg", U, 1}, [KN_OP_ABS] = {"abs", U, 1}, [KN_OP_SIGN] = {"sign", U, 1},
     [KN_OP_EXP] = {"exp", U, 1}, [KN_OP_EXP2] = {"exp2", U, 1}, [KN_OP_LOG] = {"log", U, 1},
     [KN_OP_LOG2] = {"log2", U, 1}, [KN_OP_LOG1P] = {"log1p", U, 1}, [KN_OP_EXPM1] = {"expm1", U, 1},

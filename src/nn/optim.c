@@ -202,6 +202,27 @@ static void emit(effects *e, kn_tensor *t) {
 static kn_tensor *as(kn_ctx *ctx, kn_tensor *s, kn_dtype dt) { return kn_cast(ctx, s, dt); }
 static kn_tensor *c64(kn_ctx *ctx, double v) { return kn_scalar(ctx, KN_F64, v); }
 
+/* The fused Adam update's coefficients for a group, in dtype dt: [decay
+ * multiplier (1 - lr wd for AdamW, else 1), lr / (1 - b1^t), sqrt(1 - b2^t)],
+ * each computed in f64 and cast, exactly as the composite update's scalars.
+ * Cached per (group, dtype) in cache[group * KN_DTYPE_COUNT + dt] while one
+ * update is built. */
+static kn_tensor *adam_coefs(kn_optim *o, kn_tensor **cache, int group, kn_dtype dt, kn_tensor *lr64, kn_tensor *t) {
+    kn_ctx *ctx = o->ctx;
+    const kn_optim_cfg *c = &o->cfg;
+    kn_tensor **slot = &cache[(size_t)group * KN_DTYPE_COUNT + dt];
+    if (*slot) return *slot;
+    const optim_group *gr = &o->groups[group];
+    kn_tensor *one = c64(ctx, 1);
+    kn_tensor *dec = (c->kind == KN_OPTIM_ADAMW && gr->wd != 0) ? kn_sub(ctx, one, kn_mul_scalar(ctx, lr64, gr->wd)) : one;
+    kn_tensor *bc1 = kn_sub(ctx, one, kn_pow(ctx, c64(ctx, c->beta1), t));
+    kn_tensor *bc2 = kn_sub(ctx, one, kn_pow(ctx, c64(ctx, c->beta2), t));
+    int64_t one_d[1] = {1};
+    kn_tensor *parts[3] = {kn_reshape(ctx, dec, 1, one_d), kn_reshape(ctx, kn_div(ctx, lr64, bc1), 1, one_d),
+                           kn_reshape(ctx, kn_sqrt(ctx, bc2), 1, one_d)};
+    return *slot = kn_cast(ctx, kn_cat(ctx, parts, 3, 0), dt);
+}
+
 int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int max) {
     if (!o) return -1;
     kn_ctx *ctx = o->ctx;
@@ -235,6 +256,8 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
         }
     }
     kn_tensor *t = kn_cast(ctx, o->step_in, KN_F64);                             /* step (1-based) */
+    kn_tensor **coefs = calloc((size_t)(o->n_groups ? o->n_groups : 1) * KN_DTYPE_COUNT, sizeof *coefs);
+    if (!coefs) { kn_no_grad_end(ctx); free(g); kn__fail(ctx, KN_ERR_NOMEM, "optimizer: out of memory"); return -1; }
     for (int i = 0; i < o->n; i++) {
         optim_param *q = &o->ps[i];
         const optim_group *gr = &o->groups[q->group];
@@ -260,6 +283,13 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
             break;
         }
         case KN_OPTIM_ADAM: case KN_OPTIM_ADAMW: {
+            if (!c->unfused) {
+                /* one fused node: coefficients [decay, lr / bc1, sqrt(bc2)] once per group and dtype */
+                kn_tensor *cf = adam_coefs(o, coefs, q->group, dt, lr64, t);
+                double l2 = c->kind == KN_OPTIM_ADAM ? gr->wd : 0;
+                emit(&e, kn__adam_update(ctx, p, gi, q->s[0], q->s[1], cf, c->beta1, c->beta2, c->eps, l2));
+                continue;
+            }
             kn_tensor *pp = p;
             if (gr->wd != 0) {
                 if (c->kind == KN_OPTIM_ADAMW)
@@ -311,6 +341,7 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
     }
     kn_no_grad_end(ctx);
     free(g);
+    free(coefs);
     if (!e.ok) {
         if (e.n > max) kn__fail(ctx, KN_ERR_LIMIT, "kn_optim_build: %d update effects but room for %d in out[]", e.n, max);
         else if (!ctx->status) kn__fail(ctx, KN_ERR_INVALID, "kn_optim_build: building the update failed: %s", kn_last_error());

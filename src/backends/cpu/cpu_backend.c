@@ -244,6 +244,77 @@ static bool fast_where(const kn_exec *e) {
     return true;
 }
 
+/* The fused Adam/AdamW update (graph/ops_optim.c): contiguous f32 p, m, v;
+ * g contiguous, or a 2-D view with any strides (a Linear weight's gradient
+ * arrives transposed: rows of p then read g down its columns, which stay in
+ * L2 across the 16 rows a cache line serves). The same f32 operation
+ * sequence as the composite update. Parts of 4096 elements, the last one
+ * shorter. */
+typedef struct {
+    float *p, *m, *v; const float *g; int64_t n, C, gs0, gs1; bool gc;
+    float c0, c1, c2, b1c, b2, b2c, eps, l2;
+} adam_job;
+static void adam_rows(void *vp, int64_t r0, int64_t r1) {
+    adam_job *j = vp;
+    int64_t i1 = r1 * 4096 < j->n ? r1 * 4096 : j->n;
+    for (int64_t i = r0 * 4096; i < i1; i++) {
+        float gi = j->gc ? j->g[i] : j->g[(i / j->C) * j->gs0 + (i % j->C) * j->gs1];
+        float p = j->p[i], g = gi + j->l2 * p;
+        float m = j->m[i] + (g - j->m[i]) * j->b1c;
+        float v = j->v[i] * j->b2 + (g * g) * j->b2c;
+        j->m[i] = m; j->v[i] = v;
+        j->p[i] = p * j->c0 - (m / (sqrtf(v) / j->c2 + j->eps)) * j->c1;
+    }
+}
+static bool fast_adam(const kn_exec *e) {
+    const kn_tview *p = &e->dst, *g = &e->src[1], *m = &e->src[2], *v = &e->src[3], *c = &e->src[4];
+    if (!is_f32(p) || !is_f32(g) || !is_f32(m) || !is_f32(v) || !is_f32(c)) return false;
+    if (!contig(p) || !contig(m) || !contig(v) || (!contig(g) && g->ndim != 2)) return false;
+    int64_t n = kn_tview_numel(p);
+    const float *cf = c->data;
+    const kn_op_params *q = &e->node->p;
+    adam_job j = {p->data, m->data, v->data, g->data, n, g->ndim == 2 ? g->ne[1] : 1, g->ndim == 2 ? g->st[0] : 0,
+                  g->ndim == 2 ? g->st[1] : 0, contig(g), cf[0], cf[c->st[0]], cf[2 * c->st[0]],
+                  (float)(1 - q->adam.beta1), (float)q->adam.beta2, (float)(1 - q->adam.beta2), (float)q->adam.eps,
+                  (float)q->adam.l2};
+    par_rows(adam_rows, &j, (n + 4095) / 4096, n * 7);
+    return true;
+}
+
+/* comparisons of f32 tensors (b the same shape, or a scalar) to bool:
+ * the masks of relu/clamp gradients */
+typedef struct { kn_op op; uint8_t *y; const float *a, *b; bool scalar; int64_t n; } cmp_job;
+static void cmp_rows(void *p, int64_t r0, int64_t r1) {
+    cmp_job *j = p;
+    int64_t i0 = r0 * 4096, i1 = r1 * 4096 < j->n ? r1 * 4096 : j->n;
+#define CMP_LOOP(OP) do { \
+        if (j->scalar) { float z = j->b[0]; for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] OP z; } \
+        else for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] OP j->b[i]; } while (0)
+    switch (j->op) {
+    case KN_OP_GT: CMP_LOOP(>); break;
+    case KN_OP_GE: CMP_LOOP(>=); break;
+    case KN_OP_LT: CMP_LOOP(<); break;
+    case KN_OP_LE: CMP_LOOP(<=); break;
+    case KN_OP_EQ: CMP_LOOP(==); break;
+    default: CMP_LOOP(!=); break;
+    }
+#undef CMP_LOOP
+}
+static bool fast_compare(const kn_exec *e) {
+    kn_op op = e->node->op;
+    if (op != KN_OP_GT && op != KN_OP_GE && op != KN_OP_LT && op != KN_OP_LE && op != KN_OP_EQ && op != KN_OP_NE) return false;
+    const kn_tview *d = &e->dst;
+    if (d->dtype != KN_BOOL || !contig(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
+    kn_tview a = kn_tview_broadcast(&e->src[0], d->ndim, d->ne), b = kn_tview_broadcast(&e->src[1], d->ndim, d->ne);
+    bool scalar = true;
+    for (int i = 0; i < b.ndim; i++) if (b.st[i] != 0 && b.ne[i] != 1) scalar = false;
+    if (!contig(&a) || (!scalar && !contig(&b))) return false;
+    int64_t n = kn_tview_numel(d);
+    cmp_job j = {op, d->data, a.data, b.data, scalar, n};
+    par_rows(cmp_rows, &j, (n + 4095) / 4096, n);
+    return true;
+}
+
 static bool fast_binary(const kn_exec *e) {
     kn_op op = e->node->op;
     if (op != KN_OP_ADD && op != KN_OP_SUB && op != KN_OP_MUL && op != KN_OP_DIV) return false;
@@ -405,6 +476,14 @@ static bool fast_matmul(const kn_exec *e) {
     const float *A = a.data, *B = b.data;
     float *C = d->data;
     /* one uniform batch dim (after collapsing) goes to the batched entry point */
+    /* a shared right operand (stride 0 over every batch dim: x [B,T,K] @ W^T)
+     * and a, C contiguous: one GEMM of batch * M rows, not batch small ones */
+    bool shared_b = batch > 1 && !ta && contig(&a) && contig(d);
+    for (int i = 0; i < nb && shared_b; i++) if (bb.st[i] != 0 && d->ne[i] != 1) shared_b = false;
+    if (shared_b) {
+        kn_sgemm(false, tb, batch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+        return true;
+    }
     if (nb == 1 || batch == 1) {
         int64_t sa = nb ? ab.st[0] : 0, sb = nb ? bb.st[0] : 0, sc = nb ? db.st[0] : 0;
         kn_sgemm_batched(batch, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc);
@@ -561,11 +640,13 @@ static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
     case KN_OP_FILL: case KN_OP_ASSIGN: done = fast_fill_assign(e); break;
     case KN_OP_MATMUL: done = fast_matmul(e); break;
     case KN_OP_ADD: case KN_OP_SUB: case KN_OP_MUL: case KN_OP_DIV: done = fast_binary(e); break;
+    case KN_OP_GT: case KN_OP_GE: case KN_OP_LT: case KN_OP_LE: case KN_OP_EQ: case KN_OP_NE: done = fast_compare(e); break;
     case KN_OP_SUM: case KN_OP_MEAN: case KN_OP_MAX: done = fast_reduce(e) || fast_reduce_leading(e); break;
     case KN_OP_VAR: case KN_OP_STD: done = fast_reduce(e); break;
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: done = fast_softmax(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_COPY: case KN_OP_CAST: done = fast_copy(e) || kn_cpu_nn_fast(e); break;
     case KN_OP_WHERE: done = fast_where(e); break;
+    case KN_OP_ADAM_UPDATE: done = fast_adam(e); break;
     default:
         if (kn_op_get(e->node->op)->kind == KN_KIND_UNARY && e->node->op != KN_OP_CLAMP) done = fast_unary(e);
         else done = kn_cpu_nn_fast(e);      /* norms, rope, sdpa, index ops, conv, pools (cpu_nn.c) */

@@ -108,6 +108,7 @@ static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
     case KN_KIND_COPY: case KN_KIND_EFFECT:
         switch (t->op) {
         case KN_OP_COPY: case KN_OP_CAST: case KN_OP_ASSIGN: case KN_OP_TRI: case KN_OP_WHERE: st = kn_cu_copy(e); break;
+        case KN_OP_ADAM_UPDATE: st = kn_cu_optim(e); break;
         default: st = kn_cu_index(e); break;
         }
         break;

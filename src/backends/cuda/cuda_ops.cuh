@@ -176,6 +176,7 @@ kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n);
 
 kn_status kn_cu_create(const kn_exec *e);
 kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */
+kn_status kn_cu_optim(const kn_exec *e);     /* ADAM_UPDATE */
 kn_status kn_cu_unary(const kn_exec *e);
 kn_status kn_cu_binary(const kn_exec *e);
 kn_status kn_cu_reduce(const kn_exec *e);

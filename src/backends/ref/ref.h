@@ -28,6 +28,7 @@ kn_status kn_ref_dequant_view(const kn_tview *v, kn_tview *out, float **tmp);
 
 kn_status kn_ref_create(const kn_exec *e);
 kn_status kn_ref_copy(const kn_exec *e);       /* COPY, CAST, ASSIGN, TRI, WHERE */
+kn_status kn_ref_optim(const kn_exec *e);      /* ADAM_UPDATE */
 kn_status kn_ref_unary(const kn_exec *e);
 kn_status kn_ref_binary(const kn_exec *e);
 kn_status kn_ref_reduce(const kn_exec *e);

@@ -16,6 +16,7 @@ kn_status kn__ref_compute(kn_backend *be, const kn_exec *e) {
         switch (t->op) {
         case KN_OP_COPY: case KN_OP_CAST: case KN_OP_ASSIGN: case KN_OP_TRI: case KN_OP_WHERE:
             return kn_ref_copy(e);
+        case KN_OP_ADAM_UPDATE: return kn_ref_optim(e);
         default: return kn_ref_index(e);
         }
     case KN_KIND_NN: return kn_ref_nn(e);
