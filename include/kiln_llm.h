@@ -97,6 +97,10 @@ int32_t kn_sampler_sample(kn_sampler *s, float *logits, int n_vocab, const int32
 /* Called with each new token and its text (UTF-8 complete pieces only; may be
  * empty while a character is incomplete). Return false to stop. */
 typedef bool (*kn_token_cb)(void *ud, int32_t token, const char *text, size_t len);
+/* The tokens the model's KV cache holds (see kn_generate_params.reuse).
+ * Start zeroed; any other evaluation on the model invalidates it: set n = 0. */
+typedef struct kn_kv_tokens { int32_t *ids; int n, cap; } kn_kv_tokens;
+
 typedef struct kn_generate_params {
     int max_tokens;          /* new tokens; 0 = until end of generation or context */
     kn_sampler_params sampling;
@@ -105,6 +109,12 @@ typedef struct kn_generate_params {
     bool add_bos;            /* default true (follows the tokenizer's rule)         */
     bool parse_special;      /* recognise <|im_start|> etc. in the prompt            */
     int n_past;              /* continue after this many cached tokens (chat)        */
+    kn_kv_tokens *reuse;     /* non-NULL: the prompt repeats earlier context (a chat
+                                turn rendered from the whole conversation); the
+                                longest prefix matching reuse->ids is not evaluated
+                                again (n_past is then ignored), and *reuse is
+                                updated to the cache's contents (emptied on error);
+                                stats.n_prompt counts the tokens evaluated */
 } kn_generate_params;
 typedef struct kn_generate_stats {
     int n_prompt, n_generated, n_past_end;
@@ -117,6 +127,9 @@ kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params 
 /* Same with a prompt given as tokens. */
 kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *p,
                              kn_token_cb cb, void *ud, kn_generate_stats *stats);
+
+/* kn_kv_tokens_free: frees what kn_generate_params.reuse accumulated. */
+void kn_kv_tokens_free(kn_kv_tokens *kv);
 
 #ifdef __cplusplus
 }

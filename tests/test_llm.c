@@ -266,6 +266,58 @@ TEST(generate_api_stories260k) {
     kn_model_free(m);
 }
 
+/* KV cache reuse across calls (kn_generate_params.reuse, what `kiln chat`
+ * does each turn): a second prompt that extends the first conversation
+ * evaluates only the new tokens and generates what a fresh evaluation of the
+ * whole prompt generates. */
+typedef struct { int32_t t[64]; int n; } toks;
+static bool collect_tok(void *ud, int32_t t, const char *text, size_t len) {
+    toks *k = ud;
+    if (t >= 0 && k->n < 64) k->t[k->n++] = t;
+    return true;
+}
+TEST(generate_reuses_kv_cache) {
+    const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
+    if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
+    kn_model_opts o = {.tokenizer_path = tok};
+    kn_model *m;
+    REQUIRE(kn_model_load(model, &o, &m) == KN_OK, "%s", kn_last_error());
+    kn_generate_params gp = kn_generate_defaults();
+    gp.sampling.temp = 0;
+    gp.max_tokens = 20;
+    kn_kv_tokens kv = {0};
+    gp.reuse = &kv;
+    int32_t p1[6] = {1, 403, 407, 261, 378, 30};   /* BOS + a few ids of tok512 */
+    toks g1 = {0}, g2 = {0}, g3 = {0};
+    kn_generate_stats st;
+    REQUIRE(kn_generate_tokens(m, p1, 6, &gp, collect_tok, &g1, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(st.n_prompt == 6 && kv.n == 6 + 20 && g1.n == 20, "turn 1: evaluated %d, cache %d, generated %d", st.n_prompt, kv.n, g1.n);
+    /* turn 2: the first prompt, the reply, and 3 new tokens */
+    int32_t p2[64];
+    int n2 = 0;
+    for (int i = 0; i < 6; i++) p2[n2++] = p1[i];
+    for (int i = 0; i < g1.n; i++) p2[n2++] = g1.t[i];
+    p2[n2++] = 13; p2[n2++] = 1576; p2[n2++] = 400;
+    for (int i = 0; i < n2; i++) if (p2[i] >= 512) p2[i] = 100 + i;     /* keep ids inside the vocab */
+    REQUIRE(kn_generate_tokens(m, p2, n2, &gp, collect_tok, &g2, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(st.n_prompt == n2 - 26, "turn 2 evaluated %d tokens, want %d (the cache held 26)", st.n_prompt, n2 - 26);
+    /* the same prompt from scratch */
+    kn_generate_params fresh = gp;
+    fresh.reuse = NULL;
+    REQUIRE(kn_generate_tokens(m, p2, n2, &fresh, collect_tok, &g3, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(st.n_prompt == n2, "fresh evaluated %d", st.n_prompt);
+    CHECK(g2.n == g3.n && !memcmp(g2.t, g3.t, sizeof(int32_t) * (size_t)g2.n), "reused and fresh generations differ");
+    /* the same prompt again: only its last token is evaluated (after the
+     * fresh run the record no longer matches the cache: start it over) */
+    kv.n = 0;
+    toks g4 = {0}, g5 = {0};
+    REQUIRE(kn_generate_tokens(m, p2, n2, &gp, collect_tok, &g4, &st) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_generate_tokens(m, p2, n2, &gp, collect_tok, &g5, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(st.n_prompt == 1 && g5.n == g4.n && !memcmp(g4.t, g5.t, sizeof(int32_t) * (size_t)g4.n), "repeat: evaluated %d", st.n_prompt);
+    kn_kv_tokens_free(&kv);
+    kn_model_free(m);
+}
+
 TEST(sampler_filters) {
     float base[6] = {1.0f, 3.0f, 2.9f, -1.0f, 0.5f, 2.0f};
     float l[6];

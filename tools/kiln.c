@@ -193,6 +193,8 @@ static int cmd_chat(const args *a) {
     gp.max_tokens = a->n;
     gp.sampling = a->sp;
     if (!a->have_temp) gp.sampling.temp = 0.7f;
+    kn_kv_tokens kv = {0};
+    gp.reuse = &kv;                 /* each turn evaluates only what the cache lacks */
     size_t cap = 64, n = 0;
     kn_chat_msg *msgs = malloc(sizeof *msgs * cap);
     char **owned = malloc(sizeof *owned * cap);
@@ -224,9 +226,8 @@ static int cmd_chat(const args *a) {
         owned[n] = strdup(line);
         msgs[n] = (kn_chat_msg){"user", owned[n]};
         n++;
-        /* The whole conversation is rendered and evaluated each turn: simple
-         * and always right for any template; reusing the cached prefix is a
-         * planned optimisation. */
+        /* The whole conversation is rendered each turn (right for any
+         * template); gp.reuse skips the tokens the KV cache already holds. */
         char *prompt = render(&t, msgs, n);
         if (!prompt) { fprintf(stderr, "kiln: cannot render the chat template\n"); rc = 1; break; }
         reply_buf r = {0};
@@ -248,6 +249,7 @@ static int cmd_chat(const args *a) {
     }
     for (size_t i = 0; i < n; i++) free(owned[i]);
     free(msgs); free(owned);
+    kn_kv_tokens_free(&kv);
     kn_model_free(m);
     return rc;
 }

@@ -38,8 +38,12 @@ static bool sb_add(sbuf *b, const char *s, size_t n) {
     return true;
 }
 
+static kn_status generate_reuse(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
+                                kn_token_cb cb, void *ud, kn_generate_stats *stats);
+
 kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
                              kn_token_cb cb, void *ud, kn_generate_stats *stats) {
+    if (gp && gp->reuse) return generate_reuse(m, prompt, n_prompt, gp, cb, ud, stats);
     kn_generate_params p = gp ? *gp : kn_generate_defaults();
     kn_generate_stats st0 = {0};
     kn_generate_stats *S = stats ? stats : &st0;
@@ -111,6 +115,52 @@ out:
     return st;
 }
 
+/* ---- KV cache reuse ---- */
+typedef struct { kn_token_cb cb; void *ud; int32_t *out; int n, cap; } capture_cb;
+static bool capture(void *ud, int32_t t, const char *text, size_t len) {
+    capture_cb *c = ud;
+    if (t >= 0 && c->n < c->cap) c->out[c->n++] = t;
+    return c->cb ? c->cb(c->ud, t, text, len) : true;
+}
+
+void kn_kv_tokens_free(kn_kv_tokens *kv) {
+    if (!kv) return;
+    free(kv->ids);
+    memset(kv, 0, sizeof *kv);
+}
+
+static kn_status generate_reuse(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
+                                kn_token_cb cb, void *ud, kn_generate_stats *stats) {
+    kn_kv_tokens *kv = gp->reuse;
+    kn_generate_params p = *gp;
+    p.reuse = NULL;
+    int n_ctx = kn_model_n_ctx(m), L = 0;
+    while (L < kv->n && L < n_prompt && kv->ids[L] == prompt[L]) L++;
+    if (L >= n_prompt) L = n_prompt - 1;             /* the last prompt token gives the logits */
+    if (L < 0) L = 0;
+    if (kv->cap < n_ctx + 1) {
+        int32_t *b = realloc(kv->ids, sizeof(int32_t) * (size_t)(n_ctx + 1));
+        if (!b) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+        kv->ids = b; kv->cap = n_ctx + 1;
+    }
+    int32_t *gen = malloc(sizeof(int32_t) * (size_t)(n_ctx + 1));
+    if (!gen) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    capture_cb cc = {cb, ud, gen, 0, n_ctx + 1};
+    kn_generate_stats s0, *S = stats ? stats : &s0;
+    p.n_past = L;
+    kn_status st = kn_generate_tokens(m, prompt + L, n_prompt - L, &p, capture, &cc, S);
+    if (st) kv->n = 0;
+    else {
+        /* the cache now holds the prompt and the generated tokens fed back */
+        int n = S->n_past_end < n_ctx ? S->n_past_end : n_ctx;
+        memcpy(kv->ids, prompt, sizeof(int32_t) * (size_t)(n < n_prompt ? n : n_prompt));
+        for (int i = n_prompt; i < n; i++) kv->ids[i] = i - n_prompt < cc.n ? gen[i - n_prompt] : -1;
+        kv->n = n;
+    }
+    free(gen);
+    return st;
+}
+
 kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *gp,
                       kn_token_cb cb, void *ud, kn_generate_stats *stats) {
     const kn_tokenizer *tok = kn_model_tokenizer(m);
@@ -120,7 +170,7 @@ kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params 
     int cap = (int)strlen(prompt) + 8, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return kn_set_error(KN_ERR_NOMEM, "out of memory");
-    bool bos = p.add_bos && kn_tokenizer_add_bos(tok) && p.n_past == 0;
+    bool bos = p.add_bos && kn_tokenizer_add_bos(tok) && (p.n_past == 0 || p.reuse);
     kn_status st = kn_tokenize(tok, prompt, strlen(prompt), bos, p.parse_special, ids, cap, &n);
     if (st == KN_ERR_LIMIT) {
         int32_t *b = realloc(ids, sizeof(int32_t) * (size_t)n);
