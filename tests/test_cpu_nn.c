@@ -172,7 +172,7 @@ TEST(rope_modes) {
 }
 
 /* ---- sdpa ------------------------------------------------------------------------- */
-typedef struct { bool causal; double scale; bool perm; } sdpa_ud;
+typedef struct { bool causal; double scale; bool perm, f16kv; } sdpa_ud;
 static kn_tensor *b_sdpa(kn_ctx *ctx, kn_tensor **in, void *ud) {
     sdpa_ud *u = ud;
     kn_tensor *q = in[0], *k = in[1], *v = in[2];
@@ -180,6 +180,7 @@ static kn_tensor *b_sdpa(kn_ctx *ctx, kn_tensor **in, void *ud) {
         int p[4] = {0, 2, 1, 3};
         q = kn_permute(ctx, q, p); k = kn_permute(ctx, k, p); v = kn_permute(ctx, v, p);
     }
+    if (u->f16kv) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }   /* an f16 KV cache */
     return kn_sdpa(ctx, q, k, v, u->causal, u->scale);
 }
 TEST(sdpa_gqa_causal) {
@@ -201,6 +202,8 @@ TEST(sdpa_gqa_causal) {
             t = q[1]; q[1] = q[2]; q[2] = t; t = k[1]; k[1] = k[2]; k[2] = t; t = v[1]; v[1] = v[2]; v[2] = t;
         }
         kn_opin a[3] = {IN(4, q, -1, 1), IN(4, k, -1, 1), IN(4, v, -1, 1)};
+        BOTH(true, b_sdpa, &u, 3, a, KN_OP_SDPA);
+        u.f16kv = true;                                 /* the same with f16 K and V */
         BOTH(true, b_sdpa, &u, 3, a, KN_OP_SDPA);
     }
     sdpa_ud u = {false, 0, false};

@@ -262,11 +262,14 @@ static bool fast_rope(const kn_exec *e) {
 
 /* ==== scaled dot-product attention ============================================
  * One job row = one query row (b, h, i): scores s = scale * K q over the
- * unmasked keys (gemv "dot" form), softmax, y = s V (gemv "axpy" form). */
+ * unmasked keys (gemv "dot" form), softmax, y = s V (gemv "axpy" form).
+ * K and V may be f16 (an f16 KV cache): blocks of SDPA_KB rows are widened
+ * to f32 in a scratch buffer and go through the same kernels. */
+#define SDPA_KB 64
 typedef struct {
     const kn_tview *q, *k, *v, *y;
     int64_t Hq, Tq, Tk, D, Dv, G;
-    bool causal; float scale;
+    bool causal, f16kv; float scale;
     kn_sgemv_dot_fn dot; kn_sgemv_axpy_fn axpy;
     atomic_int failed;
 } sdpa_job;
@@ -274,12 +277,15 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
     sdpa_job *j = p;
     const kn_tview *q = j->q, *k = j->k, *v = j->v, *y = j->y;
     float *s = malloc(sizeof(float) * (size_t)(j->Tk > 0 ? j->Tk : 1));
-    if (!s) { atomic_store(&j->failed, 1); return; }
+    int64_t wmax = j->D > j->Dv ? j->D : j->Dv;
+    float *wb = j->f16kv ? malloc(sizeof(float) * (size_t)(SDPA_KB * wmax + j->Dv)) : NULL;
+    if (!s || (j->f16kv && !wb)) { free(s); free(wb); atomic_store(&j->failed, 1); return; }
     for (int64_t r = r0; r < r1; r++) {
         int64_t i = r % j->Tq, h = (r / j->Tq) % j->Hq, b = r / (j->Tq * j->Hq), hk = h / j->G;
         const float *qr = (const float *)q->data + b * q->st[0] + h * q->st[1] + i * q->st[2];
-        const float *kb = (const float *)k->data + b * k->st[0] + hk * k->st[1];
-        const float *vb = (const float *)v->data + b * v->st[0] + hk * v->st[1];
+        int64_t es = j->f16kv ? 2 : 4;
+        const char *kb = (const char *)k->data + (b * k->st[0] + hk * k->st[1]) * es;
+        const char *vb = (const char *)v->data + (b * v->st[0] + hk * v->st[1]) * es;
         float *yr = (float *)y->data + b * y->st[0] + h * y->st[1] + i * y->st[2];
         int64_t n = j->Tk;
         if (j->causal && i + (j->Tk - j->Tq) + 1 < n) n = i + (j->Tk - j->Tq) + 1;
@@ -287,23 +293,44 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
             for (int64_t d = 0; d < j->Dv; d++) yr[d] = NAN;
             continue;
         }
-        j->dot(n, j->D, kb, k->st[2], qr, s);
+        if (!j->f16kv) {
+            j->dot(n, j->D, (const float *)kb, k->st[2], qr, s);
+            kn_vec_mul_scalar(s, s, j->scale, n);
+            kn_vec_softmax(s, s, n);
+            j->axpy(n, j->Dv, (const float *)vb, v->st[2], s, yr);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < n; c0 += SDPA_KB) {
+            int64_t cn = n - c0 < SDPA_KB ? n - c0 : SDPA_KB;
+            for (int64_t r2 = 0; r2 < cn; r2++)
+                kn_vec_f16_to_f32(wb + r2 * j->D, (const uint16_t *)kb + (c0 + r2) * k->st[2], j->D);
+            j->dot(cn, j->D, wb, j->D, qr, s + c0);
+        }
         kn_vec_mul_scalar(s, s, j->scale, n);
         kn_vec_softmax(s, s, n);
-        j->axpy(n, j->Dv, vb, v->st[2], s, yr);
+        float *acc = wb + SDPA_KB * wmax;
+        for (int64_t c0 = 0; c0 < n; c0 += SDPA_KB) {
+            int64_t cn = n - c0 < SDPA_KB ? n - c0 : SDPA_KB;
+            for (int64_t r2 = 0; r2 < cn; r2++)
+                kn_vec_f16_to_f32(wb + r2 * j->Dv, (const uint16_t *)vb + (c0 + r2) * v->st[2], j->Dv);
+            j->axpy(cn, j->Dv, wb, j->Dv, s + c0, c0 ? acc : yr);
+            if (c0) for (int64_t d = 0; d < j->Dv; d++) yr[d] += acc[d];
+        }
     }
     free(s);
+    free(wb);
 }
 static bool fast_sdpa(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
-    if (!f32(q) || !f32(k) || !f32(v) || !f32(y) || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || y->ndim != 4)
+    bool f16kv = k->dtype == KN_F16 && v->dtype == KN_F16;
+    if (!f32(q) || (!f16kv && (!f32(k) || !f32(v))) || !f32(y) || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || y->ndim != 4)
         return false;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     if (Hkv < 1 || Hq % Hkv || B * Hq * Tq == 0 || Dv == 0) return false;
     if ((D > 1 && (q->st[3] != 1 || k->st[3] != 1)) || (Dv > 1 && (v->st[3] != 1 || y->st[3] != 1))) return false;
     if (overlap(y, q) || overlap(y, k) || overlap(y, v)) return false;
-    sdpa_job j = {q, k, v, y, Hq, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal, (float)t->p.sdpa.scale, NULL, NULL, 0};
+    sdpa_job j = {q, k, v, y, Hq, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal, f16kv, (float)t->p.sdpa.scale, NULL, NULL, 0};
     pick_gemv(&j.dot, &j.axpy);
     int64_t rows = B * Hq * Tq;
     par_rows(sdpa_rows, &j, rows, rows * (Tk > 0 ? Tk : 1) * (D + Dv));
