@@ -413,6 +413,134 @@ TEST(llama_hf_rope_scaling_llama3_yarn_match_pytorch) {
     unlink(st); unlink(cfg); rmdir(dir);
 }
 
+/* ---- the HF tiny Llama as a GGUF file (llama.cpp's conversion) --------------------------
+ * Q and K rows are permuted per head for interleaved-pair rotation (new row
+ * 2j + s of a head = HF row s * D/2 + j); a 64-token SentencePiece-style
+ * vocabulary. rope: "llama3" adds rope_freqs.weight (the divisors computed
+ * from the same parameters as the HF config: factor 8, low/high 1/4,
+ * original context 64, as llama.cpp's converter stores them), "yarn" sets
+ * the yarn metadata keys. */
+typedef struct { uint8_t *p; size_t n, cap; } gbuf;
+static void gput(gbuf *b, const void *x, size_t n) {
+    if (b->n + n > b->cap) { b->cap = (b->n + n) * 2 + 4096; b->p = realloc(b->p, b->cap); }
+    memcpy(b->p + b->n, x, n); b->n += n;
+}
+static void gu32(gbuf *b, uint32_t v) { gput(b, &v, 4); }
+static void gu64(gbuf *b, uint64_t v) { gput(b, &v, 8); }
+static void gstr(gbuf *b, const char *s) { gu64(b, strlen(s)); gput(b, s, strlen(s)); }
+static void gkv_u32(gbuf *b, const char *k, uint32_t v) { gstr(b, k); gu32(b, 4); gu32(b, v); }
+static void gkv_f32(gbuf *b, const char *k, float v) { gstr(b, k); gu32(b, 6); gput(b, &v, 4); }
+static void gkv_str(gbuf *b, const char *k, const char *v) { gstr(b, k); gu32(b, 8); gstr(b, v); }
+static float *permute_qk(const float *w, int heads, int D, int in) {
+    float *o = malloc(sizeof(float) * (size_t)heads * D * in);
+    for (int h = 0; h < heads; h++)
+        for (int j = 0; j < D / 2; j++)
+            for (int s = 0; s < 2; s++)
+                memcpy(o + ((size_t)h * D + 2 * j + s) * in, w + ((size_t)h * D + s * D / 2 + j) * in, sizeof(float) * in);
+    return o;
+}
+static bool write_llama_gguf(const char *path, const char *rope) {
+    st_set s = {0};
+    llama_hf_set(&s);
+    struct { char name[64]; int64_t ne0, ne1; float *data; bool own; } T[40];
+    int nt = 0;
+    for (int i = 0; i < s.n; i++) {
+        const char *n = s.names[i];
+        char gn[64] = "";
+        int l = -1;
+        float *d = s.data[i];
+        bool own = false;
+        if (!strcmp(n, "model.embed_tokens.weight")) strcpy(gn, "token_embd.weight");
+        else if (!strcmp(n, "lm_head.weight")) strcpy(gn, "output.weight");
+        else if (!strcmp(n, "model.norm.weight")) strcpy(gn, "output_norm.weight");
+        else if (sscanf(n, "model.layers.%d.", &l) == 1) {
+            const char *f = strchr(n + strlen("model.layers."), '.') + 1;
+            static const char *map[][2] = {{"input_layernorm.weight", "attn_norm"}, {"self_attn.q_proj.weight", "attn_q"},
+                {"self_attn.k_proj.weight", "attn_k"}, {"self_attn.v_proj.weight", "attn_v"}, {"self_attn.o_proj.weight", "attn_output"},
+                {"post_attention_layernorm.weight", "ffn_norm"}, {"mlp.gate_proj.weight", "ffn_gate"},
+                {"mlp.up_proj.weight", "ffn_up"}, {"mlp.down_proj.weight", "ffn_down"}};
+            for (int k = 0; k < 9; k++) if (!strcmp(f, map[k][0])) snprintf(gn, sizeof gn, "blk.%d.%s.weight", l, map[k][1]);
+            if (strstr(f, "q_proj")) { d = permute_qk(d, LL_H, LL_D, LL_C); own = true; }
+            if (strstr(f, "k_proj")) { d = permute_qk(d, LL_HKV, LL_D, LL_C); own = true; }
+        }
+        if (!gn[0]) continue;
+        snprintf(T[nt].name, 64, "%s", gn);
+        T[nt].ne0 = s.ndims[i] == 2 ? s.shapes[i][1] : s.shapes[i][0];   /* innermost first */
+        T[nt].ne1 = s.ndims[i] == 2 ? s.shapes[i][0] : 0;
+        T[nt].data = d; T[nt].own = own; nt++;
+    }
+    float ff[LL_D / 2];
+    if (!strcmp(rope, "llama3")) {
+        for (int i = 0; i < LL_D / 2; i++) {      /* llama.cpp's converter: 1, a blend, or the factor */
+            double f = pow(10000.0, -2.0 * i / LL_D), wl = 2 * M_PI / f, lo = 64.0 / 1, hi = 64.0 / 4;
+            ff[i] = wl < hi ? 1.0f : wl > lo ? 8.0f : (float)(1 / ((1 - (64 / wl - 1) / 3) / 8 + (64 / wl - 1) / 3));
+        }
+        snprintf(T[nt].name, 64, "rope_freqs.weight");
+        T[nt].ne0 = LL_D / 2; T[nt].ne1 = 0; T[nt].data = ff; T[nt].own = false; nt++;
+    }
+    gbuf b = {0};
+    gput(&b, "GGUF", 4); gu32(&b, 3); gu64(&b, (uint64_t)nt);
+    int nkv = 12 + (!strcmp(rope, "yarn") ? 3 : 0);
+    gu64(&b, (uint64_t)nkv);
+    gkv_str(&b, "general.architecture", "llama");
+    gkv_u32(&b, "llama.block_count", LL_L); gkv_u32(&b, "llama.context_length", 64);
+    gkv_u32(&b, "llama.embedding_length", LL_C); gkv_u32(&b, "llama.feed_forward_length", LL_F);
+    gkv_u32(&b, "llama.attention.head_count", LL_H); gkv_u32(&b, "llama.attention.head_count_kv", LL_HKV);
+    gkv_f32(&b, "llama.rope.freq_base", 10000.0f); gkv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gkv_str(&b, "tokenizer.ggml.model", "llama");
+    gstr(&b, "tokenizer.ggml.tokens"); gu32(&b, 9); gu32(&b, 8); gu64(&b, LL_V);
+    for (int i = 0; i < LL_V; i++) { char t[16]; snprintf(t, sizeof t, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i); gstr(&b, t); }
+    gstr(&b, "tokenizer.ggml.scores"); gu32(&b, 9); gu32(&b, 6); gu64(&b, LL_V);
+    for (int i = 0; i < LL_V; i++) { float sc = (float)-i; gput(&b, &sc, 4); }
+    if (!strcmp(rope, "yarn")) {
+        gkv_str(&b, "llama.rope.scaling.type", "yarn"); gkv_f32(&b, "llama.rope.scaling.factor", 4.0f);
+        gkv_u32(&b, "llama.rope.scaling.original_context_length", 64);
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        gstr(&b, T[i].name);
+        gu32(&b, T[i].ne1 ? 2 : 1); gu64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) gu64(&b, (uint64_t)T[i].ne1);
+        gu32(&b, 0); gu64(&b, off);
+        off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
+    }
+    while (b.n % 32) gput(&b, "", 1);
+    for (int i = 0; i < nt; i++) {
+        size_t nb = (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4;
+        gput(&b, T[i].data, nb);
+        while (b.n % 32) gput(&b, "", 1);
+        if (T[i].own) free(T[i].data);
+    }
+    st_free(&s);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(b.p, 1, b.n, f) == b.n;
+    if (f) fclose(f);
+    free(b.p);
+    return ok;
+}
+
+/* The Llama 3 and YaRN references through GGUF files: rope_freqs.weight and
+ * the yarn metadata keys, Q/K permuted for interleaved rotation. */
+TEST(llama_gguf_rope_scaling_match_pytorch) {
+    static const struct { const char *ref, *rope; } C[] = {
+        {"tests/fixtures/gpt2_hfllama_llama3.ref", "llama3"}, {"tests/fixtures/gpt2_hfllama_yarn.ref", "yarn"}};
+    const char *path = tmp_path("tiny_llama.gguf");
+    for (int i = 0; i < 2; i++) {
+        ref_file r = {0};
+        REQUIRE(read_ref(C[i].ref, &r), "%s unreadable", C[i].ref);
+        REQUIRE(write_llama_gguf(path, C[i].rope), "cannot write %s", path);
+        kn_model *m = load(path, NULL);
+        REQUIRE(m, "%s", kn_last_error());
+        CHECK(!strcmp(kn_model_get_config(m)->rope_scaling, C[i].rope) && !kn_model_get_config(m)->rope_neox,
+              "config: rope_scaling '%s'", kn_model_get_config(m)->rope_scaling);
+        char what[64];
+        snprintf(what, sizeof what, "GGUF Llama rope %s", C[i].rope);
+        check_model(what, m, &r, 1e-5, 0);
+        kn_model_free(m);
+        free_ref(&r);
+    }
+    unlink(path);
+}
+
 TEST(f16_kv_cache_same_greedy_stories260k) {
     const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
     if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
