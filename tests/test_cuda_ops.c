@@ -138,6 +138,13 @@ TEST(binary_all_ops_broadcast_and_dtypes) {
         CHECK(cu_cmp(b_binary, &c, 2, bc) <= 1e-12, "%s broadcast f32 x f64", kn_op_name(b->op));
         kn_opin sc[2] = {IN(3, SH(2, 3, 4), b->lo, b->hi, KN_F32, true), IN(0, SH(1), b->lo, b->hi, KN_F32, false)};
         CHECK(cu_cmp(b_binary, &c, 2, sc) <= 2e-6, "%s with a 0-d operand", kn_op_name(b->op));
+        kn_opin b4[2] = {IN(4, SH(2, 3, 5, 7), b->lo, b->hi, KN_F32, true), IN(4, SH(2, 1, 5, 1), b->lo, b->hi, KN_F32, false)};
+        CHECK(cu_cmp(b_binary, &c, 2, b4) <= 2e-6, "%s broadcast f32 4-d", kn_op_name(b->op));
+        /* float4 path: inner extent % 4 == 0, operands contiguous or broadcast along it */
+        kn_opin v1[2] = {IN(4, SH(2, 3, 5, 8), b->lo, b->hi, KN_F32, false), IN(4, SH(1, 3, 1, 8), b->lo, b->hi, KN_F32, false)};
+        kn_opin v2[2] = {IN(4, SH(2, 1, 5, 1), b->lo, b->hi, KN_F32, false), IN(4, SH(2, 3, 5, 8), b->lo, b->hi, KN_F32, false)};
+        CHECK(cu_cmp(b_binary, &c, 2, v1) <= 2e-6, "%s f32 float4, row broadcast", kn_op_name(b->op));
+        CHECK(cu_cmp(b_binary, &c, 2, v2) <= 2e-6, "%s f32 float4, column broadcast", kn_op_name(b->op));
         if (b->op != KN_OP_POW && b->op != KN_OP_ATAN2 && b->op != KN_OP_DIV) {
             bcase ci = {b, true};
             kn_opin it[2] = {IN(2, SH(6, 7), -9, 9, KN_I32, false), IN(2, SH(1, 7), b->op == KN_OP_FMOD ? 1 : -9, 9, KN_I32, false)};
@@ -178,6 +185,19 @@ TEST(reductions_and_scans) {
             double e = cu_cmp(b_reduce, &r, 1, &in);
             CHECK(e <= 2e-6, "%s axes case %zu: %g", kn_op_name(ops[i]), a, e);
         }
+    /* sums and means split over many blocks (two passes): few outputs over
+     * long rows (a whole-tensor sum, a norm's sum of squares), and columns
+     * of adjacent outputs over many rows (a bias gradient), either layout */
+    {
+        rspec all = {KN_OP_SUM, 0, {0}, false}, mall = {KN_OP_MEAN, 2, {0, 1}, true};
+        rspec col = {KN_OP_SUM, 1, {0}, false}, mcol = {KN_OP_MEAN, 2, {0, 1}, false};
+        kn_opin big = IN(2, SH(300, 701), -1, 1, KN_F32, false), bigt = IN(2, SH(300, 701), -1, 1, KN_F64, true);
+        kn_opin tall = IN(2, SH(20000, 40), -1, 1, KN_F32, false), tall3 = IN(3, SH(64, 130, 36), -1, 1, KN_F32, false);
+        CHECK(cu_cmp(b_reduce, &all, 1, &big) <= 2e-6, "sum all, split");
+        CHECK(cu_cmp(b_reduce, &mall, 1, &bigt) <= 1e-12, "mean all f64 transposed, split");
+        CHECK(cu_cmp(b_reduce, &col, 1, &tall) <= 2e-6, "column sum, split");
+        CHECK(cu_cmp(b_reduce, &mcol, 1, &tall3) <= 2e-6, "column mean over two dims");
+    }
     /* a long reduction (many threads per block) in f16 input, f32 out */
     rspec big = {KN_OP_SUM, 1, {1}, false};
     kn_opin bi = IN(2, SH(3, 100003), -1, 1, KN_F16, false);
@@ -232,6 +252,12 @@ TEST(matmul_layouts) {
         {IN(3, SH(2, 4, 6), -1, 1, KN_F32, false), IN(1, SH(6), -1, 1, KN_F32, false), 2e-6},
         {IN(2, SH(130, 70), -1, 1, KN_F32, false), IN(2, SH(70, 190), -1, 1, KN_F32, true), 1e-5},
         {IN(3, SH(3, 129, 65), -1, 1, KN_F32, true), IN(3, SH(3, 65, 257), -1, 1, KN_F32, false), 1e-5},
+        /* long K, few output tiles: split-K (slices as a batch, then a sum) */
+        {IN(2, SH(128, 4096), -1, 1, KN_F32, true), IN(2, SH(4096, 132), -1, 1, KN_F32, false), 1e-5},
+        {IN(2, SH(36, 2048), -1, 1, KN_F32, false), IN(2, SH(2048, 100), -1, 1, KN_F32, true), 1e-5},
+        /* batched SGEMM kernel: two batch dims, b shared along the first, either layout */
+        {IN(4, SH(2, 3, 132, 64), -1, 1, KN_F32, false), IN(3, SH(3, 64, 136), -1, 1, KN_F32, true), 1e-5},
+        {IN(4, SH(2, 3, 132, 64), -1, 1, KN_F32, true), IN(2, SH(64, 136), -1, 1, KN_F32, false), 1e-5},
         {IN(2, SH(5, 7), -1, 1, KN_F64, true), IN(2, SH(7, 3), -1, 1, KN_F64, false), 1e-13},
         {IN(2, SH(9, 17), -1, 1, KN_F16, false), IN(2, SH(17, 5), -1, 1, KN_F16, true), 4e-3},
         {IN(2, SH(9, 17), -1, 1, KN_BF16, false), IN(2, SH(17, 5), -1, 1, KN_F32, false), 2e-2},
@@ -410,6 +436,9 @@ TEST(nn_family) {
         {18, 1, {IN(4, SH(2, 3, 7, 5), -2, 2, KN_F64, false)}, 1e-12},
         {19, 3, {IN(4, SH(2, 4, 5, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 7, 8), -1, 1, KN_F32, true), IN(4, SH(2, 2, 7, 3), -1, 1, KN_F32, false)}, 2e-6},
         {20, 3, {IN(4, SH(1, 3, 5, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, false), IN(4, SH(1, 3, 6, 4), -1, 1, KN_F64, true)}, 1e-12},
+        /* f32 attention through batched SGEMMs: grouped heads (odd sizes), then causal with Tk > Tq */
+        {19, 3, {IN(4, SH(2, 4, 5, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 7, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 7, 3), -1, 1, KN_F32, false)}, 2e-6},
+        {20, 3, {IN(4, SH(3, 2, 16, 16), -1, 1, KN_F32, false), IN(4, SH(3, 2, 20, 16), -1, 1, KN_F32, false), IN(4, SH(3, 2, 20, 8), -1, 1, KN_F32, false)}, 2e-6},
         {21, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false)}, 2e-6},
         {22, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F64, true)}, 1e-12},
         {23, 2, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false), IN(1, SH(3), 1, 8, KN_F32, false)}, 2e-6},

@@ -1,8 +1,9 @@
 /* cuda_ops_reduce.cu: reductions over an axis set, scans and matmul on the
  * GPU. Reductions run one block per output element (threads stride over the
  * reduced index space, double accumulation, block-wide combine) with the
- * NaN rules of src/backends/ref/ref_reduce.c. Matmul takes kn_cuda_sgemm
- * for f32 plain/transposed matrices, a generic kernel otherwise. */
+ * NaN rules of src/backends/ref/ref_reduce.c. Matmul takes kn_cuda_sgemm_batched
+ * for f32 plain/transposed matrices (all batch entries in one launch), a
+ * generic kernel otherwise. */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +124,91 @@ __global__ void __launch_bounds__(KN_THREADS) k_reduce(kn_dview x, kn_dview d, r
     }
 }
 
+/* ---- sum / mean with the work spread over the whole GPU ----
+ * k_reduce gives each output one block, which leaves the GPU idle when there
+ * are few outputs (a gradient norm: one sum over a whole parameter; a bias
+ * gradient: 384 sums over 16384 rows) and reads with a stride when the kept
+ * elements are the adjacent ones. Two kernels cover those cases; both can cut
+ * the reduced index space into S slices (grid y), each writing a double
+ * partial, and k_sum_finish adds the S partials of each output. */
+#define RC_W 32
+#define RC_H 8
+#define RED_TARGET_BLOCKS 1024      /* enough blocks to fill 132 SMs several times */
+
+/* kept elements adjacent: a warp takes 32 neighbouring outputs, RC_H rows of
+ * threads split its slice of the reduced index space */
+__global__ void __launch_bounds__(RC_W * RC_H) k_sum_cols(kn_dview x, kn_dview d, red_geo g, int64_t nout,
+                                                         int64_t nred, int64_t slice, int mean, double *part) {
+    __shared__ double sh[RC_H][RC_W + 1];
+    int64_t o = (int64_t)blockIdx.x * RC_W + threadIdx.x;
+    int64_t j0 = (int64_t)blockIdx.y * slice, j1 = j0 + slice < nred ? j0 + slice : nred;
+    double acc = 0;
+    if (o < nout) {
+        int64_t xo = sub_off(g.nk, g.kne, g.kst, o);
+        for (int64_t j = j0 + threadIdx.y; j < j1; j += RC_H) acc += kn_dget(x, xo + sub_off(g.nr, g.rne, g.rst, j));
+    }
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < nout) {
+        for (int k = 1; k < RC_H; k++) acc += sh[k][threadIdx.x];
+        if (part) part[(int64_t)blockIdx.y * nout + o] = acc;
+        else kn_dput(d, kn_doff(d, o), mean ? acc / (double)nred : acc);
+    }
+}
+/* few outputs, long reductions: block (o, slice) sums its slice of output o */
+__global__ void __launch_bounds__(KN_THREADS) k_sum_rows_part(kn_dview x, red_geo g, int64_t nred, int64_t slice,
+                                                             int64_t nout, double *part) {
+    __shared__ double sh[32];
+    int64_t o = blockIdx.x;
+    int64_t xo = sub_off(g.nk, g.kne, g.kst, o);
+    int64_t j0 = (int64_t)blockIdx.y * slice, j1 = j0 + slice < nred ? j0 + slice : nred;
+    double acc = 0;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) acc += kn_dget(x, xo + sub_off(g.nr, g.rne, g.rst, j));
+    acc = kn_dblock_sum(acc, sh);
+    if (threadIdx.x == 0) part[(int64_t)blockIdx.y * nout + o] = acc;
+}
+__global__ void k_sum_finish(const double *part, int S, int64_t nout, kn_dview d, int mean, int64_t nred) {
+    KN_GRID_LOOP(o, nout) {
+        double acc = 0;
+        for (int k = 0; k < S; k++) acc += part[(int64_t)k * nout + o];
+        kn_dput(d, kn_doff(d, o), mean ? acc / (double)nred : acc);
+    }
+}
+
+/* KN_ERR_UNSUPPORTED: not one of the two cases; k_reduce runs instead */
+static kn_status sum_spread(const kn_exec *e, const red_geo *g, int64_t nout, int64_t nred) {
+    const kn_tview *x = &e->src[0], *d = &e->dst;
+    int mean = e->node->op == KN_OP_MEAN;
+    bool cols = g->nk > 0 && g->kst[g->nk - 1] == 1 && nout >= RC_W;
+    int64_t bx = cols ? (nout + RC_W - 1) / RC_W : nout;
+    if (nred <= 0 || bx > INT32_MAX || (!cols && nout >= RED_TARGET_BLOCKS)) return KN_ERR_UNSUPPORTED;
+    /* slices: enough blocks in all, but at least ~16 elements per thread */
+    int64_t per_slice_min = cols ? RC_H * 16 : KN_THREADS * 16;
+    int64_t S = (RED_TARGET_BLOCKS + bx - 1) / bx, smax = (nred + per_slice_min - 1) / per_slice_min;
+    if (S > smax) S = smax;
+    if (S > 1024) S = 1024;
+    if (S < 1) S = 1;
+    if (!cols && S == 1) return KN_ERR_UNSUPPORTED;       /* short rows: one block per output is fine */
+    int64_t slice = (nred + S - 1) / S;
+    S = (nred + slice - 1) / slice;
+    double *part = NULL;
+    if (S > 1) {
+        kn_status st = kn_cu_tmp(sizeof(double) * (size_t)(S * nout), (void **)&part);
+        if (st) return st;
+    }
+    dim3 grid((unsigned)bx, (unsigned)S);
+    if (cols) k_sum_cols<<<grid, dim3(RC_W, RC_H)>>>(kn_dv(x), kn_dv(d), *g, nout, nred, slice, mean, part);
+    else k_sum_rows_part<<<grid, KN_THREADS>>>(kn_dv(x), *g, nred, slice, nout, part);
+    kn_status st = KN_OK;
+    if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(e->node->op));
+    if (!st && part) {
+        k_sum_finish<<<kn_blocks(nout), KN_THREADS>>>(part, (int)S, nout, kn_dv(d), mean, nred);
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(e->node->op));
+    }
+    kn_cu_tmp_free(part);
+    return st;
+}
+
 kn_status kn_cu_reduce(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *d = &e->dst;
@@ -143,6 +229,10 @@ kn_status kn_cu_reduce(const kn_exec *e) {
     for (int i = 0; i < g.nk; i++) nout *= g.kne[i];
     for (int i = 0; i < g.nr; i++) nred *= g.rne[i];
     if (nout == 0) return KN_OK;
+    if (t->op == KN_OP_SUM || t->op == KN_OP_MEAN) {
+        kn_status st = sum_spread(e, &g, nout, nred);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
     unsigned blocks = nout > 65536 ? 65536u : (unsigned)nout;
     k_reduce<<<blocks, KN_THREADS>>>(kn_dv(x), kn_dv(d), g, nout, nred, (int)t->op, t->p.reduce.correction, t->p.reduce.p);
     KN_CUDA_LAUNCHED();
@@ -210,6 +300,43 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
     return false;
 }
 
+/* Split-K for a single product with few output tiles and a long K (a weight
+ * gradient: [384,1152] summed over 16384 token rows is 27 tiles of 128x128,
+ * a fifth of the SMs, each running the whole K). The K range is cut into S
+ * slices, run as one batched SGEMM into scratch partials [S,M,N] (the batch
+ * dim steps A and B along K), then k_split_k_sum adds the slices in order. */
+__global__ void k_split_k_sum(const float *part, int S, int64_t M, int64_t N, float *c, int64_t ldc) {
+    KN_GRID_LOOP(i, M * N) {
+        float acc = 0.f;
+        for (int s = 0; s < S; s++) acc += part[(int64_t)s * M * N + i];
+        c[(i / N) * ldc + i % N] = acc;
+    }
+}
+#define SPLITK_TILES 66             /* below half the SMs of an H100/H200 */
+static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                                const float *B, int64_t ldb, float *C, int64_t ldc) {
+    int64_t tiles = ((M + 127) / 128) * ((N + 127) / 128);
+    if (tiles >= SPLITK_TILES || K < 2048 || M % 4 || N % 4 || getenv("KN_CUDA_NO_SPLITK")) return KN_ERR_UNSUPPORTED;
+    /* about 4 blocks per SM in all, slices of at least 512 and a multiple of 8 */
+    int64_t S = (4 * 2 * SPLITK_TILES + tiles - 1) / tiles;
+    if (S > K / 512) S = K / 512;
+    while (S > 1 && (K % S || (K / S) % 8)) S--;
+    if (S < 2) return KN_ERR_UNSUPPORTED;
+    int64_t kc = K / S;
+    float *part = NULL;
+    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(S * M * N), (void **)&part);
+    if (st) return st;
+    /* slice s reads columns [s*kc, (s+1)*kc) of op(A) and rows of op(B) */
+    kn_cuda_gemm_batch bt = {1, {S}, {ta ? kc * lda : kc}, {tb ? kc : kc * ldb}, {M * N}};
+    st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, A, lda, B, ldb, 0.0f, part, N, &bt, NULL);
+    if (!st) {
+        k_split_k_sum<<<kn_blocks(M * N), KN_THREADS>>>(part, (int)S, M, N, C, ldc);
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul: split-K sum launch failed");
+    }
+    kn_cu_tmp_free(part);
+    return st;
+}
+
 kn_status kn_cu_matmul(const kn_exec *e) {
     const kn_tview *d = &e->dst;
     int nb = d->ndim - 2;
@@ -228,19 +355,23 @@ kn_status kn_cu_matmul(const kn_exec *e) {
                 a.st[a.ndim - 1] != 0 && a.st[a.ndim - 2] != 0 && b.st[b.ndim - 1] != 0 && b.st[b.ndim - 2] != 0 &&
                 mat_layout(&a, &ta, &lda) && mat_layout(&b, &tb, &ldb) && !getenv("KN_CUDA_NO_SGEMM");
     if (fast) {
+        /* one batched launch: a loop of per-matrix launches left most of the
+         * GPU idle for attention heads and per-sequence products */
         int64_t ldc = d->st[nb] > N ? d->st[nb] : N;
-        for (int64_t z = 0; z < batch; z++) {
-            int64_t ao = 0, bo = 0, co = 0, lin = z;
-            for (int i = nb - 1; i >= 0; i--) {
-                int64_t q = lin % d->ne[i];
-                lin /= d->ne[i];
-                ao += q * ab.st[i]; bo += q * bb.st[i]; co += q * db.st[i];
-            }
-            kn_status st = kn_cuda_sgemm(ta, tb, M, N, K, 1.0f, (const float *)a.data + ao, lda,
-                                         (const float *)b.data + bo, ldb, 0.0f, (float *)d->data + co, ldc, NULL);
-            if (st) return st;
+        kn_cuda_gemm_batch bt;
+        memset(&bt, 0, sizeof bt);
+        for (int i = 0; i < nb; i++) {
+            if (d->ne[i] == 1) continue;           /* size-1 dims move nothing */
+            bt.ne[bt.nb] = d->ne[i]; bt.sa[bt.nb] = ab.st[i]; bt.sb[bt.nb] = bb.st[i]; bt.sc[bt.nb] = db.st[i];
+            bt.nb++;
         }
-        return KN_OK;
+        if (bt.nb == 0) {
+            kn_status st = matmul_split_k(ta, tb, M, N, K, (const float *)a.data, lda, (const float *)b.data, ldb,
+                                          (float *)d->data, ldc);
+            if (st != KN_ERR_UNSUPPORTED) return st;
+        }
+        return kn_cuda_sgemm_batched(ta, tb, M, N, K, 1.0f, (const float *)a.data, lda, (const float *)b.data, ldb,
+                                     0.0f, (float *)d->data, ldc, &bt, NULL);
     }
     int64_t n = batch * M * N;
     if (n == 0) return KN_OK;

@@ -40,6 +40,22 @@ kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
                         const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
                         void *stream);
 
+/* Batched form: the same GEMM over a batch of nb dims (row-major over ne);
+ * entry (i_0..i_{nb-1}) uses A + sum i_d*sa[d], B + sum i_d*sb[d] and
+ * C + sum i_d*sc[d] (element strides; 0 shares an operand across that dim).
+ * One launch for the whole batch, so many small GEMMs (attention heads,
+ * [B,T,C] @ [C,O] per sequence) fill the GPU. batch == NULL: one GEMM. */
+#define KN_CUDA_MAX_BATCH_DIMS 6
+typedef struct kn_cuda_gemm_batch {
+    int nb;
+    int64_t ne[KN_CUDA_MAX_BATCH_DIMS];
+    int64_t sa[KN_CUDA_MAX_BATCH_DIMS], sb[KN_CUDA_MAX_BATCH_DIMS], sc[KN_CUDA_MAX_BATCH_DIMS];
+} kn_cuda_gemm_batch;
+kn_status kn_cuda_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                float alpha, const float *A, int64_t lda,
+                                const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+                                const kn_cuda_gemm_batch *batch, void *stream);
+
 typedef enum kn_cuda_epilogue {
     KN_CUDA_EPI_NONE = 0,   /* C = A @ W^T (+ bias)                               */
     KN_CUDA_EPI_GELU = 1,   /* C = gelu_tanh(A @ W^T (+ bias))                    */

@@ -14,11 +14,39 @@
  * pointers; otherwise a plain 16x16 shared-memory kernel runs (correct, slow).
  */
 #include "backends/cuda/common.cuh"
+#include <string.h>
 
 #define SG_BM 128
 #define SG_BN 128
 #define SG_BK 8
 #define SG_PAD 4
+
+/* Batch of a batched launch, by value: blockIdx.z + z0 is the flat batch
+ * index over ne[0..nb) (row-major); each operand moves by its own strides
+ * (0 for an operand shared by the whole batch). nb == 0: a single GEMM. */
+struct sg_batch {
+    int nb;
+    int64_t z0;
+    int64_t ne[KN_CUDA_MAX_BATCH_DIMS], sa[KN_CUDA_MAX_BATCH_DIMS], sb[KN_CUDA_MAX_BATCH_DIMS],
+        sc[KN_CUDA_MAX_BATCH_DIMS];
+};
+/* Element offsets of A, B, C for this block's batch entry. Integer divisions
+ * once per block, not per element. */
+__device__ __forceinline__ void sg_batch_offsets(const sg_batch &bt, int64_t &oa, int64_t &ob, int64_t &oc) {
+    int64_t z = bt.z0 + blockIdx.z;
+    oa = ob = oc = 0;
+    for (int d = bt.nb - 1; d >= 0; d--) {
+        int64_t q = z % bt.ne[d];
+        z /= bt.ne[d];
+        oa += q * bt.sa[d]; ob += q * bt.sb[d]; oc += q * bt.sc[d];
+    }
+}
+#define SG_BATCH_MOVE()                          \
+    do {                                         \
+        int64_t oa_, ob_, oc_;                   \
+        sg_batch_offsets(bt, oa_, ob_, oc_);     \
+        A += oa_; B += ob_; C += oc_;            \
+    } while (0)
 
 /* Load one BK-slab of op(A) (BM x BK) into registers: one float4 per thread.
  * Not transposed: A[M,K], thread reads row m0 + tid/2, cols k0 + (tid%2)*4.
@@ -75,7 +103,8 @@ template <bool TA, bool TB>
 __global__ void __launch_bounds__(256, 2)
 sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__ A, int64_t lda,
                      const float *__restrict__ B, int64_t ldb, float beta, float *__restrict__ C,
-                     int64_t ldc) {
+                     int64_t ldc, sg_batch bt) {
+    SG_BATCH_MOVE();
     __shared__ __align__(16) float As[2][SG_BK][SG_BM + SG_PAD];
     __shared__ __align__(16) float Bs[2][SG_BK][SG_BN + SG_PAD];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -149,7 +178,8 @@ sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__
 __global__ void __launch_bounds__(256, 2)
 sgemm_nn_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
                      const float *__restrict__ B, int ldb, float beta, float *__restrict__ C,
-                     int ldc) {
+                     int ldc, sg_batch bt) {
+    SG_BATCH_MOVE();
     __shared__ __align__(16) float As[2][SG_BK][SG_BM + SG_PAD];
     __shared__ __align__(16) float Bs[2][SG_BK][SG_BN];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -217,7 +247,8 @@ sgemm_nn_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
 __global__ void sgemm_generic_kernel(bool ta, bool tb, int M, int N, int K, float alpha,
                                      const float *__restrict__ A, int64_t lda,
                                      const float *__restrict__ B, int64_t ldb, float beta,
-                                     float *__restrict__ C, int64_t ldc) {
+                                     float *__restrict__ C, int64_t ldc, sg_batch bt) {
+    SG_BATCH_MOVE();
     __shared__ float As[16][17], Bs[16][17];
     int tx = threadIdx.x, ty = threadIdx.y;
     int m = blockIdx.y * 16 + ty, n = blockIdx.x * 16 + tx;
@@ -239,9 +270,10 @@ __global__ void sgemm_generic_kernel(bool ta, bool tb, int M, int N, int K, floa
     }
 }
 
-extern "C" kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                   float alpha, const float *A, int64_t lda, const float *B,
-                                   int64_t ldb, float beta, float *C, int64_t ldc, void *stream) {
+extern "C" kn_status kn_cuda_sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                           float alpha, const float *A, int64_t lda, const float *B,
+                                           int64_t ldb, float beta, float *C, int64_t ldc,
+                                           const kn_cuda_gemm_batch *batch, void *stream) {
     KN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 0 && M < INT32_MAX && N < INT32_MAX && K < INT32_MAX,
                     "kn_cuda_sgemm: bad shape M=%lld N=%lld K=%lld (need 0 <= dim < 2^31)",
                     (long long)M, (long long)N, (long long)K);
@@ -250,34 +282,60 @@ extern "C" kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_
                     "M=%lld N=%lld K=%lld, trans_a=%d trans_b=%d)",
                     (long long)lda, (long long)ldb, (long long)ldc, (long long)M, (long long)N,
                     (long long)K, (int)trans_a, (int)trans_b);
-    if (M == 0 || N == 0) return KN_OK;
+    sg_batch bt;
+    memset(&bt, 0, sizeof bt);
+    int64_t nbatch = 1;
+    bool strides16 = true;      /* every batch entry keeps the 16-byte alignment of the base */
+    if (batch) {
+        KN_CUDA_REQUIRE(batch->nb >= 0 && batch->nb <= KN_CUDA_MAX_BATCH_DIMS,
+                        "kn_cuda_sgemm_batched: %d batch dims (at most %d)", batch->nb, KN_CUDA_MAX_BATCH_DIMS);
+        bt.nb = batch->nb;
+        for (int d = 0; d < batch->nb; d++) {
+            KN_CUDA_REQUIRE(batch->ne[d] >= 0, "kn_cuda_sgemm_batched: negative batch extent");
+            bt.ne[d] = batch->ne[d]; bt.sa[d] = batch->sa[d]; bt.sb[d] = batch->sb[d]; bt.sc[d] = batch->sc[d];
+            nbatch *= batch->ne[d];
+            if (batch->ne[d] > 1 && (batch->sa[d] % 4 || batch->sb[d] % 4 || batch->sc[d] % 4)) strides16 = false;
+        }
+    }
+    if (M == 0 || N == 0 || nbatch == 0) return KN_OK;
     KN_CUDA_REQUIRE(A && B && C, "kn_cuda_sgemm: NULL matrix pointer");
     cudaStream_t st = kn_stream(stream);
     bool fast = M % 4 == 0 && N % 4 == 0 && K % 4 == 0 && lda % 4 == 0 && ldb % 4 == 0 &&
-                ldc % 4 == 0 && kn_aligned16(A) && kn_aligned16(B) && kn_aligned16(C) && K > 0;
-    if (fast) {
-        dim3 grid((unsigned)((N + SG_BN - 1) / SG_BN), (unsigned)((M + SG_BM - 1) / SG_BM));
-        KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_sgemm: M=%lld too large", (long long)M);
+                ldc % 4 == 0 && kn_aligned16(A) && kn_aligned16(B) && kn_aligned16(C) && K > 0 && strides16;
+    const bool full = M % SG_BM == 0 && N % SG_BN == 0 && K % SG_BK == 0 &&
+                      lda <= INT32_MAX && ldb <= INT32_MAX && ldc <= INT32_MAX;
+    /* the grid's z holds at most 65535 batch entries: launch in chunks */
+    for (int64_t z0 = 0; z0 < nbatch; z0 += 65535) {
+        unsigned nz = (unsigned)(nbatch - z0 < 65535 ? nbatch - z0 : 65535);
+        bt.z0 = z0;
+        if (fast) {
+            dim3 grid((unsigned)((N + SG_BN - 1) / SG_BN), (unsigned)((M + SG_BM - 1) / SG_BM), nz);
+            KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_sgemm: M=%lld too large", (long long)M);
 #define SG_LAUNCH(ta, tb)                                                                   \
     sgemm_128x128_kernel<ta, tb><<<grid, 256, 0, st>>>((int)M, (int)N, (int)K, alpha, A, lda, \
-                                                       B, ldb, beta, C, ldc)
-        const bool full = M % SG_BM == 0 && N % SG_BN == 0 && K % SG_BK == 0 &&
-                          lda <= INT32_MAX && ldb <= INT32_MAX && ldc <= INT32_MAX;
-        if (!trans_a && !trans_b && full)
-            sgemm_nn_full_kernel<<<grid, 256, 0, st>>>((int)K, alpha, A, (int)lda, B, (int)ldb, beta,
-                                                       C, (int)ldc);
-        else if (!trans_a && !trans_b) SG_LAUNCH(false, false);
-        else if (!trans_a && trans_b) SG_LAUNCH(false, true);
-        else if (trans_a && !trans_b) SG_LAUNCH(true, false);
-        else SG_LAUNCH(true, true);
+                                                       B, ldb, beta, C, ldc, bt)
+            if (!trans_a && !trans_b && full)
+                sgemm_nn_full_kernel<<<grid, 256, 0, st>>>((int)K, alpha, A, (int)lda, B, (int)ldb, beta,
+                                                           C, (int)ldc, bt);
+            else if (!trans_a && !trans_b) SG_LAUNCH(false, false);
+            else if (!trans_a && trans_b) SG_LAUNCH(false, true);
+            else if (trans_a && !trans_b) SG_LAUNCH(true, false);
+            else SG_LAUNCH(true, true);
 #undef SG_LAUNCH
-    } else {
-        dim3 grid((unsigned)((N + 15) / 16), (unsigned)((M + 15) / 16));
-        KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_sgemm: M=%lld too large", (long long)M);
-        sgemm_generic_kernel<<<grid, dim3(16, 16), 0, st>>>(trans_a, trans_b, (int)M, (int)N,
-                                                           (int)K, alpha, A, lda, B, ldb, beta,
-                                                           C, ldc);
+        } else {
+            dim3 grid((unsigned)((N + 15) / 16), (unsigned)((M + 15) / 16), nz);
+            KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_sgemm: M=%lld too large", (long long)M);
+            sgemm_generic_kernel<<<grid, dim3(16, 16), 0, st>>>(trans_a, trans_b, (int)M, (int)N,
+                                                               (int)K, alpha, A, lda, B, ldb, beta,
+                                                               C, ldc, bt);
+        }
+        KN_CUDA_LAUNCHED();
     }
-    KN_CUDA_LAUNCHED();
     return KN_OK;
+}
+
+extern "C" kn_status kn_cuda_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                   float alpha, const float *A, int64_t lda, const float *B,
+                                   int64_t ldb, float beta, float *C, int64_t ldc, void *stream) {
+    return kn_cuda_sgemm_batched(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, stream);
 }
