@@ -2,7 +2,8 @@
  * on the GPU. Same formulas as src/backends/ref/ref_nn.c (double
  * arithmetic); row ops run one block per row, the rest one thread per
  * output element (direct loops). Fast paths: kn_cuda_softmax_f32 and the
- * f32 layer/RMS norm kernels when the layouts are dense rows.
+ * f32 layer/RMS norm kernels when the layouts are dense rows, and f32
+ * attention through batched SGEMMs (sdpa_f32).
  * Letters: N batch, C/O channels, H/W spatial, KH/KW kernel, g groups,
  * T positions, D head dim. */
 #include "backends/cuda/cuda_ops.cuh"
@@ -396,11 +397,82 @@ __global__ void __launch_bounds__(KN_THREADS) k_sdpa(kn_dview q, kn_dview k, kn_
         __syncthreads();
     }
 }
+
+/* Fast f32 attention: S = scale * Q K^T and Y = P V are batched SGEMMs over
+ * (b, kv head, group member); between them one warp per score row applies the
+ * causal mask and the softmax in place. Scores live in pooled scratch, a
+ * chunk of sequences at a time. k_sdpa above (a block per query row, double)
+ * stays for other dtypes and layouts. */
+__global__ void k_softmax_rows_f32(float *s, int64_t rows, int64_t Tq, int64_t Tk, int causal) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (r >= rows) return;
+    float *row = s + r * Tk;
+    int64_t lim = Tk;                        /* keys j < lim are visible */
+    if (causal) { int64_t i = r % Tq; lim = i + (Tk - Tq) + 1; if (lim > Tk) lim = Tk; }
+    float m = -INFINITY;
+    for (int64_t j = lane; j < lim; j += 32) m = fmaxf(m, row[j]);
+    m = kn_warp_max(m);
+    float sum = 0.f;
+    for (int64_t j = lane; j < lim; j += 32) { float p = expf(row[j] - m); row[j] = p; sum += p; }
+    float inv = 1.f / kn_warp_sum(sum);
+    for (int64_t j = lane; j < Tk; j += 32) row[j] = j < lim ? row[j] * inv : 0.f;
+}
+
+static bool rows_f32(const kn_tview *v) { return v->dtype == KN_F32 && v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
+
+/* KN_ERR_UNSUPPORTED (without a message) when the layout does not fit; the
+ * caller then takes the generic kernel. */
+static kn_status sdpa_f32(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    bool causal = e->node->p.sdpa.causal;
+    if (!rows_f32(q) || !rows_f32(k) || !rows_f32(v) || !rows_f32(y) || getenv("KN_CUDA_GENERIC") || Tk == 0 ||
+        (causal && Tq > Tk) || Hq % Hkv)
+        return KN_ERR_UNSUPPORTED;
+    /* row strides as GEMM leading dims (a single row may carry any stride) */
+    int64_t ldq = Tq > 1 ? q->st[2] : D, ldk = Tk > 1 ? k->st[2] : D, ldv = Tk > 1 ? v->st[2] : Dv;
+    int64_t ldy = Tq > 1 ? y->st[2] : Dv;
+    if (ldq < D || ldk < D || ldv < Dv || ldy < Dv) return KN_ERR_UNSUPPORTED;
+    int64_t G = Hq / Hkv, per_seq = Hq * Tq * Tk;
+    /* at most ~256 MiB of scores at a time (at least one sequence) */
+    int64_t chunk = ((int64_t)1 << 26) / (per_seq ? per_seq : 1);
+    if (chunk < 1) chunk = 1;
+    if (chunk > B) chunk = B;
+    float *s = NULL;
+    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(chunk * per_seq), (void **)&s);
+    if (st) return st;
+    float scale = (float)e->node->p.sdpa.scale;
+    /* batch (b, kv head, member g): query head hk*G + g */
+    kn_cuda_gemm_batch qk = {3, {0, Hkv, G}, {q->st[0], G * q->st[1], q->st[1]}, {k->st[0], k->st[1], 0},
+                             {per_seq, G * Tq * Tk, Tq * Tk}};
+    kn_cuda_gemm_batch pv = {3, {0, Hkv, G}, {per_seq, G * Tq * Tk, Tq * Tk}, {v->st[0], v->st[1], 0},
+                             {y->st[0], G * y->st[1], y->st[1]}};
+    for (int64_t b0 = 0; b0 < B && !st; b0 += chunk) {
+        int64_t nb = B - b0 < chunk ? B - b0 : chunk, rows = nb * Hq * Tq;
+        qk.ne[0] = pv.ne[0] = nb;
+        const float *qp = (const float *)q->data + b0 * q->st[0], *kp = (const float *)k->data + b0 * k->st[0];
+        const float *vp = (const float *)v->data + b0 * v->st[0];
+        float *yp = (float *)y->data + b0 * y->st[0];
+        st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, NULL);
+        if (!st) {
+            int64_t blocks = (rows + 7) / 8;            /* 8 warps a block, a warp a row */
+            k_softmax_rows_f32<<<(unsigned)blocks, 256>>>(s, rows, Tq, Tk, causal);
+            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: softmax launch failed");
+        }
+        if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, Dv, Tk, 1.f, s, Tk, vp, ldv, 0.f, yp, ldy, &pv, NULL);
+    }
+    kn_cu_tmp_free(s);
+    return st;
+}
+
 static kn_status cu_sdpa(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1];
     int64_t nrows = q->ne[0] * q->ne[1] * q->ne[2], Tk = k->ne[2];
     if (nrows == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
+    kn_status fst = sdpa_f32(e);
+    if (fst != KN_ERR_UNSUPPORTED) return fst;
     unsigned blocks = row_blocks(nrows);
     if (blocks > 4096) blocks = 4096;      /* bounds the score scratch */
     double *s = NULL;
