@@ -324,6 +324,75 @@ __global__ void k_binary(kn_dview d, kn_dview a, kn_dview b, int64_t n, int op, 
     }
 }
 
+/* f32 operands of up to 4 dims (after collapse) with 32-bit extents and
+ * strides: the index arithmetic in 32 bits (instead of the generic kernel's
+ * 64-bit divisions per element) and the common arithmetic in float (for
+ * + - * / of two floats the reference's double result rounds to the same
+ * float, but for rare double-rounding cases of + and -); other ops go
+ * through kn_dbinary in double as usual. */
+__device__ __forceinline__ float bin_f32(int op, float x, float y) {
+    switch (op) {
+    case KN_OP_ADD: return x + y;
+    case KN_OP_SUB: return x - y;
+    case KN_OP_MUL: return x * y;
+    case KN_OP_DIV: return x / y;
+    default: return (float)kn_dbinary(op, x, y);
+    }
+}
+struct bin32 {
+    int nd;
+    int ne[4], sd[4], sa[4], sb[4];
+};
+__global__ void k_binary_f32(float *d, const float *a, const float *b, bin32 g, int n, int op) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int od = 0, oa = 0, ob = 0, lin = i;
+        for (int k = g.nd - 1; k >= 0; k--) {
+            int q = lin % g.ne[k];
+            lin /= g.ne[k];
+            od += q * g.sd[k]; oa += q * g.sa[k]; ob += q * g.sb[k];
+        }
+        d[od] = bin_f32(op, a[oa], b[ob]);
+    }
+}
+/* The same in float4s along a contiguous innermost dim (extent % 4 == 0):
+ * with one float per thread too few bytes were in flight (about 1 TB/s on
+ * an H200 for [64,256,1536] products); 16-byte accesses reach much closer to
+ * the memory's rate. a_vec/b_vec: 1 when that operand's innermost stride is
+ * 1, 0 when it is broadcast along it (one value for the four). */
+__device__ __forceinline__ float4 ld4(const float *p, int vec) {
+    if (vec) return *(const float4 *)p;
+    float v = *p;
+    return make_float4(v, v, v, v);
+}
+__global__ void k_binary_f32x4(float *d, const float *a, const float *b, bin32 g, int ngroups, int op, int a_vec,
+                               int b_vec) {
+    for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < ngroups; q += gridDim.x * blockDim.x) {
+        int od = 0, oa = 0, ob = 0, lin = q * 4;
+        for (int k = g.nd - 1; k >= 0; k--) {
+            int r = lin % g.ne[k];
+            lin /= g.ne[k];
+            od += r * g.sd[k]; oa += r * g.sa[k]; ob += r * g.sb[k];
+        }
+        float4 x = ld4(a + oa, a_vec), y = ld4(b + ob, b_vec), z;
+        z.x = bin_f32(op, x.x, y.x); z.y = bin_f32(op, x.y, y.y);
+        z.z = bin_f32(op, x.z, y.z); z.w = bin_f32(op, x.w, y.w);
+        *(float4 *)(d + od) = z;
+    }
+}
+/* innermost stride 1 or 0, every other stride and the base 16-byte aligned */
+static bool vec4_ok(const kn_tview *v, bool is_dst) {
+    int last = v->ndim - 1;
+    if (v->st[last] != 1 && (is_dst || v->st[last] != 0)) return false;
+    if (v->st[last] == 0) return true;                /* scalar loads: any alignment */
+    for (int k = 0; k < last; k++) if (v->st[k] % 4) return false;
+    return ((uintptr_t)v->data & 15u) == 0;
+}
+static bool fits_bin32(const kn_tview *v, int64_t n) {
+    for (int k = 0; k < v->ndim; k++)
+        if (v->ne[k] > INT32_MAX || v->st[k] < 0 || v->st[k] * (v->ne[k] - 1) >= INT32_MAX) return false;
+    return n <= INT32_MAX / 2;       /* the grid-stride step must not overflow */
+}
+
 kn_status kn_cu_binary(const kn_exec *e) {
     const kn_tensor *t = e->node;
     kn_tview d = e->dst;
@@ -333,6 +402,27 @@ kn_status kn_cu_binary(const kn_exec *e) {
     bool intdiv = t->op == KN_OP_FMOD && kn_dtype_get(d.dtype)->is_int;
     kn_tview *vv[3] = {&d, &a, &b};
     collapse(vv, 3);
+    if (d.dtype == KN_F32 && a.dtype == KN_F32 && b.dtype == KN_F32 && d.ndim <= 4 && fits_bin32(&d, n) &&
+        fits_bin32(&a, n) && fits_bin32(&b, n)) {
+        bin32 g;
+        g.nd = d.ndim;
+        for (int k = 0; k < 4; k++) {
+            bool in = k < d.ndim;
+            g.ne[k] = in ? (int)d.ne[k] : 1;
+            g.sd[k] = in ? (int)d.st[k] : 0; g.sa[k] = in ? (int)a.st[k] : 0; g.sb[k] = in ? (int)b.st[k] : 0;
+        }
+        if (d.ndim >= 1 && d.ne[d.ndim - 1] % 4 == 0 && vec4_ok(&d, true) && vec4_ok(&a, false) && vec4_ok(&b, false)) {
+            int ng = (int)(n / 4);
+            k_binary_f32x4<<<kn_blocks(ng), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+                                                          ng, (int)t->op, a.st[d.ndim - 1] == 1, b.st[d.ndim - 1] == 1);
+            KN_CUDA_LAUNCHED();
+            return KN_OK;
+        }
+        k_binary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+                                                   (int)n, (int)t->op);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
     k_binary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
     KN_CUDA_LAUNCHED();
     return intdiv ? kn_cu_err_check("fmod") : KN_OK;
