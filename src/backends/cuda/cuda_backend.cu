@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <time.h>
 
 static kn_cuda_pool *g_pool;
 static kn_cu_err *g_err;
@@ -85,7 +86,44 @@ static bool has_quant(const kn_exec *e) {
     return false;
 }
 
+/* KN_CUDA_TRACE=1 (a development aid): every node runs alone (synchronized
+ * before and after) and one line on stderr gives its op, time and operand
+ * dtypes, extents and strides, to find which node of an op kind is slow. */
+static void trace_view(const kn_tview *v, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "%s[", kn_dtype_name(v->dtype));
+    for (int i = 0; i < v->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->ne[i]);
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]/");
+    for (int i = 0; i < v->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->st[i]);
+}
+static void trace_node(const kn_exec *e, double us) {
+    char d[160], s[4][160];
+    trace_view(&e->dst, d, sizeof d);
+    int ns = e->nsrc < 4 ? e->nsrc : 4;
+    for (int k = 0; k < 4; k++) { s[k][0] = 0; if (k < ns && e->node->src[k]) trace_view(&e->src[k], s[k], sizeof s[k]); }
+    fprintf(stderr, "cuda-trace %-14s %9.1f us  %s <- %s %s %s %s\n", kn_op_name(e->node->op), us, d, s[0], s[1], s[2], s[3]);
+}
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static kn_status cu_compute_node(kn_backend *be, const kn_exec *e);
 static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
+    static int trace = -1;
+    if (trace < 0) trace = getenv("KN_CUDA_TRACE") != NULL;
+    if (!trace) return cu_compute_node(be, e);
+    kn_op_kind kind = kn_op_get(e->node->op)->kind;
+    if (kind == KN_KIND_VIEW || kind == KN_KIND_LEAF) return KN_OK;
+    cudaDeviceSynchronize();
+    double t0 = now_us();
+    kn_status st = cu_compute_node(be, e);
+    cudaDeviceSynchronize();
+    if (st == KN_OK) trace_node(e, now_us() - t0);
+    return st;
+}
+
+static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     const kn_tensor *t = e->node;
     kn_op_kind kind = kn_op_get(t->op)->kind;
     if (kind == KN_KIND_VIEW || kind == KN_KIND_LEAF) return KN_OK;
