@@ -212,6 +212,24 @@ TEST(sdpa_gqa_causal) {
     BOTH(false, b_sdpa, &u, 3, a, KN_OP_SDPA);
 }
 
+/* ---- constant pad (a slice's gradient) ------------------------------------------------ */
+typedef struct { int np; int64_t pads[6]; double v; } pad_ud;
+static kn_tensor *b_pad(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    pad_ud *u = ud;
+    return kn_pad(ctx, in[0], u->np, u->pads, KN_PAD_CONSTANT, u->v);
+}
+TEST(pad_constant) {
+    int64_t s1[3] = {3, 5, 7}, s2[2] = {512, 128};
+    pad_ud a = {1, {2, 1}, 0}, b = {2, {0, 0, 1, 3}, -1.5}, c = {3, {1, 0, 0, 2, 2, 1}, 0.25}, d = {1, {128, 128}, 0};
+    kn_opin x1[1] = {IN(3, s1, -1, 1)}, x2[1] = {IN(2, s2, -1, 1)};
+    BOTH(true, b_pad, &a, 1, x1, KN_OP_PAD);
+    BOTH(true, b_pad, &b, 1, x1, KN_OP_PAD);
+    BOTH(true, b_pad, &c, 1, x1, KN_OP_PAD);
+    BOTH(true, b_pad, &d, 1, x2, KN_OP_PAD);          /* the qkv split's gradient, threaded */
+    kn_opin x3[1] = {TR(IN(3, s1, -1, 1))};          /* last dim strided: reference */
+    BOTH(false, b_pad, &a, 1, x3, KN_OP_PAD);
+}
+
 /* ---- index ops ---------------------------------------------------------------------- */
 typedef struct { int dim; } dim_ud;
 static kn_tensor *b_isel(kn_ctx *ctx, kn_tensor **in, void *ud) { return kn_index_select(ctx, in[0], ((dim_ud *)ud)->dim, in[1]); }

@@ -61,9 +61,19 @@ static void g_permute(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) 
     gin[0] = kn_permute(ctx, g, inv);
 }
 static void g_expand(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { gin[0] = kn__sum_to(ctx, g, X); }
+/* A unit-step slice's gradient is g zero-padded back to X's extent (one
+ * write, no zero fill + index_add); other steps scatter with index_add. */
 static void g_slice(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     int d = t->p.slice.dim;
     int64_t st = t->p.slice.start, step = t->p.slice.step, len = t->shape[d];
+    if (step == 1 && !X->sym[d] && !t->sym[d]) {
+        int np = X->ndim - d;                      /* pairs from the last dim back to d */
+        int64_t pads[2 * KN_MAX_DIMS] = {0};
+        pads[2 * (np - 1)] = st;
+        pads[2 * (np - 1) + 1] = X->shape[d] - st - len;
+        gin[0] = kn_pad(ctx, g, np, pads, KN_PAD_CONSTANT, 0);
+        return;
+    }
     kn_tensor *idx = kn_arange(ctx, KN_I64, (double)st, (double)(st + len * step), (double)step);
     gin[0] = kn_index_add(ctx, kn_zeros_like(ctx, X), d, idx, g);
 }

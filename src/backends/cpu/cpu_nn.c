@@ -487,6 +487,56 @@ static bool fast_index_add(const kn_exec *e) {
     return true;
 }
 
+/* constant pad (4-byte elements) into a contiguous y: fill, then copy x's
+ * rows (unit stride along the last dim) into the interior. The gradient of
+ * a slice (the qkv split). */
+typedef struct { const kn_tview *x, *y; int64_t lo[KN_MAX_DIMS]; uint32_t v; } pad_job;
+static void pad_fill_rows(void *p, int64_t r0, int64_t r1) {
+    pad_job *j = p;
+    uint32_t *y = j->y->data;
+    for (int64_t i = r0 * 4096, e = r1 * 4096 < kn_tview_numel(j->y) ? r1 * 4096 : kn_tview_numel(j->y); i < e; i++) y[i] = j->v;
+}
+static void pad_copy_rows(void *p, int64_t r0, int64_t r1) {
+    pad_job *j = p;
+    const kn_tview *x = j->x, *y = j->y;
+    int nd = x->ndim;
+    int64_t L = x->ne[nd - 1];
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t xo = 0, yo = 0, ys = y->ne[nd - 1], q = r;
+        yo += j->lo[nd - 1];
+        for (int k = nd - 2; k >= 0; k--) {
+            int64_t c = q % x->ne[k]; q /= x->ne[k];
+            xo += c * x->st[k];
+            yo += (c + j->lo[k]) * ys;
+            ys *= y->ne[k];
+        }
+        memcpy((uint32_t *)y->data + yo, (const uint32_t *)x->data + xo, sizeof(uint32_t) * (size_t)L);
+    }
+}
+static bool fast_pad(const kn_exec *e) {
+    const kn_tview *x = &e->src[0], *y = &e->dst;
+    const kn_tensor *t = e->node;
+    int nd = y->ndim;
+    if (t->p.pad.mode != KN_PAD_CONSTANT || x->dtype != y->dtype || kn_dtype_get(y->dtype)->type_size != 4 ||
+        kn_dtype_get(y->dtype)->is_quant || nd == 0 || x->ndim != nd || !kn_tview_is_contiguous(y) || overlap(x, y))
+        return false;
+    if (x->ne[nd - 1] > 1 && x->st[nd - 1] != 1) return false;
+    pad_job j = {x, y, {0}, 0};
+    for (int d = 0; d < nd; d++) {
+        j.lo[d] = t->p.pad.pad[2 * (nd - 1 - d)];
+        if (j.lo[d] < 0 || y->ne[d] < x->ne[d] + j.lo[d]) return false;   /* negative pads (crops): reference */
+    }
+    float fv = (float)t->p.pad.value;
+    if (y->dtype == KN_F32) memcpy(&j.v, &fv, 4);
+    else if (y->dtype == KN_I32) { int32_t iv = (int32_t)t->p.pad.value; memcpy(&j.v, &iv, 4); }
+    else return false;
+    int64_t n = kn_tview_numel(y), rows = kn_tview_numel(x) / (x->ne[nd - 1] ? x->ne[nd - 1] : 1);
+    if (n == 0) return true;
+    par_rows(pad_fill_rows, &j, (n + 4095) / 4096, n);
+    if (kn_tview_numel(x)) par_rows(pad_copy_rows, &j, rows, kn_tview_numel(x));
+    return true;
+}
+
 /* scatter_add (f32) into a contiguous y: the gradient of gather (the
  * cross-entropy's pick of the target log-probability). x is copied (or, a
  * broadcast zero, filled), then each index element adds its src value; one
@@ -909,6 +959,7 @@ bool kn_cpu_nn_fast(const kn_exec *e) {
     case KN_OP_INDEX_COPY: return fast_index_copy(e);
     case KN_OP_INDEX_ADD: return fast_index_add(e);
     case KN_OP_SCATTER_ADD: return fast_scatter_add(e);
+    case KN_OP_PAD: return fast_pad(e);
     case KN_OP_COPY: return fast_copy(e);
     case KN_OP_CONV2D: return fast_conv2d(e);
     case KN_OP_CONV_TRANSPOSE2D: return fast_conv_transpose2d(e);
