@@ -69,6 +69,7 @@ typedef enum kn_op {
     KN_OP_RELU, KN_OP_LEAKY_RELU, KN_OP_ELU, KN_OP_SELU, KN_OP_GELU, KN_OP_GELU_TANH,
     KN_OP_SILU, KN_OP_SIGMOID, KN_OP_SOFTPLUS, KN_OP_MISH, KN_OP_HARDTANH,
     KN_OP_HARDSIGMOID,
+    KN_OP_GELU_TANH_GRAD,   /* d gelu_tanh / dx: gelu_tanh's gradient in one pass (no gradient of its own) */
     /* binary (broadcasting) */
     KN_OP_ADD, KN_OP_SUB, KN_OP_MUL, KN_OP_DIV, KN_OP_POW, KN_OP_MAXIMUM, KN_OP_MINIMUM,
     KN_OP_FMOD, KN_OP_ATAN2, KN_OP_EQ, KN_OP_NE, KN_OP_LT, KN_OP_LE, KN_OP_GT, KN_OP_GE,

@@ -76,6 +76,7 @@ static const uspec UNARY[] = {
     {KN_OP_LEAKY_RELU, -2, 2, 0.1}, {KN_OP_ELU, -2, 2, 1.3}, {KN_OP_SELU, -2, 2}, {KN_OP_GELU, -3, 3},
     {KN_OP_GELU_TANH, -3, 3}, {KN_OP_SILU, -3, 3}, {KN_OP_SIGMOID, -4, 4}, {KN_OP_SOFTPLUS, -4, 25},
     {KN_OP_MISH, -3, 3}, {KN_OP_HARDTANH, -2, 2, -0.6, 0.9}, {KN_OP_HARDSIGMOID, -5, 5},
+    {KN_OP_GELU_TANH_GRAD, -4, 4},
 };
 static kn_tensor *b_unary(kn_ctx *ctx, kn_tensor **in, void *ud) {
     const uspec *u = ud;

@@ -144,7 +144,7 @@ TEST(scalar_ops_copy) {
  * ========================================================================== */
 
 static const char *UNAME[KN_VU_COUNT] = {"exp", "tanh", "sigmoid", "silu", "gelu_tanh", "gelu_erf",
-                                        "relu", "neg", "sqrt", "rsqrt", "log"};
+                                        "relu", "neg", "sqrt", "rsqrt", "log", "gelu_tanh_grad"};
 
 static double ref_unary(int op, double x) {
     switch (op) {
@@ -162,6 +162,10 @@ static double ref_unary(int op, double x) {
     case KN_VU_SQRT: return sqrt(x);
     case KN_VU_RSQRT: return 1.0 / sqrt(x);
     case KN_VU_LOG: return log(x);
+    case KN_VU_GELU_TANH_GRAD: {       /* the tanh form of d gelu_tanh / dx */
+        double t = tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * sqrt(2.0 / M_PI) * (1 + 3 * 0.044715 * x * x);
+    }
     }
     return NAN;
 }
@@ -182,6 +186,8 @@ static double err_units(int op, double x, float y, double r) {
         double t = 4e-7 * fabs(x);
         return d <= 0x1p-149 ? 0 : d / t;
     }
+    case KN_VU_GELU_TANH_GRAD:   /* absolute: values in [-0.17, 1.13]; float rounding of s, e, x^2 */
+        return d / (1e-6 * (1 + fabs(x)));
     case KN_VU_SILU:   /* x < -87.3: x * (subnormal sigmoid), whose step 2^-149 scales by |x| */
         if (fabs(r) < FLT_MIN * fmax(1, fabs(x))) return d <= 0x1p-149 * fmax(1, fabs(x)) ? 0 : INFINITY;
         return d / (3e-7 * fabs(r));
@@ -202,7 +208,8 @@ static float gen_input(int op, int64_t i) {
     case KN_VU_TANH: return (float)(i & 1 ? kn_test_uniform(-12, 12) : kn_test_uniform(-1.3, 1.3) * pow(10, -4 * u));
     case KN_VU_SIGMOID: case KN_VU_SILU:
         return (float)((i >> 6) & 1 ? kn_test_uniform(-120, 120) : i & 1 ? kn_test_uniform(-87, 87) : kn_test_uniform(-10, 10));
-    case KN_VU_GELU_TANH: case KN_VU_GELU_ERF: return (float)(i & 1 ? kn_test_uniform(-15, 15) : kn_test_uniform(-4, 4));
+    case KN_VU_GELU_TANH: case KN_VU_GELU_ERF: case KN_VU_GELU_TANH_GRAD:
+        return (float)(i & 1 ? kn_test_uniform(-15, 15) : kn_test_uniform(-4, 4));
     case KN_VU_SQRT: case KN_VU_RSQRT: case KN_VU_LOG:
         if (i % 3 == 0) return (float)kn_test_uniform(0.6, 1.6);
         return (float)(ldexp(1.0 + u, (int)kn_test_uniform(-149, 127)));
@@ -243,7 +250,7 @@ TEST(unary_special_values) {
     float y[64];
     FOR_PATHS(isa) for (int op = 0; op < KN_VU_COUNT; op++) {
         /* silu/gelu of -inf are NaN by the formula (vec.h); skip infinities there */
-        int skip_inf = op == KN_VU_SILU || op == KN_VU_GELU_TANH || op == KN_VU_GELU_ERF;
+        int skip_inf = op == KN_VU_SILU || op == KN_VU_GELU_TANH || op == KN_VU_GELU_ERF || op == KN_VU_GELU_TANH_GRAD;
         /* run twice: from offset 0 and offset 3 so specials land in vector bodies and tails */
         for (int off = 0; off < 2; off++) {
             float in[64];

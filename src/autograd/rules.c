@@ -139,16 +139,12 @@ static void g_unary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         d = kn_add(ctx, cdf, kn_mul(ctx, x, pdf));
         break;
     }
-    case KN_OP_GELU_TANH: {   /* u = c (x + k x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 k x^2) */
-        const double c = 0.7978845608028654, k = 0.044715;
-        kn_tensor *x2 = kn_square(ctx, x);
-        kn_tensor *th = kn_tanh(ctx, kn_mul(ctx, kn_mul(ctx, x, kn_add(ctx, kn_mul(ctx, x2, S(k)), S(1))), S(c)));
-        kn_tensor *l = kn_mul(ctx, kn_add(ctx, th, S(1)), S(0.5));
-        kn_tensor *r = kn_mul(ctx, kn_mul(ctx, kn_mul(ctx, x, kn_sub(ctx, S(1), kn_square(ctx, th))), S(0.5 * c)),
-                              kn_add(ctx, kn_mul(ctx, x2, S(3 * k)), S(1)));
-        d = kn_add(ctx, l, r);
+    case KN_OP_GELU_TANH:     /* u = c (x + k x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 k x^2), one op */
+        d = kn_unary(ctx, KN_OP_GELU_TANH_GRAD, x);
         break;
-    }
+    case KN_OP_GELU_TANH_GRAD:
+        kn__fail(ctx, KN_ERR_UNSUPPORTED, "gelu_tanh_grad has no gradient (second derivatives of gelu_tanh are not supported)");
+        return;
     case KN_OP_SILU: {
         kn_tensor *s = kn_sigmoid(ctx, x);
         d = kn_mul(ctx, s, kn_add(ctx, kn_mul(ctx, x, kn_sub(ctx, S(1), s)), S(1)));

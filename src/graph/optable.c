@@ -40,6 +40,7 @@ static const kn_op_info g_ops[KN_OP_COUNT] = {
     [KN_OP_SELU] = {"selu", U, 1}, [KN_OP_GELU] = {"gelu", U, 1}, [KN_OP_GELU_TANH] = {"gelu_tanh", U, 1},
     [KN_OP_SILU] = {"silu", U, 1}, [KN_OP_SIGMOID] = {"sigmoid", U, 1}, [KN_OP_SOFTPLUS] = {"softplus", U, 1},
     [KN_OP_MISH] = {"mish", U, 1}, [KN_OP_HARDTANH] = {"hardtanh", U, 1}, [KN_OP_HARDSIGMOID] = {"hardsigmoid", U, 1},
+    [KN_OP_GELU_TANH_GRAD] = {"gelu_tanh_grad", U, 1},
     [KN_OP_ADD] = {"add", B, 1}, [KN_OP_SUB] = {"sub", B, 1}, [KN_OP_MUL] = {"mul", B, 1}, [KN_OP_DIV] = {"div", B, 1},
     [KN_OP_POW] = {"pow", B, 1}, [KN_OP_MAXIMUM] = {"maximum", B, 1}, [KN_OP_MINIMUM] = {"minimum", B, 1},
     [KN_OP_FMOD] = {"fmod", B, 1}, [KN_OP_ATAN2] = {"atan2", B, 1},

@@ -83,6 +83,7 @@ static bool unary_map(kn_op op, kn_vec_unary_op *u) {
     case KN_OP_SIGMOID: *u = KN_VU_SIGMOID; return true;
     case KN_OP_SILU: *u = KN_VU_SILU; return true;
     case KN_OP_GELU_TANH: *u = KN_VU_GELU_TANH; return true;
+    case KN_OP_GELU_TANH_GRAD: *u = KN_VU_GELU_TANH_GRAD; return true;
     case KN_OP_GELU: *u = KN_VU_GELU_ERF; return true;
     case KN_OP_RELU: *u = KN_VU_RELU; return true;
     case KN_OP_NEG: *u = KN_VU_NEG; return true;

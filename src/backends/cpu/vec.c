@@ -57,6 +57,16 @@ static float silu1(float x) {
     return x * (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
+/* d gelu_tanh / dx with s = sigmoid(2u), 2u = 1.5957691 x + 0.0713548 x^3:
+ * s + x s (1 - s) (1.5957691 + 0.2140644 x^2), and 1 - s = s e (e = exp(-2u),
+ * clamped so s * s * e stays finite when s underflows); |x| > 20 gives 0 or 1. */
+static float gelu_tanh_grad1(float x) {
+    x = x < -20.0f ? -20.0f : x > 20.0f ? 20.0f : x;     /* the value is 0 / 1 beyond; keeps x^2 finite (NaN passes) */
+    float m2u = x * (-1.59576917f - 0.0713548162f * x * x);
+    float e = expf(m2u < 80.0f ? m2u : 80.0f), s = 1.0f / (1.0f + e);
+    return s + x * (s * s * e) * (1.59576917f + 0.214064449f * x * x);
+}
+
 static void unary_generic(kn_vec_unary_op op, float *y, const float *x, int64_t n) {
     int64_t i;
     switch (op) {
@@ -65,6 +75,7 @@ static void unary_generic(kn_vec_unary_op op, float *y, const float *x, int64_t 
     case KN_VU_SIGMOID:   for (i = 0; i < n; i++) y[i] = sigmoid1(x[i]); break;
     case KN_VU_SILU:      for (i = 0; i < n; i++) y[i] = silu1(x[i]); break;
     case KN_VU_GELU_TANH: for (i = 0; i < n; i++) y[i] = gelu_tanh1(x[i]); break;
+    case KN_VU_GELU_TANH_GRAD: for (i = 0; i < n; i++) y[i] = gelu_tanh_grad1(x[i]); break;
     case KN_VU_GELU_ERF:
         for (i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.707106769f));
         break;

@@ -55,7 +55,9 @@ void kn_vec_copy(float *y, const float *a, int64_t n);
 /* ---- unary math --------------------------------------------------------- */
 typedef enum {
     KN_VU_EXP, KN_VU_TANH, KN_VU_SIGMOID, KN_VU_SILU, KN_VU_GELU_TANH, KN_VU_GELU_ERF,
-    KN_VU_RELU, KN_VU_NEG, KN_VU_SQRT, KN_VU_RSQRT, KN_VU_LOG, KN_VU_COUNT
+    KN_VU_RELU, KN_VU_NEG, KN_VU_SQRT, KN_VU_RSQRT, KN_VU_LOG,
+    KN_VU_GELU_TANH_GRAD,     /* d gelu_tanh(x) / dx */
+    KN_VU_COUNT
 } kn_vec_unary_op;
 /* y = op(x); an op outside [0, KN_VU_COUNT) leaves y untouched. */
 void kn_vec_unary(kn_vec_unary_op op, float *y, const float *x, int64_t n);

@@ -201,6 +201,16 @@ static inline V gelu_tanh8(V x) {
     V m2u = _mm256_mul_ps(x, _mm256_fmadd_ps(SET1(-0.0713548162f), z, SET1(-1.59576917f)));
     return _mm256_div_ps(x, _mm256_add_ps(SET1(1.0f), exp8(m2u)));
 }
+/* d gelu_tanh / dx (vec.c's gelu_tanh_grad1 states the form) */
+static inline V gelu_tanh_grad8(V x) {
+    x = _mm256_min_ps(SET1(20.0f), _mm256_max_ps(SET1(-20.0f), x));   /* NaN (second operand) passes */
+    V z = _mm256_mul_ps(x, x);
+    V m2u = _mm256_min_ps(_mm256_mul_ps(x, _mm256_fmadd_ps(SET1(-0.0713548162f), z, SET1(-1.59576917f))), SET1(80.0f));
+    V e = exp8(m2u), s = _mm256_div_ps(SET1(1.0f), _mm256_add_ps(SET1(1.0f), e));
+    V q = _mm256_mul_ps(_mm256_mul_ps(s, s), e);
+    V p = _mm256_fmadd_ps(SET1(0.214064449f), z, SET1(1.59576917f));
+    return _mm256_fmadd_ps(_mm256_mul_ps(x, q), p, s);
+}
 static inline V gelu_erf8(V x) {
     V h = _mm256_mul_ps(SET1(0.5f), x);
     return _mm256_fmadd_ps(h, erf8(_mm256_mul_ps(x, SET1(0.707106769f))), h);
@@ -306,6 +316,7 @@ static void unary_avx2(kn_vec_unary_op op, float *y, const float *x, int64_t n) 
     case KN_VU_SIGMOID:   UNARY_LOOP(sigmoid8); break;
     case KN_VU_SILU:      UNARY_LOOP(silu8); break;
     case KN_VU_GELU_TANH: UNARY_LOOP(gelu_tanh8); break;
+    case KN_VU_GELU_TANH_GRAD: UNARY_LOOP(gelu_tanh_grad8); break;
     case KN_VU_GELU_ERF:  UNARY_LOOP(gelu_erf8); break;
     case KN_VU_RELU:      UNARY_LOOP(relu8); break;
     case KN_VU_NEG:       UNARY_LOOP(neg8); break;

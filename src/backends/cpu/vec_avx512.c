@@ -161,6 +161,15 @@ static inline W gelu_tanh16(W x) {
     W m2u = _mm512_mul_ps(x, _mm512_fmadd_ps(SET1(-0.0713548162f), z, SET1(-1.59576917f)));
     return _mm512_div_ps(x, _mm512_add_ps(SET1(1.0f), exp16(m2u)));
 }
+static inline W gelu_tanh_grad16(W x) {
+    x = _mm512_min_ps(SET1(20.0f), _mm512_max_ps(SET1(-20.0f), x));   /* NaN (second operand) passes */
+    W z = _mm512_mul_ps(x, x);
+    W m2u = _mm512_min_ps(_mm512_mul_ps(x, _mm512_fmadd_ps(SET1(-0.0713548162f), z, SET1(-1.59576917f))), SET1(80.0f));
+    W e = exp16(m2u), s = _mm512_div_ps(SET1(1.0f), _mm512_add_ps(SET1(1.0f), e));
+    W q = _mm512_mul_ps(_mm512_mul_ps(s, s), e);
+    W p = _mm512_fmadd_ps(SET1(0.214064449f), z, SET1(1.59576917f));
+    return _mm512_fmadd_ps(_mm512_mul_ps(x, q), p, s);
+}
 static inline W gelu_erf16(W x) {
     W h = _mm512_mul_ps(SET1(0.5f), x);
     return _mm512_fmadd_ps(h, erf16(_mm512_mul_ps(x, SET1(0.707106769f))), h);
@@ -256,6 +265,7 @@ static void unary_avx512(kn_vec_unary_op op, float *y, const float *x, int64_t n
     case KN_VU_SIGMOID:   UNARY_LOOP(sigmoid16); break;
     case KN_VU_SILU:      UNARY_LOOP(silu16); break;
     case KN_VU_GELU_TANH: UNARY_LOOP(gelu_tanh16); break;
+    case KN_VU_GELU_TANH_GRAD: UNARY_LOOP(gelu_tanh_grad16); break;
     case KN_VU_GELU_ERF:  UNARY_LOOP(gelu_erf16); break;
     case KN_VU_RELU:      UNARY_LOOP(relu16); break;
     case KN_VU_NEG:       UNARY_LOOP(neg16); break;

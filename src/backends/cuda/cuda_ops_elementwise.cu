@@ -260,6 +260,10 @@ __device__ double kn_dunary(int op, double x, double a, double b) {
     case KN_OP_SELU: return 1.0507009873554804934193349852946 * (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
     case KN_OP_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case KN_OP_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    case KN_OP_GELU_TANH_GRAD: {
+        double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    }
     case KN_OP_SILU: return x * d_sigmoid(x);
     case KN_OP_SIGMOID: return d_sigmoid(x);
     case KN_OP_SOFTPLUS: return d_softplus(x);

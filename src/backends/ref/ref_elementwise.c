@@ -152,6 +152,10 @@ double kn_ref_unary_fn(kn_op op, double x, double a, double b) {
                             (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
     case KN_OP_GELU: return gelu_erf(x);
     case KN_OP_GELU_TANH: return gelu_tanh(x);
+    case KN_OP_GELU_TANH_GRAD: {          /* 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', u = c (x + k x^3) */
+        double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    }
     case KN_OP_SILU: return x * sigmoid(x);
     case KN_OP_SIGMOID: return sigmoid(x);
     case KN_OP_SOFTPLUS: return softplus(x);
