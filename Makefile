@@ -59,6 +59,7 @@ ifeq ($(CUDA),1)
   CU_SRC    := $(shell find src -name '*.cu' | sort)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
   OBJ       += $(CU_OBJ)
+  DEPS      += $(CU_OBJ:.o=.d)    # header dependencies: an enum change in kiln.h must rebuild the kernels
   CFLAGS    += -DKN_CUDA -I$(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 endif
@@ -78,7 +79,7 @@ $(BUILD)/%_avx512.o: %_avx512.c
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libkiln.a: $(OBJ)
 	@rm -f $@
