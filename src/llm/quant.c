@@ -20,14 +20,6 @@
 static inline int nearest_int(float x) { return (int)lrintf(x); }
 static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* 6-bit scale j and min j of a Q4_K/Q5_K block (see quant.h). */
-static inline void get_sc_m(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
-    else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 static void put_sc_m(uint8_t *s, const uint8_t sc[8], const uint8_t m[8]) {
     memset(s, 0, 12);
     for (int j = 0; j < 8; j++) {
@@ -105,8 +97,8 @@ static void deq_q4_K(const kn_block_q4_K *x, float *y, int64_t nb) {
         const uint8_t *q = x[i].qs;
         for (int c = 0; c < 4; c++, q += 32) {      /* chunk of 64: sub-blocks 2c, 2c+1 */
             int sc0, m0, sc1, m1;
-            get_sc_m(x[i].scales, 2 * c, &sc0, &m0);
-            get_sc_m(x[i].scales, 2 * c + 1, &sc1, &m1);
+            kn_q45k_sc_m(x[i].scales, 2 * c, &sc0, &m0);
+            kn_q45k_sc_m(x[i].scales, 2 * c + 1, &sc1, &m1);
             float d0 = d * sc0, n0 = dmin * m0, d1 = d * sc1, n1 = dmin * m1;
             for (int l = 0; l < 32; l++) *y++ = d0 * (q[l] & 15) - n0;
             for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] >> 4) - n1;
@@ -119,8 +111,8 @@ static void deq_q5_K(const kn_block_q5_K *x, float *y, int64_t nb) {
         const uint8_t *q = x[i].qs, *qh = x[i].qh;
         for (int c = 0; c < 4; c++, q += 32) {
             int sc0, m0, sc1, m1;
-            get_sc_m(x[i].scales, 2 * c, &sc0, &m0);
-            get_sc_m(x[i].scales, 2 * c + 1, &sc1, &m1);
+            kn_q45k_sc_m(x[i].scales, 2 * c, &sc0, &m0);
+            kn_q45k_sc_m(x[i].scales, 2 * c + 1, &sc1, &m1);
             float d0 = d * sc0, n0 = dmin * m0, d1 = d * sc1, n1 = dmin * m1;
             for (int l = 0; l < 32; l++)
                 *y++ = d0 * ((q[l] & 15) | ((qh[l] >> (2 * c)) & 1) << 4) - n0;
@@ -403,7 +395,7 @@ static float dot_q4_K_q8_K(int64_t n, const void *vw, const void *va) {
         int sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m, s = 0, sy = 0;
-            get_sc_m(w[i].scales, j, &sc, &m);
+            kn_q45k_sc_m(w[i].scales, j, &sc, &m);
             const uint8_t *q = w[i].qs + 32 * (j / 2);
             const int8_t *y = a[i].qs + 32 * j;
             for (int l = 0; l < 32; l++) {
@@ -423,7 +415,7 @@ static float dot_q5_K_q8_K(int64_t n, const void *vw, const void *va) {
         int sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
             int sc, m, s = 0, sy = 0;
-            get_sc_m(w[i].scales, j, &sc, &m);
+            kn_q45k_sc_m(w[i].scales, j, &sc, &m);
             const uint8_t *q = w[i].qs + 32 * (j / 2);
             const int8_t *y = a[i].qs + 32 * j;
             for (int l = 0; l < 32; l++) {

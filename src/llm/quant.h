@@ -82,6 +82,15 @@ typedef struct {
     int16_t bsums[KN_QK_K / 16];
 } kn_block_q8_K;
 
+/* 6-bit scale j and min j (j < 8) of a Q4_K/Q5_K block's scales[12]. */
+static inline void kn_q45k_sc_m(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) { *sc = s[j] & 63; *m = s[j + 4] & 63; }
+    else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 _Static_assert(sizeof(kn_block_q4_0) == 18, "q4_0 layout");
 _Static_assert(sizeof(kn_block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(kn_block_q5_0) == 22, "q5_0 layout");

@@ -14,10 +14,9 @@
  *   sum_j (dw*q_j + c) * da*qa_j = dw*da * sum q*qa + c * s.
  * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c).
  */
-#include "llm/quant.h"      /* defines: block structs, kn_block_q16          */
-#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, bits32, nibbles32, load256 */
+#include "llm/quant.h"      /* defines: block structs, kn_block_q16, kn_q45k_sc_m */
+#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, q6_groups, nibbles32, bits32, load256 */
 #include <immintrin.h>
-#include <string.h>
 
 /* 32 bytes (each 0..255) -> two 16 x s16 halves: elements 0..15, 16..31 */
 static inline __m256i lo16u(__m256i b) { return _mm256_cvtepu8_epi16(_mm256_castsi256_si128(b)); }
@@ -66,11 +65,6 @@ static inline __m256 dot_u8(__m256i b, const kn_block_q16 *a) {
 
 /* [da, sa] of an activation block in lanes 0, 1 */
 static inline __m128 act_ds(const kn_block_q16 *a) { return _mm_castpd_ps(_mm_load_sd((const double *)&a->d)); }
-/* Two adjacent fp16 fields (d, m) -> lanes 0, 1 */
-static inline __m128 f16x2(const uint16_t *p) {
-    int v; memcpy(&v, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
-}
 /* 16 bytes of packed nibbles: low nibbles are elements 0..15, high 16..31.
  * One widening (byte i -> s16 lane i) then mask and shift: one shuffle-port
  * uop per block instead of two. */
@@ -113,18 +107,10 @@ BLOCK32_DOT(dot_q8_0_q16, kn_block_q8_0, q8_0_q, q8_0_s)
 
 /* ---- K types: 256-element super-blocks, 8 activation blocks each ------------- */
 
-/* 6-bit scale j and min j of a Q4_K/Q5_K block (layout in quant.h) */
-static inline void sc_m(const uint8_t *s, int j, float *sc, float *m) {
-    if (j < 4) { *sc = (float)(s[j] & 63); *m = (float)(s[j + 4] & 63); }
-    else {
-        *sc = (float)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4));
-        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
 /* Q4_K/Q5_K: sub-block j (32 elements) = low (j even) or high (j odd) nibbles
  * of the 32 bytes of chunk j/2; Q5_K adds bit j of qh[l] as bit 4. */
-static float dot_q45_K(int64_t n, const uint8_t *base, size_t bsize, const kn_block_q16 *a, bool five) {
+static float dot_q45_K(int64_t n, const uint8_t *base, size_t bsize,
+                                                             const kn_block_q16 *a, const bool five) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     float mins = 0;
     const __m256i m15 = _mm256_set1_epi8(15), b16 = _mm256_set1_epi8(16);
@@ -142,13 +128,13 @@ static float dot_q45_K(int64_t n, const uint8_t *base, size_t bsize, const kn_bl
                 q0 = _mm256_or_si256(q0, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, h0), h0), b16));
                 q1 = _mm256_or_si256(q1, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, h1), h1), b16));
             }
-            float sc0, m0, sc1, m1;
-            sc_m(scales, 2 * c, &sc0, &m0);
-            sc_m(scales, 2 * c + 1, &sc1, &m1);
             const kn_block_q16 *a0 = &a[2 * c], *a1 = &a[2 * c + 1];
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc0 * a0->d), dot_u8(q0, a0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * a1->d), dot_u8(q1, a1), acc1);
-            mb += m0 * a0->s + m1 * a1->s;
+            int sc0, m0, sc1, m1;          /* from the bytes directly: cheaper here than unpack_sc_m */
+            kn_q45k_sc_m(scales, 2 * c, &sc0, &m0);
+            kn_q45k_sc_m(scales, 2 * c + 1, &sc1, &m1);
+            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0 * a0->d), dot_u8(q0, a0), acc0);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1 * a1->d), dot_u8(q1, a1), acc1);
+            mb += (float)m0 * a0->s + (float)m1 * a1->s;
         }
         mins += F16(dd[1]) * mb;      /* x = d*sc*q - dmin*m */
     }
@@ -168,19 +154,14 @@ static float dot_q5_K_q16(int64_t n, const void *w, const void *a) {
 static float dot_q6_K_q16(int64_t n, const void *vw, const void *va) {
     const kn_block_q6_K *w = vw; const kn_block_q16 *a = va;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi16(32);
+    const __m256i c32 = _mm256_set1_epi16(32);
     for (int64_t i = 0; i < n / KN_QK_K; i++, a += 8) {
         float d = F16(w[i].d);
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = w[i].ql + 64 * h;
             const int8_t *sc = w[i].scales + 8 * h;
-            __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(w[i].qh + 32 * h);
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            q6_groups(ql, w[i].qh + 32 * h, q);
             for (int g = 0; g < 4; g++) {
                 const kn_block_q16 *ab = &a[4 * h + g];
                 __m256i w0 = _mm256_mullo_epi16(_mm256_sub_epi16(lo16u(q[g]), c32), _mm256_set1_epi16(sc[2 * g]));

@@ -8,7 +8,7 @@
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
 #include "core/fp16.h"      /* defines: kn_bf16_to_fp32 */
-#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, hsum_epi32, bits32, load256 */
+#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, unpack_sc_m, q6_groups, ... */
 #include <immintrin.h>
 #include <string.h>
 
@@ -20,12 +20,6 @@ static inline __m256i dot_us(__m256i u, __m256i s) {
 static inline __m256i dot_ss(__m256i w, __m256i a) {
     return dot_us(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
-/* Two adjacent fp16 fields (d, m of Q4_1/Q5_1; d, s of Q8_1) -> lanes 0, 1. */
-static inline __m128 f16x2(const uint16_t *p) {
-    int v; memcpy(&v, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
-}
-
 /* ---- 32-element blocks --------------------------------------------------- */
 
 static float dot_q4_0_q8_0(int64_t n, const void *vw, const void *va) {
@@ -143,17 +137,6 @@ static float dot_q8_1_q8_1(int64_t n, const void *vw, const void *va) {
 
 /* ---- K-quants ------------------------------------------------------------- */
 
-/* The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block (packing in quant.h),
- * unpacked four at a time in 32-bit words: out[0] = sc0..3, out[1] = sc4..7,
- * out[2] = m0..3, out[3] = m4..7, one byte each. */
-static inline void unpack_sc_m(const uint8_t *s, uint32_t out[4]) {
-    uint32_t u0, u1, u2;
-    memcpy(&u0, s, 4); memcpy(&u1, s + 4, 4); memcpy(&u2, s + 8, 4);
-    out[0] = u0 & 0x3f3f3f3fu;
-    out[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-    out[2] = u1 & 0x3f3f3f3fu;
-    out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
-}
 /* sum_j m[j] * (bsums[2j] + bsums[2j+1]) for the 8 mins in sm[2..3]. */
 static inline int min_term(const uint32_t sm[4], const int16_t *bsums) {
     __m128i b0 = _mm_loadu_si128((const __m128i *)bsums), b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
@@ -165,65 +148,50 @@ static inline int min_term(const uint32_t sm[4], const int16_t *bsums) {
     return _mm_cvtsi128_si32(p);
 }
 
-static float dot_q4_K_q8_K(int64_t n, const void *vw, const void *va) {
-    const kn_block_q4_K *w = vw; const kn_block_q8_K *a = va;
-    __m256 acc = _mm256_setzero_ps();
-    float summ = 0;
-    for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        uint32_t sm[4];
-        unpack_sc_m(w[i].scales, sm);
-        const uint8_t *sc = (const uint8_t *)sm;
-        summ += a[i].d * F16(w[i].dmin) * (float)min_term(sm, a[i].bsums);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            __m256i q = load256(w[i].qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(15));
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(15));
-            __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
-            __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
-            p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
-            p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_ps(acc) - summ;
-}
-
-static float dot_q5_K_q8_K(int64_t n, const void *vw, const void *va) {
-    const kn_block_q5_K *w = vw; const kn_block_q8_K *a = va;
+/* Q4_K and Q5_K share one body: Q5_K adds bit j of each qh byte as bit 4 of
+ * sub-block j. Both layouts start d, dmin, scales[12]; Q5_K has qh[32] before
+ * qs. Inlined into each wrapper, so `five` is a constant there. */
+static inline __attribute__((always_inline)) float dot_q45_K(int64_t n, const uint8_t *base, size_t bsize,
+                                                             const kn_block_q8_K *a, const bool five) {
     __m256 acc = _mm256_setzero_ps();
     float summ = 0;
     const __m256i m15 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    for (int64_t i = 0; i < n / KN_QK_K; i++) {
+    for (int64_t i = 0; i < n / KN_QK_K; i++, base += bsize) {
+        const uint16_t *dd = (const uint16_t *)base;
+        const uint8_t *qs = base + (five ? 48 : 16);
         uint32_t sm[4];
-        unpack_sc_m(w[i].scales, sm);
+        unpack_sc_m(base + 4, sm);
         const uint8_t *sc = (const uint8_t *)sm;
-        summ += a[i].d * F16(w[i].dmin) * (float)min_term(sm, a[i].bsums);
-        __m256i qh = load256(w[i].qh), sumi = _mm256_setzero_si256();
+        summ += a[i].d * F16(dd[1]) * (float)min_term(sm, a[i].bsums);
+        __m256i qh = five ? load256(base + 16) : _mm256_setzero_si256(), sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i q = load256(w[i].qs + 32 * c);
-            /* bit 2c / 2c+1 of each qh byte -> 0x10 */
-            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4);
-            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(q, m15), h0);
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m15), h1);
+            __m256i q = load256(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, m15), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m15);
+            if (five) {     /* bit 2c / 2c+1 of each qh byte -> 0x10 */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
             __m256i p0 = _mm256_maddubs_epi16(lo, load256(a[i].qs + 64 * c));
             __m256i p1 = _mm256_maddubs_epi16(hi, load256(a[i].qs + 64 * c + 32));
             p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16(sc[2 * c]));
             p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16(sc[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(w[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[i].d * F16(dd[0])), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum_ps(acc) - summ;
+}
+static float dot_q4_K_q8_K(int64_t n, const void *w, const void *a) {
+    return dot_q45_K(n, w, sizeof(kn_block_q4_K), a, false);
+}
+static float dot_q5_K_q8_K(int64_t n, const void *w, const void *a) {
+    return dot_q45_K(n, w, sizeof(kn_block_q5_K), a, true);
 }
 
 /* Q6_K: dot of the unsigned 6-bit q (0..63) with y, minus 32 * sum(y) via bsums. */
 static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
     const kn_block_q6_K *w = vw; const kn_block_q8_K *a = va;
     __m256 acc = _mm256_setzero_ps();
-    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
     /* group g of a half uses scale 2g (int16 lanes 0..7) and 2g+1 (lanes 8..15):
      * byte shuffles that broadcast s16 element 2g in the low 128 bits, 2g+1 in the high */
     __m256i bcast[4];
@@ -240,13 +208,8 @@ static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
             const uint8_t *ql = w[i].ql + 64 * h;
             const int8_t *y = a[i].qs + 128 * h;
             __m256i sch = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1) : _mm256_castsi256_si128(sc16));
-            __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(w[i].qh + 32 * h);
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15), _mm256_and_si256(qh, m30));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
-                                   _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            q6_groups(ql, w[i].qh + 32 * h, q);
             for (int g = 0; g < 4; g++) {
                 __m256i p = _mm256_maddubs_epi16(q[g], load256(y + 32 * g));
                 /* int16 lanes 0..7 are elements 0..15 (scale 2g), 8..15 the rest */

@@ -12,11 +12,10 @@
  * Compiled with the *_avx512.c flags from the Makefile.
  */
 #include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
+#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, load256, nibbles32, f16x2, unpack_sc_m */
 #include <immintrin.h>
 #include <string.h>
 
-/* scale fields: one F16C conversion (vcvtph2ps) instead of the software one */
-#define F16(x) _cvtsh_ss(x)
 #define INLINE static inline __attribute__((always_inline))
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -29,24 +28,10 @@ INLINE __m512i dot4(__m512i u, __m512i s, const int vnni) {
 INLINE __m512i cat(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
-INLINE float hsum256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 INLINE __m512i cat_epi32(int lo, int hi) {
     return cat(_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
 }
-INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 INLINE __m512i load512(const void *p) { return _mm512_loadu_si512(p); }
-/* 16 packed nibbles -> 32 bytes: low nibbles (elements 0..15) then high */
-INLINE __m256i nibbles32(const uint8_t *qs) {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(15));
-}
-
 /* Instantiates body(n, w, a, vnni) as name_vnni and name_novnni. */
 #define TWO_VARIANTS(name, body)                                                         \
     static float name##_vnni(int64_t n, const void *w, const void *a) { return body(n, w, a, 1); } \
@@ -74,7 +59,7 @@ static float dot_q8_0_vnni(int64_t n, const void *vw, const void *va) {
     }
     if (i < nb)
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)), dot_blocks_ss(load256(w[i].qs), load256(a[i].qs)), acc0);
-    return hsum256(_mm256_add_ps(acc0, acc1));
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
 static float dot_q4_0_vnni(int64_t n, const void *vw, const void *va) {
@@ -90,14 +75,9 @@ static float dot_q4_0_vnni(int64_t n, const void *vw, const void *va) {
     if (i < nb)
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(F16(w[i].d) * F16(a[i].d)),
                                dot_blocks_ss(_mm256_sub_epi8(nibbles32(w[i].qs), eight), load256(a[i].qs)), acc0);
-    return hsum256(_mm256_add_ps(acc0, acc1));
+    return hsum_ps(_mm256_add_ps(acc0, acc1));
 }
 
-/* [dw, mw] x [da, sa] in one conversion each: lane 0 scales the block, lane 1 is the min term */
-INLINE __m128 f16x2(const uint16_t *p) {
-    int v; memcpy(&v, p, 4);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
-}
 static float dot_q4_1_vnni(int64_t n, const void *vw, const void *va) {
     const kn_block_q4_1 *w = vw; const kn_block_q8_1 *a = va;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -117,7 +97,7 @@ static float dot_q4_1_vnni(int64_t n, const void *vw, const void *va) {
         acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds0), _mm256_cvtepi32_ps(p0), acc0);
         summ = _mm_add_ps(summ, ds0);
     }
-    return hsum256(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
+    return hsum_ps(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(summ));
 }
 
 /* ---- K-quants ------------------------------------------------------------- */
@@ -128,13 +108,8 @@ INLINE float q4_K_body(int64_t n, const void *vw, const void *va, const int vnni
     __m512 acc = _mm512_setzero_ps();
     float summ = 0;
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
-        /* unpack the 6-bit scales/mins four at a time (packing in quant.h) */
-        uint32_t u0, u1, u2, sm[4];
-        memcpy(&u0, w[i].scales, 4); memcpy(&u1, w[i].scales + 4, 4); memcpy(&u2, w[i].scales + 8, 4);
-        sm[0] = u0 & 0x3f3f3f3fu;
-        sm[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
-        sm[2] = u1 & 0x3f3f3f3fu;
-        sm[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+        uint32_t sm[4];
+        unpack_sc_m(w[i].scales, sm);          /* 6-bit scales/mins, four at a time */
         const uint8_t *sc = (const uint8_t *)sm, *m = sc + 8;
         /* sum_j m[j] * (bsums[2j] + bsums[2j+1]) */
         __m256i bs = _mm256_loadu_si256((const __m256i *)a[i].bsums);

@@ -40,4 +40,32 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
     return _mm256_and_si256(b, _mm256_set1_epi8(15));
 }
+/* Two adjacent fp16 fields (d, m of Q4_1/Q5_1; d, s of Q8_1) -> lanes 0, 1. */
+static inline __m128 f16x2(const uint16_t *p) {
+    int v; memcpy(&v, p, 4);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(v));
+}
+
+/* The 8 6-bit scales and 8 mins of a Q4_K/Q5_K block (packing in quant.h),
+ * unpacked four at a time in 32-bit words: out[0] = sc0..3, out[1] = sc4..7,
+ * out[2] = m0..3, out[3] = m4..7, one byte each. */
+static inline void unpack_sc_m(const uint8_t *s, uint32_t out[4]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4); memcpy(&u1, s + 4, 4); memcpy(&u2, s + 8, 4);
+    out[0] = u0 & 0x3f3f3f3fu;
+    out[1] = (u2 & 0x0f0f0f0fu) | ((u0 >> 6) & 0x03030303u) << 4;
+    out[2] = u1 & 0x3f3f3f3fu;
+    out[3] = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 6) & 0x03030303u) << 4;
+}
+/* Q6_K: the 6-bit quants (0..63) of one half (128 elements) as four groups
+ * of 32 bytes, from ql (64 bytes of that half) and qh (32 bytes); the bit
+ * layout is in quant.h. */
+static inline void q6_groups(const uint8_t *ql, const uint8_t *qh8, __m256i q[4]) {
+    const __m256i m15 = _mm256_set1_epi8(15), m30 = _mm256_set1_epi8(0x30);
+    __m256i l0 = load256(ql), l1 = load256(ql + 32), qh = load256(qh8);
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m15), _mm256_and_si256(qh, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m15), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+}
 #endif
