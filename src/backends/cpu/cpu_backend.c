@@ -476,7 +476,6 @@ static bool fast_matmul(const kn_exec *e) {
     for (int i = 0; i < nb; i++) batch *= d->ne[i];
     const float *A = a.data, *B = b.data;
     float *C = d->data;
-    /* one uniform batch dim (after collapsing) goes to the batched entry point */
     /* a shared right operand (stride 0 over every batch dim: x [B,T,K] @ W^T)
      * and a, C contiguous: one GEMM of batch * M rows, not batch small ones */
     bool shared_b = batch > 1 && !ta && contig(&a) && contig(d);
@@ -485,6 +484,7 @@ static bool fast_matmul(const kn_exec *e) {
         kn_sgemm(false, tb, batch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
         return true;
     }
+    /* one uniform batch dim (after collapsing) goes to the batched entry point */
     if (nb == 1 || batch == 1) {
         int64_t sa = nb ? ab.st[0] : 0, sb = nb ? bb.st[0] : 0, sc = nb ? db.st[0] : 0;
         kn_sgemm_batched(batch, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc);

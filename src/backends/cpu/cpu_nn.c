@@ -280,10 +280,10 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
     int64_t wmax = j->D > j->Dv ? j->D : j->Dv;
     float *wb = j->f16kv ? malloc(sizeof(float) * (size_t)(SDPA_KB * wmax + j->Dv)) : NULL;
     if (!s || (j->f16kv && !wb)) { free(s); free(wb); atomic_store(&j->failed, 1); return; }
+    const int64_t es = j->f16kv ? 2 : 4;         /* bytes per K/V element */
     for (int64_t r = r0; r < r1; r++) {
         int64_t i = r % j->Tq, h = (r / j->Tq) % j->Hq, b = r / (j->Tq * j->Hq), hk = h / j->G;
         const float *qr = (const float *)q->data + b * q->st[0] + h * q->st[1] + i * q->st[2];
-        int64_t es = j->f16kv ? 2 : 4;
         const char *kb = (const char *)k->data + (b * k->st[0] + hk * k->st[1]) * es;
         const char *vb = (const char *)v->data + (b * v->st[0] + hk * v->st[1]) * es;
         float *yr = (float *)y->data + b * y->st[0] + h * y->st[1] + i * y->st[2];
@@ -293,21 +293,19 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
             for (int64_t d = 0; d < j->Dv; d++) yr[d] = NAN;
             continue;
         }
-        if (!j->f16kv) {
-            j->dot(n, j->D, (const float *)kb, k->st[2], qr, s);
-            kn_vec_mul_scalar(s, s, j->scale, n);
-            kn_vec_softmax(s, s, n);
-            j->axpy(n, j->Dv, (const float *)vb, v->st[2], s, yr);
-            continue;
-        }
-        for (int64_t c0 = 0; c0 < n; c0 += SDPA_KB) {
-            int64_t cn = n - c0 < SDPA_KB ? n - c0 : SDPA_KB;
-            for (int64_t r2 = 0; r2 < cn; r2++)
-                kn_vec_f16_to_f32(wb + r2 * j->D, (const uint16_t *)kb + (c0 + r2) * k->st[2], j->D);
-            j->dot(cn, j->D, wb, j->D, qr, s + c0);
-        }
+        /* scores s = K q */
+        if (!j->f16kv) j->dot(n, j->D, (const float *)kb, k->st[2], qr, s);
+        else
+            for (int64_t c0 = 0; c0 < n; c0 += SDPA_KB) {
+                int64_t cn = n - c0 < SDPA_KB ? n - c0 : SDPA_KB;
+                for (int64_t r2 = 0; r2 < cn; r2++)
+                    kn_vec_f16_to_f32(wb + r2 * j->D, (const uint16_t *)kb + (c0 + r2) * k->st[2], j->D);
+                j->dot(cn, j->D, wb, j->D, qr, s + c0);
+            }
         kn_vec_mul_scalar(s, s, j->scale, n);
         kn_vec_softmax(s, s, n);
+        /* y = s V (f16: block by block, accumulated) */
+        if (!j->f16kv) { j->axpy(n, j->Dv, (const float *)vb, v->st[2], s, yr); continue; }
         float *acc = wb + SDPA_KB * wmax;
         for (int64_t c0 = 0; c0 < n; c0 += SDPA_KB) {
             int64_t cn = n - c0 < SDPA_KB ? n - c0 : SDPA_KB;
@@ -490,11 +488,12 @@ static bool fast_index_add(const kn_exec *e) {
 /* constant pad (4-byte elements) into a contiguous y: fill, then copy x's
  * rows (unit stride along the last dim) into the interior. The gradient of
  * a slice (the qkv split). */
-typedef struct { const kn_tview *x, *y; int64_t lo[KN_MAX_DIMS]; uint32_t v; } pad_job;
+typedef struct { const kn_tview *x, *y; int64_t n, lo[KN_MAX_DIMS]; uint32_t v; } pad_job;
 static void pad_fill_rows(void *p, int64_t r0, int64_t r1) {
     pad_job *j = p;
     uint32_t *y = j->y->data;
-    for (int64_t i = r0 * 4096, e = r1 * 4096 < kn_tview_numel(j->y) ? r1 * 4096 : kn_tview_numel(j->y); i < e; i++) y[i] = j->v;
+    int64_t e = r1 * 4096 < j->n ? r1 * 4096 : j->n;
+    for (int64_t i = r0 * 4096; i < e; i++) y[i] = j->v;
 }
 static void pad_copy_rows(void *p, int64_t r0, int64_t r1) {
     pad_job *j = p;
@@ -521,7 +520,7 @@ static bool fast_pad(const kn_exec *e) {
         kn_dtype_get(y->dtype)->is_quant || nd == 0 || x->ndim != nd || !kn_tview_is_contiguous(y) || overlap(x, y))
         return false;
     if (x->ne[nd - 1] > 1 && x->st[nd - 1] != 1) return false;
-    pad_job j = {x, y, {0}, 0};
+    pad_job j = {x, y, kn_tview_numel(y), {0}, 0};
     for (int d = 0; d < nd; d++) {
         j.lo[d] = t->p.pad.pad[2 * (nd - 1 - d)];
         if (j.lo[d] < 0 || y->ne[d] < x->ne[d] + j.lo[d]) return false;   /* negative pads (crops): reference */
@@ -530,10 +529,10 @@ static bool fast_pad(const kn_exec *e) {
     if (y->dtype == KN_F32) memcpy(&j.v, &fv, 4);
     else if (y->dtype == KN_I32) { int32_t iv = (int32_t)t->p.pad.value; memcpy(&j.v, &iv, 4); }
     else return false;
-    int64_t n = kn_tview_numel(y), rows = kn_tview_numel(x) / (x->ne[nd - 1] ? x->ne[nd - 1] : 1);
+    int64_t n = j.n, nx = kn_tview_numel(x);
     if (n == 0) return true;
     par_rows(pad_fill_rows, &j, (n + 4095) / 4096, n);
-    if (kn_tview_numel(x)) par_rows(pad_copy_rows, &j, rows, kn_tview_numel(x));
+    if (nx) par_rows(pad_copy_rows, &j, nx / x->ne[nd - 1], nx);
     return true;
 }
 
@@ -541,6 +540,21 @@ static bool fast_pad(const kn_exec *e) {
  * cross-entropy's pick of the target log-probability). x is copied (or, a
  * broadcast zero, filled), then each index element adds its src value; one
  * thread: there are as many adds as index elements, few next to y's size. */
+/* The index element at coordinate c (an int32 or int64 view); the next
+ * coordinate in row-major order over ne (false, and c back at 0, after the
+ * last). */
+static int64_t index_at(const kn_tview *iv, const int64_t *c) {
+    int64_t o = 0;
+    for (int k = 0; k < iv->ndim; k++) o += c[k] * iv->st[k];
+    return iv->dtype == KN_I32 ? ((const int32_t *)iv->data)[o] : ((const int64_t *)iv->data)[o];
+}
+static bool next_coord(int64_t *c, const int64_t *ne, int nd) {
+    for (int k = nd - 1; k >= 0; k--) {
+        if (++c[k] < ne[k]) return true;
+        c[k] = 0;
+    }
+    return false;
+}
 static bool fast_scatter_add(const kn_exec *e) {
     const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1], *s = &e->src[2];
     int d = e->node->p.axis.dim, nd = y->ndim;
@@ -554,24 +568,21 @@ static bool fast_scatter_add(const kn_exec *e) {
         return false;
     int64_t m = kn_tview_numel(iv), n = kn_tview_numel(y), c[KN_MAX_DIMS] = {0};
     /* indices first: an out-of-range one goes to the reference, which reports it */
-    for (int64_t i = 0; i < m; i++) {
-        int64_t io = 0;
-        for (int k = 0; k < nd; k++) io += c[k] * iv->st[k];
-        int64_t j = iv->dtype == KN_I32 ? ((const int32_t *)iv->data)[io] : ((const int64_t *)iv->data)[io];
+    for (bool more = m > 0; more; more = next_coord(c, iv->ne, nd)) {
+        int64_t j = index_at(iv, c);
         if (j < 0 || j >= y->ne[d]) return false;
-        for (int k = nd - 1; k >= 0 && ++c[k] == iv->ne[k]; k--) c[k] = 0;
     }
     float *yd = y->data;
     if (xzero) { float v = n ? *(const float *)x->data : 0; for (int64_t i = 0; i < n; i++) yd[i] = v; }
     else if (x->data != y->data) memcpy(yd, x->data, sizeof(float) * (size_t)n);
-    memset(c, 0, sizeof c);
-    for (int64_t i = 0; i < m; i++) {
-        int64_t io = 0, so = 0, yo = 0, ys = 1;
-        for (int k = nd - 1; k >= 0; k--) { io += c[k] * iv->st[k]; so += c[k] * s->st[k]; }
-        int64_t j = iv->dtype == KN_I32 ? ((const int32_t *)iv->data)[io] : ((const int64_t *)iv->data)[io];
-        for (int k = nd - 1; k >= 0; k--) { yo += (k == d ? j : c[k]) * ys; ys *= y->ne[k]; }
+    for (bool more = m > 0; more; more = next_coord(c, iv->ne, nd)) {
+        int64_t so = 0, yo = 0, ys = 1;
+        for (int k = nd - 1; k >= 0; k--) {
+            so += c[k] * s->st[k];
+            yo += (k == d ? index_at(iv, c) : c[k]) * ys;
+            ys *= y->ne[k];
+        }
         yd[yo] += ((const float *)s->data)[so];
-        for (int k = nd - 1; k >= 0 && ++c[k] == iv->ne[k]; k--) c[k] = 0;
     }
     return true;
 }
