@@ -244,9 +244,8 @@ static kn_status gguf_rope_scaling(kn_model *m, const char *arch, const char *pa
                                 "positive beta_fast/beta_slow/attn_factor (got %g, %g, %g, %g, %g)", path, factor, orig, bf, bs, af);
         float *ff = kn__model_alloc(m, sizeof(float) * (size_t)half);
         if (!ff) return KN_ERR_NOMEM;
-        double ms = af * kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs);
-        c->attn_scale = ms * ms / sqrt((double)c->head_dim);
-        m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, ff);
+        kn_status st = kn__model_set_rope_ff(m, ff, af * kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs));
+        if (st) return st;
         strcpy(c->rope_scaling, "yarn");
     } else if (strcmp(type, "none")) {
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope scaling type '%s' is not supported (kiln runs none, linear, yarn, "
@@ -260,10 +259,10 @@ static kn_status gguf_rope_scaling(kn_model *m, const char *arch, const char *pa
         for (int i = 0; i < half; i++)
             if (!(d[i] > 0) || isinf(d[i]))
                 return kn_set_error(KN_ERR_FORMAT, "%s: rope_freqs.weight[%d] = %g is not a positive number", path, i, (double)d[i]);
-        m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, (void *)d);
+        kn_status st = kn__model_set_rope_ff(m, d, 1.0);
+        if (st) return st;
         strcpy(c->rope_scaling, "llama3");
     }
-    if ((rf || !strcmp(type, "yarn")) && !m->rope_ff) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     return KN_OK;
 }
 

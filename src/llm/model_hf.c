@@ -268,6 +268,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
             kn_json_get_f64(j, rs, "original_max_position_embeddings", &orig);
             float *ff = kn__model_alloc(m, sizeof(float) * (size_t)half);
             if (!ff) return KN_ERR_NOMEM;
+            double ms = 1.0;
             if (!strcmp(type, "llama3")) {
                 double lo = 1, hi = 4;
                 kn_json_get_f64(j, rs, "low_freq_factor", &lo);
@@ -283,7 +284,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
                 if (!(bf > 0) || !(bs > 0) || !(orig >= 1) || factor < 1)
                     return kn_set_error(KN_ERR_FORMAT, "%s: yarn rope_scaling needs factor >= 1, positive beta_fast/beta_slow "
                                         "and original_max_position_embeddings >= 1", cfgp);
-                double ms = kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs);
+                ms = kn__rope_ff_yarn(ff, c->n_rot, c->rope_theta, factor, orig, bf, bs);
                 double msc = 0, msa = 0;     /* DeepSeek style: ratio of two mscales */
                 if (kn_json_get_f64(j, rs, "mscale", &msc) && kn_json_get_f64(j, rs, "mscale_all_dim", &msa) && msc && msa)
                     ms = (0.1 * msc * log(factor) + 1) / (0.1 * msa * log(factor) + 1);
@@ -291,10 +292,9 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
                 bool trunc = true;
                 if (kn_json_get_bool(j, rs, "truncate", &trunc) && !trunc)
                     return kn_set_error(KN_ERR_UNSUPPORTED, "%s: yarn rope_scaling with \"truncate\": false is not supported", cfgp);
-                c->attn_scale = ms * ms / sqrt((double)c->head_dim);
             }
-            m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){half}, ff);
-            if (!m->rope_ff) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+            kn_status st = kn__model_set_rope_ff(m, ff, ms);
+            if (st) return st;
         }
     }
     bool tied = false, bias = false;

@@ -88,4 +88,7 @@ void kn__rope_ff_llama3(float *ff, int n_rot, double theta, double factor, doubl
                         double high_freq_factor, double orig_ctx);
 double kn__rope_ff_yarn(float *ff, int n_rot, double theta, double factor, double orig_ctx, double beta_fast,
                         double beta_slow);
+/* Installs divisors ff [n_rot/2] (kept alive by the model) as m->rope_ff;
+ * mscale != 1 scales the attention logits by its square (cfg.attn_scale). */
+kn_status kn__model_set_rope_ff(kn_model *m, const float *ff, double mscale);
 #endif

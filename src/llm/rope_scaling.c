@@ -17,6 +17,14 @@
 #include "llm/model_impl.h"
 #include <math.h>
 
+kn_status kn__model_set_rope_ff(kn_model *m, const float *ff, double mscale) {
+    kn_model_config *c = &m->cfg;
+    m->rope_ff = kn_from_ptr(m->ctx, KN_F32, 1, (int64_t[]){c->n_rot / 2}, (void *)ff);
+    if (!m->rope_ff) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    if (mscale != 1.0) c->attn_scale = mscale * mscale / sqrt((double)c->head_dim);
+    return KN_OK;
+}
+
 void kn__rope_ff_llama3(float *ff, int n_rot, double theta, double factor, double low_freq_factor,
                         double high_freq_factor, double orig_ctx) {
     double lo_wl = orig_ctx / low_freq_factor, hi_wl = orig_ctx / high_freq_factor;
