@@ -6,6 +6,7 @@
  * here: every one must fail with a status and a message, never crash or leak
  * (CI runs this under ASan + UBSan). */
 #include "kn_test.h"
+#include "kn_bytes.h"
 #include "llm/gguf.h"
 #include "llm/hfconfig.h"
 #include "llm/llama2c.h"
@@ -16,30 +17,8 @@
 #include <stdint.h>
 #include <unistd.h>
 
-/* ---- a tiny byte builder ------------------------------------------------------ */
+/* ---- byte builder (kn_bytes.h) and in-place patches --------------------------- */
 
-typedef struct bb { uint8_t *p; size_t n, cap; } bb;
-static void bb_put(bb *b, const void *s, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 256;
-        while (nc < b->n + n) nc *= 2;
-        b->p = realloc(b->p, nc);
-        b->cap = nc;
-    }
-    if (n) memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-static void bb_u8(bb *b, uint8_t v) { bb_put(b, &v, 1); }
-static void bb_u16(bb *b, uint16_t v) { uint8_t x[2] = {(uint8_t)v, (uint8_t)(v >> 8)}; bb_put(b, x, 2); }
-static void bb_u32(bb *b, uint32_t v) {
-    uint8_t x[4];
-    for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
-    bb_put(b, x, 4);
-}
-static void bb_u64(bb *b, uint64_t v) { bb_u32(b, (uint32_t)v); bb_u32(b, (uint32_t)(v >> 32)); }
-static void bb_f32(bb *b, float f) { uint32_t u; memcpy(&u, &f, 4); bb_u32(b, u); }
-static void bb_str(bb *b, const char *s) { bb_u64(b, strlen(s)); bb_put(b, s, strlen(s)); }
-static void bb_pad(bb *b, size_t a) { while (b->n % a) bb_u8(b, 0); }
 static void put_u32_at(uint8_t *p, size_t at, uint32_t v) { for (int i = 0; i < 4; i++) p[at + i] = (uint8_t)(v >> (8 * i)); }
 static void put_u64_at(uint8_t *p, size_t at, uint64_t v) { for (int i = 0; i < 8; i++) p[at + i] = (uint8_t)(v >> (8 * i)); }
 

@@ -10,6 +10,7 @@
  * Also: the f16 KV cache, tokenizer files, `kiln info`, and load errors.
  */
 #include "kn_test.h"
+#include "kn_bytes.h"
 #include "kiln_llm.h"
 #include "core/fp16.h"
 #include "llm/llmc_gpt2.h"
@@ -420,17 +421,9 @@ TEST(llama_hf_rope_scaling_llama3_yarn_match_pytorch) {
  * from the same parameters as the HF config: factor 8, low/high 1/4,
  * original context 64, as llama.cpp's converter stores them), "yarn" sets
  * the yarn metadata keys. */
-typedef struct { uint8_t *p; size_t n, cap; } gbuf;
-static void gput(gbuf *b, const void *x, size_t n) {
-    if (b->n + n > b->cap) { b->cap = (b->n + n) * 2 + 4096; b->p = realloc(b->p, b->cap); }
-    memcpy(b->p + b->n, x, n); b->n += n;
-}
-static void gu32(gbuf *b, uint32_t v) { gput(b, &v, 4); }
-static void gu64(gbuf *b, uint64_t v) { gput(b, &v, 8); }
-static void gstr(gbuf *b, const char *s) { gu64(b, strlen(s)); gput(b, s, strlen(s)); }
-static void gkv_u32(gbuf *b, const char *k, uint32_t v) { gstr(b, k); gu32(b, 4); gu32(b, v); }
-static void gkv_f32(gbuf *b, const char *k, float v) { gstr(b, k); gu32(b, 6); gput(b, &v, 4); }
-static void gkv_str(gbuf *b, const char *k, const char *v) { gstr(b, k); gu32(b, 8); gstr(b, v); }
+static void gkv_u32(bb *b, const char *k, uint32_t v) { bb_str(b, k); bb_u32(b, 4); bb_u32(b, v); }
+static void gkv_f32(bb *b, const char *k, float v) { bb_str(b, k); bb_u32(b, 6); bb_f32(b, v); }
+static void gkv_str(bb *b, const char *k, const char *v) { bb_str(b, k); bb_u32(b, 8); bb_str(b, v); }
 static float *permute_qk(const float *w, int heads, int D, int in) {
     float *o = malloc(sizeof(float) * (size_t)heads * D * in);
     for (int h = 0; h < heads; h++)
@@ -478,36 +471,36 @@ static bool write_llama_gguf(const char *path, const char *rope) {
         snprintf(T[nt].name, 64, "rope_freqs.weight");
         T[nt].ne0 = LL_D / 2; T[nt].ne1 = 0; T[nt].data = ff; T[nt].own = false; nt++;
     }
-    gbuf b = {0};
-    gput(&b, "GGUF", 4); gu32(&b, 3); gu64(&b, (uint64_t)nt);
+    bb b = {0};
+    bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, (uint64_t)nt);
     int nkv = 12 + (!strcmp(rope, "yarn") ? 3 : 0);
-    gu64(&b, (uint64_t)nkv);
+    bb_u64(&b, (uint64_t)nkv);
     gkv_str(&b, "general.architecture", "llama");
     gkv_u32(&b, "llama.block_count", LL_L); gkv_u32(&b, "llama.context_length", 64);
     gkv_u32(&b, "llama.embedding_length", LL_C); gkv_u32(&b, "llama.feed_forward_length", LL_F);
     gkv_u32(&b, "llama.attention.head_count", LL_H); gkv_u32(&b, "llama.attention.head_count_kv", LL_HKV);
     gkv_f32(&b, "llama.rope.freq_base", 10000.0f); gkv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     gkv_str(&b, "tokenizer.ggml.model", "llama");
-    gstr(&b, "tokenizer.ggml.tokens"); gu32(&b, 9); gu32(&b, 8); gu64(&b, LL_V);
-    for (int i = 0; i < LL_V; i++) { char t[16]; snprintf(t, sizeof t, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i); gstr(&b, t); }
-    gstr(&b, "tokenizer.ggml.scores"); gu32(&b, 9); gu32(&b, 6); gu64(&b, LL_V);
-    for (int i = 0; i < LL_V; i++) { float sc = (float)-i; gput(&b, &sc, 4); }
+    bb_str(&b, "tokenizer.ggml.tokens"); bb_u32(&b, 9); bb_u32(&b, 8); bb_u64(&b, LL_V);
+    for (int i = 0; i < LL_V; i++) { char t[16]; snprintf(t, sizeof t, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i); bb_str(&b, t); }
+    bb_str(&b, "tokenizer.ggml.scores"); bb_u32(&b, 9); bb_u32(&b, 6); bb_u64(&b, LL_V);
+    for (int i = 0; i < LL_V; i++) bb_f32(&b, (float)-i);
     if (!strcmp(rope, "yarn")) {
         gkv_str(&b, "llama.rope.scaling.type", "yarn"); gkv_f32(&b, "llama.rope.scaling.factor", 4.0f);
         gkv_u32(&b, "llama.rope.scaling.original_context_length", 64);
     }
     uint64_t off = 0;
     for (int i = 0; i < nt; i++) {
-        gstr(&b, T[i].name);
-        gu32(&b, T[i].ne1 ? 2 : 1); gu64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) gu64(&b, (uint64_t)T[i].ne1);
-        gu32(&b, 0); gu64(&b, off);
+        bb_str(&b, T[i].name);
+        bb_u32(&b, T[i].ne1 ? 2 : 1); bb_u64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) bb_u64(&b, (uint64_t)T[i].ne1);
+        bb_u32(&b, 0); bb_u64(&b, off);
         off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
     }
-    while (b.n % 32) gput(&b, "", 1);
+    bb_pad(&b, 32);
     for (int i = 0; i < nt; i++) {
         size_t nb = (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4;
-        gput(&b, T[i].data, nb);
-        while (b.n % 32) gput(&b, "", 1);
+        bb_put(&b, T[i].data, nb);
+        bb_pad(&b, 32);
         if (T[i].own) free(T[i].data);
     }
     st_free(&s);

@@ -6,6 +6,7 @@
  * llama2.c's tokenizer.bin (same 32000-token vocabulary as the llama-spm one).
  */
 #include "kn_test.h"
+#include "kn_bytes.h"
 #include "kiln_tokenizer.h"
 #include "kiln_chat.h"
 #include "llm/gguf.h"
@@ -511,16 +512,8 @@ TEST(corrupt_files_give_errors) {
  * split one by one) and SmolLM2's chat template, to test that pre-tokenizer
  * and template detection through kn_tokenizer_from_gguf. */
 
-typedef struct gbuf { unsigned char *p; size_t n, cap; } gbuf;
-static void gb_put(gbuf *b, const void *x, size_t n) {
-    if (b->n + n > b->cap) { b->cap = (b->n + n) * 2; b->p = realloc(b->p, b->cap); }
-    memcpy(b->p + b->n, x, n); b->n += n;
-}
-static void gb_u32(gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
-static void gb_u64(gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
-static void gb_str(gbuf *b, const char *s, size_t n) { gb_u64(b, n); gb_put(b, s, n); }
-static void gb_key(gbuf *b, const char *k, uint32_t type) { gb_str(b, k, strlen(k)); gb_u32(b, type); }
-static void gb_kv_str(gbuf *b, const char *k, const char *v) { gb_key(b, k, KN_GGUF_STRING); gb_str(b, v, strlen(v)); }
+static void gb_key(bb *b, const char *k, uint32_t type) { bb_strn(b, k, strlen(k)); bb_u32(b, type); }
+static void gb_kv_str(bb *b, const char *k, const char *v) { gb_key(b, k, KN_GGUF_STRING); bb_strn(b, v, strlen(v)); }
 
 static const char SMOLLM2_TEMPLATE[] =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -528,9 +521,9 @@ static const char SMOLLM2_TEMPLATE[] =
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-static gbuf build_smollm_like(const kn_gguf *src, const char *pre) {
-    gbuf b = {0};
-    gb_put(&b, "GGUF", 4); gb_u32(&b, 3); gb_u64(&b, 0); gb_u64(&b, 6);
+static bb build_smollm_like(const kn_gguf *src, const char *pre) {
+    bb b = {0};
+    bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, 0); bb_u64(&b, 6);
     gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
     gb_kv_str(&b, "tokenizer.ggml.pre", pre);
     gb_kv_str(&b, "tokenizer.chat_template", SMOLLM2_TEMPLATE);
@@ -538,16 +531,16 @@ static gbuf build_smollm_like(const kn_gguf *src, const char *pre) {
     for (int a = 0; a < 2; a++) {
         kn_gguf_type et; uint64_t n; const void *d;
         kn_gguf_get_arr(src, arrs[a], &et, &n, &d);
-        gb_key(&b, arrs[a], KN_GGUF_ARRAY); gb_u32(&b, KN_GGUF_STRING); gb_u64(&b, n);
-        for (uint64_t i = 0; i < n; i++) { kn_gguf_str s = kn_gguf_arr_str(src, arrs[a], i); gb_str(&b, s.ptr, s.len); }
+        gb_key(&b, arrs[a], KN_GGUF_ARRAY); bb_u32(&b, KN_GGUF_STRING); bb_u64(&b, n);
+        for (uint64_t i = 0; i < n; i++) { kn_gguf_str s = kn_gguf_arr_str(src, arrs[a], i); bb_strn(&b, s.ptr, s.len); }
     }
     {
         kn_gguf_type et; uint64_t n; const void *d;
         kn_gguf_get_arr(src, "tokenizer.ggml.token_type", &et, &n, &d);
-        gb_key(&b, "tokenizer.ggml.token_type", KN_GGUF_ARRAY); gb_u32(&b, et); gb_u64(&b, n);
-        gb_put(&b, d, n * 4);
+        gb_key(&b, "tokenizer.ggml.token_type", KN_GGUF_ARRAY); bb_u32(&b, et); bb_u64(&b, n);
+        bb_put(&b, d, n * 4);
     }
-    while (b.n % 32) gb_put(&b, "", 1);
+    while (b.n % 32) bb_put(&b, "", 1);
     return b;
 }
 
@@ -555,7 +548,7 @@ TEST(smollm_pretokenizer_and_template_from_gguf) {
     kn_gguf *src = NULL;
     kn_tokenizer *gpt2 = load_gguf_tok("gguf/ggml-vocab-gpt-2.gguf", &src);
     if (!gpt2) { kn_gguf_close(src); SKIP("gguf/ggml-vocab-gpt-2.gguf missing or unreadable"); }
-    gbuf b = build_smollm_like(src, "smollm");
+    bb b = build_smollm_like(src, "smollm");
     kn_gguf *g = NULL;
     kn_tokenizer *tok = NULL;
     REQUIRE(kn_gguf_open_memory(b.p, b.n, &g) == KN_OK, "%s", kn_last_error());
@@ -615,7 +608,7 @@ TEST(llama3_pretokenizer_on_gpt2_vocab) {
     kn_gguf *src = NULL;
     kn_tokenizer *gpt2 = load_gguf_tok("gguf/ggml-vocab-gpt-2.gguf", &src);
     if (!gpt2) { kn_gguf_close(src); SKIP("gguf/ggml-vocab-gpt-2.gguf missing or unreadable"); }
-    gbuf b = build_smollm_like(src, "llama-bpe");
+    bb b = build_smollm_like(src, "llama-bpe");
     kn_gguf *g = NULL;
     kn_tokenizer *tok = NULL;
     REQUIRE(kn_gguf_open_memory(b.p, b.n, &g) == KN_OK, "%s", kn_last_error());
