@@ -347,14 +347,19 @@ struct bin32 {
     int nd;
     int ne[4], sd[4], sa[4], sb[4];
 };
+/* offsets of element lin (row-major over g.ne) in d, a and b */
+__device__ __forceinline__ void bin32_offsets(const bin32 &g, int lin, int &od, int &oa, int &ob) {
+    od = oa = ob = 0;
+    for (int k = g.nd - 1; k >= 0; k--) {
+        int q = lin % g.ne[k];
+        lin /= g.ne[k];
+        od += q * g.sd[k]; oa += q * g.sa[k]; ob += q * g.sb[k];
+    }
+}
 __global__ void k_binary_f32(float *d, const float *a, const float *b, bin32 g, int n, int op) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        int od = 0, oa = 0, ob = 0, lin = i;
-        for (int k = g.nd - 1; k >= 0; k--) {
-            int q = lin % g.ne[k];
-            lin /= g.ne[k];
-            od += q * g.sd[k]; oa += q * g.sa[k]; ob += q * g.sb[k];
-        }
+        int od, oa, ob;
+        bin32_offsets(g, i, od, oa, ob);
         d[od] = bin_f32(op, a[oa], b[ob]);
     }
 }
@@ -371,12 +376,8 @@ __device__ __forceinline__ float4 ld4(const float *p, int vec) {
 __global__ void k_binary_f32x4(float *d, const float *a, const float *b, bin32 g, int ngroups, int op, int a_vec,
                                int b_vec) {
     for (int q = blockIdx.x * blockDim.x + threadIdx.x; q < ngroups; q += gridDim.x * blockDim.x) {
-        int od = 0, oa = 0, ob = 0, lin = q * 4;
-        for (int k = g.nd - 1; k >= 0; k--) {
-            int r = lin % g.ne[k];
-            lin /= g.ne[k];
-            od += r * g.sd[k]; oa += r * g.sa[k]; ob += r * g.sb[k];
-        }
+        int od, oa, ob;
+        bin32_offsets(g, q * 4, od, oa, ob);
         float4 x = ld4(a + oa, a_vec), y = ld4(b + ob, b_vec), z;
         z.x = bin_f32(op, x.x, y.x); z.y = bin_f32(op, x.y, y.y);
         z.z = bin_f32(op, x.z, y.z); z.w = bin_f32(op, x.w, y.w);
