@@ -561,6 +561,8 @@ TEST(bad_arguments) {
     BAD(kn_rope(ctx, xr, pr, 6, 10000, false, 1), "rope");                                  /* n_rot > D */
     BAD(kn_rope(ctx, xr, kn_zeros(ctx, KN_F32, 1, (int64_t[]){2}), 4, 10000, false, 1), "rope");
     BAD(kn_rope(ctx, xr, kn_zeros(ctx, KN_I32, 1, (int64_t[]){3}), 4, 10000, false, 1), "rope");
+    BAD(kn_rope_ff(ctx, xr, pr, 4, 10000, false, 1, kn_zeros(ctx, KN_F32, 1, (int64_t[]){3})), "freq factors");  /* not [n_rot/2] */
+    BAD(kn_rope_ff(ctx, xr, pr, 4, 10000, false, 1, kn_zeros(ctx, KN_I32, 1, (int64_t[]){2})), "freq factors");  /* not float */
     BAD(kn_embedding(ctx, kn_zeros(ctx, KN_F32, 1, (int64_t[]){4}), pr), "embedding");
     /* NULL inputs propagate quietly */
     kn_ctx_clear_status(ctx);

@@ -6,6 +6,7 @@
 #include "kn_test.h"
 #include "kiln.h"
 #include "kiln_nn.h"
+#include "kn-impl.h"          /* kn__adam_update: its argument checks */
 #include <string.h>
 
 static double item(kn_tensor *t) { return kn_item(t); }
@@ -311,6 +312,17 @@ TEST(optim_errors_and_state) {
     kn_tensor *outs3[3];
     CHECK(kn_optim_build(o, &bad, outs3, 3) < 0 && strstr(kn_last_error(), "shape"), "%s", kn_last_error());
     CHECK(!kn_optim_set_step_count(o, 41) && !kn_optim_prepare(o) && kn_optim_step_count(o) == 42, "resume step count");
+    /* the fused node refuses mismatched moments, a non-[3] coefficient tensor and a lazy parameter */
+    kn_tensor *m4 = kn_zeros(ctx, KN_F32, 1, (int64_t[]){4}), *c3 = kn_zeros(ctx, KN_F32, 1, (int64_t[]){3});
+    kn_ctx_clear_status(ctx);
+    CHECK(!kn__adam_update(ctx, p, g, bad, m4, c3, 0.9, 0.999, 1e-8, 0) && strstr(kn_last_error(), "adam_update"),
+          "moment shape: %s", kn_last_error());
+    kn_ctx_clear_status(ctx);
+    CHECK(!kn__adam_update(ctx, p, g, m4, m4, m4, 0.9, 0.999, 1e-8, 0) && strstr(kn_last_error(), "coefficients"),
+          "coefficients: %s", kn_last_error());
+    kn_ctx_clear_status(ctx);
+    CHECK(!kn__adam_update(ctx, kn_add_scalar(ctx, p, 1), g, m4, m4, c3, 0.9, 0.999, 1e-8, 0) &&
+          strstr(kn_last_error(), "materialised"), "lazy parameter: %s", kn_last_error());
     kn_optim_free(o);
     kn_ctx_free(ctx);
 }

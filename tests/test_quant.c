@@ -481,6 +481,13 @@ static void check_q16(kn_dtype t, int64_t n, int raw) {
     free(w); free(a); free(x); free(wf);
 }
 
+TEST(activation_mode_from_environment) {
+    CHECK(kn_quant_act_mode_parse(NULL, NULL) == KN_QACT_AUTO && kn_quant_act_mode_parse("auto", NULL) == KN_QACT_AUTO, "auto");
+    CHECK(kn_quant_act_mode_parse("q8", NULL) == KN_QACT_Q8 && kn_quant_act_mode_parse("q16", "1") == KN_QACT_Q16, "q8 / q16");
+    CHECK(kn_quant_act_mode_parse("f32", NULL) == KN_QACT_F32 && kn_quant_act_mode_parse(NULL, "1") == KN_QACT_F32 &&
+          kn_quant_act_mode_parse(NULL, "0") == KN_QACT_AUTO, "f32 / KN_QMM_EXACT");
+}
+
 TEST(q16_dots_match_reference) {
     kn_test_seed(22);
     for (int k = 0; k < NQ16; k++) {

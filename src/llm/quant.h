@@ -161,6 +161,8 @@ _Static_assert(sizeof(kn_block_q16) == 72, "q16 layout");
  * (exact, slow for one row; KN_QMM_EXACT=1 is a synonym). Read once. */
 typedef enum { KN_QACT_AUTO, KN_QACT_Q8, KN_QACT_Q16, KN_QACT_F32 } kn_qact;
 kn_qact kn_quant_act_mode(void);
+/* The mode for the values of KN_QMM_ACT and KN_QMM_EXACT (either may be NULL). */
+kn_qact kn_quant_act_mode_parse(const char *act, const char *exact);
 /* The Q16 dot the current mode picks for weight type t, NULL where it picks
  * the 8-bit partner (or f32). */
 kn_vec_dot_fn kn_quant_act_q16_dot(kn_dtype t);

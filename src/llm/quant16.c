@@ -16,16 +16,17 @@
 
 static int g_mode = -1, g_forced = -1;
 
+kn_qact kn_quant_act_mode_parse(const char *act, const char *exact) {
+    if (act && !strcmp(act, "q8")) return KN_QACT_Q8;
+    if (act && !strcmp(act, "q16")) return KN_QACT_Q16;
+    if ((act && !strcmp(act, "f32")) || (exact && *exact && strcmp(exact, "0"))) return KN_QACT_F32;
+    return KN_QACT_AUTO;
+}
+
 kn_qact kn_quant_act_mode(void) {
     if (g_forced >= 0) return (kn_qact)g_forced;
-    if (g_mode < 0) {       /* first call; benign race: every thread computes the same */
-        const char *e = getenv("KN_QMM_ACT"), *x = getenv("KN_QMM_EXACT");
-        int m = KN_QACT_AUTO;
-        if (e && !strcmp(e, "q8")) m = KN_QACT_Q8;
-        else if (e && !strcmp(e, "q16")) m = KN_QACT_Q16;
-        else if ((e && !strcmp(e, "f32")) || (x && *x && strcmp(x, "0"))) m = KN_QACT_F32;
-        g_mode = m;
-    }
+    /* first call; benign race: every thread computes the same */
+    if (g_mode < 0) g_mode = (int)kn_quant_act_mode_parse(getenv("KN_QMM_ACT"), getenv("KN_QMM_EXACT"));
     return (kn_qact)g_mode;
 }
 void kn_quant_force_act_mode(int mode) { g_forced = mode; }
