@@ -185,6 +185,30 @@ void kn_sgemm_pack_t_generic(const float *src, int64_t ld, int rows, int64_t kc,
 static void pack_a(const gemm_isa *I, bool ta, const float *A, int64_t lda, int64_t i0, int64_t mc,
                    int64_t k0, int64_t kc, float *restrict dst) {
     const int mr = I->mr;
+    if (ta) {
+        /* rows of A are columns of op(A): walk each stored row once, left to
+         * right, dealing its mc floats out to the panels. (Panel by panel, a
+         * panel touches kc lines lda apart; with lda a multiple of 512 B they
+         * fall into a few L1 sets and every line came from L2 mr/16 times.) */
+        const int64_t full = mc / mr * mr, pstride = (int64_t)mr * kc;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *src = A + (k0 + k) * lda + i0;
+            float *d = dst + k * mr;
+            int64_t ip = 0;
+            if (mr == 6)                   /* fixed sizes: the copies become a few moves */
+                for (; ip < full; ip += 6, d += pstride) memcpy(d, src + ip, 6 * sizeof(float));
+            else if (mr == 14)
+                for (; ip < full; ip += 14, d += pstride) memcpy(d, src + ip, 14 * sizeof(float));
+            else
+                for (; ip < full; ip += mr, d += pstride) memcpy(d, src + ip, (size_t)mr * sizeof(float));
+            if (ip < mc) {
+                int64_t i = 0;
+                for (; ip + i < mc; i++) d[i] = src[ip + i];
+                for (; i < mr; i++) d[i] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t ip = 0; ip < mc; ip += mr) {
         const int64_t m = mc - ip < mr ? mc - ip : mr;
         if (ta) {                                         /* rows of A are columns of op(A): contiguous */
