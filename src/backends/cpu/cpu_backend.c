@@ -618,6 +618,23 @@ static void colsum_rows(void *p, int64_t c0, int64_t c1) {
     for (int64_t r = 1; r < j->R; r++) kn_vec_add(y, y, j->x + r * j->C + c0, w);
     if (j->scale != 1.0f) kn_vec_mul_scalar(y, y, j->scale, w);
 }
+typedef struct { colsum_job *j; int64_t step; } colsum_split;
+/* parts of >= 256 columns each */
+static void colsum_cols(void *p, int64_t q0, int64_t q1) {
+    colsum_split *s = p;
+    int64_t C = s->j->C, c0 = q0 * C / s->step, c1 = q1 * C / s->step;
+    if (c1 > c0) colsum_rows(s->j, c0, c1);
+}
+/* part q sums rows [q*step, (q+1)*step) into y + q*C */
+static void colsum_part(void *p, int64_t q0, int64_t q1) {
+    colsum_split *s = p;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t r0 = q * s->step, r1 = r0 + s->step < s->j->R ? r0 + s->step : s->j->R;
+        if (r0 >= r1) continue;
+        colsum_job sub = {s->j->y + q * s->j->C, s->j->x + r0 * s->j->C, r1 - r0, s->j->C, 1.0f};
+        colsum_rows(&sub, 0, sub.C);
+    }
+}
 static bool fast_reduce_leading(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *d = &e->dst;
@@ -630,8 +647,29 @@ static bool fast_reduce_leading(const kn_exec *e) {
     for (int i = 0; i < k; i++) R *= x->ne[i];
     for (int i = k; i < x->ndim; i++) C *= x->ne[i];
     if (R == 0 || C < 16) return false;
-    colsum_job j = {d->data, x->data, R, C, t->op == KN_OP_MEAN ? 1.0f / (float)R : 1.0f};
-    par_rows(colsum_rows, &j, C, R * C);
+    float scale = t->op == KN_OP_MEAN ? 1.0f / (float)R : 1.0f;
+    int nt = kn_pool_nthreads();
+    if (C >= 256 * (int64_t)nt || R < 64 || nt < 2 || R * C < KN_CPU_PAR_MIN) {
+        /* wide rows: threads split the columns, each part >= 256 floats wide */
+        colsum_job j = {d->data, x->data, R, C, scale};
+        int64_t parts = C / 256 > 1 ? C / 256 : 1;
+        if (parts == 1 || R * C < KN_CPU_PAR_MIN) colsum_rows(&j, 0, C);
+        else par_rows(colsum_cols, &(colsum_split){&j, parts}, parts, R * C);
+        return true;
+    }
+    /* narrow rows (bias gradients [B*T, C]): threads split the rows into
+     * partial sums, added at the end (a column split would hand each thread
+     * slivers of a few floats per row) */
+    int64_t np = nt, rstep = (R + np - 1) / np;
+    float *part = malloc(sizeof(float) * (size_t)(np * C));
+    if (!part) return false;
+    colsum_job j = {part, x->data, R, C, 1.0f};
+    par_rows(colsum_part, &(colsum_split){&j, rstep}, np, R * C);
+    float *y = d->data;
+    memcpy(y, part, sizeof(float) * (size_t)C);
+    for (int64_t p = 1; p < np && p * rstep < R; p++) kn_vec_add(y, y, part + p * C, C);
+    if (scale != 1.0f) kn_vec_mul_scalar(y, y, scale, C);
+    free(part);
     return true;
 }
 
