@@ -196,10 +196,44 @@ static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     return v->data != NULL;
 }
 
-/* KN_PROFILE=1: time per op, printed at exit (a development aid). */
+/* KN_PROFILE=1: time per op, printed at exit (a development aid).
+ * KN_PROFILE=shapes also times each distinct (op, operand extents/strides)
+ * and prints the 30 costliest, with GFLOP/s for matmuls. */
 static double g_prof_s[KN_OP_COUNT];
 static long g_prof_n[KN_OP_COUNT];
 static int g_prof = -1;
+enum { PROF_KEYS = 512 };
+static struct { char key[200]; double s, flop; long n; } g_pk[PROF_KEYS];
+static int g_npk;
+static void prof_view(const kn_tview *v, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < v->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->ne[i]);
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]/");
+    for (int i = 0; i < v->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->st[i]);
+}
+static void prof_shape(const kn_exec *e, double sec) {
+    char key[200], d[64], a[64] = "", b[64] = "";
+    prof_view(&e->dst, d, sizeof d);
+    if (e->nsrc > 0 && e->node->src[0]) prof_view(&e->src[0], a, sizeof a);
+    if (e->nsrc > 1 && e->node->src[1]) prof_view(&e->src[1], b, sizeof b);
+    snprintf(key, sizeof key, "%s %s <- %s %s", kn_op_name(e->node->op), d, a, b);
+    int i = 0;
+    while (i < g_npk && strcmp(g_pk[i].key, key)) i++;
+    if (i == g_npk) { if (g_npk == PROF_KEYS) return; snprintf(g_pk[g_npk++].key, sizeof g_pk[0].key, "%s", key); }
+    g_pk[i].s += sec;
+    g_pk[i].n++;
+    if (e->node->op == KN_OP_MATMUL && e->src[0].ndim >= 1)
+        g_pk[i].flop += 2.0 * (double)kn_tview_numel(&e->dst) * (double)e->src[0].ne[e->src[0].ndim - 1];
+}
+static void prof_dump_shapes(void) {
+    for (int k = 0; k < 30 && k < g_npk; k++) {
+        int best = k;
+        for (int i = k + 1; i < g_npk; i++) if (g_pk[i].s > g_pk[best].s) best = i;
+        if (best != k) { __typeof__(g_pk[0]) t = g_pk[k]; g_pk[k] = g_pk[best]; g_pk[best] = t; }
+        fprintf(stderr, "  %7ld x %8.3f ms  %6.1f GFLOP/s  %s\n", g_pk[k].n, 1e3 * g_pk[k].s / (double)g_pk[k].n,
+                g_pk[k].flop > 0 ? g_pk[k].flop / g_pk[k].s * 1e-9 : 0.0, g_pk[k].key);
+    }
+}
 static double prof_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -218,10 +252,15 @@ static void prof_dump(void) {
                 100 * g_prof_s[best] / (tot > 0 ? tot : 1));
         g_prof_n[best] = 0;
     }
+    if (g_npk) prof_dump_shapes();
 }
 
 kn_status kn_plan_run(kn_plan *p) {
-    if (g_prof < 0) { g_prof = getenv("KN_PROFILE") != NULL; if (g_prof) atexit(prof_dump); }
+    if (g_prof < 0) {
+        const char *pe = getenv("KN_PROFILE");
+        g_prof = !pe ? 0 : !strcmp(pe, "shapes") ? 2 : 1;
+        if (g_prof) atexit(prof_dump);
+    }
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
@@ -241,7 +280,12 @@ kn_status kn_plan_run(kn_plan *p) {
         }
         double t0 = g_prof ? prof_now() : 0;
         kn_status st = p->be->compute(p->be, &e);
-        if (g_prof) { g_prof_s[t->op] += prof_now() - t0; g_prof_n[t->op]++; }
+        if (g_prof) {
+            double dt = prof_now() - t0;
+            g_prof_s[t->op] += dt;
+            g_prof_n[t->op]++;
+            if (g_prof == 2) prof_shape(&e, dt);
+        }
         if (st != KN_OK) return st;
     }
     if (p->be->synchronize) return p->be->synchronize(p->be);
