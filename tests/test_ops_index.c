@@ -213,7 +213,7 @@ TEST(index_select_add_copy_forward) {
  * reference vs CPU backend, and gradients, through one builder
  * ====================================================================== */
 
-enum { OP_STACK = 1000, OP_SPLIT, OP_CHUNK, OP_REPEAT, OP_SLICE };
+enum { OP_STACK = 1000, OP_SPLIT, OP_CHUNK, OP_REPEAT, OP_SLICE, OP_PIECES };
 typedef struct spec {
     int op, dim, n;                 /* n: number of tensor inputs (cat/stack), pieces (chunk), dims (repeat) */
     int64_t a[2 * KN_MAX_DIMS];     /* pads / repeats / slice (start, end, step) / split size */
@@ -253,6 +253,11 @@ static kn_tensor *build(kn_ctx *ctx, kn_tensor **in, void *ud) {
     }
     case OP_REPEAT: return kn_repeat(ctx, in[0], s->n, s->a);
     case OP_SLICE: return kn_slice(ctx, in[0], s->dim, s->a[0], s->a[1], s->a[2]);
+    case OP_PIECES: {                     /* n unit-step slices (start a[2i], length a[2i+1]), each scaled */
+        kn_tensor *r[8];
+        for (int i = 0; i < s->n; i++) r[i] = kn_mul_scalar(ctx, kn_narrow(ctx, in[0], s->dim, s->a[2 * i], s->a[2 * i + 1]), 1.0 + i);
+        return kn_cat(ctx, r, s->n, s->dim);
+    }
     case KN_OP_PAD: return kn_pad(ctx, in[0], s->npairs, s->a, s->mode, s->value);
     case KN_OP_GATHER: return kn_gather(ctx, in[0], s->dim, idx);
     case KN_OP_SCATTER: return kn_scatter(ctx, in[0], s->dim, idx, in[1]);
@@ -408,6 +413,26 @@ TEST(gradients) {
     GRAD(sl, 1, R1, IN(2, SH(3, 8), true, 0));
     spec sl0 = {.op = OP_SLICE, .dim = 0, .a = {-4, 100, 2}};
     GRAD(sl0, 1, R1, IN(3, SH(5, 2, 3), false, 0));
+}
+
+/* The gradients of unit-step slices of one tensor: disjoint ranges become one
+ * cat with zeros in the gaps (autograd/backward.c), overlapping ones add. */
+TEST(gradients_of_slices_combine) {
+    kn_test_seed(5);
+    spec gap = {.op = OP_PIECES, .dim = 1, .n = 3, .a = {7, 3, 0, 3, 4, 2}};      /* [0,3) [4,6) [7,10), gaps 3 and 6 */
+    GRAD(gap, 1, R1, IN(2, SH(3, 10), true, 0));
+    spec full = {.op = OP_PIECES, .dim = 0, .n = 3, .a = {2, 3, 0, 1, 1, 1}};     /* covers [0,5) exactly */
+    GRAD(full, 1, R1, IN(3, SH(5, 2, 3), false, 0));
+    spec ovl = {.op = OP_PIECES, .dim = 1, .n = 3, .a = {0, 4, 2, 4, 8, 2}};      /* [0,4) and [2,6) overlap */
+    GRAD(ovl, 1, R1, IN(2, SH(3, 10), false, 0));
+    /* the structure: one cat node, no pads */
+    kn_ctx *ctx = kn_ctx_new(NULL);
+    kn_tensor *x = kn_zeros(ctx, KN_F32, 2, (int64_t[]){3, 10});
+    kn_set_requires_grad(x, true);
+    kn_tensor *y = build(ctx, &x, &gap), *g = NULL;
+    REQUIRE(y && kn_gradients(ctx, 1, &y, NULL, 1, &x, &g) == KN_OK && g, "%s", kn_last_error());
+    CHECK(g->op == KN_OP_CAT && g->src[4] && !g->src[5], "gradient is %s with 5 parts", kn_op_name(g->op));
+    kn_ctx_free(ctx);
 }
 
 /* Symbolic lengths: a gather/index_select over a slice_sym view inside one

@@ -15,6 +15,94 @@ static kn_tensor *accumulate(kn_ctx *ctx, kn_tensor *have, kn_tensor *g, const k
     return have ? kn_add(ctx, have, g) : g;
 }
 
+/* ---- contributions -------------------------------------------------------------
+ * A tensor's gradient is the sum of what its consumers send back. They are
+ * collected per tensor and combined when the tensor is reached (all its
+ * consumers come later in dependency order). Most sums are a chain of adds;
+ * one pattern gets a cheaper form: zero pads of disjoint ranges along one dim
+ * (the gradients of q, k, v sliced out of one fused projection) are one cat,
+ * with zeros for the uncovered gaps, instead of full-size pads and adds. */
+typedef struct { kn_tensor *g; int next; } contrib;
+typedef struct { contrib *c; int n, cap; int *head, *tail; } contribs;
+
+static bool add_contrib(contribs *cs, int32_t id, kn_tensor *g) {
+    if (cs->n == cs->cap) {
+        int cap = cs->cap ? 2 * cs->cap : 256;
+        contrib *c = realloc(cs->c, sizeof *c * (size_t)cap);
+        if (!c) return false;
+        cs->c = c; cs->cap = cap;
+    }
+    cs->c[cs->n] = (contrib){g, -1};
+    if (cs->head[id] < 0) cs->head[id] = cs->n; else cs->c[cs->tail[id]].next = cs->n;
+    cs->tail[id] = cs->n++;
+    return true;
+}
+
+/* g = zero pad of x along exactly one dim: that dim and the range x covers */
+static bool zero_pad_piece(const kn_tensor *g, int *dim, int64_t *lo, int64_t *len) {
+    if (g->op != KN_OP_PAD || g->p.pad.mode != KN_PAD_CONSTANT || g->p.pad.value != 0) return false;
+    int d = -1;
+    for (int i = 0; i < g->ndim; i++) {
+        const int64_t *pp = &g->p.pad.pad[2 * (g->ndim - 1 - i)];
+        if (pp[0] == 0 && pp[1] == 0) continue;
+        if (d >= 0 || pp[0] < 0 || pp[1] < 0 || g->sym[i]) return false;
+        d = i; *lo = pp[0]; *len = g->shape[i] - pp[0] - pp[1];
+    }
+    *dim = d;
+    return d >= 0;
+}
+
+static int cmp_lo(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+/* disjoint zero pads along one dim -> one cat; NULL when the pattern does not hold */
+static kn_tensor *cat_of_pads(kn_ctx *ctx, const contribs *cs, int32_t id, int cnt) {
+    enum { MAXP = 16 };
+    if (cnt < 2 || cnt > MAXP) return NULL;
+    int64_t pc[MAXP][3];                          /* lo, len, contribution index */
+    int dim = -1, k = 0;
+    const kn_tensor *first = NULL;
+    for (int i = cs->head[id]; i >= 0; i = cs->c[i].next, k++) {
+        const kn_tensor *g = cs->c[i].g;
+        int d;
+        if (!zero_pad_piece(g, &d, &pc[k][0], &pc[k][1])) return NULL;
+        if (first && (d != dim || g->dtype != first->dtype || !kn_same_shape(g, first))) return NULL;
+        first = g; dim = d; pc[k][2] = i;
+    }
+    qsort(pc, (size_t)cnt, sizeof pc[0], cmp_lo);
+    kn_tensor *parts[2 * MAXP + 1];
+    int np = 0;
+    int64_t at = 0, shape[KN_MAX_DIMS];
+    for (int i = 0; i < first->ndim; i++) shape[i] = first->shape[i];
+    for (int i = 0; i < cnt; i++) {
+        if (pc[i][0] < at) return NULL;             /* overlapping ranges: they must add */
+        if (pc[i][0] > at) { shape[dim] = pc[i][0] - at; parts[np++] = kn_zeros(ctx, first->dtype, first->ndim, shape); }
+        if (pc[i][1] > 0) parts[np++] = cs->c[pc[i][2]].g->src[0];
+        at = pc[i][0] + pc[i][1];
+    }
+    if (at < first->shape[dim]) { shape[dim] = first->shape[dim] - at; parts[np++] = kn_zeros(ctx, first->dtype, first->ndim, shape); }
+    return np == 1 ? parts[0] : kn_cat(ctx, parts, np, dim);
+}
+
+/* the gradient of tensor id: its contributions combined (NULL: none) */
+static kn_tensor *combine(kn_ctx *ctx, const contribs *cs, int32_t id) {
+    int cnt = 0;
+    for (int i = cs->head[id]; i >= 0; i = cs->c[i].next) cnt++;
+    if (cnt == 0) return NULL;
+    kn_tensor *sum = cat_of_pads(ctx, cs, id, cnt);
+    if (sum) return sum;
+    for (int i = cs->head[id]; i >= 0; i = cs->c[i].next) sum = sum ? kn_add(ctx, sum, cs->c[i].g) : cs->c[i].g;
+    return sum;
+}
+
+/* the combined gradient of t, built once */
+static kn_tensor *grad_of(kn_ctx *ctx, contribs *cs, kn_tensor **gmap, uint8_t *done, int32_t id) {
+    if (!done[id]) { gmap[id] = combine(ctx, cs, id); done[id] = 1; }
+    return gmap[id];
+}
+
 kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gouts,
                        int nin, kn_tensor **ins, kn_tensor **grads) {
     kn_tensor **order; int n;
@@ -23,8 +111,14 @@ kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gout
     kn_status st = kn__toposort(ctx, nout, outs, false, &order, &n);
     if (st) return st;
     int32_t N = ctx->n_all;
-    kn_tensor **gmap = calloc((size_t)N, sizeof *gmap);
-    if (!gmap) { free(order); return kn_set_error(KN_ERR_NOMEM, "out of memory in backward"); }
+    kn_tensor **gmap = calloc((size_t)N + 1, sizeof *gmap);
+    uint8_t *done = calloc((size_t)N + 1, 1);
+    contribs cs = {NULL, 0, 0, malloc(sizeof(int) * ((size_t)N + 1)), malloc(sizeof(int) * ((size_t)N + 1))};
+    if (!gmap || !done || !cs.head || !cs.tail) {
+        free(gmap); free(done); free(cs.head); free(cs.tail); free(order);
+        return kn_set_error(KN_ERR_NOMEM, "out of memory in backward");
+    }
+    for (int32_t i = 0; i < N; i++) cs.head[i] = -1;
     kn_no_grad_begin(ctx);
     for (int i = 0; i < nout; i++) {
         kn_tensor *seed = gouts && gouts[i] ? gouts[i] : kn_ones_like(ctx, outs[i]);
@@ -34,15 +128,16 @@ kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gout
                               kn__shape_str(seed, a, sizeof a), kn__shape_str(outs[i], b, sizeof b));
             goto done;
         }
-        gmap[outs[i]->id] = accumulate(ctx, gmap[outs[i]->id], seed, outs[i]);
+        if (seed && !add_contrib(&cs, outs[i]->id, accumulate(ctx, NULL, seed, outs[i]))) goto nomem;
     }
     for (int i = n - 1; i >= 0; i--) {
         kn_tensor *t = order[i];
-        kn_tensor *g = gmap[t->id];
-        if (!g || !(t->flags & KN_FLAG_REQUIRES_GRAD)) continue;
+        if (!(t->flags & KN_FLAG_REQUIRES_GRAD)) continue;
         bool needs = false;
         for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k] && (t->src[k]->flags & KN_FLAG_REQUIRES_GRAD)) needs = true;
         if (!needs) continue;
+        kn_tensor *g = grad_of(ctx, &cs, gmap, done, t->id);
+        if (!g) continue;
         kn_grad_rule rule = kn__grad_rule(t->op);
         if (!rule) { st = kn_set_error(KN_ERR_UNSUPPORTED, "backward: %s is not differentiable", kn_op_name(t->op)); goto done; }
         kn_tensor *gin[KN_MAX_SRC] = {0};
@@ -56,14 +151,20 @@ kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gout
                                   kn_op_name(t->op), k, kn__shape_str(gin[k], a, sizeof a), kn__shape_str(s, b, sizeof b));
                 goto done;
             }
-            gmap[s->id] = accumulate(ctx, gmap[s->id], gin[k], s);
+            kn_tensor *c = accumulate(ctx, NULL, gin[k], s);
+            if (!c) break;
+            if (!add_contrib(&cs, s->id, c)) goto nomem;
         }
         if (ctx->status != KN_OK) { st = ctx->status; goto done; }
     }
-    for (int j = 0; j < nin; j++) grads[j] = (ins[j] && ins[j]->id < N) ? gmap[ins[j]->id] : NULL;
+    for (int j = 0; j < nin; j++) grads[j] = (ins[j] && ins[j]->id < N) ? grad_of(ctx, &cs, gmap, done, ins[j]->id) : NULL;
+    if (ctx->status != KN_OK) st = ctx->status;
+    goto done;
+nomem:
+    st = kn_set_error(KN_ERR_NOMEM, "out of memory in backward");
 done:
     kn_no_grad_end(ctx);
-    free(gmap); free(order);
+    free(gmap); free(done); free(order); free(cs.c); free(cs.head); free(cs.tail);
     return st;
 }
 
