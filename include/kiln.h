@@ -85,6 +85,7 @@ typedef enum kn_op {
     KN_OP_GROUP_NORM, KN_OP_CONV2D, KN_OP_CONV2D_BWD_W, KN_OP_CONV_TRANSPOSE2D,
     KN_OP_MAX_POOL2D, KN_OP_MAX_POOL2D_BWD, KN_OP_AVG_POOL2D, KN_OP_AVG_POOL2D_BWD,
     KN_OP_ADAPTIVE_AVG_POOL2D, KN_OP_ADAPTIVE_AVG_POOL2D_BWD, KN_OP_SDPA, KN_OP_ROPE,
+    KN_OP_SDPA_BWD,         /* sdpa's gradient in one node: [dq | dk | dv] packed flat (no gradient of its own) */
     KN_OP_COUNT
 } kn_op;
 

@@ -71,6 +71,8 @@ void kn__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Fused in-place Adam/AdamW step of p and its moments m, v (ops_optim.c). */
 kn_tensor *kn__adam_update(kn_ctx *ctx, kn_tensor *p, kn_tensor *g, kn_tensor *m, kn_tensor *v, kn_tensor *c,
                            double beta1, double beta2, double eps, double l2);
+/* sdpa's fused gradient (ops_nn.c): views dq, dk, dv of one SDPA_BWD node. */
+kn_status kn__sdpa_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **dq, kn_tensor **dk, kn_tensor **dv);
 int kn__norm_dim(kn_ctx *ctx, const char *op, int dim, int ndim, bool *ok);
 /* numpy broadcast of two shapes; false (and an error) when incompatible */
 bool kn__broadcast_shape(kn_ctx *ctx, const char *op, const kn_tensor *a, const kn_tensor *b,

@@ -212,6 +212,66 @@ TEST(sdpa_gqa_causal) {
     BOTH(false, b_sdpa, &u, 3, a, KN_OP_SDPA);
 }
 
+/* gradients of sum(sdpa(q, k, v) * dy) w.r.t. q, k, v: one SDPA_BWD node */
+static kn_tensor *b_sdpa_grad(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    sdpa_ud *u = ud;
+    kn_tensor *leaf[3];
+    for (int i = 0; i < 3; i++) { leaf[i] = in[i]; kn_set_requires_grad(leaf[i], true); }
+    kn_tensor *q = in[0], *k = in[1], *v = in[2];
+    if (u->perm) {
+        int p[4] = {0, 2, 1, 3};
+        q = kn_permute(ctx, q, p); k = kn_permute(ctx, k, p); v = kn_permute(ctx, v, p);
+    }
+    kn_tensor *y = kn_sdpa(ctx, q, k, v, u->causal, u->scale), *gr[3] = {0};
+    if (!y || kn_gradients(ctx, 1, &y, &in[3], 3, leaf, gr) != KN_OK || !gr[0] || !gr[1] || !gr[2]) return NULL;
+    kn_tensor *parts[3];
+    for (int i = 0; i < 3; i++) { int64_t n = kn_numel(gr[i]); parts[i] = kn_reshape(ctx, gr[i], 1, &n); }
+    return kn_cat(ctx, parts, 3, 0);
+}
+TEST(sdpa_backward) {
+    struct { int64_t B, Hq, Tq, D, Hkv, Tk, Dv; bool causal, perm; double scale; } cs[] = {
+        {2, 6, 5, 8, 3, 7, 8, true, false, 0},          /* GQA, causal with offset 2 */
+        {1, 3, 4, 5, 3, 6, 12, true, false, 0.3},       /* odd D, Dv != D, custom scale */
+        {2, 4, 7, 16, 2, 7, 16, true, true, 0},         /* strided (permuted) operands */
+        {1, 2, 9, 8, 2, 5, 8, false, false, 0},         /* not causal, Tq > Tk */
+        {2, 4, 64, 32, 4, 64, 32, true, false, 0},      /* training shape, threaded */
+        {1, 8, 33, 24, 1, 33, 24, true, true, 0},       /* multi-query, permuted */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        sdpa_ud u = {cs[i].causal, cs[i].scale, cs[i].perm};
+        int64_t q[4] = {cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].D}, k[4] = {cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].D};
+        int64_t v[4] = {cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].Dv}, y[4] = {cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].Dv};
+        if (cs[i].perm) {
+            int64_t t;
+            t = q[1]; q[1] = q[2]; q[2] = t; t = k[1]; k[1] = k[2]; k[2] = t; t = v[1]; v[1] = v[2]; v[2] = t;
+        }
+        kn_opin a[4] = {IN(4, q, -1, 1), IN(4, k, -1, 1), IN(4, v, -1, 1), IN(4, y, -1, 1)};
+        BOTH(true, b_sdpa_grad, &u, 4, a, KN_OP_SDPA_BWD);
+    }
+    sdpa_ud u = {true, 0, false};
+    int64_t q[4] = {1, 2, 3, 4}, k[4] = {1, 1, 5, 4}, y[4] = {1, 2, 3, 4};
+    kn_opin a[4] = {TR(IN(4, q, -1, 1)), IN(4, k, -1, 1), IN(4, k, -1, 1), IN(4, y, -1, 1)};   /* D strided: reference */
+    BOTH(false, b_sdpa_grad, &u, 4, a, KN_OP_SDPA_BWD);
+}
+
+/* ---- cat: strided parts copied into their slabs ------------------------------------ */
+typedef struct { int dim; bool perm; } cat_ud;
+static kn_tensor *b_cat(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    cat_ud *u = ud;
+    kn_tensor *p[3] = {in[0], in[1], in[2]};
+    if (u->perm) { int pm[3] = {0, 2, 1}; for (int i = 0; i < 3; i++) p[i] = kn_permute(ctx, p[i], pm); }
+    return kn_cat(ctx, p, 3, u->dim);
+}
+TEST(cat_strided) {
+    int64_t a[3] = {4, 5, 6}, b[3] = {4, 5, 2}, c[3] = {4, 5, 9}, t[3] = {8, 64, 128};
+    cat_ud u0 = {2, false}, u1 = {1, true}, u2 = {2, false};
+    kn_opin x[3] = {IN(3, a, -1, 1), IN(3, b, -1, 1), TR(IN(3, c, -1, 1))};
+    BOTH(true, b_cat, &u0, 3, x, KN_OP_CAT);
+    BOTH(true, b_cat, &u1, 3, x, KN_OP_CAT);          /* permuted parts along their middle dim */
+    kn_opin y[3] = {IN(3, t, -1, 1), TR(IN(3, t, -1, 1)), IN(3, t, -1, 1)};   /* threaded */
+    BOTH(true, b_cat, &u2, 3, y, KN_OP_CAT);
+}
+
 /* ---- constant pad (a slice's gradient) ------------------------------------------------ */
 typedef struct { int np; int64_t pads[6]; double v; } pad_ud;
 static kn_tensor *b_pad(kn_ctx *ctx, kn_tensor **in, void *ud) {

@@ -530,6 +530,39 @@ TEST(timing_matmul_and_softmax) {
     kn_plan_free(p);
     kn_ctx_free(g);
 }
+/* sdpa's fused gradient (SDPA_BWD): dq, dk, dv of sum(sdpa(q, k, v) * dy),
+ * flattened and concatenated; f32 takes the batched-SGEMM path, other dtypes
+ * and a strided head dim the generic kernels */
+static kn_tensor *b_sdpa_bwd(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const int *causal = ud;
+    kn_tensor *leaf[3] = {in[0], in[1], in[2]}, *gr[3] = {0};
+    for (int i = 0; i < 3; i++) kn_set_requires_grad(leaf[i], true);
+    kn_tensor *y = kn_sdpa(ctx, in[0], in[1], in[2], *causal, 0);
+    if (!y || kn_gradients(ctx, 1, &y, &in[3], 3, leaf, gr) != KN_OK) return NULL;
+    kn_tensor *parts[3];
+    for (int i = 0; i < 3; i++) { int64_t n = kn_numel(gr[i]); parts[i] = kn_reshape(ctx, gr[i], 1, &n); }
+    return kn_cat(ctx, parts, 3, 0);
+}
+TEST(sdpa_backward) {
+    NEED_GPU();
+    kn_test_seed(23);
+    struct { int causal; kn_opin in[4]; double tol; } C[] = {
+        /* grouped heads, causal with Tk > Tq (f32 GEMM path) */
+        {1, {IN(4, SH(2, 4, 5, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 7, 8), -1, 1, KN_F32, false),
+             IN(4, SH(2, 2, 7, 3), -1, 1, KN_F32, false), IN(4, SH(2, 4, 5, 3), -1, 1, KN_F32, false)}, 2e-5},
+        /* training shape, not causal, a transposed (strided) head dim: generic */
+        {0, {IN(4, SH(2, 3, 33, 16), -1, 1, KN_F32, false), IN(4, SH(2, 3, 33, 16), -1, 1, KN_F32, true),
+             IN(4, SH(2, 3, 33, 16), -1, 1, KN_F32, false), IN(4, SH(2, 3, 33, 16), -1, 1, KN_F32, false)}, 2e-5},
+        {1, {IN(4, SH(3, 4, 64, 32), -1, 1, KN_F32, false), IN(4, SH(3, 4, 64, 32), -1, 1, KN_F32, false),
+             IN(4, SH(3, 4, 64, 32), -1, 1, KN_F32, false), IN(4, SH(3, 4, 64, 32), -1, 1, KN_F32, false)}, 2e-5},
+        {1, {IN(4, SH(1, 6, 4, 5), -1, 1, KN_F64, false), IN(4, SH(1, 2, 6, 5), -1, 1, KN_F64, false),
+             IN(4, SH(1, 2, 6, 7), -1, 1, KN_F64, false), IN(4, SH(1, 6, 4, 7), -1, 1, KN_F64, false)}, 1e-12},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        double e = cu_cmp(b_sdpa_bwd, &C[i].causal, 4, C[i].in);
+        CHECK(e <= C[i].tol, "sdpa backward case %zu: rel err %g", i, e);
+    }
+}
 #endif
 
 KN_TEST_MAIN()

@@ -425,6 +425,30 @@ TEST(sdpa_values) {
     kn_ctx_free(ctx);
 }
 
+/* the fused SDPA_BWD node against the chain rule through the composite (f64) */
+TEST(sdpa_backward_vs_composite) {
+    kn_ctx *ctx = ref_ctx();
+    kn_test_seed(31);
+    struct { int64_t B, Hq, Hkv, Tq, Tk, D, Dv; bool causal; } cs[] = {
+        {2, 2, 2, 3, 3, 4, 4, false}, {1, 4, 2, 5, 5, 3, 3, true}, {2, 6, 2, 2, 5, 4, 3, true}, {1, 3, 1, 6, 4, 2, 5, false},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kn_tensor *in[3] = {rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].D}, -1, 1),
+                            rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].D}, -1, 1),
+                            rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].Dv}, -1, 1)};
+        for (int j = 0; j < 3; j++) kn_set_requires_grad(in[j], true);
+        kn_tensor *dy = rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].Dv}, -1, 1);
+        kn_tensor *y1 = kn_sdpa(ctx, in[0], in[1], in[2], cs[i].causal, 0);
+        kn_tensor *y2 = sdpa_composite(ctx, in[0], in[1], in[2], cs[i].causal, 1 / sqrt((double)cs[i].D));
+        kn_tensor *g1[3] = {0}, *g2[3] = {0};
+        REQUIRE(kn_gradients(ctx, 1, &y1, &dy, 3, in, g1) == KN_OK && kn_gradients(ctx, 1, &y2, &dy, 3, in, g2) == KN_OK,
+                "%s", kn_last_error());
+        CHECK(g1[0] && g1[0]->view_src && g1[0]->view_src->op == KN_OP_SDPA_BWD, "case %zu: one SDPA_BWD node", i);
+        for (int j = 0; j < 3; j++) CHECK(cmp(g1[j], g2[j]) < 1e-13, "case %zu grad %d", i, j);
+    }
+    kn_ctx_free(ctx);
+}
+
 /* ---- rope ------------------------------------------------------------------------------ */
 TEST(rope_values) {
     kn_ctx *ctx = ref_ctx();

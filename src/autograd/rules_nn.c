@@ -4,10 +4,11 @@
  * output gradient g, with ordinary lazy ops. Norm rules recompute the
  * statistics from x with lazy ops and use the closed forms; conv uses
  * conv_transpose2d / conv2d for the input and a CONV2D_BWD_W node for the
- * weight; poolings use their *_BWD nodes; sdpa rebuilds the probabilities
- * (softmax of the masked scores) and applies the matmul chain rule with the
- * key/value heads expanded over each query group. Gradient-only nodes
- * (CONV2D_BWD_W, *_POOL2D_BWD) have no rule: no second derivatives yet.
+ * weight; poolings use their *_BWD nodes; sdpa makes one SDPA_BWD node
+ * (or, over a symbolic batch, rebuilds the probabilities and applies the
+ * matmul chain rule with the key/value heads expanded over each query
+ * group). Gradient-only nodes (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD) have
+ * no rule: no second derivatives yet.
  */
 #include "kn-impl.h"
 #include <math.h>
@@ -175,6 +176,17 @@ static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         kn__fail(ctx, KN_ERR_UNSUPPORTED, "sdpa backward: symbolic sequence lengths are not supported; build the training graph with fixed sizes");
         return;
     }
+    bool sym = false;
+    for (int i = 0; i < 4; i++) sym |= q->sym[i] || k->sym[i] || v->sym[i] || g->sym[i];
+    if (!sym) {                       /* one fused node (ops_nn.c states its arithmetic) */
+        kn_tensor *dq, *dk, *dv;
+        if (kn__sdpa_bwd(ctx, t, g, &dq, &dk, &dv) != KN_OK) return;
+        if (rg(q)) gin[0] = dq;
+        if (rg(k)) gin[1] = dk;
+        if (rg(v)) gin[2] = dv;
+        return;
+    }
+    /* a symbolic batch: the same arithmetic as ordinary lazy ops */
     int64_t G = q->shape[1] / k->shape[1], Tq = q->shape[2], Tk = k->shape[2];
     double scale = t->p.sdpa.scale;
     kn_tensor *ke = repeat_heads(ctx, k, G), *ve = repeat_heads(ctx, v, G);

@@ -426,6 +426,31 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
     return t;
 }
 
+/* sdpa's gradient as one node (made by the sdpa rule in autograd/rules_nn.c).
+ * t is the sdpa node, g = dL/dy [B,Hq,Tq,Dv]. The node's output packs
+ * dq [B,Hq,Tq,D], dk [B,Hkv,Tk,D] and dv [B,Hkv,Tk,Dv] one after the other,
+ * each contiguous: one buffer, one pass over the heads; *dq, *dk, *dv are
+ * views of it. Per query row i (p = softmax of the masked scores):
+ *   dp_j = g_i . v_j,  ds_j = scale * p_j (dp_j - sum_l p_l dp_l),
+ *   dq_i = sum_j ds_j k_j,  dk_j += ds_j q_i,  dv_j += p_j g_i
+ * (the key/value gradients summed over each query group). A query row with
+ * no key (causal, Tq > Tk: its output is NaN) gets a NaN dq row and adds
+ * nothing to dk, dv. Fixed sizes only (no symbolic dims). */
+kn_status kn__sdpa_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **dq, kn_tensor **dk, kn_tensor **dv) {
+    *dq = *dk = *dv = NULL;
+    kn_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
+    int64_t nq = kn_numel(q), nk = kn_numel(k), nv = kn_numel(v), n = nq + nk + nv;
+    kn_tensor *src[4] = {q, k, v, g};
+    kn_dtype dt = kn__promote(t->dtype, g->dtype);
+    kn_tensor *d = kn__node(ctx, KN_OP_SDPA_BWD, dt, 1, &n, NULL, src, 4);
+    if (!d) return kn_ctx_status(ctx);
+    d->p.sdpa = t->p.sdpa;
+    *dq = kn_reshape(ctx, kn_narrow(ctx, d, 0, 0, nq), 4, q->shape);
+    *dk = kn_reshape(ctx, kn_narrow(ctx, d, 0, nq, nk), 4, k->shape);
+    *dv = kn_reshape(ctx, kn_narrow(ctx, d, 0, nq + nk, nv), 4, v->shape);
+    return (*dq && *dk && *dv) ? KN_OK : kn_ctx_status(ctx);
+}
+
 /* ---- rope ------------------------------------------------------------------------
  * angle(t, i) = pos[t] * freq_scale * theta^(-2i/n_rot) / ff[i], i < n_rot/2 (ff
  * = 1 without freq factors). A negative freq_scale rotates the other way:

@@ -60,7 +60,7 @@ static const kn_op_info g_ops[KN_OP_COUNT] = {
     [KN_OP_MAX_POOL2D_BWD] = {"max_pool2d_bwd", N, 0}, [KN_OP_AVG_POOL2D] = {"avg_pool2d", N, 0},
     [KN_OP_AVG_POOL2D_BWD] = {"avg_pool2d_bwd", N, 0}, [KN_OP_ADAPTIVE_AVG_POOL2D] = {"adaptive_avg_pool2d", N, 0},
     [KN_OP_ADAPTIVE_AVG_POOL2D_BWD] = {"adaptive_avg_pool2d_bwd", N, 0}, [KN_OP_SDPA] = {"sdpa", N, 0},
-    [KN_OP_ROPE] = {"rope", N, 0},
+    [KN_OP_ROPE] = {"rope", N, 0}, [KN_OP_SDPA_BWD] = {"sdpa_bwd", N, 0},
 };
 
 const kn_op_info *kn_op_get(kn_op op) {

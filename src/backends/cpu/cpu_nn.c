@@ -335,6 +335,98 @@ static bool fast_sdpa(const kn_exec *e) {
     return !atomic_load(&j.failed);
 }
 
+/* ==== sdpa backward ============================================================
+ * One job row = one key/value head (b, hk) with its G query heads, so the
+ * key and value gradients of a head are written by one thread only. Per
+ * query head, two passes over matrix-vector kernels (operands stay in L1 for
+ * training sizes):
+ *   rows i:  s = softmax(scale K q_i), dp = V g_i, ds = scale s (dp - s.dp),
+ *            dq_i = K^T ds; s and ds are stored transposed (PT, DST [Tk,Tq])
+ *   keys j:  dk_j (+)= Q^T DST_j, dv_j (+)= G^T PT_j over the rows i that see
+ *            key j (causal: i >= j - (Tk - Tq), the masked half is skipped).
+ * The output packs dq, dk, dv contiguously (graph/ops_nn.c). */
+typedef struct {
+    const kn_tview *q, *k, *v, *g;
+    float *dq, *dk, *dv;
+    int64_t Hq, Hkv, Tq, Tk, D, Dv, G;
+    bool causal; float scale;
+    kn_sgemv_dot_fn dot; kn_sgemv_axpy_fn axpy;
+    atomic_int failed;
+} sdpab_job;
+#define ROW(v, b, h, i) ((const float *)(v)->data + (b) * (v)->st[0] + (h) * (v)->st[1] + (i) * (v)->st[2])
+static void sdpab_heads(void *p, int64_t r0, int64_t r1) {
+    sdpab_job *j = p;
+    int64_t Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, off = Tk - Tq, wmax = D > Dv ? D : Dv;
+    float *buf = malloc(sizeof(float) * (size_t)(2 * Tk * Tq + 2 * Tk + wmax + 1));
+    if (!buf) { atomic_store(&j->failed, 1); return; }
+    float *PT = buf, *DST = PT + Tk * Tq, *s = DST + Tk * Tq, *ds = s + Tk, *tmp = ds + Tk;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / j->Hkv, hk = r % j->Hkv;
+        const float *K = ROW(j->k, b, hk, 0), *V = ROW(j->v, b, hk, 0);
+        int64_t ldk = j->k->st[2], ldv = j->v->st[2], ldq = j->q->st[2], ldg = j->g->st[2];
+        float *dk = j->dk + (b * j->Hkv + hk) * Tk * D, *dv = j->dv + (b * j->Hkv + hk) * Tk * Dv;
+        for (int64_t gi = 0; gi < j->G; gi++) {
+            int64_t h = hk * j->G + gi;
+            for (int64_t i = 0; i < Tq; i++) {
+                const float *qi = ROW(j->q, b, h, i), *gr = ROW(j->g, b, h, i);
+                float *dqi = j->dq + ((b * j->Hq + h) * Tq + i) * D;
+                int64_t n = Tk;
+                if (j->causal && i + off + 1 < n) n = i + off + 1;
+                if (n <= 0) { for (int64_t d = 0; d < D; d++) dqi[d] = NAN; continue; }
+                j->dot(n, D, K, ldk, qi, s);
+                kn_vec_mul_scalar(s, s, j->scale, n);
+                kn_vec_softmax(s, s, n);
+                j->dot(n, Dv, V, ldv, gr, ds);
+                float di = kn_vec_dot(s, ds, n);
+                kn_vec_add_scalar(ds, ds, -di, n);
+                kn_vec_mul(ds, ds, s, n);
+                kn_vec_mul_scalar(ds, ds, j->scale, n);
+                j->axpy(n, D, K, ldk, ds, dqi);
+                for (int64_t c = 0; c < n; c++) { PT[c * Tq + i] = s[c]; DST[c * Tq + i] = ds[c]; }
+            }
+            const float *Q = ROW(j->q, b, h, 0), *Gm = ROW(j->g, b, h, 0);
+            for (int64_t c = 0; c < Tk; c++) {
+                int64_t i0 = j->causal && c - off > 0 ? c - off : 0;
+                if (i0 < 0) i0 = 0;
+                int64_t m = Tq - i0;
+                float *dkc = dk + c * D, *dvc = dv + c * Dv;
+                if (m <= 0) {                    /* no query row sees key c */
+                    if (gi == 0) { for (int64_t d = 0; d < D; d++) dkc[d] = 0; for (int64_t d = 0; d < Dv; d++) dvc[d] = 0; }
+                    continue;
+                }
+                if (gi == 0) {
+                    j->axpy(m, D, Q + i0 * ldq, ldq, DST + c * Tq + i0, dkc);
+                    j->axpy(m, Dv, Gm + i0 * ldg, ldg, PT + c * Tq + i0, dvc);
+                } else {
+                    j->axpy(m, D, Q + i0 * ldq, ldq, DST + c * Tq + i0, tmp);
+                    kn_vec_add(dkc, dkc, tmp, D);
+                    j->axpy(m, Dv, Gm + i0 * ldg, ldg, PT + c * Tq + i0, tmp);
+                    kn_vec_add(dvc, dvc, tmp, Dv);
+                }
+            }
+        }
+    }
+    free(buf);
+}
+#undef ROW
+static bool fast_sdpa_bwd(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *g = &e->src[3], *y = &e->dst;
+    if (!f32(q) || !f32(k) || !f32(v) || !f32(g) || !f32(y) || q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || g->ndim != 4)
+        return false;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    if (Hkv < 1 || Hq % Hkv || D == 0 || Dv == 0 || Tq == 0 || Tk == 0 || y->st[0] != 1) return false;
+    if ((D > 1 && (q->st[3] != 1 || k->st[3] != 1)) || (Dv > 1 && (v->st[3] != 1 || g->st[3] != 1))) return false;
+    if (overlap(y, q) || overlap(y, k) || overlap(y, v) || overlap(y, g)) return false;
+    float *dq = y->data;
+    int64_t nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D;
+    sdpab_job j = {q, k, v, g, dq, dq + nq, dq + nq + nk, Hq, Hkv, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal,
+                   (float)t->p.sdpa.scale, NULL, NULL, 0};
+    pick_gemv(&j.dot, &j.axpy);
+    par_rows(sdpab_heads, &j, B * Hkv, B * Hq * Tq * Tk * (2 * D + 2 * Dv));
+    return !atomic_load(&j.failed);
+}
+
 /* ==== index_select / index_copy / index_add ==================================
  * Operands viewed as [O, n, I] around dim d: O outer positions (any strides),
  * the indexed dim (any stride), I consecutive inner elements. */
@@ -638,8 +730,7 @@ static void cp_rows(void *p, int64_t r0, int64_t r1) {
     }
 }
 static int64_t iabs64(int64_t v) { return v < 0 ? -v : v; }
-static bool fast_copy(const kn_exec *e) {
-    const kn_tview *x = &e->src[0], *y = &e->dst;
+static bool copy_views(const kn_tview *x, const kn_tview *y) {
     if (x->dtype != y->dtype || kn_dtype_get(x->dtype)->type_size != 4 || kn_dtype_get(x->dtype)->is_quant) return false;
     if (x->ndim != y->ndim) return false;
     cp_job j;
@@ -672,6 +763,31 @@ static bool fast_copy(const kn_exec *e) {
     for (int k = 0; k < j.nod; k++) outer *= j.ne[j.od[k]];
     if (j.p == j.q) par_rows(cp_rows, &j, outer, n);
     else { j.ptiles = (j.ne[j.p] + TILE - 1) / TILE; par_rows(cp_rows, &j, outer * j.ptiles, n); }
+    return true;
+}
+static bool fast_copy(const kn_exec *e) { return copy_views(&e->src[0], &e->dst); }
+
+/* cat: each part is a strided copy into its slab of the output. Checked
+ * before anything is written: the same 4-byte dtype everywhere, no overlap. */
+static bool fast_cat(const kn_exec *e) {
+    const kn_tview *y = &e->dst;
+    int d = e->node->p.axis.dim;
+    size_t es = kn_dtype_get(y->dtype)->type_size;
+    for (int k = 0; k < e->nsrc; k++)
+        if (e->src[k].dtype != y->dtype || es != 4 || kn_dtype_get(y->dtype)->is_quant || overlap(&e->src[k], y)) return false;
+    int64_t at = 0;
+    for (int k = 0; k < e->nsrc; k++) {
+        const kn_tview *x = &e->src[k];
+        kn_tview slab = *y;
+        slab.ne[d] = x->ne[d];
+        slab.data = (char *)y->data + at * y->st[d] * (int64_t)es;
+        at += x->ne[d];
+        if (kn_tview_numel(x) == 0) continue;
+        if (!copy_views(x, &slab)) {
+            /* only a stride-0 destination refuses here, and then every part does */
+            return false;
+        }
+    }
     return true;
 }
 
@@ -966,12 +1082,14 @@ bool kn_cpu_nn_fast(const kn_exec *e) {
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return fast_softmax(e);
     case KN_OP_ROPE: return fast_rope(e);
     case KN_OP_SDPA: return fast_sdpa(e);
+    case KN_OP_SDPA_BWD: return fast_sdpa_bwd(e);
     case KN_OP_INDEX_SELECT: return fast_index_select(e);
     case KN_OP_INDEX_COPY: return fast_index_copy(e);
     case KN_OP_INDEX_ADD: return fast_index_add(e);
     case KN_OP_SCATTER_ADD: return fast_scatter_add(e);
     case KN_OP_PAD: return fast_pad(e);
     case KN_OP_COPY: return fast_copy(e);
+    case KN_OP_CAT: return fast_cat(e);
     case KN_OP_CONV2D: return fast_conv2d(e);
     case KN_OP_CONV_TRANSPOSE2D: return fast_conv_transpose2d(e);
     case KN_OP_CONV2D_BWD_W: return fast_conv2d_bwd_w(e);

@@ -184,3 +184,4 @@ kn_status kn_cu_scan(const kn_exec *e);
 kn_status kn_cu_matmul(const kn_exec *e);
 kn_status kn_cu_index(const kn_exec *e);     /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_cu_nn(const kn_exec *e);
+kn_status kn_cu_sdpa_bwd(const kn_exec *e);  /* SDPA_BWD (cuda_ops_attn.cu) */

@@ -408,6 +408,58 @@ static kn_status sdpa(const kn_exec *e) {
     return KN_OK;
 }
 
+/* sdpa's gradient (graph/ops_nn.c states it): dst packs dq [B,Hq,Tq,D],
+ * dk [B,Hkv,Tk,D], dv [B,Hkv,Tk,Dv] flat; src: q, k, v, g = dL/dy. Key and
+ * value gradients accumulate in double and are stored once at the end. */
+static kn_status sdpa_bwd(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *g = &e->src[3], *y = &e->dst;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    int64_t G = Hq / Hkv, nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D, nv = B * Hkv * Tk * Dv;
+    double scale = t->p.sdpa.scale;
+    double *s = malloc(sizeof(double) * (size_t)(2 * Tk + 1)), *dkv = calloc((size_t)(nk + nv) + 1, sizeof(double));
+    if (!s || !dkv) { free(s); free(dkv); return kn_set_error(KN_ERR_NOMEM, "sdpa backward: out of memory"); }
+    double *dp = s + Tk, *dk = dkv, *dv = dkv + nk;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < Hq; h++) {
+            int64_t hk = h / G;
+            for (int64_t i = 0; i < Tq; i++) {
+                int64_t n = Tk, qo = ((b * Hq + h) * Tq + i) * D;
+                if (t->p.sdpa.causal && i + (Tk - Tq) + 1 < n) n = i + (Tk - Tq) + 1;
+                if (n <= 0) {                    /* no key: the output row is NaN */
+                    for (int64_t d = 0; d < D; d++) ST(y, (qo + d) * y->st[0], NAN);
+                    continue;
+                }
+                double m = -INFINITY, sum = 0, di = 0;
+                for (int64_t j = 0; j < n; j++) {
+                    double dot = 0, dg = 0;
+                    for (int64_t d = 0; d < D; d++) dot += LD(q, OFF4(q, b, h, i, d)) * LD(k, OFF4(k, b, hk, j, d));
+                    for (int64_t d = 0; d < Dv; d++) dg += LD(g, OFF4(g, b, h, i, d)) * LD(v, OFF4(v, b, hk, j, d));
+                    s[j] = dot * scale;
+                    dp[j] = dg;
+                    if (s[j] > m) m = s[j];
+                }
+                for (int64_t j = 0; j < n; j++) { s[j] = exp(s[j] - m); sum += s[j]; }
+                for (int64_t j = 0; j < n; j++) { s[j] /= sum; di += s[j] * dp[j]; }
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j < n; j++) acc += scale * s[j] * (dp[j] - di) * LD(k, OFF4(k, b, hk, j, d));
+                    ST(y, (qo + d) * y->st[0], acc);
+                }
+                for (int64_t j = 0; j < n; j++) {
+                    double ds = scale * s[j] * (dp[j] - di);
+                    int64_t ko = ((b * Hkv + hk) * Tk + j) * D, vo = ((b * Hkv + hk) * Tk + j) * Dv;
+                    for (int64_t d = 0; d < D; d++) dk[ko + d] += ds * LD(q, OFF4(q, b, h, i, d));
+                    for (int64_t d = 0; d < Dv; d++) dv[vo + d] += s[j] * LD(g, OFF4(g, b, h, i, d));
+                }
+            }
+        }
+    for (int64_t i = 0; i < nk + nv; i++) ST(y, (nq + i) * y->st[0], dkv[i]);
+    free(s);
+    free(dkv);
+    return KN_OK;
+}
+
 /* ---- rope --------------------------------------------------------------------------
  * pair (a, b) -> (a cos - b sin, a sin + b cos), angle = pos[t] * freq_scale *
  * theta^(-2i/n_rot); pairs are (2i, 2i+1) (interleaved) or (i, i + n_rot/2) (neox). */
@@ -452,6 +504,7 @@ kn_status kn_ref_nn(const kn_exec *e) {
     case KN_OP_ADAPTIVE_AVG_POOL2D_BWD: return adaptive_avg_pool2d(e, true);
     case KN_OP_SDPA: return sdpa(e);
     case KN_OP_ROPE: return rope(e);
+    case KN_OP_SDPA_BWD: return sdpa_bwd(e);
     default: break;
     }
     return kn_set_error(KN_ERR_UNSUPPORTED, "reference: no nn kernel for %s", kn_op_name(e->node->op));
