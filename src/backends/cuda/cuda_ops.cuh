@@ -148,9 +148,17 @@ __device__ __forceinline__ double kn_dblock_max(double v, double *sh) {  /* NaN 
     return v;
 }
 
-/* ---- host side: temporaries, errors, family entry points ---------------------- */
-/* Device scratch from the backend's pool (stream-ordered on the default
- * stream, so release right after the last launch that uses it is safe). */
+/* ---- host side: stream, transfers, temporaries, errors, family entry points ---- */
+/* The backend's one non-blocking stream: every launch, memset and copy of
+ * the backend goes to it (launches: <<<grid, block, smem, kn_cu_stream()>>>;
+ * the kn_cuda_* kernels get it as their stream argument). */
+cudaStream_t kn_cu_stream(void);
+/* Host <-> device copies on that stream through the pinned staging buffers;
+ * kn_cu_h2d returns once queued (host memory reusable), kn_cu_d2h once done. */
+kn_status kn_cu_h2d(void *dst, const void *host, size_t n);
+kn_status kn_cu_d2h(void *host, const void *src, size_t n);
+/* Device scratch from the backend's pool (stream-ordered on kn_cu_stream(),
+ * so release right after the last launch that uses it is safe). */
 kn_status kn_cu_tmp(size_t bytes, void **p);
 void kn_cu_tmp_free(void *p);
 

@@ -92,7 +92,8 @@ static kn_status randperm(const kn_exec *e, int64_t n) {
         kn_tview s = e->src[0];
         size_t ts = kn_dtype_get(s.dtype)->type_size;
         char buf[8];
-        KN_CUDA_TRY(cudaMemcpy(buf, s.data, ts, cudaMemcpyDeviceToHost));
+        kn_status cs = kn_cu_d2h(buf, s.data, ts);
+        if (cs) return cs;
         o = kn_load(s.dtype, buf, 0);
         seed += (uint64_t)o * 0x9E3779B97F4A7C15ull;
     }
@@ -109,8 +110,7 @@ static kn_status randperm(const kn_exec *e, int64_t n) {
     free(a);
     double *dv = NULL;
     kn_status st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&dv);
-    if (!st && cudaMemcpy(dv, h, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = kn_set_error(KN_ERR_BACKEND, "randperm: cudaMemcpy to the device failed");
+    if (!st) st = kn_cu_h2d(dv, h, sizeof(double) * (size_t)n);
     free(h);
     if (!st) st = kn_cu_store_all(&e->dst, dv, n);
     kn_cu_tmp_free(dv);
@@ -122,12 +122,12 @@ kn_status kn_cu_create(const kn_exec *e) {
     int64_t n = kn_tview_numel(&e->dst);
     switch (t->op) {
     case KN_OP_FILL: case KN_OP_ARANGE: case KN_OP_EYE:
-        k_create<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_create<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     case KN_OP_RAND: {
         kn_dview off = e->nsrc > 0 ? kn_dv(&e->src[0]) : kn_dv(&e->dst);
-        k_rand<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->p.rand.kind, t->p.rand.a, t->p.rand.b,
+        k_rand<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), n, (int)t->p.rand.kind, t->p.rand.a, t->p.rand.b,
                                              t->p.rand.seed, off, e->nsrc > 0);
         KN_CUDA_LAUNCHED();
         return KN_OK;
@@ -168,10 +168,10 @@ static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
     if (same) collapse(vv, 2);
     else { collapse(vv, 1); collapse(vv + 1, 1); }   /* a reshaping copy: each view keeps its row-major order */
     if (d.dtype == s.dtype && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s)) {
-        KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, 0));
+        KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, kn_cu_stream()));
         return KN_OK;
     }
-    k_copy<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n);
+    k_copy<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&s), n);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -196,7 +196,7 @@ kn_status kn_cu_copy(const kn_exec *e) {
     }
     case KN_OP_TRI: {
         int64_t R = d->ne[d->ndim - 2], C = d->ne[d->ndim - 1];
-        k_tri<<<kn_blocks(n), KN_THREADS>>>(kn_dv(d), kn_dv(&e->src[0]), n, R, C, t->p.tri.k, t->p.tri.upper);
+        k_tri<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(d), kn_dv(&e->src[0]), n, R, C, t->p.tri.k, t->p.tri.upper);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
@@ -207,7 +207,7 @@ kn_status kn_cu_copy(const kn_exec *e) {
         kn_tview b = kn_tview_broadcast(&e->src[2], d->ndim, d->ne);
         kn_tview *vv[4] = {&dd, &c, &a, &b};
         collapse(vv, 4);
-        k_where<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&dd), kn_dv(&c), kn_dv(&a), kn_dv(&b), n);
+        k_where<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&dd), kn_dv(&c), kn_dv(&a), kn_dv(&b), n);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
@@ -289,9 +289,9 @@ kn_status kn_cu_unary(const kn_exec *e) {
     kn_tview *vv[2] = {&d, &s};
     collapse(vv, 2);
     if (d.dtype == KN_F32 && s.dtype == KN_F32 && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s))
-        k_unary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)s.data, n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_unary_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)s.data, n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
     else
-        k_unary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_unary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&s), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -418,17 +418,17 @@ kn_status kn_cu_binary(const kn_exec *e) {
         }
         if (d.ndim >= 1 && d.ne[d.ndim - 1] % 4 == 0 && vec4_ok(&d, true) && vec4_ok(&a, false) && vec4_ok(&b, false)) {
             int ng = (int)(n / 4);
-            k_binary_f32x4<<<kn_blocks(ng), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+            k_binary_f32x4<<<kn_blocks(ng), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
                                                           ng, (int)t->op, a.st[d.ndim - 1] == 1, b.st[d.ndim - 1] == 1);
             KN_CUDA_LAUNCHED();
             return KN_OK;
         }
-        k_binary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+        k_binary_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
                                                    (int)n, (int)t->op);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
-    k_binary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
+    k_binary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
     KN_CUDA_LAUNCHED();
     return intdiv ? kn_cu_err_check("fmod") : KN_OK;
 }
