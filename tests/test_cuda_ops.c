@@ -346,6 +346,9 @@ TEST(matmul_layouts) {
         {IN(2, SH(9, 17), -1, 1, KN_F16, false), IN(2, SH(17, 5), -1, 1, KN_F16, true), 4e-3},
         {IN(2, SH(9, 17), -1, 1, KN_BF16, false), IN(2, SH(17, 5), -1, 1, KN_F32, false), 2e-2},
         {IN(2, SH(4, 0), -1, 1, KN_F32, false), IN(2, SH(0, 3), -1, 1, KN_F32, false), 0},
+        /* decode rows through the GEMV kernels: x [1,K] (or [1,1,K]) @ W^T, W [N,K] f32 or bf16 */
+        {IN(2, SH(1, 64), -1, 1, KN_F32, false), IN(2, SH(64, 97), -1, 1, KN_F32, true), 1e-5},
+        {IN(3, SH(1, 1, 520), -1, 1, KN_F32, false), IN(2, SH(520, 300), -1, 1, KN_BF16, true), 1e-5},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         kn_opin in[2] = {C[i].a, C[i].b};
@@ -360,7 +363,8 @@ TEST(matmul_layouts) {
  * the double reference are the f32 accumulation order and the one rounding
  * of the output: tolerance 1e-2 for bf16 out (8 bits of mantissa), 2e-3 for
  * f16 out (11 bits). Mixed operand dtypes (bf16 x f32) stay on the generic
- * double kernel (matmul_layouts case 15). */
+ * double kernel (matmul_layouts case 15) unless they are a decode row (f32 x [1,K] @ bf16 W^T:
+ * the GEMV kernel, matmul_layouts case 18). */
 TEST(matmul_tensor_cores_bf16_f16) {
     NEED_GPU();
     kn_test_seed(19);
