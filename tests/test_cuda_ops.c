@@ -282,6 +282,15 @@ TEST(reductions_and_scans) {
         CHECK(cu_cmp(b_reduce, &col, 1, &tall) <= 2e-6, "column sum, split");
         CHECK(cu_cmp(b_reduce, &mcol, 1, &tall3) <= 2e-6, "column mean over two dims");
     }
+    /* row sums over a unit-stride dim with many outputs (a warp per row),
+     * and the same rows read through a permuted view */
+    {
+        rspec last = {KN_OP_SUM, 1, {2}, true}, mlast = {KN_OP_MEAN, 1, {2}, false}, mid = {KN_OP_SUM, 1, {1}, false};
+        kn_opin rows = IN(3, SH(64, 30, 70), -1, 1, KN_F32, false), rowst = IN(3, SH(64, 70, 30), -1, 1, KN_F32, true);
+        CHECK(cu_cmp(b_reduce, &last, 1, &rows) <= 2e-6, "row sums, warp per row");
+        CHECK(cu_cmp(b_reduce, &mlast, 1, &rows) <= 2e-6, "row means, warp per row");
+        CHECK(cu_cmp(b_reduce, &mid, 1, &rowst) <= 2e-6, "sums over a unit-stride middle dim");
+    }
     /* a long reduction (many threads per block) in f16 input, f32 out */
     rspec big = {KN_OP_SUM, 1, {1}, false};
     kn_opin bi = IN(2, SH(3, 100003), -1, 1, KN_F16, false);
@@ -545,6 +554,27 @@ static kn_tensor *b_misc(kn_ctx *ctx, kn_tensor **in, void *ud) {
     }
     return NULL;
 }
+/* same-dtype copies of 2/4-byte elements through the 32-bit gather: a head
+ * permute [B,T,H,D] -> [B,H,T,D] in f32, bf16 and i32, and a constant pad
+ * of a 3-d f32 tensor (the gradient of a slice) */
+static kn_tensor *b_gather(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int w = *(int *)ud;
+    if (w == 1) return kn_pad(ctx, in[0], 3, SH(0, 5, 2, 0, 1, 1), KN_PAD_CONSTANT, -0.25);
+    kn_tensor *x = w == 2 ? kn_cast(ctx, kn_mul_scalar(ctx, in[0], 1000), KN_I32) : in[0];
+    return kn_contiguous(ctx, kn_permute(ctx, x, (const int[]){0, 2, 1, 3}));
+}
+TEST(strided_copies_and_pads_through_the_gather) {
+    NEED_GPU();
+    kn_test_seed(21);
+    int w0 = 0, w1 = 1, w2 = 2;
+    kn_opin p32 = IN(4, SH(3, 17, 5, 12), -2, 2, KN_F32, false), p16 = IN(4, SH(3, 17, 5, 12), -2, 2, KN_BF16, true);
+    kn_opin pd = IN(3, SH(4, 9, 6), -2, 2, KN_F32, true);
+    CHECK(cu_cmp(b_gather, &w0, 1, &p32) == 0, "f32 permute copy");
+    CHECK(cu_cmp(b_gather, &w0, 1, &p16) == 0, "bf16 permute copy of a transposed view");
+    CHECK(cu_cmp(b_gather, &w2, 1, &p32) == 0, "i32 permute copy");
+    CHECK(cu_cmp(b_gather, &w1, 1, &pd) == 0, "f32 constant pad");
+}
+
 TEST(creation_copy_where_tri_assign) {
     NEED_GPU();
     kn_test_seed(15);

@@ -182,6 +182,16 @@ kn_status kn_cu_store_all(const kn_tview *y, const double *acc, int64_t n);
 /* Load the view x (row-major order) into a double buffer acc[n]. */
 kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n);
 
+/* Same-dtype gather of 2- or 4-byte elements into a contiguous dst[n]:
+ * element i, unravelled row-major over ne[nd], sits at coordinates c; with
+ * j = c - lo (lo NULL: 0), dst[i] = src[sum j*st] when 0 <= j < sne in every
+ * dim (sne NULL: no bounds), else the bit pattern fill. Index math in
+ * 32 bits and no conversion through double: the permute copies and
+ * constant pads of a training step. KN_ERR_UNSUPPORTED (no message) when
+ * n or an extent does not fit 32 bits, or esize is not 2 or 4. */
+kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
+                            const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n);
+
 kn_status kn_cu_create(const kn_exec *e);
 kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */
 kn_status kn_cu_optim(const kn_exec *e);     /* ADAM_UPDATE */

@@ -3,6 +3,7 @@
  * Same formulas as src/backends/ref/ref_elementwise.c, in double. */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
+#include <string.h>
 
 /* Drop size-1 dims and merge dims that are contiguous in every view (all
  * views share the extents ne). Cuts the per-element index arithmetic. */
@@ -157,7 +158,66 @@ __global__ void k_where(kn_dview d, kn_dview c, kn_dview a, kn_dview b, int64_t 
         kn_dput(d, kn_doff(d, i), kn_dget(c, kn_doff(c, i)) != 0 ? kn_dget(a, kn_doff(a, i)) : kn_dget(b, kn_doff(b, i)));
 }
 
-/* dst = src converted; same-dtype contiguous copies are a cudaMemcpy */
+/* kn_cu_gather_bits (cuda_ops.cuh): one thread per dst element, 32-bit
+ * division over at most KN_MAX_DIMS extents (the generic kernel's 64-bit
+ * divisions and double round trip made a [B,T,H,D] permute copy compute
+ * bound at ~0.5 TB/s) */
+struct gather_geo {
+    int nd;
+    uint32_t ne[KN_MAX_DIMS], sne[KN_MAX_DIMS];
+    int32_t lo[KN_MAX_DIMS];
+    int64_t st[KN_MAX_DIMS];
+};
+template <typename T, bool BOUNDS>
+__global__ void k_gather_bits(T *__restrict__ d, const T *__restrict__ s, gather_geo g, uint32_t n, T fill) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t r = i;
+        int64_t off = 0;
+        bool in = true;
+#pragma unroll
+        for (int k = KN_MAX_DIMS - 1; k >= 0; k--) {
+            if (k >= g.nd) continue;
+            uint32_t c = r % g.ne[k];
+            r /= g.ne[k];
+            if (BOUNDS) {
+                int32_t j = (int32_t)c - g.lo[k];
+                in = in && j >= 0 && (uint32_t)j < g.sne[k];
+                off += (int64_t)j * g.st[k];
+            } else {
+                off += (int64_t)c * g.st[k];
+            }
+        }
+        d[i] = in ? s[off] : fill;
+    }
+}
+kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
+                            const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n) {
+    if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || getenv("KN_CUDA_GENERIC")) return KN_ERR_UNSUPPORTED;
+    gather_geo g;
+    memset(&g, 0, sizeof g);
+    g.nd = nd;
+    for (int k = 0; k < nd; k++) {
+        if (ne[k] <= 0 || ne[k] > INT32_MAX || (lo && (lo[k] > INT32_MAX || lo[k] < -INT32_MAX)) || (sne && sne[k] > INT32_MAX))
+            return KN_ERR_UNSUPPORTED;
+        g.ne[k] = (uint32_t)ne[k]; g.st[k] = st[k];
+        g.lo[k] = lo ? (int32_t)lo[k] : 0; g.sne[k] = sne ? (uint32_t)sne[k] : (uint32_t)ne[k];
+    }
+    bool bounds = lo || sne;
+    unsigned blocks = kn_blocks(n);
+    cudaStream_t s = kn_cu_stream();
+    if (esize == 4) {
+        if (bounds) k_gather_bits<uint32_t, true><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
+        else k_gather_bits<uint32_t, false><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
+    } else {
+        if (bounds) k_gather_bits<uint16_t, true><<<blocks, KN_THREADS, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, g, (uint32_t)n, (uint16_t)fill);
+        else k_gather_bits<uint16_t, false><<<blocks, KN_THREADS, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, g, (uint32_t)n, (uint16_t)fill);
+    }
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* dst = src converted; same-dtype contiguous copies are a cudaMemcpy, other
+ * same-dtype copies of 2/4-byte elements into a contiguous dst a gather */
 static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
     kn_tview d = *dst, s = *src;
     int64_t n = kn_tview_numel(&d);
@@ -170,6 +230,10 @@ static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
     if (d.dtype == s.dtype && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s)) {
         KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, kn_cu_stream()));
         return KN_OK;
+    }
+    if (d.dtype == s.dtype && kn_tview_is_contiguous(&d)) {
+        kn_status st = kn_cu_gather_bits(d.data, s.data, (int)kn_dtype_get(d.dtype)->type_size, s.ndim, s.ne, s.st, NULL, NULL, 0, n);
+        if (st != KN_ERR_UNSUPPORTED) return st;
     }
     k_copy<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&s), n);
     KN_CUDA_LAUNCHED();

@@ -6,6 +6,7 @@
  * index_copy keep the last value in row-major order of the index (a winner
  * pass picks it, so the result does not depend on thread timing). */
 #include "backends/cuda/cuda_ops.cuh"
+#include <string.h>
 
 __device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin, int64_t *c) {
     for (int d = ndim - 1; d >= 0; d--) { c[d] = ne[d] ? lin % ne[d] : 0; lin = ne[d] ? lin / ne[d] : 0; }
@@ -92,6 +93,18 @@ static kn_status cu_pad(const kn_exec *e) {
     p.mode = (int)t->p.pad.mode;
     p.value = t->p.pad.value;
     int64_t n = kn_tview_numel(&e->dst);
+    const kn_tview *y = &e->dst, *x = &e->src[0];
+    /* constant pad of f32 into a contiguous dst (the gradient of a slice):
+     * a bounded gather, 32-bit index math, no double round trip */
+    if (p.mode == KN_PAD_CONSTANT && y->dtype == KN_F32 && x->dtype == KN_F32 && kn_tview_is_contiguous(y) && y->ndim == x->ndim) {
+        int64_t lo[KN_MAX_DIMS];
+        for (int d = 0; d < y->ndim; d++) lo[d] = p.pad[2 * (y->ndim - 1 - d)];
+        float v = (float)p.value;
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        kn_status st = kn_cu_gather_bits(y->data, x->data, 4, y->ndim, y->ne, x->st, lo, x->ne, bits, n);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
     k_pad<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), p, n);
     KN_CUDA_LAUNCHED();
     return KN_OK;

@@ -178,6 +178,21 @@ __global__ void k_sum_finish(const double *part, int S, int64_t nout, kn_dview d
     }
 }
 
+/* many outputs, each a sum over one unit-stride dim of f32 (a row mean of
+ * [B,T,C] over C, a softmax-gradient row sum): a warp per output, f32 loads,
+ * double accumulation like the reference. k_reduce gave each such row a
+ * whole 256-thread block and 64-bit index math per element. */
+__global__ void k_sum_rows_warp(const float *x, red_geo g, int64_t nout, int64_t nred, kn_dview d, int mean) {
+    int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (o >= nout) return;
+    const float *row = x + sub_off(g.nk, g.kne, g.kst, o);
+    double acc = 0;
+    for (int64_t j = lane; j < nred; j += 32) acc += row[j];
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) kn_dput(d, kn_doff(d, o), mean ? acc / (double)nred : acc);
+}
+
 /* KN_ERR_UNSUPPORTED: not one of the two cases; k_reduce runs instead */
 static kn_status sum_spread(const kn_exec *e, const red_geo *g, int64_t nout, int64_t nred) {
     const kn_tview *x = &e->src[0], *d = &e->dst;
@@ -232,6 +247,13 @@ kn_status kn_cu_reduce(const kn_exec *e) {
     for (int i = 0; i < g.nk; i++) nout *= g.kne[i];
     for (int i = 0; i < g.nr; i++) nred *= g.rne[i];
     if (nout == 0) return KN_OK;
+    if ((t->op == KN_OP_SUM || t->op == KN_OP_MEAN) && x->dtype == KN_F32 && g.nr == 1 && g.rst[0] == 1 &&
+        nout >= RED_TARGET_BLOCKS && nout / 8 < INT32_MAX && nred <= 8192 && !getenv("KN_CUDA_GENERIC")) {
+        k_sum_rows_warp<<<(unsigned)((nout + 7) / 8), 256, 0, kn_cu_stream()>>>((const float *)x->data, g, nout, nred, kn_dv(d),
+                                                                               t->op == KN_OP_MEAN);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
     if (t->op == KN_OP_SUM || t->op == KN_OP_MEAN) {
         kn_status st = sum_spread(e, &g, nout, nred);
         if (st != KN_ERR_UNSUPPORTED) return st;

@@ -9,7 +9,7 @@
  * zero-filled on load and masked on store), any leading dimensions, and C
  * written as f32, f16 or bf16 (round to nearest even).
  *
- * Kernel: block tile 128 x 128 x 32, 8 warps as 2 x 4, each warp 64 x 32
+ * Kernel: block tile 128 x 128 x 64, 8 warps as 2 x 4, each warp 64 x 32
  * (4 x 4 mma.m16n8k16 tiles, 64 f32 accumulators per thread). Tiles are
  * copied to shared memory in the operand's own layout (cp.async, 16 bytes,
  * 3 stages) and ldmatrix reads the fragments, with .trans where the stored
@@ -29,7 +29,9 @@
 
 #define TC_BM 128
 #define TC_BN 128
-#define TC_BK 32
+#ifndef TC_BK
+#define TC_BK 64                                  /* 32 measured slower: twice the barriers per k */
+#endif
 #define TC_PAD 8                                  /* elements of padding per smem row */
 #define TC_STAGES 3
 #define TC_THREADS 256
@@ -37,7 +39,7 @@
 #define TC_TILE_K_INNER (TC_BM * (TC_BK + TC_PAD))
 #define TC_TILE_MN_INNER (TC_BK * (TC_BM + TC_PAD))
 #define TC_TILE_MAX (TC_TILE_K_INNER > TC_TILE_MN_INNER ? TC_TILE_K_INNER : TC_TILE_MN_INNER)
-#define TC_SMEM_BYTES (TC_STAGES * 2 * TC_TILE_MAX * 2)
+#define TC_SMEM_BYTES (TC_STAGES * 2 * TC_TILE_MAX * 2)   /* 110.6 KB at BK 64: two blocks per SM */
 
 struct tc_args {
     int64_t M, N, K, lda, ldb, ldc;
@@ -46,6 +48,7 @@ struct tc_args {
     int c_dtype;          /* KN_F32, KN_F16 or KN_BF16 */
     float alpha;
     int vec_a, vec_b;     /* 16-byte cp.async allowed for this operand */
+    int pair_ok;          /* C base aligned for a 2-element store and ldc even */
     int64_t nbatch;
     kn_cuda_gemm_batch bt;
 };
@@ -101,10 +104,21 @@ __device__ __forceinline__ void tc_mma(float *c, const uint32_t *a, const uint32
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ void tc_store(void *C, int dt, int64_t off, float v) {
-    if (dt == KN_F32) ((float *)C)[off] = v;
-    else if (dt == KN_BF16) ((uint16_t *)C)[off] = kn_f2bf(v);
-    else ((__half *)C)[off] = __float2half_rn(v);
+__device__ __forceinline__ uint16_t tc_f2h16(int dt, float v) {
+    return dt == KN_BF16 ? kn_f2bf(v) : __half_as_ushort(__float2half_rn(v));
+}
+/* C[off] = v0 and, when has1, C[off + 1] = v1: one 4-byte (8 for f32)
+ * store when pair-aligned, else two */
+__device__ __forceinline__ void tc_store2(void *C, int dt, int64_t off, float v0, float v1, bool has1, bool pair) {
+    if (dt == KN_F32) {
+        float *c = (float *)C + off;
+        if (has1 && pair) *(float2 *)c = make_float2(v0, v1);
+        else { c[0] = v0; if (has1) c[1] = v1; }
+    } else {
+        uint16_t *c = (uint16_t *)C + off, h0 = tc_f2h16(dt, v0);
+        if (has1 && pair) *(uint32_t *)c = (uint32_t)h0 | ((uint32_t)tc_f2h16(dt, v1) << 16);
+        else { c[0] = h0; if (has1) c[1] = tc_f2h16(dt, v1); }
+    }
 }
 
 /* TA: A stored K x M; TB: B stored N x K; F16: operands f16 (else bf16) */
@@ -186,16 +200,21 @@ __global__ void __launch_bounds__(TC_THREADS) k_gemm_tc(tc_args p) {
         asm volatile("cp.async.wait_group 0;" ::: "memory");
         __syncthreads();         /* smem is reused by the next batch entry */
 
-        /* accumulator (mt, nt, q): row g (+8 for q >= 2), columns 2t, 2t+1 */
+        /* accumulator (mt, nt, q): row g (+8 for q >= 2), columns 2t, 2t+1;
+         * the column pair goes out in one store when C allows it (even ldc
+         * and batch offset, aligned base) */
         const int g = lane >> 2, t = lane & 3;
+        const bool pair = p.pair_ok && (oc & 1) == 0;
 #pragma unroll
         for (int mt = 0; mt < 4; mt++)
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    int64_t m = m0 + wm * 64 + mt * 16 + g + (q >> 1) * 8, n = n0 + wn * 32 + nt * 8 + 2 * t + (q & 1);
-                    if (m < p.M && n < p.N) tc_store(p.C, p.c_dtype, oc + m * p.ldc + n, p.alpha * acc[mt][nt][q]);
+                for (int h = 0; h < 2; h++) {
+                    int64_t m = m0 + wm * 64 + mt * 16 + g + h * 8, n = n0 + wn * 32 + nt * 8 + 2 * t;
+                    if (m < p.M && n < p.N)
+                        tc_store2(p.C, p.c_dtype, oc + m * p.ldc + n, p.alpha * acc[mt][nt][2 * h], p.alpha * acc[mt][nt][2 * h + 1],
+                                  n + 1 < p.N, pair);
                 }
     }
 }
@@ -254,6 +273,9 @@ extern "C" kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, in
     bool va = kn_aligned16(A) && lda % 8 == 0, vb = kn_aligned16(B) && ldb % 8 == 0;
     for (int d = 0; d < p.bt.nb; d++) { va = va && p.bt.sa[d] % 8 == 0; vb = vb && p.bt.sb[d] % 8 == 0; }
     p.vec_a = va; p.vec_b = vb;
+    bool pc = ((uintptr_t)C % (c_dtype == KN_F32 ? 8 : 4)) == 0 && ldc % 2 == 0;
+    for (int d = 0; d < p.bt.nb; d++) pc = pc && p.bt.sc[d] % 2 == 0;
+    p.pair_ok = pc;
     int64_t gx = (N + TC_BN - 1) / TC_BN, gy = (M + TC_BM - 1) / TC_BM;
     KN_CUDA_REQUIRE(gy <= 65535 && gx <= INT32_MAX, "kn_cuda_gemm_tc: M=%lld N=%lld too large for one launch", (long long)M,
                     (long long)N);
