@@ -7,13 +7,17 @@
  * Every op kind runs on the GPU: generic strided kernels over any layout
  * and dtype (arithmetic in double, stored with the reference's rounding
  * rules), plus the hand-tuned kernels of src/backends/cuda/kn_cuda.h where
- * the layout allows (f32 GEMM, softmax, layer/RMS norm). Quantized
+ * the layout allows (f32 GEMM, bf16/f16 GEMM on the tensor cores, GEMV for
+ * decode rows, softmax, layer/RMS norm, the fused Adam update). Quantized
  * (GGUF block) operands are not supported on the GPU yet: such nodes fail
  * with KN_ERR_UNSUPPORTED naming the op and dtype.
  *
  * Memory comes from a caching pool (cudaMalloc on a miss); running out of
  * device memory gives KN_ERR_NOMEM with the sizes. All work is issued on
- * the default stream; kn_plan_run synchronizes at its end.
+ * one non-blocking stream owned by the backend; host copies go through
+ * pinned staging buffers (kn_tensor_write returns once its data is queued,
+ * kn_tensor_read once it has arrived); kn_plan_run synchronizes the stream
+ * at its end. To move a whole module: kn_module_to_backend (kiln_nn.h).
  */
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H

@@ -94,6 +94,19 @@ const char *kn_module_name(const kn_module *m);       /* its own name within the
 int kn_module_n_children(const kn_module *m);
 kn_module *kn_module_child(const kn_module *m, int i);
 kn_module *kn_module_child_by_name(const kn_module *m, const char *name);
+/* Move the tree rooted at m (no parent) to the context dst, usually one on
+ * another backend:
+ *     kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){kn_backend_cuda()});
+ *     if (kn_module_to_backend(net, g)) fprintf(stderr, "%s\n", kn_last_error());
+ * Every parameter and buffer is copied into a new tensor of dst with the
+ * same dtype, shape, name and requires_grad; the tree (names, kinds,
+ * children, training mode) stays as it was, and forwards afterwards build
+ * nodes in dst. Not moved: gradients, optimizer state (build the optimizer
+ * after moving) and the dropout step input (set it again with
+ * kn_module_set_rng_step). The old tensors stay in their context until it
+ * is freed. A tree with pending effects is refused (KN_ERR_STATE). On error
+ * the tree is unchanged. */
+kn_status kn_module_to_backend(kn_module *m, kn_ctx *dst);
 /* Print the tree with shapes and counts (FILE*; NULL = stdout). */
 void kn_module_print(const kn_module *m, void *FILE_ptr);
 void kn_module_free(kn_module *m);                     /* recursive; NULL is a no-op */

@@ -5,13 +5,96 @@
  * compares every output element; NaN anywhere fails unless the case says
  * NaN is expected. Tables cover every unary and binary op, reductions and
  * scans, matmul layouts (plain, transposed, broadcast batch, 1-d, big f32 on
- * the SGEMM path), creation ops (Philox streams must match bit for bit),
- * copies/casts, where/tri/assign, the index family and the nn family
- * (forward and, through kn_gradients, the *_BWD ops).
- * Built without CUDA (no KN_CUDA) or run without a GPU, it SKIPs.
+ * the SGEMM path, bf16/f16 on the tensor cores), creation ops (Philox
+ * streams must match bit for bit), copies/casts, where/tri/assign, the index
+ * family and the nn family (forward and, through kn_gradients, the *_BWD
+ * ops), the fused Adam update, out-of-memory errors, and moving a module
+ * tree between contexts (cpu -> cpu here in every build; cpu -> gpu -> cpu
+ * with CUDA).
+ * Built without CUDA (no KN_CUDA) or run without a GPU, the GPU tests SKIP.
  */
 #include "kn_optest.h"
+#include "kiln_nn.h"
 #include <time.h>
+
+/* ---- moving a module tree between contexts (any two backends) ---- */
+static kn_module *mv_net(kn_ctx *ctx) {
+    kn_nn_manual_seed(5);
+    kn_module *net = kn_sequential_new(ctx, NULL);
+    kn_sequential_add(net, kn_linear_new(ctx, 6, 16, true));
+    kn_sequential_add(net, kn_layer_norm_new(ctx, 16, 1e-5, true, true));
+    kn_sequential_add(net, kn_act_new(ctx, KN_ACT_GELU_TANH));
+    kn_sequential_add(net, kn_batch_norm1d_new(ctx, 16, 1e-5, 0.1, true));
+    kn_sequential_add(net, kn_linear_new(ctx, 16, 3, false));
+    return net;
+}
+/* forward of net (eval mode) on x [5, 6] in the module's context: y [5, 3] */
+static kn_status mv_fwd(kn_module *net, const float *x, float *y) {
+    kn_ctx *ctx = kn_module_ctx(net);
+    kn_tensor *xt = kn_from_data(ctx, KN_F32, 2, (const int64_t[]){5, 6}, x);
+    kn_tensor *yt = kn_module_forward(net, xt);
+    return yt ? kn_tensor_read(yt, y, KN_F32) : (kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_INVALID);
+}
+/* moves net from its context to dst and checks names, shapes, flags, values
+ * and that the forward still gives y0; returns the number of failed checks */
+static int mv_check(kn_module *net, kn_ctx *dst, const float *x, const float *y0, double tol) {
+    int bad = 0;
+    kn_named_param before[32], after[32];
+    int nb = kn_module_named_params(net, true, before, 32);
+    float *vals[32];
+    bool rg[32];
+    for (int i = 0; i < nb; i++) {
+        vals[i] = malloc(sizeof(float) * (size_t)kn_numel(before[i].t));
+        kn_tensor_read(before[i].t, vals[i], KN_F32);
+        rg[i] = kn_requires_grad(before[i].t);
+    }
+    if (kn_module_to_backend(net, dst) != KN_OK) { fprintf(stderr, "  move: %s\n", kn_last_error()); bad++; }
+    int na = kn_module_named_params(net, true, after, 32);
+    if (na != nb) { fprintf(stderr, "  %d params before, %d after\n", nb, na); bad++; }
+    for (int i = 0; i < nb && i < na; i++) {
+        kn_tensor *t = after[i].t;
+        if (strcmp(before[i].name, after[i].name) || before[i].buffer != after[i].buffer || t->ctx != dst ||
+            t == before[i].t || !kn_same_shape(t, before[i].t) || kn_requires_grad(t) != rg[i] || t != kn_module_find(net, after[i].name)) {
+            fprintf(stderr, "  param %s moved wrong\n", after[i].name); bad++;
+        }
+        int64_t n = kn_numel(t);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        if (kn_tensor_read(t, v, KN_F32) || memcmp(v, vals[i], sizeof(float) * (size_t)n)) { fprintf(stderr, "  %s values differ\n", after[i].name); bad++; }
+        free(v); free(vals[i]);
+    }
+    for (int i = 0; i < kn_module_n_children(net); i++)
+        if (kn_module_ctx(kn_module_child(net, i)) != dst) { fprintf(stderr, "  child %d not moved\n", i); bad++; }
+    float y[15];
+    if (mv_fwd(net, x, y)) { fprintf(stderr, "  forward after the move: %s\n", kn_last_error()); return bad + 1; }
+    for (int i = 0; i < 15; i++)
+        if (!(fabs(y[i] - y0[i]) <= tol * (1 + fabs(y0[i])))) { fprintf(stderr, "  y[%d] %g vs %g\n", i, y[i], y0[i]); bad++; break; }
+    return bad;
+}
+TEST(module_moves_between_cpu_contexts) {
+    kn_ctx *a = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}), *b = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
+    kn_module *net = mv_net(a);
+    REQUIRE(net, "%s", kn_last_error());
+    kn_module_train(net, false);
+    float x[30], y0[15];
+    kn_test_seed(40);
+    for (int i = 0; i < 30; i++) x[i] = (float)kn_test_uniform(-2, 2);
+    REQUIRE(mv_fwd(net, x, y0) == KN_OK, "%s", kn_last_error());
+    CHECK(kn_module_to_backend(kn_module_child(net, 0), b) == KN_ERR_INVALID, "moving a child must be refused");
+    CHECK(mv_check(net, b, x, y0, 0) == 0, "cpu -> cpu move");
+    kn_ctx_free(a);                       /* nothing may point into the old context */
+    float y1[15];
+    CHECK(mv_fwd(net, x, y1) == KN_OK && !memcmp(y0, y1, sizeof y0), "forward after freeing the old context: %s", kn_last_error());
+    /* a training step in the new context: parameters still require grad */
+    kn_module_train(net, true);
+    kn_tensor *xt = kn_from_data(b, KN_F32, 2, (const int64_t[]){5, 6}, x);
+    kn_tensor *loss = kn_sum_all(b, kn_square(b, kn_module_forward(net, xt)));
+    CHECK(loss && kn_backward(b, loss) == KN_OK, "backward: %s", kn_last_error());
+    kn_tensor *w0 = kn_module_find(net, "0.weight");
+    float gw[96];
+    CHECK(kn_grad(w0) && kn_tensor_read(kn_grad(w0), gw, KN_F32) == KN_OK, "weight gradient: %s", kn_last_error());
+    kn_module_free(net);
+    kn_ctx_free(b);
+}
 
 #ifndef KN_CUDA
 TEST(cuda_ops) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
@@ -199,6 +282,15 @@ TEST(reductions_and_scans) {
         CHECK(cu_cmp(b_reduce, &col, 1, &tall) <= 2e-6, "column sum, split");
         CHECK(cu_cmp(b_reduce, &mcol, 1, &tall3) <= 2e-6, "column mean over two dims");
     }
+    /* row sums over a unit-stride dim with many outputs (a warp per row),
+     * and the same rows read through a permuted view */
+    {
+        rspec last = {KN_OP_SUM, 1, {2}, true}, mlast = {KN_OP_MEAN, 1, {2}, false}, mid = {KN_OP_SUM, 1, {1}, false};
+        kn_opin rows = IN(3, SH(64, 30, 70), -1, 1, KN_F32, false), rowst = IN(3, SH(64, 70, 30), -1, 1, KN_F32, true);
+        CHECK(cu_cmp(b_reduce, &last, 1, &rows) <= 2e-6, "row sums, warp per row");
+        CHECK(cu_cmp(b_reduce, &mlast, 1, &rows) <= 2e-6, "row means, warp per row");
+        CHECK(cu_cmp(b_reduce, &mid, 1, &rowst) <= 2e-6, "sums over a unit-stride middle dim");
+    }
     /* a long reduction (many threads per block) in f16 input, f32 out */
     rspec big = {KN_OP_SUM, 1, {1}, false};
     kn_opin bi = IN(2, SH(3, 100003), -1, 1, KN_F16, false);
@@ -263,12 +355,173 @@ TEST(matmul_layouts) {
         {IN(2, SH(9, 17), -1, 1, KN_F16, false), IN(2, SH(17, 5), -1, 1, KN_F16, true), 4e-3},
         {IN(2, SH(9, 17), -1, 1, KN_BF16, false), IN(2, SH(17, 5), -1, 1, KN_F32, false), 2e-2},
         {IN(2, SH(4, 0), -1, 1, KN_F32, false), IN(2, SH(0, 3), -1, 1, KN_F32, false), 0},
+        /* decode rows through the GEMV kernels: x [1,K] (or [1,1,K]) @ W^T, W [N,K] f32 or bf16 */
+        {IN(2, SH(1, 64), -1, 1, KN_F32, false), IN(2, SH(64, 97), -1, 1, KN_F32, true), 1e-5},
+        {IN(3, SH(1, 1, 520), -1, 1, KN_F32, false), IN(2, SH(520, 300), -1, 1, KN_BF16, true), 1e-5},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         kn_opin in[2] = {C[i].a, C[i].b};
         double e = cu_cmp(b_matmul, NULL, 2, in);
         CHECK(e <= C[i].tol, "matmul case %zu: rel err %g", i, e);
     }
+}
+
+/* bf16 x bf16 and f16 x f16 products on the tensor cores (gemm_tc.cu, and
+ * gemm_bf16_sm90.cu's wgmma kernel for the dense x @ W^T shape with enough
+ * tiles). The inputs are exact in both dtypes, so the only differences from
+ * the double reference are the f32 accumulation order and the one rounding
+ * of the output: tolerance 1e-2 for bf16 out (8 bits of mantissa), 2e-3 for
+ * f16 out (11 bits). Mixed operand dtypes (bf16 x f32) stay on the generic
+ * double kernel (matmul_layouts case 15) unless they are a decode row (f32 x [1,K] @ bf16 W^T:
+ * the GEMV kernel, matmul_layouts case 18). */
+TEST(matmul_tensor_cores_bf16_f16) {
+    NEED_GPU();
+    kn_test_seed(19);
+    struct { kn_opin a, b; } C[] = {
+        {IN(2, SH(1, 1), -1, 1, 0, false), IN(2, SH(1, 1), -1, 1, 0, false)},                /* 1x1x1 */
+        {IN(2, SH(5, 7), -1, 1, 0, false), IN(2, SH(7, 3), -1, 1, 0, false)},                 /* tiny, K < 8 */
+        {IN(2, SH(130, 70), -1, 1, 0, true), IN(2, SH(70, 190), -1, 1, 0, false)},            /* A stored K x M */
+        {IN(2, SH(129, 33), -1, 1, 0, false), IN(2, SH(33, 257), -1, 1, 0, true)},            /* B stored N x K */
+        {IN(2, SH(200, 65), -1, 1, 0, true), IN(2, SH(65, 131), -1, 1, 0, true)},             /* both */
+        {IN(4, SH(2, 3, 67, 40), -1, 1, 0, false), IN(3, SH(3, 40, 72), -1, 1, 0, true)},     /* batch, b broadcast along dim 0 */
+        {IN(4, SH(2, 1, 33, 48), -1, 1, 0, true), IN(3, SH(3, 48, 17), -1, 1, 0, false)},     /* a broadcast along dim 1 */
+        {IN(3, SH(4, 1, 64), -1, 1, 0, false), IN(2, SH(64, 96), -1, 1, 0, true)},            /* M = 1 rows */
+        {IN(1, SH(40), -1, 1, 0, false), IN(3, SH(2, 40, 24), -1, 1, 0, false)},              /* 1-d @ batch */
+        {IN(2, SH(300, 1000), -1, 1, 0, false), IN(2, SH(1000, 136), -1, 1, 0, false)},       /* long K */
+        /* x [2, 512, 72] @ W^T, W [2304, 72]: folds into one 1024 x 2304 GEMM, the wgmma shape for bf16 */
+        {IN(3, SH(2, 512, 72), -1, 1, 0, false), IN(2, SH(72, 2304), -1, 1, 0, true)},
+    };
+    kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+            kn_opin in[2] = {C[i].a, C[i].b};
+            in[0].dtype = in[1].dtype = dts[k];
+            double tol = k == 0 ? 1e-2 : 2e-3;
+            double e = cu_cmp(b_matmul, NULL, 2, in);
+            CHECK(e <= tol, "%s matmul case %zu: rel err %g (tol %g)", kn_dtype_name(dts[k]), i, e, tol);
+        }
+}
+
+/* ---- the fused Adam update: f32 float4 kernel vs the cpu fast path and the reference ----
+ * 7 steps with an lr change, Adam (coupled decay) and AdamW; a [n] parameter
+ * (contiguous gradient, n = 5 and 10007: the float4 body and the n % 4
+ * tail) and a [37, 53] one whose gradient is a transposed view (strided g).
+ * Tolerances: vs the cpu backend (same f32 operation sequence, no FMA
+ * contraction) 1e-6 relative, and 0 is expected; vs the double reference
+ * 1e-4 relative to |ref| + 1e-3, as test_optim.c checks the composite. */
+static bool adam_gpu_run(kn_backend *be, const kn_optim_cfg *cfg, int R, int Cc, bool tr, const double *p0, const double *a,
+                         double *out) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
+    int64_t n = (int64_t)R * Cc;
+    kn_tensor *p = kn_param(ctx, KN_F32, 2, SH(R, Cc)), *at = kn_empty(ctx, KN_F32, 2, tr ? SH(Cc, R) : SH(R, Cc));
+    kn_tensor_write(p, p0, KN_F64);
+    kn_tensor_write(at, a, KN_F64);
+    kn_tensor *pv = tr ? kn_transpose(ctx, p, 0, 1) : p;
+    kn_tensor *loss = kn_mul_scalar(ctx, kn_sum_all(ctx, kn_mul(ctx, at, kn_square(ctx, pv))), 0.5);
+    bool ok = kn_backward(ctx, loss) == KN_OK;
+    kn_optim *o = kn_optim_new_empty(ctx, cfg);
+    ok = ok && o && kn_optim_add_group(o, 1, &p, cfg->lr, cfg->weight_decay) == 0;
+    kn_tensor *outs[8];
+    int ne = ok ? kn_optim_build(o, NULL, outs, 8) : -1;
+    kn_plan *pl = ne > 0 ? kn_plan_new(ctx, ne, outs, NULL) : NULL;
+    for (int k = 0; pl && ok && k < 7; k++) {
+        if (k == 4) kn_optim_set_lr(o, 0, cfg->lr * 0.5);
+        ok = !kn_optim_prepare(o) && !kn_plan_run(pl);
+    }
+    ok = ok && pl && !kn_tensor_read(p, out, KN_F64) && !kn_tensor_read(kn_optim_state(o, 0, "exp_avg"), out + n, KN_F64) &&
+         !kn_tensor_read(kn_optim_state(o, 0, "exp_avg_sq"), out + 2 * n, KN_F64);
+    kn_plan_free(pl); kn_optim_free(o); kn_ctx_free(ctx);
+    return ok;
+}
+TEST(adam_update_f32_kernel) {
+    NEED_GPU();
+    kn_test_seed(20);
+    struct { int R, C; bool tr; } S[3] = {{1, 5, false}, {1, 10007, false}, {37, 53, true}};
+    for (int kind = 0; kind < 2; kind++)
+        for (int si = 0; si < 3; si++) {
+            int n = S[si].R * S[si].C;
+            double *p0 = malloc(sizeof(double) * n), *a = malloc(sizeof(double) * n), *r[3];
+            for (int i = 0; i < 3; i++) r[i] = malloc(sizeof(double) * 3 * n);
+            for (int i = 0; i < n; i++) { p0[i] = kn_test_uniform(-2, 2); a[i] = kn_test_uniform(0.01, 3); }
+            kn_optim_cfg c = kn_optim_defaults(kind ? KN_OPTIM_ADAMW : KN_OPTIM_ADAM);
+            c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
+            REQUIRE(adam_gpu_run(kn_backend_ref(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[0]), "ref: %s", kn_last_error());
+            REQUIRE(adam_gpu_run(kn_backend_cpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[1]), "cpu: %s", kn_last_error());
+            for (int i = 0; i < 3 * n; i++) r[2][i] = NAN;
+            REQUIRE(adam_gpu_run(gpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[2]), "cuda: %s", kn_last_error());
+            double wr = 0, wc = 0;
+            int64_t ndiff = 0;
+            for (int i = 0; i < 3 * n; i++) {
+                double dr = fabs(r[2][i] - r[0][i]) / (fabs(r[0][i]) + 1e-3), dc = fabs(r[2][i] - r[1][i]) / (fabs(r[1][i]) + 1e-3);
+                if (!(dr <= wr)) wr = dr;       /* NaN sticks */
+                if (!(dc <= wc)) wc = dc;
+                ndiff += r[2][i] != r[1][i];
+            }
+            printf("  %s %dx%d%s: cuda vs cpu worst %.3g (%lld of %d values differ), vs ref %.3g\n", kind ? "AdamW" : "Adam",
+                   S[si].R, S[si].C, S[si].tr ? " (strided grad)" : "", wc, (long long)ndiff, 3 * n, wr);
+            CHECK(wc <= 1e-6, "%s n=%d cuda vs cpu: worst rel diff %.3g", kind ? "AdamW" : "Adam", n, wc);
+            CHECK(wr < 1e-4, "%s n=%d cuda vs ref: worst rel diff %.3g", kind ? "AdamW" : "Adam", n, wr);
+            free(p0); free(a);
+            for (int i = 0; i < 3; i++) free(r[i]);
+        }
+}
+
+/* Asking for more device memory than the GPU has is KN_ERR_NOMEM with the
+ * sizes in the message, for a leaf (allocated at once) and for a plan's
+ * node (allocated when planned), and the backend keeps working after. */
+TEST(out_of_device_memory_is_an_error) {
+    NEED_GPU();
+    int64_t huge = (int64_t)1 << 38;                 /* 2^38 f32: 1 TiB */
+    kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_tensor *t = kn_empty(g, KN_F32, 1, &huge);
+    CHECK(!t && kn_ctx_status(g) == KN_ERR_NOMEM, "leaf of 1 TiB: %p status %d", (void *)t, kn_ctx_status(g));
+    CHECK(strstr(kn_last_error(), "1099511627776"), "message names the size: %s", kn_last_error());
+    printf("  leaf: %s\n", kn_last_error());
+    kn_ctx_free(g);
+    g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_tensor *x = kn_ones(g, KN_F32, 1, SH(1));
+    kn_tensor *y = kn_sum_all(g, kn_add_scalar(g, kn_expand(g, x, 1, &huge), 1));
+    float v = 0;
+    kn_status st = kn_tensor_read(y, &v, KN_F32);
+    CHECK(st == KN_ERR_NOMEM, "plan with a 1 TiB node: status %d (%s)", st, kn_last_error());
+    printf("  plan: %s\n", kn_last_error());
+    kn_ctx_free(g);
+    g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_tensor *z = kn_sum_all(g, kn_add_scalar(g, kn_ones(g, KN_F32, 1, SH(1000)), 1));
+    CHECK(kn_tensor_read(z, &v, KN_F32) == KN_OK && v == 2000, "after the errors: %g %s", v, kn_last_error());
+    kn_ctx_free(g);
+}
+
+/* Big transfers go through the pinned staging buffers in chunks: 20 MiB + 3
+ * bytes in and out (three chunks, the last partial) must come back intact. */
+TEST(staged_copies_round_trip) {
+    NEED_GPU();
+    int64_t n = (20 << 20) + 3;
+    uint8_t *h = malloc((size_t)n), *back = malloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = (uint8_t)(i * 2654435761u >> 13);
+    memset(back, 0xA5, (size_t)n);
+    kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_tensor *t = kn_from_data(g, KN_U8, 1, &n, h);
+    CHECK(t && kn_tensor_read(t, back, KN_U8) == KN_OK && !memcmp(h, back, (size_t)n), "round trip: %s", kn_last_error());
+    kn_ctx_free(g);
+    free(h); free(back);
+}
+
+TEST(module_moves_cpu_gpu_cpu) {
+    NEED_GPU();
+    kn_ctx *a = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}), *g = kn_ctx_new(&(kn_ctx_opts){gpu()});
+    kn_ctx *b = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
+    kn_module *net = mv_net(a);
+    REQUIRE(net, "%s", kn_last_error());
+    kn_module_train(net, false);
+    float x[30], y0[15];
+    kn_test_seed(41);
+    for (int i = 0; i < 30; i++) x[i] = (float)kn_test_uniform(-2, 2);
+    REQUIRE(mv_fwd(net, x, y0) == KN_OK, "%s", kn_last_error());
+    CHECK(mv_check(net, g, x, y0, 1e-5) == 0, "cpu -> gpu move");
+    CHECK(mv_check(net, b, x, y0, 0) == 0, "gpu -> cpu move");
+    kn_module_free(net);
+    kn_ctx_free(a); kn_ctx_free(g); kn_ctx_free(b);
 }
 
 /* ---- creation, copies, where/tri/assign ---- */
@@ -301,6 +554,27 @@ static kn_tensor *b_misc(kn_ctx *ctx, kn_tensor **in, void *ud) {
     }
     return NULL;
 }
+/* same-dtype copies of 2/4-byte elements through the 32-bit gather: a head
+ * permute [B,T,H,D] -> [B,H,T,D] in f32, bf16 and i32, and a constant pad
+ * of a 3-d f32 tensor (the gradient of a slice) */
+static kn_tensor *b_gather(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int w = *(int *)ud;
+    if (w == 1) return kn_pad(ctx, in[0], 3, SH(0, 5, 2, 0, 1, 1), KN_PAD_CONSTANT, -0.25);
+    kn_tensor *x = w == 2 ? kn_cast(ctx, kn_mul_scalar(ctx, in[0], 1000), KN_I32) : in[0];
+    return kn_contiguous(ctx, kn_permute(ctx, x, (const int[]){0, 2, 1, 3}));
+}
+TEST(strided_copies_and_pads_through_the_gather) {
+    NEED_GPU();
+    kn_test_seed(21);
+    int w0 = 0, w1 = 1, w2 = 2;
+    kn_opin p32 = IN(4, SH(3, 17, 5, 12), -2, 2, KN_F32, false), p16 = IN(4, SH(3, 17, 5, 12), -2, 2, KN_BF16, true);
+    kn_opin pd = IN(3, SH(4, 9, 6), -2, 2, KN_F32, true);
+    CHECK(cu_cmp(b_gather, &w0, 1, &p32) == 0, "f32 permute copy");
+    CHECK(cu_cmp(b_gather, &w0, 1, &p16) == 0, "bf16 permute copy of a transposed view");
+    CHECK(cu_cmp(b_gather, &w2, 1, &p32) == 0, "i32 permute copy");
+    CHECK(cu_cmp(b_gather, &w1, 1, &pd) == 0, "f32 constant pad");
+}
+
 TEST(creation_copy_where_tri_assign) {
     NEED_GPU();
     kn_test_seed(15);

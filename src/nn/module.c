@@ -231,6 +231,107 @@ kn_tensor *kn__mod_dropout(kn_module *m, kn_tensor *x, double p, uint64_t seed) 
     return kn_mul(m->ctx, x, kn_mul_scalar(m->ctx, mask, 1.0 / (1.0 - p)));
 }
 
+/* ---- moving a tree to another context ----------------------------------------------
+ * Two phases so that a failure leaves the tree as it was: first every
+ * parameter and buffer is copied into dst (host staging through
+ * kn_tensor_read / kn_tensor_write, so any pair of backends works), then
+ * the tree is switched over. Layers keep pointers to their own parameters
+ * in their impl struct (linear_t.w, ...), which module.c cannot see: the
+ * switch replaces every pointer-sized slot of a malloc'd impl (free_impl)
+ * that holds one of that module's old parameter pointers, sizing the block
+ * with glibc's malloc_usable_size. That is a hack, admitted: it relies on
+ * impl structs storing their tensors as plain pointers (all layers here
+ * do), and without glibc such trees are refused rather than half moved. */
+#if defined(__GLIBC__)
+#include <malloc.h>
+#define KN_HAVE_USABLE_SIZE 1
+#endif
+
+typedef struct { kn_module *m; int i; kn_tensor *y; } move_item;
+
+static kn_status move_check(const kn_module *m, int *count) {
+    if (m->n_effects)
+        return kn_set_error(KN_ERR_STATE, "kn_module_to_backend: %s has %d pending effects; put kn_module_effects() into a plan "
+                            "(or drop them) before moving", m->kind, m->n_effects);
+#ifndef KN_HAVE_USABLE_SIZE
+    if (m->impl && m->free_impl && m->n_params)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "kn_module_to_backend: moving %s needs glibc (its layer struct cannot be "
+                            "sized here); rebuild the module in the destination context instead", m->kind);
+#endif
+    *count += m->n_params;
+    for (int i = 0; i < m->n_children; i++) {
+        kn_status st = move_check(m->children[i], count);
+        if (st) return st;
+    }
+    return KN_OK;
+}
+
+static kn_tensor *move_copy(kn_ctx *dst, const kn__mparam *p) {
+    kn_tensor *t = p->t;
+    kn_tensor *y = p->buffer ? kn_empty(dst, t->dtype, t->ndim, t->shape) : kn_param(dst, t->dtype, t->ndim, t->shape);
+    if (!y) return NULL;
+    size_t bytes = kn_dtype_nbytes(t->dtype, kn_numel(t));
+    void *host = malloc(bytes ? bytes : 1);
+    if (!host) { kn_set_error(KN_ERR_NOMEM, "kn_module_to_backend: out of host memory staging '%s' (%zu bytes)", p->name, bytes); return NULL; }
+    kn_status st = kn_tensor_read(t, host, t->dtype);
+    if (!st) st = kn_tensor_write(y, host, t->dtype);
+    free(host);
+    if (st) return NULL;
+    kn_set_name(y, p->name);
+    kn_set_requires_grad(y, kn_requires_grad(t));
+    return y;
+}
+
+static kn_status move_collect(kn_module *m, kn_ctx *dst, move_item *items, int *n) {
+    for (int i = 0; i < m->n_params; i++) {
+        kn_tensor *y = move_copy(dst, &m->params[i]);
+        if (!y) return kn_ctx_status(dst) ? kn_ctx_status(dst) : KN_ERR_BACKEND;
+        items[*n].m = m; items[*n].i = i; items[*n].y = y;
+        (*n)++;
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        kn_status st = move_collect(m->children[i], dst, items, n);
+        if (st) return st;
+    }
+    return KN_OK;
+}
+
+static void move_commit(kn_module *m, kn_ctx *dst, const move_item *items, int n) {
+#ifdef KN_HAVE_USABLE_SIZE
+    size_t slots = m->impl && m->free_impl ? malloc_usable_size(m->impl) / sizeof(void *) : 0;
+    for (size_t s = 0; s < slots; s++) {
+        void *v;
+        memcpy(&v, (char *)m->impl + s * sizeof v, sizeof v);
+        for (int k = 0; k < n; k++)
+            if (items[k].m == m && v == (void *)m->params[items[k].i].t) {
+                memcpy((char *)m->impl + s * sizeof v, &items[k].y, sizeof v);
+                break;
+            }
+    }
+#endif
+    for (int k = 0; k < n; k++)
+        if (items[k].m == m) m->params[items[k].i].t = items[k].y;
+    m->ctx = dst;
+    m->rng_step = NULL;                 /* a plan input of the old context */
+    for (int i = 0; i < m->n_children; i++) move_commit(m->children[i], dst, items, n);
+}
+
+kn_status kn_module_to_backend(kn_module *m, kn_ctx *dst) {
+    if (!m || !dst) return kn_set_error(KN_ERR_INVALID, "kn_module_to_backend: NULL module or context (an earlier call failed? %s)", kn_last_error());
+    if (m->parent) return kn_set_error(KN_ERR_INVALID, "kn_module_to_backend: %s '%s' is a child; move the root of its tree", m->kind, m->name);
+    if (m->ctx == dst) return KN_OK;
+    int count = 0;
+    kn_status st = move_check(m, &count);
+    if (st) return st;
+    move_item *items = malloc(sizeof *items * (size_t)(count ? count : 1));
+    if (!items) return kn_set_error(KN_ERR_NOMEM, "kn_module_to_backend: out of host memory");
+    int n = 0;
+    st = move_collect(m, dst, items, &n);
+    if (!st) move_commit(m, dst, items, n);
+    free(items);
+    return st;
+}
+
 /* ---- errors ------------------------------------------------------------------------- */
 static void path_rec(const kn_module *m, char *buf, size_t n) {
     if (m->parent) {

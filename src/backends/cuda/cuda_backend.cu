@@ -2,8 +2,17 @@
  * dispatch switch (one node per compute call, operands as kn_tview).
  *
  * Memory: every buffer and scratch block comes from one kn_cuda_pool.
- * Work: all kernels and copies go to the legacy default stream, so they run
- * in issue order; copy_in/copy_out are synchronous cudaMemcpy calls.
+ * Work: every kernel, memset and copy goes to one backend-owned
+ * non-blocking stream (kn_cu_stream()), so they run in issue order and
+ * nothing waits on the legacy default stream; cu_sync is a stream sync.
+ * Pool blocks released right after the launches that use them are safe to
+ * hand out again: their next user is queued behind them on the same stream.
+ * Transfers: host memory is never given to cudaMemcpy directly (pageable
+ * copies are slow and synchronous). copy_in/copy_out go through two pinned
+ * staging buffers of KN_STAGE_BYTES, chunk by chunk, double-buffered with
+ * events: copy_in returns once the last chunk is queued (the caller's
+ * memory is free again), copy_out overlaps the host-side memcpy of one
+ * chunk with the device copy of the next.
  * Kernels live in cuda_ops_*.cu, one file per op family.
  */
 #include "backends/cuda/cuda_ops.cuh"
@@ -11,10 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
-#include <time.h>
 
 static kn_cuda_pool *g_pool;
 static kn_cu_err *g_err;
+static cudaStream_t g_stream;
+
+cudaStream_t kn_cu_stream(void) { return g_stream; }
 
 kn_status kn_cu_tmp(size_t bytes, void **p) {
     *p = NULL;
@@ -25,13 +36,79 @@ void kn_cu_tmp_free(void *p) {
     if (p && g_pool) kn_cuda_pool_release(g_pool, p);
 }
 
+/* ---- pinned staging for host <-> device copies ---- */
+#define KN_STAGE_BYTES ((size_t)8 << 20)
+static struct {
+    pthread_mutex_t mu;
+    char *buf[2];                /* pinned host memory, KN_STAGE_BYTES each          */
+    cudaEvent_t ev[2];           /* recorded after the copy that uses buf[i]         */
+    bool pending[2];             /* ev[i] recorded and not yet waited for            */
+} g_stage = {PTHREAD_MUTEX_INITIALIZER};
+
+static kn_status stage_wait(int i) {
+    if (g_stage.pending[i]) {
+        g_stage.pending[i] = false;
+        KN_CUDA_TRY(cudaEventSynchronize(g_stage.ev[i]));
+    }
+    return KN_OK;
+}
+static kn_status h2d_locked(char *dst, const char *host, size_t n) {
+    int i = 0;
+    for (size_t off = 0; off < n; off += KN_STAGE_BYTES, i ^= 1) {
+        size_t c = n - off < KN_STAGE_BYTES ? n - off : KN_STAGE_BYTES;
+        kn_status st = stage_wait(i);          /* the chunk before last used this buffer */
+        if (st) return st;
+        memcpy(g_stage.buf[i], host + off, c);
+        KN_CUDA_TRY(cudaMemcpyAsync(dst + off, g_stage.buf[i], c, cudaMemcpyHostToDevice, g_stream));
+        KN_CUDA_TRY(cudaEventRecord(g_stage.ev[i], g_stream));
+        g_stage.pending[i] = true;
+    }
+    return KN_OK;
+}
+static kn_status d2h_locked(char *host, const char *src, size_t n) {
+    kn_status st;
+    if ((st = stage_wait(0)) || (st = stage_wait(1))) return st;
+    size_t nch = (n + KN_STAGE_BYTES - 1) / KN_STAGE_BYTES;
+    for (size_t k = 0; k <= nch; k++) {
+        if (k < nch) {                         /* queue chunk k ... */
+            size_t off = k * KN_STAGE_BYTES, c = n - off < KN_STAGE_BYTES ? n - off : KN_STAGE_BYTES;
+            int i = (int)(k & 1);
+            KN_CUDA_TRY(cudaMemcpyAsync(g_stage.buf[i], src + off, c, cudaMemcpyDeviceToHost, g_stream));
+            KN_CUDA_TRY(cudaEventRecord(g_stage.ev[i], g_stream));
+            g_stage.pending[i] = true;
+        }
+        if (k > 0) {                           /* ... while chunk k-1 is unpacked */
+            size_t off = (k - 1) * KN_STAGE_BYTES, c = n - off < KN_STAGE_BYTES ? n - off : KN_STAGE_BYTES;
+            int i = (int)((k - 1) & 1);
+            if ((st = stage_wait(i))) return st;
+            memcpy(host + off, g_stage.buf[i], c);
+        }
+    }
+    return KN_OK;
+}
+kn_status kn_cu_h2d(void *dst, const void *host, size_t n) {
+    if (!n) return KN_OK;
+    pthread_mutex_lock(&g_stage.mu);
+    kn_status st = h2d_locked((char *)dst, (const char *)host, n);
+    pthread_mutex_unlock(&g_stage.mu);
+    return st;
+}
+kn_status kn_cu_d2h(void *host, const void *src, size_t n) {
+    if (!n) return KN_OK;
+    pthread_mutex_lock(&g_stage.mu);
+    kn_status st = d2h_locked((char *)host, (const char *)src, n);
+    pthread_mutex_unlock(&g_stage.mu);
+    return st;
+}
+
 kn_cu_err *kn_cu_err_dev(void) { return g_err; }
 
 kn_status kn_cu_err_check(const char *op) {
     kn_cu_err h;
-    KN_CUDA_TRY(cudaMemcpy(&h, g_err, sizeof h, cudaMemcpyDeviceToHost));
+    kn_status st = kn_cu_d2h(&h, g_err, sizeof h);
+    if (st) return st;
     if (!h.code) return KN_OK;
-    KN_CUDA_TRY(cudaMemset(g_err, 0, sizeof h));
+    KN_CUDA_TRY(cudaMemsetAsync(g_err, 0, sizeof h, g_stream));
     if (h.code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", op);
     return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
                         op, h.value, h.dim, (long long)h.size, (long long)h.size - 1);
@@ -46,13 +123,13 @@ __global__ void k_load_all(kn_dview x, double *acc, int64_t n) {
 }
 kn_status kn_cu_store_all(const kn_tview *y, const double *acc, int64_t n) {
     if (n <= 0) return KN_OK;
-    k_store_all<<<kn_blocks(n), KN_THREADS>>>(kn_dv(y), acc, n);
+    k_store_all<<<kn_blocks(n), KN_THREADS, 0, g_stream>>>(kn_dv(y), acc, n);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
 kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n) {
     if (n <= 0) return KN_OK;
-    k_load_all<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), acc, n);
+    k_load_all<<<kn_blocks(n), KN_THREADS, 0, g_stream>>>(kn_dv(x), acc, n);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -66,16 +143,10 @@ static void *cu_alloc(kn_backend *be, size_t size) {
 static void cu_free(kn_backend *be, void *ptr) {
     if (ptr) kn_cuda_pool_release(g_pool, ptr);
 }
-static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t n) {
-    if (n) KN_CUDA_TRY(cudaMemcpy(dst, host, n, cudaMemcpyHostToDevice));
-    return KN_OK;
-}
-static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) {
-    if (n) KN_CUDA_TRY(cudaMemcpy(host, src, n, cudaMemcpyDeviceToHost));
-    return KN_OK;
-}
+static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t n) { return kn_cu_h2d(dst, host, n); }
+static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) { return kn_cu_d2h(host, src, n); }
 static kn_status cu_sync(kn_backend *be) {
-    KN_CUDA_TRY(cudaDeviceSynchronize());
+    KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
     return KN_OK;
 }
 
@@ -86,9 +157,11 @@ static bool has_quant(const kn_exec *e) {
     return false;
 }
 
-/* KN_CUDA_TRACE=1 (a development aid): every node runs alone (synchronized
- * before and after) and one line on stderr gives its op, time and operand
- * dtypes, extents and strides, to find which node of an op kind is slow. */
+/* KN_CUDA_TRACE=1 (a development aid): every node runs alone (the stream
+ * is drained first) between two events, and one line on stderr gives its
+ * op, device time (event to event, so the host's launch gaps inside a node
+ * of several launches count) and operand dtypes, extents and strides, to
+ * find which node of an op kind is slow. */
 static void trace_view(const kn_tview *v, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap, "%s[", kn_dtype_name(v->dtype));
     for (int i = 0; i < v->ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)v->ne[i]);
@@ -102,24 +175,26 @@ static void trace_node(const kn_exec *e, double us) {
     for (int k = 0; k < 4; k++) { s[k][0] = 0; if (k < ns && e->node->src[k]) trace_view(&e->src[k], s[k], sizeof s[k]); }
     fprintf(stderr, "cuda-trace %-14s %9.1f us  %s <- %s %s %s %s\n", kn_op_name(e->node->op), us, d, s[0], s[1], s[2], s[3]);
 }
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
 
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e);
 static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
     static int trace = -1;
-    if (trace < 0) trace = getenv("KN_CUDA_TRACE") != NULL;
+    static cudaEvent_t t0, t1;
+    if (trace < 0) {
+        trace = getenv("KN_CUDA_TRACE") != NULL;
+        if (trace && (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess)) { cudaGetLastError(); trace = 0; }
+    }
     if (!trace) return cu_compute_node(be, e);
     kn_op_kind kind = kn_op_get(e->node->op)->kind;
     if (kind == KN_KIND_VIEW || kind == KN_KIND_LEAF) return KN_OK;
-    cudaDeviceSynchronize();
-    double t0 = now_us();
+    KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    KN_CUDA_TRY(cudaEventRecord(t0, g_stream));
     kn_status st = cu_compute_node(be, e);
-    cudaDeviceSynchronize();
-    if (st == KN_OK) trace_node(e, now_us() - t0);
+    KN_CUDA_TRY(cudaEventRecord(t1, g_stream));
+    KN_CUDA_TRY(cudaEventSynchronize(t1));
+    float ms = 0;
+    KN_CUDA_TRY(cudaEventElapsedTime(&ms, t0, t1));
+    if (st == KN_OK) trace_node(e, 1e3 * (double)ms);
     return st;
 }
 
@@ -155,7 +230,7 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
         st = kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
     }
     if (st == KN_OK && getenv("KN_CUDA_SYNC")) {      /* debugging: fault at the op that caused it */
-        cudaError_t ce = cudaDeviceSynchronize();
+        cudaError_t ce = cudaStreamSynchronize(g_stream);
         if (ce != cudaSuccess)
             return kn_set_error(KN_ERR_BACKEND, "cuda backend: %s failed: %s", kn_op_name(t->op), cudaGetErrorString(ce));
     }
@@ -180,6 +255,25 @@ static void cu_init(void) {
         g_init_st = KN_ERR_UNSUPPORTED;
         return;
     }
+    /* probe the GEMM paths now, while no work is queued (the wgmma probe
+     * runs a kernel on the legacy stream) */
+    kn_cuda_gemm_bf16_uses_wgmma();
+    kn_cuda_gemm_tc_available();
+    if ((ce = cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot create a stream: %s", cudaGetErrorString(ce));
+        g_init_st = KN_ERR_BACKEND;
+        return;
+    }
+    for (int i = 0; i < 2; i++) {
+        if ((ce = cudaHostAlloc((void **)&g_stage.buf[i], KN_STAGE_BYTES, cudaHostAllocDefault)) != cudaSuccess ||
+            (ce = cudaEventCreateWithFlags(&g_stage.ev[i], cudaEventDisableTiming)) != cudaSuccess) {
+            cudaGetLastError();
+            snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot set up pinned staging buffers (%zu bytes): %s",
+                     KN_STAGE_BYTES, cudaGetErrorString(ce));
+            g_init_st = KN_ERR_BACKEND;
+            return;
+        }
+    }
     const char *lim = getenv("KN_CUDA_POOL_MB");
     size_t limit = lim ? (size_t)strtoull(lim, NULL, 10) << 20 : 0;
     if (kn_cuda_pool_new(&g_pool, limit) != KN_OK) {
@@ -188,7 +282,8 @@ static void cu_init(void) {
         return;
     }
     void *p = NULL;
-    if (kn_cuda_pool_alloc(g_pool, sizeof(kn_cu_err), &p) != KN_OK || cudaMemset(p, 0, sizeof(kn_cu_err)) != cudaSuccess) {
+    if (kn_cuda_pool_alloc(g_pool, sizeof(kn_cu_err), &p) != KN_OK || cudaMemsetAsync(p, 0, sizeof(kn_cu_err), g_stream) != cudaSuccess ||
+        cudaStreamSynchronize(g_stream) != cudaSuccess) {
         snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot set up device memory: %s", kn_last_error());
         g_init_st = KN_ERR_BACKEND;
         return;

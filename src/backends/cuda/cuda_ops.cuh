@@ -148,9 +148,17 @@ __device__ __forceinline__ double kn_dblock_max(double v, double *sh) {  /* NaN 
     return v;
 }
 
-/* ---- host side: temporaries, errors, family entry points ---------------------- */
-/* Device scratch from the backend's pool (stream-ordered on the default
- * stream, so release right after the last launch that uses it is safe). */
+/* ---- host side: stream, transfers, temporaries, errors, family entry points ---- */
+/* The backend's one non-blocking stream: every launch, memset and copy of
+ * the backend goes to it (launches: <<<grid, block, smem, kn_cu_stream()>>>;
+ * the kn_cuda_* kernels get it as their stream argument). */
+cudaStream_t kn_cu_stream(void);
+/* Host <-> device copies on that stream through the pinned staging buffers;
+ * kn_cu_h2d returns once queued (host memory reusable), kn_cu_d2h once done. */
+kn_status kn_cu_h2d(void *dst, const void *host, size_t n);
+kn_status kn_cu_d2h(void *host, const void *src, size_t n);
+/* Device scratch from the backend's pool (stream-ordered on kn_cu_stream(),
+ * so release right after the last launch that uses it is safe). */
 kn_status kn_cu_tmp(size_t bytes, void **p);
 void kn_cu_tmp_free(void *p);
 
@@ -173,6 +181,16 @@ __device__ __forceinline__ void kn_cu_err_set(kn_cu_err *e, int code, int dim, d
 kn_status kn_cu_store_all(const kn_tview *y, const double *acc, int64_t n);
 /* Load the view x (row-major order) into a double buffer acc[n]. */
 kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n);
+
+/* Same-dtype gather of 2- or 4-byte elements into a contiguous dst[n]:
+ * element i, unravelled row-major over ne[nd], sits at coordinates c; with
+ * j = c - lo (lo NULL: 0), dst[i] = src[sum j*st] when 0 <= j < sne in every
+ * dim (sne NULL: no bounds), else the bit pattern fill. Index math in
+ * 32 bits and no conversion through double: the permute copies and
+ * constant pads of a training step. KN_ERR_UNSUPPORTED (no message) when
+ * n or an extent does not fit 32 bits, or esize is not 2 or 4. */
+kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
+                            const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n);
 
 kn_status kn_cu_create(const kn_exec *e);
 kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */

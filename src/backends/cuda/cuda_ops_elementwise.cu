@@ -3,6 +3,7 @@
  * Same formulas as src/backends/ref/ref_elementwise.c, in double. */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
+#include <string.h>
 
 /* Drop size-1 dims and merge dims that are contiguous in every view (all
  * views share the extents ne). Cuts the per-element index arithmetic. */
@@ -92,7 +93,8 @@ static kn_status randperm(const kn_exec *e, int64_t n) {
         kn_tview s = e->src[0];
         size_t ts = kn_dtype_get(s.dtype)->type_size;
         char buf[8];
-        KN_CUDA_TRY(cudaMemcpy(buf, s.data, ts, cudaMemcpyDeviceToHost));
+        kn_status cs = kn_cu_d2h(buf, s.data, ts);
+        if (cs) return cs;
         o = kn_load(s.dtype, buf, 0);
         seed += (uint64_t)o * 0x9E3779B97F4A7C15ull;
     }
@@ -109,8 +111,7 @@ static kn_status randperm(const kn_exec *e, int64_t n) {
     free(a);
     double *dv = NULL;
     kn_status st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&dv);
-    if (!st && cudaMemcpy(dv, h, sizeof(double) * (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess)
-        st = kn_set_error(KN_ERR_BACKEND, "randperm: cudaMemcpy to the device failed");
+    if (!st) st = kn_cu_h2d(dv, h, sizeof(double) * (size_t)n);
     free(h);
     if (!st) st = kn_cu_store_all(&e->dst, dv, n);
     kn_cu_tmp_free(dv);
@@ -122,12 +123,12 @@ kn_status kn_cu_create(const kn_exec *e) {
     int64_t n = kn_tview_numel(&e->dst);
     switch (t->op) {
     case KN_OP_FILL: case KN_OP_ARANGE: case KN_OP_EYE:
-        k_create<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_create<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     case KN_OP_RAND: {
         kn_dview off = e->nsrc > 0 ? kn_dv(&e->src[0]) : kn_dv(&e->dst);
-        k_rand<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), n, (int)t->p.rand.kind, t->p.rand.a, t->p.rand.b,
+        k_rand<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), n, (int)t->p.rand.kind, t->p.rand.a, t->p.rand.b,
                                              t->p.rand.seed, off, e->nsrc > 0);
         KN_CUDA_LAUNCHED();
         return KN_OK;
@@ -157,7 +158,66 @@ __global__ void k_where(kn_dview d, kn_dview c, kn_dview a, kn_dview b, int64_t 
         kn_dput(d, kn_doff(d, i), kn_dget(c, kn_doff(c, i)) != 0 ? kn_dget(a, kn_doff(a, i)) : kn_dget(b, kn_doff(b, i)));
 }
 
-/* dst = src converted; same-dtype contiguous copies are a cudaMemcpy */
+/* kn_cu_gather_bits (cuda_ops.cuh): one thread per dst element, 32-bit
+ * division over at most KN_MAX_DIMS extents (the generic kernel's 64-bit
+ * divisions and double round trip made a [B,T,H,D] permute copy compute
+ * bound at ~0.5 TB/s) */
+struct gather_geo {
+    int nd;
+    uint32_t ne[KN_MAX_DIMS], sne[KN_MAX_DIMS];
+    int32_t lo[KN_MAX_DIMS];
+    int64_t st[KN_MAX_DIMS];
+};
+template <typename T, bool BOUNDS>
+__global__ void k_gather_bits(T *__restrict__ d, const T *__restrict__ s, gather_geo g, uint32_t n, T fill) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t r = i;
+        int64_t off = 0;
+        bool in = true;
+#pragma unroll
+        for (int k = KN_MAX_DIMS - 1; k >= 0; k--) {
+            if (k >= g.nd) continue;
+            uint32_t c = r % g.ne[k];
+            r /= g.ne[k];
+            if (BOUNDS) {
+                int32_t j = (int32_t)c - g.lo[k];
+                in = in && j >= 0 && (uint32_t)j < g.sne[k];
+                off += (int64_t)j * g.st[k];
+            } else {
+                off += (int64_t)c * g.st[k];
+            }
+        }
+        d[i] = in ? s[off] : fill;
+    }
+}
+kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
+                            const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n) {
+    if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || getenv("KN_CUDA_GENERIC")) return KN_ERR_UNSUPPORTED;
+    gather_geo g;
+    memset(&g, 0, sizeof g);
+    g.nd = nd;
+    for (int k = 0; k < nd; k++) {
+        if (ne[k] <= 0 || ne[k] > INT32_MAX || (lo && (lo[k] > INT32_MAX || lo[k] < -INT32_MAX)) || (sne && sne[k] > INT32_MAX))
+            return KN_ERR_UNSUPPORTED;
+        g.ne[k] = (uint32_t)ne[k]; g.st[k] = st[k];
+        g.lo[k] = lo ? (int32_t)lo[k] : 0; g.sne[k] = sne ? (uint32_t)sne[k] : (uint32_t)ne[k];
+    }
+    bool bounds = lo || sne;
+    unsigned blocks = kn_blocks(n);
+    cudaStream_t s = kn_cu_stream();
+    if (esize == 4) {
+        if (bounds) k_gather_bits<uint32_t, true><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
+        else k_gather_bits<uint32_t, false><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
+    } else {
+        if (bounds) k_gather_bits<uint16_t, true><<<blocks, KN_THREADS, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, g, (uint32_t)n, (uint16_t)fill);
+        else k_gather_bits<uint16_t, false><<<blocks, KN_THREADS, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, g, (uint32_t)n, (uint16_t)fill);
+    }
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* dst = src converted; same-dtype contiguous copies are a cudaMemcpy, other
+ * same-dtype copies of 2/4-byte elements into a contiguous dst a gather */
 static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
     kn_tview d = *dst, s = *src;
     int64_t n = kn_tview_numel(&d);
@@ -168,10 +228,14 @@ static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
     if (same) collapse(vv, 2);
     else { collapse(vv, 1); collapse(vv + 1, 1); }   /* a reshaping copy: each view keeps its row-major order */
     if (d.dtype == s.dtype && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s)) {
-        KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, 0));
+        KN_CUDA_TRY(cudaMemcpyAsync(d.data, s.data, kn_dtype_nbytes(d.dtype, n), cudaMemcpyDeviceToDevice, kn_cu_stream()));
         return KN_OK;
     }
-    k_copy<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n);
+    if (d.dtype == s.dtype && kn_tview_is_contiguous(&d)) {
+        kn_status st = kn_cu_gather_bits(d.data, s.data, (int)kn_dtype_get(d.dtype)->type_size, s.ndim, s.ne, s.st, NULL, NULL, 0, n);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
+    k_copy<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&s), n);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -196,7 +260,7 @@ kn_status kn_cu_copy(const kn_exec *e) {
     }
     case KN_OP_TRI: {
         int64_t R = d->ne[d->ndim - 2], C = d->ne[d->ndim - 1];
-        k_tri<<<kn_blocks(n), KN_THREADS>>>(kn_dv(d), kn_dv(&e->src[0]), n, R, C, t->p.tri.k, t->p.tri.upper);
+        k_tri<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(d), kn_dv(&e->src[0]), n, R, C, t->p.tri.k, t->p.tri.upper);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
@@ -207,7 +271,7 @@ kn_status kn_cu_copy(const kn_exec *e) {
         kn_tview b = kn_tview_broadcast(&e->src[2], d->ndim, d->ne);
         kn_tview *vv[4] = {&dd, &c, &a, &b};
         collapse(vv, 4);
-        k_where<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&dd), kn_dv(&c), kn_dv(&a), kn_dv(&b), n);
+        k_where<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&dd), kn_dv(&c), kn_dv(&a), kn_dv(&b), n);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
@@ -289,9 +353,9 @@ kn_status kn_cu_unary(const kn_exec *e) {
     kn_tview *vv[2] = {&d, &s};
     collapse(vv, 2);
     if (d.dtype == KN_F32 && s.dtype == KN_F32 && kn_tview_is_contiguous(&d) && kn_tview_is_contiguous(&s))
-        k_unary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)s.data, n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_unary_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)s.data, n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
     else
-        k_unary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&s), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
+        k_unary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&s), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -418,17 +482,17 @@ kn_status kn_cu_binary(const kn_exec *e) {
         }
         if (d.ndim >= 1 && d.ne[d.ndim - 1] % 4 == 0 && vec4_ok(&d, true) && vec4_ok(&a, false) && vec4_ok(&b, false)) {
             int ng = (int)(n / 4);
-            k_binary_f32x4<<<kn_blocks(ng), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+            k_binary_f32x4<<<kn_blocks(ng), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
                                                           ng, (int)t->op, a.st[d.ndim - 1] == 1, b.st[d.ndim - 1] == 1);
             KN_CUDA_LAUNCHED();
             return KN_OK;
         }
-        k_binary_f32<<<kn_blocks(n), KN_THREADS>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
+        k_binary_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>((float *)d.data, (const float *)a.data, (const float *)b.data, g,
                                                    (int)n, (int)t->op);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
-    k_binary<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
+    k_binary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
     KN_CUDA_LAUNCHED();
     return intdiv ? kn_cu_err_check("fmod") : KN_OK;
 }

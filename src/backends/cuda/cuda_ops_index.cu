@@ -6,6 +6,7 @@
  * index_copy keep the last value in row-major order of the index (a winner
  * pass picks it, so the result does not depend on thread timing). */
 #include "backends/cuda/cuda_ops.cuh"
+#include <string.h>
 
 __device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin, int64_t *c) {
     for (int d = ndim - 1; d >= 0; d--) { c[d] = ne[d] ? lin % ne[d] : 0; lin = ne[d] ? lin / ne[d] : 0; }
@@ -59,7 +60,7 @@ static kn_status cu_cat(const kn_exec *e) {
         const kn_tview *s = &e->src[k];
         int64_t n = kn_tview_numel(s);
         if (n) {
-            k_cat<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(s), d, base, n);
+            k_cat<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(s), d, base, n);
             KN_CUDA_LAUNCHED();
         }
         base += s->ne[d];
@@ -92,7 +93,19 @@ static kn_status cu_pad(const kn_exec *e) {
     p.mode = (int)t->p.pad.mode;
     p.value = t->p.pad.value;
     int64_t n = kn_tview_numel(&e->dst);
-    k_pad<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), p, n);
+    const kn_tview *y = &e->dst, *x = &e->src[0];
+    /* constant pad of f32 into a contiguous dst (the gradient of a slice):
+     * a bounded gather, 32-bit index math, no double round trip */
+    if (p.mode == KN_PAD_CONSTANT && y->dtype == KN_F32 && x->dtype == KN_F32 && kn_tview_is_contiguous(y) && y->ndim == x->ndim) {
+        int64_t lo[KN_MAX_DIMS];
+        for (int d = 0; d < y->ndim; d++) lo[d] = p.pad[2 * (y->ndim - 1 - d)];
+        float v = (float)p.value;
+        uint32_t bits;
+        memcpy(&bits, &v, 4);
+        kn_status st = kn_cu_gather_bits(y->data, x->data, 4, y->ndim, y->ne, x->st, lo, x->ne, bits, n);
+        if (st != KN_ERR_UNSUPPORTED) return st;
+    }
+    k_pad<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), p, n);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -114,7 +127,7 @@ static kn_status cu_gather(const kn_exec *e) {
     kn_status st = check_extents("gather", iv, x, d, "x");
     if (st) return st;
     int64_t n = kn_tview_numel(y);
-    k_gather<<<kn_blocks(n), KN_THREADS>>>(kn_dv(y), kn_dv(x), kn_dv(iv), d, n, kn_cu_err_dev());
+    k_gather<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(x), kn_dv(iv), d, n, kn_cu_err_dev());
     KN_CUDA_LAUNCHED();
     return kn_cu_err_check("gather");
 }
@@ -150,10 +163,10 @@ static kn_status cu_scatter(const kn_exec *e, bool add) {
     if (!add && (st = kn_cu_tmp(sizeof(long long) * (size_t)n, (void **)&win))) { kn_cu_tmp_free(acc); return st; }
     st = kn_cu_load_all(x, acc, n);
     if (!st && m > 0) {
-        if (win && cudaMemsetAsync(win, 0xff, sizeof(long long) * (size_t)n, 0) != cudaSuccess)
+        if (win && cudaMemsetAsync(win, 0xff, sizeof(long long) * (size_t)n, kn_cu_stream()) != cudaSuccess)
             st = kn_set_error(KN_ERR_BACKEND, "%s: cudaMemsetAsync failed", op);
         for (int pass = add ? 0 : 1; !st && pass <= (add ? 0 : 2); pass++) {
-            k_scatter<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, pass, acc, win, kn_cu_err_dev());
+            k_scatter<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, pass, acc, win, kn_cu_err_dev());
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", op);
             if (!st && pass <= 1) st = kn_cu_err_check(op);
         }
@@ -177,7 +190,7 @@ __global__ void k_index_select(kn_dview y, kn_dview x, kn_dview iv, int d, int64
 }
 static kn_status cu_index_select(const kn_exec *e) {
     int64_t n = kn_tview_numel(&e->dst);
-    k_index_select<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), kn_dv(&e->src[1]),
+    k_index_select<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), kn_dv(&e->src[1]),
                                                   e->node->p.axis.dim, n, kn_cu_err_dev());
     KN_CUDA_LAUNCHED();
     return kn_cu_err_check("index_select");
@@ -205,7 +218,7 @@ static kn_status cu_index_add(const kn_exec *e) {
     if ((st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&acc))) return st;
     st = kn_cu_load_all(x, acc, n);
     if (!st && m > 0) {
-        k_index_add<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, acc, kn_cu_err_dev());
+        k_index_add<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, acc, kn_cu_err_dev());
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_add: kernel launch failed");
         if (!st) st = kn_cu_err_check("index_add");
     }
@@ -249,14 +262,14 @@ static kn_status cu_index_copy(const kn_exec *e) {
     if (!st) st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);
     if (!st) st = kn_cu_tmp(sizeof(int) * (size_t)k, (void **)&dup);
     if (!st) {
-        k_ic_pos<<<kn_blocks(k), KN_THREADS>>>(kn_dv(iv), k, d, y->ne[d], pos, kn_cu_err_dev());
+        k_ic_pos<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, kn_cu_err_dev());
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
         if (!st) st = kn_cu_err_check("index_copy");
     }
     if (!st && m > 0) {
         st = kn_cu_load_all(s, val, m);
-        k_ic_dup<<<kn_blocks(k), KN_THREADS>>>(pos, k, dup);
-        k_ic_write<<<kn_blocks(m), KN_THREADS>>>(kn_dv(y), kn_dv(s), d, m, val, pos, dup);
+        k_ic_dup<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(pos, k, dup);
+        k_ic_write<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, val, pos, dup);
         if (!st && cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
     }
     kn_cu_tmp_free(val);

@@ -1,9 +1,10 @@
 /* cuda_ops_nn.cu: softmax, norms, convolution, pooling, attention and rope
  * on the GPU. Same formulas as src/backends/ref/ref_nn.c (double
  * arithmetic); row ops run one block per row, the rest one thread per
- * output element (direct loops). Fast paths: kn_cuda_softmax_f32 and the
- * f32 layer/RMS norm kernels when the layouts are dense rows, and f32
- * attention through batched SGEMMs (sdpa_f32).
+ * output element (direct loops). Fast paths: kn_cuda_softmax_f32/_bf16,
+ * the f32 layer/RMS norm kernels and the bf16 RMS norm (f32 weight) when
+ * the layouts are dense rows, and f32 attention through batched SGEMMs
+ * (sdpa_f32).
  * Letters: N batch, C/O channels, H/W spatial, KH/KW kernel, g groups,
  * T positions, D head dim. */
 #include "backends/cuda/cuda_ops.cuh"
@@ -63,8 +64,12 @@ static kn_status cu_softmax(const kn_exec *e) {
     if (rows == 0) return KN_OK;
     if (!logsm && x->dtype == KN_F32 && y->dtype == KN_F32 && d == x->ndim - 1 && kn_tview_is_contiguous(x) &&
         kn_tview_is_contiguous(y) && !getenv("KN_CUDA_GENERIC"))
-        return kn_cuda_softmax_f32((float *)y->data, (const float *)x->data, rows, n, NULL);
-    k_softmax<<<row_blocks(rows), KN_THREADS>>>(kn_dv(x), kn_dv(y), d, rows, n, logsm);
+        return kn_cuda_softmax_f32((float *)y->data, (const float *)x->data, rows, n, kn_cu_stream());
+    /* bf16 rows: the kernel reads bf16, computes in f32 and rounds once on store */
+    if (!logsm && x->dtype == KN_BF16 && y->dtype == KN_BF16 && d == x->ndim - 1 && kn_tview_is_contiguous(x) &&
+        kn_tview_is_contiguous(y) && rows <= INT32_MAX && !getenv("KN_CUDA_GENERIC"))
+        return kn_cuda_softmax_bf16((uint16_t *)y->data, (const uint16_t *)x->data, rows, n, kn_cu_stream());
+    k_softmax<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), d, rows, n, logsm);
     LAUNCHED_OK();
 }
 
@@ -104,12 +109,17 @@ static kn_status cu_layer_rms_norm(const kn_exec *e) {
         M <= INT32_MAX && !getenv("KN_CUDA_GENERIC")) {
         if (layer)
             return kn_cuda_layernorm_fwd((float *)y->data, NULL, NULL, (const float *)x->data, (const float *)e->src[1].data,
-                                         hb ? (const float *)e->src[2].data : NULL, rows, M, (float)t->p.norm.eps, NULL);
+                                         hb ? (const float *)e->src[2].data : NULL, rows, M, (float)t->p.norm.eps, kn_cu_stream());
         return kn_cuda_rmsnorm_fwd((float *)y->data, NULL, (const float *)x->data, (const float *)e->src[1].data, rows, M,
-                                   (float)t->p.norm.eps, NULL);
+                                   (float)t->p.norm.eps, kn_cu_stream());
     }
+    /* RMS norm of bf16 rows with an f32 weight (bf16 activations, f32 master weights) */
+    if (!layer && hw && x->dtype == KN_BF16 && y->dtype == KN_BF16 && kn_tview_is_contiguous(x) && kn_tview_is_contiguous(y) &&
+        dense_f32(&e->src[1]) && M <= INT32_MAX && rows <= INT32_MAX && !getenv("KN_CUDA_GENERIC"))
+        return kn_cuda_rmsnorm_fwd_bf16((uint16_t *)y->data, NULL, (const uint16_t *)x->data, (const float *)e->src[1].data,
+                                        rows, M, (float)t->p.norm.eps, kn_cu_stream());
     kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
-    k_lrnorm<<<row_blocks(rows), KN_THREADS>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, layer, rows, M, t->p.norm.eps);
+    k_lrnorm<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, layer, rows, M, t->p.norm.eps);
     LAUNCHED_OK();
 }
 
@@ -147,7 +157,7 @@ static kn_status cu_group_batch_norm(const kn_exec *e) {
     if (nsets == 0 || S == 0) return KN_OK;
     bool hw = HAS(1), hb = HAS(2);
     kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
-    k_gbnorm<<<row_blocks(nsets), KN_THREADS>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, bn, nsets, M, C, S, t->p.norm.eps);
+    k_gbnorm<<<row_blocks(nsets), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, bn, nsets, M, C, S, t->p.norm.eps);
     LAUNCHED_OK();
 }
 
@@ -231,15 +241,15 @@ static kn_status cu_conv(const kn_exec *e) {
     int64_t n = kn_tview_numel(y);
     conv_p p = conv_of(t);
     if (t->op == KN_OP_CONV2D_BWD_W) {
-        k_conv2d_bwd_w<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), kn_dv(y), p, n);
+        k_conv2d_bwd_w<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), kn_dv(y), p, n);
         LAUNCHED_OK();
     }
     bool hb = HAS(2);
     kn_dview b = hb ? kn_dv(&e->src[2]) : kn_dv(y);
     if (t->op == KN_OP_CONV2D)
-        k_conv2d<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
+        k_conv2d<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
     else
-        k_conv_t2d<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
+        k_conv_t2d<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->src[0]), kn_dv(&e->src[1]), b, hb, kn_dv(y), p, n);
     LAUNCHED_OK();
 }
 
@@ -346,17 +356,17 @@ static kn_status cu_pool(const kn_exec *e) {
     int64_t n = g.planes * g.OH * g.OW;
     if (!bwd) {
         if (n == 0) return KN_OK;
-        k_pool<<<kn_blocks(n), KN_THREADS>>>(kn_dv(in), kn_dv(out), g, kind, NULL);
+        k_pool<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(in), kn_dv(out), g, kind, NULL);
         LAUNCHED_OK();
     }
     int64_t nin = g.planes * g.H * g.W;
     double *acc = NULL;
     kn_status st = kn_cu_tmp(sizeof(double) * (size_t)(nin ? nin : 1), (void **)&acc);
     if (st) return st;
-    if (cudaMemsetAsync(acc, 0, sizeof(double) * (size_t)nin, 0) != cudaSuccess)
+    if (cudaMemsetAsync(acc, 0, sizeof(double) * (size_t)nin, kn_cu_stream()) != cudaSuccess)
         st = kn_set_error(KN_ERR_BACKEND, "%s: cudaMemsetAsync failed", kn_op_name(t->op));
     if (!st && n > 0) {
-        k_pool<<<kn_blocks(n), KN_THREADS>>>(kn_dv(in), kn_dv(out), g, kind, acc);
+        k_pool<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(in), kn_dv(out), g, kind, acc);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(t->op));
     }
     if (!st) st = kn_cu_store_all(&e->dst, acc, nin);
@@ -454,13 +464,13 @@ static kn_status sdpa_f32(const kn_exec *e) {
         const float *qp = (const float *)q->data + b0 * q->st[0], *kp = (const float *)k->data + b0 * k->st[0];
         const float *vp = (const float *)v->data + b0 * v->st[0];
         float *yp = (float *)y->data + b0 * y->st[0];
-        st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, NULL);
+        st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, kn_cu_stream());
         if (!st) {
             int64_t blocks = (rows + 7) / 8;            /* 8 warps a block, a warp a row */
-            k_softmax_rows_f32<<<(unsigned)blocks, 256>>>(s, rows, Tq, Tk, causal);
+            k_softmax_rows_f32<<<(unsigned)blocks, 256, 0, kn_cu_stream()>>>(s, rows, Tq, Tk, causal);
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: softmax launch failed");
         }
-        if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, Dv, Tk, 1.f, s, Tk, vp, ldv, 0.f, yp, ldy, &pv, NULL);
+        if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, Dv, Tk, 1.f, s, Tk, vp, ldv, 0.f, yp, ldy, &pv, kn_cu_stream());
     }
     kn_cu_tmp_free(s);
     return st;
@@ -478,7 +488,7 @@ static kn_status cu_sdpa(const kn_exec *e) {
     double *s = NULL;
     kn_status st = kn_cu_tmp(sizeof(double) * (size_t)blocks * (size_t)(Tk ? Tk : 1), (void **)&s);
     if (st) return st;
-    k_sdpa<<<blocks, KN_THREADS>>>(kn_dv(q), kn_dv(k), kn_dv(&e->src[2]), kn_dv(&e->dst), e->node->p.sdpa.causal,
+    k_sdpa<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(q), kn_dv(k), kn_dv(&e->src[2]), kn_dv(&e->dst), e->node->p.sdpa.causal,
                                     e->node->p.sdpa.scale, s, nrows);
     if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: kernel launch failed");
     kn_cu_tmp_free(s);
@@ -518,7 +528,7 @@ static kn_status cu_rope(const kn_exec *e) {
     int64_t n = rows * T * (n_rot / 2 + (D - n_rot));
     if (n == 0) return KN_OK;
     bool has_ff = e->nsrc > 2;
-    k_rope<<<kn_blocks(n), KN_THREADS>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]), has_ff,
+    k_rope<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]), has_ff,
                                           kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox, t->p.rope.theta,
                                           t->p.rope.freq_scale);
     LAUNCHED_OK();

@@ -2,8 +2,11 @@
  * GPU. Reductions run one block per output element (threads stride over the
  * reduced index space, double accumulation, block-wide combine) with the
  * NaN rules of src/backends/ref/ref_reduce.c. Matmul takes kn_cuda_sgemm_batched
- * for f32 plain/transposed matrices (all batch entries in one launch), a
- * generic kernel otherwise. */
+ * for f32 plain/transposed matrices (all batch entries in one launch), the
+ * tensor-core kernels for bf16 x bf16 and f16 x f16 (matmul_tc), the GEMV
+ * kernels for one f32 row times a dense f32 or bf16 weight used transposed
+ * (decode), a generic double kernel otherwise (f64, integers, other mixed
+ * operand dtypes, zero strides). */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +178,21 @@ __global__ void k_sum_finish(const double *part, int S, int64_t nout, kn_dview d
     }
 }
 
+/* many outputs, each a sum over one unit-stride dim of f32 (a row mean of
+ * [B,T,C] over C, a softmax-gradient row sum): a warp per output, f32 loads,
+ * double accumulation like the reference. k_reduce gave each such row a
+ * whole 256-thread block and 64-bit index math per element. */
+__global__ void k_sum_rows_warp(const float *x, red_geo g, int64_t nout, int64_t nred, kn_dview d, int mean) {
+    int64_t o = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (o >= nout) return;
+    const float *row = x + sub_off(g.nk, g.kne, g.kst, o);
+    double acc = 0;
+    for (int64_t j = lane; j < nred; j += 32) acc += row[j];
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) kn_dput(d, kn_doff(d, o), mean ? acc / (double)nred : acc);
+}
+
 /* KN_ERR_UNSUPPORTED: not one of the two cases; k_reduce runs instead */
 static kn_status sum_spread(const kn_exec *e, const red_geo *g, int64_t nout, int64_t nred) {
     const kn_tview *x = &e->src[0], *d = &e->dst;
@@ -197,12 +215,12 @@ static kn_status sum_spread(const kn_exec *e, const red_geo *g, int64_t nout, in
         if (st) return st;
     }
     dim3 grid((unsigned)bx, (unsigned)S);
-    if (cols) k_sum_cols<<<grid, dim3(RC_W, RC_H)>>>(kn_dv(x), kn_dv(d), *g, nout, nred, slice, mean, part);
-    else k_sum_rows_part<<<grid, KN_THREADS>>>(kn_dv(x), *g, nred, slice, nout, part);
+    if (cols) k_sum_cols<<<grid, dim3(RC_W, RC_H), 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(d), *g, nout, nred, slice, mean, part);
+    else k_sum_rows_part<<<grid, KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), *g, nred, slice, nout, part);
     kn_status st = KN_OK;
     if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(e->node->op));
     if (!st && part) {
-        k_sum_finish<<<kn_blocks(nout), KN_THREADS>>>(part, (int)S, nout, kn_dv(d), mean, nred);
+        k_sum_finish<<<kn_blocks(nout), KN_THREADS, 0, kn_cu_stream()>>>(part, (int)S, nout, kn_dv(d), mean, nred);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", kn_op_name(e->node->op));
     }
     kn_cu_tmp_free(part);
@@ -229,12 +247,19 @@ kn_status kn_cu_reduce(const kn_exec *e) {
     for (int i = 0; i < g.nk; i++) nout *= g.kne[i];
     for (int i = 0; i < g.nr; i++) nred *= g.rne[i];
     if (nout == 0) return KN_OK;
+    if ((t->op == KN_OP_SUM || t->op == KN_OP_MEAN) && x->dtype == KN_F32 && g.nr == 1 && g.rst[0] == 1 &&
+        nout >= RED_TARGET_BLOCKS && nout / 8 < INT32_MAX && nred <= 8192 && !getenv("KN_CUDA_GENERIC")) {
+        k_sum_rows_warp<<<(unsigned)((nout + 7) / 8), 256, 0, kn_cu_stream()>>>((const float *)x->data, g, nout, nred, kn_dv(d),
+                                                                               t->op == KN_OP_MEAN);
+        KN_CUDA_LAUNCHED();
+        return KN_OK;
+    }
     if (t->op == KN_OP_SUM || t->op == KN_OP_MEAN) {
         kn_status st = sum_spread(e, &g, nout, nred);
         if (st != KN_ERR_UNSUPPORTED) return st;
     }
     unsigned blocks = nout > 65536 ? 65536u : (unsigned)nout;
-    k_reduce<<<blocks, KN_THREADS>>>(kn_dv(x), kn_dv(d), g, nout, nred, (int)t->op, t->p.reduce.correction, t->p.reduce.p);
+    k_reduce<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(d), g, nout, nred, (int)t->op, t->p.reduce.correction, t->p.reduce.p);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -264,7 +289,7 @@ kn_status kn_cu_scan(const kn_exec *e) {
     for (int i = 0; i < x->ndim; i++)
         if (i != dim) { g.kne[n] = x->ne[i]; g.kst[n] = x->st[i]; g.rst[n] = d->st[i]; lines *= x->ne[i]; n++; }
     if (lines == 0) return KN_OK;
-    k_scan<<<kn_blocks(lines), 128>>>(kn_dv(x), kn_dv(d), n, g, lines, x->ne[dim], x->st[dim], d->st[dim], t->op == KN_OP_CUMPROD);
+    k_scan<<<kn_blocks(lines), 128, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(d), n, g, lines, x->ne[dim], x->st[dim], d->st[dim], t->op == KN_OP_CUMPROD);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
@@ -328,13 +353,48 @@ static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t 
     if (st) return st;
     /* slice s reads columns [s*kc, (s+1)*kc) of op(A) and rows of op(B) */
     kn_cuda_gemm_batch bt = {1, {S}, {ta ? kc * lda : kc}, {tb ? kc : kc * ldb}, {M * N}};
-    st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, A, lda, B, ldb, 0.0f, part, N, &bt, NULL);
+    st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, A, lda, B, ldb, 0.0f, part, N, &bt, kn_cu_stream());
     if (!st) {
-        k_split_k_sum<<<kn_blocks(M * N), KN_THREADS>>>(part, (int)S, M, N, C, ldc);
+        k_split_k_sum<<<kn_blocks(M * N), KN_THREADS, 0, kn_cu_stream()>>>(part, (int)S, M, N, C, ldc);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul: split-K sum launch failed");
     }
     kn_cu_tmp_free(part);
     return st;
+}
+
+/* Fold the batch into M when B is shared by every entry and the rows of A
+ * and C continue from one entry to the next with the same stride (x @ W^T
+ * for x [B,T,C] contiguous): one GEMM of batch*M rows instead of a batch. */
+static bool fold_batch(const kn_cuda_gemm_batch *bt, bool ta, int64_t M, int64_t lda, int64_t ldc, int64_t *Mf) {
+    if (ta) return bt->nb == 0 ? (*Mf = M, true) : false;
+    int64_t ra = M * lda, rc = M * ldc, rows = M;
+    for (int i = bt->nb - 1; i >= 0; i--) {
+        if (bt->sb[i] != 0 || bt->sa[i] != ra || bt->sc[i] != rc) return false;
+        ra *= bt->ne[i]; rc *= bt->ne[i]; rows *= bt->ne[i];
+    }
+    *Mf = rows;
+    return true;
+}
+
+/* bf16/f16 operands of one dtype on the tensor cores. On an sm_90a build
+ * and device, bf16 products that fit gemm_bf16_sm90.cu (A [M,K] and
+ * W [N,K] dense with K % 8 == 0, C bf16 [M,N] dense, batch foldable into
+ * M, enough 128x256 tiles to fill the GPU) take its wgmma kernel; the rest
+ * the mma.sync kernel of gemm_tc.cu (any layout the mat_layout test
+ * accepts, any batch strides, f32/f16/bf16 out). KN_CUDA_NO_WGMMA=1 keeps
+ * everything on mma.sync (to compare the two). */
+#define WGMMA_MIN_TILES 66
+static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const kn_tview *a, int64_t lda,
+                           const kn_tview *b, int64_t ldb, const kn_tview *d, int64_t ldc, const kn_cuda_gemm_batch *bt) {
+    int64_t Mf = 0;
+    if (a->dtype == KN_BF16 && d->dtype == KN_BF16 && !ta && tb && lda == K && ldb == K && ldc == N && K % 8 == 0 &&
+        fold_batch(bt, ta, M, lda, ldc, &Mf) && kn_aligned16(a->data) && kn_aligned16(b->data) &&
+        ((Mf + 127) / 128) * ((N + 255) / 256) >= WGMMA_MIN_TILES && Mf <= 65535 * 128 && kn_cuda_gemm_bf16_uses_wgmma() &&
+        !getenv("KN_CUDA_NO_WGMMA"))
+        return kn_cuda_gemm_bf16(Mf, N, K, (const uint16_t *)a->data, (const uint16_t *)b->data, NULL, KN_CUDA_EPI_NONE,
+                                 (uint16_t *)d->data, kn_cu_stream());
+    return kn_cuda_gemm_tc(a->dtype, ta, tb, M, N, K, 1.0f, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, bt,
+                           kn_cu_stream());
 }
 
 kn_status kn_cu_matmul(const kn_exec *e) {
@@ -350,11 +410,26 @@ kn_status kn_cu_matmul(const kn_exec *e) {
     for (int i = 0; i < nb; i++) batch *= d->ne[i];
     bool ta, tb;
     int64_t lda, ldb;
-    bool fast = d->dtype == KN_F32 && a.dtype == KN_F32 && b.dtype == KN_F32 && K > 0 &&
-                (d->st[nb + 1] == 1 || N == 1) && (d->st[nb] >= N || M == 1) &&
-                a.st[a.ndim - 1] != 0 && a.st[a.ndim - 2] != 0 && b.st[b.ndim - 1] != 0 && b.st[b.ndim - 2] != 0 &&
-                mat_layout(&a, &ta, &lda) && mat_layout(&b, &tb, &ldb) && !getenv("KN_CUDA_NO_SGEMM");
-    if (fast) {
+    /* a dense GEMM layout: every matrix stride nonzero, C rows unit-strided */
+    bool gemm_layout = K > 0 && (d->st[nb + 1] == 1 || N == 1) && (d->st[nb] >= N || M == 1) &&
+                       a.st[a.ndim - 1] != 0 && a.st[a.ndim - 2] != 0 && b.st[b.ndim - 1] != 0 && b.st[b.ndim - 2] != 0 &&
+                       mat_layout(&a, &ta, &lda) && mat_layout(&b, &tb, &ldb) && nb <= KN_CUDA_MAX_BATCH_DIMS;
+    bool f32 = d->dtype == KN_F32 && a.dtype == KN_F32 && b.dtype == KN_F32 && !getenv("KN_CUDA_NO_SGEMM");
+    /* bf16 x bf16 or f16 x f16 (mixed operand dtypes stay on the generic kernel) */
+    bool tc = (a.dtype == KN_BF16 || a.dtype == KN_F16) && b.dtype == a.dtype &&
+              (d->dtype == a.dtype || d->dtype == KN_F32) && kn_cuda_gemm_tc_available() && !getenv("KN_CUDA_NO_TC");
+    /* decode: one f32 row times a dense weight W [N,K] used transposed (f32
+     * or bf16 W, f32 out: the GEMV kernels, which read W once at full width) */
+    bool gemv = gemm_layout && M == 1 && batch == 1 && !ta && tb && ldb == K && a.dtype == KN_F32 && d->dtype == KN_F32 &&
+                (b.dtype == KN_F32 ? K % 4 == 0 : b.dtype == KN_BF16 && K % 8 == 0) && kn_aligned16(a.data) &&
+                kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX && K <= INT32_MAX &&
+                !getenv("KN_CUDA_NO_GEMV");
+    if (gemv) {
+        if (b.dtype == KN_F32)
+            return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+        return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+    }
+    if (gemm_layout && (f32 || tc)) {
         /* one batched launch: a loop of per-matrix launches left most of the
          * GPU idle for attention heads and per-sequence products */
         int64_t ldc = d->st[nb] > N ? d->st[nb] : N;
@@ -365,17 +440,18 @@ kn_status kn_cu_matmul(const kn_exec *e) {
             bt.ne[bt.nb] = d->ne[i]; bt.sa[bt.nb] = ab.st[i]; bt.sb[bt.nb] = bb.st[i]; bt.sc[bt.nb] = db.st[i];
             bt.nb++;
         }
+        if (tc) return matmul_tc(ta, tb, M, N, K, &a, lda, &b, ldb, d, ldc, &bt);
         if (bt.nb == 0) {
             kn_status st = matmul_split_k(ta, tb, M, N, K, (const float *)a.data, lda, (const float *)b.data, ldb,
                                           (float *)d->data, ldc);
             if (st != KN_ERR_UNSUPPORTED) return st;
         }
         return kn_cuda_sgemm_batched(ta, tb, M, N, K, 1.0f, (const float *)a.data, lda, (const float *)b.data, ldb,
-                                     0.0f, (float *)d->data, ldc, &bt, NULL);
+                                     0.0f, (float *)d->data, ldc, &bt, kn_cu_stream());
     }
     int64_t n = batch * M * N;
     if (n == 0) return KN_OK;
-    k_matmul<<<kn_blocks(n), KN_THREADS>>>(kn_dv(&a), kn_dv(&b), kn_dv(d), kn_dv(&ab), kn_dv(&bb), kn_dv(&db), batch, M, N, K);
+    k_matmul<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&a), kn_dv(&b), kn_dv(d), kn_dv(&ab), kn_dv(&bb), kn_dv(&db), batch, M, N, K);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }

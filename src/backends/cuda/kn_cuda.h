@@ -174,6 +174,19 @@ kn_status kn_cuda_pool_release(kn_cuda_pool *p, void *d_ptr);  /* NULL ok      *
 kn_status kn_cuda_pool_trim(kn_cuda_pool *p);   /* cudaFree all cached blocks   */
 void      kn_cuda_pool_get_stats(kn_cuda_pool *p, kn_cuda_pool_stats *s);
 
+/* ---- tensor-core GEMM for bf16/f16 operands (gemm_tc.cu, sm_80+) -----------------
+ * C[z] = alpha * op(A[z]) @ op(B[z]) over the batch (NULL: one GEMM); layouts and
+ * leading dimensions as kn_cuda_sgemm (elements), A and B both of dtype ab
+ * (KN_BF16 or KN_F16), C of c_dtype (KN_F32, KN_F16 or KN_BF16; C is not
+ * read). mma.sync m16n8k16 with fp32 accumulation; any M, N, K >= 1.
+ * KN_ERR_UNSUPPORTED on GPUs older than sm_80. */
+kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                          float alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+                          void *C, kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch,
+                          void *stream);
+/* 1 when kn_cuda_gemm_tc can run on the current device (compute capability >= 8.0). */
+int kn_cuda_gemm_tc_available(void);
+
 #ifdef __cplusplus
 }
 #endif

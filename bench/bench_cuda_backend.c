@@ -1,0 +1,176 @@
+/* bench_cuda_backend.c: matmul through the CUDA backend (a kn plan) against
+ * cuBLAS on the same GPU in the same run.
+ *
+ * Each case is C[M,N] = A[M,K] @ op(B) in bf16 or f16 (f32 accumulation):
+ * "NN" with B stored [K,N], "NT" with B stored [N,K] and used transposed
+ * (x @ W^T, a linear layer), optionally batched (attention scores). The kn
+ * side is one plan of R matmul nodes over the same inputs, so that one
+ * kn_plan_run (which ends with a stream sync) times R products; the time is
+ * the median over rounds of (wall time / R). cuBLAS (cublasGemmEx or its
+ * strided-batched form, CUBLAS_COMPUTE_32F, output in the operand dtype) is
+ * timed with events around R calls, median over rounds. Both read the same
+ * random inputs; the outputs are compared (relative Frobenius error).
+ * KN_CUDA_NO_WGMMA=1 is set for the rows marked "mma.sync" so that the NT
+ * bf16 shapes also show the mma.sync kernel.
+ *
+ *   make CUDA=1 && build/bench/bench_cuda_backend      (needs a GPU; plain builds print a skip line)
+ *
+ * Letters: M, N, K GEMM dims; Z batch entries.
+ */
+#include "kiln.h"
+#include <stdio.h>
+
+#ifndef KN_CUDA
+int main(void) {
+    printf("bench_cuda_backend: built without CUDA (make CUDA=1); skipped\n");
+    return 0;
+}
+#else
+#include "kiln_cuda.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#pragma GCC diagnostic pop
+
+#define R 10           /* products per timed plan run / per cuBLAS timing */
+#define ROUNDS 7
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
+}
+
+#define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define CB(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d: cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
+
+typedef struct { const char *name; kn_dtype dt; int64_t Z, M, N, K; bool nt; bool no_wgmma; } bcase;
+
+static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
+    int64_t Z = c->Z, M = c->M, N = c->N, K = c->K;
+    size_t na = (size_t)(Z * M * K), nb = (size_t)(Z * K * N), nc = (size_t)(Z * M * N);
+    float *ha = malloc(na * 4), *hb = malloc(nb * 4), *hk = malloc(nc * 4), *hcb = malloc(nc * 4);
+    uint16_t *h16 = malloc((na > nb ? (na > nc ? na : nc) : (nb > nc ? nb : nc)) * 2);
+    for (size_t i = 0; i < na; i++) ha[i] = frand();
+    for (size_t i = 0; i < nb; i++) hb[i] = frand();
+
+    /* ---- kn plan: R products of the same operands ---- */
+    kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu});
+    int64_t sa[3] = {Z, M, K}, sb[3] = {Z, c->nt ? N : K, c->nt ? K : N};
+    kn_tensor *a = Z > 1 ? kn_empty(g, c->dt, 3, sa) : kn_empty(g, c->dt, 2, sa + 1);
+    kn_tensor *b = Z > 1 ? kn_empty(g, c->dt, 3, sb) : kn_empty(g, c->dt, 2, sb + 1);
+    kn_tensor_write(a, ha, KN_F32);            /* rounds to the operand dtype */
+    kn_tensor_write(b, hb, KN_F32);
+    kn_tensor *bo = c->nt ? kn_transpose(g, b, -1, -2) : b;
+    kn_tensor *outs[R];
+    for (int r = 0; r < R; r++) outs[r] = kn_matmul(g, a, bo);
+    if (c->no_wgmma) setenv("KN_CUDA_NO_WGMMA", "1", 1);
+    kn_plan *p = kn_plan_new(g, R, outs, NULL);
+    double tk[ROUNDS];
+    int ok = p && kn_plan_run(p) == KN_OK;      /* warm-up */
+    for (int k = 0; ok && k < ROUNDS; k++) {
+        double t0 = now_s();
+        ok = kn_plan_run(p) == KN_OK;
+        tk[k] = (now_s() - t0) / R;
+    }
+    unsetenv("KN_CUDA_NO_WGMMA");
+    if (!ok) { printf("%-30s kn plan failed: %s\n", c->name, kn_last_error()); goto done; }
+    kn_tensor_read(outs[0], hk, KN_F32);
+
+    /* ---- cuBLAS on the same (rounded) values ---- */
+    cudaDataType_t ct = c->dt == KN_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    void *da, *db, *dc;
+    CK(cudaMalloc(&da, na * 2)); CK(cudaMalloc(&db, nb * 2)); CK(cudaMalloc(&dc, nc * 2));
+    kn_tensor_read(a, h16, c->dt); CK(cudaMemcpy(da, h16, na * 2, cudaMemcpyHostToDevice));
+    kn_tensor_read(b, h16, c->dt); CK(cudaMemcpy(db, h16, nb * 2, cudaMemcpyHostToDevice));
+    float one = 1.f, zero = 0.f;
+    /* row-major C = A op(B)  <=>  column-major C^T = op(B)^T A^T */
+    cublasOperation_t ob = c->nt ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int64_t ldb = c->nt ? K : N;
+#define GEMM() (Z > 1 ? cublasGemmStridedBatchedEx(h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, K * N, \
+                                                   da, ct, (int)K, M * K, &zero, dc, ct, (int)N, M * N, (int)Z, CUBLAS_COMPUTE_32F, \
+                                                   CUBLAS_GEMM_DEFAULT) \
+                      : cublasGemmEx(h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, da, ct, (int)K, &zero, \
+                                     dc, ct, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
+    CB(GEMM());
+    CK(cudaDeviceSynchronize());
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    double tb[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        CK(cudaEventRecord(e0, 0));
+        for (int r = 0; r < R; r++) CB(GEMM());
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        tb[k] = 1e-3 * ms / R;
+    }
+    CK(cudaMemcpy(h16, dc, nc * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < nc; i++) hcb[i] = (float)kn_load(c->dt, h16, (int64_t)i);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < nc; i++) { double d = (double)hk[i] - hcb[i]; num += d * d; den += (double)hcb[i] * hcb[i]; }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    double fl = 2.0 * (double)Z * M * N * K, mk = median(tk, ROUNDS), mb = median(tb, ROUNDS);
+    printf("%-30s %-5s %5lld %6lld %6lld %6lld %9.1f %9.1f %8.1f %8.1f %6.3f %9.2e %s\n", c->name, kn_dtype_name(c->dt),
+           (long long)Z, (long long)M, (long long)N, (long long)K, mk * 1e6, mb * 1e6, fl / mk * 1e-12, fl / mb * 1e-12, mb / mk,
+           rel, rel < 1e-2 && !isnan(rel) ? "ok" : "FAIL");
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dc));
+done:
+    kn_plan_free(p);
+    kn_ctx_free(g);
+    free(ha); free(hb); free(hk); free(hcb); free(h16);
+}
+
+int main(void) {
+    kn_backend *gpu = kn_backend_cuda();
+    if (!gpu) { printf("bench_cuda_backend: %s; skipped\n", kn_last_error()); return 0; }
+    struct cudaDeviceProp pr;
+    CK(cudaGetDeviceProperties(&pr, 0));
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    printf("bench_cuda_backend: %s (%d SMs); kn = median over %d plan runs of %d matmul nodes; cuBLAS = cublasGemmEx, "
+           "CUBLAS_COMPUTE_32F, median over %d x %d calls\n", pr.name, pr.multiProcessorCount, ROUNDS, R, ROUNDS, R);
+    const bcase C[] = {
+        {"square NT (wgmma)", KN_BF16, 1, 4096, 4096, 4096, true, false},
+        {"square NT (mma.sync)", KN_BF16, 1, 4096, 4096, 4096, true, true},
+        {"square NN", KN_BF16, 1, 4096, 4096, 4096, false, false},
+        {"square NN", KN_F16, 1, 4096, 4096, 4096, false, false},
+        {"square NT", KN_F16, 1, 4096, 4096, 4096, true, false},
+        {"gpt2 qkv x@W^T (wgmma)", KN_BF16, 1, 8192, 2304, 768, true, false},
+        {"gpt2 qkv x@W^T (mma.sync)", KN_BF16, 1, 8192, 2304, 768, true, true},
+        {"gpt2 mlp down (wgmma)", KN_BF16, 1, 8192, 768, 3072, true, false},
+        {"gpt2 mlp down (mma.sync)", KN_BF16, 1, 8192, 768, 3072, true, true},
+        {"char 6x384 qkv x@W^T", KN_BF16, 1, 16384, 1152, 384, true, false},
+        {"char 6x384 qkv (mma.sync)", KN_BF16, 1, 16384, 1152, 384, true, true},
+        {"llama7b mlp up x@W^T", KN_BF16, 1, 2048, 11008, 4096, true, false},
+        {"attn scores q@k^T", KN_BF16, 96, 1024, 1024, 64, true, false},
+        {"attn out p@v", KN_BF16, 96, 1024, 64, 1024, false, false},
+        {"odd 1000x999x257 NN", KN_BF16, 1, 1000, 999, 257, false, false},
+    };
+    printf("%-30s %-5s %5s %6s %6s %6s %9s %9s %8s %8s %6s %9s\n", "case", "dtype", "Z", "M", "N", "K", "kn_us", "cublas_us",
+           "kn_TF/s", "cub_TF/s", "kn/cub", "relerr");
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) run_case(h, gpu, &C[i]);
+    cublasDestroy(h);
+    return 0;
+}
+#endif
