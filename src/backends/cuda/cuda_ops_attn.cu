@@ -101,11 +101,11 @@ static kn_status sdpa_bwd_generic(const kn_exec *e) {
     for (int64_t b0 = 0; b0 < B && !st; b0 += chunk) {
         int64_t nb = B - b0 < chunk ? B - b0 : chunk, rows = nb * per_seq_rows;
         unsigned blocks = rows > 65536 ? 65536u : (unsigned)rows;
-        k_sdpa_bwd_rows<<<blocks, KN_THREADS>>>(dq, dk, dvv, dg, dy, e->node->p.sdpa.causal, e->node->p.sdpa.scale, P, DS,
+        k_sdpa_bwd_rows<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(dq, dk, dvv, dg, dy, e->node->p.sdpa.causal, e->node->p.sdpa.scale, P, DS,
                                                 b0 * per_seq_rows, rows);
         if (cudaGetLastError() != cudaSuccess) { st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: kernel launch failed"); break; }
         int64_t n = nb * k->ne[1] * k->ne[2] * (q->ne[3] + e->src[2].ne[3]);
-        if (n > 0) k_sdpa_bwd_kv<<<kn_blocks(n), KN_THREADS>>>(dq, dk, dvv, dg, dy, P, DS, b0, nb);
+        if (n > 0) k_sdpa_bwd_kv<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(dq, dk, dvv, dg, dy, P, DS, b0, nb);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: kernel launch failed");
     }
     kn_cu_tmp_free(P);
@@ -173,19 +173,19 @@ static kn_status sdpa_bwd_f32(const kn_exec *e) {
         const float *qp = (const float *)q->data + b0 * q->st[0], *kp = (const float *)k->data + b0 * k->st[0];
         const float *vp = (const float *)v->data + b0 * v->st[0], *gp = (const float *)g->data + b0 * g->st[0];
         float *dqp = dq + b0 * Hq * Tq * D, *dkp = dk + b0 * Hkv * Tk * D, *dvp = dv + b0 * Hkv * Tk * Dv;
-        st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, NULL);
-        if (!st) st = kn_cuda_sgemm_batched(false, true, Tq, Tk, Dv, 1.f, gp, ldg, vp, ldv, 0.f, dp, Tk, &gv, NULL);
+        st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, kn_cu_stream());
+        if (!st) st = kn_cuda_sgemm_batched(false, true, Tq, Tk, Dv, 1.f, gp, ldg, vp, ldv, 0.f, dp, Tk, &gv, kn_cu_stream());
         if (!st) {
-            k_ds_rows_f32<<<(unsigned)((rows + 7) / 8), 256>>>(s, dp, rows, Tq, Tk, causal, scale);
+            k_ds_rows_f32<<<(unsigned)((rows + 7) / 8), 256, 0, kn_cu_stream()>>>(s, dp, rows, Tq, Tk, causal, scale);
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: row kernel launch failed");
         }
-        if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, D, Tk, 1.f, dp, Tk, kp, ldk, 0.f, dqp, D, &dsk, NULL);
+        if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, D, Tk, 1.f, dp, Tk, kp, ldk, 0.f, dqp, D, &dsk, kn_cu_stream());
         for (int64_t gi = 0; gi < G && !st; gi++) {
             float beta = gi ? 1.f : 0.f;
             st = kn_cuda_sgemm_batched(true, false, Tk, D, Tq, 1.f, dp + gi * Tq * Tk, Tk, qp + gi * q->st[1], ldq, beta,
-                                       dkp, D, &dkq, NULL);
+                                       dkp, D, &dkq, kn_cu_stream());
             if (!st) st = kn_cuda_sgemm_batched(true, false, Tk, Dv, Tq, 1.f, s + gi * Tq * Tk, Tk, gp + gi * g->st[1], ldg,
-                                                beta, dvp, Dv, &dvg, NULL);
+                                                beta, dvp, Dv, &dvg, kn_cu_stream());
         }
     }
     kn_cu_tmp_free(s);
@@ -198,7 +198,8 @@ kn_status kn_cu_sdpa_bwd(const kn_exec *e) {
     if (kn_tview_numel(&e->dst) == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa backward: key/value have 0 heads");
     if (q->ne[2] == 0 || k->ne[2] == 0) {        /* no query rows or no keys: every gradient is 0 (dq empty or NaN-free) */
-        cudaMemset(e->dst.data, 0, (size_t)kn_tview_numel(&e->dst) * kn_dtype_get(e->dst.dtype)->type_size);
+        KN_CUDA_TRY(cudaMemsetAsync(e->dst.data, 0, (size_t)kn_tview_numel(&e->dst) * kn_dtype_get(e->dst.dtype)->type_size,
+                                    kn_cu_stream()));
         if (q->ne[2] == 0 || k->ne[2] != 0) return KN_OK;
     }
     kn_status st = sdpa_bwd_f32(e);
