@@ -105,7 +105,8 @@ kn_module *kn_module_child_by_name(const kn_module *m, const char *name);
  * after moving) and the dropout step input (set it again with
  * kn_module_set_rng_step). The old tensors stay in their context until it
  * is freed. A tree with pending effects is refused (KN_ERR_STATE). On error
- * the tree is unchanged. */
+ * the tree is unchanged. Your own modules (kn_module_add_param): an impl that
+ * caches its tensors must look them up again (kn_module_find) after a move. */
 kn_status kn_module_to_backend(kn_module *m, kn_ctx *dst);
 /* Print the tree with shapes and counts (FILE*; NULL = stdout). */
 void kn_module_print(const kn_module *m, void *FILE_ptr);

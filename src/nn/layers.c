@@ -39,8 +39,8 @@ kn_module *kn_linear_new(kn_ctx *ctx, int64_t in, int64_t out, bool bias) {
     kn_module *m = kn_module_new(ctx, "Linear", linear_fwd, l, true);
     if (!m) return NULL;
     l->in = in; l->out = out;
-    l->w = kn__param_new(m, "weight", 2, (int64_t[]){out, in}, false);
-    if (bias) l->b = kn__param_new(m, "bias", 1, &out, true);
+    kn__param_new(m, "weight", 2, (int64_t[]){out, in}, false, &l->w);
+    if (bias) kn__param_new(m, "bias", 1, &out, true, &l->b);
     if (!l->w || (bias && !l->b) || init_torch_default(l->w, l->b)) return fail_free(m);
     return m;
 }
@@ -60,7 +60,7 @@ kn_module *kn_embedding_new(kn_ctx *ctx, int64_t n, int64_t dim) {
     kn_module *m = kn_module_new(ctx, "Embedding", embedding_fwd, e, true);
     if (!m) return NULL;
     e->n = n; e->dim = dim;
-    e->w = kn__param_new(m, "weight", 2, (int64_t[]){n, dim}, false);
+    kn__param_new(m, "weight", 2, (int64_t[]){n, dim}, false, &e->w);
     if (!e->w || kn_init_normal(e->w, 0, 1)) return fail_free(m);
     return m;
 }
@@ -79,10 +79,10 @@ static kn_module *norm_new(kn_ctx *ctx, const char *kind, int64_t dim, double ep
     if (!m) return NULL;
     n->dim = dim; n->eps = eps; n->rms = rms;
     if (affine) {
-        n->w = kn__param_new(m, "weight", 1, &dim, true);
+        kn__param_new(m, "weight", 1, &dim, true, &n->w);
         if (!n->w || kn_init_ones(n->w)) return fail_free(m);
         if (bias) {
-            n->b = kn__param_new(m, "bias", 1, &dim, true);
+            kn__param_new(m, "bias", 1, &dim, true, &n->b);
             if (!n->b || kn_init_zeros(n->b)) return fail_free(m);
         }
     }
@@ -128,12 +128,12 @@ static kn_module *bn_new(kn_ctx *ctx, const char *kind, int lo, int hi, int64_t 
     if (!m) return NULL;
     n->c = c; n->eps = eps; n->momentum = momentum; n->lo = lo; n->hi = hi;
     if (affine) {
-        n->w = kn__param_new(m, "weight", 1, &c, true);
-        n->b = kn__param_new(m, "bias", 1, &c, true);
+        kn__param_new(m, "weight", 1, &c, true, &n->w);
+        kn__param_new(m, "bias", 1, &c, true, &n->b);
         if (!n->w || !n->b || kn_init_ones(n->w) || kn_init_zeros(n->b)) return fail_free(m);
     }
-    n->rm = kn__buffer_new(m, "running_mean", 1, &c);
-    n->rv = kn__buffer_new(m, "running_var", 1, &c);
+    kn__buffer_new(m, "running_mean", 1, &c, &n->rm);
+    kn__buffer_new(m, "running_var", 1, &c, &n->rv);
     if (!n->rm || !n->rv || kn_init_zeros(n->rm) || kn_init_ones(n->rv)) return fail_free(m);
     return m;
 }
@@ -161,8 +161,8 @@ kn_module *kn_group_norm_new(kn_ctx *ctx, int groups, int64_t c, double eps, boo
     if (!m) return NULL;
     n->groups = groups; n->c = c; n->eps = eps;
     if (affine) {
-        n->w = kn__param_new(m, "weight", 1, &c, true);
-        n->b = kn__param_new(m, "bias", 1, &c, true);
+        kn__param_new(m, "weight", 1, &c, true, &n->w);
+        kn__param_new(m, "bias", 1, &c, true, &n->b);
         if (!n->w || !n->b || kn_init_ones(n->w) || kn_init_zeros(n->b)) return fail_free(m);
     }
     return m;
@@ -216,8 +216,8 @@ static kn_module *conv_new(kn_ctx *ctx, const char *kind, int nd, bool transpose
         c->dilation[i] = i < nd ? d[i] : 1; c->output_padding[i] = (op && i < nd) ? op[i] : 0;
     }
     int64_t ws[4] = {transposed ? in : out, transposed ? out / groups : in / groups, k[0], nd == 2 ? k[1] : 0};
-    c->w = kn__param_new(m, "weight", nd + 2, ws, false);
-    if (bias) c->b = kn__param_new(m, "bias", 1, &out, true);
+    kn__param_new(m, "weight", nd + 2, ws, false, &c->w);
+    if (bias) kn__param_new(m, "bias", 1, &out, true, &c->b);
     if (!c->w || (bias && !c->b) || init_torch_default(c->w, c->b)) return fail_free(m);
     return m;
 }

@@ -83,21 +83,26 @@ kn_status kn_module_add_param(kn_module *m, const char *name, kn_tensor *t, bool
     }
     kn__mparam *p = &m->params[m->n_params++];
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->t = t; p->buffer = buffer; p->no_decay = no_decay;
+    p->t = t; p->slot = NULL; p->buffer = buffer; p->no_decay = no_decay;
     kn_set_name(t, name);
     if (buffer) kn_set_requires_grad(t, false);
     return KN_OK;
 }
 
-kn_tensor *kn__param_new(kn_module *m, const char *name, int ndim, const int64_t *shape, bool no_decay) {
-    kn_tensor *t = kn_param(m->ctx, KN_F32, ndim, shape);
-    if (!t || kn_module_add_param(m, name, t, false, no_decay)) return NULL;
+static kn_tensor *bind(kn_module *m, kn_tensor *t, kn_tensor **slot) {
+    m->params[m->n_params - 1].slot = slot;
+    if (slot) *slot = t;
     return t;
 }
-kn_tensor *kn__buffer_new(kn_module *m, const char *name, int ndim, const int64_t *shape) {
+kn_tensor *kn__param_new(kn_module *m, const char *name, int ndim, const int64_t *shape, bool no_decay, kn_tensor **slot) {
+    kn_tensor *t = kn_param(m->ctx, KN_F32, ndim, shape);
+    if (!t || kn_module_add_param(m, name, t, false, no_decay)) return NULL;
+    return bind(m, t, slot);
+}
+kn_tensor *kn__buffer_new(kn_module *m, const char *name, int ndim, const int64_t *shape, kn_tensor **slot) {
     kn_tensor *t = kn_empty(m->ctx, KN_F32, ndim, shape);
     if (!t || kn_module_add_param(m, name, t, true, true)) return NULL;
-    return t;
+    return bind(m, t, slot);
 }
 
 void *kn_module_impl(const kn_module *m) { return m ? m->impl : NULL; }
@@ -235,29 +240,17 @@ kn_tensor *kn__mod_dropout(kn_module *m, kn_tensor *x, double p, uint64_t seed) 
  * Two phases so that a failure leaves the tree as it was: first every
  * parameter and buffer is copied into dst (host staging through
  * kn_tensor_read / kn_tensor_write, so any pair of backends works), then
- * the tree is switched over. Layers keep pointers to their own parameters
- * in their impl struct (linear_t.w, ...), which module.c cannot see: the
- * switch replaces every pointer-sized slot of a malloc'd impl (free_impl)
- * that holds one of that module's old parameter pointers, sizing the block
- * with glibc's malloc_usable_size. That is a hack, admitted: it relies on
- * impl structs storing their tensors as plain pointers (all layers here
- * do), and without glibc such trees are refused rather than half moved. */
-#if defined(__GLIBC__)
-#include <malloc.h>
-#define KN_HAVE_USABLE_SIZE 1
-#endif
-
+ * the tree is switched over: each registry entry and, where the layer
+ * caches the tensor in its impl struct, that field (the slot given to
+ * kn__param_new). A module built outside src/nn whose impl caches tensors
+ * it registered with kn_module_add_param must look them up again
+ * (kn_module_find) after a move. */
 typedef struct { kn_module *m; int i; kn_tensor *y; } move_item;
 
 static kn_status move_check(const kn_module *m, int *count) {
     if (m->n_effects)
         return kn_set_error(KN_ERR_STATE, "kn_module_to_backend: %s has %d pending effects; put kn_module_effects() into a plan "
                             "(or drop them) before moving", m->kind, m->n_effects);
-#ifndef KN_HAVE_USABLE_SIZE
-    if (m->impl && m->free_impl && m->n_params)
-        return kn_set_error(KN_ERR_UNSUPPORTED, "kn_module_to_backend: moving %s needs glibc (its layer struct cannot be "
-                            "sized here); rebuild the module in the destination context instead", m->kind);
-#endif
     *count += m->n_params;
     for (int i = 0; i < m->n_children; i++) {
         kn_status st = move_check(m->children[i], count);
@@ -297,20 +290,12 @@ static kn_status move_collect(kn_module *m, kn_ctx *dst, move_item *items, int *
 }
 
 static void move_commit(kn_module *m, kn_ctx *dst, const move_item *items, int n) {
-#ifdef KN_HAVE_USABLE_SIZE
-    size_t slots = m->impl && m->free_impl ? malloc_usable_size(m->impl) / sizeof(void *) : 0;
-    for (size_t s = 0; s < slots; s++) {
-        void *v;
-        memcpy(&v, (char *)m->impl + s * sizeof v, sizeof v);
-        for (int k = 0; k < n; k++)
-            if (items[k].m == m && v == (void *)m->params[items[k].i].t) {
-                memcpy((char *)m->impl + s * sizeof v, &items[k].y, sizeof v);
-                break;
-            }
-    }
-#endif
     for (int k = 0; k < n; k++)
-        if (items[k].m == m) m->params[items[k].i].t = items[k].y;
+        if (items[k].m == m) {
+            kn__mparam *p = &m->params[items[k].i];
+            p->t = items[k].y;
+            if (p->slot) *p->slot = items[k].y;
+        }
     m->ctx = dst;
     m->rng_step = NULL;                 /* a plan input of the old context */
     for (int i = 0; i < m->n_children; i++) move_commit(m->children[i], dst, items, n);

@@ -8,6 +8,7 @@
 typedef struct kn__mparam {
     char name[64];
     kn_tensor *t;
+    kn_tensor **slot;              /* the layer struct's cached copy of t, or NULL */
     bool buffer, no_decay;
 } kn__mparam;
 
@@ -34,9 +35,11 @@ kn_tensor *kn__mod_fail(const kn_module *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* New f32 parameter registered in m (uninitialised storage). */
-kn_tensor *kn__param_new(kn_module *m, const char *name, int ndim, const int64_t *shape, bool no_decay);
-kn_tensor *kn__buffer_new(kn_module *m, const char *name, int ndim, const int64_t *shape);
+/* New f32 parameter (buffer) registered in m, uninitialised storage, stored
+ * into *slot too when slot is not NULL: a layer caching its tensors in its
+ * impl struct passes the field, so kn_module_to_backend can update it. */
+kn_tensor *kn__param_new(kn_module *m, const char *name, int ndim, const int64_t *shape, bool no_decay, kn_tensor **slot);
+kn_tensor *kn__buffer_new(kn_module *m, const char *name, int ndim, const int64_t *shape, kn_tensor **slot);
 kn_status kn__mod_push_effect(kn_module *m, kn_tensor *e);
 /* child that must be of a given kind: NULL with an error otherwise */
 kn_module *kn__child(const kn_module *m, const char *name);

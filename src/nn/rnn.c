@@ -52,7 +52,7 @@ static kn_status add_weights(kn_module *m, const char *suffix, kn_rnn_kind kind,
     for (int j = 0; j < (bias ? 4 : 2); j++) {
         snprintf(nm, sizeof nm, "%s%s", base[j], suffix);
         int64_t shape[2] = {G, j == 0 ? in : H};
-        kn_tensor *t = kn__param_new(m, nm, j < 2 ? 2 : 1, shape, j >= 2);
+        kn_tensor *t = kn__param_new(m, nm, j < 2 ? 2 : 1, shape, j >= 2, NULL);   /* looked up by name in forward */
         if (!t || kn_init_uniform(t, -k, k)) return KN_ERR_INVALID;
     }
     return KN_OK;
