@@ -115,6 +115,45 @@ static void bench_copy() {
     CK(cudaFree(a)); CK(cudaFree(b));
 }
 
+/* ---- floors: what a launch and a bare read cost (for the small kernels) ----------- */
+__global__ void floor_empty_kernel() {}
+/* Sum of x[0, n4) float4s, 4 loads in flight per thread; one atomic per warp. */
+__global__ void floor_read_kernel(const float4 *__restrict__ x, int64_t n4, float *out) {
+    float s = 0.f;
+    const int64_t T = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += 4 * T) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = i + u * T < n4 ? __ldcs(x + i + u * T) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < 4; u++) s += v[u].x + v[u].y + v[u].z + v[u].w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(out, s);
+}
+static void bench_floor() {
+    printf("[floor] empty launch, bare reads\n");
+    cudaDeviceProp pr; CK(cudaGetDeviceProperties(&pr, 0));
+    float ms = time_ms([&] { floor_empty_kernel<<<1, 32>>>(); }, 5, 100);
+    g_rows.push_back({"empty kernel (floor)", "1x32", ms * 1e3, 0, "-", 0, "-", 0, true});
+    float *out = dnew<float>(1);
+    struct S { const char *name; size_t bytes; int rot; } cases[] = {
+        {"read 1x151936 f32", 151936 * 4, 1}, {"read 64x151936 f32", (size_t)64 * 151936 * 4, 1},
+        {"read 32MB rot4", (size_t)32 << 20, 4}, {"read 64MB rot4", (size_t)64 << 20, 4}};
+    for (auto c : cases) {
+        std::vector<float *> bufs;
+        for (int r = 0; r < c.rot; r++) { float *b = dnew<float>(c.bytes / 4); CK(cudaMemset(b, 0, c.bytes)); bufs.push_back(b); }
+        int64_t n4 = c.bytes / 16;
+        int grid = (int)std::min<int64_t>((n4 + 255) / 256, (int64_t)pr.multiProcessorCount * 8);
+        int it = 0;
+        float t = time_ms([&] { floor_read_kernel<<<grid, 256>>>((const float4 *)bufs[it++ % c.rot], n4, out); }, 5, 50);
+        row_bw(std::string(c.name) + " (floor)", std::to_string(grid) + " blocks", t, (double)c.bytes, 0, true);
+        for (auto b : bufs) CK(cudaFree(b));
+    }
+    CK(cudaFree(out));
+}
+
 /* ---- SGEMM -------------------------------------------------------------------- */
 static void ref_gemm(bool ta, bool tb, int M, int N, int K, float alpha, const std::vector<float> &A, const std::vector<float> &B,
                      float beta, const std::vector<float> &C0, std::vector<double> &out) {
@@ -217,11 +256,16 @@ static void ref_softmax(const std::vector<float> &x, int rows, int cols, std::ve
 }
 static void test_bench_softmax() {
     printf("[softmax]\n");
-    struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false}, {8192, 4096, true}, {128, 131072, true}};
+    /* 6 x 65536, 5 x 100000: rows split over a cluster (uneven chunks); 2 x 300000:
+     * too long for the register kernel (online path); row 0 of those two has its
+     * first half at -inf (whole blocks / vectors of -inf must give 0, not NaN) */
+    struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false},
+                                                        {5, 100000, false}, {2, 300000, false}, {8192, 4096, true}, {128, 131072, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.cols;
         auto x = randv(n, 8.f);
+        if (c.cols == 65536 || c.cols == 300000) for (int i = 0; i < c.cols / 2; i++) x[i] = -INFINITY;
         float *dx = dup(x), *dy = dnew<float>(n);
         poison(dy, n);
         KN(kn_cuda_softmax_f32(dy, dx, c.rows, c.cols, NULL));
@@ -326,7 +370,7 @@ static void test_bench_norms() {
 /* ---- cross-entropy ------------------------------------------------------------- */
 static void test_bench_ce() {
     printf("[crossentropy]\n");
-    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {2048, 50304, true}};
+    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {3, 200000, false}, {40, 32000, false}, {2048, 50304, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.B * c.V;
@@ -552,7 +596,8 @@ static void test_bench_gemm_bf16() {
 /* ---- top-k / top-p -------------------------------------------------------------------------- */
 static void test_bench_topk() {
     printf("[topk / topp]\n");
-    struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
+    struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false},
+                                                              {5, 4001, 7, false, false}, {2, 40000, 300, true, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.V;
@@ -662,6 +707,7 @@ int main(int argc, char **argv) {
     CKB(cublasCreate(&g_blas));
     bench_copy();
     auto want = [&](const char *n) { return !only || strstr(only, n); };
+    if (want("floor") && !g_tests_only) bench_floor();
     if (want("pool")) test_pool();
     if (want("gemv")) test_bench_gemv();
     if (want("softmax")) test_bench_softmax();
