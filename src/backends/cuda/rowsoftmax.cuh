@@ -65,12 +65,17 @@ struct RsmArgs {
 
 /* More than 32 f32 values per thread would not fit under the 64-register cap
  * of 1024-thread blocks: such variants are limited to 512 threads. */
-#define RSM_MAXT(T, VPT) ((VPT) * SmVec<T>::E <= 32 ? 1024 : 512)
+#define RSM_MAXT(T, VPT, PACK) ((PACK ? VPT * SmVec<T>::E / 2 : VPT * SmVec<T>::E) <= 32 ? 1024 : 512)
 
-template <typename T, int VPT, int MODE>
-__global__ void __launch_bounds__(RSM_MAXT(T, VPT))
+/* PACK (bf16 only): keep the loaded 16-byte vectors as they are (4 registers
+ * each instead of 8 floats) and convert them again in each pass; exp is then
+ * taken twice per element (sum, output) instead of once. Half the registers,
+ * so twice the blocks per SM and twice the bytes in flight. */
+template <typename T, int VPT, int MODE, bool PACK>
+__global__ void __launch_bounds__(RSM_MAXT(T, VPT, PACK))
 rowsm_kernel(RsmArgs a) {
     constexpr int E = SmVec<T>::E;
+    static_assert(!PACK || E == 8, "PACK is for bf16");
     __shared__ float sh[32];
     const int cl = a.cl;
     const int64_t row = blockIdx.x / cl;
@@ -86,13 +91,26 @@ rowsm_kernel(RsmArgs a) {
         valid = tg >= 0 && tg < a.cols;
         t = valid ? (int)(tg - lo) : -1;
     }
-    float r[VPT][E];
+    float r[PACK ? 1 : VPT][E] = {};          // zeros: only vectors with i < n are ever read
+    uint4 raw[PACK ? VPT : 1] = {};
+    /* element q of vector j, as f32 */
+    auto val = [&](int j, int q) -> float {
+        if constexpr (PACK) {
+            uint32_t w = q < 2 ? raw[j].x : q < 4 ? raw[j].y : q < 6 ? raw[j].z : raw[j].w;
+            return kn_bf2f((q & 1) ? (w >> 16) : (w & 0xffff));
+        } else {
+            return r[j][q];
+        }
+    };
     float xt = 0.f;        // logit at the target, in the thread that loads it
     float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < VPT; j++) {
         int i = (threadIdx.x + j * blockDim.x) * E;
-        if (i < n) SmVec<T>::ld(xr + i, r[j]);
+        if (i < n) {
+            if constexpr (PACK) raw[j] = __ldcs((const uint4 *)(xr + i));
+            else SmVec<T>::ld(xr + i, r[j]);
+        }
     }
 #pragma unroll
     for (int j = 0; j < VPT; j++) {
@@ -100,8 +118,8 @@ rowsm_kernel(RsmArgs a) {
         if (i < n) {
 #pragma unroll
             for (int q = 0; q < E; q++) {
-                m = fmaxf(m, r[j][q]);
-                if (MODE == RSM_XENT && i + q == t) xt = r[j][q];
+                m = fmaxf(m, val(j, q));
+                if (MODE == RSM_XENT && i + q == t) xt = val(j, q);
             }
         }
     }
@@ -113,7 +131,11 @@ rowsm_kernel(RsmArgs a) {
         int i = (threadIdx.x + j * blockDim.x) * E;
         if (i < n)
 #pragma unroll
-            for (int q = 0; q < E; q++) { r[j][q] = __expf(r[j][q] - mm); s += r[j][q]; }
+            for (int q = 0; q < E; q++) {
+                float e = __expf(val(j, q) - mm);
+                if constexpr (!PACK) r[j][q] = e;
+                s += e;
+            }
     }
     s = kn_block_sum(s, sh);
     float M = m, S = s;
@@ -142,16 +164,17 @@ rowsm_kernel(RsmArgs a) {
         M = tot.x; S = tot.y;
     }
 #endif
-    /* y = exp(x - M) / S = r * exp(m - M) / S */
+    /* y = exp(x - M) / S = exp(x - m) * exp(m - M) / S */
     if (MODE == RSM_SOFTMAX) {
         const float f = __expf(mm - M) / S;
 #pragma unroll
         for (int j = 0; j < VPT; j++) {
             int i = (threadIdx.x + j * blockDim.x) * E;
             if (i < n) {
+                float o[E];
 #pragma unroll
-                for (int q = 0; q < E; q++) r[j][q] *= f;
-                SmVec<T>::st(yr + i, r[j]);
+                for (int q = 0; q < E; q++) o[q] = (PACK ? __expf(val(j, q) - mm) : val(j, q)) * f;
+                SmVec<T>::st(yr + i, o);
             }
         }
     } else {
@@ -164,12 +187,13 @@ rowsm_kernel(RsmArgs a) {
             for (int j = 0; j < VPT; j++) {
                 int i = (threadIdx.x + j * blockDim.x) * E;
                 if (i < n) {
+                    float o[E];
 #pragma unroll
                     for (int q = 0; q < E; q++) {
-                        r[j][q] *= f;
-                        if (i + q == t) r[j][q] -= a.dloss;
+                        o[q] = val(j, q) * f;
+                        if (i + q == t) o[q] -= a.dloss;
                     }
-                    SmVec<T>::st(yr + i, r[j]);
+                    SmVec<T>::st(yr + i, o);
                 }
             }
         }
@@ -179,35 +203,47 @@ rowsm_kernel(RsmArgs a) {
 #endif
 }
 
-/* Launch plan: blocks per row (cl, a power of two <= 8), vectors per thread,
- * threads per block. Rows are split until a block holds at most `maxv`
- * vectors (default 2048: 512 threads x 4 vectors, 64 bytes in flight per
- * thread), and while the grid would not fill the GPU twice (rows * cl <
- * 2 * SMs) and a chunk keeps at least 1024 vectors. Returns false when the
- * row does not fit (more than 8 blocks x 8192 f32 / 4096 bf16 vectors). */
-struct RsmPlan { int cl, vpt, threads; int64_t chunk; };
+/* Launch plan: blocks per row (cl, a power of two <= 8), vectors per thread
+ * (4 or 8), threads per block, bf16 packing. Rows are split until a block
+ * holds at most 2048 vectors, and further while the grid would not fill the
+ * GPU twice (rows * cl < 2 * SMs) and a chunk keeps at least 2048 vectors.
+ * Each block then takes ceil(chunk / vpt) threads, rounded up to a warp.
+ * f32 takes 8 vectors per thread (fewer, fuller blocks: cross-entropy
+ * 2048 x 50304 0.64 -> 0.72 of copy); bf16 takes 4 unpacked vectors per
+ * thread on one block per row (8 unpacked: 104 registers, 0.77 -> 0.63; 4
+ * packed: 0.69) and 8 packed vectors per thread when split (128 x 131072:
+ * 0.42 -> 0.45). Measurements: dev/cuda/softmax/README.md (H200). Returns
+ * false when the row does not fit (more than 8 blocks of 8192 vectors).
+ * KN_CUDA_TUNE rowsm_maxv, rowsm_maxcl (up to 16), rowsm_vpt, rowsm_pack
+ * override the choices. */
+struct RsmPlan { int cl, vpt, threads; bool pack; int64_t chunk; };
 template <typename T>
 static bool rowsm_plan(int64_t rows, int64_t cols, int nsm, bool cluster_ok, RsmPlan *p) {
     constexpr int E = SmVec<T>::E;
     static const int maxv = kn_cuda_tune("rowsm_maxv", 2048);
     static const int maxcl = kn_cuda_tune("rowsm_maxcl", 8);
+    static const int vtune = kn_cuda_tune("rowsm_vpt", 0);
+    static const int ptune = kn_cuda_tune("rowsm_pack", -1);
     if (cols % E) return false;
     const int64_t nvec = cols / E;
     int cl = 1;
-    while (cl < maxcl && cluster_ok) {
+    while (cl < maxcl && cl < 16 && cluster_ok) {
         int64_t nv = (nvec + cl - 1) / cl;
         if (nv > maxv || (rows * cl < 2 * (int64_t)nsm && nv >= 2048)) cl *= 2;
         else break;
     }
     int64_t nv = (nvec + cl - 1) / cl;
-    const int64_t cap = E == 4 ? 8 * 1024 : 8 * 512;
+    const bool pk = E == 8 && (ptune >= 0 ? ptune != 0 : cl > 1);
+    const int64_t cap = E == 4 || pk ? 8 * 1024 : 8 * 512;
     if (nv > cap || rows * cl > INT32_MAX) return false;
-    int vpt = nv <= 4 * 512 ? 4 : 8;
+    const int vpref = vtune ? vtune : (E == 4 || pk) ? 8 : 4;
+    int vpt = vpref >= 8 || nv > 4 * 512 ? 8 : 4;
     int64_t th = (nv + vpt - 1) / vpt;
     th = (th + 31) / 32 * 32;
     p->cl = cl;
     p->vpt = vpt;
     p->threads = (int)th;
+    p->pack = pk;
     p->chunk = nv * E;
     return true;
 }
@@ -216,13 +252,18 @@ template <typename T, int MODE>
 static kn_status rowsm_launch(const RsmPlan &p, int64_t rows, RsmArgs a, cudaStream_t st) {
     a.chunk = (int)p.chunk;
     a.cl = p.cl;
-    void (*k)(RsmArgs) = p.vpt == 4 ? rowsm_kernel<T, 4, MODE> : rowsm_kernel<T, 8, MODE>;
+    void (*k)(RsmArgs);
+    if (p.pack && SmVec<T>::E == 8)
+        k = p.vpt == 4 ? rowsm_kernel<T, 4, MODE, SmVec<T>::E == 8> : rowsm_kernel<T, 8, MODE, SmVec<T>::E == 8>;
+    else
+        k = p.vpt == 4 ? rowsm_kernel<T, 4, MODE, false> : rowsm_kernel<T, 8, MODE, false>;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
     cfg.gridDim = dim3((unsigned)(rows * p.cl));
     cfg.blockDim = dim3((unsigned)p.threads);
     cfg.stream = st;
     if (p.cl > 1) {
+        if (p.cl > 8) KN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = (unsigned)p.cl;
         attr[0].val.clusterDim.y = 1;
