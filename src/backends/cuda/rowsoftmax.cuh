@@ -203,138 +203,6 @@ rowsm_kernel(RsmArgs a) {
 #endif
 }
 
-/* Streaming variant (KN_CUDA_TUNE rowsm_stream=1, for split rows): nothing
- * is held in registers. Pass 1 reads the chunk with 4 loads in flight per
- * thread and keeps an online (max, sum); after the cluster exchange pass 2
- * reads the chunk again, which a block read a moment ago, so it should come
- * from L2 (a wave of blocks holds ~30 MB of chunks, the H200's L2 is 60 MB),
- * and writes it. Fewer registers, so more and smaller blocks per SM whose
- * phases overlap; the cost is L2 traffic. */
-template <typename T, int MODE>
-__global__ void __launch_bounds__(512)
-rowsm_stream_kernel(RsmArgs a) {
-    constexpr int E = SmVec<T>::E, U = 4;
-    __shared__ float shm[16], shs[16];
-    const int cl = a.cl;
-    const int64_t row = blockIdx.x / cl;
-    const int rank = blockIdx.x % cl;
-    const int64_t lo = (int64_t)rank * a.chunk;
-    const int n = (int)(a.cols - lo < a.chunk ? a.cols - lo : a.chunk);
-    const T *xr = (const T *)a.x + row * a.cols + lo;
-    T *yr = a.y ? (T *)a.y + row * a.cols + lo : nullptr;
-    int t = -1;
-    bool valid = false;
-    if (MODE == RSM_XENT) {
-        int tg = a.targets[row];
-        valid = tg >= 0 && tg < a.cols;
-        t = valid ? (int)(tg - lo) : -1;
-    }
-    const int nv = n > 0 ? n / E : 0, T_ = blockDim.x;
-    float m = -INFINITY, s = 0.f, xt = 0.f;
-    for (int b = threadIdx.x; b < nv; b += T_ * U) {
-        float v[U][E];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int j = b + u * T_;
-            if (j < nv) {
-                if constexpr (E == 4) {
-                    float4 q = __ldg((const float4 *)(xr + (int64_t)j * E));
-                    v[u][0] = q.x; v[u][1] = q.y; v[u][2] = q.z; v[u][3] = q.w;
-                } else {
-                    uint4 q = __ldg((const uint4 *)(xr + (int64_t)j * E));
-                    uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-                    for (int h = 0; h < 4; h++) { v[u][2 * h] = kn_bf2f(w[h] & 0xffff); v[u][2 * h + 1] = kn_bf2f(w[h] >> 16); }
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int j = b + u * T_;
-            if (j < nv) {
-                float mx = v[u][0];
-#pragma unroll
-                for (int q = 1; q < E; q++) mx = fmaxf(mx, v[u][q]);
-                if (MODE == RSM_XENT)
-#pragma unroll
-                    for (int q = 0; q < E; q++) if (j * E + q == t) xt = v[u][q];
-                if (mx != -INFINITY) {
-                    float e = 0.f;
-#pragma unroll
-                    for (int q = 0; q < E; q++) e += __expf(v[u][q] - mx);
-                    kn_ms_merge(m, s, mx, e);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-        kn_ms_merge(m, s, m2, s2);
-    }
-    if ((threadIdx.x & 31) == 0) { shm[threadIdx.x >> 5] = m; shs[threadIdx.x >> 5] = s; }
-    __syncthreads();
-    m = -INFINITY; s = 0.f;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) kn_ms_merge(m, s, shm[w], shs[w]);
-    float M = m, S = s;
-#if __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    if (cl > 1) {
-        __shared__ float2 pair, tot;
-        cg::cluster_group cluster = cg::this_cluster();
-        if (threadIdx.x == 0) pair = make_float2(m, s);
-        cluster.sync();
-        if (threadIdx.x < 32) {
-            float pm = -INFINITY, ps = 0.f;
-            if ((int)threadIdx.x < cl) {
-                float2 q = *cluster.map_shared_rank(&pair, (int)threadIdx.x);
-                pm = q.x; ps = q.y;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                float m2 = __shfl_xor_sync(0xffffffffu, pm, o), s2 = __shfl_xor_sync(0xffffffffu, ps, o);
-                kn_ms_merge(pm, ps, m2, s2);
-            }
-            if (threadIdx.x == 0) tot = make_float2(pm, ps);
-        }
-        cluster.barrier_arrive();
-        __syncthreads();
-        M = tot.x; S = tot.y;
-    }
-#endif
-    if (MODE == RSM_XENT) {
-        if (valid && t >= 0 && t < n && (t / E) % T_ == (int)threadIdx.x)
-            a.losses[row] = logf(S) + M - xt;
-        if (!valid && rank == 0 && threadIdx.x == 0) a.losses[row] = 0.f;
-    }
-    if (yr) {
-        const float f = MODE == RSM_XENT ? (valid ? a.dloss / S : 0.f) : 1.f / S;
-        for (int b = threadIdx.x; b < nv; b += T_ * U) {
-            float v[U][E];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int j = b + u * T_;
-                if (j < nv) SmVec<T>::ld(xr + (int64_t)j * E, v[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                int j = b + u * T_;
-                if (j < nv) {
-#pragma unroll
-                    for (int q = 0; q < E; q++) {
-                        v[u][q] = __expf(v[u][q] - M) * f;
-                        if (MODE == RSM_XENT && j * E + q == t) v[u][q] -= a.dloss;
-                    }
-                    SmVec<T>::st(yr + (int64_t)j * E, v[u]);
-                }
-            }
-        }
-    }
-#if __CUDA_ARCH__ >= 900
-    if (cl > 1) cooperative_groups::this_cluster().barrier_wait();
-#endif
-}
-
 /* Launch plan: blocks per row (cl, a power of two <= 8), vectors per thread
  * (4 or 8), threads per block, bf16 packing. Rows are split until a block
  * holds at most 2048 vectors, and further while the grid would not fill the
@@ -348,7 +216,7 @@ rowsm_stream_kernel(RsmArgs a) {
  * false when the row does not fit (more than 8 blocks of 8192 vectors).
  * KN_CUDA_TUNE rowsm_maxv, rowsm_maxcl (up to 16), rowsm_vpt, rowsm_pack
  * override the choices. */
-struct RsmPlan { int cl, vpt, threads; bool pack, stream; int64_t chunk; };
+struct RsmPlan { int cl, vpt, threads; bool pack; int64_t chunk; };
 template <typename T>
 static bool rowsm_plan(int64_t rows, int64_t cols, int nsm, bool cluster_ok, RsmPlan *p) {
     constexpr int E = SmVec<T>::E;
@@ -356,7 +224,6 @@ static bool rowsm_plan(int64_t rows, int64_t cols, int nsm, bool cluster_ok, Rsm
     static const int maxcl = kn_cuda_tune("rowsm_maxcl", 8);
     static const int vtune = kn_cuda_tune("rowsm_vpt", 0);
     static const int ptune = kn_cuda_tune("rowsm_pack", -1);
-    static const int stune = kn_cuda_tune("rowsm_stream", 0);
     if (cols % E) return false;
     const int64_t nvec = cols / E;
     int cl = 1;
@@ -377,8 +244,6 @@ static bool rowsm_plan(int64_t rows, int64_t cols, int nsm, bool cluster_ok, Rsm
     p->vpt = vpt;
     p->threads = (int)th;
     p->pack = pk;
-    p->stream = stune && cl > 1;
-    if (p->stream) p->threads = 512;
     p->chunk = nv * E;
     return true;
 }
@@ -388,9 +253,7 @@ static kn_status rowsm_launch(const RsmPlan &p, int64_t rows, RsmArgs a, cudaStr
     a.chunk = (int)p.chunk;
     a.cl = p.cl;
     void (*k)(RsmArgs);
-    if (p.stream)
-        k = rowsm_stream_kernel<T, MODE>;
-    else if (p.pack && SmVec<T>::E == 8)
+    if (p.pack && SmVec<T>::E == 8)
         k = p.vpt == 4 ? rowsm_kernel<T, 4, MODE, SmVec<T>::E == 8> : rowsm_kernel<T, 8, MODE, SmVec<T>::E == 8>;
     else
         k = p.vpt == 4 ? rowsm_kernel<T, 4, MODE, false> : rowsm_kernel<T, 8, MODE, false>;
