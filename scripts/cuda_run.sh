@@ -2,7 +2,9 @@
 # cuda_run.sh: build + test + benchmark kiln's CUDA kernels in one go on a
 # GPU machine (Hopper for the wgmma path). Prints a short table last.
 #   sh scripts/cuda_run.sh [--quick|--tests]   env: BUILD (default build-cudadev),
-#   ARCH (default "-gencode=arch=compute_90a,code=sm_90a"), LOG (full log file)
+#   ARCH (default "-gencode=arch=compute_90a,code=sm_90a"), LOG (full log file),
+#   KN_BENCH_ONLY (sections), KN_CUDA_TUNE (kernel variants, see
+#   src/backends/cuda/tune.cuh; dev/cuda/variants.sh times several in one call)
 set -e
 BUILD=${BUILD:-build-cudadev}
 ARCH=${ARCH:--gencode=arch=compute_90a,code=sm_90a}

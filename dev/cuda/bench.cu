@@ -77,6 +77,28 @@ static float time_ms(const std::function<void()> &f, int warm = 3, int iters = 2
     return t[t.size() / 2];
 }
 
+/* Per-launch time in a stream of n back-to-back launches (median of reps):
+ * what a decode loop sees, where the host queues the next kernel while the
+ * GPU runs this one. time_ms above times one launch alone, host submission
+ * included (an empty kernel: ~4 us on the H200 machine). */
+static float time_ms_stream(const std::function<void()> &f, int n = 20, int reps = 10) {
+    if (g_quick) reps = 3;
+    cudaEvent_t a, b; CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a));
+        for (int i = 0; i < n; i++) f();
+        CK(cudaEventRecord(b)); CK(cudaEventSynchronize(b));
+        float ms; CK(cudaEventElapsedTime(&ms, a, b)); t.push_back(ms / n);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(a)); CK(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
 /* ---- results ----------------------------------------------------------------- */
 struct Row { std::string name, size; double us, rate; std::string unit; double ratio; std::string vs; double err; bool ok; };
 static std::vector<Row> g_rows;
@@ -113,6 +135,51 @@ static void bench_copy() {
     g_rows.push_back({"d2d copy (ceiling)", "1GiB", ms * 1e3, g_copy_gbs, "GB/s", 1.0, "copy", 0, true});
     printf("copy bandwidth: %.0f GB/s (read+write)\n", g_copy_gbs);
     CK(cudaFree(a)); CK(cudaFree(b));
+}
+
+/* ---- floors: what a launch and a bare read cost (for the small kernels) ----------- */
+__global__ void floor_empty_kernel() {}
+/* Sum of x[0, n4) float4s, 4 loads in flight per thread; one store per warp
+ * (out[gridDim.x * blockDim.x / 32]; no atomics on one address, which
+ * serialize: the first version measured 25 us for a 32 MB read). */
+__global__ void floor_read_kernel(const float4 *__restrict__ x, int64_t n4, float *out) {
+    float s = 0.f;
+    const int64_t T = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += 4 * T) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) v[u] = i + u * T < n4 ? __ldcs(x + i + u * T) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < 4; u++) s += v[u].x + v[u].y + v[u].z + v[u].w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) >> 5] = s;
+}
+static void bench_floor() {
+    printf("[floor] empty launch, bare reads\n");
+    cudaDeviceProp pr; CK(cudaGetDeviceProperties(&pr, 0));
+    float ms = time_ms([&] { floor_empty_kernel<<<1, 32>>>(); }, 5, 100);
+    g_rows.push_back({"empty kernel (floor)", "1x32", ms * 1e3, 0, "-", 0, "-", 0, true});
+    ms = time_ms_stream([&] { floor_empty_kernel<<<1, 32>>>(); });
+    g_rows.push_back({"empty kernel, stream", "1x32", ms * 1e3, 0, "-", 0, "-", 0, true});
+    float *out = dnew<float>((size_t)pr.multiProcessorCount * 8 * 256 / 32);
+    struct S { const char *name; size_t bytes; int rot; } cases[] = {
+        {"read 1x151936 f32", 151936 * 4, 1}, {"read 64x151936 f32", (size_t)64 * 151936 * 4, 1},
+        {"read 32MB rot4", (size_t)32 << 20, 4}, {"read 64MB rot4", (size_t)64 << 20, 4}};
+    for (auto c : cases) {
+        std::vector<float *> bufs;
+        for (int r = 0; r < c.rot; r++) { float *b = dnew<float>(c.bytes / 4); CK(cudaMemset(b, 0, c.bytes)); bufs.push_back(b); }
+        int64_t n4 = c.bytes / 16;
+        int grid = (int)std::min<int64_t>((n4 + 255) / 256, (int64_t)pr.multiProcessorCount * 8);
+        int it = 0;
+        float t = time_ms([&] { floor_read_kernel<<<grid, 256>>>((const float4 *)bufs[it++ % c.rot], n4, out); }, 5, 50);
+        row_bw(std::string(c.name) + " (floor)", std::to_string(grid) + " blocks", t, (double)c.bytes, 0, true);
+        t = time_ms_stream([&] { floor_read_kernel<<<grid, 256>>>((const float4 *)bufs[it++ % c.rot], n4, out); });
+        row_bw(std::string(c.name) + ", stream", std::to_string(grid) + " blocks", t, (double)c.bytes, 0, true);
+        for (auto b : bufs) CK(cudaFree(b));
+    }
+    CK(cudaFree(out));
 }
 
 /* ---- SGEMM -------------------------------------------------------------------- */
@@ -217,11 +284,16 @@ static void ref_softmax(const std::vector<float> &x, int rows, int cols, std::ve
 }
 static void test_bench_softmax() {
     printf("[softmax]\n");
-    struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false}, {8192, 4096, true}, {128, 131072, true}};
+    /* 6 x 65536, 5 x 100000: rows split over a cluster (uneven chunks); 2 x 300000:
+     * too long for the register kernel (online path); row 0 of those two has its
+     * first half at -inf (whole blocks / vectors of -inf must give 0, not NaN) */
+    struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false},
+                                                        {5, 100000, false}, {2, 300000, false}, {8192, 4096, true}, {128, 131072, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.cols;
         auto x = randv(n, 8.f);
+        if (c.cols == 65536 || c.cols == 300000) for (int i = 0; i < c.cols / 2; i++) x[i] = -INFINITY;
         float *dx = dup(x), *dy = dnew<float>(n);
         poison(dy, n);
         KN(kn_cuda_softmax_f32(dy, dx, c.rows, c.cols, NULL));
@@ -326,7 +398,7 @@ static void test_bench_norms() {
 /* ---- cross-entropy ------------------------------------------------------------- */
 static void test_bench_ce() {
     printf("[crossentropy]\n");
-    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {2048, 50304, true}};
+    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {3, 200000, false}, {40, 32000, false}, {2048, 50304, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.B * c.V;
@@ -483,6 +555,12 @@ static void test_bench_gemv() {
             float rmsb = time_ms([&] { CKB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, c.N, 1, c.K, &one, dWb[it++ % c.rot], CUDA_R_16BF, c.K, dxb, CUDA_R_16BF, c.K, &zero, dyr, CUDA_R_32F, c.N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)); }, 5, 50);
             row_bw("gemv bf16", s + (c.rot > 1 ? " rot4" : ""), msb, 2.0 * wn, eb, eb <= 1e-5);
             g_rows.push_back({"cublasGemmEx bf16 n=1", s, rmsb * 1e3, 2.0 * wn / (rmsb * 1e-3) / 1e9, "GB/s", 2.0 * wn / (rmsb * 1e-3) / 1e9 / g_copy_gbs, "copy", 0, true});
+            if (c.rot > 1) {       /* the small case in a stream of launches (decode loop) */
+                ms = time_ms_stream([&] { kn_cuda_gemv_f32(dy, dW[it++ % c.rot], dx, NULL, c.N, c.K, NULL); });
+                row_bw("gemv f32, stream", s + " rot4", ms, 4.0 * wn, e, e <= 1e-5);
+                msb = time_ms_stream([&] { kn_cuda_gemv_bf16(dy, dWb[it++ % c.rot], dx, NULL, c.N, c.K, NULL); });
+                row_bw("gemv bf16, stream", s + " rot4", msb, 2.0 * wn, eb, eb <= 1e-5);
+            }
         }
         for (auto p : dW) CK(cudaFree(p));
         for (auto p : dWb) CK(cudaFree(p));
@@ -552,7 +630,8 @@ static void test_bench_gemm_bf16() {
 /* ---- top-k / top-p -------------------------------------------------------------------------- */
 static void test_bench_topk() {
     printf("[topk / topp]\n");
-    struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
+    struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false},
+                                                              {5, 4001, 7, false, false}, {2, 40000, 300, true, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.V;
@@ -577,7 +656,8 @@ static void test_bench_topk() {
         }
         std::string s = sz({c.rows, c.V}) + " k=" + std::to_string(c.k) + (c.ties ? " ties" : "");
         checkb("kn_cuda_topk_f32", s + " exact values, valid distinct idx", ok);
-        if (c.bench) { float ms = time_ms([&] { kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL); }); row_bw("topk f32", s, ms, 4.0 * n, 0, ok); }
+        if (c.bench) { float ms = time_ms([&] { kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL); }); row_bw("topk f32", s, ms, 4.0 * n, 0, ok);
+            if (c.rows == 1) { ms = time_ms_stream([&] { kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL); }); row_bw("topk f32, stream", s, ms, 4.0 * n, 0, ok); } }
         /* top-p */
         for (float p : {0.5f, 0.9f, 1.0f}) {
             int32_t *dn = dnew<int32_t>(c.rows); float *dth = dnew<float>(c.rows);
@@ -597,7 +677,8 @@ static void test_bench_topk() {
             }
             char w[64]; snprintf(w, sizeof w, " p=%.1f (margin %.2g)", p, worst);
             checkb("kn_cuda_topp_f32", s + w, okp);
-            if (c.bench && p == 0.9f) { float ms = time_ms([&] { kn_cuda_topp_f32(dn, dth, dx, c.rows, c.V, p, NULL); }); row_bw("topp f32", s + " p=0.9", ms, 4.0 * n, 0, okp); }
+            if (c.bench && p == 0.9f) { float ms = time_ms([&] { kn_cuda_topp_f32(dn, dth, dx, c.rows, c.V, p, NULL); }); row_bw("topp f32", s + " p=0.9", ms, 4.0 * n, 0, okp);
+                if (c.rows == 1) { ms = time_ms_stream([&] { kn_cuda_topp_f32(dn, dth, dx, c.rows, c.V, p, NULL); }); row_bw("topp f32, stream", s + " p=0.9", ms, 4.0 * n, 0, okp); } }
             CK(cudaFree(dn)); CK(cudaFree(dth));
         }
         CK(cudaFree(dx)); CK(cudaFree(dv)); CK(cudaFree(di));
@@ -662,6 +743,7 @@ int main(int argc, char **argv) {
     CKB(cublasCreate(&g_blas));
     bench_copy();
     auto want = [&](const char *n) { return !only || strstr(only, n); };
+    if (want("floor") && !g_tests_only) bench_floor();
     if (want("pool")) test_pool();
     if (want("gemv")) test_bench_gemv();
     if (want("softmax")) test_bench_softmax();

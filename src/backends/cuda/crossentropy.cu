@@ -1,20 +1,19 @@
 /* crossentropy.cu: fused softmax cross-entropy, forward and backward in one
- * kernel. One block per row of logits[B,V]: an online (max, sum) pass, the
- * loss, then dlogits = dloss * (softmax - onehot) written in a second pass
- * (which may overwrite the logits in place). When the row fits in shared
- * memory (V <= ~56k f32 on Hopper) it is cached there: 1 read + 1 write of V;
- * otherwise the second pass re-reads it (mostly from L2). */
-#include "backends/cuda/common.cuh"
+ * kernel over logits[B,V]: loss[b] = logsumexp(x[b]) - x[b,t] and
+ * dlogits = dloss * (softmax - onehot) (which may overwrite the logits).
+ * When V is a multiple of 4 and the pointers are 16-byte aligned, the row is
+ * held in registers by the kernel of rowsoftmax.cuh, split over a cluster of
+ * up to 8 blocks (1 read + 1 write of V; v3 of dev/cuda/crossentropy/).
+ * Otherwise one block per row runs an online (max, sum) pass and re-reads the
+ * row (mostly from L2) to write dlogits. */
+#include "backends/cuda/rowsoftmax.cuh"   // defines: rowsm_kernel, rowsm_plan
 
 #define KN_CE_THREADS 1024
 
-/* CACHE: the row (V floats, vec only) is kept in dynamic shared memory between
- * the two passes, so logits are read from device memory once. */
-template <bool CACHE>
+/* Fallback: any V, any alignment; vec: V % 4 == 0 and 16-byte aligned rows. */
 __global__ void __launch_bounds__(KN_CE_THREADS)
 ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *targets, int64_t V,
           float dloss, bool vec) {
-    extern __shared__ float4 rowc[];
     __shared__ float shm[32], shs[32];
     const int64_t b = blockIdx.x;
     const float *xr = logits + b * V;
@@ -23,17 +22,11 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
     const float xt = valid ? xr[t] : 0.f;     // read before any in-place write
     float m = -INFINITY, s = 0.f;
     if (vec) {
-        auto stat = [&](int64_t i, float4 a) {
-            if (CACHE) rowc[i / 4] = a;
+        kn_sweep4<4>(xr, V, [&](int64_t, float4 a) {
             float mx = fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w));
-            kn_ms_merge(m, s, mx, __expf(a.x - mx) + __expf(a.y - mx) + __expf(a.z - mx) + __expf(a.w - mx));
-        };
-        /* measured (H200, 2048 x 50304): the plain loop is faster with the cache
-         * (0.68 vs 0.64 of copy), the batched sweep without it */
-        if (CACHE)
-            for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) stat(i, __ldg((const float4 *)(xr + i)));
-        else
-            kn_sweep4<4>(xr, V, stat);
+            if (mx != -INFINITY)    // four -inf: nothing to add (exp(-inf - -inf) is NaN)
+                kn_ms_merge(m, s, mx, __expf(a.x - mx) + __expf(a.y - mx) + __expf(a.z - mx) + __expf(a.w - mx));
+        });
     } else {
         for (int64_t i = threadIdx.x; i < V; i += KN_CE_THREADS) kn_ms_merge(m, s, xr[i], 1.f);
     }
@@ -58,11 +51,7 @@ ce_kernel(float *losses, float *dlogits, const float *logits, const int32_t *tar
             if (valid && t >= i && t < i + 4) (&g.x)[t - i] -= dloss;
             *(float4 *)(dr + i) = g;
         };
-        if (CACHE) {
-            for (int64_t i = threadIdx.x * 4; i < V; i += KN_CE_THREADS * 4) emit(i, rowc[i / 4]);
-        } else {
-            kn_sweep4<4>(xr, V, emit);
-        }
+        kn_sweep4<4>(xr, V, emit);
     } else {
         for (int64_t i = threadIdx.x; i < V; i += KN_CE_THREADS) {
             float g = __expf(xr[i] - m) * sc;
@@ -82,19 +71,21 @@ extern "C" kn_status kn_cuda_crossentropy_fwd_bwd(float *losses, float *dlogits,
     if (B == 0) return KN_OK;
     KN_CUDA_REQUIRE(losses && logits && targets, "kn_cuda_crossentropy_fwd_bwd: NULL pointer");
     bool vec = V % 4 == 0 && kn_aligned16(logits) && (!dlogits || kn_aligned16(dlogits));
-    int dev = 0, maxsm = 0;
-    KN_CUDA_TRY(cudaGetDevice(&dev));
-    KN_CUDA_TRY(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    size_t cache = (size_t)V * sizeof(float);
-    if (vec && dlogits && cache + 1024 <= (size_t)maxsm) {
-        KN_CUDA_TRY(cudaFuncSetAttribute(ce_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)cache));
-        ce_kernel<true><<<(unsigned)B, KN_CE_THREADS, cache, kn_stream(stream)>>>(
-            losses, dlogits, logits, targets, V, dloss, vec);
-    } else {
-        ce_kernel<false><<<(unsigned)B, KN_CE_THREADS, 0, kn_stream(stream)>>>(
-            losses, dlogits, logits, targets, V, dloss, vec);
+    if (vec) {
+        int nsm = 0;
+        bool cluster_ok = false;
+        kn_status st = rowsm_device(&nsm, &cluster_ok);
+        if (st) return st;
+        RsmPlan p;
+        if (rowsm_plan<float>(B, V, nsm, cluster_ok, &p)) {
+            RsmArgs a = {};
+            a.y = dlogits; a.x = logits; a.cols = V;
+            a.losses = losses; a.targets = targets; a.dloss = dloss;
+            return rowsm_launch<float, RSM_XENT>(p, B, a, kn_stream(stream));
+        }
     }
+    ce_kernel<<<(unsigned)B, KN_CE_THREADS, 0, kn_stream(stream)>>>(losses, dlogits, logits, targets,
+                                                                     V, dloss, vec);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }

@@ -1,9 +1,14 @@
 /* gemv.cu: y[N] = W[N,K] @ x[K] (+ bias) for batch-1 decode; W f32 or bf16.
- * One warp per output row, 16-byte loads of W (4 f32 or 8 bf16 per lane),
- * two 16-byte loads in flight per lane per step; x is read through the
- * read-only cache (it is K floats, shared by every warp). The kernel is bound
- * by reading W once: N*K*sizeof(w) bytes. */
+ * Bound by reading W once: N*K*sizeof(w) bytes; x (K floats, shared by every
+ * row) is read through the read-only cache.
+ * v2 (default, dev/cuda/gemv/): one block per row, each thread issuing U
+ * 16-byte loads of W (4 f32 or 8 bf16) before it uses any, so that a 16 KB
+ * row is requested at once (256 threads x 4 x 16 B) and a 4096-row matrix is
+ * 4096 small blocks that the scheduler balances over the SMs.
+ * v1: one warp per row, two 16-byte loads in flight per lane (kept for
+ * KN_CUDA_TUNE=gemv_v=1 comparisons). */
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune
 
 #define KN_GV_WARPS 8
 
@@ -61,6 +66,61 @@ gemv_bf16_kernel(float *y, const uint16_t *__restrict__ W, const float *__restri
     if (lane == 0) y[row] = a + (bias ? bias[row] : 0.f);
 }
 
+/* ---- v2: one block per row, U loads in flight per thread ----------------------------- */
+__device__ __forceinline__ float gv_dot(float4 w, const float4 *x4, int i) {
+    float4 xv = __ldg(x4 + i);
+    return w.x * xv.x + w.y * xv.y + w.z * xv.z + w.w * xv.w;
+}
+__device__ __forceinline__ float gv_dot(uint4 w, const float4 *x4, int i) { return gv_dot8(w, x4 + 2 * i); }
+
+/* VT: float4 (f32 W) or uint4 (8 bf16); nv = K / elements per vector. */
+template <typename VT, int U>
+__global__ void __launch_bounds__(256)
+gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
+                const float *__restrict__ bias, int nv) {
+    __shared__ float sh[8];
+    const int row = blockIdx.x;
+    const VT *w = W + (int64_t)row * nv;
+    const float4 *x4 = (const float4 *)x;
+    float acc = 0.f;
+    for (int b = threadIdx.x; b < nv; b += blockDim.x * U) {
+        VT v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int i = b + u * blockDim.x;
+            if (i < nv) v[u] = __ldcs(w + i);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int i = b + u * blockDim.x;
+            if (i < nv) acc += gv_dot(v[u], x4, i);
+        }
+    }
+    acc = kn_warp_sum(acc);
+    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.f;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += sh[i];
+        y[row] = s + (bias ? bias[row] : 0.f);
+    }
+}
+
+/* Threads per block: enough for U vectors each to cover the row, 32..256. */
+template <typename VT>
+static kn_status gemv_row_launch(float *y, const VT *W, const float *x, const float *bias, int64_t N,
+                                 int64_t nv, void *stream) {
+    static const int U = kn_cuda_tune("gemv_u", 4);
+    int64_t th = (nv + (U >= 8 ? 8 : 4) - 1) / (U >= 8 ? 8 : 4);
+    th = th < 32 ? 32 : th > 256 ? 256 : (th + 31) / 32 * 32;
+    if (U >= 8)
+        gemv_row_kernel<VT, 8><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv);
+    else
+        gemv_row_kernel<VT, 4><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
 static kn_status gemv_check(const char *name, const void *y, const void *W, const void *x,
                             int64_t N, int64_t K, int kdiv) {
     KN_CUDA_REQUIRE(N >= 0 && N <= INT32_MAX && K > 0 && K <= INT32_MAX && K % kdiv == 0,
@@ -76,6 +136,8 @@ extern "C" kn_status kn_cuda_gemv_f32(float *y, const float *W, const float *x, 
                                       int64_t N, int64_t K, void *stream) {
     kn_status s = gemv_check("kn_cuda_gemv_f32", y, W, x, N, K, 4);
     if (s || N == 0) return s;
+    static const int ver = kn_cuda_tune("gemv_v", 2);
+    if (ver != 1) return gemv_row_launch<float4>(y, (const float4 *)W, x, bias, N, K / 4, stream);
     gemv_f32_kernel<<<(unsigned)((N + KN_GV_WARPS - 1) / KN_GV_WARPS), KN_GV_WARPS * 32, 0,
                       kn_stream(stream)>>>(y, W, x, bias, (int)N, (int)K);
     KN_CUDA_LAUNCHED();
@@ -85,6 +147,8 @@ extern "C" kn_status kn_cuda_gemv_bf16(float *y, const uint16_t *W, const float 
                                        const float *bias, int64_t N, int64_t K, void *stream) {
     kn_status s = gemv_check("kn_cuda_gemv_bf16", y, W, x, N, K, 8);
     if (s || N == 0) return s;
+    static const int ver = kn_cuda_tune("gemv_v", 2);
+    if (ver != 1) return gemv_row_launch<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, stream);
     gemv_bf16_kernel<<<(unsigned)((N + KN_GV_WARPS - 1) / KN_GV_WARPS), KN_GV_WARPS * 32, 0,
                        kn_stream(stream)>>>(y, W, x, bias, (int)N, (int)K);
     KN_CUDA_LAUNCHED();

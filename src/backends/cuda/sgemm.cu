@@ -171,40 +171,60 @@ sgemm_128x128_kernel(int M, int N, int K, float alpha, const float *__restrict__
     }
 }
 
-/* NN with complete tiles (M, N % 128 == 0, K % 8 == 0): the same scheme with
- * no bounds checks and an unpadded B tile. Kept as a separate kernel because
- * adding the FULL case as a template flag of the kernel above measured
- * slower (H200, 4096^3: 41.6 vs 46 TFLOP/s; register allocation differs). */
+/* Complete tiles (M, N % 128 == 0, K % 8 == 0), any transposes: the same
+ * scheme with no bounds checks, 32-bit tile offsets and pointer-stepping
+ * loaders. Kept apart from the kernel above because adding the FULL case as
+ * a template flag there measured slower (H200, 4096^3 NN: 41.6 vs 46
+ * TFLOP/s; register allocation differs). Loads per thread and slab: one
+ * float4 of op(A), one of op(B). A row-major A (M x K) and a transposed B
+ * (stored N x K) are read along K and stored transposed (4 scalar stores into
+ * the padded tile); A^T (K x M) and B (K x N) are read along M / N and stored
+ * as they are (one float4). NT and TN used the general kernel before (0.857 /
+ * 0.875 of cuBLAS at 4096; the NN full kernel ran 0.903). */
+template <bool TA, bool TB>
 __global__ void __launch_bounds__(256, 2)
-sgemm_nn_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
-                     const float *__restrict__ B, int ldb, float beta, float *__restrict__ C,
-                     int ldc, sg_batch bt) {
+sgemm_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
+                  const float *__restrict__ B, int ldb, float beta, float *__restrict__ C,
+                  int ldc, sg_batch bt) {
     SG_BATCH_MOVE();
     __shared__ __align__(16) float As[2][SG_BK][SG_BM + SG_PAD];
-    __shared__ __align__(16) float Bs[2][SG_BK][SG_BN];
+    __shared__ __align__(16) float Bs[2][SG_BK][SG_BN + (TB ? SG_PAD : 0)];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = (warp >> 1) * 32, wn = (warp & 1) * 64;
     const int lm = lane >> 3, ln = lane & 7;
     const int m0 = blockIdx.y * SG_BM, n0 = blockIdx.x * SG_BN;
-    const int ar = tid >> 1, ac = (tid & 1) * 4;        // A: row, col of this thread's float4
-    const int br = tid >> 5, bc = (tid & 31) * 4;       // B: row, col
-    const float *Ap = A + (size_t)(m0 + ar) * lda + ac;
-    const float *Bp = B + (size_t)br * ldb + n0 + bc;
+    /* along K (transposing store): row tid/2 of the tile, k (tid%2)*4;
+     * along M/N (plain store): k row tid/32, col (tid%32)*4 */
+    const int tr = tid >> 1, tk = (tid & 1) * 4;
+    const int pr = tid >> 5, pc = (tid & 31) * 4;
+    const float *Ap = TA ? A + (size_t)pr * lda + m0 + pc : A + (size_t)(m0 + tr) * lda + tk;
+    const float *Bp = TB ? B + (size_t)(n0 + tr) * ldb + tk : B + (size_t)pr * ldb + n0 + pc;
+    const size_t astep = TA ? (size_t)SG_BK * lda : SG_BK, bstep = TB ? SG_BK : (size_t)SG_BK * ldb;
+    auto store_a = [&](int buf, float4 v) {
+        if (TA) *(float4 *)&As[buf][pr][pc] = v;
+        else { As[buf][tk + 0][tr] = v.x; As[buf][tk + 1][tr] = v.y; As[buf][tk + 2][tr] = v.z; As[buf][tk + 3][tr] = v.w; }
+    };
+    auto store_b = [&](int buf, float4 v) {
+        if (!TB) *(float4 *)&Bs[buf][pr][pc] = v;
+        else { Bs[buf][tk + 0][tr] = v.x; Bs[buf][tk + 1][tr] = v.y; Bs[buf][tk + 2][tr] = v.z; Bs[buf][tk + 3][tr] = v.w; }
+    };
     float acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; i++)
 #pragma unroll
         for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
     float4 ra = __ldg((const float4 *)Ap), rb = __ldg((const float4 *)Bp);
-    As[0][ac + 0][ar] = ra.x; As[0][ac + 1][ar] = ra.y; As[0][ac + 2][ar] = ra.z; As[0][ac + 3][ar] = ra.w;
-    *(float4 *)&Bs[0][br][bc] = rb;
+    store_a(0, ra);
+    store_b(0, rb);
     __syncthreads();
     int cur = 0;
     for (int k0 = 0; k0 < K; k0 += SG_BK) {
         const bool more = k0 + SG_BK < K;
         if (more) {
-            ra = __ldg((const float4 *)(Ap + k0 + SG_BK));
-            rb = __ldg((const float4 *)(Bp + (size_t)(k0 + SG_BK) * ldb));
+            Ap += astep;
+            Bp += bstep;
+            ra = __ldg((const float4 *)Ap);
+            rb = __ldg((const float4 *)Bp);
         }
 #pragma unroll
         for (int k = 0; k < SG_BK; k++) {
@@ -219,9 +239,8 @@ sgemm_nn_full_kernel(int K, float alpha, const float *__restrict__ A, int lda,
                 for (int j = 0; j < 8; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
         }
         if (more) {
-            const int nx = cur ^ 1;
-            As[nx][ac + 0][ar] = ra.x; As[nx][ac + 1][ar] = ra.y; As[nx][ac + 2][ar] = ra.z; As[nx][ac + 3][ar] = ra.w;
-            *(float4 *)&Bs[nx][br][bc] = rb;
+            store_a(cur ^ 1, ra);
+            store_b(cur ^ 1, rb);
         }
         __syncthreads();
         cur ^= 1;
@@ -314,14 +333,19 @@ extern "C" kn_status kn_cuda_sgemm_batched(bool trans_a, bool trans_b, int64_t M
 #define SG_LAUNCH(ta, tb)                                                                   \
     sgemm_128x128_kernel<ta, tb><<<grid, 256, 0, st>>>((int)M, (int)N, (int)K, alpha, A, lda, \
                                                        B, ldb, beta, C, ldc, bt)
-            if (!trans_a && !trans_b && full)
-                sgemm_nn_full_kernel<<<grid, 256, 0, st>>>((int)K, alpha, A, (int)lda, B, (int)ldb, beta,
-                                                           C, (int)ldc, bt);
+#define SG_FULL(ta, tb)                                                                     \
+    sgemm_full_kernel<ta, tb><<<grid, 256, 0, st>>>((int)K, alpha, A, (int)lda, B, (int)ldb, beta, \
+                                                    C, (int)ldc, bt)
+            if (full && !trans_a && !trans_b) SG_FULL(false, false);
+            else if (full && !trans_a && trans_b) SG_FULL(false, true);
+            else if (full && trans_a && !trans_b) SG_FULL(true, false);
+            else if (full) SG_FULL(true, true);
             else if (!trans_a && !trans_b) SG_LAUNCH(false, false);
             else if (!trans_a && trans_b) SG_LAUNCH(false, true);
             else if (trans_a && !trans_b) SG_LAUNCH(true, false);
             else SG_LAUNCH(true, true);
 #undef SG_LAUNCH
+#undef SG_FULL
         } else {
             dim3 grid((unsigned)((N + 15) / 16), (unsigned)((M + 15) / 16), nz);
             KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_sgemm: M=%lld too large", (long long)M);

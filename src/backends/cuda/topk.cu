@@ -9,7 +9,10 @@
  * counts. One block of 1024 threads per row; rows are re-read from L2.
  * Non-goals: NaN logits; k > 1024; several blocks per row (batch-1 decode of
  * a 150k vocabulary runs on one SM: ~a few tens of microseconds). */
-#include "backends/cuda/common.cuh"
+#include "backends/cuda/common.cuh"   // defines: kn_sweep4, kn_block_max, kn_ms_merge
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune
+#include <cooperative_groups.h>
+#include <type_traits>
 
 #define TK_THREADS 1024
 #define TK_KMAX 1024
@@ -68,6 +71,27 @@ __device__ uint32_t tk_select(const float *xr, int64_t V, bool vec, int k, int *
     return prefix;
 }
 
+/* Bitonic sort of sv/si[0..kpow2) in shared memory, descending by value;
+ * the whole block takes part (contains __syncthreads). */
+__device__ void tk_bitonic_desc(float *sv, int *si, int kpow2) {
+    for (int size = 2; size <= kpow2; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < kpow2; i += blockDim.x) {
+                int j = i ^ stride;
+                if (j > i) {
+                    bool desc = (i & size) == 0;
+                    float a = sv[i], b = sv[j];
+                    if (desc ? (a < b) : (a > b)) {
+                        sv[i] = b; sv[j] = a;
+                        int t = si[i]; si[i] = si[j]; si[j] = t;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 __global__ void __launch_bounds__(TK_THREADS)
 topk_kernel(float *vals, int32_t *idx, const float *x, int64_t V, int k, int kpow2, bool vec) {
     __shared__ unsigned hist[256];
@@ -95,23 +119,7 @@ topk_kernel(float *vals, int32_t *idx, const float *x, int64_t V, int k, int kpo
     if (vec) kn_sweep4<4>(xr, V, [&](int64_t i, float4 v) { take(i, v.x); take(i + 1, v.y); take(i + 2, v.z); take(i + 3, v.w); });
     else for (int64_t i = threadIdx.x; i < V; i += blockDim.x) take(i, xr[i]);
     __syncthreads();
-    /* bitonic sort, descending by value */
-    for (int size = 2; size <= kpow2; size <<= 1) {
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int i = threadIdx.x; i < kpow2; i += blockDim.x) {
-                int j = i ^ stride;
-                if (j > i) {
-                    bool desc = (i & size) == 0;
-                    float a = sv[i], b = sv[j];
-                    if (desc ? (a < b) : (a > b)) {
-                        sv[i] = b; sv[j] = a;
-                        int t = si[i]; si[i] = si[j]; si[j] = t;
-                    }
-                }
-            }
-            __syncthreads();
-        }
-    }
+    tk_bitonic_desc(sv, si, kpow2);
     for (int i = threadIdx.x; i < k; i += blockDim.x) {
         vals[(int64_t)blockIdx.x * k + i] = sv[i];
         idx[(int64_t)blockIdx.x * k + i] = si[i];
@@ -222,6 +230,327 @@ topp_kernel(int32_t *n_keep, float *thresh, const float *x, int64_t V, float p, 
     }
 }
 
+/* ---- cluster path (sm_90): the row split over the blocks of a cluster -------------
+ * Block `rank` of a cluster of cl blocks copies its chunk of the row into
+ * shared memory once; the four digit passes then run over shared memory,
+ * each block building a histogram of its chunk and reading the other blocks'
+ * histograms through distributed shared memory (one cluster barrier per
+ * pass). Histograms are lane-replicated (32 copies, row stride 257 words):
+ * lane l adds into copy l, so the 32 atomics of one warp instruction hit 32
+ * different words in 32 different banks even when all lanes land in one bin
+ * (float keys of logits crowd a few top-digit bins). The top-k winners go
+ * straight into rank 0's shared memory (distributed-shared-memory atomics),
+ * which sorts only those k. The row is read from device memory once, by cl
+ * SMs: a 151936-entry row takes cl = 8 SMs instead of one. */
+#define TKC_THREADS 512
+#define TKC_REP 257
+
+struct TkcArgs {
+    const float *x;     /* [rows, V]                                          */
+    int64_t V;
+    int chunk;          /* elements per block, a multiple of 4                */
+    int cl;             /* blocks per row (cluster size)                      */
+    bool vec;           /* V % 4 == 0 and x 16-byte aligned                   */
+    int k, kpow2;       /* top-k                                              */
+    float *vals;        /* [rows, k]                                          */
+    int32_t *idx;       /* [rows, k]                                          */
+    float p;            /* top-p                                              */
+    int32_t *n_keep;    /* [rows]                                             */
+    float *thresh;      /* [rows]                                             */
+};
+
+#if __CUDA_ARCH__ >= 900
+namespace cg = cooperative_groups;
+/* The pointer `q` of this block's shared memory, as seen in block `r` of the cluster. */
+template <typename P> __device__ __forceinline__ P *tkc_peer(P *q, int r, int cl) {
+    return cl > 1 ? cg::this_cluster().map_shared_rank(q, r) : q;
+}
+__device__ __forceinline__ void tkc_sync(int cl) {
+    if (cl > 1) cg::this_cluster().sync(); else __syncthreads();
+}
+
+/* Call f(i, v) for every element v = xs[i] of the chunk (n elements). */
+template <typename F> __device__ __forceinline__ void tkc_each(const float *xs, int n, F f) {
+    const int n4 = n >> 2;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = ((const float4 *)xs)[i];
+        f(4 * i, v.x); f(4 * i + 1, v.y); f(4 * i + 2, v.z); f(4 * i + 3, v.w);
+    }
+    for (int i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) f(i, xs[i]);
+}
+
+/* One digit pass over the chunk: the cluster-wide histogram of digit
+ * (key >> shift) & 255 over elements whose key matches prefix under mask,
+ * weighted by 1 (W = unsigned, top-k) or exp(x - M) (W = float, top-p), lands
+ * in glob[256] of every block. Ends with a __syncthreads. */
+template <typename W>
+__device__ void tkc_hist(const float *xs, int n, uint32_t prefix, uint32_t mask, int shift, float M,
+                         W *rep, W (*tot)[256], W *glob, int round, int cl) {
+    for (int i = threadIdx.x; i < 32 * TKC_REP; i += blockDim.x) rep[i] = 0;
+    __syncthreads();
+    W *mine = rep + (threadIdx.x & 31) * TKC_REP;
+    tkc_each(xs, n, [&](int, float f) {
+        uint32_t key = tk_key(f);
+        if ((key & mask) == prefix) {
+            W w;
+            if constexpr (std::is_same<W, float>::value) w = __expf(f - M); else w = 1;
+            atomicAdd(&mine[(key >> shift) & 255], w);
+        }
+    });
+    __syncthreads();
+    W *tb = tot[round & 1];
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        W s = 0;
+#pragma unroll 8
+        for (int c = 0; c < 32; c++) s += rep[c * TKC_REP + b];
+        tb[b] = s;
+    }
+    tkc_sync(cl);     // every block's tot[round & 1] is complete
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+        W s = 0;
+        for (int r = 0; r < cl; r++) s += tkc_peer(tb, r, cl)[b];
+        glob[b] = s;
+    }
+    __syncthreads();
+}
+
+/* Warp 0: walk glob from bin 255 down until the running total reaches
+ * `remaining`; *bin = that bin, *rem = what is still needed inside it. If the
+ * total never reaches it (float rounding of masses, or remaining = inf), the
+ * lowest non-empty bin, with *rem = inf. Ends with a __syncthreads. */
+template <typename W>
+__device__ void tkc_scan(const W *glob, W remaining, int *bin, W *rem) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        W local = 0;
+        for (int q = 0; q < 8; q++) local += glob[255 - (lane * 8 + q)];
+        W incl = local;
+        for (int o = 1; o < 32; o <<= 1) {
+            W t = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += t;
+        }
+        W excl = __shfl_up_sync(0xffffffffu, incl, 1);
+        if (lane == 0) excl = 0;
+        unsigned hit = __ballot_sync(0xffffffffu, excl < remaining && incl >= remaining);
+        if (hit) {
+            if (lane == __ffs(hit) - 1) {
+                W c = excl;
+                int last = -1;
+                W clast = 0;
+                for (int q = 0; q < 8; q++) {
+                    int b = 255 - (lane * 8 + q);
+                    W h = glob[b];
+                    if (h > 0) { last = b; clast = c; }
+                    if (h > 0 && c + h >= remaining) { last = -2; *bin = b; *rem = remaining - c; break; }
+                    c += h;
+                }
+                if (last >= 0) { *bin = last; *rem = remaining - clast; }   // rounding: the last non-empty bin
+            }
+        } else {
+            unsigned ne = __ballot_sync(0xffffffffu, local > 0);
+            int l = ne ? 31 - __clz(ne) : 0;
+            if (lane == l) {
+                int b = 255 - lane * 8;
+                for (int q = 0; q < 8; q++) if (glob[255 - (lane * 8 + q)] > 0) b = 255 - (lane * 8 + q);
+                *bin = b;
+                if constexpr (std::is_same<W, float>::value) *rem = INFINITY; else *rem = 0xffffffffu;
+            }
+        }
+    }
+    __syncthreads();
+}
+#endif
+
+/* Load this block's chunk of row blockIdx.x / cl into xs; returns its length. */
+__device__ __forceinline__ int tkc_load(const TkcArgs &a, float *xs, int64_t row, int rank) {
+    const int64_t lo = (int64_t)rank * a.chunk;
+    const int n = (int)(a.V - lo < a.chunk ? (a.V - lo > 0 ? a.V - lo : 0) : a.chunk);
+    const float *xr = a.x + row * a.V + lo;
+    if (a.vec) {
+        const int n4 = n >> 2, T = blockDim.x;
+        int i = threadIdx.x;
+        for (; i < n4; i += 8 * T) {          // 8 loads in flight: 64 KB per block
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (i + u * T < n4) v[u] = __ldcs((const float4 *)xr + i + u * T);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (i + u * T < n4) ((float4 *)xs)[i + u * T] = v[u];
+        }
+        for (i = 4 * n4 + threadIdx.x; i < n; i += blockDim.x) xs[i] = xr[i];
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = xr[i];
+    }
+    __syncthreads();
+    return n;
+}
+
+__global__ void __launch_bounds__(TKC_THREADS, 2)
+topk_cluster_kernel(TkcArgs a) {
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ float4 tkc_dyn[];
+    float *xs = (float *)tkc_dyn;
+    __shared__ unsigned rep[32 * TKC_REP];      // after the passes: rank 0's sv / si
+    __shared__ unsigned tot[2][256], glob[256];
+    __shared__ int sel_bin, cnt_gt, cnt_eq;
+    __shared__ unsigned sel_rem;
+    const int cl = a.cl, rank = blockIdx.x % cl;
+    const int64_t row = blockIdx.x / cl;
+    if (threadIdx.x == 0) { cnt_gt = 0; cnt_eq = 0; }
+    const int n = tkc_load(a, xs, row, rank);
+    uint32_t prefix = 0, mask = 0;
+    unsigned remaining = (unsigned)a.k;
+    for (int round = 0; round < 4; round++) {
+        const int shift = 24 - 8 * round;
+        tkc_hist<unsigned>(xs, n, prefix, mask, shift, 0.f, rep, tot, glob, round, cl);
+        tkc_scan<unsigned>(glob, remaining, &sel_bin, &sel_rem);
+        prefix |= (uint32_t)sel_bin << shift;
+        mask |= 255u << shift;
+        remaining = sel_rem;
+    }
+    /* prefix is the key of the k-th largest; `remaining` elements equal to it belong to the top k */
+    const int n_eq = (int)remaining, n_gt = a.k - n_eq;
+    float *sv0 = tkc_peer((float *)rep, 0, cl);
+    int *si0 = tkc_peer((int *)rep + TK_KMAX, 0, cl);
+    int *gt0 = tkc_peer(&cnt_gt, 0, cl), *eq0 = tkc_peer(&cnt_eq, 0, cl);
+    const int64_t lo = (int64_t)rank * a.chunk;
+    tkc_each(xs, n, [&](int i, float f) {
+        uint32_t key = tk_key(f);
+        if (key > prefix) {
+            int s = atomicAdd(gt0, 1);
+            sv0[s] = f; si0[s] = (int)(lo + i);
+        } else if (key == prefix) {
+            int s = atomicAdd(eq0, 1);
+            if (s < n_eq) { sv0[n_gt + s] = f; si0[n_gt + s] = (int)(lo + i); }
+        }
+    });
+    tkc_sync(cl);       // all winners are in rank 0
+    if (rank != 0) return;
+    float *sv = (float *)rep;
+    int *si = (int *)rep + TK_KMAX;
+    for (int i = a.k + threadIdx.x; i < a.kpow2; i += blockDim.x) { sv[i] = -INFINITY; si[i] = -1; }
+    __syncthreads();
+    tk_bitonic_desc(sv, si, a.kpow2);
+    for (int i = threadIdx.x; i < a.k; i += blockDim.x) {
+        a.vals[row * a.k + i] = sv[i];
+        a.idx[row * a.k + i] = si[i];
+    }
+#endif
+}
+
+__global__ void __launch_bounds__(TKC_THREADS, 2)
+topp_cluster_kernel(TkcArgs a) {
+#if __CUDA_ARCH__ >= 900
+    extern __shared__ float4 tkc_dyn[];
+    float *xs = (float *)tkc_dyn;
+    __shared__ float rep[32 * TKC_REP];
+    __shared__ float tot[2][256], glob[256];
+    __shared__ float sh[32], stat[2];           // this block's max and -min
+    __shared__ int sel_bin;
+    __shared__ float sel_rem;
+    __shared__ unsigned cnt;
+    const int cl = a.cl, rank = blockIdx.x % cl;
+    const int64_t row = blockIdx.x / cl;
+    if (threadIdx.x == 0) cnt = 0;
+    const int n = tkc_load(a, xs, row, rank);
+    /* the row's max M and min */
+    float mx = -INFINITY, nmn = -INFINITY;
+    tkc_each(xs, n, [&](int, float f) { mx = fmaxf(mx, f); nmn = fmaxf(nmn, -f); });
+    mx = kn_block_max(mx, sh);
+    nmn = kn_block_max(nmn, sh);
+    if (threadIdx.x == 0) { stat[0] = mx; stat[1] = nmn; }
+    tkc_sync(cl);
+    float M = -INFINITY, MN = INFINITY;
+    for (int r = 0; r < cl; r++) {
+        const float *q = tkc_peer(stat, r, cl);
+        M = fmaxf(M, q[0]); MN = fminf(MN, -q[1]);
+    }
+    uint32_t prefix = 0, mask = 0;
+    if (a.p < 1.f) {
+        float remaining = 0.f;
+        for (int round = 0; round < 4; round++) {
+            const int shift = 24 - 8 * round;
+            tkc_hist<float>(xs, n, prefix, mask, shift, M, rep, tot, glob, round, cl);
+            if (round == 0) {     // all elements: the total mass S; the target is p * S
+                float S = 0.f;
+                for (int b = 0; b < 256; b++) S += glob[b];
+                remaining = a.p * S;
+            }
+            tkc_scan<float>(glob, remaining, &sel_bin, &sel_rem);
+            prefix |= (uint32_t)sel_bin << shift;
+            mask |= 255u << shift;
+            remaining = sel_rem;
+        }
+    } else {
+        prefix = tk_key(MN);      // p = 1: everything is kept
+    }
+    unsigned c = 0;
+    tkc_each(xs, n, [&](int, float f) { c += tk_key(f) >= prefix; });
+    c = __reduce_add_sync(0xffffffffu, c);
+    if ((threadIdx.x & 31) == 0 && c) atomicAdd(tkc_peer(&cnt, 0, cl), c);
+    tkc_sync(cl);       // every count is in rank 0 (and no peer reads our memory after this)
+    if (rank == 0 && threadIdx.x == 0) {
+        a.n_keep[row] = (int32_t)cnt;
+        uint32_t u = (prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix;
+        a.thresh[row] = __uint_as_float(u);
+    }
+#endif
+}
+
+/* Cluster size for a row of V, and the shared memory a block needs; false
+ * when the device has no clusters or the chunk does not fit. Measured (H200,
+ * 151936 columns): one row 27.8 us with 8 blocks, 23.9 with 16; 64 rows 80.7
+ * with 8, 114 with 16, 105 with 4. So 16 blocks (a non-portable cluster size)
+ * for up to 8 rows, 8 above; KN_CUDA_TUNE topk_cl overrides. */
+static bool tkc_plan(int64_t rows, int64_t V, bool vec, size_t *dyn, int *cl_out, int *chunk_out) {
+    static const int cl_tune = kn_cuda_tune("topk_cl", 0);
+    const int cl_pref = cl_tune > 0 ? cl_tune : rows <= 8 ? 16 : 8;
+    int dev = 0, clus = 0, maxsm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&clus, cudaDevAttrClusterLaunch, dev) != cudaSuccess || !clus) return false;
+    if (cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return false;
+    int cl = cl_pref < 1 ? 1 : cl_pref > 16 ? 16 : cl_pref;
+    while (cl > 1 && V < (int64_t)cl * 2048) cl >>= 1;      // short rows: fewer, fuller blocks
+    int64_t chunk = ((V + cl - 1) / cl + 3) / 4 * 4;
+    size_t need = (size_t)chunk * sizeof(float);
+    /* static shared memory: ~36 KB (histogram copies, totals) */
+    if (need + 40 * 1024 > (size_t)maxsm || rows * cl > INT32_MAX) return false;
+    (void)vec;
+    *dyn = need;
+    *cl_out = cl;
+    *chunk_out = (int)chunk;
+    return true;
+}
+
+static kn_status tkc_launch(void (*kern)(TkcArgs), TkcArgs a, int64_t rows, size_t dyn, void *stream) {
+    /* raise the kernel's dynamic shared-memory limit once per device (and size) */
+    static size_t set_bytes[2][16];
+    int dev = 0;
+    KN_CUDA_TRY(cudaGetDevice(&dev));
+    size_t *sb = &set_bytes[kern == topp_cluster_kernel][dev & 15];
+    if (*sb < dyn + 1) {      // +1: the first call also allows clusters of 16
+        KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn));
+        KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        *sb = dyn + 1;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    cfg.gridDim = dim3((unsigned)(rows * a.cl));
+    cfg.blockDim = dim3(TKC_THREADS);
+    cfg.dynamicSmemBytes = dyn;
+    cfg.stream = kn_stream(stream);
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)a.cl;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    KN_CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, a));
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
 extern "C" kn_status kn_cuda_topk_f32(float *vals, int32_t *idx, const float *x, int64_t rows,
                                       int64_t V, int k, void *stream) {
     KN_CUDA_REQUIRE(rows >= 0 && rows <= INT32_MAX && V > 0 && V <= INT32_MAX,
@@ -233,6 +562,14 @@ extern "C" kn_status kn_cuda_topk_f32(float *vals, int32_t *idx, const float *x,
     int kp = 1;
     while (kp < k) kp <<= 1;
     bool vec = V % 4 == 0 && kn_aligned16(x);
+    size_t dyn = 0;
+    int cl = 0, chunk = 0;
+    if (tkc_plan(rows, V, vec, &dyn, &cl, &chunk)) {
+        TkcArgs a = {};
+        a.x = x; a.V = V; a.chunk = chunk; a.cl = cl; a.vec = vec;
+        a.k = k; a.kpow2 = kp; a.vals = vals; a.idx = idx;
+        return tkc_launch(topk_cluster_kernel, a, rows, dyn, stream);
+    }
     topk_kernel<<<(unsigned)rows, TK_THREADS, 0, kn_stream(stream)>>>(vals, idx, x, V, k, kp, vec);
     KN_CUDA_LAUNCHED();
     return KN_OK;
@@ -246,6 +583,14 @@ extern "C" kn_status kn_cuda_topp_f32(int32_t *n_keep, float *thresh, const floa
     if (rows == 0) return KN_OK;
     KN_CUDA_REQUIRE(n_keep && thresh && x, "kn_cuda_topp_f32: NULL pointer");
     bool vec = V % 4 == 0 && kn_aligned16(x);
+    size_t dyn = 0;
+    int cl = 0, chunk = 0;
+    if (tkc_plan(rows, V, vec, &dyn, &cl, &chunk)) {
+        TkcArgs a = {};
+        a.x = x; a.V = V; a.chunk = chunk; a.cl = cl; a.vec = vec;
+        a.p = p; a.n_keep = n_keep; a.thresh = thresh;
+        return tkc_launch(topp_cluster_kernel, a, rows, dyn, stream);
+    }
     topp_kernel<<<(unsigned)rows, TK_THREADS, 0, kn_stream(stream)>>>(n_keep, thresh, x, V, p, vec);
     KN_CUDA_LAUNCHED();
     return KN_OK;
