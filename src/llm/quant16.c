@@ -10,6 +10,7 @@
 #include "core/cpu.h"       /* defines: KN_ISA_*                             */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- mode ------------------------------------------------------------------ */
@@ -26,7 +27,12 @@ kn_qact kn_quant_act_mode_parse(const char *act, const char *exact) {
 kn_qact kn_quant_act_mode(void) {
     if (g_forced >= 0) return (kn_qact)g_forced;
     /* first call; benign race: every thread computes the same */
-    if (g_mode < 0) g_mode = (int)kn_quant_act_mode_parse(getenv("KN_QMM_ACT"), getenv("KN_QMM_EXACT"));
+    if (g_mode < 0) {
+        const char *act = getenv("KN_QMM_ACT");
+        if (act && *act && strcmp(act, "auto") && strcmp(act, "q8") && strcmp(act, "q16") && strcmp(act, "f32"))
+            fprintf(stderr, "kiln: KN_QMM_ACT=%s is not one of auto, q8, q16, f32; using auto\n", act);
+        g_mode = (int)kn_quant_act_mode_parse(act, getenv("KN_QMM_EXACT"));
+    }
     return (kn_qact)g_mode;
 }
 void kn_quant_force_act_mode(int mode) { g_forced = mode; }

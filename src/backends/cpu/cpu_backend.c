@@ -21,6 +21,7 @@
 #endif
 #include <math.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -709,15 +710,27 @@ kn_backend *kn_backend_cpu(void) { return &g_cpu; }
 
 /* KN_BACKEND=ref|cpu|cuda (cuda in builds with CUDA=1; where the GPU cannot
  * be opened the CPU backend is used, with a warning on stderr). */
+/* KN_BACKEND=ref|cpu|cuda. A value that cannot be honoured falls back to
+ * the CPU backend with one warning per process (not one per context). */
+static atomic_int g_default_warned;
+static void warn_default_once(const char *fmt, const char *a) {
+    if (atomic_exchange(&g_default_warned, 1)) return;
+    fprintf(stderr, fmt, a);
+}
 kn_backend *kn_backend_default(void) {
     const char *b = getenv("KN_BACKEND");
-    if (b && !strcmp(b, "ref")) return kn_backend_ref();
+    if (!b || !*b || !strcmp(b, "cpu")) return kn_backend_cpu();
+    if (!strcmp(b, "ref")) return kn_backend_ref();
+    if (!strcmp(b, "cuda")) {
 #ifdef KN_CUDA
-    if (b && !strcmp(b, "cuda")) {
         kn_backend *g = kn_backend_cuda();
         if (g) return g;
-        fprintf(stderr, "kiln: KN_BACKEND=cuda: %s; using the CPU backend\n", kn_last_error());
-    }
+        warn_default_once("kiln: KN_BACKEND=cuda: %s; using the CPU backend\n", kn_last_error());
+#else
+        warn_default_once("kiln: KN_BACKEND=%s: this build has no CUDA backend (build with `make CUDA=1`); using the CPU backend\n", b);
 #endif
+        return kn_backend_cpu();
+    }
+    warn_default_once("kiln: KN_BACKEND=%s is not one of cpu, ref, cuda; using the CPU backend\n", b);
     return kn_backend_cpu();
 }
