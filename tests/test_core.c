@@ -276,6 +276,42 @@ TEST(plan_symbolic_gradient) {
     kn_ctx_free(ctx);
 }
 
+/* mean / var / std over a symbolic dim divide by its run-time extent in
+ * the gradient too (the shape holds the maximum) */
+TEST(plan_symbolic_mean_var_gradient) {
+    kn_ctx *ctx = ref_ctx();
+    int T = kn_sym_new(ctx, "T", 6);
+    kn_tensor *w = kn_param(ctx, KN_F64, 1, (int64_t[]){3});
+    kn_tensor *x = kn_input(ctx, KN_F64, 2, (int64_t[]){6, 3});
+    kn_tensor *xw = kn_mul(ctx, kn_slice_sym(ctx, x, 0, 0, T), w);             /* [T,3] */
+    kn_tensor *m = kn_mean(ctx, xw, 1, (int[]){0}, false);                      /* [3] */
+    kn_tensor *v = kn_var(ctx, xw, 1, (int[]){0}, 1, false);
+    kn_tensor *sd = kn_std(ctx, xw, 1, (int[]){0}, 0, false);
+    kn_tensor *loss = kn_add(ctx, kn_sum_all(ctx, kn_mul(ctx, m, m)), kn_add(ctx, kn_sum_all(ctx, v), kn_sum_all(ctx, sd)));
+    REQUIRE(kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());
+    kn_tensor *outs[2] = {loss, kn_grad(w)};
+    kn_plan *p = kn_plan_new(ctx, 2, outs, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    double xv[18], wv[3] = {1.5, -0.5, 2};
+    for (int i = 0; i < 18; i++) xv[i] = ((i * 5) % 7) - 2.5;
+    kn_tensor_write(x, xv, KN_F64); kn_tensor_write(w, wv, KN_F64);
+    for (int len = 2; len <= 6; len += 2) {
+        kn_sym_set(ctx, T, len);
+        REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+        double g[3];
+        kn_tensor_read(kn_grad(w), g, KN_F64);
+        for (int c = 0; c < 3; c++) {   /* per column: y_t = x_t w; d/dw of mean^2 + var(ddof 1) + std(ddof 0) */
+            double mx = 0, vx = 0;
+            for (int t = 0; t < len; t++) mx += xv[t * 3 + c] / len;
+            for (int t = 0; t < len; t++) vx += (xv[t * 3 + c] - mx) * (xv[t * 3 + c] - mx);
+            double w0 = wv[c], e = 2 * mx * mx * w0 + 2 * w0 * vx / (len - 1) + (w0 > 0 ? 1 : -1) * sqrt(vx / len);
+            CHECK(fabs(g[c] - e) < 1e-10, "T=%d grad[%d] %.12g vs %.12g", len, c, g[c], e);
+        }
+    }
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+}
+
 TEST(autograd_simple_and_accumulation) {
     kn_ctx *ctx = ref_ctx();
     kn_tensor *w = kn_from_data(ctx, KN_F64, 1, (int64_t[]){3}, (double[]){1, 2, 3});

@@ -50,6 +50,21 @@ static double reduced_count(const kn_tensor *t) {
     for (int i = 0; i < X->ndim; i++) if (t->p.reduce.axes >> i & 1) n *= (double)X->shape[i];
     return n;
 }
+/* The number of elements each output of reduction t sums over, as a lazy
+ * keepdim tensor when a reduced dim of its input is symbolic (its extent is
+ * known only at run time: the shape holds the maximum); NULL when fixed. */
+static kn_tensor *run_time_count(kn_ctx *ctx, const kn_tensor *t) {
+    int axes[KN_MAX_DIMS], na = 0;
+    bool sym = false;
+    for (int i = 0; i < X->ndim; i++)
+        if (t->p.reduce.axes >> i & 1) { axes[na++] = i; sym |= X->sym[i] != 0; }
+    if (!sym) return NULL;
+    kn_dtype dt = kn_dtype_get(X->dtype)->is_float ? X->dtype : KN_F32;
+    kn_tensor *ones = kn__node(ctx, KN_OP_FILL, dt, X->ndim, X->shape, X->sym, NULL, 0);   /* X's run-time extents */
+    if (!ones) return NULL;
+    ones->p.scalar.a = 1;
+    return kn_sum(ctx, ones, na, axes, true);
+}
 
 /* ---- views and copies ---- */
 static void g_reshape(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
@@ -208,7 +223,11 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     double n = reduced_count(t);
     switch (t->op) {
     case KN_OP_SUM: gin[0] = ge; return;
-    case KN_OP_MEAN: gin[0] = kn_mul(ctx, ge, S(1.0 / n)); return;
+    case KN_OP_MEAN: {
+        kn_tensor *cnt = run_time_count(ctx, t);
+        gin[0] = cnt ? kn_div(ctx, ge, cnt) : kn_mul(ctx, ge, S(1.0 / n));
+        return;
+    }
     case KN_OP_PROD: gin[0] = kn_div(ctx, kn_mul(ctx, ge, unreduce(ctx, t, t)), x); return;
     case KN_OP_MAX: case KN_OP_MIN: {   /* split evenly among the extreme elements */
         ye = unreduce(ctx, t, t);
@@ -224,7 +243,9 @@ static void g_reduce(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         for (int i = 0; i < x->ndim; i++) if (t->p.reduce.axes >> i & 1) axes[na++] = i;
         kn_tensor *mean = expand_like(ctx, kn_mean(ctx, x, na, axes, true), x);
         double den = n - t->p.reduce.correction;
-        kn_tensor *dx = kn_mul(ctx, kn_sub(ctx, x, mean), S(2.0 / den));
+        kn_tensor *cnt = run_time_count(ctx, t);
+        kn_tensor *dx = cnt ? kn_div(ctx, kn_mul(ctx, kn_sub(ctx, x, mean), S(2.0)), kn_add_scalar(ctx, cnt, -t->p.reduce.correction))
+                            : kn_mul(ctx, kn_sub(ctx, x, mean), S(2.0 / den));
         if (t->op == KN_OP_STD) dx = kn_div(ctx, dx, kn_mul(ctx, unreduce(ctx, t, t), S(2)));
         gin[0] = kn_mul(ctx, ge, dx);
         return;
