@@ -204,7 +204,10 @@ kn_tensor *kn_rand_offset(kn_ctx *ctx, kn_tensor *random_node, kn_tensor *offset
 /* ---- data access ------------------------------------------------------------ */
 kn_status kn_realize(kn_tensor *t);                    /* compute t (and what it needs) now */
 /* Copy t's elements (row-major, any strides) into dst converted to dtype
- * `as`; realizes t first. dst holds kn_numel(t) elements. */
+ * `as`; realizes t first. dst holds kn_numel(t) elements: the declared
+ * shape. A symbolic dim is read at its maximum extent; the rows past the
+ * symbol's current value are whatever the storage holds (read the leading
+ * rows you asked for, or kn_slice first). */
 kn_status kn_tensor_read(kn_tensor *t, void *dst, kn_dtype as);
 /* Write host data (dtype `as`, row-major) into a materialised tensor (input,
  * param, or data leaf). */
