@@ -347,4 +347,46 @@ TEST(cli_char_run_resume_mismatch) {
     rmdir(g_dir);
 }
 
+static bool same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    bool same = fa && fb;
+    while (same) {
+        int ca = fgetc(fa), cb = fgetc(fb);
+        if (ca != cb) same = false;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+/* --dropout: masks drawn from the step number, so 4 steps == 2 steps + resume
+ * to 4, bit for bit (parameters and optimizer state in the checkpoint) */
+TEST(cli_char_dropout_resume_bit_identical) {
+    const char *txt = tmp_path("drop.txt"), *ca = tmp_path("drop_a.safetensors"), *cb = tmp_path("drop_b.safetensors");
+    mkdir(g_dir, 0700);                               /* an earlier test removes it */
+    char text[3000];
+    size_t n = 0;
+    while (n + 24 < sizeof text) { memcpy(text + n, "to be or not to be, so.\n", 24); n += 24; }
+    write_file(txt, text, n);
+    const char *common[] = {"char", "--data", txt, "--layers", "1", "--dim", "16", "--heads", "2", "--ctx", "16",
+                            "--batch", "2", "--eval-batches", "1", "--sample-len", "8", "--log-every", "100",
+                            "--dropout", "0.3", "--eval-every", "100", "--sample-every", "100"};
+    int nc = (int)(sizeof common / sizeof common[0]);
+    const char *a[40];
+    memcpy(a, common, sizeof common);
+    a[nc] = "--steps"; a[nc + 1] = "4"; a[nc + 2] = "--out"; a[nc + 3] = ca;
+    CHECK(cli(nc + 4, a) == 0, "4 steps: %s", kn_last_error());
+    a[nc + 1] = "2"; a[nc + 3] = cb;
+    CHECK(cli(nc + 4, a) == 0, "2 steps: %s", kn_last_error());
+    a[nc + 1] = "4"; a[nc + 2] = "--resume";
+    CHECK(cli(nc + 4, a) == 0, "resume to 4: %s", kn_last_error());
+    CHECK(same_file(ca, cb), "checkpoints after 4 steps differ between the straight and the resumed run");
+    a[nc - 5] = "0"; a[nc + 1] = "4"; a[nc + 2] = "--out";  /* no dropout: another result */
+    CHECK(cli(nc + 4, a) == 0 && !same_file(ca, cb), "--dropout 0.3 made no difference: %s", kn_last_error());
+    a[nc - 5] = "1";                                  /* --dropout 1 */
+    CHECK(cli(nc + 2, a) == 2, "--dropout 1 is a usage error");
+    remove(txt); remove(ca); remove(cb);
+    rmdir(g_dir);
+}
+
 KN_TEST_MAIN()

@@ -14,7 +14,9 @@
  * Dimension letters: B batch, T context, C width, V vocabulary.
  * Exit status: 0 ok, 1 error (missing data, bad files, mismatched
  * checkpoint, divergence), 2 usage.
- * Non-goals: multi-GPU, mixed precision, dropout (the runs are short).
+ * `--dropout P` (LMs) drops attention outputs and embeddings with a mask
+ * drawn from the step number, so resumed runs still repeat bit for bit.
+ * Non-goals: multi-GPU, mixed precision.
  */
 #include "kiln.h"
 #include "kiln_ckpt.h"
@@ -38,7 +40,7 @@ typedef struct targs {
     const char *what, *model, *data, *out, *resume, *tokenizer, *shards;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
         eval_batches, warmup, log_every, threads;
-    double lr, min_lr_frac, wd, val_frac, temp, clip, full_vocab;
+    double lr, min_lr_frac, wd, val_frac, temp, clip, full_vocab, dropout;
     uint64_t seed;
 } targs;
 
@@ -53,6 +55,7 @@ static void train_usage(void) {
             "options:\n"
             "  --epochs N (mnist)  --steps N (LMs)  --batch B  --lr LR  --wd W  --warmup N  --clip NORM\n"
             "  --layers L --dim C --heads H --ctx T     transformer shape\n"
+            "  --dropout P         LMs: dropout on embeddings and attention outputs while training (default 0)\n"
             "  --out CKPT          checkpoint written every --ckpt-every steps, at the end and on Ctrl-C\n"
             "  --resume CKPT       continue a run (same options) from its checkpoint (and keep writing it\n"
             "                      unless --out names another file)\n"
@@ -97,6 +100,10 @@ static int parse_targs(int argc, char **argv, targs *a) {
         else if (!strcmp(o, "--temp")) a->temp = x;
         else if (!strcmp(o, "--val-frac")) a->val_frac = x;
         else if (!strcmp(o, "--full-vocab")) a->full_vocab = x;
+        else if (!strcmp(o, "--dropout")) {
+            if (!(x < 1)) { fprintf(stderr, "kiln train: --dropout must be in [0, 1), got %s\n", v); return -1; }
+            a->dropout = x;
+        }
         else if (!strcmp(o, "--seed")) a->seed = (uint64_t)x;
         else { fprintf(stderr, "kiln train: unknown option %s\n", o); return -1; }
         if (x < 0) { fprintf(stderr, "kiln train: %s must not be negative\n", o); return -1; }
@@ -357,6 +364,7 @@ typedef struct lm_run {
     const int32_t *train, *val;        /* token ids                                   */
     int64_t n_train, n_val, total, B, T, V;
     kn_tensor *x, *y;                  /* step inputs: ids i32 [B,T], targets i64 [B,T] */
+    kn_tensor *rng;                    /* 0-d i64: the step number, dropout's stream offset */
     kn_tensor *ex, *ey, *eloss;        /* eval: same shapes, mean loss                 */
     kn_plan *eval;
     int n_sp;                          /* sample plans, lengths 16, 32, ..., T        */
@@ -386,6 +394,7 @@ static kn_status lm_batch(void *ud, int64_t s) {
         window(r->train, (int64_t)(h % span), r->T, r->ib + b * r->T, r->tb + b * r->T);
     }
     kn_status st = kn_tensor_write(r->x, r->ib, KN_I32);
+    if (!st && r->rng) st = kn_tensor_write(r->rng, &s, KN_I64);
     return st ? st : kn_tensor_write(r->y, r->tb, KN_I64);
 }
 
@@ -500,10 +509,15 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     int rc = 1;
     kn_ctx *ctx = kn_ctx_new(NULL);
     kn_nn_manual_seed(a->seed + 1);
-    kn_gpt2_cfg gc = {.vocab = r.V, .max_seq = r.T, .dim = a->dim, .n_layers = (int)a->layers, .n_heads = (int)a->heads};
+    kn_gpt2_cfg gc = {.vocab = r.V, .max_seq = r.T, .dim = a->dim, .n_layers = (int)a->layers, .n_heads = (int)a->heads,
+                      .dropout = a->dropout};
     kn_module *m = kn_gpt2_new(ctx, &gc);
     kn_optim *opt = NULL;
     kn_plan *step = NULL;
+    if (m && a->dropout > 0) {                 /* a new mask every step, a function of the step */
+        r.rng = kn_input(ctx, KN_I64, 0, NULL);
+        if (!r.rng || kn_module_set_rng_step(m, r.rng)) { fail(kn_last_error()); goto done; }
+    }
     int64_t sb[2] = {r.B, r.T};
     r.x = kn_input(ctx, KN_I32, 2, sb);
     r.y = kn_input(ctx, KN_I64, 2, sb);
