@@ -2,6 +2,7 @@
 #include "kiln_base.h"
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static _Thread_local char g_msg[1024];
 
@@ -24,9 +25,13 @@ const char *kn_last_error(void) { return g_msg; }
 void kn_clear_error(void) { g_msg[0] = 0; }
 
 kn_status kn_set_error(kn_status s, const char *fmt, ...) {
+    /* format into a local buffer first: messages often quote the previous
+     * one (kn_last_error() as an argument), which lives in g_msg itself */
+    char buf[sizeof g_msg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(g_msg, buf, sizeof buf);
     return s;
 }
