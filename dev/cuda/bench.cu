@@ -287,8 +287,9 @@ static void test_bench_softmax() {
     /* 6 x 65536, 5 x 100000: rows split over a cluster (uneven chunks); 2 x 300000:
      * too long for the register kernel (online path); row 0 of those two has its
      * first half at -inf (whole blocks / vectors of -inf must give 0, not NaN);
-     * 4096 x 8192 and 64 x 65536: many rows per block / cluster of the persistent
-     * kernel, so its shared-memory stages are reused (64 x 65536: row 0 half -inf) */
+     * 4096 x 8192 and 64 x 65536 (row 0 half -inf): more rows than fit on the GPU
+     * at once (several waves of blocks, of clusters); they tested the persistent
+     * kernel of dev/cuda/softmax v5, which walked several rows per block */
     struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false},
                                                         {5, 100000, false}, {2, 300000, false}, {4096, 8192, false}, {64, 65536, false},
                                                         {8192, 4096, true}, {128, 131072, true}};

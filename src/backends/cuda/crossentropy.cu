@@ -76,14 +76,13 @@ extern "C" kn_status kn_cuda_crossentropy_fwd_bwd(float *losses, float *dlogits,
         bool cluster_ok = false;
         kn_status st = rowsm_device(&nsm, &cluster_ok);
         if (st) return st;
-        RsmArgs a = {};
-        a.y = dlogits; a.x = logits; a.cols = V;
-        a.losses = losses; a.targets = targets; a.dloss = dloss;
-        bool done = false;
-        st = rsp_try<float, RSM_XENT>(B, V, nsm, cluster_ok, a, kn_stream(stream), &done);
-        if (st || done) return st;
         RsmPlan p;
-        if (rowsm_plan<float>(B, V, nsm, cluster_ok, &p)) return rowsm_launch<float, RSM_XENT>(p, B, a, kn_stream(stream));
+        if (rowsm_plan<float>(B, V, nsm, cluster_ok, &p)) {
+            RsmArgs a = {};
+            a.y = dlogits; a.x = logits; a.cols = V;
+            a.losses = losses; a.targets = targets; a.dloss = dloss;
+            return rowsm_launch<float, RSM_XENT>(p, B, a, kn_stream(stream));
+        }
     }
     ce_kernel<<<(unsigned)B, KN_CE_THREADS, 0, kn_stream(stream)>>>(losses, dlogits, logits, targets,
                                                                      V, dloss, vec);

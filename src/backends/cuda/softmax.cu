@@ -96,13 +96,12 @@ static kn_status softmax_launch(const char *name, T *y, const T *x, int64_t rows
         bool cluster_ok = false;
         kn_status s = rowsm_device(&nsm, &cluster_ok);
         if (s) return s;
-        RsmArgs a = {};
-        a.y = y; a.x = x; a.cols = cols;
-        bool done = false;
-        s = rsp_try<T, RSM_SOFTMAX>(rows, cols, nsm, cluster_ok, a, kn_stream(stream), &done);
-        if (s || done) return s;
         RsmPlan p;
-        if (rowsm_plan<T>(rows, cols, nsm, cluster_ok, &p)) return rowsm_launch<T, RSM_SOFTMAX>(p, rows, a, kn_stream(stream));
+        if (rowsm_plan<T>(rows, cols, nsm, cluster_ok, &p)) {
+            RsmArgs a = {};
+            a.y = y; a.x = x; a.cols = cols;
+            return rowsm_launch<T, RSM_SOFTMAX>(p, rows, a, kn_stream(stream));
+        }
     }
     softmax_online_kernel<T><<<(unsigned)rows, KN_SM_ONLINE_THREADS, 0, kn_stream(stream)>>>(y, x, cols, vec);
     KN_CUDA_LAUNCHED();
