@@ -286,9 +286,13 @@ static void test_bench_softmax() {
     printf("[softmax]\n");
     /* 6 x 65536, 5 x 100000: rows split over a cluster (uneven chunks); 2 x 300000:
      * too long for the register kernel (online path); row 0 of those two has its
-     * first half at -inf (whole blocks / vectors of -inf must give 0, not NaN) */
+     * first half at -inf (whole blocks / vectors of -inf must give 0, not NaN);
+     * 4096 x 8192 and 64 x 65536 (row 0 half -inf): more rows than fit on the GPU
+     * at once (several waves of blocks, of clusters); they tested the persistent
+     * kernel of dev/cuda/softmax v5, which walked several rows per block */
     struct S { int rows, cols; bool bench; } cases[] = {{37, 1000, false}, {64, 4096, false}, {8, 50001, false}, {6, 65536, false},
-                                                        {5, 100000, false}, {2, 300000, false}, {8192, 4096, true}, {128, 131072, true}};
+                                                        {5, 100000, false}, {2, 300000, false}, {4096, 8192, false}, {64, 65536, false},
+                                                        {8192, 4096, true}, {128, 131072, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.cols;
@@ -398,7 +402,7 @@ static void test_bench_norms() {
 /* ---- cross-entropy ------------------------------------------------------------- */
 static void test_bench_ce() {
     printf("[crossentropy]\n");
-    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {3, 200000, false}, {40, 32000, false}, {2048, 50304, true}};
+    struct S { int B, V; bool bench; } cases[] = {{16, 1000, false}, {8, 50257, false}, {3, 200000, false}, {40, 32000, false}, {600, 50304, false}, {2048, 50304, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.B * c.V;
@@ -630,13 +634,17 @@ static void test_bench_gemm_bf16() {
 /* ---- top-k / top-p -------------------------------------------------------------------------- */
 static void test_bench_topk() {
     printf("[topk / topp]\n");
-    struct S { int rows, V, k; bool ties, bench; } cases[] = {{4, 50257, 50, false, false}, {3, 32000, 1000, true, false}, {2, 151936, 1, false, false},
-                                                              {5, 4001, 7, false, false}, {2, 40000, 300, true, false}, {1, 151936, 50, false, true}, {64, 151936, 50, false, true}};
+    /* dist 0: uniform in [-10, 10); 1: ties (multiples of 0.25); 2: narrow, [1, 2):
+     * one top-digit bin holds the whole row, so the candidate lists of the
+     * cluster kernels overflow (16 rows: clusters of 8, 18992-element chunks) */
+    struct S { int rows, V, k, dist; bool bench; } cases[] = {{4, 50257, 50, 0, false}, {3, 32000, 1000, 1, false}, {2, 151936, 1, 0, false},
+                                                              {5, 4001, 7, 0, false}, {2, 40000, 300, 1, false}, {16, 151936, 50, 2, false},
+                                                              {1, 151936, 50, 0, true}, {64, 151936, 50, 0, true}};
     for (auto c : cases) {
         if (g_tests_only && c.bench) continue;
         size_t n = (size_t)c.rows * c.V;
         std::vector<float> x(n);
-        for (auto &v : x) v = c.ties ? (float)(int)(rndn() * 20) * 0.25f : rndn() * 10;
+        for (auto &v : x) v = c.dist == 1 ? (float)(int)(rndn() * 20) * 0.25f : c.dist == 2 ? 1.f + rndu() : rndn() * 10;
         float *dx = dup(x), *dv = dnew<float>((size_t)c.rows * c.k); int32_t *di = dnew<int32_t>((size_t)c.rows * c.k);
         poison(dv, (size_t)c.rows * c.k); poison(di, (size_t)c.rows * c.k);
         KN(kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL));
@@ -654,7 +662,7 @@ static void test_bench_topk() {
             std::sort(seen.begin(), seen.end());
             if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) ok = false;
         }
-        std::string s = sz({c.rows, c.V}) + " k=" + std::to_string(c.k) + (c.ties ? " ties" : "");
+        std::string s = sz({c.rows, c.V}) + " k=" + std::to_string(c.k) + (c.dist == 1 ? " ties" : c.dist == 2 ? " narrow" : "");
         checkb("kn_cuda_topk_f32", s + " exact values, valid distinct idx", ok);
         if (c.bench) { float ms = time_ms([&] { kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL); }); row_bw("topk f32", s, ms, 4.0 * n, 0, ok);
             if (c.rows == 1) { ms = time_ms_stream([&] { kn_cuda_topk_f32(dv, di, dx, c.rows, c.V, c.k, NULL); }); row_bw("topk f32, stream", s, ms, 4.0 * n, 0, ok); } }

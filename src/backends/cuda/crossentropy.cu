@@ -3,7 +3,7 @@
  * dlogits = dloss * (softmax - onehot) (which may overwrite the logits).
  * When V is a multiple of 4 and the pointers are 16-byte aligned, the row is
  * held in registers by the kernel of rowsoftmax.cuh, split over a cluster of
- * up to 8 blocks (1 read + 1 write of V; v3 of dev/cuda/crossentropy/).
+ * up to 8 blocks (1 read + 1 write of V; dev/cuda/softmax/, v3 reductions).
  * Otherwise one block per row runs an online (max, sum) pass and re-reads the
  * row (mostly from L2) to write dlogits. */
 #include "backends/cuda/rowsoftmax.cuh"   // defines: rowsm_kernel, rowsm_plan

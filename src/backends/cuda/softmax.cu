@@ -1,7 +1,7 @@
 /* softmax.cu: row-wise softmax, f32 and bf16.
  * Rows whose length is a multiple of the 16-byte vector (4 f32 / 8 bf16), up
  * to 8 x 32768 elements, run the register kernel of rowsoftmax.cuh: one read
- * and one write, long rows split over a cluster of up to 8 blocks (v3 of
+ * and one write, long rows split over a cluster of up to 8 blocks (v6 of
  * dev/cuda/softmax/). Other rows use an online (max, sum) pass then a
  * normalize pass (two reads; the second mostly hits L2).
  */
