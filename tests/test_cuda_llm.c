@@ -7,7 +7,8 @@
  *     backend's compute) drives model.c's whole device path (weights
  *     uploaded and converted a block of rows at a time, wq|wk|wv and w1|w3
  *     stacked, inputs and logits staged through copy_in/copy_out) and must
- *     reproduce the host path: f32 weights to 1e-5 relative L2 of the logits.
+ *     reproduce the host path: f32 weights to 1e-5 relative L2 of the logits
+ *     (bf16 1e-2; f16 KV caches: see f16_cache_tol).
  * With CUDA and a GPU (SKIP otherwise, with the reason):
  *   - the mixed-precision kernels (f32 A x bf16/f16 W on the tensor cores,
  *     f16 GEMV) against a float64 reference of the rounded operands, on fresh
@@ -86,6 +87,15 @@ static double rel_l2(const float *a, const float *b, int n) {
 }
 static const char *wd_name(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? "f32" : w == KN_WEIGHTS_F16 ? "f16" : "bf16"; }
 
+/* Two f16 KV caches filled from K, V that differ by float rounding (1e-6)
+ * round some elements to neighbouring f16 values, and SmolLM2 amplifies that:
+ * the cpu backend against the fake device (cpu compute, stacked matmuls) with
+ * f16 caches differ by 5.4e-4 rel L2 while f16 vs f32 caches on the cpu
+ * differ by 2.8e-4 (measured 2026-11-21), and the GPU vs the cpu by 5.7e-4.
+ * So two f16-cache runs must agree to 3x the f16 cache's own effect d16
+ * (floor 1e-5), not to the f32 tolerance. */
+static double f16_cache_tol(double d16) { return 3 * d16 > 1e-5 ? 3 * d16 : 1e-5; }
+
 /* ---- CPU only ---------------------------------------------------------------------- */
 TEST(weight_dtype_checked) {
     kn_model *m = (kn_model *)1;
@@ -138,6 +148,18 @@ TEST(fake_device_matches_host) {
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
             kn_model_free(d);
         }
+        /* f16 KV caches on both sides (the cast before index_copy, read back by sdpa) */
+        kn_model *h16 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, true);
+        kn_model *d16 = load_on(&mc[i], &g_fake, KN_WEIGHTS_F32, 5, true);
+        CHECK(h16 && d16, "f16-cache loads of %s", mc[i].name);
+        float *l16 = malloc(sizeof(float) * (size_t)V);
+        if (h16 && d16 && kn_model_eval(h16, ids, n, 0, l16, false) == KN_OK && kn_model_eval(d16, ids, n, 0, ld, false) == KN_OK) {
+            double e = rel_l2(ld, l16, V), c = rel_l2(l16, lh, V);
+            fprintf(stderr, "  fake device %-18s f16 KV cache: logits rel L2 %.3g (f16 vs f32 cache %.3g)\n", mc[i].name, e, c);
+            CHECK(e < f16_cache_tol(c), "%s f16 cache: rel err %.3g", mc[i].name, e);
+        } else CHECK(0, "%s", kn_last_error());
+        free(l16);
+        kn_model_free(h16); kn_model_free(d16);
         free(lh); free(ld);
         kn_model_free(h);
     }
@@ -305,22 +327,26 @@ TEST(gpu_chunked_prefill_and_f16_cache) {
     for (int i = 0; i < nm; i++) {
         kn_model *one = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 64, false), *ch = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 7, false);
         kn_model *h16 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, true), *g16 = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 64, true);
-        CHECK(one && ch && h16 && g16, "load");
-        if (one && ch && h16 && g16) {
+        kn_model *h32 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, false);
+        CHECK(one && ch && h16 && g16 && h32, "load");
+        if (one && ch && h16 && g16 && h32) {
             int V = kn_model_get_config(one)->n_vocab;
             int32_t ids[64];
             int n = prompt_tokens(one, ids, 64);
-            float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+            float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V), *c = malloc(sizeof(float) * (size_t)V);
             CHECK(kn_model_eval(one, ids, n, 0, a, false) == KN_OK && kn_model_eval(ch, ids, n, 0, b, false) == KN_OK, "%s", kn_last_error());
             double e = rel_l2(b, a, V);
             CHECK(e < 1e-5, "%s: chunked prefill rel err %.3g", mc[i].name, e);
-            CHECK(kn_model_eval(h16, ids, n, 0, a, false) == KN_OK && kn_model_eval(g16, ids, n, 0, b, false) == KN_OK, "%s", kn_last_error());
-            double e16 = rel_l2(b, a, V);
-            CHECK(e16 < 1e-4, "%s: f16 KV cache gpu vs cpu rel err %.3g", mc[i].name, e16);
-            fprintf(stderr, "  gpu %-18s chunks of 7 vs one prefill rel L2 %.3g; f16 KV cache vs cpu %.3g\n", mc[i].name, e, e16);
-            free(a); free(b);
+            CHECK(kn_model_eval(h16, ids, n, 0, a, false) == KN_OK && kn_model_eval(g16, ids, n, 0, b, false) == KN_OK &&
+                  kn_model_eval(h32, ids, n, 0, c, false) == KN_OK, "%s", kn_last_error());
+            double e16 = rel_l2(b, a, V), d16 = rel_l2(a, c, V), tol = f16_cache_tol(d16);
+            CHECK(e16 < tol, "%s: f16 KV cache gpu vs cpu rel err %.3g >= %.3g (the f16 cache itself moves the cpu's logits by %.3g)",
+                  mc[i].name, e16, tol, d16);
+            fprintf(stderr, "  gpu %-18s chunks of 7 vs one prefill rel L2 %.3g; f16 KV cache vs cpu %.3g (f16 vs f32 cache on the cpu %.3g)\n",
+                    mc[i].name, e, e16, d16);
+            free(a); free(b); free(c);
         }
-        kn_model_free(one); kn_model_free(ch); kn_model_free(h16); kn_model_free(g16);
+        kn_model_free(one); kn_model_free(ch); kn_model_free(h16); kn_model_free(g16); kn_model_free(h32);
     }
     kn_quant_force_act_mode(-1);
 }
