@@ -24,8 +24,9 @@
  *   - a prompt prefilled in chunks of 7 gives the logits of one prefill;
  *   - chat-style KV reuse evaluates only the new tokens and generates what a
  *     fresh model given the whole conversation generates.
- * Models: stories260K (llama2.c f32), llama-2-tiny-random.gguf (f16) from
- * KN_ASSETS, and SmolLM2-135M Q4_1 from KN_SMOLLM2 or models/ when present.
+ * Models: a tiny random llm.c GPT-2 written to /tmp, stories260K (llama2.c
+ * f32), llama-2-tiny-random.gguf (f16) from KN_ASSETS, and SmolLM2-135M Q4_1
+ * from KN_SMOLLM2 or models/ when present.
  */
 #include "kn_test.h"
 #include "kiln.h"
@@ -33,6 +34,8 @@
 #include "kiln_llm.h"
 #include "llm/quant.h"      /* defines: kn_quant_force_act_mode */
 #include "core/fp16.h"      /* defines: kn_fp32_to_bf16, kn_fp32_to_fp16 and back */
+#include "llm/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
+#include <unistd.h>
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #include "backends/cuda/kn_cuda.h"
@@ -41,8 +44,37 @@
 
 typedef struct { const char *name, *path, *tok; } model_case;
 
+/* A tiny random llm.c GPT-2 checkpoint (C 32, 4 heads, 2 layers, V 97 padded
+ * to 128, 64 positions): the GPT-2 graph (LayerNorm, biases, fused qkv,
+ * learned positions, tied output) on the device path. Written once to /tmp. */
+static char g_gpt2_path[64];
+static void rm_gpt2(void) { if (g_gpt2_path[0]) remove(g_gpt2_path); }
+static const char *tiny_gpt2(void) {
+    if (g_gpt2_path[0]) return g_gpt2_path;
+    kn_llmc_gpt2_config c = {64, 97, 128, 2, 4, 32};
+    kn_llmc_gpt2_tensor sh[KN_GPT2_NPARAMS];
+    if (kn_llmc_gpt2_shapes(&c, sh, NULL)) return NULL;
+    const void *pp[KN_GPT2_NPARAMS];
+    float *buf[KN_GPT2_NPARAMS];
+    kn_test_seed(7);
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) {
+        bool gain = p == KN_GPT2_LN1W || p == KN_GPT2_LN2W || p == KN_GPT2_LNFW;
+        buf[p] = malloc(sizeof(float) * (size_t)sh[p].numel);
+        for (int64_t i = 0; i < sh[p].numel; i++) buf[p][i] = (float)(gain ? kn_test_uniform(0.8, 1.2) : kn_test_uniform(-0.3, 0.3));
+        pp[p] = buf[p];
+    }
+    snprintf(g_gpt2_path, sizeof g_gpt2_path, "/tmp/kn_test_cuda_llm_gpt2_%d.bin", (int)getpid());
+    kn_status st = kn_llmc_gpt2_write(g_gpt2_path, &c, KN_F32, pp);
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) free(buf[p]);
+    if (st) { g_gpt2_path[0] = 0; return NULL; }
+    atexit(rm_gpt2);
+    return g_gpt2_path;
+}
+
 static int model_cases(model_case *mc) {
     int n = 0;
+    const char *gp = tiny_gpt2();
+    if (gp) mc[n++] = (model_case){"tiny-gpt2-llmc", gp, NULL};
     const char *s = kn_asset("llama2c/stories260K.bin"), *t = kn_asset("llama2c/tok512.bin");
     if (s && t) mc[n++] = (model_case){"stories260K", s, t};
     const char *g = kn_asset("gguf/llama-2-tiny-random.gguf");
@@ -55,7 +87,7 @@ static int model_cases(model_case *mc) {
 }
 
 static kn_model *load_on(const model_case *mc, kn_backend *be, kn_weight_dtype wd, int n_batch, bool kv_f16) {
-    kn_model_opts o = {.tokenizer_path = mc->tok, .n_ctx = 256, .n_batch = n_batch, .backend = be,
+    kn_model_opts o = {.tokenizer_path = mc->tok, .n_ctx = 64,   /* the tiny GPT-2 has 64 positions */ .n_batch = n_batch, .backend = be,
                        .kv_f16 = kv_f16, .weight_dtype = wd};
     kn_model *m = NULL;
     if (kn_model_load(mc->path, &o, &m) != KN_OK) {
@@ -121,7 +153,7 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 TEST(fake_device_matches_host) {
-    model_case mc[3];
+    model_case mc[4];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512 and llama-2-tiny-random.gguf missing under KN_ASSETS");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -264,7 +296,7 @@ static double TOL(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? 1e-4 : w == 
 
 TEST(gpu_logits_and_greedy_match_cpu) {
     NEED_GPU();
-    model_case mc[3];
+    model_case mc[4];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512, llama-2-tiny-random.gguf (KN_ASSETS) or SmolLM2 (KN_SMOLLM2) missing");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -320,7 +352,7 @@ TEST(gpu_logits_and_greedy_match_cpu) {
  * caches too (the sdpa path that widens half K/V) against the CPU's f16 cache */
 TEST(gpu_chunked_prefill_and_f16_cache) {
     NEED_GPU();
-    model_case mc[3];
+    model_case mc[4];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model under KN_ASSETS / KN_SMOLLM2");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -363,10 +395,12 @@ static bool log_tok(void *ud, int32_t t, const char *txt, size_t len) {
  * tokens and generates what a fresh model fed the whole conversation does */
 TEST(gpu_kv_reuse) {
     NEED_GPU();
-    model_case mc[3];
+    model_case mc[4];
     int nm = model_cases(mc);
-    if (!nm || !mc[0].tok) SKIP("stories260K/tok512 missing under KN_ASSETS");
-    kn_model *m = load_on(&mc[0], gpu(), KN_WEIGHTS_F32, 16, false), *f = load_on(&mc[0], gpu(), KN_WEIGHTS_F32, 16, false);
+    int k = 0;
+    while (k < nm && !mc[k].tok) k++;                  /* stories260K: a model with a tokenizer */
+    if (k == nm) SKIP("stories260K/tok512 missing under KN_ASSETS");
+    kn_model *m = load_on(&mc[k], gpu(), KN_WEIGHTS_F32, 16, false), *f = load_on(&mc[k], gpu(), KN_WEIGHTS_F32, 16, false);
     REQUIRE(m && f, "load");
     kn_generate_params gp = kn_generate_defaults();
     gp.max_tokens = 12;

@@ -472,10 +472,11 @@ static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, boo
         return NULL;
     }
     kn_set_name(d, hs[0]->name);
-    for (int i = 0, at = 0; i < n; i++) {
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
         upload_rows(u, d, at, hs[i]);
         mat_dims(hs[i], &r, &cols);
-        at += (int)r;
+        at += r;
     }
     return u->st ? NULL : d;
 }
