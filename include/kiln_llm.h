@@ -19,6 +19,14 @@
  * evaluates token ids but cannot encode text.
  * The forward pass is one kiln plan built at load (symbolic token count and
  * context length) and replayed for every prefill and decode step.
+ *
+ * On a GPU (a build with `make CUDA=1`):
+ *   kn_model_opts o = {.backend = kn_backend_cuda(), .weight_dtype = KN_WEIGHTS_BF16};
+ *   kn_model_load("SmolLM2-135M-Instruct.Q4_1.gguf", &o, &m);
+ * uploads every weight matrix in weight_dtype (quantized blocks dequantized
+ * on the host, a block of rows at a time); the graph runs on the device and
+ * only token embeddings (looked up on the host), positions and the wanted
+ * logits cross the bus.
  */
 #ifndef KILN_LLM_H
 #define KILN_LLM_H
@@ -43,10 +51,18 @@ typedef struct kn_model_config {
     double attn_scale;      /* sdpa logit scale; 0 = 1/sqrt(head_dim)    */
                             /* GPT-2: no rope (n_rot 0), learned positions, LayerNorm */
     bool tied_output;       /* output matrix is the token embedding      */
-    kn_dtype weight_type;   /* dtype of most matrices                    */
+    kn_dtype weight_type;   /* dtype of most matrices in the file        */
     int64_t n_params;
     char name[128];
+    kn_dtype run_weight_type; /* what the matmuls read: weight_type on a host
+                                 backend, the weight_dtype chosen on a device */
 } kn_model_config;
+
+/* Weight matrices on a device backend. AUTO: bf16 on a device; on a host
+ * backend the file's weights are used in place (the only choice there). */
+typedef enum kn_weight_dtype {
+    KN_WEIGHTS_AUTO = 0, KN_WEIGHTS_BF16, KN_WEIGHTS_F16, KN_WEIGHTS_F32
+} kn_weight_dtype;
 
 typedef struct kn_model_opts {
     /* tokenizer file (like llama2.c's -z): a GGUF vocabulary (*.gguf), a
@@ -56,8 +72,14 @@ typedef struct kn_model_opts {
     const char *tokenizer_path;
     int n_ctx;                   /* context length; 0 = min(training context, 4096) */
     int n_batch;                 /* max tokens per forward (prefill chunk); 0 = 512 */
-    kn_backend *backend;         /* NULL = default */
+    kn_backend *backend;         /* NULL = default (KN_BACKEND=cuda picks the GPU) */
     bool kv_f16;                 /* K/V caches in f16 (half the memory; rounding of cached K, V) */
+    /* Device backends only (backend->device != KN_DEVICE_HOST): the dtype of
+     * the uploaded weight matrices (norms, biases and position tables stay
+     * f32). bf16 and f16 halve the bytes each decode step reads; with them
+     * the matmuls round their f32 activations to that dtype too (f16: range
+     * +-65504), accumulating in f32. f32 reproduces the CPU's exact path. */
+    kn_weight_dtype weight_dtype;
 } kn_model_opts;
 
 kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out);
@@ -65,6 +87,7 @@ void kn_model_free(kn_model *m);                         /* NULL is a no-op */
 const kn_model_config *kn_model_get_config(const kn_model *m);
 const kn_tokenizer *kn_model_tokenizer(const kn_model *m);  /* NULL if none was loaded */
 int kn_model_n_ctx(const kn_model *m);
+kn_backend *kn_model_backend(const kn_model *m);        /* where the graph runs */
 /* Chat template from the model file (GGUF tokenizer.chat_template), or NULL. */
 const char *kn_model_chat_template(const kn_model *m);
 /* Print architecture, hyperparameters, tensors, tokenizer (for `kiln info`). */

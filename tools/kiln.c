@@ -5,6 +5,7 @@
  *   kiln info MODEL
  *   kiln bench -m MODEL [-p 512] [-n 128] [-r 3]
  *   kiln perplexity -m MODEL -f TEXT [--ctx N]
+ *   (generate, chat, bench, perplexity, tokenize: --backend cpu|cuda, --gpu-dtype bf16|f16|f32)
  *
  * Generated text goes to stdout; statistics and messages go to stderr, so
  * stdout holds only the text. Exit status: 0 ok, 1 error, 2 usage.
@@ -12,7 +13,11 @@
 #include "kiln.h"
 #include "kiln_chat.h"
 #include "kiln_llm.h"
+#include "kiln_backend.h"
 #include "backends/cpu/threadpool.h"
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+#endif
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +27,7 @@
 #include <unistd.h>
 
 typedef struct {
-    const char *model, *prompt, *tokenizer, *file, *system, *tmpl;
+    const char *model, *prompt, *tokenizer, *file, *system, *tmpl, *backend, *gpu_dtype;
     int n, ctx, batch, reps, n_prompt_bench, threads;
     bool chat, have_temp, kv_f16;
     kn_sampler_params sp;
@@ -51,6 +56,8 @@ static void usage(void) {
             "  --top-k K  --top-p P  --min-p M  --repeat-penalty R  --frequency-penalty F  --presence-penalty P\n"
             "  --stop TEXT    stop string (repeatable)    --chat    wrap -p in the model's chat template\n"
             "  --system TEXT  system prompt for chat      --chat-template chatml|llama2|llama3\n"
+            "  --backend cpu|cuda  where the model runs (default: KN_BACKEND, else cpu)\n"
+            "  --gpu-dtype bf16|f16|f32  weight matrices on the GPU (default bf16; f32 = the CPU's exact path)\n"
             "  --ctx N        context length              -t N      threads (default: all cores)\n"
             "  -f FILE        text for perplexity         -r N      bench repetitions (default 3)\n");
 }
@@ -68,6 +75,8 @@ static int parse(int argc, char **argv, int start, args *a) {
         else if (!strcmp(o, "-f")) { if (!(a->file = NEXT())) return -1; }
         else if (!strcmp(o, "--system")) { if (!(a->system = NEXT())) return -1; }
         else if (!strcmp(o, "--chat-template")) { if (!(a->tmpl = NEXT())) return -1; }
+        else if (!strcmp(o, "--backend")) { if (!(a->backend = NEXT())) return -1; }
+        else if (!strcmp(o, "--gpu-dtype")) { if (!(a->gpu_dtype = NEXT())) return -1; }
         else if (!strcmp(o, "--stop")) { const char *s = NEXT(); if (!s) return -1; if (a->n_stop < 8) a->stop[a->n_stop++] = s; }
         else if (!strcmp(o, "--chat")) a->chat = true;
         else if (!strcmp(o, "--kv-f16")) a->kv_f16 = true;
@@ -99,9 +108,43 @@ static int parse(int argc, char **argv, int start, args *a) {
     return 0;
 }
 
+/* --backend cpu|cuda (else KN_BACKEND, through kn_backend_default); NULL
+ * after a message when the choice cannot be honoured */
+static kn_backend *pick_backend(const args *a) {
+    const char *b = a->backend;
+    if (!b) return kn_backend_default();   /* KN_BACKEND=cuda without a GPU: a warning, then the CPU */
+    if (!strcmp(b, "cpu")) return kn_backend_cpu();
+    if (!strcmp(b, "cuda")) {
+#ifdef KN_CUDA
+        kn_backend *g = kn_backend_cuda();
+        if (!g) fprintf(stderr, "kiln: --backend cuda: %s\n", kn_last_error());
+        return g;
+#else
+        fprintf(stderr, "kiln: --backend cuda: this kiln was built without CUDA; rebuild with `make CUDA=1` on a machine with nvcc\n");
+        return NULL;
+#endif
+    }
+    fprintf(stderr, "kiln: --backend must be cpu or cuda, got '%s'\n", b);
+    return NULL;
+}
+
 static kn_model *load(const args *a) {
     if (!a->model) { fprintf(stderr, "kiln: no model given (-m FILE)\n"); return NULL; }
-    kn_model_opts o = {.tokenizer_path = a->tokenizer, .n_ctx = a->ctx, .n_batch = a->batch, .kv_f16 = a->kv_f16};
+    kn_backend *be = pick_backend(a);
+    if (!be) return NULL;
+    kn_weight_dtype wd = KN_WEIGHTS_AUTO;
+    if (a->gpu_dtype) {
+        if (!strcmp(a->gpu_dtype, "bf16")) wd = KN_WEIGHTS_BF16;
+        else if (!strcmp(a->gpu_dtype, "f16")) wd = KN_WEIGHTS_F16;
+        else if (!strcmp(a->gpu_dtype, "f32")) wd = KN_WEIGHTS_F32;
+        else { fprintf(stderr, "kiln: --gpu-dtype must be bf16, f16 or f32, got '%s'\n", a->gpu_dtype); return NULL; }
+        if (be->device == KN_DEVICE_HOST) {
+            fprintf(stderr, "kiln: --gpu-dtype applies to --backend cuda; the %s backend uses the file's weights\n", kn_backend_name(be));
+            return NULL;
+        }
+    }
+    kn_model_opts o = {.tokenizer_path = a->tokenizer, .n_ctx = a->ctx, .n_batch = a->batch, .kv_f16 = a->kv_f16,
+                       .backend = be, .weight_dtype = wd};
     kn_model *m;
     if (kn_model_load(a->model, &o, &m) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return NULL; }
     return m;
@@ -306,8 +349,12 @@ static int cmd_bench(const args *a) {
         qsort(pp, (size_t)reps, sizeof(double), cmp_d);
         qsort(tg, (size_t)reps, sizeof(double), cmp_d);
         printf("| model | type | params | threads | test | tokens/s (median of %d) |\n|---|---|---|---|---|---|\n", reps);
-        printf("| %s | %s | %.1fM | %d | pp%d | %.2f |\n", c->name, kn_dtype_name(c->weight_type), c->n_params / 1e6, kn_pool_nthreads(), np, pp[reps / 2]);
-        printf("| %s | %s | %.1fM | %d | tg%d | %.2f |\n", c->name, kn_dtype_name(c->weight_type), c->n_params / 1e6, kn_pool_nthreads(), ng, tg[reps / 2]);
+        /* on a GPU: the uploaded weight dtype, and the backend in the threads column */
+        char th[32], ty[48];
+        if (kn_model_backend(m)->device != KN_DEVICE_HOST) { snprintf(th, sizeof th, "gpu"); snprintf(ty, sizeof ty, "%s (file %s)", kn_dtype_name(c->run_weight_type), kn_dtype_name(c->weight_type)); }
+        else { snprintf(th, sizeof th, "%d", kn_pool_nthreads()); snprintf(ty, sizeof ty, "%s", kn_dtype_name(c->weight_type)); }
+        printf("| %s | %s | %.1fM | %s | pp%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, np, pp[reps / 2]);
+        printf("| %s | %s | %.1fM | %s | tg%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, ng, tg[reps / 2]);
     }
     free(toks); free(logits); free(pp); free(tg);
     kn_model_free(m);

@@ -19,9 +19,17 @@
  * With kn_model_opts.kv_f16 the caches are f16: K, V are cast before the
  * index_copy and attention reads the f16 rows.
  *
- * This file: weight helpers, the GGUF and llama2.c loaders, the graph and the
- * public entry points; model_hf.c loads llm.c GPT-2 and Hugging Face
- * safetensors models (struct in model_impl.h).
+ * On a device backend (kn_model_opts.backend->device != KN_DEVICE_HOST, e.g.
+ * CUDA) the loaders still wrap the file in a host context; every weight the
+ * graph reads is then uploaded (matrices in kn_model_opts.weight_dtype, bf16
+ * by default, quantized blocks dequantized on the host a block of rows at a
+ * time; vectors in f32), wq|wk|wv and w1|w3 stacked into one matrix each
+ * (fewer, larger matmuls: decode is launch-bound). Token embeddings are still
+ * looked up on the host; inputs and logits go through host staging buffers.
+ *
+ * This file: weight helpers, the GGUF and llama2.c loaders, device upload,
+ * the graph and the public entry points; model_hf.c loads llm.c GPT-2 and
+ * Hugging Face safetensors models (struct in model_impl.h).
  */
 #include "kn-impl.h"
 #include "llm/model_impl.h"   /* defines: struct kn_model, kn__layer_w, loader entry points */
@@ -366,12 +374,186 @@ static kn_status load_llama2c(kn_model *m, const char *path, const char *tok_pat
     return kn__model_load_tokenizer(m, tok_path);
 }
 
-/* ---- the forward graph --------------------------------------------------------------- */
-static kn_tensor *lin(kn_ctx *ctx, kn_tensor *x, kn_tensor *w) { return kn_matmul(ctx, x, kn_transpose(ctx, w, 0, 1)); }
+/* ---- device weights -------------------------------------------------------------------
+ * A device backend cannot wrap the memory map, so what the graph reads is
+ * copied over. Each host tensor goes one block of rows at a time: rows are
+ * dequantized / widened to f32 (row), converted to the device dtype into blk
+ * (at most UP_BLOCK bytes) and handed to the backend's copy_in, which queues
+ * the transfer through its pinned staging buffers and returns; so host memory
+ * stays at a few MB for any model size. */
+#define UP_BLOCK ((size_t)4 << 20)
 
-static kn_tensor *lin_b(kn_ctx *ctx, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
-    kn_tensor *y = lin(ctx, x, w);
-    return b ? kn_add(ctx, y, b) : y;
+typedef struct {
+    kn_model *m;
+    kn_backend *be;
+    float *row;          /* [row_cap] one row in f32           */
+    char *blk;           /* [blk_cap] converted rows            */
+    int64_t row_cap;
+    size_t blk_cap;
+    kn_status st;        /* first failure (sticky)              */
+} kn__uploader;
+
+/* rows x cols of a 1-d ([n]: one row) or 2-d tensor */
+static void mat_dims(const kn_tensor *h, int64_t *rows, int64_t *cols) {
+    *rows = h->ndim == 2 ? h->shape[0] : 1;
+    *cols = h->ndim ? h->shape[h->ndim - 1] : 1;
+}
+
+static bool up_reserve(kn__uploader *u, int64_t cols, size_t row_bytes) {
+    if (cols > u->row_cap) {
+        float *r = realloc(u->row, sizeof(float) * (size_t)cols);
+        if (!r) return false;
+        u->row = r; u->row_cap = cols;
+    }
+    size_t want = row_bytes > UP_BLOCK ? row_bytes : UP_BLOCK;
+    if (want > u->blk_cap) {
+        char *b = realloc(u->blk, want);
+        if (!b) return false;
+        u->blk = b; u->blk_cap = want;
+    }
+    return true;
+}
+
+/* Host tensor h (f32/f16/bf16 with any strides, e.g. the transposed view of a
+ * Conv1D weight, or contiguous quantized rows) converted to d's dtype into
+ * rows [r0, r0 + rows(h)) of the device matrix d. */
+static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h) {
+    if (u->st) return;
+    int64_t rows, cols;
+    mat_dims(h, &rows, &cols);
+    const kn_dtype_info *hi = kn_dtype_get(h->dtype);
+    kn_tensor *own = kn__storage_owner(h);
+    const char *base = own->buf->data;
+    size_t out_row = kn_dtype_get(d->dtype)->type_size * (size_t)cols;
+    if (hi->is_quant ? !(kn_is_contiguous(h) && h->offset == 0) : !half_or_f32(h->dtype)) {
+        u->st = kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s': cannot upload a %s %s tensor (quantized weights must be "
+                             "dense rows; other weights f32/f16/bf16)", h->name, kn_is_contiguous(h) ? "dense" : "strided",
+                             hi->name);
+        return;
+    }
+    if (!up_reserve(u, cols, out_row)) { u->st = kn_set_error(KN_ERR_NOMEM, "out of host memory converting '%s'", h->name); return; }
+    int64_t per = (int64_t)(u->blk_cap / out_row);
+    size_t qrow = hi->is_quant ? kn_dtype_nbytes(h->dtype, cols) : 0;
+    int64_t srow = h->ndim == 2 ? h->stride[0] : 0, scol = h->ndim ? h->stride[h->ndim - 1] : 1;
+    for (int64_t r = 0; r < rows && !u->st; r += per) {
+        int64_t n = rows - r < per ? rows - r : per;
+        for (int64_t i = 0; i < n && !u->st; i++) {
+            float *row = u->row;
+            if (hi->is_quant) u->st = kn_dequantize_row(h->dtype, base + qrow * (size_t)(r + i), row, cols);
+            else
+                for (int64_t k = 0; k < cols; k++) row[k] = (float)elem_f64(h->dtype, base, h->offset + (r + i) * srow + k * scol);
+            char *dst = u->blk + out_row * (size_t)i;
+            if (d->dtype == KN_F32) memcpy(dst, row, out_row);
+            else {
+                uint16_t *o = (uint16_t *)dst;
+                if (d->dtype == KN_BF16) for (int64_t k = 0; k < cols; k++) o[k] = kn_fp32_to_bf16(row[k]);
+                else for (int64_t k = 0; k < cols; k++) o[k] = kn_fp32_to_fp16(row[k]);
+            }
+        }
+        if (!u->st) u->st = u->be->copy_in(u->be, (char *)d->buf->data + out_row * (size_t)(r0 + r), u->blk, out_row * (size_t)n);
+    }
+    if (u->st) kn__model_err_prefix(u->st, h->name);
+}
+
+/* Device copy of host tensors hs[0..n) stacked by rows (n = 1: a plain copy):
+ * a matrix in the device weight dtype, else f32. NULL (u->st set) on failure,
+ * NULL without error when hs[0] is NULL. */
+static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, bool matrix) {
+    if (u->st || !hs[0]) return NULL;
+    int64_t rows = 0, r, cols;
+    for (int i = 0; i < n; i++) { mat_dims(hs[i], &r, &cols); rows += r; }
+    int64_t shape[2] = {rows, cols};
+    kn_tensor *d = n == 1 ? kn_empty(u->m->ctx, matrix ? u->m->dev_wdt : KN_F32, hs[0]->ndim, hs[0]->shape)
+                          : kn_empty(u->m->ctx, u->m->dev_wdt, 2, shape);
+    if (!d) {
+        char pre[96];
+        snprintf(pre, sizeof pre, "uploading '%s' to the %s backend", hs[0]->name, u->be->name);
+        u->st = kn__model_err_prefix(kn_ctx_status(u->m->ctx) ? kn_ctx_status(u->m->ctx) : KN_ERR_NOMEM, pre);
+        return NULL;
+    }
+    kn_set_name(d, hs[0]->name);
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        upload_rows(u, d, at, hs[i]);
+        mat_dims(hs[i], &r, &cols);
+        at += r;
+    }
+    return u->st ? NULL : d;
+}
+static kn_tensor *upload(kn__uploader *u, kn_tensor *h, bool matrix) { return upload_stack(u, &h, 1, matrix); }
+
+/* Replaces the model's host weights by device copies in a new context on be
+ * (the host context stays as m->hctx: tok_embd, used by embed(), lives there).
+ * KN_LLM_FUSE=0 keeps wq, wk, wv and w1, w3 as separate matrices. */
+static kn_status to_device(kn_model *m, kn_backend *be) {
+    m->hctx = m->ctx;
+    m->ctx = kn_ctx_new(&(kn_ctx_opts){be});
+    if (!m->ctx) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    const char *fe = getenv("KN_LLM_FUSE");
+    bool fuse = !(fe && !strcmp(fe, "0"));
+    kn__uploader u = {m, be, NULL, NULL, 0, 0, KN_OK};
+    m->pos_embd = upload(&u, m->pos_embd, false);
+    m->out_norm = upload(&u, m->out_norm, false);
+    m->out_norm_b = upload(&u, m->out_norm_b, false);
+    m->rope_ff = upload(&u, m->rope_ff, false);
+    m->wout = upload(&u, m->wout, true);          /* tied: a device copy of tok_embd */
+    for (int l = 0; l < m->cfg.n_layers && !u.st; l++) {
+        kn__layer_w *L = &m->layers[l];
+        kn_tensor **vec[] = {&L->attn_norm, &L->attn_norm_b, &L->bq, &L->bk, &L->bv, &L->bqkv, &L->bo,
+                             &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2};
+        for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) *vec[i] = upload(&u, *vec[i], false);
+        if (fuse && L->wq && !L->bq && !L->bk && !L->bv) {
+            kn_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+            L->wqkv = upload_stack(&u, qkv, 3, true);
+            L->wq = L->wk = L->wv = NULL;
+        } else {
+            L->wq = upload(&u, L->wq, true); L->wk = upload(&u, L->wk, true); L->wv = upload(&u, L->wv, true);
+            L->wqkv = upload(&u, L->wqkv, true);
+        }
+        L->wo = upload(&u, L->wo, true);
+        if (fuse && L->w3 && !L->b1) {
+            kn_tensor *gu[2] = {L->w1, L->w3};
+            L->w13 = upload_stack(&u, gu, 2, true);
+            L->w1 = L->w3 = NULL;
+        } else {
+            L->w1 = upload(&u, L->w1, true); L->w3 = upload(&u, L->w3, true);
+        }
+        L->w2 = upload(&u, L->w2, true);
+    }
+    free(u.row);
+    free(u.blk);
+    return u.st;
+}
+
+/* zero a materialised tensor's storage (host memset, or zeros copied in) */
+static kn_status zero_fill(kn_model *m, kn_tensor *t) {
+    if (!m->on_device) { memset(t->buf->data, 0, t->buf->size); return KN_OK; }
+    kn_backend *be = kn_ctx_backend(m->ctx);
+    size_t n = t->buf->size, chunk = n < UP_BLOCK ? n : UP_BLOCK;
+    void *z = calloc(1, chunk ? chunk : 1);
+    if (!z) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    kn_status st = KN_OK;
+    for (size_t off = 0; off < n && !st; off += chunk)
+        st = be->copy_in(be, (char *)t->buf->data + off, z, n - off < chunk ? n - off : chunk);
+    free(z);
+    return st;
+}
+
+/* ---- the forward graph --------------------------------------------------------------- */
+/* x [T, in] @ W^T -> [T, out], f32. Weights in bf16/f16 meet f32 activations
+ * in the backend's mixed-precision matmul; KN_LLM_GPU_CAST=1 (device runs)
+ * casts x to the weight dtype and the product back in the graph instead. */
+static kn_tensor *lin(kn_model *m, kn_tensor *x, kn_tensor *w) {
+    kn_ctx *ctx = m->ctx;
+    kn_tensor *wt = kn_transpose(ctx, w, 0, 1);
+    if (m->cast_acts && w && (w->dtype == KN_BF16 || w->dtype == KN_F16))
+        return kn_cast(ctx, kn_matmul(ctx, kn_cast(ctx, x, w->dtype), wt), KN_F32);
+    return kn_matmul(ctx, x, wt);
+}
+
+static kn_tensor *lin_b(kn_model *m, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
+    kn_tensor *y = lin(m, x, w);
+    return b ? kn_add(m->ctx, y, b) : y;
 }
 
 static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
@@ -392,8 +574,9 @@ static kn_status build_graph(kn_model *m) {
     m->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     m->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     if (!m->x_in || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
-    memset(m->pos_in->buf->data, 0, m->pos_in->buf->size);     /* every index valid from the start */
-    memset(m->rows_in->buf->data, 0, m->rows_in->buf->size);
+    kn_status zst;
+    if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
+        return zst;
     kn_tensor *x = kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T);            /* [T, C] */
     kn_tensor *pos = kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T);         /* [T] */
     if (m->pos_embd) x = kn_add(ctx, x, kn_index_select(ctx, m->pos_embd, 0, pos));   /* + wpe[pos] */
@@ -402,19 +585,18 @@ static kn_status build_graph(kn_model *m) {
         L->k_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
         L->v_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
         if (!L->k_cache || !L->v_cache) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM;
-        memset(L->k_cache->buf->data, 0, L->k_cache->buf->size);
-        memset(L->v_cache->buf->data, 0, L->v_cache->buf->size);
+        if ((zst = zero_fill(m, L->k_cache)) || (zst = zero_fill(m, L->v_cache))) return zst;
         kn_tensor *h = norm(ctx, c, x, L->attn_norm, L->attn_norm_b);
         kn_tensor *q, *k, *v;
         if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
-            kn_tensor *qkv = lin_b(ctx, h, L->wqkv, L->bqkv);
+            kn_tensor *qkv = lin_b(m, h, L->wqkv, L->bqkv);
             q = kn_narrow(ctx, qkv, 1, 0, QD);
             k = kn_narrow(ctx, qkv, 1, QD, KD);
             v = kn_narrow(ctx, qkv, 1, QD + KD, KD);
         } else {
-            q = lin_b(ctx, h, L->wq, L->bq);
-            k = lin_b(ctx, h, L->wk, L->bk);
-            v = lin_b(ctx, h, L->wv, L->bv);
+            q = lin_b(m, h, L->wq, L->bq);
+            k = lin_b(m, h, L->wk, L->bk);
+            v = lin_b(m, h, L->wv, L->bv);
         }
         int perm[3] = {1, 0, 2};
         q = kn_permute(ctx, kn_reshape(ctx, q, 3, (int64_t[]){-1, H, D}), perm);     /* [H, T, D] */
@@ -432,17 +614,21 @@ static kn_status build_graph(kn_model *m) {
         kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, c->attn_scale);
         a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
         a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});
-        x = kn_add(ctx, x, lin_b(ctx, a, L->wo, L->bo));
+        x = kn_add(ctx, x, lin_b(m, a, L->wo, L->bo));
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
-        kn_tensor *f = gpt2 ? kn_gelu_tanh(ctx, lin_b(ctx, h, L->w1, L->b1))
-                            : kn_mul(ctx, kn_silu(ctx, lin(ctx, h, L->w1)), lin(ctx, h, L->w3));
-        x = kn_add(ctx, x, lin_b(ctx, f, L->w2, L->b2));
+        kn_tensor *f;
+        if (gpt2) f = kn_gelu_tanh(ctx, lin_b(m, h, L->w1, L->b1));
+        else if (L->w13) {                                                  /* [T, 2F]: gate | up */
+            kn_tensor *gu = lin(m, h, L->w13);
+            f = kn_mul(ctx, kn_silu(ctx, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
+        } else f = kn_mul(ctx, kn_silu(ctx, lin(m, h, L->w1)), lin(m, h, L->w3));
+        x = kn_add(ctx, x, lin_b(m, f, L->w2, L->b2));
         if (!x) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     }
     kn_tensor *rows = kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R);
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
     xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
-    m->logits = lin(ctx, xl, m->wout);                                     /* [R, V] */
+    m->logits = lin(m, xl, m->wout);                                       /* [R, V] */
     if (!m->logits) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
     return m->plan ? KN_OK : (kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE);
@@ -457,9 +643,21 @@ static bool ends_with(const char *s, const char *suf) {
 kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out) {
     *out = NULL;
     if (!path) return kn_set_error(KN_ERR_INVALID, "kn_model_load: no path");
+    static const char *const wd_names[] = {"auto", "bf16", "f16", "f32"};
+    kn_weight_dtype wd = opts ? opts->weight_dtype : KN_WEIGHTS_AUTO;
+    if ((unsigned)wd > (unsigned)KN_WEIGHTS_F32)
+        return kn_set_error(KN_ERR_INVALID, "kn_model_load: weight_dtype %d is not one of KN_WEIGHTS_AUTO, KN_WEIGHTS_BF16, "
+                            "KN_WEIGHTS_F16, KN_WEIGHTS_F32", (int)wd);
+    kn_backend *be = opts && opts->backend ? opts->backend : kn_backend_default();
+    bool dev = be->device != KN_DEVICE_HOST;
+    if (!dev && wd != KN_WEIGHTS_AUTO)
+        return kn_set_error(KN_ERR_INVALID, "kn_model_load: weight_dtype %s applies to device backends; the %s backend "
+                            "reads the file's weights in place (leave weight_dtype at KN_WEIGHTS_AUTO, or load onto a "
+                            "device backend such as kn_backend_cuda())", wd_names[wd], be->name);
     kn_model *m = calloc(1, sizeof *m);
     if (!m) return kn_set_error(KN_ERR_NOMEM, "out of memory");
-    kn_ctx_opts co = {opts ? opts->backend : NULL};
+    /* loaders wrap the file in place, which needs a host context */
+    kn_ctx_opts co = {dev ? kn_backend_cpu() : be};
     m->ctx = kn_ctx_new(&co);
     kn_status st = m->ctx ? KN_OK : KN_ERR_NOMEM;
     /* a directory, or by magic: "GGUF", llm.c GPT-2 (int32 20240326),
@@ -505,6 +703,18 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         for (int32_t i = 0; i < m->ctx->n_all; i++)
             if (m->ctx->all[i]->op == KN_OP_NONE) np += kn_numel(m->ctx->all[i]);
         c->n_params = np;
+        c->run_weight_type = c->weight_type;
+        if (!st && dev) {
+            m->on_device = true;
+            m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;
+            const char *ca = getenv("KN_LLM_GPU_CAST");
+            m->cast_acts = ca && !strcmp(ca, "1");
+            c->run_weight_type = m->dev_wdt;
+            m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
+            m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
+            m->rows_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
+            st = m->x_stage && m->pos_stage && m->rows_stage ? to_device(m, be) : kn_set_error(KN_ERR_NOMEM, "out of memory");
+        }
         m->row_buf = malloc(sizeof(float) * (size_t)c->dim);
         if (!st) st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;
     }
@@ -517,6 +727,7 @@ void kn_model_free(kn_model *m) {
     if (!m) return;
     kn_plan_free(m->plan);
     kn_ctx_free(m->ctx);
+    kn_ctx_free(m->hctx);
     kn_tokenizer_free(m->tok);
     kn_gguf_close(m->gguf);
     kn_llama2c_close(m->l2c);
@@ -527,20 +738,22 @@ void kn_model_free(kn_model *m) {
     free(m->layers);
     free(m->chat_template);
     free(m->row_buf);
+    free(m->x_stage); free(m->pos_stage); free(m->rows_stage);
     free(m);
 }
 
 const kn_model_config *kn_model_get_config(const kn_model *m) { return &m->cfg; }
 const kn_tokenizer *kn_model_tokenizer(const kn_model *m) { return m->tok; }
 int kn_model_n_ctx(const kn_model *m) { return m->n_ctx; }
+kn_backend *kn_model_backend(const kn_model *m) { return kn_ctx_backend(m->ctx); }
 const char *kn_model_chat_template(const kn_model *m) { return m->chat_template; }
 
-/* x rows = token embeddings, dequantized on the host straight into the input */
-static kn_status embed(kn_model *m, const int32_t *tokens, int n) {
+/* x rows = token embeddings, dequantized on the host straight into the input
+ * (a host backend) or into the staging copy x (a device) */
+static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
     const kn_tensor *te = m->tok_embd;
     int64_t C = m->cfg.dim;
     size_t row_bytes = kn_dtype_nbytes(te->dtype, C);
-    float *x = m->x_in->buf->data;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= m->cfg.n_vocab)
             return kn_set_error(KN_ERR_INVALID, "token id %d is outside the vocabulary [0, %d)", tokens[i], m->cfg.n_vocab);
@@ -557,11 +770,14 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
         return kn_set_error(KN_ERR_LIMIT, "context full: %d cached + %d new tokens exceed the context length %d; "
                             "start a new conversation or load with a larger --ctx", n_past, n, m->n_ctx);
     int V = m->cfg.n_vocab;
+    kn_backend *be = kn_ctx_backend(m->ctx);
+    float *x = m->on_device ? m->x_stage : m->x_in->buf->data;
+    int32_t *pos = m->on_device ? m->pos_stage : m->pos_in->buf->data;
+    int32_t *rows = m->on_device ? m->rows_stage : m->rows_in->buf->data;
     for (int done = 0; done < n;) {
         int T = n - done < m->n_batch ? n - done : m->n_batch;
-        kn_status st = embed(m, tokens + done, T);
+        kn_status st = embed(m, tokens + done, T, x);
         if (st) return st;
-        int32_t *pos = m->pos_in->buf->data, *rows = m->rows_in->buf->data;
         for (int i = 0; i < T; i++) pos[i] = n_past + done + i;
         bool last_chunk = done + T == n;
         int R = all_logits ? T : 1;
@@ -569,10 +785,17 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
         if ((st = kn_sym_set(m->ctx, m->sym_T, T)) || (st = kn_sym_set(m->ctx, m->sym_S, n_past + done + T)) ||
             (st = kn_sym_set(m->ctx, m->sym_R, R)))
             return st;
+        if (m->on_device &&   /* only the rows this call uses cross the bus */
+            ((st = be->copy_in(be, m->x_in->buf->data, x, sizeof(float) * (size_t)T * (size_t)m->cfg.dim)) ||
+             (st = be->copy_in(be, m->pos_in->buf->data, pos, sizeof(int32_t) * (size_t)T)) ||
+             (st = be->copy_in(be, m->rows_in->buf->data, rows, sizeof(int32_t) * (size_t)R))))
+            return st;
         if ((st = kn_plan_run(m->plan))) return st;
         const float *lg = m->logits->buf->data;
-        if (all_logits) memcpy(logits + (size_t)done * V, lg, sizeof(float) * (size_t)T * V);
-        else if (last_chunk) memcpy(logits, lg, sizeof(float) * (size_t)V);
+        float *dst = all_logits ? logits + (size_t)done * V : last_chunk ? logits : NULL;
+        size_t nb = sizeof(float) * (size_t)(all_logits ? T : 1) * (size_t)V;
+        if (dst && m->on_device) { if ((st = be->copy_out(be, dst, lg, nb))) return st; }
+        else if (dst) memcpy(dst, lg, nb);
         done += T;
     }
     return KN_OK;

@@ -9,6 +9,12 @@
  * way the graph multiplies x · W^T; a loader whose file stores [in, out]
  * (HF GPT-2 Conv1D) hands over a transposed view or a transposed copy.
  * Vectors (norm gains, biases) and GPT-2 position embeddings are f32.
+ *
+ * On a device backend the loaders still fill a host context (hctx, the file
+ * wrapped in place); model.c then uploads the weights into ctx in the chosen
+ * dtype (optionally stacking wq|wk|wv and w1|w3), keeps tok_embd on the host
+ * for the embedding lookup, and stages the graph inputs and logits through
+ * host buffers.
  */
 #ifndef KN_MODEL_IMPL_H
 #define KN_MODEL_IMPL_H
@@ -28,19 +34,28 @@ typedef struct {
     kn_tensor *w1, *b1;                   /* [F, C]: Llama gate, GPT-2 fc; bias       */
     kn_tensor *w2, *b2;                   /* [C, F]: down / proj; bias                */
     kn_tensor *w3;                        /* [F, C]: Llama up; NULL for GPT-2         */
+    kn_tensor *w13;                       /* [2F, C]: w1 and w3 stacked (device runs) */
     kn_tensor *k_cache, *v_cache;         /* [Hkv, n_ctx, D] f32 or f16               */
 } kn__layer_w;
 
 struct kn_model {
     kn_model_config cfg;
     kn_ctx *ctx;                       /* weights, caches and the graph */
+    kn_ctx *hctx;                      /* device runs: the file's weights on the host
+                                          (loaders fill it); NULL on a host backend */
+    bool on_device;                    /* ctx's backend is not a host backend */
+    kn_dtype dev_wdt;                  /* device runs: dtype of the uploaded matrices */
+    bool cast_acts;                    /* device runs, KN_LLM_GPU_CAST=1: activations cast to
+                                          dev_wdt around each matmul in the graph (to
+                                          compare with the mixed-precision kernels) */
     kn_gguf *gguf;
     kn_llama2c *l2c;
     kn_llmc_gpt2 *llmc;
     kn_safetensors *st;
     kn_tokenizer *tok;
     char *chat_template;
-    kn_tensor *tok_embd;               /* [V, C] any dtype, a materialised leaf */
+    kn_tensor *tok_embd;               /* [V, C] any dtype, a materialised leaf
+                                          (always host memory: embed() reads it) */
     kn_tensor *pos_embd;               /* [P, C] f32 (GPT-2) or NULL            */
     kn_tensor *out_norm, *out_norm_b;  /* [C], [C] or NULL                      */
     kn_tensor *wout;                   /* [V, C]                                */
@@ -55,6 +70,8 @@ struct kn_model {
     kn_tensor *x_in, *pos_in, *rows_in, *logits;
     kn_plan *plan;
     float *row_buf;                    /* one dequantized embedding row */
+    float *x_stage;                    /* device runs: host copies of the inputs */
+    int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */
 };
 
 /* Memory freed with the model (zeroed); NULL + error when out of memory. */

@@ -476,12 +476,48 @@ static kn_status sdpa_f32(const kn_exec *e) {
     return st;
 }
 
+/* Half-precision K/V with f32 queries (an LLM's f16 KV cache): K and V
+ * [B, Hkv, Tk, D] are widened into contiguous f32 scratch (one pass over
+ * what attention reads anyway) and the f32 path runs on the copies; the
+ * generic kernel recomputed every score in double, a block per query row. */
+__global__ void k_widen_f32(float *dst, kn_dview x, int64_t n) {
+    KN_GRID_LOOP(i, n) dst[i] = (float)kn_dget(x, kn_doff(x, i));
+}
+static kn_status sdpa_half_kv(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *y = &e->dst;
+    if (q->dtype != KN_F32 || y->dtype != KN_F32 || getenv("KN_CUDA_GENERIC")) return KN_ERR_UNSUPPORTED;
+    kn_exec e2 = *e;
+    float *buf[2] = {NULL, NULL};
+    kn_status st = KN_OK;
+    for (int s = 1; s <= 2 && !st; s++) {
+        const kn_tview *v = &e->src[s];
+        if ((v->dtype != KN_F16 && v->dtype != KN_BF16) || v->ndim != 4) { st = KN_ERR_UNSUPPORTED; break; }
+        int64_t n = kn_tview_numel(v);
+        if ((st = kn_cu_tmp(sizeof(float) * (size_t)(n ? n : 1), (void **)&buf[s - 1]))) break;
+        if (n > 0) {
+            k_widen_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(buf[s - 1], kn_dv(v), n);
+            if (cudaGetLastError() != cudaSuccess) { st = kn_set_error(KN_ERR_BACKEND, "sdpa: widen launch failed"); break; }
+        }
+        kn_tview w = *v;                    /* the contiguous f32 copy */
+        w.data = buf[s - 1];
+        w.dtype = KN_F32;
+        int64_t str = 1;
+        for (int d = 3; d >= 0; d--) { w.st[d] = str; str *= w.ne[d]; }
+        e2.src[s] = w;
+    }
+    if (!st) st = sdpa_f32(&e2);
+    kn_cu_tmp_free(buf[0]);
+    kn_cu_tmp_free(buf[1]);
+    return st;
+}
+
 static kn_status cu_sdpa(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1];
     int64_t nrows = q->ne[0] * q->ne[1] * q->ne[2], Tk = k->ne[2];
     if (nrows == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
     kn_status fst = sdpa_f32(e);
+    if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_half_kv(e);
     if (fst != KN_ERR_UNSUPPORTED) return fst;
     unsigned blocks = row_blocks(nrows);
     if (blocks > 4096) blocks = 4096;      /* bounds the score scratch */

@@ -3,10 +3,12 @@
  * reduced index space, double accumulation, block-wide combine) with the
  * NaN rules of src/backends/ref/ref_reduce.c. Matmul takes kn_cuda_sgemm_batched
  * for f32 plain/transposed matrices (all batch entries in one launch), the
- * tensor-core kernels for bf16 x bf16 and f16 x f16 (matmul_tc), the GEMV
- * kernels for one f32 row times a dense f32 or bf16 weight used transposed
- * (decode), a generic double kernel otherwise (f64, integers, other mixed
- * operand dtypes, zero strides). */
+ * tensor-core kernels for bf16 x bf16 and f16 x f16 (matmul_tc) and for f32
+ * activations times a bf16/f16 weight (an LLM's x @ W^T: A rounded to the
+ * weight dtype as it is loaded, f32 out), the GEMV kernels for one f32 row
+ * times a dense f32, bf16 or f16 weight used transposed (decode), a generic
+ * double kernel otherwise (f64, integers, other mixed operand dtypes, zero
+ * strides). */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -418,18 +420,23 @@ kn_status kn_cu_matmul(const kn_exec *e) {
     /* bf16 x bf16 or f16 x f16 (mixed operand dtypes stay on the generic kernel) */
     bool tc = (a.dtype == KN_BF16 || a.dtype == KN_F16) && b.dtype == a.dtype &&
               (d->dtype == a.dtype || d->dtype == KN_F32) && kn_cuda_gemm_tc_available() && !getenv("KN_CUDA_NO_TC");
-    /* decode: one f32 row times a dense weight W [N,K] used transposed (f32
-     * or bf16 W, f32 out: the GEMV kernels, which read W once at full width) */
+    /* f32 activations times a bf16/f16 weight, f32 out (A stored M x K) */
+    bool mixed = a.dtype == KN_F32 && (b.dtype == KN_BF16 || b.dtype == KN_F16) && d->dtype == KN_F32 && gemm_layout &&
+                 !ta && kn_cuda_gemm_tc_available() && !getenv("KN_CUDA_NO_TC");
+    /* decode: one f32 row times a dense weight W [N,K] used transposed (f32,
+     * bf16 or f16 W, f32 out: the GEMV kernels, which read W once at full width) */
     bool gemv = gemm_layout && M == 1 && batch == 1 && !ta && tb && ldb == K && a.dtype == KN_F32 && d->dtype == KN_F32 &&
-                (b.dtype == KN_F32 ? K % 4 == 0 : b.dtype == KN_BF16 && K % 8 == 0) && kn_aligned16(a.data) &&
-                kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX && K <= INT32_MAX &&
-                !getenv("KN_CUDA_NO_GEMV");
+                (b.dtype == KN_F32 ? K % 4 == 0 : (b.dtype == KN_BF16 || b.dtype == KN_F16) && K % 8 == 0) &&
+                kn_aligned16(a.data) && kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX &&
+                K <= INT32_MAX && !getenv("KN_CUDA_NO_GEMV");
     if (gemv) {
         if (b.dtype == KN_F32)
             return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+        if (b.dtype == KN_F16)
+            return kn_cuda_gemv_f16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
         return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
     }
-    if (gemm_layout && (f32 || tc)) {
+    if (gemm_layout && (f32 || tc || mixed)) {
         /* one batched launch: a loop of per-matrix launches left most of the
          * GPU idle for attention heads and per-sequence products */
         int64_t ldc = d->st[nb] > N ? d->st[nb] : N;
@@ -441,6 +448,9 @@ kn_status kn_cu_matmul(const kn_exec *e) {
             bt.nb++;
         }
         if (tc) return matmul_tc(ta, tb, M, N, K, &a, lda, &b, ldb, d, ldc, &bt);
+        if (mixed)
+            return kn_cuda_gemm_tc_f32a(b.dtype, tb, M, N, K, 1.0f, (const float *)a.data, lda, b.data, ldb, d->data, KN_F32,
+                                        ldc, &bt, kn_cu_stream());
         if (bt.nb == 0) {
             kn_status st = matmul_split_k(ta, tb, M, N, K, (const float *)a.data, lda, (const float *)b.data, ldb,
                                           (float *)d->data, ldc);

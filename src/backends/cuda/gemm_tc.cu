@@ -19,6 +19,15 @@
  * dimension or base), or a 16-byte chunk straddles the matrix edge, that
  * chunk is loaded element by element (same result, slower).
  *
+ * Mixed precision (kn_cuda_gemm_tc_f32a): A stored as f32 M x K (an LLM's
+ * activations) against a bf16/f16 B (its weights). A's tile is loaded with
+ * plain 16-byte loads (all of a thread's loads issued before the first is
+ * used), rounded to B's dtype (RNE) and stored to shared memory in the same
+ * layout the half-precision path gets from cp.async; the rest of the kernel
+ * is unchanged, so C is the f32-accumulated product of the rounded A. One
+ * launch instead of a cast kernel, an extra M x K bf16 buffer and a second
+ * launch (measured against graph-level casts in docs/PERF-cuda-llm.md).
+ *
  * Non-goals: no split-K, no epilogue fusion, no wgmma (gemm_bf16_sm90.cu is
  * the Hopper kernel for dense linear-layer shapes; the backend picks it
  * where it fits). Letters: M,N,K GEMM dims; z batch entry.
@@ -44,6 +53,7 @@
 struct tc_args {
     int64_t M, N, K, lda, ldb, ldc;
     const uint16_t *A, *B;
+    const float *Af;      /* A as f32 (the AF32 kernels) */
     void *C;
     int c_dtype;          /* KN_F32, KN_F16 or KN_BF16 */
     float alpha;
@@ -84,6 +94,57 @@ __device__ __forceinline__ void tc_load_tile(uint16_t *s, int sld, const uint16_
     }
 }
 
+/* The f32 twin of tc_load_tile for A stored M x K (K contiguous): a ROWS x
+ * COLS tile rounded to bf16 (F16 = 0) or f16. Each thread has NIT chunks of
+ * 8 floats; it loads G of them (two 16-byte loads each when vec and inside
+ * the matrix), then converts and stores them: 2 * G loads in flight. These
+ * kernels take 188 registers (ptxas, sm_90a; 126 for half A), so one block
+ * per SM instead of two: the compiler hoists the plain loads of the next
+ * stage over the MMA loop. G = 2 or 1 did not lower that (196-212), and
+ * capping at 128 (launch bounds, 2 blocks) spilled 68-128 bytes. The LLM
+ * shapes this serves launch fewer blocks than SMs, so occupancy is moot. */
+#ifndef TC_F32A_GROUP
+#define TC_F32A_GROUP 4
+#endif
+__device__ __forceinline__ uint32_t tc_pack2(float a, float b, int f16) {
+    uint16_t x = f16 ? __half_as_ushort(__float2half_rn(a)) : kn_f2bf(a);
+    uint16_t y = f16 ? __half_as_ushort(__float2half_rn(b)) : kn_f2bf(b);
+    return (uint32_t)x | ((uint32_t)y << 16);
+}
+template <int ROWS, int COLS, int F16>
+__device__ __forceinline__ void tc_load_tile_f32(uint16_t *s, int sld, const float *g, int64_t ld, int64_t rlim,
+                                                 int64_t clim, bool vec) {
+    constexpr int CH = COLS / 8, NIT = ROWS * CH / TC_THREADS, G = TC_F32A_GROUP;
+    static_assert(ROWS * CH % TC_THREADS == 0 && NIT % G == 0, "tile chunks must split evenly over the threads");
+#pragma unroll
+    for (int it0 = 0; it0 < NIT; it0 += G) {
+    float4 v[G][2];
+#pragma unroll
+    for (int it = 0; it < G; it++) {
+        int ch = threadIdx.x + (it0 + it) * TC_THREADS, r = ch / CH, c = (ch % CH) * 8;
+        const float *p = g + (int64_t)r * ld + c;
+        if (vec && r < rlim && c + 8 <= clim) {
+            v[it][0] = __ldg((const float4 *)p);
+            v[it][1] = __ldg((const float4 *)p + 1);
+        } else {
+            float t[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) t[j] = (r < rlim && c + j < clim) ? p[j] : 0.f;
+            v[it][0] = make_float4(t[0], t[1], t[2], t[3]);
+            v[it][1] = make_float4(t[4], t[5], t[6], t[7]);
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < G; it++) {
+        int ch = threadIdx.x + (it0 + it) * TC_THREADS, r = ch / CH, c = (ch % CH) * 8;
+        uint4 u;
+        u.x = tc_pack2(v[it][0].x, v[it][0].y, F16); u.y = tc_pack2(v[it][0].z, v[it][0].w, F16);
+        u.z = tc_pack2(v[it][1].x, v[it][1].y, F16); u.w = tc_pack2(v[it][1].z, v[it][1].w, F16);
+        *(uint4 *)(s + r * sld + c) = u;
+    }
+    }
+}
+
 __device__ __forceinline__ void tc_ldm_x4(uint32_t *r, const void *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tc_smem(p)));
@@ -121,9 +182,11 @@ __device__ __forceinline__ void tc_store2(void *C, int dt, int64_t off, float v0
     }
 }
 
-/* TA: A stored K x M; TB: B stored N x K; F16: operands f16 (else bf16) */
-template <int TA, int TB, int F16>
+/* TA: A stored K x M; TB: B stored N x K; F16: operands f16 (else bf16);
+ * AF32: A is f32 (p.Af, stored M x K), rounded to the operand dtype on load */
+template <int TA, int TB, int F16, int AF32>
 __global__ void __launch_bounds__(TC_THREADS) k_gemm_tc(tc_args p) {
+    static_assert(!(TA && AF32), "f32 A is supported stored M x K only");
     extern __shared__ __align__(16) uint16_t tc_sh[];
     uint16_t *sA = tc_sh, *sB = tc_sh + TC_STAGES * TC_TILE_MAX;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
@@ -141,11 +204,13 @@ __global__ void __launch_bounds__(TC_THREADS) k_gemm_tc(tc_args p) {
             oa += i * p.bt.sa[d]; ob += i * p.bt.sb[d]; oc += i * p.bt.sc[d];
         }
         const uint16_t *A = p.A + oa, *B = p.B + ob;
+        const float *Af = AF32 ? p.Af + oa : nullptr;
 
         auto load_stage = [&](int stage, int64_t kt) {
             int64_t k0 = kt * TC_BK;
             uint16_t *a = sA + stage * TC_TILE_MAX, *b = sB + stage * TC_TILE_MAX;
-            if (TA) tc_load_tile<TC_BK, TC_BM>(a, lda_s, A + k0 * p.lda + m0, p.lda, p.K - k0, p.M - m0, p.vec_a);
+            if (AF32) tc_load_tile_f32<TC_BM, TC_BK, F16>(a, lda_s, Af + m0 * p.lda + k0, p.lda, p.M - m0, p.K - k0, p.vec_a);
+            else if (TA) tc_load_tile<TC_BK, TC_BM>(a, lda_s, A + k0 * p.lda + m0, p.lda, p.K - k0, p.M - m0, p.vec_a);
             else tc_load_tile<TC_BM, TC_BK>(a, lda_s, A + m0 * p.lda + k0, p.lda, p.M - m0, p.K - k0, p.vec_a);
             if (TB) tc_load_tile<TC_BN, TC_BK>(b, ldb_s, B + n0 * p.ldb + k0, p.ldb, p.N - n0, p.K - k0, p.vec_b);
             else tc_load_tile<TC_BK, TC_BN>(b, ldb_s, B + k0 * p.ldb + n0, p.ldb, p.K - k0, p.N - n0, p.vec_b);
@@ -230,38 +295,41 @@ static int tc_device_ok(void) {
     return ok = major >= 8;
 }
 
-template <int TA, int TB, int F16>
+template <int TA, int TB, int F16, int AF32 = 0>
 static kn_status tc_launch(const tc_args &p, dim3 grid, cudaStream_t st) {
     static bool attr = false;          /* > 48 KB of dynamic shared memory needs an opt-in, once per kernel */
     if (!attr) {
-        KN_CUDA_TRY(cudaFuncSetAttribute(k_gemm_tc<TA, TB, F16>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM_BYTES));
+        KN_CUDA_TRY(cudaFuncSetAttribute(k_gemm_tc<TA, TB, F16, AF32>, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM_BYTES));
         attr = true;
     }
-    k_gemm_tc<TA, TB, F16><<<grid, TC_THREADS, TC_SMEM_BYTES, st>>>(p);
+    k_gemm_tc<TA, TB, F16, AF32><<<grid, TC_THREADS, TC_SMEM_BYTES, st>>>(p);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
 
 extern "C" int kn_cuda_gemm_tc_available(void) { return tc_device_ok(); }
 
-extern "C" kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                     float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
-                                     kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream) {
-    KN_CUDA_REQUIRE(ab == KN_BF16 || ab == KN_F16, "kn_cuda_gemm_tc: operands must be bf16 or f16 (dtype %d given)", (int)ab);
+/* Shared by both entry points; a_f32: A is f32 (stored M x K, trans_a false). */
+static kn_status gemm_tc_run(kn_dtype ab, bool a_f32, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                             kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream) {
+    const char *fn = a_f32 ? "kn_cuda_gemm_tc_f32a" : "kn_cuda_gemm_tc";
+    KN_CUDA_REQUIRE(ab == KN_BF16 || ab == KN_F16, "%s: operands must be bf16 or f16 (dtype %d given)", fn, (int)ab);
     KN_CUDA_REQUIRE(c_dtype == KN_F32 || c_dtype == KN_F16 || c_dtype == KN_BF16,
-                    "kn_cuda_gemm_tc: C must be f32, f16 or bf16 (dtype %d given)", (int)c_dtype);
-    KN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 1, "kn_cuda_gemm_tc: bad shape M=%lld N=%lld K=%lld", (long long)M,
+                    "%s: C must be f32, f16 or bf16 (dtype %d given)", fn, (int)c_dtype);
+    KN_CUDA_REQUIRE(M >= 0 && N >= 0 && K >= 1, "%s: bad shape M=%lld N=%lld K=%lld", fn, (long long)M,
                     (long long)N, (long long)K);
     KN_CUDA_REQUIRE(lda >= (trans_a ? M : K) && ldb >= (trans_b ? K : N) && ldc >= N,
-                    "kn_cuda_gemm_tc: leading dimensions lda=%lld ldb=%lld ldc=%lld too small for M=%lld N=%lld K=%lld",
+                    "%s: leading dimensions lda=%lld ldb=%lld ldc=%lld too small for M=%lld N=%lld K=%lld", fn,
                     (long long)lda, (long long)ldb, (long long)ldc, (long long)M, (long long)N, (long long)K);
-    KN_CUDA_REQUIRE(!batch || (batch->nb >= 0 && batch->nb <= KN_CUDA_MAX_BATCH_DIMS), "kn_cuda_gemm_tc: bad batch");
+    KN_CUDA_REQUIRE(!batch || (batch->nb >= 0 && batch->nb <= KN_CUDA_MAX_BATCH_DIMS), "%s: bad batch", fn);
     if (!tc_device_ok())
-        return kn_set_error(KN_ERR_UNSUPPORTED, "kn_cuda_gemm_tc: needs a GPU of compute capability 8.0 or newer");
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: needs a GPU of compute capability 8.0 or newer", fn);
     tc_args p;
     memset(&p, 0, sizeof p);
     p.M = M; p.N = N; p.K = K; p.lda = lda; p.ldb = ldb; p.ldc = ldc;
-    p.A = (const uint16_t *)A; p.B = (const uint16_t *)B; p.C = C;
+    if (a_f32) p.Af = (const float *)A; else p.A = (const uint16_t *)A;
+    p.B = (const uint16_t *)B; p.C = C;
     p.c_dtype = (int)c_dtype; p.alpha = alpha;
     p.nbatch = 1;
     if (batch) {
@@ -269,18 +337,28 @@ extern "C" kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, in
         for (int d = 0; d < batch->nb; d++) p.nbatch *= batch->ne[d];
     }
     if (M == 0 || N == 0 || p.nbatch == 0) return KN_OK;
-    KN_CUDA_REQUIRE(A && B && C, "kn_cuda_gemm_tc: NULL pointer");
-    bool va = kn_aligned16(A) && lda % 8 == 0, vb = kn_aligned16(B) && ldb % 8 == 0;
-    for (int d = 0; d < p.bt.nb; d++) { va = va && p.bt.sa[d] % 8 == 0; vb = vb && p.bt.sb[d] % 8 == 0; }
+    KN_CUDA_REQUIRE(A && B && C, "%s: NULL pointer", fn);
+    /* 16-byte loads: 8 half elements, or 4 floats for an f32 A */
+    int avec = a_f32 ? 4 : 8;
+    bool va = kn_aligned16(A) && lda % avec == 0, vb = kn_aligned16(B) && ldb % 8 == 0;
+    for (int d = 0; d < p.bt.nb; d++) { va = va && p.bt.sa[d] % avec == 0; vb = vb && p.bt.sb[d] % 8 == 0; }
     p.vec_a = va; p.vec_b = vb;
     bool pc = ((uintptr_t)C % (c_dtype == KN_F32 ? 8 : 4)) == 0 && ldc % 2 == 0;
     for (int d = 0; d < p.bt.nb; d++) pc = pc && p.bt.sc[d] % 2 == 0;
     p.pair_ok = pc;
     int64_t gx = (N + TC_BN - 1) / TC_BN, gy = (M + TC_BM - 1) / TC_BM;
-    KN_CUDA_REQUIRE(gy <= 65535 && gx <= INT32_MAX, "kn_cuda_gemm_tc: M=%lld N=%lld too large for one launch", (long long)M,
+    KN_CUDA_REQUIRE(gy <= 65535 && gx <= INT32_MAX, "%s: M=%lld N=%lld too large for one launch", fn, (long long)M,
                     (long long)N);
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(p.nbatch < 65535 ? p.nbatch : 65535));
     cudaStream_t st = kn_stream(stream);
+    if (a_f32) {
+        switch ((trans_b ? 2 : 0) | (ab == KN_F16 ? 1 : 0)) {
+        case 0: return tc_launch<0, 0, 0, 1>(p, grid, st);
+        case 1: return tc_launch<0, 0, 1, 1>(p, grid, st);
+        case 2: return tc_launch<0, 1, 0, 1>(p, grid, st);
+        default: return tc_launch<0, 1, 1, 1>(p, grid, st);
+        }
+    }
     int key = (trans_a ? 4 : 0) | (trans_b ? 2 : 0) | (ab == KN_F16 ? 1 : 0);
     switch (key) {
     case 0: return tc_launch<0, 0, 0>(p, grid, st);
@@ -292,4 +370,16 @@ extern "C" kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, in
     case 6: return tc_launch<1, 1, 0>(p, grid, st);
     default: return tc_launch<1, 1, 1>(p, grid, st);
     }
+}
+
+extern "C" kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                     float alpha, const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                                     kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream) {
+    return gemm_tc_run(ab, false, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, C, c_dtype, ldc, batch, stream);
+}
+
+extern "C" kn_status kn_cuda_gemm_tc_f32a(kn_dtype b_dtype, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                          const float *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                                          kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream) {
+    return gemm_tc_run(b_dtype, true, false, trans_b, M, N, K, alpha, A, lda, B, ldb, C, c_dtype, ldc, batch, stream);
 }

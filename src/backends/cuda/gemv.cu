@@ -1,4 +1,4 @@
-/* gemv.cu: y[N] = W[N,K] @ x[K] (+ bias) for batch-1 decode; W f32 or bf16.
+/* gemv.cu: y[N] = W[N,K] @ x[K] (+ bias) for batch-1 decode; W f32, bf16 or f16.
  * Bound by reading W once: N*K*sizeof(w) bytes; x (K floats, shared by every
  * row) is read through the read-only cache.
  * v2 (default, dev/cuda/gemv/): one block per row, each thread issuing U
@@ -9,6 +9,7 @@
  * KN_CUDA_TUNE=gemv_v=1 comparisons). */
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune
+#include <cuda_fp16.h>                 // defines: __half22float2
 
 #define KN_GV_WARPS 8
 
@@ -73,7 +74,22 @@ __device__ __forceinline__ float gv_dot(float4 w, const float4 *x4, int i) {
 }
 __device__ __forceinline__ float gv_dot(uint4 w, const float4 *x4, int i) { return gv_dot8(w, x4 + 2 * i); }
 
-/* VT: float4 (f32 W) or uint4 (8 bf16); nv = K / elements per vector. */
+/* 8 f16 weights: a type of its own so that the row kernel's overloads pick
+ * the f16 dot; loaded as one 16-byte streaming load like the bf16 vector */
+struct __align__(16) gv_h8 { uint4 u; };
+__device__ __forceinline__ float2 gv_h2f(uint32_t u) {
+    return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(u & 0xffff)), __ushort_as_half((unsigned short)(u >> 16))));
+}
+__device__ __forceinline__ float gv_dot(gv_h8 w, const float4 *x4, int i) {
+    float4 xa = __ldg(x4 + 2 * i), xb = __ldg(x4 + 2 * i + 1);
+    float2 a = gv_h2f(w.u.x), b = gv_h2f(w.u.y), c = gv_h2f(w.u.z), d = gv_h2f(w.u.w);
+    return a.x * xa.x + a.y * xa.y + b.x * xa.z + b.y * xa.w + c.x * xb.x + c.y * xb.y + d.x * xb.z + d.y * xb.w;
+}
+__device__ __forceinline__ float4 gv_load(const float4 *p) { return __ldcs(p); }
+__device__ __forceinline__ uint4 gv_load(const uint4 *p) { return __ldcs(p); }
+__device__ __forceinline__ gv_h8 gv_load(const gv_h8 *p) { gv_h8 r; r.u = __ldcs((const uint4 *)p); return r; }
+
+/* VT: float4 (f32 W), uint4 (8 bf16) or gv_h8 (8 f16); nv = K / elements per vector. */
 template <typename VT, int U>
 __global__ void __launch_bounds__(256)
 gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
@@ -88,7 +104,7 @@ gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int i = b + u * blockDim.x;
-            if (i < nv) v[u] = __ldcs(w + i);
+            if (i < nv) v[u] = gv_load(w + i);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -153,4 +169,10 @@ extern "C" kn_status kn_cuda_gemv_bf16(float *y, const uint16_t *W, const float 
                        kn_stream(stream)>>>(y, W, x, bias, (int)N, (int)K);
     KN_CUDA_LAUNCHED();
     return KN_OK;
+}
+extern "C" kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *x,
+                                      const float *bias, int64_t N, int64_t K, void *stream) {
+    kn_status s = gemv_check("kn_cuda_gemv_f16", y, W, x, N, K, 8);
+    if (s || N == 0) return s;
+    return gemv_row_launch<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, stream);
 }

@@ -187,6 +187,18 @@ kn_status kn_cuda_gemm_tc(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, in
 /* 1 when kn_cuda_gemm_tc can run on the current device (compute capability >= 8.0). */
 int kn_cuda_gemm_tc_available(void);
 
+/* ---- mixed precision and f16 GEMV for LLM inference (gemm_tc.cu, gemv.cu) ----------
+ * kn_cuda_gemm_tc_f32a: as kn_cuda_gemm_tc with A f32, stored M x K (lda >= K,
+ * 16-byte loads when A is aligned and lda % 4 == 0), rounded to b_dtype (bf16
+ * or f16, RNE) as its tiles are loaded; B of b_dtype, fp32 accumulation. For
+ * f32 activations times half-precision weights (x @ W^T: trans_b, C f32).
+ * kn_cuda_gemv_f16: kn_cuda_gemv_bf16 with an f16 W (K % 8 == 0). */
+kn_status kn_cuda_gemm_tc_f32a(kn_dtype b_dtype, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                               const float *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                               kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream);
+kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *x, const float *bias,
+                           int64_t N, int64_t K, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

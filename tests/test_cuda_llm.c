@@ -1,0 +1,430 @@
+/* test_cuda_llm.c: LLM inference on a device backend against the CPU.
+ *
+ * Every build (CPU only):
+ *   - kn_model_load refuses weight_dtype values it cannot honour, before
+ *     opening the file;
+ *   - a "fake device" (host memory, device field KN_DEVICE_CUDA, the cpu
+ *     backend's compute) drives model.c's whole device path (weights
+ *     uploaded and converted a block of rows at a time, wq|wk|wv and w1|w3
+ *     stacked, inputs and logits staged through copy_in/copy_out) and must
+ *     reproduce the host path: f32 weights to 1e-5 relative L2 of the logits
+ *     (bf16 1e-2; f16 KV caches: see f16_cache_tol).
+ * With CUDA and a GPU (SKIP otherwise, with the reason):
+ *   - the mixed-precision kernels (f32 A x bf16/f16 W on the tensor cores,
+ *     f16 GEMV) against a float64 reference of the rounded operands, on fresh
+ *     random data with NaN-poisoned outputs;
+ *   - logits of kn_backend_cuda() vs the CPU backend's f32-exact path
+ *     (KN_QMM_ACT=f32: quantized weights dequantized, f32 activations), as
+ *     relative L2 over the vocabulary, with a tolerance per weight dtype
+ *     (f32: 1e-4, f16: 2e-2, bf16: 6e-2; see TOL below);
+ *   - greedy tokens agree for 24 steps up to the first near tie: a step whose
+ *     CPU top-2 logit margin is below 4x the largest logit difference seen
+ *     between the two backends on the prompt (after such a step the two runs
+ *     may diverge legitimately and comparing further tests nothing);
+ *   - a prompt prefilled in chunks of 7 gives the logits of one prefill;
+ *   - chat-style KV reuse evaluates only the new tokens and generates what a
+ *     fresh model given the whole conversation generates.
+ * Models: a tiny random llm.c GPT-2 written to /tmp, stories260K (llama2.c
+ * f32), llama-2-tiny-random.gguf (f16) from KN_ASSETS, and SmolLM2-135M Q4_1
+ * from KN_SMOLLM2 or models/ when present.
+ */
+#include "kn_test.h"
+#include "kiln.h"
+#include "kiln_backend.h"
+#include "kiln_llm.h"
+#include "llm/quant.h"      /* defines: kn_quant_force_act_mode */
+#include "core/fp16.h"      /* defines: kn_fp32_to_bf16, kn_fp32_to_fp16 and back */
+#include "llm/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
+#include <unistd.h>
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+#include "backends/cuda/kn_cuda.h"
+#include <cuda_runtime.h>
+#endif
+
+typedef struct { const char *name, *path, *tok; } model_case;
+
+/* A tiny random llm.c GPT-2 checkpoint (C 32, 4 heads, 2 layers, V 97 padded
+ * to 128, 64 positions): the GPT-2 graph (LayerNorm, biases, fused qkv,
+ * learned positions, tied output) on the device path. Written once to /tmp. */
+static char g_gpt2_path[64];
+static void rm_gpt2(void) { if (g_gpt2_path[0]) remove(g_gpt2_path); }
+static const char *tiny_gpt2(void) {
+    if (g_gpt2_path[0]) return g_gpt2_path;
+    kn_llmc_gpt2_config c = {64, 97, 128, 2, 4, 32};
+    kn_llmc_gpt2_tensor sh[KN_GPT2_NPARAMS];
+    if (kn_llmc_gpt2_shapes(&c, sh, NULL)) return NULL;
+    const void *pp[KN_GPT2_NPARAMS];
+    float *buf[KN_GPT2_NPARAMS];
+    kn_test_seed(7);
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) {
+        bool gain = p == KN_GPT2_LN1W || p == KN_GPT2_LN2W || p == KN_GPT2_LNFW;
+        buf[p] = malloc(sizeof(float) * (size_t)sh[p].numel);
+        for (int64_t i = 0; i < sh[p].numel; i++) buf[p][i] = (float)(gain ? kn_test_uniform(0.8, 1.2) : kn_test_uniform(-0.3, 0.3));
+        pp[p] = buf[p];
+    }
+    snprintf(g_gpt2_path, sizeof g_gpt2_path, "/tmp/kn_test_cuda_llm_gpt2_%d.bin", (int)getpid());
+    kn_status st = kn_llmc_gpt2_write(g_gpt2_path, &c, KN_F32, pp);
+    for (int p = 0; p < KN_GPT2_NPARAMS; p++) free(buf[p]);
+    if (st) { g_gpt2_path[0] = 0; return NULL; }
+    atexit(rm_gpt2);
+    return g_gpt2_path;
+}
+
+static int model_cases(model_case *mc) {
+    int n = 0;
+    const char *gp = tiny_gpt2();
+    if (gp) mc[n++] = (model_case){"tiny-gpt2-llmc", gp, NULL};
+    const char *s = kn_asset("llama2c/stories260K.bin"), *t = kn_asset("llama2c/tok512.bin");
+    if (s && t) mc[n++] = (model_case){"stories260K", s, t};
+    const char *g = kn_asset("gguf/llama-2-tiny-random.gguf");
+    if (g) mc[n++] = (model_case){"tiny-random-f16", g, NULL};
+    const char *sm = getenv("KN_SMOLLM2");
+    if (!sm) sm = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    FILE *f = fopen(sm, "rb");
+    if (f) { fclose(f); mc[n++] = (model_case){"SmolLM2-135M-Q4_1", sm, NULL}; }
+    return n;
+}
+
+static kn_model *load_on(const model_case *mc, kn_backend *be, kn_weight_dtype wd, int n_batch, bool kv_f16) {
+    kn_model_opts o = {.tokenizer_path = mc->tok, .n_ctx = 64,   /* the tiny GPT-2 has 64 positions */ .n_batch = n_batch, .backend = be,
+                       .kv_f16 = kv_f16, .weight_dtype = wd};
+    kn_model *m = NULL;
+    if (kn_model_load(mc->path, &o, &m) != KN_OK) {
+        fprintf(stderr, "  %s on %s: %s\n", mc->name, be ? be->name : "default", kn_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* prompt tokens: the tokenizer's ids of a short text, or a fixed pattern */
+static int prompt_tokens(kn_model *m, int32_t *ids, int cap) {
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    int n = 0, V = kn_model_get_config(m)->n_vocab;
+    const char *txt = "Once upon a time, the capital of France was";
+    if (tok && kn_tokenize(tok, txt, strlen(txt), kn_tokenizer_add_bos(tok), false, ids, cap, &n) == KN_OK && n >= 4)
+        return n;
+    for (n = 0; n < 12 && n < cap; n++) ids[n] = (int32_t)((n * 7919 + 13) % V);
+    return n;
+}
+
+static double rel_l2(const float *a, const float *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = (double)a[i] - b[i];
+        num += d * d; den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1);
+}
+static const char *wd_name(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? "f32" : w == KN_WEIGHTS_F16 ? "f16" : "bf16"; }
+
+/* Two f16 KV caches filled from K, V that differ by float rounding (1e-6)
+ * round some elements to neighbouring f16 values, and SmolLM2 amplifies that:
+ * the cpu backend against the fake device (cpu compute, stacked matmuls) with
+ * f16 caches differ by 5.4e-4 rel L2 while f16 vs f32 caches on the cpu
+ * differ by 2.8e-4 (measured 2026-11-21), and the GPU vs the cpu by 5.7e-4.
+ * So two f16-cache runs must agree to 3x the f16 cache's own effect d16
+ * (floor 1e-5), not to the f32 tolerance. */
+static double f16_cache_tol(double d16) { return 3 * d16 > 1e-5 ? 3 * d16 : 1e-5; }
+
+/* ---- CPU only ---------------------------------------------------------------------- */
+TEST(weight_dtype_checked) {
+    kn_model *m = (kn_model *)1;
+    kn_model_opts o = {.weight_dtype = (kn_weight_dtype)77};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID && m == NULL,
+          "out-of-range weight_dtype must be refused before the file is opened: %s", kn_last_error());
+    o = (kn_model_opts){.backend = kn_backend_cpu(), .weight_dtype = KN_WEIGHTS_BF16};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID && strstr(kn_last_error(), "device"),
+          "bf16 weights on the cpu backend must be refused with a hint: %s", kn_last_error());
+    o = (kn_model_opts){.backend = kn_backend_ref(), .weight_dtype = KN_WEIGHTS_F32};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID, "ref backend: %s", kn_last_error());
+    o = (kn_model_opts){.backend = kn_backend_cpu(), .weight_dtype = KN_WEIGHTS_AUTO};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_IO, "AUTO on the cpu backend is valid: %s", kn_last_error());
+}
+
+/* host memory posing as a device: kn_from_ptr refuses it, so model.c takes
+ * the upload path; compute is the cpu backend's */
+static void *fd_alloc(kn_backend *be, size_t n) { return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
+static void fd_free(kn_backend *be, void *p) { kn_backend_cpu()->free(kn_backend_cpu(), p); }
+static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { memcpy(d, s, n); return KN_OK; }
+static kn_status fd_compute(kn_backend *be, const kn_exec *e) { return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
+static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
+                            fd_compute, NULL, NULL, NULL};
+
+TEST(fake_device_matches_host) {
+    model_case mc[4];
+    int nm = model_cases(mc);
+    if (!nm) SKIP("no model: stories260K/tok512 and llama-2-tiny-random.gguf missing under KN_ASSETS");
+    kn_quant_force_act_mode(KN_QACT_F32);
+    for (int i = 0; i < nm; i++) {
+        kn_model *h = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, false);
+        CHECK(h, "host load of %s", mc[i].name);
+        if (!h) continue;
+        int V = kn_model_get_config(h)->n_vocab;
+        int32_t ids[64];
+        int n = prompt_tokens(h, ids, 64);
+        float *lh = malloc(sizeof(float) * (size_t)V), *ld = malloc(sizeof(float) * (size_t)V);
+        CHECK(kn_model_eval(h, ids, n, 0, lh, false) == KN_OK, "%s", kn_last_error());
+        kn_weight_dtype wds[2] = {KN_WEIGHTS_F32, KN_WEIGHTS_BF16};
+        for (int w = 0; w < 2; w++) {
+            if (w == 1 && strstr(mc[i].name, "SmolLM2")) continue;     /* the slow half-precision CPU matmuls */
+            kn_model *d = load_on(&mc[i], &g_fake, wds[w], 5, false);  /* chunks of 5: staging with T < n_batch */
+            CHECK(d, "fake-device load of %s", mc[i].name);
+            if (!d) continue;
+            CHECK(kn_model_get_config(d)->run_weight_type == (w ? KN_BF16 : KN_F32), "run_weight_type");
+            for (int k = 0; k < V; k++) ld[k] = NAN;
+            CHECK(kn_model_eval(d, ids, n, 0, ld, false) == KN_OK, "%s", kn_last_error());
+            double e = rel_l2(ld, lh, V), tol = w ? 1e-2 : 1e-5;
+            fprintf(stderr, "  fake device %-18s %-4s weights: logits rel L2 %.3g (tol %.0e)\n", mc[i].name, wd_name(wds[w]), e, tol);
+            CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
+            kn_model_free(d);
+        }
+        /* f16 KV caches on both sides (the cast before index_copy, read back by sdpa) */
+        kn_model *h16 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, true);
+        kn_model *d16 = load_on(&mc[i], &g_fake, KN_WEIGHTS_F32, 5, true);
+        CHECK(h16 && d16, "f16-cache loads of %s", mc[i].name);
+        float *l16 = malloc(sizeof(float) * (size_t)V);
+        if (h16 && d16 && kn_model_eval(h16, ids, n, 0, l16, false) == KN_OK && kn_model_eval(d16, ids, n, 0, ld, false) == KN_OK) {
+            double e = rel_l2(ld, l16, V), c = rel_l2(l16, lh, V);
+            fprintf(stderr, "  fake device %-18s f16 KV cache: logits rel L2 %.3g (f16 vs f32 cache %.3g)\n", mc[i].name, e, c);
+            CHECK(e < f16_cache_tol(c), "%s f16 cache: rel err %.3g", mc[i].name, e);
+        } else CHECK(0, "%s", kn_last_error());
+        free(l16);
+        kn_model_free(h16); kn_model_free(d16);
+        free(lh); free(ld);
+        kn_model_free(h);
+    }
+    kn_quant_force_act_mode(-1);
+}
+
+/* ---- GPU ------------------------------------------------------------------------------- */
+#ifndef KN_CUDA
+TEST(cuda_llm) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#else
+static kn_backend *gpu(void) {
+    static kn_backend *g;
+    static bool tried;
+    if (!tried) { tried = true; g = kn_backend_cuda(); }
+    return g;
+}
+#define NEED_GPU() do { if (!gpu()) SKIP("no GPU: %s", kn_last_error()); } while (0)
+
+static double max_abs(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) { double d = fabs((double)a[i] - b[i]); if (!(d <= m)) m = d; }
+    return m;
+}
+static int argmax2(const float *l, int n, double *margin) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (l[i] > l[b]) b = i;
+    double second = -INFINITY;
+    for (int i = 0; i < n; i++) if (i != b && l[i] > second) second = l[i];
+    *margin = l[b] - second;
+    return b;
+}
+
+static float rnd_f(void) { return (float)kn_test_uniform(-1, 1); }
+
+/* C = round(A) @ W^T against float64 of the rounded operands: only the f32
+ * accumulation order differs, so 1e-5 relative L2; outputs poisoned with
+ * NaN (0xff bytes) first, so an unwritten element fails */
+static double mixed_case(kn_dtype wdt, int64_t M, int64_t N, int64_t K, bool gemv) {
+    size_t na = (size_t)(M * K), nw = (size_t)(N * K), nc = (size_t)(M * N);
+    float *A = malloc(4 * na), *C = malloc(4 * nc);
+    uint16_t *W = malloc(2 * nw);
+    double *ref = malloc(8 * nc);
+    for (size_t i = 0; i < na; i++) A[i] = rnd_f();
+    for (size_t i = 0; i < nw; i++) W[i] = wdt == KN_BF16 ? kn_fp32_to_bf16(rnd_f()) : kn_fp32_to_fp16(rnd_f());
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < K; k++) {
+                float a = A[m * K + k];
+                if (!gemv) a = wdt == KN_BF16 ? kn_bf16_to_fp32(kn_fp32_to_bf16(a)) : kn_fp16_to_fp32(kn_fp32_to_fp16(a));
+                float w = wdt == KN_BF16 ? kn_bf16_to_fp32(W[n * K + k]) : kn_fp16_to_fp32(W[n * K + k]);
+                acc += (double)a * w;
+            }
+            ref[m * N + n] = acc;
+        }
+    void *dA, *dW, *dC;
+    double err = INFINITY;
+    if (cudaMalloc(&dA, 4 * na) || cudaMalloc(&dW, 2 * nw) || cudaMalloc(&dC, 4 * nc)) goto out;
+    cudaMemcpy(dA, A, 4 * na, cudaMemcpyHostToDevice);
+    cudaMemcpy(dW, W, 2 * nw, cudaMemcpyHostToDevice);
+    cudaMemset(dC, 0xff, 4 * nc);
+    kn_status st = gemv ? (wdt == KN_F16 ? kn_cuda_gemv_f16(dC, dW, dA, NULL, N, K, NULL) : kn_cuda_gemv_bf16(dC, dW, dA, NULL, N, K, NULL))
+                        : kn_cuda_gemm_tc_f32a(wdt, true, M, N, K, 1.0f, dA, K, dW, K, dC, KN_F32, N, NULL, NULL);
+    if (st) { fprintf(stderr, "  %s\n", kn_last_error()); goto free_dev; }
+    if (cudaDeviceSynchronize() || cudaMemcpy(C, dC, 4 * nc, cudaMemcpyDeviceToHost)) goto free_dev;
+    {
+        double num = 0, den = 0;
+        for (size_t i = 0; i < nc; i++) { double d = C[i] - ref[i]; num += d * d; den += ref[i] * ref[i]; }
+        err = sqrt(num / (den > 0 ? den : 1));
+        for (size_t i = 0; i < nc; i++) if (isnan(C[i])) err = INFINITY;
+    }
+free_dev:
+    cudaFree(dA); cudaFree(dW); cudaFree(dC);
+out:
+    free(A); free(C); free(W); free(ref);
+    return err;
+}
+
+TEST(gpu_mixed_precision_kernels) {
+    NEED_GPU();
+    kn_test_seed(42);
+    static const int64_t shapes[][3] = {{1, 576, 576}, {7, 1536, 576}, {130, 200, 172}, {512, 576, 1536}, {33, 49, 8}};
+    for (int d = 0; d < 2; d++) {
+        kn_dtype wdt = d ? KN_F16 : KN_BF16;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            double e = mixed_case(wdt, shapes[s][0], shapes[s][1], shapes[s][2], false);
+            CHECK(e < 1e-5, "gemm_tc_f32a %s M=%lld N=%lld K=%lld: rel err %.3g", kn_dtype_name(wdt),
+                  (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], e);
+        }
+        static const int64_t gv[][2] = {{576, 576}, {1536, 576}, {49152, 576}, {5, 1536}};
+        for (size_t s = 0; s < sizeof gv / sizeof gv[0]; s++) {
+            double e = mixed_case(wdt, 1, gv[s][0], gv[s][1], true);
+            CHECK(e < 1e-5, "gemv %s N=%lld K=%lld: rel err %.3g", kn_dtype_name(wdt), (long long)gv[s][0], (long long)gv[s][1], e);
+        }
+    }
+}
+
+/* relative L2 tolerance of GPU logits vs the CPU's f32-exact path, per weight
+ * dtype: f32 differs by summation order only; f16/bf16 round every weight and
+ * every matmul input (11 / 8 significant bits) through all layers */
+static double TOL(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? 1e-4 : w == KN_WEIGHTS_F16 ? 2e-2 : 6e-2; }
+
+TEST(gpu_logits_and_greedy_match_cpu) {
+    NEED_GPU();
+    model_case mc[4];
+    int nm = model_cases(mc);
+    if (!nm) SKIP("no model: stories260K/tok512, llama-2-tiny-random.gguf (KN_ASSETS) or SmolLM2 (KN_SMOLLM2) missing");
+    kn_quant_force_act_mode(KN_QACT_F32);
+    enum { NGEN = 24 };
+    for (int i = 0; i < nm; i++) {
+        kn_model *c = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, false);
+        CHECK(c, "cpu load");
+        if (!c) continue;
+        int V = kn_model_get_config(c)->n_vocab;
+        int32_t ids[64], cg[NGEN];
+        double margin[NGEN];
+        int n = prompt_tokens(c, ids, 64);
+        float *lc = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V), *lc0 = malloc(sizeof(float) * (size_t)V);
+        CHECK(kn_model_eval(c, ids, n, 0, lc0, false) == KN_OK, "%s", kn_last_error());
+        memcpy(lc, lc0, sizeof(float) * (size_t)V);
+        for (int s = 0; s < NGEN; s++) {       /* the CPU's greedy run and its top-2 margins */
+            cg[s] = argmax2(lc, V, &margin[s]);
+            if (kn_model_eval(c, &cg[s], 1, n + s, lc, false)) { CHECK(0, "%s", kn_last_error()); break; }
+        }
+        kn_weight_dtype wds[3] = {KN_WEIGHTS_F32, KN_WEIGHTS_F16, KN_WEIGHTS_BF16};
+        for (int w = 0; w < 3; w++) {
+            kn_model *g = load_on(&mc[i], gpu(), wds[w], 64, false);
+            CHECK(g, "gpu load");
+            if (!g) continue;
+            for (int k = 0; k < V; k++) lg[k] = NAN;
+            CHECK(kn_model_eval(g, ids, n, 0, lg, false) == KN_OK, "%s", kn_last_error());
+            double e = rel_l2(lg, lc0, V), mx = max_abs(lg, lc0, V), eps = 4 * mx > 1e-3 ? 4 * mx : 1e-3;
+            CHECK(e < TOL(wds[w]), "%s %s weights: logits rel L2 %.3g >= %.0e", mc[i].name, wd_name(wds[w]), e, TOL(wds[w]));
+            int agree = 0, tie_at = -1;
+            for (int s = 0; s < NGEN; s++) {
+                double mg;
+                int t = argmax2(lg, V, &mg);
+                if (t != cg[s]) {
+                    if (margin[s] < eps) tie_at = s;
+                    else CHECK(0, "%s %s: greedy step %d: gpu %d, cpu %d (cpu margin %.3g >= near-tie %.3g)", mc[i].name,
+                               wd_name(wds[w]), s, t, cg[s], margin[s], eps);
+                    break;
+                }
+                agree++;
+                if (kn_model_eval(g, &t, 1, n + s, lg, false)) { CHECK(0, "%s", kn_last_error()); break; }
+            }
+            fprintf(stderr, "  gpu %-18s %-4s weights: prompt %d tokens, logits rel L2 %.3g max|d| %.3g; greedy agrees %d/%d%s\n",
+                    mc[i].name, wd_name(wds[w]), n, e, mx, agree, NGEN, tie_at >= 0 ? " (then a near tie)" : "");
+            kn_model_free(g);
+        }
+        free(lc); free(lg); free(lc0);
+        kn_model_free(c);
+    }
+    kn_quant_force_act_mode(-1);
+}
+
+/* chunks of 7 (several plan runs, S growing) == one prefill; with f16 KV
+ * caches too (the sdpa path that widens half K/V) against the CPU's f16 cache */
+TEST(gpu_chunked_prefill_and_f16_cache) {
+    NEED_GPU();
+    model_case mc[4];
+    int nm = model_cases(mc);
+    if (!nm) SKIP("no model under KN_ASSETS / KN_SMOLLM2");
+    kn_quant_force_act_mode(KN_QACT_F32);
+    for (int i = 0; i < nm; i++) {
+        kn_model *one = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 64, false), *ch = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 7, false);
+        kn_model *h16 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, true), *g16 = load_on(&mc[i], gpu(), KN_WEIGHTS_F32, 64, true);
+        kn_model *h32 = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, false);
+        CHECK(one && ch && h16 && g16 && h32, "load");
+        if (one && ch && h16 && g16 && h32) {
+            int V = kn_model_get_config(one)->n_vocab;
+            int32_t ids[64];
+            int n = prompt_tokens(one, ids, 64);
+            float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V), *c = malloc(sizeof(float) * (size_t)V);
+            CHECK(kn_model_eval(one, ids, n, 0, a, false) == KN_OK && kn_model_eval(ch, ids, n, 0, b, false) == KN_OK, "%s", kn_last_error());
+            double e = rel_l2(b, a, V);
+            CHECK(e < 1e-5, "%s: chunked prefill rel err %.3g", mc[i].name, e);
+            CHECK(kn_model_eval(h16, ids, n, 0, a, false) == KN_OK && kn_model_eval(g16, ids, n, 0, b, false) == KN_OK &&
+                  kn_model_eval(h32, ids, n, 0, c, false) == KN_OK, "%s", kn_last_error());
+            double e16 = rel_l2(b, a, V), d16 = rel_l2(a, c, V), tol = f16_cache_tol(d16);
+            CHECK(e16 < tol, "%s: f16 KV cache gpu vs cpu rel err %.3g >= %.3g (the f16 cache itself moves the cpu's logits by %.3g)",
+                  mc[i].name, e16, tol, d16);
+            fprintf(stderr, "  gpu %-18s chunks of 7 vs one prefill rel L2 %.3g; f16 KV cache vs cpu %.3g (f16 vs f32 cache on the cpu %.3g)\n",
+                    mc[i].name, e, e16, d16);
+            free(a); free(b); free(c);
+        }
+        kn_model_free(one); kn_model_free(ch); kn_model_free(h16); kn_model_free(g16); kn_model_free(h32);
+    }
+    kn_quant_force_act_mode(-1);
+}
+
+typedef struct { int32_t t[64]; int n; char txt[1024]; size_t len; } tok_log;
+static bool log_tok(void *ud, int32_t t, const char *txt, size_t len) {
+    tok_log *l = ud;
+    if (t >= 0 && l->n < 64) l->t[l->n++] = t;
+    if (l->len + len < sizeof l->txt) { memcpy(l->txt + l->len, txt, len); l->len += len; l->txt[l->len] = 0; }
+    return true;
+}
+
+/* a second chat turn through kn_generate_params.reuse evaluates only the new
+ * tokens and generates what a fresh model fed the whole conversation does */
+TEST(gpu_kv_reuse) {
+    NEED_GPU();
+    model_case mc[4];
+    int nm = model_cases(mc);
+    int k = 0;
+    while (k < nm && !mc[k].tok) k++;                  /* stories260K: a model with a tokenizer */
+    if (k == nm) SKIP("stories260K/tok512 missing under KN_ASSETS");
+    kn_model *m = load_on(&mc[k], gpu(), KN_WEIGHTS_F32, 16, false), *f = load_on(&mc[k], gpu(), KN_WEIGHTS_F32, 16, false);
+    REQUIRE(m && f, "load");
+    kn_generate_params gp = kn_generate_defaults();
+    gp.max_tokens = 12;
+    gp.sampling.temp = 0;
+    kn_kv_tokens kv = {0};
+    gp.reuse = &kv;
+    tok_log l1 = {0}, l2 = {0}, l3 = {0};
+    kn_generate_stats s1, s2, s3;
+    const char *p1 = "Once upon a time, there was a little dog.";
+    CHECK(kn_generate(m, p1, &gp, log_tok, &l1, &s1) == KN_OK, "%s", kn_last_error());
+    /* turn 2 repeats turn 1 and its reply, then adds text */
+    char p2[2048];
+    snprintf(p2, sizeof p2, "%s%s The dog ran to the park.", p1, l1.txt);
+    CHECK(kn_generate(m, p2, &gp, log_tok, &l2, &s2) == KN_OK, "%s", kn_last_error());
+    kn_generate_params g2 = gp;
+    g2.reuse = NULL;
+    CHECK(kn_generate(f, p2, &g2, log_tok, &l3, &s3) == KN_OK, "%s", kn_last_error());
+    CHECK(s2.n_prompt < s3.n_prompt, "reuse evaluated %d prompt tokens, a fresh model %d", s2.n_prompt, s3.n_prompt);
+    CHECK(l2.n == l3.n && !memcmp(l2.t, l3.t, sizeof(int32_t) * (size_t)l2.n), "turn 2 differs with reuse (%d vs %d tokens)", l2.n, l3.n);
+    fprintf(stderr, "  gpu kv reuse: turn 2 evaluated %d of %d prompt tokens; %d generated tokens equal a fresh run's\n",
+            s2.n_prompt, s3.n_prompt, l2.n);
+    kn_kv_tokens_free(&kv);
+    kn_model_free(m); kn_model_free(f);
+}
+#endif
+
+KN_TEST_MAIN()
