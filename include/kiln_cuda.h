@@ -7,10 +7,16 @@
  * Every op kind runs on the GPU: generic strided kernels over any layout
  * and dtype (arithmetic in double, stored with the reference's rounding
  * rules), plus the hand-tuned kernels of src/backends/cuda/kn_cuda.h where
- * the layout allows (f32 GEMM, bf16/f16 GEMM on the tensor cores, GEMV for
- * decode rows, softmax, layer/RMS norm, the fused Adam update). Quantized
- * (GGUF block) operands are not supported on the GPU yet: such nodes fail
- * with KN_ERR_UNSUPPORTED naming the op and dtype.
+ * the layout allows (f32 GEMM, bf16/f16 GEMM on the tensor cores, also
+ * with f32 activations times bf16/f16 weights, GEMV for decode rows,
+ * softmax, layer/RMS norm, the fused Adam update, sdpa and its gradient).
+ * Quantized (GGUF block) operands are not supported on the GPU: such nodes
+ * fail with KN_ERR_UNSUPPORTED naming the op and dtype (kn_model_load
+ * dequantizes weights for a GPU context, see kiln_llm.h weight_dtype).
+ * Bad index values (gather, index_select/add/copy, scatter) and integer
+ * division by zero are found on the device and reported by the kn_plan_run
+ * (or kn_tensor_read) that ran them, at its end, naming the op; an
+ * index_copy with a bad index writes nothing.
  *
  * Memory comes from a caching pool (cudaMalloc on a miss); running out of
  * device memory gives KN_ERR_NOMEM with the sizes. All work is issued on

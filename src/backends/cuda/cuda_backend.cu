@@ -101,17 +101,31 @@ kn_status kn_cu_d2h(void *host, const void *src, size_t n) {
     return st;
 }
 
-kn_cu_err *kn_cu_err_dev(void) { return g_err; }
+/* One error slot per op kind, so a problem found on the device names its
+ * op without the host waiting after every index node (a decode step has
+ * one index_copy per layer and cache: one sync each cost ~30 % of decode
+ * speed). Slots are read at the next synchronize, which ends every plan run. */
+static bool g_err_pending;
+kn_cu_err *kn_cu_err_dev(kn_op op) {
+    g_err_pending = true;
+    return g_err + ((unsigned)op < KN_OP_COUNT ? (int)op : 0);
+}
 
-kn_status kn_cu_err_check(const char *op) {
-    kn_cu_err h;
-    kn_status st = kn_cu_d2h(&h, g_err, sizeof h);
+kn_status kn_cu_err_collect(void) {
+    if (!g_err_pending) return KN_OK;
+    g_err_pending = false;
+    static kn_cu_err h[KN_OP_COUNT];
+    kn_status st = kn_cu_d2h(h, g_err, sizeof h);
     if (st) return st;
-    if (!h.code) return KN_OK;
-    KN_CUDA_TRY(cudaMemsetAsync(g_err, 0, sizeof h, g_stream));
-    if (h.code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", op);
-    return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
-                        op, h.value, h.dim, (long long)h.size, (long long)h.size - 1);
+    for (int op = 0; op < KN_OP_COUNT; op++) {
+        if (!h[op].code) continue;
+        KN_CUDA_TRY(cudaMemsetAsync(g_err, 0, sizeof h, g_stream));
+        const char *name = kn_op_name((kn_op)op);
+        if (h[op].code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", name);
+        return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
+                            name, h[op].value, h[op].dim, (long long)h[op].size, (long long)h[op].size - 1);
+    }
+    return KN_OK;
 }
 
 /* ---- row-major <-> view helpers ---- */
@@ -147,7 +161,7 @@ static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t 
 static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) { return kn_cu_d2h(host, src, n); }
 static kn_status cu_sync(kn_backend *be) {
     KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
-    return KN_OK;
+    return kn_cu_err_collect();
 }
 
 static bool has_quant(const kn_exec *e) {
@@ -282,7 +296,8 @@ static void cu_init(void) {
         return;
     }
     void *p = NULL;
-    if (kn_cuda_pool_alloc(g_pool, sizeof(kn_cu_err), &p) != KN_OK || cudaMemsetAsync(p, 0, sizeof(kn_cu_err), g_stream) != cudaSuccess ||
+    if (kn_cuda_pool_alloc(g_pool, sizeof(kn_cu_err) * KN_OP_COUNT, &p) != KN_OK ||
+        cudaMemsetAsync(p, 0, sizeof(kn_cu_err) * KN_OP_COUNT, g_stream) != cudaSuccess ||
         cudaStreamSynchronize(g_stream) != cudaSuccess) {
         snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot set up device memory: %s", kn_last_error());
         g_init_st = KN_ERR_BACKEND;

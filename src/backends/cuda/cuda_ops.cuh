@@ -163,16 +163,20 @@ kn_status kn_cu_tmp(size_t bytes, void **p);
 void kn_cu_tmp_free(void *p);
 
 /* Kernels that can find bad data (index out of range, integer division by
- * zero) record the first problem here; kn_cu_err_check() waits for the
- * device, reads it, clears it and turns it into a message naming op. */
+ * zero) record the first problem of their op kind in that op's slot
+ * (kn_cu_err_dev(op)); the host does not wait for it: kn_cu_err_collect(),
+ * run by the backend's synchronize at the end of every plan, reads the
+ * slots, clears them and turns a problem into a message naming the op. A
+ * kernel skips the elements with bad indices (it never writes out of
+ * bounds); index_copy writes nothing when its slot is set. */
 struct kn_cu_err {
     int code;          /* 0 none, 1 index out of range, 2 integer division by zero */
     int dim;
     double value;
     int64_t size;
 };
-kn_cu_err *kn_cu_err_dev(void);   /* device pointer */
-kn_status kn_cu_err_check(const char *op);
+kn_cu_err *kn_cu_err_dev(kn_op op);   /* device pointer to op's slot */
+kn_status kn_cu_err_collect(void);
 __device__ __forceinline__ void kn_cu_err_set(kn_cu_err *e, int code, int dim, double value, int64_t size) {
     if (atomicCAS(&e->code, 0, code) == 0) { e->dim = dim; e->value = value; e->size = size; }
 }

@@ -492,7 +492,7 @@ kn_status kn_cu_binary(const kn_exec *e) {
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
-    k_binary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev());
+    k_binary<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&d), kn_dv(&a), kn_dv(&b), n, (int)t->op, intdiv, kn_cu_err_dev(KN_OP_FMOD));
     KN_CUDA_LAUNCHED();
-    return intdiv ? kn_cu_err_check("fmod") : KN_OK;
+    return KN_OK;
 }

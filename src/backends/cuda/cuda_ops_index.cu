@@ -127,9 +127,9 @@ static kn_status cu_gather(const kn_exec *e) {
     kn_status st = check_extents("gather", iv, x, d, "x");
     if (st) return st;
     int64_t n = kn_tview_numel(y);
-    k_gather<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(x), kn_dv(iv), d, n, kn_cu_err_dev());
+    k_gather<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(x), kn_dv(iv), d, n, kn_cu_err_dev(KN_OP_GATHER));
     KN_CUDA_LAUNCHED();
-    return kn_cu_err_check("gather");
+    return KN_OK;
 }
 
 /* ---- scatter / scatter_add ---- */
@@ -166,9 +166,8 @@ static kn_status cu_scatter(const kn_exec *e, bool add) {
         if (win && cudaMemsetAsync(win, 0xff, sizeof(long long) * (size_t)n, kn_cu_stream()) != cudaSuccess)
             st = kn_set_error(KN_ERR_BACKEND, "%s: cudaMemsetAsync failed", op);
         for (int pass = add ? 0 : 1; !st && pass <= (add ? 0 : 2); pass++) {
-            k_scatter<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, pass, acc, win, kn_cu_err_dev());
+            k_scatter<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, pass, acc, win, kn_cu_err_dev(e->node->op));
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "%s: kernel launch failed", op);
-            if (!st && pass <= 1) st = kn_cu_err_check(op);
         }
     }
     if (!st) st = kn_cu_store_all(y, acc, n);
@@ -191,9 +190,9 @@ __global__ void k_index_select(kn_dview y, kn_dview x, kn_dview iv, int d, int64
 static kn_status cu_index_select(const kn_exec *e) {
     int64_t n = kn_tview_numel(&e->dst);
     k_index_select<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), kn_dv(&e->src[1]),
-                                                  e->node->p.axis.dim, n, kn_cu_err_dev());
+                                                  e->node->p.axis.dim, n, kn_cu_err_dev(KN_OP_INDEX_SELECT));
     KN_CUDA_LAUNCHED();
-    return kn_cu_err_check("index_select");
+    return KN_OK;
 }
 
 /* ---- index_add ---- */
@@ -218,9 +217,8 @@ static kn_status cu_index_add(const kn_exec *e) {
     if ((st = kn_cu_tmp(sizeof(double) * (size_t)n, (void **)&acc))) return st;
     st = kn_cu_load_all(x, acc, n);
     if (!st && m > 0) {
-        k_index_add<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, acc, kn_cu_err_dev());
+        k_index_add<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(iv), kn_dv(s), d, m, acc, kn_cu_err_dev(KN_OP_INDEX_ADD));
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_add: kernel launch failed");
-        if (!st) st = kn_cu_err_check("index_add");
     }
     if (!st) st = kn_cu_store_all(y, acc, n);
     kn_cu_tmp_free(acc);
@@ -239,7 +237,9 @@ __global__ void k_ic_dup(const long long *pos, int64_t k, int *dup) {
         dup[i] = v;
     }
 }
-__global__ void k_ic_write(kn_dview y, kn_dview s, int d, int64_t m, const double *val, const long long *pos, const int *dup) {
+__global__ void k_ic_write(kn_dview y, kn_dview s, int d, int64_t m, const double *val, const long long *pos, const int *dup,
+                           const kn_cu_err *err) {
+    if (err->code) return;                 /* a bad index: write nothing (the plan reports it at its end) */
     KN_GRID_LOOP(i, m) {
         int64_t c[KN_MAX_DIMS];
         unravel(s.ne, s.ndim, i, c);
@@ -262,14 +262,14 @@ static kn_status cu_index_copy(const kn_exec *e) {
     if (!st) st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);
     if (!st) st = kn_cu_tmp(sizeof(int) * (size_t)k, (void **)&dup);
     if (!st) {
-        k_ic_pos<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, kn_cu_err_dev());
+        k_ic_pos<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, kn_cu_err_dev(KN_OP_INDEX_COPY));
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
-        if (!st) st = kn_cu_err_check("index_copy");
     }
     if (!st && m > 0) {
         st = kn_cu_load_all(s, val, m);
         k_ic_dup<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(pos, k, dup);
-        k_ic_write<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, val, pos, dup);
+        k_ic_write<<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, val, pos, dup,
+                                                                     kn_cu_err_dev(KN_OP_INDEX_COPY));
         if (!st && cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
     }
     kn_cu_tmp_free(val);
