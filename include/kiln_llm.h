@@ -121,8 +121,14 @@ int32_t kn_sampler_sample(kn_sampler *s, float *logits, int n_vocab, const int32
  * empty while a character is incomplete). Return false to stop. */
 typedef bool (*kn_token_cb)(void *ud, int32_t token, const char *text, size_t len);
 /* The tokens the model's KV cache holds (see kn_generate_params.reuse).
- * Start zeroed; any other evaluation on the model invalidates it: set n = 0. */
-typedef struct kn_kv_tokens { int32_t *ids; int n, cap; } kn_kv_tokens;
+ * Start zeroed. It remembers which model and which evaluation it describes:
+ * after any other evaluation of the model (kn_model_eval, a generation
+ * without this record) or with another model it counts as empty. */
+typedef struct kn_kv_tokens {
+    int32_t *ids; int n, cap;
+    const kn_model *model;       /* set by generation: the model it describes */
+    uint64_t stamp;              /* that model's evaluation count at the time   */
+} kn_kv_tokens;
 
 typedef struct kn_generate_params {
     int max_tokens;          /* new tokens; 0 = until end of generation or context */

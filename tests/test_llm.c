@@ -307,11 +307,12 @@ TEST(generate_reuses_kv_cache) {
     REQUIRE(kn_generate_tokens(m, p2, n2, &fresh, collect_tok, &g3, &st) == KN_OK, "%s", kn_last_error());
     CHECK(st.n_prompt == n2, "fresh evaluated %d", st.n_prompt);
     CHECK(g2.n == g3.n && !memcmp(g2.t, g3.t, sizeof(int32_t) * (size_t)g2.n), "reused and fresh generations differ");
-    /* the same prompt again: only its last token is evaluated (after the
-     * fresh run the record no longer matches the cache: start it over) */
-    kv.n = 0;
+    /* the same prompt again: the fresh run changed the cache, so the record
+     * no longer counts (all n2 evaluated), then only the last token is */
     toks g4 = {0}, g5 = {0};
     REQUIRE(kn_generate_tokens(m, p2, n2, &gp, collect_tok, &g4, &st) == KN_OK, "%s", kn_last_error());
+    CHECK(st.n_prompt == n2 && g4.n == g3.n && !memcmp(g4.t, g3.t, sizeof(int32_t) * (size_t)g4.n),
+          "after another evaluation the record must not count: evaluated %d of %d", st.n_prompt, n2);
     REQUIRE(kn_generate_tokens(m, p2, n2, &gp, collect_tok, &g5, &st) == KN_OK, "%s", kn_last_error());
     CHECK(st.n_prompt == 1 && g5.n == g4.n && !memcmp(g4.t, g5.t, sizeof(int32_t) * (size_t)g4.n), "repeat: evaluated %d", st.n_prompt);
     kn_kv_tokens_free(&kv);

@@ -4,6 +4,7 @@
  * strings, max tokens or the context limit. */
 #include "kn-impl.h"
 #include "kiln_llm.h"
+#include "llm/model_impl.h"   /* defines: kn__model_eval_count */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -135,6 +136,7 @@ static kn_status generate_reuse(kn_model *m, const int32_t *prompt, int n_prompt
     kn_generate_params p = *gp;
     p.reuse = NULL;
     int n_ctx = kn_model_n_ctx(m), L = 0;
+    if (kv->model != m || kv->stamp != kn__model_eval_count(m)) kv->n = 0;   /* the cache changed since */
     while (L < kv->n && L < n_prompt && kv->ids[L] == prompt[L]) L++;
     if (L >= n_prompt) L = n_prompt - 1;             /* the last prompt token gives the logits */
     if (L < 0) L = 0;
@@ -156,6 +158,8 @@ static kn_status generate_reuse(kn_model *m, const int32_t *prompt, int n_prompt
         memcpy(kv->ids, prompt, sizeof(int32_t) * (size_t)(n < n_prompt ? n : n_prompt));
         for (int i = n_prompt; i < n; i++) kv->ids[i] = i - n_prompt < cc.n ? gen[i - n_prompt] : -1;
         kv->n = n;
+        kv->model = m;
+        kv->stamp = kn__model_eval_count(m);
     }
     free(gen);
     return st;

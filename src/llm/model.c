@@ -764,8 +764,11 @@ static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
     return KN_OK;
 }
 
+uint64_t kn__model_eval_count(const kn_model *m) { return m->n_evals; }
+
 kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
     if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");
+    m->n_evals++;                      /* even a failed call may have written cache rows */
     if (n_past < 0 || n_past + n > m->n_ctx)
         return kn_set_error(KN_ERR_LIMIT, "context full: %d cached + %d new tokens exceed the context length %d; "
                             "start a new conversation or load with a larger --ctx", n_past, n, m->n_ctx);

@@ -72,10 +72,13 @@ struct kn_model {
     float *row_buf;                    /* one dequantized embedding row */
     float *x_stage;                    /* device runs: host copies of the inputs */
     int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */
+    uint64_t n_evals;                  /* kn_model_eval calls so far (kv reuse records) */
 };
 
 /* Memory freed with the model (zeroed); NULL + error when out of memory. */
 void *kn__model_alloc(kn_model *m, size_t bytes);
+/* How many kn_model_eval calls m has run (the KV cache's version). */
+uint64_t kn__model_eval_count(const kn_model *m);
 /* Weight matrix W [out, in] from file data of dtype dt. in_out: the file
  * stores [in, out] (Conv1D). Misaligned data is copied; f16/bf16 [in, out]
  * data is copied transposed (the CPU fast paths want rows of `in`). */
