@@ -624,6 +624,25 @@ TEST(index_family) {
         CHECK(e <= (w == 6 || w == 8 ? 1e-12 : 0), "index case %d: %g", w, e);
     }
 }
+/* index_copy with more than 64 indices (the generic path; decode's short
+ * lists take a two-launch path, covered by index_family) and a repeat */
+static kn_tensor *b_ic_long(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    (void)ud;
+    int64_t idx[100];
+    for (int i = 0; i < 100; i++) idx[i] = (i * 7) % 200;
+    idx[99] = idx[3];                                  /* a repeat: the later slice wins */
+    kn_tensor *iv = kn_from_data(ctx, KN_I64, 1, SH(100), idx);
+    kn_tensor *buf = kn_contiguous(ctx, in[0]);
+    kn_tensor *ic = kn_index_copy(ctx, buf, 1, iv, in[1]);
+    return ic;
+}
+TEST(index_copy_long_index) {
+    NEED_GPU();
+    kn_test_seed(19);
+    kn_opin in[2] = {IN(2, SH(3, 200), -2, 2, KN_F32, false), IN(2, SH(3, 100), -2, 2, KN_F32, false)};
+    double e = cu_cmp(b_ic_long, NULL, 2, in);
+    CHECK(e == 0, "index_copy with 100 indices: %g", e);
+}
 TEST(bad_index_reports_the_op) {
     NEED_GPU();
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){gpu()});
@@ -633,6 +652,16 @@ TEST(bad_index_reports_the_op) {
     float out[12];
     CHECK(kn_tensor_read(kn_index_select(ctx, x, 1, i), out, KN_F32) == KN_ERR_INVALID, "bad index accepted");
     CHECK(strstr(kn_last_error(), "index_select") && strstr(kn_last_error(), "7"), "message: %s", kn_last_error());
+    /* index_copy (the KV cache write) with one bad index: reported at the
+     * plan's end, naming the op, and nothing of the buffer changed */
+    float b0[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, src[6] = {-1, -2, -3, -4, -5, -6};
+    kn_tensor *buf = kn_from_data(ctx, KN_F32, 2, SH(3, 4), b0);
+    int64_t bad2[2] = {1, 9};
+    kn_tensor *i2 = kn_from_data(ctx, KN_I64, 1, SH(2), bad2);
+    kn_tensor *ic = kn_index_copy(ctx, buf, 1, i2, kn_from_data(ctx, KN_F32, 2, SH(3, 2), src));
+    CHECK(ic && kn_realize(ic) == KN_ERR_INVALID && strstr(kn_last_error(), "index_copy") && strstr(kn_last_error(), "9"),
+          "index_copy bad index: %s", kn_last_error());
+    CHECK(kn_tensor_read(buf, out, KN_F32) == KN_OK && !memcmp(out, b0, sizeof b0), "index_copy wrote with a bad index");
     /* the backend keeps working after a reported error */
     kn_tensor *y = kn_add_scalar(ctx, kn_ones(ctx, KN_F32, 1, SH(3)), 1);
     float v[3] = {0};

@@ -6,6 +6,7 @@
  * index_copy keep the last value in row-major order of the index (a winner
  * pass picks it, so the result does not depend on thread timing). */
 #include "backends/cuda/cuda_ops.cuh"
+#include <stdlib.h>
 #include <string.h>
 
 __device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin, int64_t *c) {
@@ -248,6 +249,47 @@ __global__ void k_ic_write(kn_dview y, kn_dview s, int d, int64_t m, const doubl
         kn_dput(y, off_of(y, c), val[i]);
     }
 }
+/* Same-dtype 2- or 4-byte elements and at most 64 indices (the KV cache
+ * writes of every decode step): two launches instead of four. One checks every index and marks the
+ * ones a later index overwrites (comparing index values, so it needs no
+ * second pass), the other copies the bits of the winners, unless the op's
+ * error slot is set. */
+__global__ void k_ic_pos_dup(kn_dview iv, int64_t k, int d, int64_t n, long long *pos, int *dup, kn_cu_err *err) {
+    KN_GRID_LOOP(i, k) {
+        pos[i] = load_index(iv, i * iv.st[0], d, n, err);
+        double v = kn_dget(iv, i * iv.st[0]);
+        int u = 0;
+        for (int64_t j = i + 1; j < k && !u; j++) u = kn_dget(iv, j * iv.st[0]) == v;
+        dup[i] = u;
+    }
+}
+template <typename T>
+__global__ void k_ic_write_bits(kn_dview y, kn_dview s, int d, int64_t m, const long long *pos, const int *dup,
+                                const kn_cu_err *err) {
+    if (err->code) return;                 /* a bad index: write nothing */
+    T *yd = (T *)y.data;
+    const T *sd = (const T *)s.data;
+    KN_GRID_LOOP(i, m) {
+        int64_t c[KN_MAX_DIMS];
+        unravel(s.ne, s.ndim, i, c);
+        int64_t at = c[d];
+        if (dup[at]) continue;
+        int64_t so = off_of(s, c);
+        c[d] = pos[at];
+        yd[off_of(y, c)] = sd[so];
+    }
+}
+/* byte range [lo, hi) view v can touch; false when a stride is negative */
+static bool span(const kn_tview *v, size_t es, const char **lo, const char **hi) {
+    int64_t ext = 0;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->st[d] < 0) return false;
+        if (v->ne[d] > 0) ext += (v->ne[d] - 1) * v->st[d];
+    }
+    *lo = (const char *)v->data;
+    *hi = *lo + (ext + 1) * (int64_t)es;
+    return true;
+}
 static kn_status cu_index_copy(const kn_exec *e) {
     const kn_tview *y = &e->dst, *iv = &e->src[1], *s = &e->src[2];
     int d = e->node->p.axis.dim;
@@ -255,6 +297,31 @@ static kn_status cu_index_copy(const kn_exec *e) {
     kn_status st = check_slices("index_copy", s, y, iv, d);
     if (st) return st;
     if (k == 0) return KN_OK;
+    size_t es = kn_dtype_get(y->dtype)->type_size;
+    const char *y0, *y1, *s0, *s1;
+    bool apart = span(y, es, &y0, &y1) && span(s, es, &s0, &s1) && (s1 <= y0 || y1 <= s0);   /* src read as it is written */
+    /* k <= 64: the duplicate test compares every pair of index values, a few
+     * per thread for decode (k = 1); long prefill index lists take the
+     * generic path, whose extra launches do not matter there */
+    if (apart && k <= 64 && y->dtype == s->dtype && !kn_dtype_get(y->dtype)->is_quant && (es == 2 || es == 4) &&
+        !getenv("KN_CUDA_GENERIC")) {
+        long long *pos = NULL;
+        int *dup = NULL;
+        st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);
+        if (!st) st = kn_cu_tmp(sizeof(int) * (size_t)k, (void **)&dup);
+        if (!st) {
+            kn_cu_err *err = kn_cu_err_dev(KN_OP_INDEX_COPY);
+            k_ic_pos_dup<<<kn_blocks(k), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, dup, err);
+            if (m > 0 && es == 4)
+                k_ic_write_bits<uint32_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
+            else if (m > 0)
+                k_ic_write_bits<uint16_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
+            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
+        }
+        kn_cu_tmp_free(pos);
+        kn_cu_tmp_free(dup);
+        return st;
+    }
     double *val = NULL;
     long long *pos = NULL;
     int *dup = NULL;

@@ -555,6 +555,33 @@ __global__ void k_rope(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dvi
         kn_dput(y, kn_doff(y, base + ib), a * s + bb * c);
     }
 }
+/* f32 rows with unit stride along D (q and k of every layer): float loads
+ * and stores, the angle still in double like the reference. One thread per
+ * (row, position, pair); the untouched tail is copied when y is not x. */
+__global__ void k_rope_f32(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dview y, int64_t rows, int64_t T,
+                           int64_t D, int n_rot, int neox, double theta, double fscale) {
+    int half = n_rot / 2;
+    int64_t per = (int64_t)half + (x.data != y.data ? D - n_rot : 0);
+    const float *xd = (const float *)x.data;
+    float *yd = (float *)y.data;
+    KN_GRID_LOOP(idx, rows * T * per) {
+        int64_t q = idx % per, rt = idx / per, ti = rt % T;
+        int64_t ox = kn_doff(x, rt * D), oy = kn_doff(y, rt * D);   /* element 0 of the row; D has stride 1 */
+        if (q >= half) {
+            int64_t j = n_rot + (q - half);
+            yd[oy + j] = xd[ox + j];
+            continue;
+        }
+        int i = (int)q;
+        double ang = kn_dget(pos, ti * pos.st[0]) * fscale * pow(theta, -2.0 * i / n_rot);
+        if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
+        double c = cos(ang), sn = sin(ang);
+        int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        double a = xd[ox + ia], b = xd[ox + ib];
+        yd[oy + ia] = (float)(a * c - b * sn);
+        yd[oy + ib] = (float)(a * sn + b * c);
+    }
+}
 static kn_status cu_rope(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0];
@@ -564,6 +591,16 @@ static kn_status cu_rope(const kn_exec *e) {
     int64_t n = rows * T * (n_rot / 2 + (D - n_rot));
     if (n == 0) return KN_OK;
     bool has_ff = e->nsrc > 2;
+    const kn_tview *y = &e->dst;
+    bool same = x->data == y->data;
+    for (int i = 0; same && i < nd; i++) same = x->ne[i] == y->ne[i] && (x->ne[i] == 1 || x->st[i] == y->st[i]);
+    if (x->dtype == KN_F32 && y->dtype == KN_F32 && (D == 1 || (x->st[nd - 1] == 1 && y->st[nd - 1] == 1)) &&
+        (same || x->data != y->data) && !getenv("KN_CUDA_GENERIC")) {
+        k_rope_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]),
+                                                                 has_ff, kn_dv(y), rows, T, D, n_rot, t->p.rope.neox,
+                                                                 t->p.rope.theta, t->p.rope.freq_scale);
+        LAUNCHED_OK();
+    }
     k_rope<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]), has_ff,
                                           kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox, t->p.rope.theta,
                                           t->p.rope.freq_scale);
