@@ -643,6 +643,32 @@ TEST(index_copy_long_index) {
     double e = cu_cmp(b_ic_long, NULL, 2, in);
     CHECK(e == 0, "index_copy with 100 indices: %g", e);
 }
+/* decode attention (a few query rows: one fused kernel), f32 and half K/V */
+typedef struct { int causal; kn_dtype kv; } dec_ud;
+static kn_tensor *b_sdpa_dec(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const dec_ud *u = ud;
+    kn_tensor *k = in[1], *v = in[2];
+    if (u->kv != KN_F32) { k = kn_cast(ctx, k, u->kv); v = kn_cast(ctx, v, u->kv); }
+    return kn_sdpa(ctx, in[0], k, v, u->causal, 0);
+}
+TEST(sdpa_decode) {
+    NEED_GPU();
+    kn_test_seed(29);
+    struct { dec_ud u; kn_opin in[3]; double tol; } C[] = {
+        {{0, KN_F32}, {IN(4, SH(2, 9, 1, 64), -1, 1, KN_F32, false), IN(4, SH(2, 3, 37, 64), -1, 1, KN_F32, false),
+                      IN(4, SH(2, 3, 37, 64), -1, 1, KN_F32, false)}, 2e-6},
+        {{1, KN_F32}, {IN(4, SH(1, 4, 2, 32), -1, 1, KN_F32, false), IN(4, SH(1, 4, 300, 32), -1, 1, KN_F32, false),
+                      IN(4, SH(1, 4, 300, 48), -1, 1, KN_F32, false)}, 2e-6},
+        {{1, KN_F16}, {IN(4, SH(1, 6, 1, 64), -1, 1, KN_F32, false), IN(4, SH(1, 2, 129, 64), -1, 1, KN_F32, false),
+                      IN(4, SH(1, 2, 129, 64), -1, 1, KN_F32, false)}, 2e-6},
+        {{1, KN_BF16}, {IN(4, SH(1, 2, 3, 16), -1, 1, KN_F32, false), IN(4, SH(1, 1, 3, 16), -1, 1, KN_F32, false),
+                       IN(4, SH(1, 1, 3, 16), -1, 1, KN_F32, false)}, 2e-6},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        double e = cu_cmp(b_sdpa_dec, &C[i].u, 3, C[i].in);
+        CHECK(e <= C[i].tol, "decode sdpa case %zu: rel err %g", i, e);
+    }
+}
 TEST(bad_index_reports_the_op) {
     NEED_GPU();
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){gpu()});

@@ -511,12 +511,86 @@ static kn_status sdpa_half_kv(const kn_exec *e) {
     return st;
 }
 
+/* Decode (a few query rows): one launch instead of the GEMM path's three.
+ * A block per query row (b, h, i): q in shared memory, a thread per key for
+ * the scores (kept in shared memory), block max and sum, then a thread per
+ * output column for P V. K and V are f32, f16 or bf16 (a half KV cache is
+ * read as it is), rows with unit stride along D. */
+template <typename KV>
+__device__ __forceinline__ float kv_ld(const KV *p, int64_t i);
+template <> __device__ __forceinline__ float kv_ld<float>(const float *p, int64_t i) { return p[i]; }
+struct kv_f16 { uint16_t b; };
+struct kv_bf16 { uint16_t b; };
+template <> __device__ __forceinline__ float kv_ld<kv_f16>(const kv_f16 *p, int64_t i) { return kn_dev_h2f(p[i].b); }
+template <> __device__ __forceinline__ float kv_ld<kv_bf16>(const kv_bf16 *p, int64_t i) { return kn_bf2f(p[i].b); }
+
+template <typename KV>
+__global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v, kn_dview vv, float *y,
+                              kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
+                              float scale) {
+    extern __shared__ float sm[];                     /* q [D], scores [Tk] */
+    __shared__ float red[32];
+    float *qs = sm, *sc = sm + D;
+    int64_t row = blockIdx.x, i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
+    const float *qr = q + b * qv.st[0] + h * qv.st[1] + i * qv.st[2];
+    const KV *kb = k + b * kv.st[0] + hk * kv.st[1];
+    const KV *vb = v + b * vv.st[0] + hk * vv.st[1];
+    float *yr = y + b * yv.st[0] + h * yv.st[1] + i * yv.st[2];
+    int64_t lim = Tk;
+    if (causal && i + (Tk - Tq) + 1 < lim) lim = i + (Tk - Tq) + 1;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) {
+        const KV *kr = kb + j * kv.st[2];
+        float a = 0.f;
+        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
+        a *= scale;
+        sc[j] = a;
+        m = fmaxf(m, a);
+    }
+    m = kn_block_max(m, red);
+    float sum = 0.f;
+    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) { float p = __expf(sc[j] - m); sc[j] = p; sum += p; }
+    sum = kn_block_sum(sum, red);                     /* its barriers also publish sc[] */
+    float inv = lim > 0 ? 1.f / sum : NAN;            /* no key: NaN, like the reference */
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t j = 0; j < lim; j++) acc += sc[j] * kv_ld<KV>(vb + j * vv.st[2], d);
+        yr[d] = acc * inv;
+    }
+}
+static bool unit_rows(const kn_tview *v) { return v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
+static kn_status sdpa_decode(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    size_t smem = sizeof(float) * (size_t)(D + Tk);
+    if (Tq > 4 || k->dtype != v->dtype || q->dtype != KN_F32 || y->dtype != KN_F32 || smem > 48 * 1024 ||
+        !unit_rows(q) || !unit_rows(k) || !unit_rows(v) || !unit_rows(y) || Hkv < 1 || Hq % Hkv || getenv("KN_CUDA_GENERIC"))
+        return KN_ERR_UNSUPPORTED;
+    unsigned blocks = (unsigned)(B * Hq * Tq);
+    float scale = (float)e->node->p.sdpa.scale;
+    int causal = e->node->p.sdpa.causal;
+    if (k->dtype == KN_F32)
+        k_sdpa_decode<float><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
+            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
+    else if (k->dtype == KN_F16)
+        k_sdpa_decode<kv_f16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
+            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
+    else if (k->dtype == KN_BF16)
+        k_sdpa_decode<kv_bf16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
+            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
+    else return KN_ERR_UNSUPPORTED;
+    LAUNCHED_OK();
+}
+
 static kn_status cu_sdpa(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1];
     int64_t nrows = q->ne[0] * q->ne[1] * q->ne[2], Tk = k->ne[2];
     if (nrows == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
-    kn_status fst = sdpa_f32(e);
+    kn_status fst = sdpa_decode(e);
+    if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_f32(e);
     if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_half_kv(e);
     if (fst != KN_ERR_UNSUPPORTED) return fst;
     unsigned blocks = row_blocks(nrows);
