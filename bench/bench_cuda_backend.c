@@ -11,7 +11,8 @@
  * timed with events around R calls, median over rounds. Both read the same
  * random inputs; the outputs are compared (relative Frobenius error).
  * KN_CUDA_NO_WGMMA=1 is set for the rows marked "mma.sync" so that the NT
- * bf16 shapes also show the mma.sync kernel.
+ * bf16 shapes also show the mma.sync kernel. "TN"/"TT": A stored [K,M] and
+ * used transposed (a weight gradient dY^T @ X).
  *
  *   make CUDA=1 && build/bench/bench_cuda_backend      (needs a GPU; plain builds print a skip line)
  *
@@ -62,7 +63,7 @@ static float frand(void) {
 #define CK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); exit(1); } } while (0)
 #define CB(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) { fprintf(stderr, "%s:%d: cublas %d\n", __FILE__, __LINE__, (int)s_); exit(1); } } while (0)
 
-typedef struct { const char *name; kn_dtype dt; int64_t Z, M, N, K; bool nt; bool no_wgmma; } bcase;
+typedef struct { const char *name; kn_dtype dt; int64_t Z, M, N, K; bool nt; bool no_wgmma; bool ta; } bcase;
 
 static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
     int64_t Z = c->Z, M = c->M, N = c->N, K = c->K;
@@ -74,14 +75,15 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
 
     /* ---- kn plan: R products of the same operands ---- */
     kn_ctx *g = kn_ctx_new(&(kn_ctx_opts){gpu});
-    int64_t sa[3] = {Z, M, K}, sb[3] = {Z, c->nt ? N : K, c->nt ? K : N};
+    int64_t sa[3] = {Z, c->ta ? K : M, c->ta ? M : K}, sb[3] = {Z, c->nt ? N : K, c->nt ? K : N};
     kn_tensor *a = Z > 1 ? kn_empty(g, c->dt, 3, sa) : kn_empty(g, c->dt, 2, sa + 1);
     kn_tensor *b = Z > 1 ? kn_empty(g, c->dt, 3, sb) : kn_empty(g, c->dt, 2, sb + 1);
     kn_tensor_write(a, ha, KN_F32);            /* rounds to the operand dtype */
     kn_tensor_write(b, hb, KN_F32);
     kn_tensor *bo = c->nt ? kn_transpose(g, b, -1, -2) : b;
+    kn_tensor *ao = c->ta ? kn_transpose(g, a, -1, -2) : a;
     kn_tensor *outs[R];
-    for (int r = 0; r < R; r++) outs[r] = kn_matmul(g, a, bo);
+    for (int r = 0; r < R; r++) outs[r] = kn_matmul(g, ao, bo);
     if (c->no_wgmma) setenv("KN_CUDA_NO_WGMMA", "1", 1);
     kn_plan *p = kn_plan_new(g, R, outs, NULL);
     double tk[ROUNDS];
@@ -105,10 +107,13 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
     /* row-major C = A op(B)  <=>  column-major C^T = op(B)^T A^T */
     cublasOperation_t ob = c->nt ? CUBLAS_OP_T : CUBLAS_OP_N;
     int64_t ldb = c->nt ? K : N;
-#define GEMM() (Z > 1 ? cublasGemmStridedBatchedEx(h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, K * N, \
-                                                   da, ct, (int)K, M * K, &zero, dc, ct, (int)N, M * N, (int)Z, CUBLAS_COMPUTE_32F, \
+    /* A stored [K,M] ("TN"): column-major M x K, used transposed, lda = M */
+    cublasOperation_t oa = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    int64_t lda = c->ta ? M : K;
+#define GEMM() (Z > 1 ? cublasGemmStridedBatchedEx(h, ob, oa, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, K * N, \
+                                                   da, ct, (int)lda, M * K, &zero, dc, ct, (int)N, M * N, (int)Z, CUBLAS_COMPUTE_32F, \
                                                    CUBLAS_GEMM_DEFAULT) \
-                      : cublasGemmEx(h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, da, ct, (int)K, &zero, \
+                      : cublasGemmEx(h, ob, oa, (int)N, (int)M, (int)K, &one, db, ct, (int)ldb, da, ct, (int)lda, &zero, \
                                      dc, ct, (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
     CB(GEMM());
     CK(cudaDeviceSynchronize());
@@ -153,9 +158,16 @@ int main(void) {
     const bcase C[] = {
         {"square NT (wgmma)", KN_BF16, 1, 4096, 4096, 4096, true, false},
         {"square NT (mma.sync)", KN_BF16, 1, 4096, 4096, 4096, true, true},
-        {"square NN", KN_BF16, 1, 4096, 4096, 4096, false, false},
-        {"square NN", KN_F16, 1, 4096, 4096, 4096, false, false},
-        {"square NT", KN_F16, 1, 4096, 4096, 4096, true, false},
+        {"square NN (wgmma)", KN_BF16, 1, 4096, 4096, 4096, false, false},
+        {"square NN (mma.sync)", KN_BF16, 1, 4096, 4096, 4096, false, true},
+        {"square TN (wgmma)", KN_BF16, 1, 4096, 4096, 4096, false, false, true},
+        {"square TN (mma.sync)", KN_BF16, 1, 4096, 4096, 4096, false, true, true},
+        {"square TT (wgmma)", KN_BF16, 1, 4096, 4096, 4096, true, false, true},
+        {"square TT (mma.sync)", KN_BF16, 1, 4096, 4096, 4096, true, true, true},
+        {"square NN (wgmma)", KN_F16, 1, 4096, 4096, 4096, false, false},
+        {"square NN (mma.sync)", KN_F16, 1, 4096, 4096, 4096, false, true},
+        {"square NT (wgmma)", KN_F16, 1, 4096, 4096, 4096, true, false},
+        {"square NT (mma.sync)", KN_F16, 1, 4096, 4096, 4096, true, true},
         {"gpt2 qkv x@W^T (wgmma)", KN_BF16, 1, 8192, 2304, 768, true, false},
         {"gpt2 qkv x@W^T (mma.sync)", KN_BF16, 1, 8192, 2304, 768, true, true},
         {"gpt2 mlp down (wgmma)", KN_BF16, 1, 8192, 768, 3072, true, false},
@@ -163,8 +175,18 @@ int main(void) {
         {"char 6x384 qkv x@W^T", KN_BF16, 1, 16384, 1152, 384, true, false},
         {"char 6x384 qkv (mma.sync)", KN_BF16, 1, 16384, 1152, 384, true, true},
         {"llama7b mlp up x@W^T", KN_BF16, 1, 2048, 11008, 4096, true, false},
-        {"attn scores q@k^T", KN_BF16, 96, 1024, 1024, 64, true, false},
-        {"attn out p@v", KN_BF16, 96, 1024, 64, 1024, false, false},
+        {"attn scores q@k^T (wgmma)", KN_BF16, 96, 1024, 1024, 64, true, false},
+        {"attn scores q@k^T (mma.sync)", KN_BF16, 96, 1024, 1024, 64, true, true},
+        {"attn out p@v (wgmma)", KN_BF16, 96, 1024, 64, 1024, false, false},
+        {"attn out p@v (mma.sync)", KN_BF16, 96, 1024, 64, 1024, false, true},
+        {"attn out p@v (wgmma)", KN_F16, 96, 1024, 64, 1024, false, false},
+        {"attn out p@v (mma.sync)", KN_F16, 96, 1024, 64, 1024, false, true},
+        {"attn dV = P^T dO TN (wgmma)", KN_BF16, 96, 1024, 64, 1024, false, false, true},
+        {"attn dV = P^T dO (mma.sync)", KN_BF16, 96, 1024, 64, 1024, false, true, true},
+        {"gpt2 dW qkv TN (wgmma)", KN_BF16, 1, 2304, 768, 8192, false, false, true},
+        {"gpt2 dW qkv TN (mma.sync)", KN_BF16, 1, 2304, 768, 8192, false, true, true},
+        {"gpt2 dx = dy@W NN (wgmma)", KN_BF16, 1, 8192, 768, 2304, false, false},
+        {"gpt2 dx = dy@W NN (mma.sync)", KN_BF16, 1, 8192, 768, 2304, false, true},
         {"odd 1000x999x257 NN", KN_BF16, 1, 1000, 999, 257, false, false},
     };
     printf("%-30s %-5s %5s %6s %6s %6s %9s %9s %8s %8s %6s %9s\n", "case", "dtype", "Z", "M", "N", "K", "kn_us", "cublas_us",

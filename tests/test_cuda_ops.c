@@ -402,6 +402,38 @@ TEST(matmul_tensor_cores_bf16_f16) {
         }
 }
 
+/* Products big enough (>= 66 block tiles of 128 x 256, or 128 x 128 for
+ * N <= 128), with K > 64, for the wgmma kernel of gemm_bf16_sm90.cu on an sm_90a GPU, in
+ * each operand layout: A stored [M,K] or [K,M] ("transposed" a), B stored
+ * [K,N] or [N,K] ("transposed" b); partial tiles in M, N and K (K % 64 !=
+ * 0); batches with one stride per operand (attention [B,H,T,D]), a shared
+ * B that cannot fold into M (A stored [K,M]), and a batch that folds. Other
+ * GPUs run the same cases on mma.sync. Tolerances as above. */
+TEST(matmul_wgmma_layouts_bf16_f16) {
+    NEED_GPU();
+    kn_test_seed(23);
+    struct { kn_opin a, b; } C[] = {
+        {IN(2, SH(1030, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, false)},            /* NN */
+        {IN(2, SH(1030, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, true)},             /* NT */
+        {IN(2, SH(1032, 72), -1, 1, 0, true), IN(2, SH(72, 2000), -1, 1, 0, false)},             /* TN */
+        {IN(2, SH(1032, 72), -1, 1, 0, true), IN(2, SH(72, 2000), -1, 1, 0, true)},              /* TT */
+        {IN(4, SH(2, 17, 200, 72), -1, 1, 0, false), IN(4, SH(2, 17, 72, 72), -1, 1, 0, false)}, /* P @ V, N <= 128 */
+        {IN(4, SH(2, 17, 200, 80), -1, 1, 0, false), IN(4, SH(2, 17, 80, 136), -1, 1, 0, true)}, /* Q @ K^T */
+        {IN(3, SH(34, 200, 72), -1, 1, 0, true), IN(3, SH(34, 72, 72), -1, 1, 0, false)},        /* P^T @ dO, narrow */
+        {IN(3, SH(12, 264, 88), -1, 1, 0, true), IN(2, SH(88, 520), -1, 1, 0, false)},           /* shared B, no fold */
+        {IN(3, SH(3, 400, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, false)},          /* folds into M */
+    };
+    kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+            kn_opin in[2] = {C[i].a, C[i].b};
+            in[0].dtype = in[1].dtype = dts[k];
+            double tol = k == 0 ? 1e-2 : 2e-3;
+            double e = cu_cmp(b_matmul, NULL, 2, in);
+            CHECK(e <= tol, "%s wgmma-size matmul case %zu: rel err %g (tol %g)", kn_dtype_name(dts[k]), i, e, tol);
+        }
+}
+
 /* ---- the fused Adam update: f32 float4 kernel vs the cpu fast path and the reference ----
  * 7 steps with an lr change, Adam (coupled decay) and AdamW; a [n] parameter
  * (contiguous gradient, n = 5 and 10007: the float4 body and the n % 4

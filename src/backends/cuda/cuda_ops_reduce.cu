@@ -379,22 +379,34 @@ static bool fold_batch(const kn_cuda_gemm_batch *bt, bool ta, int64_t M, int64_t
 }
 
 /* bf16/f16 operands of one dtype on the tensor cores. On an sm_90a build
- * and device, bf16 products that fit gemm_bf16_sm90.cu (A [M,K] and
- * W [N,K] dense with K % 8 == 0, C bf16 [M,N] dense, batch foldable into
- * M, enough 128x256 tiles to fill the GPU) take its wgmma kernel; the rest
- * the mma.sync kernel of gemm_tc.cu (any layout the mat_layout test
- * accepts, any batch strides, f32/f16/bf16 out). KN_CUDA_NO_WGMMA=1 keeps
- * everything on mma.sync (to compare the two). */
-#define WGMMA_MIN_TILES 66
+ * and device, products that kn_cuda_gemm_wgmma_fits accepts (any of the
+ * four layouts, bf16 or f16, C in the operand dtype, 16-byte aligned
+ * operands with lda, ldb % 8 == 0, a batch of one stride per operand,
+ * enough tiles) take the wgmma kernel of gemm_bf16_sm90.cu when K > 64; a
+ * batch foldable into M (x [B,T,C] @ W^T) is folded first. K <= 64 (one k
+ * tile, nothing for the TMA pipeline to overlap: attention scores q @ k^T
+ * with a head dim of 64) stays on mma.sync, which measured faster there
+ * (H200, Z=96 1024x1024x64: 197.7 us vs 210.9 us). The rest take the mma.sync kernel of
+ * gemm_tc.cu (any layout the mat_layout test accepts, any batch strides).
+ * WG_LAYOUTS masks the wgmma path per layout (bit (ta ? 2 : 0) | (tb ? 0 :
+ * 1)): each layout is on only where it measured faster than mma.sync on an
+ * H200 (docs/PERF-cuda-backend.md). KN_CUDA_NO_WGMMA=1 keeps everything on
+ * mma.sync (to compare the two). */
+#define WG_LAYOUTS 0xF
 static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const kn_tview *a, int64_t lda,
                            const kn_tview *b, int64_t ldb, const kn_tview *d, int64_t ldc, const kn_cuda_gemm_batch *bt) {
     int64_t Mf = 0;
-    if (a->dtype == KN_BF16 && d->dtype == KN_BF16 && !ta && tb && lda == K && ldb == K && ldc == N && K % 8 == 0 &&
-        fold_batch(bt, ta, M, lda, ldc, &Mf) && kn_aligned16(a->data) && kn_aligned16(b->data) &&
-        ((Mf + 127) / 128) * ((N + 255) / 256) >= WGMMA_MIN_TILES && Mf <= 65535 * 128 && kn_cuda_gemm_bf16_uses_wgmma() &&
-        !getenv("KN_CUDA_NO_WGMMA"))
-        return kn_cuda_gemm_bf16(Mf, N, K, (const uint16_t *)a->data, (const uint16_t *)b->data, NULL, KN_CUDA_EPI_NONE,
-                                 (uint16_t *)d->data, kn_cu_stream());
+    if (K > 64 && ((WG_LAYOUTS >> ((ta ? 2 : 0) | (tb ? 0 : 1))) & 1) && !getenv("KN_CUDA_NO_WGMMA")) {
+        kn_cuda_gemm_batch none;
+        memset(&none, 0, sizeof none);
+        if (bt->nb > 0 && fold_batch(bt, ta, M, lda, ldc, &Mf) &&
+            kn_cuda_gemm_wgmma_fits(a->dtype, ta, tb, Mf, N, K, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, &none))
+            return kn_cuda_gemm_wgmma(a->dtype, ta, tb, Mf, N, K, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, &none,
+                                      kn_cu_stream());
+        if (kn_cuda_gemm_wgmma_fits(a->dtype, ta, tb, M, N, K, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, bt))
+            return kn_cuda_gemm_wgmma(a->dtype, ta, tb, M, N, K, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, bt,
+                                      kn_cu_stream());
+    }
     return kn_cuda_gemm_tc(a->dtype, ta, tb, M, N, K, 1.0f, a->data, lda, b->data, ldb, d->data, d->dtype, ldc, bt,
                            kn_cu_stream());
 }

@@ -199,6 +199,23 @@ kn_status kn_cuda_gemm_tc_f32a(kn_dtype b_dtype, bool trans_b, int64_t M, int64_
 kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *x, const float *bias,
                            int64_t N, int64_t K, void *stream);
 
+/* ---- general wgmma GEMM for bf16/f16 operands (gemm_bf16_sm90.cu, sm_90a) --------
+ * Same contract as kn_cuda_gemm_tc with alpha = 1: C[z] = op(A[z]) @ op(B[z]),
+ * trans_a: A stored K x M, trans_b: B stored N x K; C of dtype ab (f32 C:
+ * kn_cuda_gemm_tc).
+ * kn_cuda_gemm_wgmma_fits says whether it takes the product: an sm_90a
+ * device and build, A and B 16-byte aligned with lda, ldb and their batch
+ * strides multiples of 8, batch dims that collapse to one stride per
+ * operand (or 0: shared), at most 65535 batch entries and enough block
+ * tiles to fill the GPU. Otherwise kn_cuda_gemm_wgmma returns
+ * KN_ERR_UNSUPPORTED; use kn_cuda_gemm_tc. */
+int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                            const void *A, int64_t lda, const void *B, int64_t ldb, const void *C,
+                            kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch);
+kn_status kn_cuda_gemm_wgmma(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                             kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
