@@ -511,6 +511,100 @@ static bool write_llama_gguf(const char *path, const char *rope) {
     return ok;
 }
 
+/* ---- the tiny GPT-2 as a GGUF file (llama.cpp's gpt2 layout) -------------------------
+ * The llm.c weights as they are ([out, in] rows): token_embd (the first V of
+ * the padded Vp rows), position_embd, per layer attn_norm, attn_qkv,
+ * attn_output, ffn_norm, ffn_up, ffn_down with their biases, output_norm;
+ * no output.weight (tied) and no tokenizer. ln_eps sets the epsilon key (0:
+ * leave it out). */
+static bool write_gpt2_gguf(const gpt2_w *w, const char *path, float ln_eps) {
+    const int C = G_C, L = G_L, F = 4 * G_C;
+    struct { char name[64]; int64_t ne0, ne1; const float *data; } T[8 + 12 * G_L];
+    int nt = 0;
+#define T1(nm, d, n) do { snprintf(T[nt].name, 64, "%s", nm); T[nt].ne0 = (n); T[nt].ne1 = 0; T[nt].data = (d); nt++; } while (0)
+#define T2(nm, d, in, out) do { snprintf(T[nt].name, 64, "%s", nm); T[nt].ne0 = (in); T[nt].ne1 = (out); T[nt].data = (d); nt++; } while (0)
+    T2("token_embd.weight", w->p[KN_GPT2_WTE], C, G_V);
+    T2("position_embd.weight", w->p[KN_GPT2_WPE], C, G_T);
+    T1("output_norm.weight", w->p[KN_GPT2_LNFW], C);
+    T1("output_norm.bias", w->p[KN_GPT2_LNFB], C);
+    char n[64];
+    for (int l = 0; l < L; l++) {
+        snprintf(n, sizeof n, "blk.%d.attn_norm.weight", l); T1(n, w->p[KN_GPT2_LN1W] + l * C, C);
+        snprintf(n, sizeof n, "blk.%d.attn_norm.bias", l); T1(n, w->p[KN_GPT2_LN1B] + l * C, C);
+        snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", l); T2(n, w->p[KN_GPT2_QKVW] + (size_t)l * 3 * C * C, C, 3 * C);
+        snprintf(n, sizeof n, "blk.%d.attn_qkv.bias", l); T1(n, w->p[KN_GPT2_QKVB] + l * 3 * C, 3 * C);
+        snprintf(n, sizeof n, "blk.%d.attn_output.weight", l); T2(n, w->p[KN_GPT2_ATTPROJW] + (size_t)l * C * C, C, C);
+        snprintf(n, sizeof n, "blk.%d.attn_output.bias", l); T1(n, w->p[KN_GPT2_ATTPROJB] + l * C, C);
+        snprintf(n, sizeof n, "blk.%d.ffn_norm.weight", l); T1(n, w->p[KN_GPT2_LN2W] + l * C, C);
+        snprintf(n, sizeof n, "blk.%d.ffn_norm.bias", l); T1(n, w->p[KN_GPT2_LN2B] + l * C, C);
+        snprintf(n, sizeof n, "blk.%d.ffn_up.weight", l); T2(n, w->p[KN_GPT2_FCW] + (size_t)l * F * C, C, F);
+        snprintf(n, sizeof n, "blk.%d.ffn_up.bias", l); T1(n, w->p[KN_GPT2_FCB] + l * F, F);
+        snprintf(n, sizeof n, "blk.%d.ffn_down.weight", l); T2(n, w->p[KN_GPT2_FCPROJW] + (size_t)l * C * F, F, C);
+        snprintf(n, sizeof n, "blk.%d.ffn_down.bias", l); T1(n, w->p[KN_GPT2_FCPROJB] + l * C, C);
+    }
+#undef T1
+#undef T2
+    bb b = {0};
+    bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, (uint64_t)nt);
+    bb_u64(&b, ln_eps > 0 ? 7 : 6);
+    gkv_str(&b, "general.architecture", "gpt2");
+    gkv_u32(&b, "gpt2.block_count", L); gkv_u32(&b, "gpt2.context_length", G_T);
+    gkv_u32(&b, "gpt2.embedding_length", C); gkv_u32(&b, "gpt2.feed_forward_length", F);
+    gkv_u32(&b, "gpt2.attention.head_count", G_NH);
+    if (ln_eps > 0) gkv_f32(&b, "gpt2.attention.layer_norm_epsilon", ln_eps);
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        bb_str(&b, T[i].name);
+        bb_u32(&b, T[i].ne1 ? 2 : 1); bb_u64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) bb_u64(&b, (uint64_t)T[i].ne1);
+        bb_u32(&b, 0); bb_u64(&b, off);
+        off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
+    }
+    bb_pad(&b, 32);
+    for (int i = 0; i < nt; i++) {
+        bb_put(&b, T[i].data, (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4);
+        bb_pad(&b, 32);
+    }
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(b.p, 1, b.n, f) == b.n;
+    if (f) fclose(f);
+    free(b.p);
+    return ok;
+}
+/* GGUF gpt2 against the same PyTorch reference as the llm.c checkpoint */
+TEST(gpt2_gguf_matches_pytorch) {
+    ref_file r = {0};
+    REQUIRE(read_ref("tests/fixtures/gpt2_tiny.ref", &r), "tests/fixtures/gpt2_tiny.ref unreadable (scripts/gpt2_ref.py)");
+    gpt2_w w;
+    gpt2_make(&w, G_V, G_VP, G_L);
+    const char *p = tmp_path("gpt2.gguf");
+    REQUIRE(write_gpt2_gguf(&w, p, 1e-5f), "cannot write %s", p);
+    kn_model *m = load(p, NULL);
+    REQUIRE(m, "%s", kn_last_error());
+    const kn_model_config *c = kn_model_get_config(m);
+    CHECK(c->arch == KN_ARCH_GPT2 && c->n_layers == 2 && c->dim == 32 && c->n_vocab == 64 && c->n_ctx_train == 16 &&
+          c->ffn_dim == 128 && c->tied_output, "config");
+    CHECK(kn_model_tokenizer(m) == NULL, "no tokenizer in this file");
+    check_model("gguf gpt2 f32", m, &r, 1e-5, 0);
+    kn_model_free(m);
+    kn_model_opts o = {.n_batch = 3};                 /* prefill in chunks through the KV cache */
+    REQUIRE((m = load(p, &o)), "%s", kn_last_error());
+    check_model("gguf gpt2 f32 n_batch 3", m, &r, 1e-5, 0);
+    kn_model_free(m);
+    /* a missing tensor is named */
+    FILE *f = fopen(p, "r+b");
+    REQUIRE(f, "reopen");
+    char buf[4096];
+    size_t got = fread(buf, 1, sizeof buf, f);
+    char *at = memmem(buf, got, "blk.1.ffn_up.bias", 17);
+    REQUIRE(at, "tensor name in the header");
+    memcpy(at, "blk.1.ffn_up.bixs", 17);
+    fseek(f, 0, SEEK_SET); fwrite(buf, 1, got, f); fclose(f);
+    CHECK(!load(p, NULL) && strstr(kn_last_error(), "blk.1.ffn_up.bias"), "missing tensor: %s", kn_last_error());
+    gpt2_free(&w);
+    free_ref(&r);
+    unlink(p);
+}
+
 /* The Llama 3 and YaRN references through GGUF files: rope_freqs.weight and
  * the yarn metadata keys, Q/K permuted for interleaved rotation. */
 TEST(llama_gguf_rope_scaling_match_pytorch) {

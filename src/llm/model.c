@@ -274,14 +274,93 @@ static kn_status gguf_rope_scaling(kn_model *m, const char *arch, const char *pa
     return KN_OK;
 }
 
+/* A GGUF 1-d tensor (norm, bias) or a position table as f32: F32/F16/BF16
+ * files (llama.cpp keeps them F32); n elements per row, rows 0 = a vector. */
+static kn_tensor *gguf_f32(kn_model *m, const char *name, int64_t rows, int64_t n, kn_status *st) {
+    if (*st) return NULL;
+    const kn_gguf_tensor *gt = kn_gguf_find_tensor(m->gguf, name);
+    int64_t numel = 1;
+    for (int i = 0; gt && i < gt->n_dims; i++) numel *= gt->ne[i];
+    if (!gt || numel != (rows ? rows : 1) * n) {
+        *st = gt ? kn_set_error(KN_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld from the model's hyperparameters",
+                                name, (long long)numel, (long long)((rows ? rows : 1) * n))
+                 : kn_set_error(KN_ERR_FORMAT, "model file has no tensor '%s'; is it a gpt2-architecture GGUF?", name);
+        return NULL;
+    }
+    kn_tensor *t = kn__model_f32(m, gt->type, rows, n, gt->data, name);
+    if (!t) *st = kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_FORMAT;
+    return t;
+}
+
+/* GPT-2 as llama.cpp converts it: token_embd + position_embd, LayerNorms
+ * with biases, one fused attn_qkv [3C, C] with bias, attn_output, ffn_up
+ * [F, C] / ffn_down [C, F] with biases, output_norm; output.weight when the
+ * head is not tied. The tokenizer (tokenizer.ggml.model "gpt2": byte-level
+ * BPE with merges) is optional, as for llm.c checkpoints. */
+static kn_status load_gguf_gpt2(kn_model *m, const char *path) {
+    const char *arch = "gpt2";
+    kn_model_config *c = &m->cfg;
+    kn_gguf_str s;
+    if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(c->name, sizeof c->name, "%.*s", (int)s.len, s.ptr);
+    c->arch = KN_ARCH_GPT2;
+    c->dim = (int)gguf_int(m->gguf, arch, "embedding_length", 0);
+    c->n_layers = (int)gguf_int(m->gguf, arch, "block_count", 0);
+    c->ffn_dim = (int)gguf_int(m->gguf, arch, "feed_forward_length", 4 * (int64_t)c->dim);
+    c->n_heads = c->n_kv_heads = (int)gguf_int(m->gguf, arch, "attention.head_count", 0);
+    c->n_ctx_train = (int)gguf_int(m->gguf, arch, "context_length", 0);
+    c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_epsilon", 1e-5);
+    c->n_rot = 0; c->rope_theta = 0; c->rope_freq_scale = 1; c->rope_neox = false;
+    if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->ffn_dim <= 0 || c->n_ctx_train <= 0 ||
+        c->dim % c->n_heads || c->n_layers > 1024 || c->dim > (1 << 20))
+        return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent gpt2 hyperparameters (dim %d, layers %d, heads %d, ffn %d, context %d)",
+                            path, c->dim, c->n_layers, c->n_heads, c->ffn_dim, c->n_ctx_train);
+    c->head_dim = c->dim / c->n_heads;
+    const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
+    c->n_vocab = (int)te->ne[1];
+    int64_t C = c->dim, F = c->ffn_dim, V = c->n_vocab;
+    kn_status st = KN_OK;
+    m->tok_embd = gguf_w(m, "token_embd.weight", V, C, true, &st);
+    m->pos_embd = gguf_f32(m, "position_embd.weight", c->n_ctx_train, C, &st);
+    m->out_norm = gguf_f32(m, "output_norm.weight", 0, C, &st);
+    m->out_norm_b = gguf_f32(m, "output_norm.bias", 0, C, &st);
+    if (st) return st;
+    m->wout = gguf_w(m, "output.weight", V, C, false, &st);
+    if (st) return st;
+    c->tied_output = m->wout == NULL;
+    if (!m->wout) m->wout = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layers && !st; l++) {
+        kn__layer_w *L = &m->layers[l];
+        char n[96];
+#define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
+#define B(field, nm, len) snprintf(n, sizeof n, "blk.%d." nm, l); L->field = gguf_f32(m, n, 0, len, &st); if (st) break;
+        B(attn_norm, "attn_norm.weight", C) B(attn_norm_b, "attn_norm.bias", C)
+        W(wqkv, "attn_qkv", 3 * C, C) B(bqkv, "attn_qkv.bias", 3 * C)
+        W(wo, "attn_output", C, C) B(bo, "attn_output.bias", C)
+        B(ffn_norm, "ffn_norm.weight", C) B(ffn_norm_b, "ffn_norm.bias", C)
+        W(w1, "ffn_up", F, C) B(b1, "ffn_up.bias", F)
+        W(w2, "ffn_down", C, F) B(b2, "ffn_down.bias", C)
+#undef W
+#undef B
+    }
+    if (st) return st;
+    c->weight_type = m->layers[0].wqkv->dtype;
+    if (kn_gguf_get_str(m->gguf, "tokenizer.ggml.model", &s) && (st = kn_tokenizer_from_gguf(m->gguf, &m->tok)))
+        return st;
+    return KN_OK;
+}
+
 static kn_status load_gguf(kn_model *m, const char *path) {
     kn_status st = kn_gguf_open(path, &m->gguf);
     if (st) return st;
     kn_gguf_str s;
     char arch[64] = "llama";
     if (kn_gguf_get_str(m->gguf, "general.architecture", &s)) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
+    if (!strcmp(arch, "gpt2")) return load_gguf_gpt2(m, path);
     if (strcmp(arch, "llama"))
-        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama' GGUF models: Llama 2/3, SmolLM, TinyLlama)", path, arch);
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, GPT-2)", path, arch);
     if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(m->cfg.name, sizeof m->cfg.name, "%.*s", (int)s.len, s.ptr);
     kn_model_config *c = &m->cfg;
     c->arch = KN_ARCH_LLAMA;
