@@ -197,6 +197,7 @@ static int cmd_generate(const args *a) {
     kn_generate_stats s;
     kn_status st = prompt ? kn_generate(m, prompt, &gp, print_cb, NULL, &s) : KN_ERR_NOMEM;
     printf("\n");
+    fflush(stdout);                    /* the text ends its line before the stats on stderr */
     if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
     else {
         if (s.hit_context_limit) fprintf(stderr, "kiln: stopped at the context limit (%d tokens)\n", kn_model_n_ctx(m));
