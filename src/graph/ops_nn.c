@@ -340,8 +340,8 @@ static kn_tensor *pool_node(kn_ctx *ctx, kn_op op, kn_tensor *x, const int kerne
     char s[160];
     if (!check_pool_input(ctx, name, x)) return NULL;
     int stride[2];
-    for (int i = 0; i < 2; i++) {
-        stride[i] = (stride_in && stride_in[i]) ? stride_in[i] : kernel[i];
+    for (int i = 0; i < 2; i++) stride[i] = (stride_in && stride_in[i]) ? stride_in[i] : kernel[i];
+    for (int i = 0; i < 2; i++) {      /* both strides set first: the messages print both */
         if (kernel[i] < 1 || stride[i] < 1 || dilation[i] < 1 || padding[i] < 0)
             return kn__fail(ctx, KN_ERR_INVALID, "%s: kernel (%d,%d), stride (%d,%d) and dilation (%d,%d) must be >= 1, padding (%d,%d) >= 0",
                             name, kernel[0], kernel[1], stride[0], stride[1], dilation[0], dilation[1], padding[0], padding[1]);
