@@ -292,6 +292,24 @@ static kn_tensor *gguf_f32(kn_model *m, const char *name, int64_t rows, int64_t 
     return t;
 }
 
+/* What every GGUF architecture shares: the vocabulary size from
+ * token_embd [V, C], the embedding, the output head (output.weight, or tied
+ * to the embedding when absent) and the per-layer weight slots. */
+static kn_status gguf_embd_head(kn_model *m, const char *path) {
+    kn_model_config *c = &m->cfg;
+    const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
+    c->n_vocab = (int)te->ne[1];
+    kn_status st = KN_OK;
+    m->tok_embd = gguf_w(m, "token_embd.weight", c->n_vocab, c->dim, true, &st);
+    if (!st) m->wout = gguf_w(m, "output.weight", c->n_vocab, c->dim, false, &st);
+    if (st) return st;
+    c->tied_output = m->wout == NULL;
+    if (!m->wout) m->wout = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    return m->layers ? KN_OK : kn_set_error(KN_ERR_NOMEM, "out of memory");
+}
+
 /* GPT-2 as llama.cpp converts it: token_embd + position_embd, LayerNorms
  * with biases, one fused attn_qkv [3C, C] with bias, attn_output, ffn_up
  * [F, C] / ffn_down [C, F] with biases, output_norm; output.weight when the
@@ -315,22 +333,12 @@ static kn_status load_gguf_gpt2(kn_model *m, const char *path) {
         return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent gpt2 hyperparameters (dim %d, layers %d, heads %d, ffn %d, context %d)",
                             path, c->dim, c->n_layers, c->n_heads, c->ffn_dim, c->n_ctx_train);
     c->head_dim = c->dim / c->n_heads;
-    const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
-    c->n_vocab = (int)te->ne[1];
-    int64_t C = c->dim, F = c->ffn_dim, V = c->n_vocab;
-    kn_status st = KN_OK;
-    m->tok_embd = gguf_w(m, "token_embd.weight", V, C, true, &st);
+    kn_status st = gguf_embd_head(m, path);
+    if (st) return st;
+    int64_t C = c->dim, F = c->ffn_dim;
     m->pos_embd = gguf_f32(m, "position_embd.weight", c->n_ctx_train, C, &st);
     m->out_norm = gguf_f32(m, "output_norm.weight", 0, C, &st);
     m->out_norm_b = gguf_f32(m, "output_norm.bias", 0, C, &st);
-    if (st) return st;
-    m->wout = gguf_w(m, "output.weight", V, C, false, &st);
-    if (st) return st;
-    c->tied_output = m->wout == NULL;
-    if (!m->wout) m->wout = m->tok_embd;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers && !st; l++) {
         kn__layer_w *L = &m->layers[l];
         char n[96];
@@ -384,19 +392,9 @@ static kn_status load_gguf(kn_model *m, const char *path) {
         return kn_set_error(KN_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
                             path, c->n_rot, c->head_dim);
     if ((st = gguf_rope_scaling(m, arch, path))) return st;
-    const kn_gguf_tensor *te = kn_gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!te || te->n_dims != 2) return kn_set_error(KN_ERR_FORMAT, "%s: no 2-d token_embd.weight tensor", path);
-    c->n_vocab = (int)te->ne[1];
-    int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim, V = c->n_vocab;
-    m->tok_embd = gguf_w(m, "token_embd.weight", V, C, true, &st);
-    if (st) return st;
+    if ((st = gguf_embd_head(m, path))) return st;
+    int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim;
     m->out_norm = gguf_w(m, "output_norm.weight", 1, C, true, &st);
-    m->wout = gguf_w(m, "output.weight", V, C, false, &st);
-    if (st) return st;
-    c->tied_output = m->wout == NULL;
-    if (!m->wout) m->wout = m->tok_embd;
-    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
-    if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers && !st; l++) {
         kn__layer_w *L = &m->layers[l];
         char n[96];
