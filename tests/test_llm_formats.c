@@ -424,6 +424,29 @@ TEST(llama_hf_rope_scaling_llama3_yarn_match_pytorch) {
 static void gkv_u32(bb *b, const char *k, uint32_t v) { bb_str(b, k); bb_u32(b, 4); bb_u32(b, v); }
 static void gkv_f32(bb *b, const char *k, float v) { bb_str(b, k); bb_u32(b, 6); bb_f32(b, v); }
 static void gkv_str(bb *b, const char *k, const char *v) { bb_str(b, k); bb_u32(b, 8); bb_str(b, v); }
+/* An f32 tensor of a GGUF image: ne0 innermost; ne1 0 for a vector. */
+typedef struct { char name[64]; int64_t ne0, ne1; const float *data; } gguf_t;
+/* b holds the magic, counts and key/values: append the tensor infos and the
+ * 32-byte aligned data of T[0..nt), write the image to path, free b. */
+static bool gguf_finish(bb *b, const gguf_t *T, int nt, const char *path) {
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        bb_str(b, T[i].name);
+        bb_u32(b, T[i].ne1 ? 2 : 1); bb_u64(b, (uint64_t)T[i].ne0); if (T[i].ne1) bb_u64(b, (uint64_t)T[i].ne1);
+        bb_u32(b, 0); bb_u64(b, off);
+        off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
+    }
+    bb_pad(b, 32);
+    for (int i = 0; i < nt; i++) {
+        bb_put(b, T[i].data, (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4);
+        bb_pad(b, 32);
+    }
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(b->p, 1, b->n, f) == b->n;
+    if (f) fclose(f);
+    free(b->p);
+    return ok;
+}
 static float *permute_qk(const float *w, int heads, int D, int in) {
     float *o = malloc(sizeof(float) * (size_t)heads * D * in);
     for (int h = 0; h < heads; h++)
@@ -435,8 +458,9 @@ static float *permute_qk(const float *w, int heads, int D, int in) {
 static bool write_llama_gguf(const char *path, const char *rope) {
     st_set s = {0};
     llama_hf_set(&s);
-    struct { char name[64]; int64_t ne0, ne1; float *data; bool own; } T[40];
-    int nt = 0;
+    gguf_t T[40];
+    float *own_list[40];                  /* permuted copies to free */
+    int nt = 0, nown = 0;
     for (int i = 0; i < s.n; i++) {
         const char *n = s.names[i];
         char gn[64] = "";
@@ -460,7 +484,8 @@ static bool write_llama_gguf(const char *path, const char *rope) {
         snprintf(T[nt].name, 64, "%s", gn);
         T[nt].ne0 = s.ndims[i] == 2 ? s.shapes[i][1] : s.shapes[i][0];   /* innermost first */
         T[nt].ne1 = s.ndims[i] == 2 ? s.shapes[i][0] : 0;
-        T[nt].data = d; T[nt].own = own; nt++;
+        T[nt].data = d; nt++;
+        if (own) own_list[nown++] = d;
     }
     float ff[LL_D / 2];
     if (!strcmp(rope, "llama3")) {
@@ -469,7 +494,7 @@ static bool write_llama_gguf(const char *path, const char *rope) {
             ff[i] = wl < hi ? 1.0f : wl > lo ? 8.0f : (float)(1 / ((1 - (64 / wl - 1) / 3) / 8 + (64 / wl - 1) / 3));
         }
         snprintf(T[nt].name, 64, "rope_freqs.weight");
-        T[nt].ne0 = LL_D / 2; T[nt].ne1 = 0; T[nt].data = ff; T[nt].own = false; nt++;
+        T[nt].ne0 = LL_D / 2; T[nt].ne1 = 0; T[nt].data = ff; nt++;
     }
     bb b = {0};
     bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, (uint64_t)nt);
@@ -489,25 +514,9 @@ static bool write_llama_gguf(const char *path, const char *rope) {
         gkv_str(&b, "llama.rope.scaling.type", "yarn"); gkv_f32(&b, "llama.rope.scaling.factor", 4.0f);
         gkv_u32(&b, "llama.rope.scaling.original_context_length", 64);
     }
-    uint64_t off = 0;
-    for (int i = 0; i < nt; i++) {
-        bb_str(&b, T[i].name);
-        bb_u32(&b, T[i].ne1 ? 2 : 1); bb_u64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) bb_u64(&b, (uint64_t)T[i].ne1);
-        bb_u32(&b, 0); bb_u64(&b, off);
-        off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
-    }
-    bb_pad(&b, 32);
-    for (int i = 0; i < nt; i++) {
-        size_t nb = (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4;
-        bb_put(&b, T[i].data, nb);
-        bb_pad(&b, 32);
-        if (T[i].own) free(T[i].data);
-    }
+    bool ok = gguf_finish(&b, T, nt, path);
+    for (int i = 0; i < nown; i++) free(own_list[i]);
     st_free(&s);
-    FILE *f = fopen(path, "wb");
-    bool ok = f && fwrite(b.p, 1, b.n, f) == b.n;
-    if (f) fclose(f);
-    free(b.p);
     return ok;
 }
 
@@ -519,7 +528,7 @@ static bool write_llama_gguf(const char *path, const char *rope) {
  * leave it out). */
 static bool write_gpt2_gguf(const gpt2_w *w, const char *path, float ln_eps) {
     const int C = G_C, L = G_L, F = 4 * G_C;
-    struct { char name[64]; int64_t ne0, ne1; const float *data; } T[8 + 12 * G_L];
+    gguf_t T[8 + 12 * G_L];
     int nt = 0;
 #define T1(nm, d, n) do { snprintf(T[nt].name, 64, "%s", nm); T[nt].ne0 = (n); T[nt].ne1 = 0; T[nt].data = (d); nt++; } while (0)
 #define T2(nm, d, in, out) do { snprintf(T[nt].name, 64, "%s", nm); T[nt].ne0 = (in); T[nt].ne1 = (out); T[nt].data = (d); nt++; } while (0)
@@ -552,23 +561,7 @@ static bool write_gpt2_gguf(const gpt2_w *w, const char *path, float ln_eps) {
     gkv_u32(&b, "gpt2.embedding_length", C); gkv_u32(&b, "gpt2.feed_forward_length", F);
     gkv_u32(&b, "gpt2.attention.head_count", G_NH);
     if (ln_eps > 0) gkv_f32(&b, "gpt2.attention.layer_norm_epsilon", ln_eps);
-    uint64_t off = 0;
-    for (int i = 0; i < nt; i++) {
-        bb_str(&b, T[i].name);
-        bb_u32(&b, T[i].ne1 ? 2 : 1); bb_u64(&b, (uint64_t)T[i].ne0); if (T[i].ne1) bb_u64(&b, (uint64_t)T[i].ne1);
-        bb_u32(&b, 0); bb_u64(&b, off);
-        off += ((uint64_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4 + 31) / 32 * 32;
-    }
-    bb_pad(&b, 32);
-    for (int i = 0; i < nt; i++) {
-        bb_put(&b, T[i].data, (size_t)T[i].ne0 * (T[i].ne1 ? T[i].ne1 : 1) * 4);
-        bb_pad(&b, 32);
-    }
-    FILE *f = fopen(path, "wb");
-    bool ok = f && fwrite(b.p, 1, b.n, f) == b.n;
-    if (f) fclose(f);
-    free(b.p);
-    return ok;
+    return gguf_finish(&b, T, nt, path);
 }
 /* GGUF gpt2 against the same PyTorch reference as the llm.c checkpoint */
 TEST(gpt2_gguf_matches_pytorch) {
