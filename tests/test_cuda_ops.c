@@ -14,6 +14,7 @@
  * Built without CUDA (no KN_CUDA) or run without a GPU, the GPU tests SKIP.
  */
 #include "kn_optest.h"
+#include "kn_adamtest.h"      /* kn_adam_steps */
 #include "kiln_nn.h"
 #include <time.h>
 
@@ -374,10 +375,23 @@ TEST(matmul_layouts) {
  * f16 out (11 bits). Mixed operand dtypes (bf16 x f32) stay on the generic
  * double kernel (matmul_layouts case 15) unless they are a decode row (f32 x [1,K] @ bf16 W^T:
  * the GEMV kernel, matmul_layouts case 18). */
+typedef struct { kn_opin a, b; } mm_pair;
+/* every pair as bf16 x bf16 and as f16 x f16 against the reference */
+static void half_matmul_cases(const mm_pair *C, size_t n, const char *what) {
+    kn_dtype dts[2] = {KN_BF16, KN_F16};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < n; i++) {
+            kn_opin in[2] = {C[i].a, C[i].b};
+            in[0].dtype = in[1].dtype = dts[k];
+            double tol = k == 0 ? 1e-2 : 2e-3;
+            double e = cu_cmp(b_matmul, NULL, 2, in);
+            CHECK(e <= tol, "%s %s case %zu: rel err %g (tol %g)", kn_dtype_name(dts[k]), what, i, e, tol);
+        }
+}
 TEST(matmul_tensor_cores_bf16_f16) {
     NEED_GPU();
     kn_test_seed(19);
-    struct { kn_opin a, b; } C[] = {
+    mm_pair C[] = {
         {IN(2, SH(1, 1), -1, 1, 0, false), IN(2, SH(1, 1), -1, 1, 0, false)},                /* 1x1x1 */
         {IN(2, SH(5, 7), -1, 1, 0, false), IN(2, SH(7, 3), -1, 1, 0, false)},                 /* tiny, K < 8 */
         {IN(2, SH(130, 70), -1, 1, 0, true), IN(2, SH(70, 190), -1, 1, 0, false)},            /* A stored K x M */
@@ -391,15 +405,7 @@ TEST(matmul_tensor_cores_bf16_f16) {
         /* x [2, 512, 72] @ W^T, W [2304, 72]: folds into one 1024 x 2304 GEMM, the wgmma shape for bf16 */
         {IN(3, SH(2, 512, 72), -1, 1, 0, false), IN(2, SH(72, 2304), -1, 1, 0, true)},
     };
-    kn_dtype dts[2] = {KN_BF16, KN_F16};
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
-            kn_opin in[2] = {C[i].a, C[i].b};
-            in[0].dtype = in[1].dtype = dts[k];
-            double tol = k == 0 ? 1e-2 : 2e-3;
-            double e = cu_cmp(b_matmul, NULL, 2, in);
-            CHECK(e <= tol, "%s matmul case %zu: rel err %g (tol %g)", kn_dtype_name(dts[k]), i, e, tol);
-        }
+    half_matmul_cases(C, sizeof C / sizeof C[0], "matmul");
 }
 
 /* Products big enough (>= 66 block tiles of 128 x 256, or 128 x 128 for
@@ -412,7 +418,7 @@ TEST(matmul_tensor_cores_bf16_f16) {
 TEST(matmul_wgmma_layouts_bf16_f16) {
     NEED_GPU();
     kn_test_seed(23);
-    struct { kn_opin a, b; } C[] = {
+    mm_pair C[] = {
         {IN(2, SH(1030, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, false)},            /* NN */
         {IN(2, SH(1030, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, true)},             /* NT */
         {IN(2, SH(1032, 72), -1, 1, 0, true), IN(2, SH(72, 2000), -1, 1, 0, false)},             /* TN */
@@ -423,15 +429,7 @@ TEST(matmul_wgmma_layouts_bf16_f16) {
         {IN(3, SH(12, 264, 88), -1, 1, 0, true), IN(2, SH(88, 520), -1, 1, 0, false)},           /* shared B, no fold */
         {IN(3, SH(3, 400, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, false)},          /* folds into M */
     };
-    kn_dtype dts[2] = {KN_BF16, KN_F16};
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
-            kn_opin in[2] = {C[i].a, C[i].b};
-            in[0].dtype = in[1].dtype = dts[k];
-            double tol = k == 0 ? 1e-2 : 2e-3;
-            double e = cu_cmp(b_matmul, NULL, 2, in);
-            CHECK(e <= tol, "%s wgmma-size matmul case %zu: rel err %g (tol %g)", kn_dtype_name(dts[k]), i, e, tol);
-        }
+    half_matmul_cases(C, sizeof C / sizeof C[0], "wgmma-size matmul");
 }
 
 /* ---- the fused Adam update: f32 float4 kernel vs the cpu fast path and the reference ----
@@ -441,30 +439,6 @@ TEST(matmul_wgmma_layouts_bf16_f16) {
  * Tolerances: vs the cpu backend (same f32 operation sequence, no FMA
  * contraction) 1e-6 relative, and 0 is expected; vs the double reference
  * 1e-4 relative to |ref| + 1e-3, as test_optim.c checks the composite. */
-static bool adam_gpu_run(kn_backend *be, const kn_optim_cfg *cfg, int R, int Cc, bool tr, const double *p0, const double *a,
-                         double *out) {
-    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
-    int64_t n = (int64_t)R * Cc;
-    kn_tensor *p = kn_param(ctx, KN_F32, 2, SH(R, Cc)), *at = kn_empty(ctx, KN_F32, 2, tr ? SH(Cc, R) : SH(R, Cc));
-    kn_tensor_write(p, p0, KN_F64);
-    kn_tensor_write(at, a, KN_F64);
-    kn_tensor *pv = tr ? kn_transpose(ctx, p, 0, 1) : p;
-    kn_tensor *loss = kn_mul_scalar(ctx, kn_sum_all(ctx, kn_mul(ctx, at, kn_square(ctx, pv))), 0.5);
-    bool ok = kn_backward(ctx, loss) == KN_OK;
-    kn_optim *o = kn_optim_new_empty(ctx, cfg);
-    ok = ok && o && kn_optim_add_group(o, 1, &p, cfg->lr, cfg->weight_decay) == 0;
-    kn_tensor *outs[8];
-    int ne = ok ? kn_optim_build(o, NULL, outs, 8) : -1;
-    kn_plan *pl = ne > 0 ? kn_plan_new(ctx, ne, outs, NULL) : NULL;
-    for (int k = 0; pl && ok && k < 7; k++) {
-        if (k == 4) kn_optim_set_lr(o, 0, cfg->lr * 0.5);
-        ok = !kn_optim_prepare(o) && !kn_plan_run(pl);
-    }
-    ok = ok && pl && !kn_tensor_read(p, out, KN_F64) && !kn_tensor_read(kn_optim_state(o, 0, "exp_avg"), out + n, KN_F64) &&
-         !kn_tensor_read(kn_optim_state(o, 0, "exp_avg_sq"), out + 2 * n, KN_F64);
-    kn_plan_free(pl); kn_optim_free(o); kn_ctx_free(ctx);
-    return ok;
-}
 TEST(adam_update_f32_kernel) {
     NEED_GPU();
     kn_test_seed(20);
@@ -477,10 +451,10 @@ TEST(adam_update_f32_kernel) {
             for (int i = 0; i < n; i++) { p0[i] = kn_test_uniform(-2, 2); a[i] = kn_test_uniform(0.01, 3); }
             kn_optim_cfg c = kn_optim_defaults(kind ? KN_OPTIM_ADAMW : KN_OPTIM_ADAM);
             c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
-            REQUIRE(adam_gpu_run(kn_backend_ref(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[0]), "ref: %s", kn_last_error());
-            REQUIRE(adam_gpu_run(kn_backend_cpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[1]), "cpu: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(kn_backend_ref(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[0]), "ref: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(kn_backend_cpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[1]), "cpu: %s", kn_last_error());
             for (int i = 0; i < 3 * n; i++) r[2][i] = NAN;
-            REQUIRE(adam_gpu_run(gpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[2]), "cuda: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(gpu(), &c, S[si].R, S[si].C, S[si].tr, p0, a, r[2]), "cuda: %s", kn_last_error());
             double wr = 0, wc = 0;
             int64_t ndiff = 0;
             for (int i = 0; i < 3 * n; i++) {

@@ -4,6 +4,7 @@
  * clipping, gradient accumulation equal to one big batch, schedules, errors.
  * (PyTorch parity of every optimizer is in test_nn_torch.c.) */
 #include "kn_test.h"
+#include "kn_adamtest.h"      /* kn_adam_steps */
 #include "kiln.h"
 #include "kiln_nn.h"
 #include "kn-impl.h"          /* kn__adam_update: its argument checks */
@@ -236,29 +237,6 @@ TEST(schedules) {
  * update (cfg.unfused), both on the fast CPU backend, and the fused node on
  * the reference backend: p, exp_avg and exp_avg_sq after 7 steps with an lr
  * change, Adam (coupled decay) and AdamW, a small and a threaded size. */
-static bool adam_run(kn_backend *be, const kn_optim_cfg *cfg, int n, const double *p0, const double *a, double *out) {
-    kn_ctx_opts co = {be};
-    kn_ctx *ctx = kn_ctx_new(&co);
-    int64_t s = n;
-    kn_tensor *p = kn_param(ctx, KN_F32, 1, &s), *at = kn_empty(ctx, KN_F32, 1, &s);
-    kn_tensor_write(p, p0, KN_F64);
-    kn_tensor_write(at, a, KN_F64);
-    kn_tensor *loss = kn_mul_scalar(ctx, kn_sum_all(ctx, kn_mul(ctx, at, kn_square(ctx, p))), 0.5);
-    bool ok = kn_backward(ctx, loss) == KN_OK;
-    kn_optim *o = kn_optim_new_empty(ctx, cfg);
-    ok = ok && o && kn_optim_add_group(o, 1, &p, cfg->lr, cfg->weight_decay) == 0;
-    kn_tensor *outs[8];
-    int ne = ok ? kn_optim_build(o, NULL, outs, 8) : -1;
-    kn_plan *pl = ne > 0 ? kn_plan_new(ctx, ne, outs, NULL) : NULL;
-    for (int k = 0; pl && ok && k < 7; k++) {
-        if (k == 4) kn_optim_set_lr(o, 0, cfg->lr * 0.5);
-        ok = !kn_optim_prepare(o) && !kn_plan_run(pl);
-    }
-    ok = ok && pl && !kn_tensor_read(p, out, KN_F64) && !kn_tensor_read(kn_optim_state(o, 0, "exp_avg"), out + n, KN_F64) &&
-         !kn_tensor_read(kn_optim_state(o, 0, "exp_avg_sq"), out + 2 * n, KN_F64);
-    kn_plan_free(pl); kn_optim_free(o); kn_ctx_free(ctx);
-    return ok;
-}
 TEST(fused_adam_matches_composite) {
     kn_test_seed(31);
     int sizes[2] = {5, 10007};
@@ -272,9 +250,9 @@ TEST(fused_adam_matches_composite) {
             c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
             kn_optim_cfg cu = c;
             cu.unfused = true;
-            REQUIRE(adam_run(kn_backend_cpu(), &cu, n, p0, a, r[0]), "composite: %s", kn_last_error());
-            REQUIRE(adam_run(kn_backend_cpu(), &c, n, p0, a, r[1]), "fused cpu: %s", kn_last_error());
-            REQUIRE(adam_run(kn_backend_ref(), &c, n, p0, a, r[2]), "fused ref: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(kn_backend_cpu(), &cu, 0, n, false, p0, a, r[0]), "composite: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(kn_backend_cpu(), &c, 0, n, false, p0, a, r[1]), "fused cpu: %s", kn_last_error());
+            REQUIRE(kn_adam_steps(kn_backend_ref(), &c, 0, n, false, p0, a, r[2]), "fused ref: %s", kn_last_error());
             for (int b = 1; b < 3; b++) {
                 double worst = 0;
                 for (int i = 0; i < 3 * n; i++) {
