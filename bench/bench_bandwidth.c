@@ -14,6 +14,7 @@
  *
  * Non-goals: cache-resident sizes (see the GEMM bench for compute-bound work).
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "backends/cpu/vec.h"   // defines: kn_vec_*
 #include "core/cpu.h"           // defines: kn_cpu
 #include <pthread.h>
@@ -39,12 +40,6 @@ typedef struct {
     int64_t rows;
     int ith, nth;
 } job;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *run_part(void *arg) {
     job *j = arg;
@@ -73,11 +68,11 @@ static double run_once(const bench_case *c, float *x, float *b, float *y, const 
     job jobs[8];
     pthread_t th[8];
     for (int i = 0; i < nth; i++) jobs[i] = (job){c, x, b, y, w, bias, rows, i, nth};
-    double t0 = now_s();
+    double t0 = kn_bench_now();
     for (int i = 1; i < nth; i++) pthread_create(&th[i], NULL, run_part, &jobs[i]);
     run_part(&jobs[0]);
     for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
-    return now_s() - t0;
+    return kn_bench_now() - t0;
 }
 
 /* Process CPU time (user + system), to see whether the threads had their cores. */
@@ -86,11 +81,6 @@ static double cpu_s(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
            (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -138,7 +128,7 @@ int main(int argc, char **argv) {
             double c0 = cpu_s(), wall = 0;
             for (int r = 0; r < reps; r++) { t[r] = run_once(c, x, b, y, w, bias, rows, nth); wall += t[r]; }
             double cpu = (cpu_s() - c0) / (wall * nth);
-            qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+            qsort(t, (size_t)reps, sizeof t[0], kn_bench_cmp_double);
             double gbs = bytes / t[reps / 2] * 1e-9;
             if (c->op == OP_MEMCPY) copy_gbs[nth] = gbs;
             printf("| %s | %lld | %d | %.1f | %.2f | %.2f |\n", c->name, (long long)c->row, nth, gbs,

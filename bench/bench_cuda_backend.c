@@ -18,6 +18,7 @@
  *
  * Letters: M, N, K GEMM dims; Z batch entries.
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln.h"
 #include <stdio.h>
 
@@ -41,17 +42,8 @@ int main(void) {
 #define R 10           /* products per timed plan run / per cuBLAS timing */
 #define ROUNDS 7
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, kn_bench_cmp_double);
     return v[n / 2];
 }
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -89,9 +81,9 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
     double tk[ROUNDS];
     int ok = p && kn_plan_run(p) == KN_OK;      /* warm-up */
     for (int k = 0; ok && k < ROUNDS; k++) {
-        double t0 = now_s();
+        double t0 = kn_bench_now();
         ok = kn_plan_run(p) == KN_OK;
-        tk[k] = (now_s() - t0) / R;
+        tk[k] = (kn_bench_now() - t0) / R;
     }
     unsetenv("KN_CUDA_NO_WGMMA");
     if (!ok) { printf("%-30s kn plan failed: %s\n", c->name, kn_last_error()); goto done; }

@@ -15,6 +15,7 @@
  * AVX-512, else "Haswell") before OpenBLAS reads it at load time; it also sets
  * OPENBLAS_NUM_THREADS=2 if unset (see main).
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
 #include "core/cpu.h"
@@ -28,16 +29,6 @@
 
 void openblas_set_num_threads(int);   /* also in OpenBLAS's cblas.h; repeated for other cblas.h */
 char *openblas_get_corename(void);
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 typedef struct { const char *name; int64_t M, N, K; bool gemv; } shape;
 
@@ -68,16 +59,16 @@ static void time_block(void (*fn)(const shape *, const float *, const float *, f
      * on a 2-core machine a spinning idle thread halves the other's 2-thread speed. */
     usleep(200 * 1000);
     fn(s, A, B, C);                                   /* warm-up */
-    const double start = now();
-    for (int r = 0; (r < reps || now() - start < 0.06) && *nt < MAXT; r++) {
-        const double t0 = now();
+    const double start = kn_bench_now();
+    for (int r = 0; (r < reps || kn_bench_now() - start < 0.06) && *nt < MAXT; r++) {
+        const double t0 = kn_bench_now();
         fn(s, A, B, C);
-        t[(*nt)++] = now() - t0;
+        t[(*nt)++] = kn_bench_now() - t0;
     }
 }
 
 static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof t[0], cmp_d);
+    qsort(t, (size_t)n, sizeof t[0], kn_bench_cmp_double);
     return t[n / 2];
 }
 

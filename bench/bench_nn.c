@@ -10,6 +10,7 @@
  * forward. Threads: the CPU pool (KN_THREADS). Prints a markdown table.
  * Non-goals: whole-model timing (kiln bench), the GEMM itself (bench_gemm).
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kn-impl.h"
 #include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/threadpool.h"
@@ -18,16 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* contiguous f32 view of shape s, random values in [-1, 1) */
 static kn_tview mk(int nd, const int64_t *s) {
@@ -47,12 +38,12 @@ static double time_it(const kn_exec *e, bool fast, int reps) {
     double t[64];
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = kn_bench_now();
         if (fast) { if (!kn_cpu_nn_fast(e)) return -1; }
         else kn__ref_compute(kn_backend_ref(), e);
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = kn_bench_now() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_d);
+    qsort(t, (size_t)reps, sizeof(double), kn_bench_cmp_double);
     return t[reps / 2];
 }
 

@@ -13,6 +13,7 @@
  * of 5 each), and memcpy. Prints a markdown table.
  * Non-goals: batched products (GEMM), activation quantization time.
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln_base.h"
 #include "llm/quant.h"
 #include "core/cpu.h"
@@ -24,12 +25,6 @@
 
 #define ROWS 4096
 #define COLS 4096
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- jobs run by every thread between barriers ----------------------------- */
 
@@ -51,7 +46,7 @@ static void *worker(void *p) {
     targ *ta = p; job *j = ta->j;
     int id = ta->id, T = j->nthreads;
     pthread_barrier_wait(&j->bar);
-    double t0 = now();
+    double t0 = kn_bench_now();
     if (j->kind == 0) {
         int64_t r0 = (int64_t)ROWS * id / T, r1 = (int64_t)ROWS * (id + 1) / T;
         for (int it = 0; it < j->iters; it++) {
@@ -78,7 +73,7 @@ static void *worker(void *p) {
             pthread_barrier_wait(&j->bar);
         }
     }
-    ta->secs = now() - t0;
+    ta->secs = kn_bench_now() - t0;
     return NULL;
 }
 

@@ -13,6 +13,7 @@
  * -m mlp|gpt one model alone without PyTorch (with KN_PROFILE=1: where time goes).
  * Non-goals: statistics over repeated runs (the machine is shared; run it twice).
  */
+#include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln.h"
 #include "kiln_nn.h"
 #include "backends/cpu/threadpool.h"   /* defines: kn_pool_set_threads, kn_pool_nthreads */
@@ -20,12 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Build loss + AdamW effects as one plan and time `steps` runs after 3 warm-up runs. */
 static double time_steps(kn_ctx *ctx, kn_module *m, kn_tensor *loss, double wd, int steps) {
@@ -43,11 +38,11 @@ static double time_steps(kn_ctx *ctx, kn_module *m, kn_tensor *loss, double wd, 
     if (!p) { kn_optim_free(o); return -1; }
     double dt = -1;
     for (int i = 0; i < 3 + steps; i++) {
-        if (i == 3) dt = now_s();
+        if (i == 3) dt = kn_bench_now();
         kn_optim_prepare(o);
         if (kn_plan_run(p)) { dt = -1; break; }
     }
-    if (dt >= 0) dt = now_s() - dt;
+    if (dt >= 0) dt = kn_bench_now() - dt;
     kn_plan_free(p);
     kn_optim_free(o);
     return dt;
