@@ -619,18 +619,18 @@ static void colsum_rows(void *p, int64_t c0, int64_t c1) {
     for (int64_t r = 1; r < j->R; r++) kn_vec_add(y, y, j->x + r * j->C + c0, w);
     if (j->scale != 1.0f) kn_vec_mul_scalar(y, y, j->scale, w);
 }
-typedef struct { colsum_job *j; int64_t step; } colsum_split;
-/* parts of >= 256 columns each */
+typedef struct { colsum_job *j; int64_t nparts, rstep; } colsum_split;
+/* part q of nparts: columns [q*C/nparts, (q+1)*C/nparts) */
 static void colsum_cols(void *p, int64_t q0, int64_t q1) {
     colsum_split *s = p;
-    int64_t C = s->j->C, c0 = q0 * C / s->step, c1 = q1 * C / s->step;
+    int64_t C = s->j->C, c0 = q0 * C / s->nparts, c1 = q1 * C / s->nparts;
     if (c1 > c0) colsum_rows(s->j, c0, c1);
 }
-/* part q sums rows [q*step, (q+1)*step) into y + q*C */
+/* part q sums rows [q*rstep, (q+1)*rstep) into y + q*C */
 static void colsum_part(void *p, int64_t q0, int64_t q1) {
     colsum_split *s = p;
     for (int64_t q = q0; q < q1; q++) {
-        int64_t r0 = q * s->step, r1 = r0 + s->step < s->j->R ? r0 + s->step : s->j->R;
+        int64_t r0 = q * s->rstep, r1 = r0 + s->rstep < s->j->R ? r0 + s->rstep : s->j->R;
         if (r0 >= r1) continue;
         colsum_job sub = {s->j->y + q * s->j->C, s->j->x + r0 * s->j->C, r1 - r0, s->j->C, 1.0f};
         colsum_rows(&sub, 0, sub.C);
@@ -651,11 +651,11 @@ static bool fast_reduce_leading(const kn_exec *e) {
     float scale = t->op == KN_OP_MEAN ? 1.0f / (float)R : 1.0f;
     int nt = kn_pool_nthreads();
     if (C >= 256 * (int64_t)nt || R < 64 || nt < 2 || R * C < KN_CPU_PAR_MIN) {
-        /* wide rows: threads split the columns, each part >= 256 floats wide */
+        /* wide rows (or little work): threads split the columns, each part
+         * >= 256 floats wide; par_rows runs it on this thread when small */
         colsum_job j = {d->data, x->data, R, C, scale};
         int64_t parts = C / 256 > 1 ? C / 256 : 1;
-        if (parts == 1 || R * C < KN_CPU_PAR_MIN) colsum_rows(&j, 0, C);
-        else par_rows(colsum_cols, &(colsum_split){&j, parts}, parts, R * C);
+        par_rows(colsum_cols, &(colsum_split){&j, parts, 0}, parts, R * C);
         return true;
     }
     /* narrow rows (bias gradients [B*T, C]): threads split the rows into
@@ -665,7 +665,7 @@ static bool fast_reduce_leading(const kn_exec *e) {
     float *part = malloc(sizeof(float) * (size_t)(np * C));
     if (!part) return false;
     colsum_job j = {part, x->data, R, C, 1.0f};
-    par_rows(colsum_part, &(colsum_split){&j, rstep}, np, R * C);
+    par_rows(colsum_part, &(colsum_split){&j, 0, rstep}, np, R * C);
     float *y = d->data;
     memcpy(y, part, sizeof(float) * (size_t)C);
     for (int64_t p = 1; p < np && p * rstep < R; p++) kn_vec_add(y, y, part + p * C, C);
