@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kn_tensor *accumulate(kn_ctx *ctx, kn_tensor *have, kn_tensor *g, const kn_tensor *src) {
+/* a contribution in src's float dtype (a rule may produce a wider one) */
+static kn_tensor *in_dtype_of(kn_ctx *ctx, kn_tensor *g, const kn_tensor *src) {
     if (g->dtype != src->dtype && kn_dtype_get(src->dtype)->is_float) g = kn_cast(ctx, g, src->dtype);
-    return have ? kn_add(ctx, have, g) : g;
+    return g;
 }
 
 /* ---- contributions -------------------------------------------------------------
@@ -128,7 +129,7 @@ kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gout
                               kn__shape_str(seed, a, sizeof a), kn__shape_str(outs[i], b, sizeof b));
             goto done;
         }
-        if (seed && !add_contrib(&cs, outs[i]->id, accumulate(ctx, NULL, seed, outs[i]))) goto nomem;
+        if (seed && !add_contrib(&cs, outs[i]->id, in_dtype_of(ctx, seed, outs[i]))) goto nomem;
     }
     for (int i = n - 1; i >= 0; i--) {
         kn_tensor *t = order[i];
@@ -151,7 +152,7 @@ kn_status kn_gradients(kn_ctx *ctx, int nout, kn_tensor **outs, kn_tensor **gout
                                   kn_op_name(t->op), k, kn__shape_str(gin[k], a, sizeof a), kn__shape_str(s, b, sizeof b));
                 goto done;
             }
-            kn_tensor *c = accumulate(ctx, NULL, gin[k], s);
+            kn_tensor *c = in_dtype_of(ctx, gin[k], s);
             if (!c) break;
             if (!add_contrib(&cs, s->id, c)) goto nomem;
         }
