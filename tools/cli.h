@@ -1,0 +1,48 @@
+/* cli.h: what the subcommands of the kiln program share: the parsed
+ * options, model loading, the token printer and chat-template rendering.
+ * Each subcommand lives in its own tools/cmd_*.c file; tools/kiln.c parses
+ * the command line and dispatches.
+ *
+ * Exit status of every subcommand: 0 ok, 1 error, 2 usage.
+ */
+#ifndef KN_TOOLS_CLI_H
+#define KN_TOOLS_CLI_H
+
+#include "kiln.h"
+#include "kiln_chat.h"
+#include "kiln_llm.h"
+#include "kiln_backend.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cli_args {
+    const char *model, *prompt, *tokenizer, *file, *system, *tmpl, *backend, *gpu_dtype;
+    int n, ctx, batch, reps, n_prompt_bench, threads;
+    bool chat, have_temp, kv_f16;
+    kn_sampler_params sp;
+    const char *stop[8];
+    int n_stop;
+} cli_args;
+
+/* --backend cpu|cuda (else KN_BACKEND); NULL after a message when the
+ * choice cannot be honoured */
+kn_backend *cli_pick_backend(const cli_args *a);
+/* loads -m with the options' tokenizer, context, backend; NULL after a message */
+kn_model *cli_load(const cli_args *a);
+/* kn_generate callback: writes the piece to stdout and flushes */
+bool cli_print_token(void *ud, int32_t tok, const char *text, size_t len);
+/* --chat-template NAME, else the model's own; false after a message */
+bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t);
+/* the rendered conversation with the assistant prompt open; NULL on failure */
+char *cli_render(const kn_chat_tmpl *t, const kn_chat_msg *msgs, size_t n);
+double cli_now_s(void);
+
+int cmd_generate(const cli_args *a);
+int cmd_tokenize(const cli_args *a);
+int cmd_bench(const cli_args *a);
+int cmd_chat(const cli_args *a);
+int cmd_perplexity(const cli_args *a);
+int kn_cli_train(int argc, char **argv);   /* tools/train.c */
+
+#endif

@@ -1,0 +1,101 @@
+/* cmd_generate.c: kiln generate, kiln tokenize and kiln bench. */
+#include "cli.h"
+#include "backends/cpu/threadpool.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_generate(const cli_args *a) {
+    if (!a->prompt) { fprintf(stderr, "kiln generate: no prompt (-p TEXT)\n"); return 2; }
+    kn_model *m = cli_load(a);
+    if (!m) return 1;
+    kn_generate_params gp = kn_generate_defaults();
+    gp.max_tokens = a->n;
+    gp.sampling = a->sp;
+    gp.stop = a->stop; gp.n_stop = a->n_stop;
+    char *text = NULL;
+    const char *prompt = a->prompt;
+    if (a->chat) {
+        kn_chat_tmpl t;
+        if (!cli_get_template(m, a, &t)) { kn_model_free(m); return 1; }
+        kn_chat_msg msgs[2]; size_t n = 0;
+        if (a->system) msgs[n++] = (kn_chat_msg){"system", a->system};
+        msgs[n++] = (kn_chat_msg){"user", a->prompt};
+        text = cli_render(&t, msgs, n);
+        prompt = text;
+        if (text && getenv("KN_DEBUG")) fprintf(stderr, "--- chat prompt ---\n%s\n-------------------\n", text);
+    }
+    kn_generate_stats s;
+    kn_status st = prompt ? kn_generate(m, prompt, &gp, cli_print_token, NULL, &s) : KN_ERR_NOMEM;
+    printf("\n");
+    fflush(stdout);                    /* the text ends its line before the stats on stderr */
+    if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
+    else {
+        if (s.hit_context_limit) fprintf(stderr, "kiln: stopped at the context limit (%d tokens)\n", kn_model_n_ctx(m));
+        fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tok/s); decode: %d tokens in %.3f s (%.1f tok/s)\n",
+                s.n_prompt, s.prefill_s, s.prefill_s > 0 ? s.n_prompt / s.prefill_s : 0,
+                s.n_generated, s.decode_s, s.decode_s > 0 ? s.n_generated / s.decode_s : 0);
+    }
+    free(text);
+    kn_model_free(m);
+    return st ? 1 : 0;
+}
+
+/* kiln tokenize: print the token ids of -p TEXT (one line, space separated) */
+int cmd_tokenize(const cli_args *a) {
+    if (!a->prompt) { fprintf(stderr, "kiln tokenize: no text (-p TEXT)\n"); return 2; }
+    kn_model *m = cli_load(a);
+    if (!m) return 1;
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    int cap = (int)strlen(a->prompt) + 8, n = 0;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    kn_status st = ids ? kn_tokenize(tok, a->prompt, strlen(a->prompt), kn_tokenizer_add_bos(tok), true, ids, cap, &n) : KN_ERR_NOMEM;
+    if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
+    else { for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]); printf("\n"); }
+    free(ids);
+    kn_model_free(m);
+    return st ? 1 : 0;
+}
+
+static int cmp_d(const void *x, const void *y) { double a = *(const double *)x, b = *(const double *)y; return (a > b) - (a < b); }
+
+int cmd_bench(const cli_args *a) {
+    kn_model *m = cli_load(a);
+    if (!m) return 1;
+    const kn_model_config *c = kn_model_get_config(m);
+    int np = a->n_prompt_bench, ng = a->n > 0 && a->n != 256 ? a->n : 128, reps = a->reps > 0 ? a->reps : 3;
+    if (np + ng > kn_model_n_ctx(m)) np = kn_model_n_ctx(m) - ng;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(np > 0 ? np : 1));
+    float *logits = malloc(sizeof(float) * (size_t)c->n_vocab);
+    for (int i = 0; i < np; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
+    double *pp = malloc(sizeof(double) * (size_t)reps), *tg = malloc(sizeof(double) * (size_t)reps);
+    int rc = 0;
+    for (int r = 0; r < reps && !rc; r++) {
+        double t0 = cli_now_s();
+        if (kn_model_eval(m, toks, np, 0, logits, false)) { rc = 1; break; }
+        pp[r] = np / (cli_now_s() - t0);
+        t0 = cli_now_s();
+        /* decode from an empty context, one token per step, like llama-bench's
+         * tg test; a fixed token pattern (as scripts/bench_llamacpp.py uses) */
+        for (int i = 0; i < ng; i++) {
+            int32_t t = (int32_t)((i * 31 + 7) % c->n_vocab);
+            if (kn_model_eval(m, &t, 1, i, logits, false)) { rc = 1; break; }
+        }
+        tg[r] = ng / (cli_now_s() - t0);
+    }
+    if (rc) fprintf(stderr, "kiln bench: %s\n", kn_last_error());
+    else {
+        qsort(pp, (size_t)reps, sizeof(double), cmp_d);
+        qsort(tg, (size_t)reps, sizeof(double), cmp_d);
+        printf("| model | type | params | threads | test | tokens/s (median of %d) |\n|---|---|---|---|---|---|\n", reps);
+        /* on a GPU: the uploaded weight dtype, and the backend in the threads column */
+        char th[32], ty[48];
+        if (kn_model_backend(m)->device != KN_DEVICE_HOST) { snprintf(th, sizeof th, "gpu"); snprintf(ty, sizeof ty, "%s (file %s)", kn_dtype_name(c->run_weight_type), kn_dtype_name(c->weight_type)); }
+        else { snprintf(th, sizeof th, "%d", kn_pool_nthreads()); snprintf(ty, sizeof ty, "%s", kn_dtype_name(c->weight_type)); }
+        printf("| %s | %s | %.1fM | %s | pp%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, np, pp[reps / 2]);
+        printf("| %s | %s | %.1fM | %s | tg%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, ng, tg[reps / 2]);
+    }
+    free(toks); free(logits); free(pp); free(tg);
+    kn_model_free(m);
+    return rc;
+}
