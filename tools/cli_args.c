@@ -294,6 +294,11 @@ cli_parse_result cli_parse(cli_sub sub, int argc, char *const *argv, cli_args *a
         if (!store(o, name, val, a)) return CLI_PARSE_USAGE;
         if (o->given != NO_FIELD) *(bool *)((char *)a + o->given) = true;
     }
+    if (sub == CLI_GENERATE && !a->chat && (a->system || a->tmpl)) {
+        /* they shape the chat template, which only --chat applies */
+        fprintf(stderr, "kiln generate: %s applies with --chat (add --chat, or leave it out)\n", a->system ? "--system" : "--chat-template");
+        return CLI_PARSE_USAGE;
+    }
     return check_required(sub, a);
 }
 
