@@ -186,6 +186,10 @@ static bool store(const cli_opt *o, const char *opt, const char *text, cli_args 
         *(bool *)(base + o->field) = true;
         return true;
     case OPT_STR:
+        if (!*text && o->meta && !strcmp(o->meta, "FILE")) {
+            fprintf(stderr, "kiln: %s needs a file name, got ''\n", opt);
+            return false;
+        }
         if (o->choices && !in_choices(o->choices, text)) {
             fprintf(stderr, "kiln: %s must be one of %s, got '%s'\n", opt, o->choices, text);
             return false;
@@ -255,9 +259,14 @@ cli_parse_result cli_parse(cli_sub sub, int argc, char *const *argv, cli_args *a
         if (!strcmp(w, "-h") || !strcmp(w, "--help")) return CLI_PARSE_HELP;
         if (w[0] != '-' || !w[1]) {
             /* a word that is no option: only `kiln info MODEL` takes one */
-            if (sub == CLI_INFO && !a->model) { a->model = w; continue; }
-            fprintf(stderr, "kiln %s: unexpected argument '%s' (quote text with spaces: -p \"...\"; kiln %s --help lists the options)\n",
-                    s, w, s);
+            if (sub == CLI_INFO && !a->model) {
+                if (!w[0]) { fprintf(stderr, "kiln info: the model's file name is empty\n"); return CLI_PARSE_USAGE; }
+                a->model = w;
+                continue;
+            }
+            bool text = sub == CLI_GENERATE || sub == CLI_TOKENIZE;
+            fprintf(stderr, "kiln %s: unexpected argument '%s' (%skiln %s --help lists the options)\n", s, w,
+                    text ? "quote text with spaces: -p \"...\"; " : "", s);
             return CLI_PARSE_USAGE;
         }
         /* --name=value */
