@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r == CLI_PARSE_OK) check_ranges((cli_sub)s, &a);
         else if (r == CLI_PARSE_HELP) cli_help((cli_sub)s, g_null);
     }
-    if (size && data[0] == 'h') cli_help_all(g_null);
+    if (size && data[0] == 'h') cli_wrapped(words[0], (int)(size % 128), g_null);   /* the wrapper on any text */
     stderr = saved;
     free(buf);
     return 0;

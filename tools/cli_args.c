@@ -314,7 +314,7 @@ cli_parse_result cli_parse(cli_sub sub, int argc, char *const *argv, cli_args *a
 /* ---- help ------------------------------------------------------------------------ */
 /* text from column `indent`, wrapped at spaces before column 100 */
 static void wrapped(const char *text, int indent, FILE *f) {
-    const int width = 100 - indent;
+    const int width = indent < 60 ? 100 - indent : 40;
     while ((int)strlen(text) > width) {
         int cut = width;
         while (cut > 0 && text[cut] != ' ') cut--;
@@ -354,15 +354,8 @@ void cli_help(cli_sub sub, FILE *f) {
     fprintf(f, "Long options also take --name=VALUE. Exit status: 0 ok, 1 error, 2 usage.\n");
 }
 
-void cli_help_all(FILE *f) {
-    fprintf(f, "usage: kiln COMMAND [options]\n\ncommands:\n");
-    for (int s = 0; s < CLI_N_SUBS; s++) {
-        fprintf(f, "  %-11s ", SUBS[s].name);
-        wrapped(SUBS[s].what, 14, f);
-    }
-    fprintf(f, "  %-11s %s\n", "train", "Trains a model: mnist, char or gpt2 (kiln train --help).");
-    fprintf(f, "  %-11s %s\n", "help", "kiln help COMMAND: the options of COMMAND.");
-    fprintf(f, "  %-11s %s\n", "version", "Prints the version (also kiln --version).");
-    fprintf(f, "\nkiln COMMAND --help lists the options of each command, with their defaults.\n"
-               "Text goes to stdout; statistics and messages to stderr. Exit status: 0 ok, 1 error, 2 usage.\n");
+const char *cli_sub_what(cli_sub sub) {
+    return (unsigned)sub < CLI_N_SUBS ? SUBS[sub].what : "";
 }
+
+void cli_wrapped(const char *text, int indent, FILE *f) { wrapped(text, indent, f); }

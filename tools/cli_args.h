@@ -58,7 +58,9 @@ cli_parse_result cli_parse(cli_sub sub, int argc, char *const *argv, cli_args *a
 
 /* `kiln SUB --help`: usage, what it does, every option with its default */
 void cli_help(cli_sub sub, FILE *f);
-/* `kiln --help`: the subcommands */
-void cli_help_all(FILE *f);
+/* one sentence on what sub does (for `kiln --help`) */
+const char *cli_sub_what(cli_sub sub);
+/* text from column indent, wrapped before column 100, then a newline */
+void cli_wrapped(const char *text, int indent, FILE *f);
 
 #endif

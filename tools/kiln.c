@@ -28,8 +28,7 @@
 #include <unistd.h>
 
 static void short_usage(void) {
-    fprintf(stderr, "usage: kiln COMMAND [options]  (COMMAND: generate, chat, info, bench, perplexity, tokenize, train)\n"
-                    "kiln --help lists the commands; kiln COMMAND --help lists its options\n");
+    fprintf(stderr, "usage: kiln COMMAND [options]\nkiln --help lists the commands; kiln COMMAND --help lists its options\n");
 }
 
 /* A seed nobody chose: the kernel's random bytes, else the clock and the pid. */
@@ -72,12 +71,50 @@ static int cmd_info(const cli_args *a) {
     return 0;
 }
 
+/* Commands that parse their own options (the table of tools/cli_args.c
+ * describes the others): main hands them argc/argv as they are, with
+ * argv[1] the command's name. */
+typedef struct own_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} own_command;
+
+static const own_command OWN[] = {
+    {"train", kn_cli_train, "Trains a model: mnist, char or gpt2 (kiln train --help)."},
+};
+#define N_OWN (sizeof OWN / sizeof OWN[0])
+
+static const own_command *find_own(const char *name) {
+    for (size_t i = 0; i < N_OWN; i++)
+        if (!strcmp(name, OWN[i].name)) return &OWN[i];
+    return NULL;
+}
+
+/* kiln --help */
+static void help_all(FILE *f) {
+    fprintf(f, "usage: kiln COMMAND [options]\n\ncommands:\n");
+    for (int s = 0; s < CLI_N_SUBS; s++) {
+        fprintf(f, "  %-11s ", cli_sub_name((cli_sub)s));
+        cli_wrapped(cli_sub_what((cli_sub)s), 14, f);
+    }
+    for (size_t i = 0; i < N_OWN; i++) {
+        fprintf(f, "  %-11s ", OWN[i].name);
+        cli_wrapped(OWN[i].what, 14, f);
+    }
+    fprintf(f, "  %-11s %s\n", "help", "kiln help COMMAND: the options of COMMAND.");
+    fprintf(f, "  %-11s %s\n", "version", "Prints the version (also kiln --version).");
+    fprintf(f, "\nkiln COMMAND --help lists the options of each command, with their defaults.\n"
+               "Text goes to stdout; statistics and messages to stderr. Exit status: 0 ok, 1 error, 2 usage.\n");
+}
+
 static int help(int argc, char **argv) {
-    if (argc == 2) { cli_help_all(stdout); return 0; }
+    if (argc == 2) { help_all(stdout); return 0; }
     if (argc > 3) { fprintf(stderr, "kiln: help takes one command name, e.g. kiln help generate\n"); return 2; }
-    if (!strcmp(argv[2], "train")) {
-        char *targs[] = {argv[0], "train", "--help", NULL};
-        return kn_cli_train(3, targs);
+    const own_command *own = find_own(argv[2]);
+    if (own) {
+        char *args[] = {argv[0], argv[2], "--help", NULL};
+        return own->run(3, args);
     }
     cli_sub sub;
     if (!cli_sub_find(argv[2], &sub)) {
@@ -97,7 +134,8 @@ int main(int argc, char **argv) {
         printf("kiln %s\n", kn_version());
         return 0;
     }
-    if (!strcmp(cmd, "train")) return kn_cli_train(argc, argv);
+    const own_command *own = find_own(cmd);
+    if (own) return own->run(argc, argv);
     cli_sub sub;
     if (!cli_sub_find(cmd, &sub)) {
         if (cmd[0] == '-') fprintf(stderr, "kiln: unknown option %s before the command (kiln --help lists the commands)\n", cmd);
