@@ -31,6 +31,10 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t);
 /* the rendered conversation with the assistant prompt open; NULL on failure */
 char *cli_render(const kn_chat_tmpl *t, const kn_chat_msg *msgs, size_t n);
 double cli_now_s(void);
+/* The whole of a regular file given as option opt ("-f"), NUL-terminated,
+ * length in *len; NULL after a message with the system's reason (a FIFO,
+ * directory or device is refused rather than waited on). The caller frees. */
+char *cli_read_file(const char *opt, const char *path, size_t *len);
 
 int cmd_generate(const cli_args *a);
 int cmd_tokenize(const cli_args *a);
