@@ -349,8 +349,9 @@ void cli_help(cli_sub sub, FILE *f) {
     for (size_t i = 0; i < N_OPTS; i++)
         if (OPTS[i].subs >> sub & 1u) help_line(&OPTS[i], f);
     fprintf(f, "  %-28s %s\n", "-h, --help", "this help");
+    fputc('\n', f);
     if (sub == CLI_GENERATE || sub == CLI_CHAT)
-        fprintf(f, "\nThe seed is random unless --seed is given; -v prints it, and --seed with that number repeats the run.\n");
+        fprintf(f, "The seed is random unless --seed is given; -v prints it, and --seed with that number repeats the run.\n");
     fprintf(f, "Long options also take --name=VALUE. Exit status: 0 ok, 1 error, 2 usage.\n");
 }
 
