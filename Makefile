@@ -121,17 +121,21 @@ endif
 # header dependencies (-MMD): an enum change in kiln.h must rebuild the kernels too
 DEPS := $(OBJ:.o=.d) $(TOOL_OBJ:.o=.d) $(TEST_BIN:=.d)
 
-# ---- build configuration stamp ------------------------------------------------
+# ---- build configuration stamps ----------------------------------------------
 # BUILD/config holds every setting that changes what an object or a link
 # contains; it is rewritten only when they differ, and everything built in
 # BUILD depends on it. So `make CUDA=1 BUILD=build` after `make` rebuilds
-# instead of mixing CUDA and CPU-only objects.
+# instead of mixing CUDA and CPU-only objects. BUILD/config-tools does the
+# same for what only the kiln program sees (libedit on or off).
 CONFIG_STAMP := $(BUILD)/config
+TOOLS_STAMP  := $(BUILD)/config-tools
 KN_CONFIG := CC=$(CC) CFLAGS=$(CFLAGS) AVX2=$(AVX2_FLAGS) AVX512=$(AVX512_FLAGS) CUDA=$(CUDA) \
-             NVCC=$(NVCC) $(NVCCFLAGS) LDLIBS=$(LDLIBS) TOOLS=$(TOOL_DEFS) $(TOOL_LIBS)
+             NVCC=$(NVCC) $(NVCCFLAGS) LDLIBS=$(LDLIBS)
+write_stamp = $(shell mkdir -p $(BUILD) && { [ "$$(cat $(1) 2>/dev/null)" = '$(subst ','\'',$(2))' ] || \
+                printf '%s\n' '$(subst ','\'',$(2))' > $(1); })
 ifeq ($(filter clean uninstall,$(MAKECMDGOALS)),)
-  $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(subst ','\'',$(KN_CONFIG))' ] || \
-    printf '%s\n' '$(subst ','\'',$(KN_CONFIG))' > $(CONFIG_STAMP); })
+  $(call write_stamp,$(CONFIG_STAMP),$(KN_CONFIG))
+  $(call write_stamp,$(TOOLS_STAMP),$(TOOL_DEFS) $(TOOL_LIBS))
 endif
 
 .PHONY: all lib test tests sanitize bench run clean fuzz test-cuda bench-cuda valgrind install uninstall
@@ -152,6 +156,7 @@ $(BUILD)/%.cu.o: %.cu $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 $(TOOL_OBJ): CFLAGS += $(TOOL_DEFS)
+$(TOOL_OBJ): $(TOOLS_STAMP)
 
 $(BUILD)/libkiln.a: $(OBJ)
 	@rm -f $@
@@ -159,7 +164,7 @@ $(BUILD)/libkiln.a: $(OBJ)
 $(BUILD)/libkiln.so: $(OBJ)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libkiln.so.$(SOMAJOR) $(SANFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/kiln: $(TOOL_OBJ) $(BUILD)/libkiln.a
+$(BUILD)/kiln: $(TOOL_OBJ) $(BUILD)/libkiln.a $(TOOLS_STAMP)
 	$(call say,LD,$@)$(CC) $(CFLAGS) -o $@ $(TOOL_OBJ) $(BUILD)/libkiln.a $(TOOL_LIBS) $(LDLIBS)
 $(BUILD)/tests/%: tests/%.c tests/kn_test.h $(BUILD)/libkiln.a
 	@mkdir -p $(dir $@)
