@@ -133,10 +133,13 @@ KN_CONFIG := CC=$(CC) CFLAGS=$(CFLAGS) AVX2=$(AVX2_FLAGS) AVX512=$(AVX512_FLAGS)
              NVCC=$(NVCC) $(NVCCFLAGS) LDLIBS=$(LDLIBS)
 write_stamp = $(shell mkdir -p $(BUILD) && { [ "$$(cat $(1) 2>/dev/null)" = '$(subst ','\'',$(2))' ] || \
                 printf '%s\n' '$(subst ','\'',$(2))' > $(1); })
-ifeq ($(filter clean uninstall,$(MAKECMDGOALS)),)
+# (not under make -n, which must change nothing, nor for clean/uninstall)
+ifeq ($(filter clean uninstall,$(MAKECMDGOALS))$(findstring n,$(firstword -$(MAKEFLAGS))),)
   $(call write_stamp,$(CONFIG_STAMP),$(KN_CONFIG))
   $(call write_stamp,$(TOOLS_STAMP),$(TOOL_DEFS) $(TOOL_LIBS))
 endif
+# written above; this empty rule only lets make -n plan a fresh directory
+$(CONFIG_STAMP) $(TOOLS_STAMP): ;
 
 .PHONY: all lib test tests sanitize bench run clean fuzz test-cuda bench-cuda valgrind install uninstall
 all: lib $(BUILD)/kiln $(TEST_BIN) $(BENCH_BIN)
