@@ -20,8 +20,12 @@
 # ISA flags, and the code picks a path at run time from cpuid (src/core/cpu.c),
 # so one binary runs on any x86-64 machine.
 
-VERSION := 0.1.0
+# the one version, from include/kiln_base.h (KN_VERSION): the .so's name and kiln.pc
+VERSION := $(shell sed -n 's/^\#define KN_VERSION "\(.*\)"/\1/p' include/kiln_base.h)
 SOMAJOR := 0
+
+# plain `make` builds everything (the stamp rules below would otherwise be the first goal)
+.DEFAULT_GOAL := all
 
 CUDA    ?= 0
 ifeq ($(CUDA),1)
@@ -93,7 +97,7 @@ endif
 # ---- the kiln program ----------------------------------------------------------
 TOOL_SRC  := $(sort $(wildcard tools/*.c))
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
-TOOL_DEFS := -DKN_VERSION='"$(VERSION)"'
+TOOL_DEFS :=
 TOOL_LIBS :=
 # libedit (Debian: libedit-dev), optional: line editing and history in
 # `kiln chat`. Found by its header; EDITLINE=0 builds without it. Only the
