@@ -36,8 +36,10 @@ endif
 CC      ?= cc
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
+# -fvisibility=hidden: libkiln.so exports only what include/*.h declares (those
+# headers switch default visibility back on); tests/test_symbols.sh checks it
 CFLAGS  += -std=c11 -Wall -Wextra -pedantic -Wno-unused-parameter -Wno-missing-field-initializers -fPIC -D_GNU_SOURCE \
-           -Iinclude -Isrc $(SANFLAGS)
+           -Iinclude -Isrc -fvisibility=hidden $(SANFLAGS)
 LDLIBS  += -lm -lpthread -lz
 ARCH    := $(shell uname -m)
 
@@ -112,7 +114,7 @@ endif
 ifeq ($(CUDA),1)
   NVCC      ?= nvcc
   CUDA_HOME ?= /usr/local/cuda
-  NVCCFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC \
+  NVCCFLAGS ?= -O3 -std=c++17 -Iinclude -Isrc -Xcompiler -fPIC,-fvisibility=hidden \
                -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=sm_90 \
                -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
   CU_SRC    := $(shell find src -name '*.cu' | sort)

@@ -13,7 +13,6 @@
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kn-impl.h"
 #include "backends/cpu/cpu_nn.h"
-#include "backends/cpu/threadpool.h"
 #include "core/cpu.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +59,7 @@ static void free_views(kn_exec *e) {
 int main(void) {
     srand(1);
     printf("# nn kernels: fast CPU path vs reference (%d threads, ISA level %d)\n\n",
-           kn_pool_nthreads(), (int)kn_cpu()->isa);
+           kn_threads(), (int)kn_cpu()->isa);
     printf("| %-36s | %10s | %10s | %8s |\n", "case", "fast us", "ref us", "speedup");
     printf("|%s|%s|%s|%s|\n", "--------------------------------------", "------------", "------------", "----------");
 

@@ -16,7 +16,6 @@
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln.h"
 #include "kiln_nn.h"
-#include "backends/cpu/threadpool.h"   /* defines: kn_pool_set_threads, kn_pool_nthreads */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,8 +96,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-s")) steps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) only = argv[i + 1];
     }
-    if (threads > 0) kn_pool_set_threads(threads);
-    threads = kn_pool_nthreads();
+    if (threads > 0) kn_set_threads(threads);
+    threads = kn_threads();
     if (steps < 1) steps = 1;
     const int64_t MB = 128, V = 256, T = 64, C = 128, B = 8;
     const int L = 4, H = 4;

@@ -31,6 +31,7 @@
  */
 #ifndef KILN_H
 #define KILN_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_base.h"
 
 #ifdef __cplusplus
@@ -397,9 +398,14 @@ kn_status kn_graph_dump_dot(kn_ctx *ctx, int nout, kn_tensor **outs, const char 
 kn_backend *kn_backend_ref(void);      /* plain-C reference: every op, the oracle */
 kn_backend *kn_backend_cpu(void);      /* fast CPU: SIMD + threads, reference fallback */
 kn_backend *kn_backend_default(void);  /* KN_BACKEND=ref|cpu, default cpu */
+/* Worker threads of the CPU backend, the calling thread included. The
+ * default is KN_THREADS, else one per online core; n <= 0 restores it. */
+void kn_set_threads(int n);
+int kn_threads(void);
 const char *kn_backend_name(const kn_backend *be);
 
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

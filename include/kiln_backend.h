@@ -8,6 +8,7 @@
  */
 #ifndef KILN_BACKEND_H
 #define KILN_BACKEND_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln.h"
 
 #ifdef __cplusplus
@@ -60,4 +61,5 @@ void kn_store(kn_dtype t, void *base, int64_t i, double v);/* rounds (RNE) / sat
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

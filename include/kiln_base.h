@@ -7,6 +7,7 @@
  */
 #ifndef KILN_BASE_H
 #define KILN_BASE_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -72,4 +73,5 @@ size_t kn_dtype_nbytes(kn_dtype t, int64_t n);
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

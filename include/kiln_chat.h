@@ -31,6 +31,7 @@
  */
 #ifndef KILN_CHAT_H
 #define KILN_CHAT_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_base.h"
 
 #ifdef __cplusplus
@@ -75,4 +76,5 @@ kn_status kn_chat_apply(const kn_chat_tmpl *tmpl, const kn_chat_msg *msgs, size_
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

@@ -21,6 +21,7 @@
  */
 #ifndef KILN_CKPT_H
 #define KILN_CKPT_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_base.h"
 
 #ifdef __cplusplus
@@ -95,4 +96,5 @@ kn_status kn_ckpt_save_llmc_gpt2(const char *path, const struct kn_llmc_gpt2_con
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

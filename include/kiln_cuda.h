@@ -27,6 +27,7 @@
  */
 #ifndef KILN_CUDA_H
 #define KILN_CUDA_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_backend.h"
 
 #ifdef __cplusplus
@@ -49,4 +50,5 @@ void kn_cuda_backend_stats(size_t *in_use_bytes, size_t *peak_bytes, size_t *cac
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

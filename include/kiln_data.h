@@ -39,6 +39,7 @@
  */
 #ifndef KILN_DATA_H
 #define KILN_DATA_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_base.h"
 
 #ifdef __cplusplus
@@ -196,4 +197,5 @@ kn_status kn_tokenize_file_to_shards(const struct kn_tokenizer *tok, const char 
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

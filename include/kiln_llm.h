@@ -30,6 +30,7 @@
  */
 #ifndef KILN_LLM_H
 #define KILN_LLM_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln.h"
 #include "kiln_tokenizer.h"
 
@@ -168,4 +169,5 @@ void kn_kv_tokens_free(kn_kv_tokens *kv);
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

@@ -53,6 +53,7 @@
  */
 #ifndef KILN_NN_H
 #define KILN_NN_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln.h"
 
 #ifdef __cplusplus
@@ -372,4 +373,5 @@ double kn_sched_one_cycle(int64_t step, double max_lr, int64_t total, double pct
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

@@ -48,6 +48,7 @@
  */
 #ifndef KILN_TOKENIZER_H
 #define KILN_TOKENIZER_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_base.h"
 
 #ifdef __cplusplus
@@ -163,4 +164,5 @@ size_t kn_utf8_valid_prefix(const char *s, size_t n);
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

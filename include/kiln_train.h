@@ -35,6 +35,7 @@
  */
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
+#pragma GCC visibility push(default)   /* what libkiln.so exports: the kn_ API (the rest is built -fvisibility=hidden) */
 #include "kiln_nn.h"
 #include <stdio.h>
 
@@ -113,4 +114,5 @@ const char *kn_train_fmt_duration(double seconds, char *buf, size_t cap);
 #ifdef __cplusplus
 }
 #endif
+#pragma GCC visibility pop
 #endif

@@ -1,6 +1,5 @@
 /* cmd_generate.c: kiln generate, kiln tokenize and kiln bench. */
 #include "cli.h"
-#include "backends/cpu/threadpool.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +106,7 @@ int cmd_bench(const cli_args *a) {
         /* on a GPU: the uploaded weight dtype, and the backend in the threads column */
         char th[32], ty[48];
         if (kn_model_backend(m)->device != KN_DEVICE_HOST) { snprintf(th, sizeof th, "gpu"); snprintf(ty, sizeof ty, "%s (file %s)", kn_dtype_name(c->run_weight_type), kn_dtype_name(c->weight_type)); }
-        else { snprintf(th, sizeof th, "%d", kn_pool_nthreads()); snprintf(ty, sizeof ty, "%s", kn_dtype_name(c->weight_type)); }
+        else { snprintf(th, sizeof th, "%d", kn_threads()); snprintf(ty, sizeof ty, "%s", kn_dtype_name(c->weight_type)); }
         printf("| %s | %s | %.1fM | %s | pp%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, np, pp[reps / 2]);
         printf("| %s | %s | %.1fM | %s | tg%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, ng, tg[reps / 2]);
     }

@@ -17,7 +17,6 @@
 #define _GNU_SOURCE      /* sched_getaffinity, CPU_COUNT (the Makefile defines it too) */
 #endif
 #include "cli.h"
-#include "backends/cpu/threadpool.h"
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -63,7 +62,7 @@ static void set_threads(cli_args *a) {
         fprintf(stderr, "kiln: -t %d is more than the %d cores this process may use; using %d\n", a->threads, cores, cores);
         a->threads = cores;
     }
-    kn_pool_set_threads(a->threads);
+    kn_set_threads(a->threads);
 }
 
 static int cmd_info(const cli_args *a) {

@@ -211,3 +211,7 @@ void kn_pool_run(kn_pool_fn fn, void *ctx, int nth) {
     spin_until(&g_entered, 0);         /* no one still reads g_fn/g_ctx/g_nth       */
     pthread_mutex_unlock(&g_run_mu);
 }
+
+/* the public names (kiln.h) */
+void kn_set_threads(int n) { kn_pool_set_threads(n); }
+int kn_threads(void) { return kn_pool_nthreads(); }
