@@ -26,6 +26,7 @@ static void usage(void) {
             "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
             "  tokenize -m MODEL -p TEXT     print the token ids of TEXT\n"
             "  train mnist|char|gpt2 ...     train a model (kiln train --help)\n"
+            "  export -m CKPT -o OUT.gguf    a trained char/gpt2 checkpoint as GGUF (kiln export --help)\n"
             "options:\n"
             "  -m FILE        model: GGUF (llama), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face\n"
             "                 safetensors file/directory with config.json (Llama, GPT-2)\n"
@@ -99,6 +100,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "train")) return kn_cli_train(argc, argv);
+    if (!strcmp(cmd, "export")) return kn_cli_export(argc, argv);
     if (parse(argc, argv, 2, &a)) { usage(); return 2; }
     if (!strcmp(cmd, "generate")) return cmd_generate(&a);
     if (!strcmp(cmd, "chat")) return cmd_chat(&a);

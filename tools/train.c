@@ -403,15 +403,14 @@ static int run_end(const targs *a, kn_status st, const kn_train_result *res) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", kn_last_error());
         if (a->out && st == KN_ERR_IO) {
-            bool have = access(a->out, R_OK) == 0;
-            fprintf(stderr, "kiln train: saving the checkpoint after step %lld failed: %s; training stopped. ",
+            fprintf(stderr, "kiln train: saving the checkpoint after step %lld failed: %s; training stopped",
                     (long long)res->next_step, msg);
-            if (have) {
-                fprintf(stderr, "The previous checkpoint %s is intact; fix the cause, then continue with: ", a->out);
+            if (access(a->out, R_OK) == 0) {
+                fprintf(stderr, "; fix the cause, then continue from the last good checkpoint with: ");
                 print_resume_cmd(a, stderr);
                 fputc('\n', stderr);
             } else {
-                fprintf(stderr, "No checkpoint was saved.\n");
+                fprintf(stderr, "; no checkpoint was saved\n");
             }
             return 1;
         }

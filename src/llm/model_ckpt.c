@@ -215,7 +215,7 @@ static kn_status char_tokenizer(const kn__kgpt *k, kn_gguf_writer *w) {
         if (k->chars[i] == '\n') bos = (int32_t)i;
     }
     kn_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    kn_gguf_w_str(w, "tokenizer.ggml.pre", "gpt2");
+    kn_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");   /* llama.cpp spells it so */
     kn_gguf_w_arr_str(w, "tokenizer.ggml.tokens", (uint64_t)V, strs, lens);
     kn_gguf_w_arr_i32(w, "tokenizer.ggml.token_type", (uint64_t)V, types);
     kn_gguf_w_arr_str(w, "tokenizer.ggml.merges", 0, NULL, NULL);
@@ -271,7 +271,7 @@ static kn_status gpt2_tokenizer(const kn__kgpt *k, const char *tok_path, kn_gguf
                             "ggml-vocab-gpt-2.gguf with -z", p, GPT2_VOCAB);
     }
     kn_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
-    kn_gguf_w_str(w, "tokenizer.ggml.pre", "gpt2");
+    kn_gguf_w_str(w, "tokenizer.ggml.pre", "gpt-2");   /* llama.cpp spells it so */
     st = copy_str_arr(g, "tokenizer.ggml.tokens", w, p);
     if (!st) st = copy_str_arr(g, "tokenizer.ggml.merges", w, p);
     if (!st && kn_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &n, &data) && n == GPT2_VOCAB) {
