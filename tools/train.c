@@ -68,53 +68,55 @@ typedef struct topt {
     okind kind;
     unsigned tasks;
     double lo, hi;
-    bool lo_open;
+    bool lo_open, hi_open;
     size_t off;
     const char *dflt;
 } topt;
 
 #define F(field) offsetof(targs, field)
 static const topt k_opts[] = {
-    {"--model", "mlp|cnn", "MNIST network", O_STR, T_MNIST, 0, 0, false, F(model), NULL},
+    {"--model", "mlp|cnn", "MNIST network", O_STR, T_MNIST, 0, 0, false, false, F(model), NULL},
     {"--data", "PATH", "training data (mnist: DIR of idx files; char: text FILE; gpt2: SHARD[,SHARD...] or TEXT.txt)",
-     O_STR, T_ALL, 0, 0, false, F(data), NULL},
+     O_STR, T_ALL, 0, 0, false, false, F(data), NULL},
     {"--out", "CKPT", "checkpoint (.safetensors) written every --ckpt-every steps, at the end and on Ctrl-C",
-     O_STR, T_ALL, 0, 0, false, F(out), "none: nothing is saved"},
+     O_STR, T_ALL, 0, 0, false, false, F(out), "none: nothing is saved"},
     {"--resume", "CKPT", "continue a run (same options) from its checkpoint; keeps writing it unless --out says otherwise",
-     O_STR, T_ALL, 0, 0, false, F(resume), "none"},
-    {"--epochs", "N", "passes over the training images", O_INT, T_MNIST, 1, 1000, false, F(epochs), NULL},
-    {"--steps", "N", "optimizer steps", O_INT, T_LM, 1, 1e9, false, F(steps), NULL},
-    {"--batch", "B", "batch size (images, or windows of --ctx tokens)", O_INT, T_ALL, 1, 65536, false, F(batch), NULL},
-    {"--lr", "LR", "peak learning rate (AdamW, cosine schedule to lr/10)", O_REAL, T_ALL, 0, 10, true, F(lr), NULL},
-    {"--wd", "W", "weight decay (matrices only)", O_REAL, T_ALL, 0, 10, false, F(wd), NULL},
-    {"--warmup", "N", "linear warm-up steps", O_INT, T_ALL, 0, 1e9, false, F(warmup), NULL},
-    {"--clip", "NORM", "clip the gradient norm (0: off)", O_REAL, T_ALL, 0, 1e6, false, F(clip), NULL},
-    {"--layers", "L", "transformer blocks", O_INT, T_LM, 1, 1024, false, F(layers), NULL},
-    {"--dim", "C", "model width (a multiple of --heads)", O_INT, T_LM, 1, 65536, false, F(dim), NULL},
-    {"--heads", "H", "attention heads", O_INT, T_LM, 1, 65536, false, F(heads), NULL},
-    {"--ctx", "T", "context length (tokens per window)", O_INT, T_LM, 1, 65536, false, F(ctx), NULL},
+     O_STR, T_ALL, 0, 0, false, false, F(resume), "none"},
+    {"--epochs", "N", "passes over the training images", O_INT, T_MNIST, 1, 1000, false, false, F(epochs), NULL},
+    {"--steps", "N", "optimizer steps", O_INT, T_LM, 1, 1e9, false, false, F(steps), NULL},
+    {"--batch", "B", "batch size (images, or windows of --ctx tokens)", O_INT, T_ALL, 1, 65536, false, false, F(batch), NULL},
+    {"--lr", "LR", "peak learning rate (AdamW, cosine schedule to lr/10)", O_REAL, T_ALL, 0, 10, true, false, F(lr), NULL},
+    {"--wd", "W", "weight decay (matrices only)", O_REAL, T_ALL, 0, 10, false, false, F(wd), NULL},
+    {"--warmup", "N", "linear warm-up steps", O_INT, T_ALL, 0, 1e9, false, false, F(warmup), NULL},
+    {"--clip", "NORM", "clip the gradient norm (0: off)", O_REAL, T_ALL, 0, 1e6, false, false, F(clip), NULL},
+    {"--layers", "L", "transformer blocks", O_INT, T_LM, 1, 1024, false, false, F(layers), NULL},
+    {"--dim", "C", "model width (a multiple of --heads)", O_INT, T_LM, 1, 65536, false, false, F(dim), NULL},
+    {"--heads", "H", "attention heads", O_INT, T_LM, 1, 65536, false, false, F(heads), NULL},
+    {"--ctx", "T", "context length (tokens per window)", O_INT, T_LM, 1, 65536, false, false, F(ctx), NULL},
     {"--dropout", "P", "dropout on embeddings and attention outputs while training, in [0, 1)", O_REAL, T_LM, 0, 1,
-     false, F(dropout), NULL},
+     false, true, F(dropout), NULL},
     {"--val-frac", "F", "fraction of the tokens held out for validation, in (0, 1)", O_REAL, T_LM, 0, 1, true,
-     F(val_frac), NULL},
-    {"--eval-every", "N", "evaluate every N steps (0: at the end only)", O_INT, T_ALL, 0, 1e9, false, F(eval_every), NULL},
-    {"--eval-batches", "N", "validation batches per evaluation", O_INT, T_LM, 1, 1e6, false, F(eval_batches), NULL},
+     true, F(val_frac), NULL},
+    {"--eval-every", "N", "evaluate every N steps (0: at the end only)", O_INT, T_ALL, 0, 1e9, false, false,
+     F(eval_every), NULL},
+    {"--eval-batches", "N", "validation batches per evaluation", O_INT, T_LM, 1, 1e6, false, false, F(eval_batches),
+     NULL},
     {"--ckpt-every", "N", "also save the checkpoint every N steps (0: only at the end and on Ctrl-C)", O_INT, T_ALL, 0,
-     1e9, false, F(ckpt_every), NULL},
+     1e9, false, false, F(ckpt_every), NULL},
     {"--sample-every", "N", "print a text sample every N steps (0: at the end only)", O_INT, T_LM, 0, 1e9, false,
-     F(sample_every), NULL},
-    {"--sample-len", "N", "tokens per sample (0: no samples)", O_INT, T_LM, 0, 1e6, false, F(sample_len), NULL},
-    {"--temp", "T", "sampling temperature", O_REAL, T_LM, 0, 100, true, F(temp), NULL},
-    {"--seed", "S", "seed of the initialisation, batches and samples", O_U64, T_ALL, 0, 0, false, F(seed), NULL},
-    {"--tokenizer", "FILE", "GGUF with the GPT-2 vocabulary", O_STR, T_GPT2, 0, 0, false, F(tokenizer),
+     false, F(sample_every), NULL},
+    {"--sample-len", "N", "tokens per sample (0: no samples)", O_INT, T_LM, 0, 1e6, false, false, F(sample_len), NULL},
+    {"--temp", "T", "sampling temperature", O_REAL, T_LM, 0, 100, true, false, F(temp), NULL},
+    {"--seed", "S", "seed of the initialisation, batches and samples", O_U64, T_ALL, 0, 0, false, false, F(seed), NULL},
+    {"--tokenizer", "FILE", "GGUF with the GPT-2 vocabulary", O_STR, T_GPT2, 0, 0, false, false, F(tokenizer),
      "$KN_ASSETS/gguf/ggml-vocab-gpt-2.gguf"},
-    {"--shards", "PREFIX", "where a .txt is tokenized to", O_STR, T_GPT2, 0, 0, false, F(shards),
+    {"--shards", "PREFIX", "where a .txt is tokenized to", O_STR, T_GPT2, 0, 0, false, false, F(shards),
      "/tmp/kiln_NAME_gpt2"},
     {"--full-vocab", "0|1", "1: keep all 50257 GPT-2 ids; 0: only the ids of the training tokens, renumbered, + one for "
-     "unseen ones (same tokens, smaller softmax)", O_INT, T_GPT2, 0, 1, false, F(full_vocab), NULL},
+     "unseen ones (same tokens, smaller softmax)", O_INT, T_GPT2, 0, 1, false, false, F(full_vocab), NULL},
     {"--log-every", "N", "progress line every N steps when stderr is not a terminal", O_INT, T_ALL, 1, 1e9, false,
-     F(log_every), NULL},
-    {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, F(threads), "all cores"},
+     false, F(log_every), NULL},
+    {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, false, F(threads), "all cores"},
 };
 #undef F
 enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
@@ -274,12 +276,9 @@ static int parse_targs(int argc, char **argv, targs *a) {
         case O_REAL: {
             double x;
             if (!cli_real(prog, name, v, o->lo, o->hi, &x)) return -1;
-            if (!strcmp(name, "--dropout") && x >= 1) {
-                fprintf(stderr, "%s: --dropout must be at least 0 and less than 1, got %s\n", prog, v);
-                return -1;
-            }
-            if (o->lo_open && x == o->lo) {
-                fprintf(stderr, "%s: %s must be greater than %g and at most %g, got %s\n", prog, name, o->lo, o->hi, v);
+            if ((o->lo_open && x == o->lo) || (o->hi_open && x == o->hi)) {
+                fprintf(stderr, "%s: %s must be %s %g and %s %g, got %s\n", prog, name,
+                        o->lo_open ? "greater than" : "at least", o->lo, o->hi_open ? "less than" : "at most", o->hi, v);
                 return -1;
             }
             *(double *)p = x;

@@ -891,6 +891,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
     int32_t magic;
     memcpy(&magic, mg, 4);
+    if (is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
     if (is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {

@@ -388,6 +388,24 @@ done:
     return st ? kn__model_err_prefix(st, path) : KN_OK;
 }
 
+kn_status kn__print_info_kiln_ckpt(const char *path, void *fp) {
+    FILE *f = fp;
+    kn__kgpt k;
+    kn_status st = kn__kgpt_open(path, &k);
+    if (st) return st;
+    const char *step = meta(&k, "step");
+    fprintf(f, "kiln training checkpoint: %s, step %s\n  GPT-2 architecture: %lld layers, dim %lld, %lld heads, "
+            "context %lld, vocabulary %lld", k.is_char ? "char-gpt" : "gpt2", step ? step : "?", (long long)k.L,
+            (long long)k.C, (long long)k.H, (long long)k.T, (long long)k.V);
+    if (k.is_char) fprintf(f, " characters\n");
+    else if (k.orig) fprintf(f, " (compact: %lld GPT-2 ids + 1 for unseen ids; runs as 50257)\n", (long long)(k.V - 1));
+    else fprintf(f, " (GPT-2)\n");
+    if (!k.is_char) fprintf(f, "tokenizer: %s\n", k.tok_path[0] ? k.tok_path : "none recorded (pass -z ggml-vocab-gpt-2.gguf)");
+    fprintf(f, "run it: kiln generate -m %s -p TEXT; as GGUF: kiln export -m %s -o OUT.gguf\n", path, path);
+    kn__kgpt_close(&k);
+    return KN_OK;
+}
+
 /* ---- GGUF export ----------------------------------------------------------------- */
 
 kn_status kn_model_export_gguf(const char *ckpt_path, const char *tok_path, const char *out_path) {

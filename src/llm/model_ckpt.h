@@ -49,6 +49,9 @@ kn_status kn__kgpt_wte(const kn__kgpt *k, float **out);
  * GGUF vocabulary tok_path (NULL: the one recorded in the checkpoint). */
 kn_status kn__kgpt_add_tokenizer(const kn__kgpt *k, const char *tok_path, kn_gguf_writer *w);
 
+/* `kiln info` of such a checkpoint: kind, step, shape, vocabulary. */
+kn_status kn__print_info_kiln_ckpt(const char *path, void *FILE_ptr);
+
 /* kn_model_load's loader (model_impl.h's struct). */
 struct kn_model;
 kn_status kn__load_kiln_ckpt(struct kn_model *m, const char *path, const char *tok_path);
