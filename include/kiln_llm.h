@@ -104,7 +104,8 @@ kn_status kn_model_print_info(const char *path, void *FILE_ptr);
  * the GPT-2 vocabulary GGUF for gpt2 models (NULL: the one the checkpoint
  * records); ignored for char models, which must have an ASCII vocabulary.
  * A gpt2 model trained on a compact vocabulary is written with all 50257
- * GPT-2 ids (unseen ids share the embedding row that stood for them). */
+ * GPT-2 ids and the same distribution: the ids unseen in training share the
+ * probability of the token that stood for them (an untied output.weight). */
 kn_status kn_model_export_gguf(const char *ckpt_path, const char *tokenizer_path, const char *out_path);
 
 /* Evaluate tokens at positions n_past .. n_past+n-1 (the KV cache keeps

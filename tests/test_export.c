@@ -163,6 +163,7 @@ TEST(char_ckpt_loads_and_matches_the_module) {
     CHECK(nv == V, "engine vocabulary %d, checkpoint %lld", nv, (long long)V);
     double d = kn_max_abs_diff_f32(got, ref, (long)n * V), scale = fmax(1.0, max_abs(ref, (long)n * V));
     CHECK(d <= 1e-5 * scale, "engine vs module logits differ by %g (scale %g)", d, scale);
+    printf("  char: engine logits within %.2g of the module's (scale %.2g)\n", d, scale);
     /* greedy generation from text: the first token is the module's argmax */
     kn_model *m;
     REQUIRE(kn_model_load(ck, NULL, &m) == KN_OK, "%s", kn_last_error());
@@ -234,6 +235,11 @@ TEST(char_old_or_non_ascii_checkpoints_refused_clearly) {
 
 static const char *gpt2_vocab(void) { return kn_asset("gguf/ggml-vocab-gpt-2.gguf"); }
 
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Trains a compact-vocabulary gpt2 model (or full with full = true) into ck. */
 static int train_gpt2_tiny(const char *ck, bool full) {
     const char *txt = tmp_path("g.txt");
@@ -265,13 +271,19 @@ TEST(gpt2_compact_ckpt_loads_expanded_and_generates) {
     float *ref = module_logits(ck, V, cids, n);
     float *got = engine_logits(ck, gids, n, &nv);
     REQUIRE(ref && got, "logits: %s", kn_last_error());
-    CHECK(nv == 50257, "engine vocabulary %d: the compact model is expanded to GPT-2's 50257 ids", nv);
-    double d = 0, scale = fmax(1.0, max_abs(ref, (long)n * V));
+    CHECK(nv == 50257, "engine vocabulary %d: the compact model is widened to GPT-2's 50257 ids", nv);
+    /* seen ids: the module's logits; each unseen id: the unseen-ids token's
+     * logit - log(number unseen), so together they have its probability */
+    double d = 0, du = 0, scale = fmax(1.0, max_abs(ref, (long)n * V)), lu = log(50257.0 - no);
     for (int p = 0; p < n; p++) {
         for (int v = 0; v < no; v++) d = fmax(d, fabs((double)got[(size_t)p * nv + orig[v]] - ref[p * V + v]));
-        d = fmax(d, fabs((double)got[(size_t)p * nv + unseen] - ref[p * V + V - 1]));
+        for (int32_t g = 0; g < 50257; g += 97)
+            if (!bsearch(&g, orig, (size_t)no, sizeof *orig, cmp_i32))
+                du = fmax(du, fabs((double)got[(size_t)p * nv + g] - (ref[p * V + V - 1] - lu)));
     }
     CHECK(d <= 1e-5 * scale, "engine vs module logits differ by %g (scale %g)", d, scale);
+    CHECK(du <= 1e-2, "unseen ids' logits differ from the unseen token's - log(n) by %g", du);
+    printf("  compact gpt2 widened: seen logits within %.2g of the module's, unseen within %.2g of its target\n", d, du);
     kn_model *m;
     REQUIRE(kn_model_load(ck, NULL, &m) == KN_OK, "%s", kn_last_error());
     kn_generate_params gp = kn_generate_defaults();
@@ -316,6 +328,24 @@ TEST(gpt2_export_gguf_matches_kiln_and_llamacpp) {
     printf("  llama.cpp vs kiln logits (gpt2): relative error %.3g over %d positions x %d\n", rel, n, nv1);
     CHECK(rel <= 1e-3, "llama.cpp logits differ from kiln's: relative error %g", rel);
     free(da); free(dl); free(l); free(a); free(b);
+}
+
+/* A compact model whose final LayerNorm bias is still zero cannot be
+ * widened faithfully: refused with what to do. */
+TEST(gpt2_compact_untrained_refused_clearly) {
+    const char *ck = tmp_path("fresh.safetensors");
+    kn_ctx *ctx = kn_ctx_new(NULL);
+    kn_gpt2_cfg gc = {.vocab = 4, .max_seq = 16, .dim = 16, .n_layers = 1, .n_heads = 2};
+    kn_module *g = kn_gpt2_new(ctx, &gc);
+    const char *meta[] = {"model", "gpt2", "vocab", "4", "layers", "1", "dim", "16", "heads", "2", "ctx", "16",
+                          "gpt2_ids", "11,198,262", "tokenizer", "/nonexistent/v.gguf"};
+    REQUIRE(kn_train_save(ck, g, NULL, 0, 8, meta) == KN_OK, "%s", kn_last_error());
+    kn_model *m = NULL;
+    CHECK(kn_model_load(ck, NULL, &m) == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "--full-vocab 1") && !m, "%s",
+          kn_last_error());
+    CHECK(kn_model_export_gguf(ck, NULL, tmp_path("fresh.gguf")) == KN_ERR_UNSUPPORTED, "%s", kn_last_error());
+    kn_module_free(g);
+    kn_ctx_free(ctx);
 }
 
 TEST(gpt2_full_vocab_ckpt_loads) {

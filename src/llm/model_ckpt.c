@@ -17,6 +17,7 @@
 #include "llm/gguf.h"            /* defines: kn_gguf_open, kn_gguf_arr_str */
 #include "llm/model_impl.h"      /* defines: struct kn_model, kn__model_mat, kn__model_f32 */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,56 @@ kn_status kn__kgpt_wte(const kn__kgpt *k, float **out) {
             memcpy((char *)e + row * (size_t)k->orig[i], (const char *)w + row * (size_t)i, row);
     }
     *out = e;
+    return KN_OK;
+}
+
+/* The output head [n_vocab, C] of a compact model (NULL with KN_OK for the
+ * others: their head is the embedding). The model's distribution is kept:
+ * every seen id keeps its logit, and the n unseen ids share the probability
+ * of the unseen-ids token u, each getting logit(u) - log(n).
+ *
+ * That constant needs a vector d with h . d = -log(n) for every final
+ * LayerNorm output h = g * z + b: z has zero mean over the C channels, so
+ * d_i = a / g_i gives h . d = a * sum_i(z_i) + a * sum_i(b_i / g_i)
+ * = a * S, and a = -log(n) / S. Rounding grows with a, so S must not be
+ * near zero: a trained ln_f bias makes it so, a fresh one (zero) does not,
+ * and then the model is refused with a message. The head is exact in f32;
+ * rounded to bf16 (a GPU's default) or quantized, the unseen ids' logits
+ * move by about |a| * sqrt(C) * 2e-3 (|a| is about 60 after 150 steps of a
+ * 64-wide model: a factor of about 2 on a probability of 1e-5). */
+kn_status kn__kgpt_wout(const kn__kgpt *k, float **out) {
+    *out = NULL;
+    if (!k->orig) return KN_OK;
+    const float *g = kn__kgpt_param(k, "ln_f.weight", k->C, 0), *b = kn__kgpt_param(k, "ln_f.bias", k->C, 0);
+    if (!g || !b) return KN_ERR_FORMAT;
+    int64_t C = k->C, n_unseen = k->n_vocab - (k->V - 1);
+    double S = 0, gmin = INFINITY;
+    for (int64_t i = 0; i < C; i++) {
+        float gi, bi;
+        memcpy(&gi, g + i, 4); memcpy(&bi, b + i, 4);           /* the mapping may be unaligned */
+        gmin = fmin(gmin, fabs((double)gi));
+        if (gi != 0) S += (double)bi / gi;
+    }
+    double a = n_unseen > 0 ? -log((double)n_unseen) / S : 0;
+    /* f32 rounding of the C products h_i * d_i (each about |a|) that cancel
+     * down to -log(n): at most about |a| * C * 6e-8 logits; keep it under
+     * 0.05 (the unseen ids then have their share of the probability to 5%) */
+    double worst = fabs(a) * (double)C * 6e-8;
+    if (n_unseen > 0 && (!(gmin >= 1e-3) || !(worst <= 0.05)))
+        return kn_set_error(KN_ERR_UNSUPPORTED, "this gpt2 model's compact vocabulary cannot be widened to GPT-2's "
+                            "50257 ids faithfully (its final LayerNorm bias is still near zero: train longer, or train "
+                            "with --full-vocab 1)");
+    kn_status st = kn__kgpt_wte(k, out);
+    if (st || n_unseen <= 0) return st;
+    float *d = malloc(sizeof *d * (size_t)C);
+    if (!d) { free(*out); *out = NULL; return kn_set_error(KN_ERR_NOMEM, "out of memory"); }
+    for (int64_t i = 0; i < C; i++) { float gi; memcpy(&gi, g + i, 4); d[i] = (float)(a / gi); }
+    char *seen = calloc((size_t)k->n_vocab, 1);
+    if (!seen) { free(d); free(*out); *out = NULL; return kn_set_error(KN_ERR_NOMEM, "out of memory"); }
+    for (int64_t i = 0; i < k->V - 1; i++) seen[k->orig[i]] = 1;
+    for (int64_t v = 0; v < k->n_vocab; v++)                     /* unseen rows: the u row (from wte) + d */
+        if (!seen[v]) for (int64_t i = 0; i < C; i++) (*out)[v * C + i] += d[i];
+    free(seen); free(d);
     return KN_OK;
 }
 
@@ -346,12 +397,20 @@ kn_status kn__load_kiln_ckpt(kn_model *m, const char *path, const char *tok_path
     const char *base = strrchr(path, '/');
     snprintf(c->name, sizeof c->name, "kiln %s (%s)", k.is_char ? "char-gpt" : "gpt2", base ? base + 1 : path);
     int64_t C = k.C, F = 4 * k.C;
-    float *wte = NULL;
+    float *wte = NULL, *wout = NULL;
     if ((st = kn__kgpt_wte(&k, &wte))) goto done;
     float *owned = kn__model_alloc(m, sizeof(float) * (size_t)(k.n_vocab * C));
     if (!owned) { st = KN_ERR_NOMEM; goto done; }
     memcpy(owned, wte, sizeof(float) * (size_t)(k.n_vocab * C));
     m->tok_embd = m->wout = kn__model_mat(m, KN_F32, k.n_vocab, C, owned, false, "wte");
+    if ((st = kn__kgpt_wout(&k, &wout))) goto done;
+    if (wout) {                                  /* a compact model's widened head */
+        float *ow = kn__model_alloc(m, sizeof(float) * (size_t)(k.n_vocab * C));
+        if (!ow) { st = KN_ERR_NOMEM; goto done; }
+        memcpy(ow, wout, sizeof(float) * (size_t)(k.n_vocab * C));
+        m->wout = kn__model_mat(m, KN_F32, k.n_vocab, C, ow, false, "output");
+        c->tied_output = false;
+    }
     m->pos_embd = vec(m, k.T, C, param(&k, KN_GPT2_WPE, 0, k.T, C, &st), "wpe");
     m->out_norm = vec(m, 0, C, param(&k, KN_GPT2_LNFW, 0, C, 0, &st), "ln_f.weight");
     m->out_norm_b = vec(m, 0, C, param(&k, KN_GPT2_LNFB, 0, C, 0, &st), "ln_f.bias");
@@ -382,7 +441,7 @@ kn_status kn__load_kiln_ckpt(kn_model *m, const char *path, const char *tok_path
     }
     if (!st) st = load_tokenizer(m, &k, tok_path);
 done:
-    free(wte);
+    free(wte); free(wout);
     if (!st) { m->st = k.st; k.st = NULL; }        /* the model keeps the mapping its weights point into */
     kn__kgpt_close(&k);
     return st ? kn__model_err_prefix(st, path) : KN_OK;
@@ -414,8 +473,8 @@ kn_status kn_model_export_gguf(const char *ckpt_path, const char *tok_path, cons
     kn_status st = kn__kgpt_open(ckpt_path, &k);
     if (st) return st;
     kn_gguf_writer *w = NULL;
-    float *wte = NULL;
-    if ((st = kn_gguf_writer_new(&w)) || (st = kn__kgpt_wte(&k, &wte))) goto done;
+    float *wte = NULL, *wout = NULL;
+    if ((st = kn_gguf_writer_new(&w)) || (st = kn__kgpt_wte(&k, &wte)) || (st = kn__kgpt_wout(&k, &wout))) goto done;
     int64_t C = k.C, F = 4 * k.C, V = k.n_vocab, T = k.T;
     char name[160];
     snprintf(name, sizeof name, "kiln %s", k.is_char ? "char-gpt" : "gpt2");
@@ -434,6 +493,7 @@ kn_status kn_model_export_gguf(const char *ckpt_path, const char *tok_path, cons
 #define T2(nm, rows, cols, data) \
     do { const float *d_ = (data); if (!st) kn_gguf_w_tensor_f32(w, nm, 2, (int64_t[]){cols, rows}, d_); } while (0)
     T2("token_embd.weight", V, C, wte);
+    if (wout) T2("output.weight", V, C, wout);               /* a compact model's widened head */
     T2("position_embd.weight", T, C, param(&k, KN_GPT2_WPE, 0, T, C, &st));
     T1("output_norm.weight", C, param(&k, KN_GPT2_LNFW, 0, C, 0, &st));
     T1("output_norm.bias", C, param(&k, KN_GPT2_LNFB, 0, C, 0, &st));
@@ -458,7 +518,7 @@ kn_status kn_model_export_gguf(const char *ckpt_path, const char *tok_path, cons
 #undef T2
     if (!st) st = kn_gguf_write_file(w, out_path);
 done:
-    free(wte);
+    free(wte); free(wout);
     kn_gguf_writer_free(w);
     kn__kgpt_close(&k);
     return st;

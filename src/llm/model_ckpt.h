@@ -14,9 +14,10 @@
  *
  * The model's vocabulary as the engine and GGUF see it: a char model's
  * characters; a gpt2 model always has the 50257 GPT-2 ids. A compact model
- * is expanded: each seen id gets its trained embedding row, and every unseen
- * id a copy of the row that stood for them in training (so their logits are
- * that row's logit; training never targets it, so it stays improbable).
+ * is widened: each seen id keeps its trained embedding row, every unseen id
+ * takes the row of the token that stood for all of them in training, and an
+ * untied output head gives the unseen ids an equal share of that token's
+ * probability (kn__kgpt_wout), so the model's distribution is unchanged.
  */
 #ifndef KN_MODEL_CKPT_H
 #define KN_MODEL_CKPT_H
@@ -43,6 +44,9 @@ void kn__kgpt_close(kn__kgpt *k);
 const float *kn__kgpt_param(const kn__kgpt *k, const char *name, int64_t d0, int64_t d1);
 /* The embedding [n_vocab, C] (expanded for a compact model), malloc'd. */
 kn_status kn__kgpt_wte(const kn__kgpt *k, float **out);
+/* The output head [n_vocab, C] of a compact gpt2 model, malloc'd (*out NULL
+ * for the others, whose head is the embedding): see model_ckpt.c. */
+kn_status kn__kgpt_wout(const kn__kgpt *k, float **out);
 /* Adds the tokenizer.* keys of the model's vocabulary to w: a "gpt2"-type
  * (byte-level BPE) vocabulary. char: one token per character, no merges
  * (ASCII vocabularies only); gpt2: the GPT-2 tokens and merges from the
