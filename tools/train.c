@@ -166,13 +166,9 @@ static void derive_defaults(targs *a) {
     if (!given(a, "--eval-every")) a->eval_every = a->steps / 5 > 0 ? a->steps / 5 : 1;
 }
 
-/* The default of option o for task (printed by --help). */
-static void default_text(const topt *o, unsigned task, char *buf, size_t cap) {
-    if (o->dflt) { snprintf(buf, cap, "%s", o->dflt); return; }
-    if (!strcmp(o->name, "--warmup") && task != T_MNIST) { snprintf(buf, cap, "steps/20 + 1"); return; }
-    if (!strcmp(o->name, "--eval-every")) { snprintf(buf, cap, task == T_MNIST ? "once per epoch" : "steps/5"); return; }
-    if (!strcmp(o->name, "--data") && task == T_MNIST) { snprintf(buf, cap, "$KN_ASSETS/datasets/mnist"); return; }
-    targs d = {0};
+/* The plain default value of option o for task (and MNIST model). */
+static void value_text(const topt *o, unsigned task, const char *model, char *buf, size_t cap) {
+    targs d = {.model = model};
     set_defaults(&d, task);
     const char *p = (const char *)&d + o->off;
     switch (o->kind) {
@@ -181,8 +177,21 @@ static void default_text(const topt *o, unsigned task, char *buf, size_t cap) {
     case O_REAL: snprintf(buf, cap, "%g", *(const double *)p); break;
     case O_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     }
-    if (!strcmp(o->name, "--model")) snprintf(buf, cap, "mlp");
-    if (!strcmp(o->name, "--data")) snprintf(buf, cap, "required");
+}
+
+/* The default of option o for task (printed by --help). */
+static void default_text(const topt *o, unsigned task, char *buf, size_t cap) {
+    if (o->dflt) { snprintf(buf, cap, "%s", o->dflt); return; }
+    if (!strcmp(o->name, "--warmup") && task != T_MNIST) { snprintf(buf, cap, "steps/20 + 1"); return; }
+    if (!strcmp(o->name, "--eval-every")) { snprintf(buf, cap, task == T_MNIST ? "once per epoch" : "steps/5"); return; }
+    if (!strcmp(o->name, "--data") && task == T_MNIST) { snprintf(buf, cap, "$KN_ASSETS/datasets/mnist"); return; }
+    if (!strcmp(o->name, "--model")) { snprintf(buf, cap, "mlp"); return; }
+    if (!strcmp(o->name, "--data")) { snprintf(buf, cap, "required"); return; }
+    char mlp[32], cnn[32];
+    value_text(o, task, "mlp", mlp, sizeof mlp);
+    value_text(o, task, "cnn", cnn, sizeof cnn);
+    if (task == T_MNIST && strcmp(mlp, cnn)) snprintf(buf, cap, "mlp %.20s, cnn %.20s", mlp, cnn);
+    else snprintf(buf, cap, "%s", mlp);
 }
 
 /* "  HEAD   text" with the text wrapped at 100 columns under itself. */
