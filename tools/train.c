@@ -11,9 +11,18 @@
  * (a seeked loader for MNIST, windows at hashed offsets for LMs), so
  * `--resume CKPT` continues bit for bit. Ctrl-C saves the checkpoint.
  *
+ * Options come from one table (k_opts): each is range-checked with
+ * cli_num.h, belongs to some tasks, and has a default per task (and per
+ * MNIST model) that --help prints; nothing falls back to a default
+ * silently. --out is checked writable (and its disk big enough for one
+ * checkpoint) before any work. The char and gpt2 checkpoints also record
+ * their vocabulary, so `kiln generate`/`kiln chat` load them and `kiln
+ * export` writes them as GGUF (src/llm/model_ckpt.h).
+ *
  * Dimension letters: B batch, T context, C width, V vocabulary.
  * Exit status: 0 ok, 1 error (missing data, bad files, mismatched
- * checkpoint, divergence), 2 usage.
+ * checkpoint, divergence, a failed save), 2 usage, 130 stopped by Ctrl-C
+ * (the checkpoint saved; stderr says where and how to continue).
  * `--dropout P` (LMs) drops attention outputs and embeddings with a mask
  * drawn from the step number, so resumed runs still repeat bit for bit.
  * Non-goals: multi-GPU, mixed precision.
