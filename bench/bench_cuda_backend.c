@@ -20,6 +20,7 @@
  */
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln.h"
+#include "core/env.h"          /* kn_env_reload after toggling KN_CUDA_NO_WGMMA */
 #include <stdio.h>
 
 #ifndef KN_CUDA
@@ -76,7 +77,7 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
     kn_tensor *ao = c->ta ? kn_transpose(g, a, -1, -2) : a;
     kn_tensor *outs[R];
     for (int r = 0; r < R; r++) outs[r] = kn_matmul(g, ao, bo);
-    if (c->no_wgmma) setenv("KN_CUDA_NO_WGMMA", "1", 1);
+    if (c->no_wgmma) { setenv("KN_CUDA_NO_WGMMA", "1", 1); kn_env_reload(); }
     kn_plan *p = kn_plan_new(g, R, outs, NULL);
     double tk[ROUNDS];
     int ok = p && kn_plan_run(p) == KN_OK;      /* warm-up */
@@ -86,6 +87,7 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
         tk[k] = (kn_bench_now() - t0) / R;
     }
     unsetenv("KN_CUDA_NO_WGMMA");
+    kn_env_reload();
     if (!ok) { printf("%-30s kn plan failed: %s\n", c->name, kn_last_error()); goto done; }
     kn_tensor_read(outs[0], hk, KN_F32);
 

@@ -25,6 +25,7 @@ srcs_for() {
     fuzz_llama2c)     echo "src/llm/llama2c.c src/llm/llmc_gpt2.c src/llm/mapfile.c $CORE" ;;
     fuzz_json)        echo "src/llm/hfconfig.c src/llm/mapfile.c $CORE" ;;
     fuzz_tokenizer)   echo "src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/llm/gguf.c src/llm/mapfile.c $CORE" ;;
+    fuzz_cli)         echo "tools/cli_args.c tools/cli_num.c" ;;
     esac
 }
 
@@ -44,9 +45,9 @@ for src in fuzz/fuzz_*.c; do
     seeds=""
     [ -d "fuzz/corpus/$name" ] && seeds="fuzz/corpus/$name"
     echo "== $h: run ${T}s"
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
     # a fixed seed (KN_FUZZ_SEED, default 1) makes a CI run repeatable: the
     # same input sequence, cut off by the time limit
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
     "$OUT/$h" -seed="${KN_FUZZ_SEED:-1}" -max_total_time="$T" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
         -artifact_prefix="$OUT/crashes/$name/" -print_final_stats=1 \
         "$OUT/corpus/$name" $seeds > "$OUT/$h.log" 2>&1

@@ -15,6 +15,11 @@
 extern "C" {
 #endif
 
+/* The library's version; kn_version() returns the one it was built as (which
+ * can differ from the header a program was compiled with, for libkiln.so). */
+#define KN_VERSION "0.1.0"
+const char *kn_version(void);
+
 typedef enum kn_status {
     KN_OK = 0,
     KN_ERR_INVALID,      /* bad argument: wrong shape, axis, dtype, parameter   */

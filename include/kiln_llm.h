@@ -122,8 +122,13 @@ typedef struct kn_sampler_params {
     float repeat_penalty;    /* 1 = off (llama.cpp style: divide positive logits)   */
     float freq_penalty, presence_penalty;  /* 0 = off (OpenAI style)               */
     int penalty_last_n;      /* how many recent tokens the penalties see            */
-    uint64_t seed;
+    uint64_t seed;           /* the draws are a function of (seed, step): the same
+                                seed, logits and parameters repeat a run        */
 } kn_sampler_params;
+/* temp 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off (repeat 1,
+ * frequency and presence 0) over the last 64 tokens, seed 42: a fixed seed,
+ * so a program that sets none repeats its runs (the kiln program draws a
+ * random one unless --seed is given). */
 kn_sampler_params kn_sampler_defaults(void);
 typedef struct kn_sampler kn_sampler;
 kn_sampler *kn_sampler_new(const kn_sampler_params *p);

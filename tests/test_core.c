@@ -1,6 +1,7 @@
 /* test_core.c: tensors, views, lazy graphs, plans and autograd basics. */
 #include "kn_optest.h"
 #include <math.h>
+#include "core/env.h"
 
 static kn_ctx *ref_ctx(void) { kn_ctx_opts o = {kn_backend_ref()}; return kn_ctx_new(&o); }
 
@@ -348,3 +349,50 @@ TEST(dot_dump) {
 }
 
 KN_TEST_MAIN()
+
+/* every library switch in src/core/env.c is documented in docs/ENV.md's
+ * library table, and that table names no switch the library does not read */
+TEST(env_table_matches_docs) {
+    FILE *f = fopen("docs/ENV.md", "r");
+    if (!f) SKIP("docs/ENV.md not found (run from the repository root)");
+    char line[1024], doc[64][48];
+    int nd = 0, in_lib = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "## ", 3)) in_lib = !strncmp(line, "## Library", 10);
+        if (in_lib && !strncmp(line, "| `KN_", 6) && nd < 64) {
+            char *end = strchr(line + 3, '`');
+            size_t n = end ? (size_t)(end - (line + 3)) : 0;
+            if (n > 0 && n < sizeof doc[0]) { memcpy(doc[nd], line + 3, n); doc[nd++][n] = 0; }
+        }
+    }
+    fclose(f);
+    const char *const *names = kn_env_names();
+    int nn = 0;
+    for (; names[nn]; nn++) {
+        bool found = false;
+        for (int i = 0; i < nd; i++) found |= !strcmp(doc[i], names[nn]);
+        CHECK(found, "%s is read by the library but not in docs/ENV.md", names[nn]);
+    }
+    for (int i = 0; i < nd; i++) {
+        bool found = false;
+        for (int k = 0; names[k]; k++) found |= !strcmp(doc[i], names[k]);
+        CHECK(found, "docs/ENV.md documents %s, which src/core/env.c does not read", doc[i]);
+    }
+    CHECK(nn == nd, "%d switches in env.c, %d in docs/ENV.md", nn, nd);
+}
+
+/* values are read once; kn_env_reload picks up a change */
+TEST(env_reload_and_flags) {
+    const char *old = getenv("KN_CUDA_SYNC");
+    char *keep = old ? strdup(old) : NULL;
+    setenv("KN_CUDA_SYNC", "0", 1);
+    kn_env_reload();
+    CHECK(!kn_env_get()->cuda_sync, "\"0\" turns a flag off");
+    setenv("KN_CUDA_SYNC", "1", 1);
+    CHECK(!kn_env_get()->cuda_sync, "read once: no change before a reload");
+    kn_env_reload();
+    CHECK(kn_env_get()->cuda_sync, "a reload sees the new value");
+    if (keep) setenv("KN_CUDA_SYNC", keep, 1); else unsetenv("KN_CUDA_SYNC");
+    free(keep);
+    kn_env_reload();
+}

@@ -1,7 +1,7 @@
 /* cli.h: what the subcommands of the kiln program share: the parsed
  * options, model loading, the token printer and chat-template rendering.
  * Each subcommand lives in its own tools/cmd_*.c file; tools/kiln.c parses
- * the command line and dispatches.
+ * the command line (with the option table of tools/cli_args.c) and dispatches.
  *
  * Exit status of every subcommand: 0 ok, 1 error, 2 usage.
  */
@@ -12,18 +12,12 @@
 #include "kiln_chat.h"
 #include "kiln_llm.h"
 #include "kiln_backend.h"
+#include "cli_args.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct cli_args {
-    const char *model, *prompt, *tokenizer, *file, *system, *tmpl, *backend, *gpu_dtype;
-    int n, ctx, batch, reps, n_prompt_bench, threads;
-    bool chat, have_temp, kv_f16;
-    kn_sampler_params sp;
-    const char *stop[8];
-    int n_stop;
-} cli_args;
+/* cli_args (the parsed options) and the option table: cli_args.h */
 
 /* --backend cpu|cuda (else KN_BACKEND); NULL after a message when the
  * choice cannot be honoured */
@@ -37,6 +31,10 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t);
 /* the rendered conversation with the assistant prompt open; NULL on failure */
 char *cli_render(const kn_chat_tmpl *t, const kn_chat_msg *msgs, size_t n);
 double cli_now_s(void);
+/* The whole of a regular file given as option opt ("-f"), NUL-terminated,
+ * length in *len; NULL after a message with the system's reason (a FIFO,
+ * directory or device is refused rather than waited on). The caller frees. */
+char *cli_read_file(const char *opt, const char *path, size_t *len);
 
 int cmd_generate(const cli_args *a);
 int cmd_tokenize(const cli_args *a);

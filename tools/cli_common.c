@@ -1,5 +1,6 @@
 /* cli_common.c: model loading and the helpers every subcommand shares (cli.h). */
 #include "cli.h"
+#include "llm/mapfile.h"   /* defines: kn_open_regular */
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #endif
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* --backend cpu|cuda (else KN_BACKEND, through kn_backend_default); NULL
  * after a message when the choice cannot be honoured */
@@ -78,4 +80,32 @@ double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *cli_read_file(const char *opt, const char *path, size_t *len) {
+    *len = 0;
+    int fd;
+    uint64_t size;
+    if (kn_open_regular(path, "file", &fd, &size) != KN_OK) {
+        fprintf(stderr, "kiln: %s: %s\n", opt, kn_last_error());
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    char *buf = f && size < SIZE_MAX ? malloc((size_t)size + 1) : NULL;
+    if (!buf) {
+        fprintf(stderr, "kiln: %s: out of memory reading '%s' (%llu bytes)\n", opt, path, (unsigned long long)size);
+        if (f) fclose(f); else close(fd);
+        return NULL;
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    bool err = ferror(f) != 0;
+    fclose(f);
+    if (err) {
+        fprintf(stderr, "kiln: %s: cannot read '%s'\n", opt, path);
+        free(buf);
+        return NULL;
+    }
+    buf[got] = 0;
+    *len = got;
+    return buf;
 }

@@ -63,12 +63,28 @@ int cmd_bench(const cli_args *a) {
     kn_model *m = cli_load(a);
     if (!m) return 1;
     const kn_model_config *c = kn_model_get_config(m);
-    int np = a->n_prompt_bench, ng = a->n > 0 && a->n != 256 ? a->n : 128, reps = a->reps > 0 ? a->reps : 3;
-    if (np + ng > kn_model_n_ctx(m)) np = kn_model_n_ctx(m) - ng;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(np > 0 ? np : 1));
+    int np = a->n_prompt_bench, ng = a->n, reps = a->reps, n_ctx = kn_model_n_ctx(m);
+    /* the decode test runs from position 0 and must fit the context; the
+     * prompt test is shortened to fit beside it */
+    if (ng >= n_ctx) {
+        fprintf(stderr, "kiln bench: -n %d does not fit the context of %d tokens; use a smaller -n or a larger --ctx\n", ng, n_ctx);
+        kn_model_free(m);
+        return 1;
+    }
+    if (np + ng > n_ctx) {
+        np = n_ctx - ng;
+        fprintf(stderr, "kiln bench: prompt test shortened to %d tokens to fit the context of %d\n", np, n_ctx);
+    }
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)np);
     float *logits = malloc(sizeof(float) * (size_t)c->n_vocab);
-    for (int i = 0; i < np; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
     double *pp = malloc(sizeof(double) * (size_t)reps), *tg = malloc(sizeof(double) * (size_t)reps);
+    if (!toks || !logits || !pp || !tg) {
+        fprintf(stderr, "kiln bench: out of memory\n");
+        free(toks); free(logits); free(pp); free(tg);
+        kn_model_free(m);
+        return 1;
+    }
+    for (int i = 0; i < np; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
     int rc = 0;
     for (int r = 0; r < reps && !rc; r++) {
         double t0 = cli_now_s();

@@ -6,15 +6,9 @@
 
 int cmd_perplexity(const cli_args *a) {
     if (!a->file) { fprintf(stderr, "kiln perplexity: no text file (-f FILE)\n"); return 2; }
-    FILE *f = fopen(a->file, "rb");
-    if (!f) { fprintf(stderr, "kiln: cannot open %s\n", a->file); return 1; }
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)sz + 1);
-    size_t got = fread(text, 1, (size_t)sz, f);
-    text[got] = 0;
-    fclose(f);
+    size_t got;
+    char *text = cli_read_file("-f", a->file, &got);
+    if (!text) return 1;
     kn_model *m = cli_load(a);
     if (!m) { free(text); return 1; }
     const kn_tokenizer *tok = kn_model_tokenizer(m);

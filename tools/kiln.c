@@ -5,109 +5,166 @@
  *   kiln info MODEL
  *   kiln bench -m MODEL [-p 512] [-n 128] [-r 3]
  *   kiln perplexity -m MODEL -f TEXT [--ctx N]
- *   (generate, chat, bench, perplexity, tokenize: --backend cpu|cuda, --gpu-dtype bf16|f16|f32)
+ *   kiln tokenize -m MODEL -p TEXT
+ *   kiln train mnist|char|gpt2 ...    (tools/train.c parses its own options)
+ *   kiln export -m CKPT -o OUT.gguf   (tools/cmd_export.c, likewise)
+ *   kiln help [COMMAND], kiln COMMAND --help, kiln --version
  *
- * Generated text goes to stdout; statistics and messages go to stderr, so
- * stdout holds only the text. Exit status: 0 ok, 1 error, 2 usage.
+ * The options of every command are in one table (tools/cli_args.c), which
+ * also writes the help. Generated text and help go to stdout; statistics and
+ * messages go to stderr. Exit status: 0 ok, 1 error, 2 usage.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE      /* sched_getaffinity, CPU_COUNT (the Makefile defines it too) */
+#endif
 #include "cli.h"
 #include "backends/cpu/threadpool.h"
+#include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
-static void usage(void) {
-    fprintf(stderr,
-            "usage: kiln <command> [options]\n"
-            "  generate -m MODEL -p PROMPT   generate text (stdout), speed on stderr\n"
-            "  chat -m MODEL                 interactive chat (/reset to start over, Ctrl-D to quit)\n"
-            "  info MODEL                    architecture, hyperparameters, tensors, tokenizer\n"
-            "  bench -m MODEL                prefill and decode tokens/s (median of runs)\n"
-            "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
-            "  tokenize -m MODEL -p TEXT     print the token ids of TEXT\n"
-            "  train mnist|char|gpt2 ...     train a model (kiln train --help)\n"
-            "  export -m CKPT -o OUT.gguf    a trained char/gpt2 checkpoint as GGUF (kiln export --help)\n"
-            "options:\n"
-            "  -m FILE        model: GGUF (llama), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face\n"
-            "                 safetensors file/directory with config.json (Llama, GPT-2)\n"
-            "  -z FILE        tokenizer: llama2.c tokenizer.bin, a GGUF vocabulary (.gguf), or llm.c\n"
-            "                 gpt2_tokenizer.bin (decode only); needed for models without one\n"
-            "  --kv-f16       keep the KV cache in f16 (half the memory)\n"
-            "  -p TEXT        prompt                      -n N      tokens to generate (default 256)\n"
-            "  --temp T       temperature, 0 = greedy     --seed S  random seed\n"
-            "  --top-k K  --top-p P  --min-p M  --repeat-penalty R  --frequency-penalty F  --presence-penalty P\n"
-            "  --stop TEXT    stop string (repeatable)    --chat    wrap -p in the model's chat template\n"
-            "  --system TEXT  system prompt for chat      --chat-template chatml|llama2|llama3\n"
-            "  --backend cpu|cuda  where the model runs (default: KN_BACKEND, else cpu)\n"
-            "  --gpu-dtype bf16|f16|f32  weight matrices on the GPU (default bf16; f32 = the CPU's exact path)\n"
-            "  --ctx N        context length              -t N      threads (default: all cores)\n"
-            "  -f FILE        text for perplexity         -r N      bench repetitions (default 3)\n");
+static void short_usage(void) {
+    fprintf(stderr, "usage: kiln COMMAND [options]\nkiln --help lists the commands; kiln COMMAND --help lists its options\n");
 }
 
-static int parse(int argc, char **argv, int start, cli_args *a) {
-    a->n = 256; a->reps = 3; a->n_prompt_bench = 512;
-    a->sp = kn_sampler_defaults();
-    for (int i = start; i < argc; i++) {
-        const char *o = argv[i];
-        bool has = i + 1 < argc;
-#define NEXT() (has ? argv[++i] : (fprintf(stderr, "kiln: option %s needs a value\n", o), (char *)NULL))
-        if (!strcmp(o, "-m")) { if (!(a->model = NEXT())) return -1; }
-        else if (!strcmp(o, "-p")) { if (!(a->prompt = NEXT())) return -1; }
-        else if (!strcmp(o, "-z")) { if (!(a->tokenizer = NEXT())) return -1; }
-        else if (!strcmp(o, "-f")) { if (!(a->file = NEXT())) return -1; }
-        else if (!strcmp(o, "--system")) { if (!(a->system = NEXT())) return -1; }
-        else if (!strcmp(o, "--chat-template")) { if (!(a->tmpl = NEXT())) return -1; }
-        else if (!strcmp(o, "--backend")) { if (!(a->backend = NEXT())) return -1; }
-        else if (!strcmp(o, "--gpu-dtype")) { if (!(a->gpu_dtype = NEXT())) return -1; }
-        else if (!strcmp(o, "--stop")) { const char *s = NEXT(); if (!s) return -1; if (a->n_stop < 8) a->stop[a->n_stop++] = s; }
-        else if (!strcmp(o, "--chat")) a->chat = true;
-        else if (!strcmp(o, "--kv-f16")) a->kv_f16 = true;
-        else {
-            const char *v = NEXT();
-            if (!v) return -1;
-            char *end;
-            double x = strtod(v, &end);
-            if (*end) { fprintf(stderr, "kiln: %s expects a number, got '%s'\n", o, v); return -1; }
-            if (!strcmp(o, "-n")) a->n = (int)x;
-            else if (!strcmp(o, "--temp")) { a->sp.temp = (float)x; a->have_temp = true; }
-            else if (!strcmp(o, "--top-k")) a->sp.top_k = (int)x;
-            else if (!strcmp(o, "--top-p")) a->sp.top_p = (float)x;
-            else if (!strcmp(o, "--min-p")) a->sp.min_p = (float)x;
-            else if (!strcmp(o, "--seed")) a->sp.seed = (uint64_t)x;
-            else if (!strcmp(o, "--repeat-penalty")) a->sp.repeat_penalty = (float)x;
-            else if (!strcmp(o, "--frequency-penalty")) a->sp.freq_penalty = (float)x;
-            else if (!strcmp(o, "--presence-penalty")) a->sp.presence_penalty = (float)x;
-            else if (!strcmp(o, "--ctx")) a->ctx = (int)x;
-            else if (!strcmp(o, "--batch")) a->batch = (int)x;
-            else if (!strcmp(o, "-t")) a->threads = (int)x;
-            else if (!strcmp(o, "-r")) a->reps = (int)x;
-            else if (!strcmp(o, "--bench-prompt")) a->n_prompt_bench = (int)x;
-            else { fprintf(stderr, "kiln: unknown option %s\n", o); return -1; }
-        }
-#undef NEXT
+/* A seed nobody chose: the kernel's random bytes, else the clock and the pid. */
+static uint64_t random_seed(void) {
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) == (ssize_t)sizeof s) return s;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, &s, sizeof s);
+        close(fd);
+        if (got == (ssize_t)sizeof s) return s;
     }
-    if (a->threads > 0) kn_pool_set_threads(a->threads);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}
+
+/* the CPUs this process may run on */
+static int n_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* -t: more threads than cores only slows the matmuls down (they wait for
+ * each other), so a larger count is lowered, with a note */
+static void set_threads(cli_args *a) {
+    if (a->threads <= 0) return;
+    int cores = n_cores();
+    if (a->threads > cores) {
+        fprintf(stderr, "kiln: -t %d is more than the %d cores this process may use; using %d\n", a->threads, cores, cores);
+        a->threads = cores;
+    }
+    kn_pool_set_threads(a->threads);
+}
+
+static int cmd_info(const cli_args *a) {
+    if (kn_model_print_info(a->model, stdout) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
+    return 0;
+}
+
+/* Commands that parse their own options (the table of tools/cli_args.c
+ * describes the others): main hands them argc/argv as they are, with
+ * argv[1] the command's name. */
+typedef struct own_command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} own_command;
+
+static const own_command OWN[] = {
+    {"train", kn_cli_train, "Trains a model: mnist, char or gpt2 (kiln train --help)."},
+    {"export", kn_cli_export, "Writes a checkpoint of kiln train char|gpt2 as a GGUF file (kiln export --help)."},
+};
+#define N_OWN (sizeof OWN / sizeof OWN[0])
+
+static const own_command *find_own(const char *name) {
+    for (size_t i = 0; i < N_OWN; i++)
+        if (!strcmp(name, OWN[i].name)) return &OWN[i];
+    return NULL;
+}
+
+/* kiln --help */
+static void help_all(FILE *f) {
+    fprintf(f, "usage: kiln COMMAND [options]\n\ncommands:\n");
+    for (int s = 0; s < CLI_N_SUBS; s++) {
+        fprintf(f, "  %-11s ", cli_sub_name((cli_sub)s));
+        cli_wrapped(cli_sub_what((cli_sub)s), 14, f);
+    }
+    for (size_t i = 0; i < N_OWN; i++) {
+        fprintf(f, "  %-11s ", OWN[i].name);
+        cli_wrapped(OWN[i].what, 14, f);
+    }
+    fprintf(f, "  %-11s %s\n", "help", "kiln help COMMAND: the options of COMMAND.");
+    fprintf(f, "  %-11s %s\n", "version", "Prints the version (also kiln --version).");
+    fprintf(f, "\nkiln COMMAND --help lists the options of each command, with their defaults.\n"
+               "Text goes to stdout; statistics and messages to stderr. Exit status: 0 ok, 1 error, 2 usage.\n");
+}
+
+static int help(int argc, char **argv) {
+    if (argc == 2) { help_all(stdout); return 0; }
+    if (argc > 3) { fprintf(stderr, "kiln: help takes one command name, e.g. kiln help generate\n"); return 2; }
+    const own_command *own = find_own(argv[2]);
+    if (own) {
+        char *args[] = {argv[0], argv[2], "--help", NULL};
+        return own->run(3, args);
+    }
+    cli_sub sub;
+    if (!cli_sub_find(argv[2], &sub)) {
+        fprintf(stderr, "kiln: unknown command '%s' (kiln --help lists the commands)\n", argv[2]);
+        return 2;
+    }
+    cli_help(sub, stdout);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage(); return argc < 2 ? 2 : 0; }
-    cli_args a = {0};
+    if (argc < 2) { short_usage(); return 2; }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "info")) {
-        if (argc < 3) { fprintf(stderr, "usage: kiln info MODEL\n"); return 2; }
-        if (kn_model_print_info(argv[2], stdout) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) return help(argc, argv);
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        if (argc > 2) { fprintf(stderr, "kiln: %s takes no arguments\n", cmd); return 2; }
+        printf("kiln %s\n", kn_version());
         return 0;
     }
-    if (!strcmp(cmd, "train")) return kn_cli_train(argc, argv);
-    if (!strcmp(cmd, "export")) return kn_cli_export(argc, argv);
-    if (parse(argc, argv, 2, &a)) { usage(); return 2; }
-    if (!strcmp(cmd, "generate")) return cmd_generate(&a);
-    if (!strcmp(cmd, "chat")) return cmd_chat(&a);
-    if (!strcmp(cmd, "bench")) return cmd_bench(&a);
-    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(&a);
-    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&a);
-    fprintf(stderr, "kiln: unknown command '%s'\n", cmd);
-    usage();
+    const own_command *own = find_own(cmd);
+    if (own) return own->run(argc, argv);
+    cli_sub sub;
+    if (!cli_sub_find(cmd, &sub)) {
+        if (cmd[0] == '-') fprintf(stderr, "kiln: unknown option %s before the command (kiln --help lists the commands)\n", cmd);
+        else fprintf(stderr, "kiln: unknown command '%s' (kiln --help lists the commands)\n", cmd);
+        return 2;
+    }
+    cli_args a;
+    switch (cli_parse(sub, argc - 2, argv + 2, &a)) {
+    case CLI_PARSE_HELP: cli_help(sub, stdout); return 0;
+    case CLI_PARSE_USAGE: return 2;
+    case CLI_PARSE_OK: break;
+    }
+    a.sp.penalty_last_n = kn_sampler_defaults().penalty_last_n;
+    if (sub == CLI_GENERATE || sub == CLI_CHAT) {
+        if (!a.have_seed) a.sp.seed = random_seed();
+        if (a.verbose) fprintf(stderr, "kiln: seed %llu (--seed %llu repeats this run)\n",
+                               (unsigned long long)a.sp.seed, (unsigned long long)a.sp.seed);
+    }
+    set_threads(&a);
+    switch (sub) {
+    case CLI_GENERATE: return cmd_generate(&a);
+    case CLI_CHAT: return cmd_chat(&a);
+    case CLI_INFO: return cmd_info(&a);
+    case CLI_BENCH: return cmd_bench(&a);
+    case CLI_PERPLEXITY: return cmd_perplexity(&a);
+    case CLI_TOKENIZE: return cmd_tokenize(&a);
+    case CLI_N_SUBS: break;
+    }
     return 2;
 }

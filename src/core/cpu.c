@@ -1,5 +1,6 @@
 /* cpu.c: cpuid-based feature detection (see cpu.h). */
 #include "core/cpu.h"
+#include "core/env.h"
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -37,7 +38,7 @@ static void detect(void) {
     if (c->isa == KN_ISA_AVX2 && c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq)
         c->isa = KN_ISA_AVX512;
 #endif
-    const char *cap = getenv("KN_CPU");
+    const char *cap = kn_env_get()->cpu;
     if (cap) {
         kn_isa m = !strcmp(cap, "scalar") ? KN_ISA_SCALAR : !strcmp(cap, "avx2") ? KN_ISA_AVX2 : KN_ISA_AVX512;
         if (m < c->isa) c->isa = m;

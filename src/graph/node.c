@@ -2,6 +2,7 @@
  * Every op constructor in src/graph/ops_*.c goes through kn__node or
  * kn__view_node, so these are the only places that fill a descriptor. */
 #include "kn-impl.h"
+#include "core/env.h"
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...) {
     va_end(ap);
     kn_set_error(s, "%s", msg);
     if (ctx && ctx->status == KN_OK) ctx->status = s;
-    if (getenv("KN_DEBUG")) fprintf(stderr, "kiln: %s\n", msg);
+    if (kn_env_get()->debug) fprintf(stderr, "kiln: %s\n", msg);
     return NULL;
 }
 

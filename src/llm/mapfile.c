@@ -35,37 +35,73 @@ static kn_status read_all(int fd, const char *path, size_t hint, void **buf_out,
     return KN_OK;
 }
 
+/* "a directory", "a FIFO (named pipe)", ...: what a non-regular file is */
+static const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a regular file";
+}
+
+kn_status kn_open_regular(const char *path, const char *what, int *fd_out, uint64_t *size_out) {
+    *fd_out = -1;
+    *size_out = 0;
+    if (!what) what = "file";
+    if (!path) return kn_set_error(KN_ERR_INVALID, "no %s path given", what);
+    /* O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer,
+     * forever if none comes; a regular file ignores the flag */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        const char *hint = e == ENOENT ? "; check the path" : e == EACCES ? "; check the file's permissions" : "";
+        kn_set_error(KN_ERR_IO, "cannot open %s '%s': %s%s", what, path, strerror(e), hint);
+        errno = e;
+        return KN_ERR_IO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        kn_set_error(KN_ERR_IO, "cannot stat %s '%s': %s", what, path, strerror(e));
+        errno = e;
+        return KN_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        kn_set_error(KN_ERR_IO, "%s '%s' is %s; give the path of a regular file", what, path, file_kind(st.st_mode));
+        errno = 0;
+        return KN_ERR_IO;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    *size_out = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return KN_OK;
+}
+
 kn_status kn_mapfile_open(const char *path, kn_mapfile **out) {
     if (!out) return kn_set_error(KN_ERR_INVALID, "kn_mapfile_open: out is NULL");
     *out = NULL;
     if (!path) return kn_set_error(KN_ERR_INVALID, "kn_mapfile_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return kn_set_error(KN_ERR_IO, "cannot open '%s': %s; check the path", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno; close(fd);
-        return kn_set_error(KN_ERR_IO, "cannot stat '%s': %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return kn_set_error(KN_ERR_IO, "'%s' is a directory, expected a file", path);
-    }
+    int fd;
+    uint64_t fsize;
+    kn_status os = kn_open_regular(path, NULL, &fd, &fsize);
+    if (os != KN_OK) return os;
     kn_mapfile *m = calloc(1, sizeof *m);
     if (!m) { close(fd); return kn_set_error(KN_ERR_NOMEM, "out of memory opening '%s'", path); }
-    if (S_ISREG(st.st_mode) && st.st_size > 0 && (uint64_t)st.st_size <= SIZE_MAX) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (fsize > 0 && fsize <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)fsize, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p != MAP_FAILED) {
-            m->data = p; m->size = (size_t)st.st_size; m->mapped = true;
+            m->data = p; m->size = (size_t)fsize; m->mapped = true;
             close(fd);
             *out = m;
             return KN_OK;
         }
     }
     void *buf = NULL; size_t size = 0;
-    size_t hint = (S_ISREG(st.st_mode) && st.st_size > 0) ? (size_t)st.st_size : 0;
+    size_t hint = fsize <= SIZE_MAX / 2 ? (size_t)fsize : 0;
     kn_status s = read_all(fd, path, hint, &buf, &size);
     close(fd);
     if (s != KN_OK) { free(m); return s; }

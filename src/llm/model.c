@@ -36,10 +36,13 @@
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
 #include "llm/quant.h"        /* defines: kn_dequantize_row */
 #include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
+#include "llm/mapfile.h"      /* defines: kn_open_regular */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- weights ------------------------------------------------------------------ */
 static kn_tensor *wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name) {
@@ -153,20 +156,28 @@ static bool is_safetensors_magic(const unsigned char mg[12], size_t got) {
     return got >= 9 && !mg[4] && !mg[5] && !mg[6] && !mg[7] && mg[8] == '{';
 }
 
-static bool file_magic(const char *path, unsigned char mg[12], size_t *got) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+/* The first 12 bytes of a regular file (zeros past its end). On failure the
+ * message names `what` and the system's reason; errno is that reason. */
+static kn_status file_magic(const char *path, const char *what, unsigned char mg[12], size_t *got) {
+    int fd;
+    uint64_t size;
+    kn_status st = kn_open_regular(path, what, &fd, &size);
+    if (st) return st;
     memset(mg, 0, 12);
-    *got = fread(mg, 1, 12, f);
-    fclose(f);
-    return true;
+    ssize_t r;
+    do r = read(fd, mg, 12); while (r < 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    if (r < 0) return kn_set_error(KN_ERR_IO, "cannot read %s '%s': %s", what, path, strerror(e));
+    *got = (size_t)r;
+    return KN_OK;
 }
 
 kn_status kn__model_load_tokenizer(kn_model *m, const char *path) {
     unsigned char mg[12];
     size_t got;
-    if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open tokenizer file %s", path);
-    kn_status st;
+    kn_status st = file_magic(path, "tokenizer file", mg, &got);
+    if (st) return st;
     int32_t magic;
     memcpy(&magic, mg, 4);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
@@ -743,9 +754,12 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     unsigned char mg[12];
     size_t got = 0;
     bool dir = kn__is_dir(path);
-    if (!dir && !file_magic(path, mg, &got)) {
+    if (!dir && file_magic(path, "model file", mg, &got)) {
+        bool missing = errno == ENOENT;
+        char msg[900];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
         kn_model_free(m);
-        return kn_set_error(KN_ERR_IO, "cannot open model file %s (does it exist? `make run` downloads the default model into models/)", path);
+        return kn_set_error(KN_ERR_IO, "%s%s", msg, missing ? " (`make run` downloads the default model into models/)" : "");
     }
     const char *tok_path = opts ? opts->tokenizer_path : NULL;
     int32_t magic = 0;
@@ -888,7 +902,8 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     if (kn__is_dir(path)) return kn__print_info_hf(path, f);
     unsigned char mg[12];
     size_t got;
-    if (!file_magic(path, mg, &got)) return kn_set_error(KN_ERR_IO, "cannot open %s", path);
+    kn_status fst = file_magic(path, "model file", mg, &got);
+    if (fst) return fst;
     int32_t magic;
     memcpy(&magic, mg, 4);
     if (is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);

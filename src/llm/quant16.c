@@ -7,6 +7,7 @@
  * activation quants, one f32 sum per 32-element activation block, scaled by d.
  */
 #include "llm/quant.h"      /* defines: kn_block_q16, kn_dequantize_row, ... */
+#include "core/env.h"
 #include "core/cpu.h"       /* defines: KN_ISA_*                             */
 #include <math.h>
 #include <stdlib.h>
@@ -28,10 +29,10 @@ kn_qact kn_quant_act_mode(void) {
     if (g_forced >= 0) return (kn_qact)g_forced;
     /* first call; benign race: every thread computes the same */
     if (g_mode < 0) {
-        const char *act = getenv("KN_QMM_ACT");
+        const char *act = kn_env_get()->qmm_act;
         if (act && *act && strcmp(act, "auto") && strcmp(act, "q8") && strcmp(act, "q16") && strcmp(act, "f32"))
             fprintf(stderr, "kiln: KN_QMM_ACT=%s is not one of auto, q8, q16, f32; using auto\n", act);
-        g_mode = (int)kn_quant_act_mode_parse(act, getenv("KN_QMM_EXACT"));
+        g_mode = (int)kn_quant_act_mode_parse(act, kn_env_get()->qmm_exact ? "1" : NULL);
     }
     return (kn_qact)g_mode;
 }

@@ -8,9 +8,11 @@
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
 #include "llm/gguf.h"             /* defines: kn_gguf_get_str/arr, ...           */
+#include "llm/mapfile.h"          /* defines: kn_open_regular                    */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ========================================================================== */
 /* UTF-8                                                                      */
@@ -284,8 +286,12 @@ kn_status kn__tok_finish(kn_tokenizer *t,
 
 kn_status kn__read_file(const char *path, char **data, size_t *size) {
     *data = NULL; *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return kn_set_error(KN_ERR_IO, "cannot open tokenizer file '%s'; check the path", path);
+    int fd;
+    uint64_t fsize;
+    kn_status st = kn_open_regular(path, "tokenizer file", &fd, &fsize);
+    if (st) return st;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return kn_set_error(KN_ERR_NOMEM, "reading '%s': out of memory", path); }
     char *buf = NULL; size_t n = 0, cap = 0;
     for (;;) {
         if (n == cap) {

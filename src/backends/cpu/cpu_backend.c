@@ -10,6 +10,7 @@
  * the reference kernels), strided elementwise fast paths.
  */
 #include "kn-impl.h"
+#include "core/env.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"
 #include "backends/cpu/cpu_impl.h"
@@ -718,7 +719,7 @@ static void warn_default_once(const char *fmt, const char *a) {
     fprintf(stderr, fmt, a);
 }
 kn_backend *kn_backend_default(void) {
-    const char *b = getenv("KN_BACKEND");
+    const char *b = kn_env_get()->backend;
     if (!b || !*b || !strcmp(b, "cpu")) return kn_backend_cpu();
     if (!strcmp(b, "ref")) return kn_backend_ref();
     if (!strcmp(b, "cuda")) {

@@ -17,6 +17,7 @@
  * machines; this one has 2), NUMA, fp16 inputs (callers convert first).
  */
 #include "kiln_base.h"                 // defines: kn_set_error, KN_ERR_INVALID
+#include "core/env.h"
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm*, kernel typedefs
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
 #include "core/cpu.h"                  // defines: kn_cpu, KN_ISA_*
@@ -102,9 +103,9 @@ static int g_max_chunks = 2;   /* 2: measured within noise of 1 on an idle 16-co
 static pthread_once_t g_tune_once = PTHREAD_ONCE_INIT;
 static void tune_init(void) {
     for (int i = 0; i < 3; i++) g_tuned[i] = *isa_table(i);
-    const char *c = getenv("KN_GEMM_CHUNKS");
-    if (c && atoi(c) >= 1 && atoi(c) <= 4) g_max_chunks = atoi(c);
-    const char *e = getenv("KN_GEMM_BLOCK");
+    int c = kn_env_get()->gemm_chunks;
+    if (c >= 1 && c <= 4) g_max_chunks = c;
+    const char *e = kn_env_get()->gemm_block;
     long kc, mc, nc;
     if (!e || sscanf(e, "%ld,%ld,%ld", &kc, &mc, &nc) != 3 || kc < 1 || mc < 1 || nc < 1 ||
         kc > 4096 || mc > 4096 || nc > 65536) return;

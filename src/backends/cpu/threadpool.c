@@ -25,6 +25,7 @@
  * Non-goals: fairness between competing callers, fork safety.
  */
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_*
+#include "core/env.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -72,11 +73,8 @@ static worker_arg g_args[KN_POOL_MAX];
 
 /* ---- sizing ----------------------------------------------------------------- */
 static int default_size(void) {
-    const char *e = getenv("KN_THREADS");
-    if (e && *e) {
-        int n = atoi(e);
-        if (n > 0) return n < KN_POOL_MAX ? n : KN_POOL_MAX;
-    }
+    int want = kn_env_get()->threads;
+    if (want > 0) return want < KN_POOL_MAX ? want : KN_POOL_MAX;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
     return n < KN_POOL_MAX ? (int)n : KN_POOL_MAX;

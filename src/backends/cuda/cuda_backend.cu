@@ -195,7 +195,7 @@ static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
     static int trace = -1;
     static cudaEvent_t t0, t1;
     if (trace < 0) {
-        trace = getenv("KN_CUDA_TRACE") != NULL;
+        trace = kn_env_get()->cuda_trace;
         if (trace && (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess)) { cudaGetLastError(); trace = 0; }
     }
     if (!trace) return cu_compute_node(be, e);
@@ -243,7 +243,7 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     default:
         st = kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
     }
-    if (st == KN_OK && getenv("KN_CUDA_SYNC")) {      /* debugging: fault at the op that caused it */
+    if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
         cudaError_t ce = cudaStreamSynchronize(g_stream);
         if (ce != cudaSuccess)
             return kn_set_error(KN_ERR_BACKEND, "cuda backend: %s failed: %s", kn_op_name(t->op), cudaGetErrorString(ce));
@@ -288,8 +288,7 @@ static void cu_init(void) {
             return;
         }
     }
-    const char *lim = getenv("KN_CUDA_POOL_MB");
-    size_t limit = lim ? (size_t)strtoull(lim, NULL, 10) << 20 : 0;
+    size_t limit = (size_t)kn_env_get()->cuda_pool_mb << 20;
     if (kn_cuda_pool_new(&g_pool, limit) != KN_OK) {
         snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: %s", kn_last_error());
         g_init_st = KN_ERR_BACKEND;

@@ -16,6 +16,7 @@
 #include "backends/cuda/common.cuh"
 extern "C" {
 #include "kn-impl.h"
+#include "core/env.h"
 }
 #include <math.h>
 

@@ -144,7 +144,7 @@ static kn_status sdpa_bwd_f32(const kn_exec *e) {
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     bool causal = e->node->p.sdpa.causal;
     if (!rows_f32(q) || !rows_f32(k) || !rows_f32(v) || !rows_f32(g) || y->dtype != KN_F32 || y->st[0] != 1 ||
-        getenv("KN_CUDA_GENERIC") || Tk == 0 || Tq == 0 || (causal && Tq > Tk) || Hq % Hkv)
+        kn_env_get()->cuda_generic || Tk == 0 || Tq == 0 || (causal && Tq > Tk) || Hq % Hkv)
         return KN_ERR_UNSUPPORTED;
     int64_t ldq = Tq > 1 ? q->st[2] : D, ldg = Tq > 1 ? g->st[2] : Dv, ldk = Tk > 1 ? k->st[2] : D, ldv = Tk > 1 ? v->st[2] : Dv;
     if (ldq < D || ldk < D || ldv < Dv || ldg < Dv) return KN_ERR_UNSUPPORTED;

@@ -304,7 +304,7 @@ static kn_status cu_index_copy(const kn_exec *e) {
      * per thread for decode (k = 1); long prefill index lists take the
      * generic path, whose extra launches do not matter there */
     if (apart && k <= 64 && y->dtype == s->dtype && !kn_dtype_get(y->dtype)->is_quant && (es == 2 || es == 4) &&
-        !getenv("KN_CUDA_GENERIC")) {
+        !kn_env_get()->cuda_generic) {
         long long *pos = NULL;
         int *dup = NULL;
         st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);

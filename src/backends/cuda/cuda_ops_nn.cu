@@ -63,11 +63,11 @@ static kn_status cu_softmax(const kn_exec *e) {
     bool logsm = e->node->op == KN_OP_LOG_SOFTMAX;
     if (rows == 0) return KN_OK;
     if (!logsm && x->dtype == KN_F32 && y->dtype == KN_F32 && d == x->ndim - 1 && kn_tview_is_contiguous(x) &&
-        kn_tview_is_contiguous(y) && !getenv("KN_CUDA_GENERIC"))
+        kn_tview_is_contiguous(y) && !kn_env_get()->cuda_generic)
         return kn_cuda_softmax_f32((float *)y->data, (const float *)x->data, rows, n, kn_cu_stream());
     /* bf16 rows: the kernel reads bf16, computes in f32 and rounds once on store */
     if (!logsm && x->dtype == KN_BF16 && y->dtype == KN_BF16 && d == x->ndim - 1 && kn_tview_is_contiguous(x) &&
-        kn_tview_is_contiguous(y) && rows <= INT32_MAX && !getenv("KN_CUDA_GENERIC"))
+        kn_tview_is_contiguous(y) && rows <= INT32_MAX && !kn_env_get()->cuda_generic)
         return kn_cuda_softmax_bf16((uint16_t *)y->data, (const uint16_t *)x->data, rows, n, kn_cu_stream());
     k_softmax<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), d, rows, n, logsm);
     LAUNCHED_OK();
@@ -106,7 +106,7 @@ static kn_status cu_layer_rms_norm(const kn_exec *e) {
     int64_t M = prod_ne(x, x->ndim - nn, x->ndim), rows = M ? kn_tview_numel(x) / M : 0;
     if (rows == 0) return KN_OK;
     if (hw && dense_f32(x) && dense_f32(y) && dense_f32(&e->src[1]) && (!hb || dense_f32(&e->src[2])) &&
-        M <= INT32_MAX && !getenv("KN_CUDA_GENERIC")) {
+        M <= INT32_MAX && !kn_env_get()->cuda_generic) {
         if (layer)
             return kn_cuda_layernorm_fwd((float *)y->data, NULL, NULL, (const float *)x->data, (const float *)e->src[1].data,
                                          hb ? (const float *)e->src[2].data : NULL, rows, M, (float)t->p.norm.eps, kn_cu_stream());
@@ -115,7 +115,7 @@ static kn_status cu_layer_rms_norm(const kn_exec *e) {
     }
     /* RMS norm of bf16 rows with an f32 weight (bf16 activations, f32 master weights) */
     if (!layer && hw && x->dtype == KN_BF16 && y->dtype == KN_BF16 && kn_tview_is_contiguous(x) && kn_tview_is_contiguous(y) &&
-        dense_f32(&e->src[1]) && M <= INT32_MAX && rows <= INT32_MAX && !getenv("KN_CUDA_GENERIC"))
+        dense_f32(&e->src[1]) && M <= INT32_MAX && rows <= INT32_MAX && !kn_env_get()->cuda_generic)
         return kn_cuda_rmsnorm_fwd_bf16((uint16_t *)y->data, NULL, (const uint16_t *)x->data, (const float *)e->src[1].data,
                                         rows, M, (float)t->p.norm.eps, kn_cu_stream());
     kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
@@ -437,7 +437,7 @@ static kn_status sdpa_f32(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     bool causal = e->node->p.sdpa.causal;
-    if (!rows_f32(q) || !rows_f32(k) || !rows_f32(v) || !rows_f32(y) || getenv("KN_CUDA_GENERIC") || Tk == 0 ||
+    if (!rows_f32(q) || !rows_f32(k) || !rows_f32(v) || !rows_f32(y) || kn_env_get()->cuda_generic || Tk == 0 ||
         (causal && Tq > Tk) || Hq % Hkv)
         return KN_ERR_UNSUPPORTED;
     /* row strides as GEMM leading dims (a single row may carry any stride) */
@@ -485,7 +485,7 @@ __global__ void k_widen_f32(float *dst, kn_dview x, int64_t n) {
 }
 static kn_status sdpa_half_kv(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *y = &e->dst;
-    if (q->dtype != KN_F32 || y->dtype != KN_F32 || getenv("KN_CUDA_GENERIC")) return KN_ERR_UNSUPPORTED;
+    if (q->dtype != KN_F32 || y->dtype != KN_F32 || kn_env_get()->cuda_generic) return KN_ERR_UNSUPPORTED;
     kn_exec e2 = *e;
     float *buf[2] = {NULL, NULL};
     kn_status st = KN_OK;
@@ -566,7 +566,7 @@ static kn_status sdpa_decode(const kn_exec *e) {
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     size_t smem = sizeof(float) * (size_t)(D + Tk);
     if (Tq > 4 || k->dtype != v->dtype || q->dtype != KN_F32 || y->dtype != KN_F32 || smem > 48 * 1024 ||
-        !unit_rows(q) || !unit_rows(k) || !unit_rows(v) || !unit_rows(y) || Hkv < 1 || Hq % Hkv || getenv("KN_CUDA_GENERIC"))
+        !unit_rows(q) || !unit_rows(k) || !unit_rows(v) || !unit_rows(y) || Hkv < 1 || Hq % Hkv || kn_env_get()->cuda_generic)
         return KN_ERR_UNSUPPORTED;
     unsigned blocks = (unsigned)(B * Hq * Tq);
     float scale = (float)e->node->p.sdpa.scale;
@@ -669,7 +669,7 @@ static kn_status cu_rope(const kn_exec *e) {
     bool same = x->data == y->data;
     for (int i = 0; same && i < nd; i++) same = x->ne[i] == y->ne[i] && (x->ne[i] == 1 || x->st[i] == y->st[i]);
     if (x->dtype == KN_F32 && y->dtype == KN_F32 && (D == 1 || (x->st[nd - 1] == 1 && y->st[nd - 1] == 1)) &&
-        (same || x->data != y->data) && !getenv("KN_CUDA_GENERIC")) {
+        (same || x->data != y->data) && !kn_env_get()->cuda_generic) {
         k_rope_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]),
                                                                  has_ff, kn_dv(y), rows, T, D, n_rot, t->p.rope.neox,
                                                                  t->p.rope.theta, t->p.rope.freq_scale);

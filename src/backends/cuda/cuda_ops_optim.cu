@@ -58,7 +58,7 @@ static bool dense32(const kn_tview *v) { return v->dtype == KN_F32 && kn_tview_i
 
 static kn_status adam_fast(const kn_exec *e, int64_t n) {
     const kn_tview *p = &e->dst, *g = &e->src[1], *m = &e->src[2], *v = &e->src[3], *c = &e->src[4];
-    if (!dense32(p) || !dense32(m) || !dense32(v) || g->dtype != KN_F32 || c->dtype != KN_F32 || getenv("KN_CUDA_GENERIC"))
+    if (!dense32(p) || !dense32(m) || !dense32(v) || g->dtype != KN_F32 || c->dtype != KN_F32 || kn_env_get()->cuda_generic)
         return KN_ERR_UNSUPPORTED;
     bool gc = kn_tview_is_contiguous(g) && kn_aligned16(g->data);
     if (!gc && g->ndim != 2) return KN_ERR_UNSUPPORTED;

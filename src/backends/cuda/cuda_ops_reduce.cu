@@ -250,7 +250,7 @@ kn_status kn_cu_reduce(const kn_exec *e) {
     for (int i = 0; i < g.nr; i++) nred *= g.rne[i];
     if (nout == 0) return KN_OK;
     if ((t->op == KN_OP_SUM || t->op == KN_OP_MEAN) && x->dtype == KN_F32 && g.nr == 1 && g.rst[0] == 1 &&
-        nout >= RED_TARGET_BLOCKS && nout / 8 < INT32_MAX && nred <= 8192 && !getenv("KN_CUDA_GENERIC")) {
+        nout >= RED_TARGET_BLOCKS && nout / 8 < INT32_MAX && nred <= 8192 && !kn_env_get()->cuda_generic) {
         k_sum_rows_warp<<<(unsigned)((nout + 7) / 8), 256, 0, kn_cu_stream()>>>((const float *)x->data, g, nout, nred, kn_dv(d),
                                                                                t->op == KN_OP_MEAN);
         KN_CUDA_LAUNCHED();
@@ -343,7 +343,7 @@ __global__ void k_split_k_sum(const float *part, int S, int64_t M, int64_t N, fl
 static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                 const float *B, int64_t ldb, float *C, int64_t ldc) {
     int64_t tiles = ((M + 127) / 128) * ((N + 127) / 128);
-    if (tiles >= SPLITK_TILES || K < 2048 || M % 4 || N % 4 || getenv("KN_CUDA_NO_SPLITK")) return KN_ERR_UNSUPPORTED;
+    if (tiles >= SPLITK_TILES || K < 2048 || M % 4 || N % 4 || kn_env_get()->cuda_no_splitk) return KN_ERR_UNSUPPORTED;
     /* about 4 blocks per SM in all, slices of at least 512 and a multiple of 8 */
     int64_t S = (4 * 2 * SPLITK_TILES + tiles - 1) / tiles;
     if (S > K / 512) S = K / 512;
@@ -396,7 +396,7 @@ static bool fold_batch(const kn_cuda_gemm_batch *bt, bool ta, int64_t M, int64_t
 static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const kn_tview *a, int64_t lda,
                            const kn_tview *b, int64_t ldb, const kn_tview *d, int64_t ldc, const kn_cuda_gemm_batch *bt) {
     int64_t Mf = 0;
-    if (K > 64 && ((WG_LAYOUTS >> ((ta ? 2 : 0) | (tb ? 0 : 1))) & 1) && !getenv("KN_CUDA_NO_WGMMA")) {
+    if (K > 64 && ((WG_LAYOUTS >> ((ta ? 2 : 0) | (tb ? 0 : 1))) & 1) && !kn_env_get()->cuda_no_wgmma) {
         kn_cuda_gemm_batch none;
         memset(&none, 0, sizeof none);
         if (bt->nb > 0 && fold_batch(bt, ta, M, lda, ldc, &Mf) &&
@@ -428,19 +428,19 @@ kn_status kn_cu_matmul(const kn_exec *e) {
     bool gemm_layout = K > 0 && (d->st[nb + 1] == 1 || N == 1) && (d->st[nb] >= N || M == 1) &&
                        a.st[a.ndim - 1] != 0 && a.st[a.ndim - 2] != 0 && b.st[b.ndim - 1] != 0 && b.st[b.ndim - 2] != 0 &&
                        mat_layout(&a, &ta, &lda) && mat_layout(&b, &tb, &ldb) && nb <= KN_CUDA_MAX_BATCH_DIMS;
-    bool f32 = d->dtype == KN_F32 && a.dtype == KN_F32 && b.dtype == KN_F32 && !getenv("KN_CUDA_NO_SGEMM");
+    bool f32 = d->dtype == KN_F32 && a.dtype == KN_F32 && b.dtype == KN_F32 && !kn_env_get()->cuda_no_sgemm;
     /* bf16 x bf16 or f16 x f16 (mixed operand dtypes stay on the generic kernel) */
     bool tc = (a.dtype == KN_BF16 || a.dtype == KN_F16) && b.dtype == a.dtype &&
-              (d->dtype == a.dtype || d->dtype == KN_F32) && kn_cuda_gemm_tc_available() && !getenv("KN_CUDA_NO_TC");
+              (d->dtype == a.dtype || d->dtype == KN_F32) && kn_cuda_gemm_tc_available() && !kn_env_get()->cuda_no_tc;
     /* f32 activations times a bf16/f16 weight, f32 out (A stored M x K) */
     bool mixed = a.dtype == KN_F32 && (b.dtype == KN_BF16 || b.dtype == KN_F16) && d->dtype == KN_F32 && gemm_layout &&
-                 !ta && kn_cuda_gemm_tc_available() && !getenv("KN_CUDA_NO_TC");
+                 !ta && kn_cuda_gemm_tc_available() && !kn_env_get()->cuda_no_tc;
     /* decode: one f32 row times a dense weight W [N,K] used transposed (f32,
      * bf16 or f16 W, f32 out: the GEMV kernels, which read W once at full width) */
     bool gemv = gemm_layout && M == 1 && batch == 1 && !ta && tb && ldb == K && a.dtype == KN_F32 && d->dtype == KN_F32 &&
                 (b.dtype == KN_F32 ? K % 4 == 0 : (b.dtype == KN_BF16 || b.dtype == KN_F16) && K % 8 == 0) &&
                 kn_aligned16(a.data) && kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX &&
-                K <= INT32_MAX && !getenv("KN_CUDA_NO_GEMV");
+                K <= INT32_MAX && !kn_env_get()->cuda_no_gemv;
     if (gemv) {
         if (b.dtype == KN_F32)
             return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());

@@ -1,0 +1,86 @@
+/* env.c: the library's KN_* switches, read once (env.h). */
+#include "core/env.h"
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { FLAG, INT, STR } kind;
+typedef struct { const char *name; kind k; size_t off; } var;
+
+#define F(field) offsetof(kn_env, field)
+static const var g_vars[] = {
+    {"KN_THREADS", INT, F(threads)},          {"KN_BACKEND", STR, F(backend)},
+    {"KN_CPU", STR, F(cpu)},                  {"KN_DEBUG", FLAG, F(debug)},
+    {"KN_PROFILE", INT, F(profile)},          {"KN_GEMM_CHUNKS", INT, F(gemm_chunks)},
+    {"KN_GEMM_BLOCK", STR, F(gemm_block)},    {"KN_QMM_ACT", STR, F(qmm_act)},
+    {"KN_QMM_EXACT", FLAG, F(qmm_exact)},     {"KN_LLM_FUSE", FLAG, F(llm_nofuse)},
+    {"KN_LLM_GPU_CAST", FLAG, F(llm_gpu_cast)}, {"KN_CUDA_GENERIC", FLAG, F(cuda_generic)},
+    {"KN_CUDA_NO_TC", FLAG, F(cuda_no_tc)},   {"KN_CUDA_NO_WGMMA", FLAG, F(cuda_no_wgmma)},
+    {"KN_CUDA_NO_SGEMM", FLAG, F(cuda_no_sgemm)}, {"KN_CUDA_NO_GEMV", FLAG, F(cuda_no_gemv)},
+    {"KN_CUDA_NO_SPLITK", FLAG, F(cuda_no_splitk)}, {"KN_CUDA_SYNC", FLAG, F(cuda_sync)},
+    {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", INT, F(cuda_pool_mb)},
+    {"KN_CUDA_TUNE", STR, F(cuda_tune)},
+};
+#undef F
+#define N_VARS (sizeof g_vars / sizeof g_vars[0])
+
+static kn_env g_env;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static bool flag_on(const char *s) { return s && *s && strcmp(s, "0") != 0; }
+
+/* a whole number, or warn once and keep 0 (the variable's default) */
+static long long int_of(const char *name, const char *s) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < 0) {
+        fprintf(stderr, "kiln: %s=%s is not a whole number >= 0; ignored\n", name, s);
+        return 0;
+    }
+    return v;
+}
+
+static void read_all(void) {
+    kn_env e;
+    memset(&e, 0, sizeof e);
+    for (size_t i = 0; i < N_VARS; i++) {
+        const var *v = &g_vars[i];
+        const char *s = getenv(v->name);
+        char *p = (char *)&e + v->off;
+        if (!s) continue;
+        if (v->k == STR) { if (*s) *(const char **)p = s; }
+        else if (v->k == FLAG) *(bool *)p = flag_on(s);
+        else if (!strcmp(v->name, "KN_PROFILE")) e.profile = !strcmp(s, "shapes") ? 2 : flag_on(s) ? 1 : 0;
+        else if (*s) {
+            long long x = int_of(v->name, s);
+            if (v->off == offsetof(kn_env, cuda_pool_mb)) e.cuda_pool_mb = x;
+            else *(int *)p = x > 1 << 20 ? 1 << 20 : (int)x;
+        }
+    }
+    /* KN_LLM_FUSE is on by default: only "0" turns it off */
+    const char *fuse = getenv("KN_LLM_FUSE");
+    e.llm_nofuse = fuse && !strcmp(fuse, "0");
+    /* KN_LLM_GPU_CAST takes effect only as "1" (as documented) */
+    const char *cast = getenv("KN_LLM_GPU_CAST");
+    e.llm_gpu_cast = cast && !strcmp(cast, "1");
+    g_env = e;
+}
+
+const kn_env *kn_env_get(void) {
+    pthread_once(&g_once, read_all);
+    return &g_env;
+}
+
+void kn_env_reload(void) {
+    pthread_once(&g_once, read_all);
+    read_all();
+}
+
+const char *const *kn_env_names(void) {
+    static const char *names[N_VARS + 1];
+    for (size_t i = 0; i < N_VARS; i++) names[i] = g_vars[i].name;
+    names[N_VARS] = NULL;
+    return names;
+}

@@ -1,0 +1,55 @@
+/* env.h: every KN_* environment switch of the library, read once.
+ *
+ * The library reads its environment in one place (env.c) the first time
+ * any switch is asked for, and keeps the values in one struct; hot paths
+ * (a CUDA node dispatch, a matmul) read a field, never getenv. docs/ENV.md
+ * lists each variable; test_core checks that the list and the table in
+ * env.c agree.
+ *
+ * A flag is on when the variable is set to anything but "" or "0".
+ * Programs and tests that change a variable at run time (setenv) call
+ * kn_env_reload() afterwards; it must not race with running plans.
+ */
+#ifndef KN_CORE_ENV_H
+#define KN_CORE_ENV_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kn_env {
+    /* core and CPU */
+    int threads;             /* KN_THREADS: worker count incl. the caller; 0 = one per core */
+    const char *backend;     /* KN_BACKEND: ref | cpu | cuda; NULL = cpu */
+    const char *cpu;         /* KN_CPU: scalar | avx2 caps the SIMD level; NULL = detected */
+    bool debug;              /* KN_DEBUG: print plans and op errors on stderr */
+    int profile;             /* KN_PROFILE: 0 off, 1 time per op at exit, 2 (=shapes) also per shape */
+    int gemm_chunks;         /* KN_GEMM_CHUNKS: 1..4, 0 = tuned default */
+    const char *gemm_block;  /* KN_GEMM_BLOCK: "kc,mc,nc" blocking override */
+    /* LLM engine */
+    const char *qmm_act;     /* KN_QMM_ACT: auto | q16 | q8 | f32 */
+    bool qmm_exact;          /* KN_QMM_EXACT: same as KN_QMM_ACT=f32 */
+    bool llm_nofuse;         /* KN_LLM_FUSE=0: keep wq/wk/wv and w1/w3 as separate matmuls */
+    bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU */
+    /* CUDA backend (development switches) */
+    bool cuda_generic;       /* KN_CUDA_GENERIC: only the generic kernels, no tuned paths */
+    bool cuda_no_tc, cuda_no_wgmma, cuda_no_sgemm, cuda_no_gemv, cuda_no_splitk;
+    bool cuda_sync;          /* KN_CUDA_SYNC: synchronize after every node (find a faulting op) */
+    bool cuda_trace;         /* KN_CUDA_TRACE: time every node with events */
+    long long cuda_pool_mb;  /* KN_CUDA_POOL_MB: device pool limit in MiB, 0 = none */
+    const char *cuda_tune;   /* KN_CUDA_TUNE: kernel variant overrides "key=v,key=v" */
+} kn_env;
+
+/* the values, read on the first call (thread safe) */
+const kn_env *kn_env_get(void);
+/* read the environment again (after setenv in a bench or test) */
+void kn_env_reload(void);
+/* the names of every variable in the table, NULL-terminated (for the docs check) */
+const char *const *kn_env_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,4 @@
+/* version.c: kn_version() (kiln_base.h). */
+#include "kiln_base.h"
+
+const char *kn_version(void) { return KN_VERSION; }
