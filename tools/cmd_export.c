@@ -7,6 +7,7 @@
 #include "cli.h"
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void export_usage(FILE *f) {
     fprintf(f,
@@ -30,6 +31,11 @@ int kn_cli_export(int argc, char **argv) {
     }
     if (!in || !out) {
         fprintf(stderr, "kiln export: %s is required (kiln export -m CKPT -o OUT.gguf)\n", !in ? "-m CKPT" : "-o OUT.gguf");
+        return 2;
+    }
+    struct stat si, so;
+    if (stat(in, &si) == 0 && stat(out, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+        fprintf(stderr, "kiln export: -o %s is the checkpoint itself; name another file (e.g. model.gguf)\n", out);
         return 2;
     }
     if (kn_model_export_gguf(in, tok, out)) { fprintf(stderr, "kiln export: %s\n", kn_last_error()); return 1; }

@@ -129,6 +129,7 @@ static const topt k_opts[] = {
 };
 #undef F
 enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
+_Static_assert(N_OPTS <= 64, "targs.set has room for 64 options");
 
 static int opt_index(const char *name) {
     for (int i = 0; i < N_OPTS; i++) if (!strcmp(k_opts[i].name, name)) return i;
@@ -353,6 +354,16 @@ static int check_out(const targs *a) {
     if (stat(a->out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "kiln train: --out %s is a directory; name a file, e.g. %s/model.safetensors\n", a->out, a->out);
         return 1;
+    }
+    const char *inputs[] = {a->data, a->tokenizer};          /* files the run reads */
+    for (int i = 0; i < 2; i++) {
+        struct stat si;
+        if (inputs[i] && stat(inputs[i], &si) == 0 && stat(a->out, &sb) == 0 && si.st_dev == sb.st_dev &&
+            si.st_ino == sb.st_ino) {
+            fprintf(stderr, "kiln train: --out %s is the run's input %s; name another file (e.g. model.safetensors)\n",
+                    a->out, inputs[i]);
+            return 1;
+        }
     }
     size_t n = strlen(a->out);
     char *tmp = malloc(n + 5);
