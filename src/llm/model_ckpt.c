@@ -185,8 +185,10 @@ kn_status kn__kgpt_wte(const kn__kgpt *k, float **out) {
  * near zero: a trained ln_f bias makes it so, a fresh one (zero) does not,
  * and then the model is refused with a message. The head is exact in f32;
  * rounded to bf16 (a GPU's default) or quantized, the unseen ids' logits
- * move by about |a| * sqrt(C) * 2e-3 (|a| is about 60 after 150 steps of a
- * 64-wide model: a factor of about 2 on a probability of 1e-5). */
+ * move by about |a| * sqrt(C) * 2e-3. Measured on a 64-wide model after
+ * 150 steps (|a| = 63): the unseen ids' total probability, at most 2.1e-5
+ * in f32, became 3.6e-5 with the head rounded to bf16, 2.2e-5 to 8-bit
+ * blocks of 32 (Q8_0-like). */
 kn_status kn__kgpt_wout(const kn__kgpt *k, float **out) {
     *out = NULL;
     if (!k->orig) return KN_OK;
