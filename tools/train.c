@@ -70,8 +70,9 @@ typedef enum { O_STR, O_INT, O_REAL, O_U64 } okind;
 
 /* One option: its value lands at offset `off` of targs (a const char *,
  * int64_t, double or uint64_t by kind); numbers must lie in [lo, hi] (lo
- * excluded when lo_open). `dflt` is the default's text where it is not a
- * plain value of targs (computed from other options, or none). */
+ * excluded when lo_open, hi when hi_open). `dflt` is the default's text
+ * where it is not a plain value of targs (computed from other options, or
+ * none). */
 typedef struct topt {
     const char *name, *arg, *help;
     okind kind;
