@@ -63,21 +63,55 @@ static size_t oa_alloc(offalloc *a, size_t size) {
     a->top += size;
     return off;
 }
-static void oa_free(offalloc *a, size_t off, size_t size) {
+/* false when the free list cannot grow (out of host memory); the list is then
+ * unchanged, so the caller only has to release it. */
+static bool oa_free(offalloc *a, size_t off, size_t size) {
     /* coalesce with neighbours */
     for (int i = 0; i < a->nfree; i++) {
         if (a->free[i].off + a->free[i].size == off) { off = a->free[i].off; size += a->free[i].size; a->free[i--] = a->free[--a->nfree]; continue; }
         if (off + size == a->free[i].off) { size += a->free[i].size; a->free[i--] = a->free[--a->nfree]; continue; }
     }
     if (a->nfree == a->cap) {
-        a->cap = a->cap ? a->cap * 2 : 32;
-        a->free = realloc(a->free, sizeof *a->free * (size_t)a->cap);
+        int cap = a->cap ? a->cap * 2 : 32;
+        blk *grown = realloc(a->free, sizeof *a->free * (size_t)cap);
+        if (!grown) return false;     /* a->free still valid: freed by the caller */
+        a->free = grown; a->cap = cap;
     }
     a->free[a->nfree++] = (blk){off, size};
+    return true;
 }
 
 static bool computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
 static bool owns_storage(const kn_tensor *t) { return !(t->flags & KN_FLAG_VIEW) && t->view_src == NULL; }
+
+/* Out of host memory while compiling: records why and frees the partial plan.
+ * Returns NULL for plan_new to return. */
+static kn_plan *plan_nomem(kn_ctx *ctx, kn_plan *p, const char *what) {
+    kn__fail(ctx, KN_ERR_NOMEM, "kn_plan_new: out of host memory for %s of a %d-node graph; "
+             "free unused contexts or build a smaller graph", what, p ? p->n : 0);
+    kn_plan_free(p);
+    return NULL;
+}
+
+/* Moves effects nobody reads to the end of p->order (an optimizer update of a
+ * parameter must follow every read of it); keeps the relative order otherwise. */
+static bool order_effects_last(kn_plan *p) {
+    uint8_t *used = calloc((size_t)(p->n_ids ? p->n_ids : 1), 1);
+    kn_tensor **o2 = malloc(sizeof *o2 * (size_t)(p->n ? p->n : 1));
+    if (!used || !o2) { free(used); free(o2); return false; }
+    for (int i = 0; i < p->n; i++)
+        for (int k = 0; k < KN_MAX_SRC; k++) if (p->order[i]->src[k]) used[p->order[i]->src[k]->id] = 1;
+    int m = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < p->n; i++) {
+            kn_tensor *t = p->order[i];
+            bool late = kn_op_get(t->op)->kind == KN_KIND_EFFECT && !used[t->id];
+            if (late == (pass == 1)) o2[m++] = t;
+        }
+    free(p->order); p->order = o2;
+    free(used);
+    return true;
+}
 
 /* stop_at_realized: eager kn_realize reuses values computed earlier; a plan
  * (kn_plan_new) recomputes every op node on each run, so only leaves
@@ -85,34 +119,21 @@ static bool owns_storage(const kn_tensor *t) { return !(t->flags & KN_FLAG_VIEW)
 static kn_plan *plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     kn_plan *p = calloc(1, sizeof *p);
-    if (!p) { kn__fail(ctx, KN_ERR_NOMEM, "out of memory for a plan"); return NULL; }
+    if (!p) return plan_nomem(ctx, NULL, "the plan header");
     p->ctx = ctx;
     p->be = (opts && opts->backend) ? opts->backend : ctx->be;
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
-    if (kn__toposort(ctx, nout, outs, stop_at_realized, &p->order, &p->n) != KN_OK) { free(p); ctx->status = KN_ERR_STATE; return NULL; }
-    /* effects with no consumer run last (e.g. optimizer updates of a parameter
-     * must follow every read of it); keep relative order otherwise */
+    kn_status st = kn__toposort(ctx, nout, outs, stop_at_realized, &p->order, &p->n);
+    if (st != KN_OK) { free(p); ctx->status = st; return NULL; }   /* the message is set */
     p->n_ids = ctx->n_all;
-    uint8_t *used = calloc((size_t)p->n_ids, 1);
-    for (int i = 0; i < p->n; i++)
-        for (int k = 0; k < KN_MAX_SRC; k++) if (p->order[i]->src[k]) used[p->order[i]->src[k]->id] = 1;
-    {
-        kn_tensor **o2 = malloc(sizeof *o2 * (size_t)(p->n ? p->n : 1));
-        int m = 0;
-        for (int pass = 0; pass < 2; pass++)
-            for (int i = 0; i < p->n; i++) {
-                kn_tensor *t = p->order[i];
-                bool late = kn_op_get(t->op)->kind == KN_KIND_EFFECT && !used[t->id];
-                if (late == (pass == 1)) o2[m++] = t;
-            }
-        free(p->order); p->order = o2;
-    }
-    free(used);
+    if (!order_effects_last(p)) return plan_nomem(ctx, p, "the schedule");
 
-    p->off = malloc(sizeof *p->off * (size_t)(p->n_ids ? p->n_ids : 1));
-    int32_t *last = malloc(sizeof *last * (size_t)(p->n_ids ? p->n_ids : 1));
-    uint8_t *persist = calloc((size_t)p->n_ids, 1);
+    size_t nid = (size_t)(p->n_ids ? p->n_ids : 1);
+    p->off = malloc(sizeof *p->off * nid);
+    int32_t *last = malloc(sizeof *last * nid);
+    uint8_t *persist = calloc(nid, 1);
+    if (!p->off || !last || !persist) { free(last); free(persist); return plan_nomem(ctx, p, "the memory plan"); }
     for (int32_t i = 0; i < p->n_ids; i++) { p->off[i] = -1; last[i] = -1; }
     /* outputs (or the storage they view) are persistent */
     for (int o = 0; o < nout; o++) persist[kn__storage_owner(outs[o])->id] = 1;
@@ -130,7 +151,7 @@ static kn_plan *plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_
         if (!owns_storage(t) || t->buf) continue;
         size_t bytes = align_up(storage_bytes(t));
         if (persist[t->id]) {
-            t->buf = kn_buffer_new(p->be, bytes);
+            t->buf = kn_buffer_new(p->be, bytes);    /* sets the message on failure */
             if (!t->buf) { free(last); free(persist); free(oa.free); kn_plan_free(p); ctx->status = KN_ERR_NOMEM; return NULL; }
             continue;
         }
@@ -151,22 +172,24 @@ static kn_plan *plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_
         p->off[t->id] = off;
         if (!reuse) continue;
         /* free blocks whose last reader is this node */
+        bool ok = true;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = t->src[k] ? kn__storage_owner(t->src[k]) : NULL;
             if (s && p->off[s->id] >= 0 && last[s->id] == i && !persist[s->id]) {
-                oa_free(&oa, (size_t)p->off[s->id], align_up(storage_bytes(s)));
+                ok = ok && oa_free(&oa, (size_t)p->off[s->id], align_up(storage_bytes(s)));
                 last[s->id] = -2;
             }
         }
         /* a node nobody reads (dead end) frees right away */
-        if (last[t->id] < 0 && last[t->id] != -2) oa_free(&oa, (size_t)off, bytes);
+        if (ok && last[t->id] < 0 && last[t->id] != -2) ok = oa_free(&oa, (size_t)off, bytes);
+        if (!ok) { free(last); free(persist); free(oa.free); return plan_nomem(ctx, p, "the arena's free list"); }
     }
     /* views and effects whose storage dies at them also free */
     free(oa.free);
     free(last); free(persist);
     p->peak = oa.top;
     if (p->peak) {
-        p->arena = kn_buffer_new(p->be, p->peak);
+        p->arena = kn_buffer_new(p->be, p->peak);    /* sets the message on failure */
         if (!p->arena) { kn_plan_free(p); ctx->status = KN_ERR_NOMEM; return NULL; }
     }
     if (getenv("KN_DEBUG")) kn_plan_print(p, stderr);
