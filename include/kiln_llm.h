@@ -13,7 +13,11 @@
  * place from the memory map), llama2.c checkpoints (with a tokenizer file),
  * llm.c GPT-2 checkpoints (fp32/bf16) and Hugging Face safetensors with
  * config.json (a model directory or a .safetensors path; LlamaForCausalLM and
- * GPT2LMHeadModel, F32/F16/BF16). llm.c and Hugging Face files carry no
+ * GPT2LMHeadModel, F32/F16/BF16), and the checkpoints `kiln train char` and
+ * `kiln train gpt2` write (a kiln .safetensors checkpoint; the tokenizer is
+ * rebuilt from its metadata: a char model's characters, or the GPT-2
+ * vocabulary file recorded at training, replaced by tokenizer_path when
+ * given). llm.c and Hugging Face files carry no
  * usable tokenizer: pass tokenizer_path (a GGUF vocabulary such as
  * ggml-vocab-gpt-2.gguf, or a llama2.c tokenizer.bin); without one the model
  * evaluates token ids but cannot encode text.
@@ -93,6 +97,17 @@ kn_backend *kn_model_backend(const kn_model *m);        /* where the graph runs 
 const char *kn_model_chat_template(const kn_model *m);
 /* Print architecture, hyperparameters, tensors, tokenizer (for `kiln info`). */
 kn_status kn_model_print_info(const char *path, void *FILE_ptr);
+
+/* Write the GPT checkpoint of `kiln train char|gpt2` at ckpt_path as a GGUF
+ * file (llama.cpp's "gpt2" architecture, f32, with its tokenizer) at
+ * out_path, through out_path.tmp renamed at the end (a failed write, e.g. a
+ * full disk, leaves no file and names the system's reason). tokenizer_path:
+ * the GPT-2 vocabulary GGUF for gpt2 models (NULL: the one the checkpoint
+ * records); ignored for char models, which must have an ASCII vocabulary.
+ * A gpt2 model trained on a compact vocabulary is written with all 50257
+ * GPT-2 ids and the same distribution: the ids unseen in training share the
+ * probability of the token that stood for them (an untied output.weight). */
+kn_status kn_model_export_gguf(const char *ckpt_path, const char *tokenizer_path, const char *out_path);
 
 /* Evaluate tokens at positions n_past .. n_past+n-1 (the KV cache keeps
  * earlier positions). logits receives n_vocab floats for the last token, or

@@ -69,6 +69,7 @@ typedef struct {
 } cli_case;
 
 static const char *g_kiln, *g_assets, *g_root;
+static char g_kiln_abs[2048];          /* the program's absolute path ({kiln}) */
 static char g_tmp[256];
 
 /* ---- text helpers --------------------------------------------------------- */
@@ -79,7 +80,7 @@ static char *dupstr(const char *s) {
     return p;
 }
 
-/* {assets} {tmp} {model} {root} -> their values (a new string) */
+/* {assets} {tmp} {model} {root} {kiln} -> their values (a new string) */
 static char *expand(const char *s) {
     sbuf b = {0};
     static const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -89,6 +90,7 @@ static char *expand(const char *s) {
         else if (!strncmp(s, "{tmp}", 5)) { v = g_tmp; k = 5; }
         else if (!strncmp(s, "{model}", 7)) { v = model; k = 7; }
         else if (!strncmp(s, "{root}", 6)) { v = g_root; k = 6; }
+        else if (!strncmp(s, "{kiln}", 6)) { v = g_kiln_abs; k = 6; }   /* for pre commands */
         if (v) { sb_add(&b, v, strlen(v)); s += k; }
         else { sb_add(&b, s, 1); s++; }
     }
@@ -457,6 +459,7 @@ int main(void) {
     if (!g_assets || !*g_assets) g_assets = "../shared/assets";
     if (!getcwd(root, sizeof root)) snprintf(root, sizeof root, ".");
     g_root = root;
+    snprintf(g_kiln_abs, sizeof g_kiln_abs, "%s%s%s", kiln[0] == '/' ? "" : root, kiln[0] == '/' ? "" : "/", kiln);
     const char *only = getenv("KN_TEST_ONLY");
     if (only && !*only) only = NULL;
     if (access(g_kiln, X_OK)) {

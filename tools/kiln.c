@@ -7,6 +7,7 @@
  *   kiln perplexity -m MODEL -f TEXT [--ctx N]
  *   kiln tokenize -m MODEL -p TEXT
  *   kiln train mnist|char|gpt2 ...    (tools/train.c parses its own options)
+ *   kiln export -m CKPT -o OUT.gguf   (tools/cmd_export.c, likewise)
  *   kiln help [COMMAND], kiln COMMAND --help, kiln --version
  *
  * The options of every command are in one table (tools/cli_args.c), which
@@ -81,6 +82,7 @@ typedef struct own_command {
 
 static const own_command OWN[] = {
     {"train", kn_cli_train, "Trains a model: mnist, char or gpt2 (kiln train --help)."},
+    {"export", kn_cli_export, "Writes a checkpoint of kiln train char|gpt2 as a GGUF file (kiln export --help)."},
 };
 #define N_OWN (sizeof OWN / sizeof OWN[0])
 

@@ -11,9 +11,18 @@
  * (a seeked loader for MNIST, windows at hashed offsets for LMs), so
  * `--resume CKPT` continues bit for bit. Ctrl-C saves the checkpoint.
  *
+ * Options come from one table (k_opts): each is range-checked with
+ * cli_num.h, belongs to some tasks, and has a default per task (and per
+ * MNIST model) that --help prints; nothing falls back to a default
+ * silently. --out is checked writable (and its disk big enough for one
+ * checkpoint) before any work. The char and gpt2 checkpoints also record
+ * their vocabulary, so `kiln generate`/`kiln chat` load them and `kiln
+ * export` writes them as GGUF (src/llm/model_ckpt.h).
+ *
  * Dimension letters: B batch, T context, C width, V vocabulary.
  * Exit status: 0 ok, 1 error (missing data, bad files, mismatched
- * checkpoint, divergence), 2 usage.
+ * checkpoint, divergence, a failed save), 2 usage, 130 stopped by Ctrl-C
+ * (the checkpoint saved; stderr says where and how to continue).
  * `--dropout P` (LMs) drops attention outputs and embeddings with a mask
  * drawn from the step number, so resumed runs still repeat bit for bit.
  * Non-goals: multi-GPU, mixed precision.
@@ -26,96 +35,426 @@
 #include "kiln_train.h"
 #include "backends/cpu/threadpool.h"   /* defines: kn_pool_set_threads, kn_pool_nthreads */
 #include "llm/gguf.h"                  /* defines: kn_gguf_open, kn_gguf_free */
+#include "cli_num.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 int kn_cli_train(int argc, char **argv);
 
 /* ---- options -------------------------------------------------------------------- */
 
+enum { T_MNIST = 1, T_CHAR = 2, T_GPT2 = 4, T_LM = T_CHAR | T_GPT2, T_ALL = 7 };
+
 typedef struct targs {
-    const char *what, *model, *data, *out, *resume, *tokenizer, *shards;
+    const char *what;                  /* mnist, char, gpt2 */
+    unsigned task;                     /* T_MNIST, T_CHAR or T_GPT2 */
+    const char *model, *data, *out, *resume, *tokenizer, *shards;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
-        eval_batches, warmup, log_every, threads;
-    double lr, min_lr_frac, wd, val_frac, temp, clip, full_vocab, dropout;
+        eval_batches, warmup, log_every, threads, full_vocab;
+    double lr, min_lr_frac, wd, val_frac, temp, clip, dropout;
     uint64_t seed;
+    bool set[64];                      /* set[i]: option i was given */
+    char **argv; int argc;             /* for the resume hint */
 } targs;
 
-static void train_usage(void) {
-    fprintf(stderr,
-            "usage: kiln train mnist|char|gpt2 [options]\n"
-            "  mnist --model mlp|cnn   MNIST classifier (data: DIR with the idx files, default\n"
-            "                          $KN_ASSETS/datasets/mnist or ../shared/assets/datasets/mnist)\n"
-            "  char  --data FILE       character-level GPT on a text file (90/10 train/val split)\n"
-            "  gpt2  --data SHARDS|TXT GPT-2 on llm.c token shards (comma separated), or a .txt that is\n"
-            "                          tokenized first (GPT-2 BPE from gguf/ggml-vocab-gpt-2.gguf)\n"
-            "options:\n"
-            "  --epochs N (mnist)  --steps N (LMs)  --batch B  --lr LR  --wd W  --warmup N  --clip NORM\n"
-            "  --layers L --dim C --heads H --ctx T     transformer shape\n"
-            "  --dropout P         LMs: dropout on embeddings and attention outputs while training (default 0)\n"
-            "  --out CKPT          checkpoint written every --ckpt-every steps, at the end and on Ctrl-C\n"
-            "  --resume CKPT       continue a run (same options) from its checkpoint (and keep writing it\n"
-            "                      unless --out names another file)\n"
-            "  --eval-every N --eval-batches N --sample-every N --sample-len N --temp T --seed S\n"
-            "  --tokenizer FILE (gpt2: GGUF with the GPT-2 vocab)  --shards PREFIX (where a .txt is tokenized to)\n"
-            "  --full-vocab 1      gpt2: keep all 50257 GPT-2 ids (default: only the ids of the training\n"
-            "                      tokens, renumbered, + one for unseen ones: same tokens, smaller softmax)\n"
-            "  --log-every N  -t N (threads)\n");
+typedef enum { O_STR, O_INT, O_REAL, O_U64 } okind;
+
+/* One option: its value lands at offset `off` of targs (a const char *,
+ * int64_t, double or uint64_t by kind); numbers must lie in [lo, hi] (lo
+ * excluded when lo_open, hi when hi_open). `dflt` is the default's text
+ * where it is not a plain value of targs (computed from other options, or
+ * none). */
+typedef struct topt {
+    const char *name, *arg, *help;
+    okind kind;
+    unsigned tasks;
+    double lo, hi;
+    bool lo_open, hi_open;
+    size_t off;
+    const char *dflt;
+} topt;
+
+#define F(field) offsetof(targs, field)
+static const topt k_opts[] = {
+    {"--model", "mlp|cnn", "MNIST network", O_STR, T_MNIST, 0, 0, false, false, F(model), NULL},
+    {"--data", "PATH", "training data (mnist: DIR of idx files; char: text FILE; gpt2: SHARD[,SHARD...] or TEXT.txt)",
+     O_STR, T_ALL, 0, 0, false, false, F(data), NULL},
+    {"--out", "CKPT", "checkpoint (.safetensors) written every --ckpt-every steps, at the end and on Ctrl-C",
+     O_STR, T_ALL, 0, 0, false, false, F(out), "none: nothing is saved"},
+    {"--resume", "CKPT", "continue a run (same options) from its checkpoint; keeps writing it unless --out says otherwise",
+     O_STR, T_ALL, 0, 0, false, false, F(resume), "none"},
+    {"--epochs", "N", "passes over the training images", O_INT, T_MNIST, 1, 1000, false, false, F(epochs), NULL},
+    {"--steps", "N", "optimizer steps", O_INT, T_LM, 1, 1e9, false, false, F(steps), NULL},
+    {"--batch", "B", "batch size (images, or windows of --ctx tokens)", O_INT, T_ALL, 1, 65536, false, false, F(batch), NULL},
+    {"--lr", "LR", "peak learning rate (AdamW, cosine schedule to lr/10)", O_REAL, T_ALL, 0, 10, true, false, F(lr), NULL},
+    {"--wd", "W", "weight decay (matrices only)", O_REAL, T_ALL, 0, 10, false, false, F(wd), NULL},
+    {"--warmup", "N", "linear warm-up steps", O_INT, T_ALL, 0, 1e9, false, false, F(warmup), NULL},
+    {"--clip", "NORM", "clip the gradient norm (0: off)", O_REAL, T_ALL, 0, 1e6, false, false, F(clip), NULL},
+    {"--layers", "L", "transformer blocks", O_INT, T_LM, 1, 1024, false, false, F(layers), NULL},
+    {"--dim", "C", "model width (a multiple of --heads)", O_INT, T_LM, 1, 65536, false, false, F(dim), NULL},
+    {"--heads", "H", "attention heads", O_INT, T_LM, 1, 65536, false, false, F(heads), NULL},
+    {"--ctx", "T", "context length (tokens per window)", O_INT, T_LM, 1, 65536, false, false, F(ctx), NULL},
+    {"--dropout", "P", "dropout on embeddings and attention outputs while training, in [0, 1)", O_REAL, T_LM, 0, 1,
+     false, true, F(dropout), NULL},
+    {"--val-frac", "F", "fraction of the tokens held out for validation, in (0, 1)", O_REAL, T_LM, 0, 1, true,
+     true, F(val_frac), NULL},
+    {"--eval-every", "N", "evaluate every N steps (0: at the end only)", O_INT, T_ALL, 0, 1e9, false, false,
+     F(eval_every), NULL},
+    {"--eval-batches", "N", "validation batches per evaluation", O_INT, T_LM, 1, 1e6, false, false, F(eval_batches),
+     NULL},
+    {"--ckpt-every", "N", "also save the checkpoint every N steps (0: only at the end and on Ctrl-C)", O_INT, T_ALL, 0,
+     1e9, false, false, F(ckpt_every), NULL},
+    {"--sample-every", "N", "print a text sample every N steps (0: at the end only)", O_INT, T_LM, 0, 1e9, false,
+     false, F(sample_every), NULL},
+    {"--sample-len", "N", "tokens per sample (0: no samples)", O_INT, T_LM, 0, 1e6, false, false, F(sample_len), NULL},
+    {"--temp", "T", "sampling temperature", O_REAL, T_LM, 0, 100, true, false, F(temp), NULL},
+    {"--seed", "S", "seed of the initialisation, batches and samples", O_U64, T_ALL, 0, 0, false, false, F(seed), NULL},
+    {"--tokenizer", "FILE", "GGUF with the GPT-2 vocabulary", O_STR, T_GPT2, 0, 0, false, false, F(tokenizer),
+     "$KN_ASSETS/gguf/ggml-vocab-gpt-2.gguf"},
+    {"--shards", "PREFIX", "where a .txt is tokenized to", O_STR, T_GPT2, 0, 0, false, false, F(shards),
+     "/tmp/kiln_NAME_gpt2"},
+    {"--full-vocab", "0|1", "1: keep all 50257 GPT-2 ids; 0: only the ids of the training tokens, renumbered, + one for "
+     "unseen ones (same tokens, smaller softmax)", O_INT, T_GPT2, 0, 1, false, false, F(full_vocab), NULL},
+    {"--log-every", "N", "progress line every N steps when stderr is not a terminal", O_INT, T_ALL, 1, 1e9, false,
+     false, F(log_every), NULL},
+    {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, false, F(threads), "all cores"},
+};
+#undef F
+enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
+_Static_assert(N_OPTS <= 64, "targs.set has room for 64 options");
+
+static int opt_index(const char *name) {
+    for (int i = 0; i < N_OPTS; i++) if (!strcmp(k_opts[i].name, name)) return i;
+    return -1;
+}
+static bool given(const targs *a, const char *name) { int i = opt_index(name); return i >= 0 && a->set[i]; }
+
+static const char *task_name(unsigned t) { return t == T_MNIST ? "mnist" : t == T_CHAR ? "char" : "gpt2"; }
+
+/* Every default that is a plain value; the ones computed from other options
+ * (warmup, eval_every for LMs) are filled in by derive_defaults. */
+static void set_defaults(targs *a, unsigned task) {
+    bool gpt2 = task == T_GPT2, cnn = a->model && !strcmp(a->model, "cnn");
+    a->task = task;
+    if (task == T_MNIST && !a->model) a->model = "mlp";
+    a->seed = 1337; a->min_lr_frac = 0.1; a->log_every = task == T_MNIST ? 50 : 10;
+    a->wd = task == T_MNIST ? 0.0 : 0.01;
+    a->clip = 1.0;
+    if (task == T_MNIST) {
+        a->epochs = cnn ? 3 : 8; a->batch = cnn ? 64 : 128; a->lr = cnn ? 2e-3 : 1e-3; a->warmup = 100;
+        return;
+    }
+    a->layers = 4; a->dim = gpt2 ? 256 : 128; a->heads = 4; a->ctx = 128;
+    a->batch = gpt2 ? 8 : 32; a->steps = gpt2 ? 600 : 2000; a->lr = gpt2 ? 1e-3 : 2e-3;
+    a->eval_batches = gpt2 ? 4 : 8; a->sample_len = gpt2 ? 120 : 400;
+    a->val_frac = gpt2 ? 0.05 : 0.1; a->temp = gpt2 ? 0.9 : 0.8;
 }
 
-static int parse_targs(int argc, char **argv, targs *a) {
-    for (int i = 3; i < argc; i++) {
-        const char *o = argv[i];
-        if (i + 1 >= argc) { fprintf(stderr, "kiln train: option %s needs a value\n", o); return -1; }
-        const char *v = argv[++i];
-        const char **sp = !strcmp(o, "--model") ? &a->model : !strcmp(o, "--data") ? &a->data
-                        : !strcmp(o, "--out") ? &a->out : !strcmp(o, "--resume") ? &a->resume
-                        : !strcmp(o, "--tokenizer") ? &a->tokenizer : !strcmp(o, "--shards") ? &a->shards : NULL;
-        if (sp) { *sp = v; continue; }
-        char *end;
-        double x = strtod(v, &end);
-        if (*end || end == v) { fprintf(stderr, "kiln train: %s expects a number, got '%s'\n", o, v); return -1; }
-        int64_t ix = (int64_t)x;
-        if (!strcmp(o, "--epochs")) a->epochs = ix;
-        else if (!strcmp(o, "--batch")) a->batch = ix;
-        else if (!strcmp(o, "--steps")) a->steps = ix;
-        else if (!strcmp(o, "--layers")) a->layers = ix;
-        else if (!strcmp(o, "--dim")) a->dim = ix;
-        else if (!strcmp(o, "--heads")) a->heads = ix;
-        else if (!strcmp(o, "--ctx")) a->ctx = ix;
-        else if (!strcmp(o, "--eval-every")) a->eval_every = ix;
-        else if (!strcmp(o, "--eval-batches")) a->eval_batches = ix;
-        else if (!strcmp(o, "--ckpt-every")) a->ckpt_every = ix;
-        else if (!strcmp(o, "--sample-every")) a->sample_every = ix;
-        else if (!strcmp(o, "--sample-len")) a->sample_len = ix;
-        else if (!strcmp(o, "--warmup")) a->warmup = ix;
-        else if (!strcmp(o, "--log-every")) a->log_every = ix;
-        else if (!strcmp(o, "-t")) a->threads = ix;
-        else if (!strcmp(o, "--lr")) a->lr = x;
-        else if (!strcmp(o, "--wd")) a->wd = x;
-        else if (!strcmp(o, "--clip")) a->clip = x;
-        else if (!strcmp(o, "--temp")) a->temp = x;
-        else if (!strcmp(o, "--val-frac")) a->val_frac = x;
-        else if (!strcmp(o, "--full-vocab")) a->full_vocab = x;
-        else if (!strcmp(o, "--dropout")) {
-            if (!(x < 1)) { fprintf(stderr, "kiln train: --dropout must be in [0, 1), got %s\n", v); return -1; }
-            a->dropout = x;
-        }
-        else if (!strcmp(o, "--seed")) a->seed = (uint64_t)x;
-        else { fprintf(stderr, "kiln train: unknown option %s\n", o); return -1; }
-        if (x < 0) { fprintf(stderr, "kiln train: %s must not be negative\n", o); return -1; }
+/* Options not given take their defaults (which may depend on --model). */
+static void fill_defaults(targs *a) {
+    targs d = {.model = a->model};
+    set_defaults(&d, a->task);
+    for (int i = 0; i < N_OPTS; i++) {
+        if (a->set[i]) continue;
+        size_t sz = k_opts[i].kind == O_STR ? sizeof(const char *) : 8;
+        memcpy((char *)a + k_opts[i].off, (const char *)&d + k_opts[i].off, sz);
     }
-    if (a->threads > 0) kn_pool_set_threads((int)a->threads);
+    a->min_lr_frac = d.min_lr_frac;
+}
+
+static void derive_defaults(targs *a) {
+    if (a->task == T_MNIST) return;                     /* eval: once per epoch unless given */
+    if (!given(a, "--warmup")) a->warmup = a->steps / 20 + 1;
+    if (!given(a, "--eval-every")) a->eval_every = a->steps / 5 > 0 ? a->steps / 5 : 1;
+}
+
+/* The plain default value of option o for task (and MNIST model). */
+static void value_text(const topt *o, unsigned task, const char *model, char *buf, size_t cap) {
+    targs d = {.model = model};
+    set_defaults(&d, task);
+    const char *p = (const char *)&d + o->off;
+    switch (o->kind) {
+    case O_STR: snprintf(buf, cap, "%s", *(const char *const *)p ? *(const char *const *)p : "none"); break;
+    case O_INT: snprintf(buf, cap, "%lld", (long long)*(const int64_t *)p); break;
+    case O_REAL: snprintf(buf, cap, "%g", *(const double *)p); break;
+    case O_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    }
+}
+
+/* The default of option o for task (printed by --help). */
+static void default_text(const topt *o, unsigned task, char *buf, size_t cap) {
+    if (o->dflt) { snprintf(buf, cap, "%s", o->dflt); return; }
+    if (!strcmp(o->name, "--warmup") && task != T_MNIST) { snprintf(buf, cap, "steps/20 + 1"); return; }
+    if (!strcmp(o->name, "--eval-every")) { snprintf(buf, cap, task == T_MNIST ? "once per epoch" : "steps/5"); return; }
+    if (!strcmp(o->name, "--data") && task == T_MNIST) { snprintf(buf, cap, "$KN_ASSETS/datasets/mnist"); return; }
+    if (!strcmp(o->name, "--model")) { snprintf(buf, cap, "mlp"); return; }
+    if (!strcmp(o->name, "--data")) { snprintf(buf, cap, "required"); return; }
+    char mlp[32], cnn[32];
+    value_text(o, task, "mlp", mlp, sizeof mlp);
+    value_text(o, task, "cnn", cnn, sizeof cnn);
+    if (task == T_MNIST && strcmp(mlp, cnn)) snprintf(buf, cap, "mlp %.20s, cnn %.20s", mlp, cnn);
+    else snprintf(buf, cap, "%s", mlp);
+}
+
+/* "  HEAD   text" with the text wrapped at 100 columns under itself. */
+static void print_wrapped(FILE *f, const char *head, const char *text) {
+    enum { INDENT = 23, WIDTH = 100 };
+    fprintf(f, "  %-20s ", head);
+    size_t col = INDENT;
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " ");
+        if (!w) break;
+        if (col > INDENT && col + 1 + w > WIDTH) { fprintf(f, "\n%*s", INDENT, ""); col = INDENT; }
+        else if (col > INDENT) { fputc(' ', f); col++; }
+        fwrite(p, 1, w, f);
+        col += w;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+/* Usage on stdout (--help) or stderr; tasks: the tasks whose options and
+ * defaults are listed (T_ALL: every task, defaults per task). */
+static void train_usage(FILE *f, unsigned tasks) {
+    fprintf(f,
+            "usage: kiln train mnist|char|gpt2 [options]   (kiln train TASK --help: that task's options)\n"
+            "  mnist --model mlp|cnn   MNIST classifier (data: DIR with the idx files)\n"
+            "  char  --data FILE       character-level GPT on a text file\n"
+            "  gpt2  --data SHARDS|TXT GPT-2 on llm.c token shards (comma separated), or a .txt that is\n"
+            "                          tokenized first (GPT-2 BPE from gguf/ggml-vocab-gpt-2.gguf)\n"
+            "Ctrl-C stops after the current step and saves the checkpoint (exit status 130).\n"
+            "Then: kiln generate -m CKPT -p TEXT samples from a char/gpt2 checkpoint; kiln export -m CKPT -o OUT.gguf.\n"
+            "options%s%s:\n", tasks == T_ALL ? "" : " of ", tasks == T_ALL ? "" : task_name(tasks));
+    for (int i = 0; i < N_OPTS; i++) {
+        const topt *o = &k_opts[i];
+        if (!(o->tasks & tasks)) continue;
+        char head[40], line[600];
+        size_t n = 0;
+        snprintf(head, sizeof head, "%s %s", o->name, o->arg);
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s", o->help);
+        if (o->tasks != T_ALL && tasks == T_ALL)
+            n += (size_t)snprintf(line + n, sizeof line - n, " (%s)", o->tasks == T_MNIST ? "mnist"
+                                  : o->tasks == T_LM ? "char, gpt2" : o->tasks == T_CHAR ? "char" : "gpt2");
+        /* the default, per task where they differ */
+        char d[3][64];
+        int nd = 0;
+        unsigned ts[3];
+        for (unsigned t = T_MNIST; t <= T_GPT2; t <<= 1)
+            if (o->tasks & tasks & t) { ts[nd] = t; default_text(o, t, d[nd], sizeof d[nd]); nd++; }
+        bool same = true;
+        for (int k = 1; k < nd; k++) same = same && !strcmp(d[k], d[0]);
+        if (same && nd) n += (size_t)snprintf(line + n, sizeof line - n, " [default %s]", d[0]);
+        else {
+            n += (size_t)snprintf(line + n, sizeof line - n, " [default");
+            for (int k = 0; k < nd && n < sizeof line; k++)
+                n += (size_t)snprintf(line + n, sizeof line - n, "%s %s %s", k ? "," : "", task_name(ts[k]), d[k]);
+            if (n < sizeof line) snprintf(line + n, sizeof line - n, "]");
+        }
+        print_wrapped(f, head, line);
+    }
+}
+
+static bool is_help(const char *s) { return !strcmp(s, "-h") || !strcmp(s, "--help"); }
+
+/* Parses argv[3..] into a (defaults already set). -1: a message was printed
+ * (usage error). */
+static int parse_targs(int argc, char **argv, targs *a) {
+    const char *prog = a->task == T_MNIST ? "kiln train mnist" : a->task == T_CHAR ? "kiln train char" : "kiln train gpt2";
+    for (int i = 3; i < argc; i++) {
+        const char *name = argv[i];
+        int k = opt_index(name);
+        if (k < 0) {
+            fprintf(stderr, "%s: unknown option '%s' (kiln train %s --help lists them)\n", prog, name, a->what);
+            return -1;
+        }
+        const topt *o = &k_opts[k];
+        if (!(o->tasks & a->task)) {
+            fprintf(stderr, "%s: %s does not apply to %s (kiln train %s --help lists its options)\n", prog, name,
+                    a->what, a->what);
+            return -1;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "%s: option %s needs a value (%s)\n", prog, name, o->arg); return -1; }
+        const char *v = argv[++i];
+        void *p = (char *)a + o->off;
+        switch (o->kind) {
+        case O_STR:
+            if (!*v) { fprintf(stderr, "%s: %s needs a non-empty value (%s)\n", prog, name, o->arg); return -1; }
+            *(const char **)p = v;
+            break;
+        case O_INT: if (!cli_int(prog, name, v, (int64_t)o->lo, (int64_t)o->hi, p)) return -1; break;
+        case O_U64: if (!cli_u64(prog, name, v, p)) return -1; break;
+        case O_REAL: {
+            double x;
+            if (!cli_real(prog, name, v, o->lo, o->hi, &x)) return -1;
+            if ((o->lo_open && x == o->lo) || (o->hi_open && x == o->hi)) {
+                fprintf(stderr, "%s: %s must be %s %g and %s %g, got %s\n", prog, name,
+                        o->lo_open ? "greater than" : "at least", o->lo, o->hi_open ? "less than" : "at most", o->hi, v);
+                return -1;
+            }
+            *(double *)p = x;
+            break;
+        }
+        }
+        a->set[k] = true;
+    }
+    return 0;
+}
+
+/* Checks between options, before any data is read. */
+static int check_targs(targs *a) {
+    const char *prog = a->task == T_MNIST ? "kiln train mnist" : a->task == T_CHAR ? "kiln train char" : "kiln train gpt2";
+    if (a->task == T_MNIST && strcmp(a->model, "mlp") && strcmp(a->model, "cnn")) {
+        fprintf(stderr, "%s: --model must be mlp or cnn, got '%s'\n", prog, a->model);
+        return -1;
+    }
+    if (a->task != T_MNIST) {
+        if (a->heads > a->dim || a->dim % a->heads) {
+            fprintf(stderr, "%s: --dim %lld must be a multiple of --heads %lld (e.g. --dim %lld)\n", prog,
+                    (long long)a->dim, (long long)a->heads,
+                    (long long)(a->heads * ((a->dim + a->heads - 1) / a->heads)));
+            return -1;
+        }
+        if (a->warmup > a->steps) {
+            fprintf(stderr, "%s: --warmup %lld is longer than --steps %lld\n", prog, (long long)a->warmup,
+                    (long long)a->steps);
+            return -1;
+        }
+        if (a->batch * a->ctx > ((int64_t)1 << 24)) {
+            fprintf(stderr, "%s: --batch %lld x --ctx %lld = %lld tokens per step is too many (at most 16777216)\n",
+                    prog, (long long)a->batch, (long long)a->ctx, (long long)(a->batch * a->ctx));
+            return -1;
+        }
+    }
     if (a->resume && !a->out) a->out = a->resume;   /* a resumed run keeps writing its checkpoint */
+    if (a->threads > 0) kn_pool_set_threads((int)a->threads);
     return 0;
 }
 
 static int fail(const char *what) {
     fprintf(stderr, "kiln train: %s\n", what);
     return 1;
+}
+
+/* ---- the checkpoint path ------------------------------------------------------------ */
+
+/* --out must be writable before any work is done: checkpoints are written to
+ * OUT.tmp and renamed over OUT (so a failed write never destroys the last
+ * good checkpoint), so OUT.tmp must be creatable now. */
+static int check_out(const targs *a) {
+    struct stat sb;
+    if (stat(a->out, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "kiln train: --out %s is a directory; name a file, e.g. %s/model.safetensors\n", a->out, a->out);
+        return 1;
+    }
+    const char *inputs[] = {a->data, a->tokenizer};          /* files the run reads */
+    for (int i = 0; i < 2; i++) {
+        struct stat si;
+        if (inputs[i] && stat(inputs[i], &si) == 0 && stat(a->out, &sb) == 0 && si.st_dev == sb.st_dev &&
+            si.st_ino == sb.st_ino) {
+            fprintf(stderr, "kiln train: --out %s is the run's input %s; name another file (e.g. model.safetensors)\n",
+                    a->out, inputs[i]);
+            return 1;
+        }
+    }
+    size_t n = strlen(a->out);
+    char *tmp = malloc(n + 5);
+    if (!tmp) return fail("out of memory");
+    memcpy(tmp, a->out, n);
+    memcpy(tmp + n, ".tmp", 5);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    bool created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(tmp, O_WRONLY);      /* left by an earlier run: reused */
+    if (fd < 0) {
+        fprintf(stderr, "kiln train: cannot write the checkpoint --out %s (creating %s: %s); name a file in an "
+                "existing, writable directory\n", a->out, tmp, strerror(errno));
+        free(tmp);
+        return 1;
+    }
+    close(fd);
+    if (created) unlink(tmp);
+    free(tmp);
+    if (!a->resume && access(a->out, F_OK) == 0)
+        fprintf(stderr, "kiln train: note: %s exists and will be replaced by this run's checkpoint\n", a->out);
+    return 0;
+}
+
+/* Refuses to start when the disk of --out cannot hold one checkpoint: the
+ * parameters and AdamW's two moments, 4 bytes each (a lower bound). */
+static int check_space(const char *out, int64_t n_params) {
+    char dir[PATH_MAX];
+    const char *slash = strrchr(out, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == out) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out);
+    struct statvfs vs;
+    if (statvfs(dir, &vs) != 0) return 0;                       /* unknown: the save will tell */
+    double need = 12.0 * (double)n_params, have = (double)vs.f_bavail * (double)vs.f_frsize;
+    if (have >= need) return 0;
+    fprintf(stderr, "kiln train: a checkpoint of this model needs about %.1f MB but only %.1f MB are free where "
+            "--out %s goes; free some space or pick another --out\n", need / 1e6, have / 1e6, out);
+    return 1;
+}
+
+/* The command that continues this run: the same options with --resume OUT. */
+static void print_resume_cmd(const targs *a, FILE *f) {
+    fprintf(f, "kiln train %s", a->what);
+    for (int i = 3; i < a->argc; i++) {
+        if (!strcmp(a->argv[i], "--resume") && i + 1 < a->argc) { i++; continue; }
+        const char *w = a->argv[i];
+        bool plain = *w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./,=:+") == strlen(w);
+        if (plain) fprintf(f, " %s", w);
+        else {
+            fputs(" '", f);
+            for (const char *c = w; *c; c++) { if (*c == '\'') fputs("'\\''", f); else fputc(*c, f); }
+            fputc('\'', f);
+        }
+    }
+    fprintf(f, " --resume %s", a->out);
+}
+
+/* How a run that did not finish ends: a failed step or save (1), or Ctrl-C
+ * (130, as a shell reports a process killed by SIGINT). A failed save stops
+ * the run: the disk or the path will not take later checkpoints either, so
+ * going on would only train steps that cannot be kept; the last good
+ * checkpoint is still in place (written to a temporary file and renamed). */
+static int run_end(const targs *a, kn_status st, const kn_train_result *res) {
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        if (a->out && st == KN_ERR_IO) {
+            fprintf(stderr, "kiln train: saving the checkpoint after step %lld failed: %s; training stopped",
+                    (long long)res->next_step, msg);
+            if (access(a->out, R_OK) == 0) {
+                fprintf(stderr, "; fix the cause, then continue from the last good checkpoint with: ");
+                print_resume_cmd(a, stderr);
+                fputc('\n', stderr);
+            } else {
+                fprintf(stderr, "; no checkpoint was saved\n");
+            }
+            return 1;
+        }
+        return fail(msg);
+    }
+    if (!a->out) {
+        fprintf(stderr, "kiln train: interrupted after step %lld; nothing was saved (no --out)\n",
+                (long long)res->next_step);
+        return 130;
+    }
+    fprintf(stderr, "kiln train: interrupted after step %lld; checkpoint saved to %s; continue with: ",
+            (long long)res->next_step, a->out);
+    print_resume_cmd(a, stderr);
+    fputc('\n', stderr);
+    return 130;
 }
 
 static const char *assets_dir(void) {
@@ -266,13 +605,7 @@ static kn_module *mnist_model(kn_ctx *ctx, bool cnn) {
 }
 
 static int train_mnist(targs *a) {
-    if (!a->model) a->model = "mlp";
     bool cnn = !strcmp(a->model, "cnn");
-    if (!cnn && strcmp(a->model, "mlp")) { fprintf(stderr, "kiln train mnist: --model mlp|cnn, got '%s'\n", a->model); return 2; }
-    if (!a->epochs) a->epochs = cnn ? 3 : 8;
-    if (!a->batch) a->batch = cnn ? 64 : 128;
-    if (a->lr == 0) a->lr = cnn ? 2e-3 : 1e-3;
-    if (!a->warmup) a->warmup = 100;
     char dirbuf[1024];
     const char *dir = a->data;
     if (!dir) { snprintf(dirbuf, sizeof dirbuf, "%s/datasets/mnist", assets_dir()); dir = dirbuf; }
@@ -323,6 +656,7 @@ static int train_mnist(targs *a) {
     const char *meta[] = {"model", cnn ? "mnist-cnn" : "mnist-mlp"};
     int64_t start;
     if (resume(a, net, opt, 1, meta, &start)) { fail(kn_last_error()); goto done; }
+    if (a->out && check_space(a->out, kn_module_n_params(net))) goto done;
     fprintf(stderr, "mnist %s: %lld parameters, %lld train / %lld test images, batch %lld, %lld epochs = %lld steps, "
             "AdamW lr %g (cosine), %d threads, %d kernels per step\n", a->model, (long long)kn_module_n_params(net),
             (long long)r.train->n, (long long)r.test->n, (long long)B, (long long)a->epochs, (long long)r.total, a->lr,
@@ -332,21 +666,22 @@ static int train_mnist(targs *a) {
     c.step = step; c.loss = loss; c.opt = opt; c.model = net;
     c.steps = r.total; c.items_per_step = B; c.items_name = "samples"; c.ud = &r;
     c.load_batch = mnist_batch; c.lr_at = mnist_lr; c.eval = mnist_eval;
-    c.eval_every = a->eval_every ? a->eval_every : r.nb;
+    c.eval_every = given(a, "--eval-every") ? a->eval_every : r.nb;
     c.ckpt_every = a->ckpt_every; c.ckpt_path = a->out; c.n_meta = 1; c.meta_kv = meta;
-    c.log_every = a->log_every ? a->log_every : 50;
+    c.log_every = a->log_every;
     kn_train_catch_sigint(true);
     kn_train_result res;
-    if (kn_train_run(&c, start, &res)) { fail(kn_last_error()); goto done; }
+    kn_status rs = kn_train_run(&c, start, &res);
     kn_train_catch_sigint(false);
-    if (!r.evaluated && !res.interrupted) {   /* resumed a finished run: still report */
+    if (rs || res.interrupted) { rc = run_end(a, rs, &res); goto done; }
+    if (!r.evaluated) {   /* resumed a finished run: still report */
         double acc;
         if (mnist_eval(&r, res.next_step - 1, &acc)) { fail(kn_last_error()); goto done; }
     }
     char db[32];
     fprintf(stderr, "done: %lld steps in %s, %.0f samples/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
-    if (!res.interrupted) printf("final test accuracy: %.2f%%\n", r.last_acc);
+    printf("final test accuracy: %.2f%%\n", r.last_acc);
     rc = 0;
 done:
     kn_plan_free(step); kn_plan_free(r.eval);
@@ -490,7 +825,23 @@ typedef struct lm_data {
     int32_t *orig;                     /* compact vocabulary: id -> GPT-2 id           */
     kn_char_vocab *cv; kn_tokenizer *tok; int32_t bos, eot;
     char meta_vocab[32];
+    char tok_path[PATH_MAX];           /* gpt2: the GPT-2 vocabulary file (absolute), or "" */
 } lm_data;
+
+/* Comma-separated decimal list: a char model's code points (id order), or
+ * a compact gpt2 model's GPT-2 ids (all but the last, unseen-ids, id). */
+static char *lm_vocab_meta(const lm_data *d, bool gpt2) {
+    int64_t n = gpt2 ? (d->orig ? d->V - 1 : 0) : d->V;
+    size_t cap = (size_t)n * 12 + 1, o = 0;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    s[0] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        unsigned long v = gpt2 ? (unsigned long)d->orig[i] : (unsigned long)kn_char_vocab_char(d->cv, (int32_t)i);
+        o += (size_t)snprintf(s + o, cap - o, i ? ",%lu" : "%lu", v);
+    }
+    return s;
+}
 
 static int train_lm(targs *a, lm_data *d, const char *kind) {
     bool gpt2 = !strcmp(kind, "gpt2");
@@ -505,8 +856,8 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
                 (long long)d->n, (long long)r.T, 100 * a->val_frac);
         return 1;
     }
-    if (a->heads <= 0 || a->dim % a->heads) { fprintf(stderr, "kiln train: --dim must be a multiple of --heads\n"); return 2; }
     int rc = 1;
+    char *vocab_meta = NULL;
     kn_ctx *ctx = kn_ctx_new(NULL);
     kn_nn_manual_seed(a->seed + 1);
     kn_gpt2_cfg gc = {.vocab = r.V, .max_seq = r.T, .dim = a->dim, .n_layers = (int)a->layers, .n_heads = (int)a->heads,
@@ -555,11 +906,21 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     snprintf(sv, sizeof sv, "%lld", (long long)r.V); snprintf(sl, sizeof sl, "%lld", (long long)a->layers);
     snprintf(sd, sizeof sd, "%lld", (long long)a->dim); snprintf(sh, sizeof sh, "%lld", (long long)a->heads);
     snprintf(st_, sizeof st_, "%lld", (long long)r.T);
+    /* The first 7 pairs identify the run (a resume must match them); the
+     * rest let `kiln generate` and `kiln export` rebuild the vocabulary:
+     * the characters, or the GPT-2 ids of a compact vocabulary and the
+     * GPT-2 vocabulary file (model_ckpt.h). */
+    vocab_meta = lm_vocab_meta(d, gpt2);
+    if (!vocab_meta) { fail("out of memory"); goto done; }
     const char *meta[] = {"model", gpt2 ? "gpt2" : "char-gpt", "vocab", sv, "layers", sl, "dim", sd, "heads", sh,
-                          "ctx", st_, "vocab_chars", d->meta_vocab};
+                          "ctx", st_, "vocab_chars", d->meta_vocab,
+                          gpt2 ? "gpt2_ids" : "char_codepoints", vocab_meta, "tokenizer", d->tok_path};
     int n_meta = 7;
+    int n_saved = 7 + (gpt2 ? (d->orig != NULL) + (d->tok_path[0] != 0) : 1);
+    if (gpt2 && !d->orig) { meta[14] = "tokenizer"; meta[15] = d->tok_path; }   /* full vocabulary: no id list */
     int64_t start;
     if (resume(a, m, opt, n_meta, meta, &start)) { fail(kn_last_error()); goto done; }
+    if (a->out && check_space(a->out, kn_module_n_params(m))) goto done;
     fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
             "%lld train / %lld val tokens; batch %lld x %lld, %lld steps, AdamW lr %g (cosine, warmup %lld), "
             "%d threads, %d kernels per step\n", kind, (int)a->layers, (long long)a->dim, (long long)a->heads,
@@ -572,24 +933,26 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     c.steps = r.total; c.items_per_step = r.B * r.T; c.items_name = "tok"; c.ud = &r;
     c.load_batch = lm_batch; c.lr_at = lm_lr; c.eval = lm_eval; c.sample = lm_sample;
     c.eval_every = a->eval_every; c.sample_every = a->sample_every;
-    c.ckpt_every = a->ckpt_every; c.ckpt_path = a->out; c.n_meta = n_meta; c.meta_kv = meta;
-    c.log_every = a->log_every ? a->log_every : 10;
+    c.ckpt_every = a->ckpt_every; c.ckpt_path = a->out; c.n_meta = n_saved; c.meta_kv = meta;
+    c.log_every = a->log_every;
     kn_train_catch_sigint(true);
     kn_train_result res;
-    if (kn_train_run(&c, start, &res)) { fail(kn_last_error()); goto done; }
+    kn_status rs = kn_train_run(&c, start, &res);
     kn_train_catch_sigint(false);
+    if (rs || res.interrupted) { rc = run_end(a, rs, &res); goto done; }
     char db[32];
-    if (!r.evaluated && !res.interrupted) {   /* resumed a finished run: still report */
+    if (!r.evaluated) {   /* resumed a finished run: still report */
         double v;
         if (lm_eval(&r, res.next_step - 1, &v)) { fail(kn_last_error()); goto done; }
     }
     fprintf(stderr, "done: %lld steps in %s, %.0f tok/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
-    if (!res.interrupted)
-        printf("final: train loss %.4f, val loss %.4f (best %.4f) nats/%s\n", res.last_loss, r.last_val, r.best_val,
-               gpt2 ? "token" : "char");
+    printf("final: train loss %.4f, val loss %.4f (best %.4f) nats/%s\n", res.last_loss, r.last_val, r.best_val,
+           gpt2 ? "token" : "char");
+    if (a->out) fprintf(stderr, "sample from it: kiln generate -m %s -p TEXT\n", a->out);
     rc = 0;
 done:
+    free(vocab_meta);
     for (int k = 0; k < r.n_sp; k++) kn_plan_free(r.sp[k]);
     kn_plan_free(r.eval); kn_plan_free(step);
     kn_optim_free(opt); kn_module_free(m); kn_ctx_free(ctx);
@@ -597,25 +960,7 @@ done:
     return rc;
 }
 
-static void lm_defaults(targs *a, bool gpt2) {
-    if (!a->layers) a->layers = 4;
-    if (!a->dim) a->dim = gpt2 ? 256 : 128;
-    if (!a->heads) a->heads = 4;
-    if (!a->ctx) a->ctx = gpt2 ? 128 : 128;
-    if (!a->batch) a->batch = gpt2 ? 8 : 32;
-    if (!a->steps) a->steps = gpt2 ? 600 : 2000;
-    if (a->lr == 0) a->lr = gpt2 ? 1e-3 : 2e-3;
-    if (!a->warmup) a->warmup = a->steps / 20 + 1;
-    if (!a->eval_every) a->eval_every = a->steps / 5 > 0 ? a->steps / 5 : 1;
-    if (!a->eval_batches) a->eval_batches = gpt2 ? 4 : 8;
-    if (!a->sample_len) a->sample_len = gpt2 ? 120 : 400;
-    if (a->val_frac == 0) a->val_frac = gpt2 ? 0.05 : 0.1;
-    if (a->clip == 0) a->clip = 1.0;
-    if (a->temp == 0) a->temp = gpt2 ? 0.9 : 0.8;
-}
-
 static int train_char(targs *a) {
-    lm_defaults(a, false);
     if (!a->data) { fprintf(stderr, "kiln train char: --data FILE is required (e.g. %s/datasets/tinyshakespeare/input.txt)\n", assets_dir()); return 2; }
     char *text = NULL;
     size_t len = 0;
@@ -644,7 +989,7 @@ static bool ends_with(const char *s, const char *suf) {
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-static kn_tokenizer *gpt2_tokenizer(const targs *a, bool required) {
+static kn_tokenizer *gpt2_tokenizer(const targs *a, bool required, char *used, size_t cap) {
     char buf[1024];
     const char *p = a->tokenizer;
     if (!p) { snprintf(buf, sizeof buf, "%s/gguf/ggml-vocab-gpt-2.gguf", assets_dir()); p = buf; }
@@ -656,11 +1001,12 @@ static kn_tokenizer *gpt2_tokenizer(const targs *a, bool required) {
         tok = NULL;
     }
     kn_gguf_close(g);
+    char abs[PATH_MAX];                     /* recorded in the checkpoint: an absolute path */
+    if (tok && realpath(p, abs) && strlen(abs) < cap) snprintf(used, cap, "%s", abs);
     return tok;
 }
 
 static int train_gpt2(targs *a) {
-    lm_defaults(a, true);
     if (!a->data) {
         fprintf(stderr, "kiln train gpt2: --data SHARD[,SHARD...] or TEXT.txt is required (e.g. "
                 "%s/datasets/tinystories/TinyStories-train.first2MiB.txt)\n", assets_dir());
@@ -670,7 +1016,7 @@ static int train_gpt2(targs *a) {
     int rc = 1;
     char *list = NULL;
     bool txt = ends_with(a->data, ".txt");
-    d.tok = gpt2_tokenizer(a, txt);
+    d.tok = gpt2_tokenizer(a, txt, d.tok_path, sizeof d.tok_path);
     if (txt && !d.tok) goto done;
     if (txt) {
         char prefix[1024];
@@ -760,13 +1106,22 @@ done:
 }
 
 int kn_cli_train(int argc, char **argv) {
-    if (argc < 3 || !strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) { train_usage(); return argc < 3 ? 2 : 0; }
-    targs a = {.what = argv[2], .seed = 1337, .min_lr_frac = 0.1, .wd = -1};
-    if (parse_targs(argc, argv, &a)) { train_usage(); return 2; }
-    if (!strcmp(a.what, "mnist")) { if (a.wd < 0) a.wd = 0.0; return train_mnist(&a); }
-    if (!strcmp(a.what, "char")) { if (a.wd < 0) a.wd = 0.01; return train_char(&a); }
-    if (!strcmp(a.what, "gpt2")) { if (a.wd < 0) a.wd = 0.01; return train_gpt2(&a); }
-    fprintf(stderr, "kiln train: unknown task '%s' (mnist, char, gpt2)\n", a.what);
-    train_usage();
-    return 2;
+    if (argc < 3) { train_usage(stderr, T_ALL); return 2; }
+    if (is_help(argv[2])) { train_usage(stdout, T_ALL); return 0; }
+    unsigned task = !strcmp(argv[2], "mnist") ? T_MNIST : !strcmp(argv[2], "char") ? T_CHAR
+                  : !strcmp(argv[2], "gpt2") ? T_GPT2 : 0;
+    if (!task) {
+        fprintf(stderr, "kiln train: unknown task '%s'; use mnist, char or gpt2 (kiln train --help)\n", argv[2]);
+        return 2;
+    }
+    for (int i = 3; i < argc; i++)          /* help anywhere (not as an option's value) */
+        if (is_help(argv[i])) { train_usage(stdout, task); return 0; }
+        else if (opt_index(argv[i]) >= 0) i++;
+    targs a = {.what = argv[2], .task = task, .argv = argv, .argc = argc};
+    if (parse_targs(argc, argv, &a)) return 2;
+    fill_defaults(&a);
+    derive_defaults(&a);
+    if (check_targs(&a)) return 2;
+    if (a.out && check_out(&a)) return 1;
+    return task == T_MNIST ? train_mnist(&a) : task == T_CHAR ? train_char(&a) : train_gpt2(&a);
 }

@@ -32,7 +32,8 @@
  * Hugging Face safetensors models (struct in model_impl.h).
  */
 #include "kn-impl.h"
-#include "llm/model_impl.h"   /* defines: struct kn_model, kn__layer_w, loader entry points */
+#include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
+#include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
 #include "llm/quant.h"        /* defines: kn_dequantize_row */
 #include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
 #include "llm/mapfile.h"      /* defines: kn_open_regular */
@@ -765,7 +766,8 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     if (!dir) memcpy(&magic, mg, 4);
     m->kv_f16 = opts && opts->kv_f16;
     if (!st) {
-        if (dir || is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
+        if (!dir && is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) st = kn__load_kiln_ckpt(m, path, tok_path);
+        else if (dir || is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
         else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
             st = load_gguf(m, path);
             if (!st && tok_path) {                  /* an explicit tokenizer replaces the file's */
@@ -904,6 +906,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     if (fst) return fst;
     int32_t magic;
     memcpy(&magic, mg, 4);
+    if (is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
     if (is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {

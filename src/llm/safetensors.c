@@ -2,6 +2,7 @@
 #include "llm/safetensors.h"
 #include "llm/hfconfig.h"  /* defines: kn_json_parse and accessors */
 #include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,24 +420,32 @@ kn_status kn_safetensors_write(const char *path, int64_t n, const char *const na
     memcpy(tmp, path, pl);
     memcpy(tmp + pl, ".tmp", 5);
     f = fopen(tmp, "wb");
-    if (!f) { s = kn_set_error(KN_ERR_IO, "cannot create '%s'; check the directory exists and is writable", tmp); goto done; }
+    if (!f) {
+        s = kn_set_error(KN_ERR_IO, "cannot create '%s': %s; check the directory exists and is writable", tmp,
+                         strerror(errno));
+        goto done;
+    }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)b.n >> (8 * i));
+    errno = 0;
     bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
     for (size_t es = 8; es >= 1; es /= 2)
         for (int64_t i = 0; ok && i < n; i++)
             if (kn_dtype_get(dtypes[i])->type_size == es && sizes[i])
                 ok = fwrite(datas[i], 1, sizes[i], f) == sizes[i];
-    if (fclose(f) != 0) ok = false;
+    int err = ok ? 0 : errno;                  /* the reason of the first failed write */
+    if (fclose(f) != 0 && ok) { ok = false; err = errno; }
     f = NULL;
     if (!ok) {
         remove(tmp);
-        s = kn_set_error(KN_ERR_IO, "writing '%s' failed (disk full?)", tmp);
+        s = kn_set_error(KN_ERR_IO, "writing '%s' failed: %s; '%s' was not changed",
+                         tmp, err ? strerror(err) : "I/O error", path);
         goto done;
     }
     if (rename(tmp, path) != 0) {
+        int e = errno;
         remove(tmp);
-        s = kn_set_error(KN_ERR_IO, "cannot rename '%s' to '%s'", tmp, path);
+        s = kn_set_error(KN_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(e));
         goto done;
     }
 done:
