@@ -33,7 +33,6 @@
 #include "kiln_nn.h"
 #include "kiln_tokenizer.h"
 #include "kiln_train.h"
-#include "backends/cpu/threadpool.h"   /* defines: kn_pool_set_threads, kn_pool_nthreads */
 #include "llm/gguf.h"                  /* defines: kn_gguf_open, kn_gguf_free */
 #include "cli_num.h"
 #include <errno.h>
@@ -336,7 +335,7 @@ static int check_targs(targs *a) {
         }
     }
     if (a->resume && !a->out) a->out = a->resume;   /* a resumed run keeps writing its checkpoint */
-    if (a->threads > 0) kn_pool_set_threads((int)a->threads);
+    if (a->threads > 0) kn_set_threads((int)a->threads);
     return 0;
 }
 
@@ -660,7 +659,7 @@ static int train_mnist(targs *a) {
     fprintf(stderr, "mnist %s: %lld parameters, %lld train / %lld test images, batch %lld, %lld epochs = %lld steps, "
             "AdamW lr %g (cosine), %d threads, %d kernels per step\n", a->model, (long long)kn_module_n_params(net),
             (long long)r.train->n, (long long)r.test->n, (long long)B, (long long)a->epochs, (long long)r.total, a->lr,
-            kn_pool_nthreads(), kn_plan_n_kernels(step));
+            kn_threads(), kn_plan_n_kernels(step));
 
     kn_trainer_cfg c = kn_trainer_defaults();
     c.step = step; c.loss = loss; c.opt = opt; c.model = net;
@@ -926,7 +925,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
             "%d threads, %d kernels per step\n", kind, (int)a->layers, (long long)a->dim, (long long)a->heads,
             (long long)r.T, (long long)r.V, (long long)kn_module_n_params(m), (long long)r.n_train,
             (long long)r.n_val, (long long)r.B, (long long)r.T, (long long)r.total, a->lr, (long long)a->warmup,
-            kn_pool_nthreads(), kn_plan_n_kernels(step));
+            kn_threads(), kn_plan_n_kernels(step));
 
     kn_trainer_cfg c = kn_trainer_defaults();
     c.step = step; c.loss = loss; c.opt = opt; c.model = m;
