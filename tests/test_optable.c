@@ -62,7 +62,7 @@ TEST(elementwise_ops_have_expressions) {
         }
         CHECK(o->grad_rule != KN_GRAD_NA, "%s: no gradient kind", o->name);
     }
-    CHECK(n == 62, "%d elementwise ops (45 unary, 17 binary)", n);
+    CHECK(n >= 62, "%d elementwise ops: rows lost", n);
     /* the text is the table's, unexpanded: what code generators render */
     CHECK(strcmp(kn_op_get(KN_OP_RELU)->expr, "x > 0 ? x : (KN_ISNAN(x) ? x : 0.0)") == 0, "%s", kn_op_get(KN_OP_RELU)->expr);
     CHECK(strcmp(kn_op_get(KN_OP_EXP)->grad[0], "KN_MUL(g, y)") == 0, "%s", kn_op_get(KN_OP_EXP)->grad[0]);
