@@ -49,44 +49,15 @@ typedef struct kn_plan kn_plan;
 typedef struct kn_tensor kn_tensor;
 
 /* ---- ops ----------------------------------------------------------------
- * Every node carries one of these. Append only. */
+ * Every node carries one of these: KN_OP_NONE (a leaf: data, input or
+ * parameter), then creation, views, copies, effects, unary math and
+ * activations, binary (broadcasting) math and comparisons, reductions, scans,
+ * matmul and nn ops. The list, with each op's name, kind and (elementwise
+ * ops) formula, is the op table kiln_ops.def; this enum is made from it.
+ * Append only. */
 typedef enum kn_op {
-    KN_OP_NONE = 0,          /* leaf: data, input or parameter                  */
-    /* creation */
-    KN_OP_FILL, KN_OP_ARANGE, KN_OP_EYE, KN_OP_RAND, KN_OP_RANDPERM,
-    /* views (no kernel: they alias their source's storage) */
-    KN_OP_RESHAPE, KN_OP_PERMUTE, KN_OP_EXPAND, KN_OP_SLICE, KN_OP_AS_STRIDED,
-    /* copies and data movement */
-    KN_OP_COPY, KN_OP_CAST, KN_OP_CAT, KN_OP_PAD, KN_OP_GATHER, KN_OP_SCATTER,
-    KN_OP_SCATTER_ADD, KN_OP_INDEX_SELECT, KN_OP_INDEX_ADD, KN_OP_WHERE, KN_OP_TRI,
-    KN_OP_ASSIGN, KN_OP_INDEX_COPY, KN_OP_ADAM_UPDATE,
-    /* unary */
-    KN_OP_NEG, KN_OP_ABS, KN_OP_SIGN, KN_OP_EXP, KN_OP_EXP2, KN_OP_LOG, KN_OP_LOG2,
-    KN_OP_LOG1P, KN_OP_EXPM1, KN_OP_SQRT, KN_OP_RSQRT, KN_OP_RECIPROCAL, KN_OP_SQUARE,
-    KN_OP_SIN, KN_OP_COS, KN_OP_TAN, KN_OP_ASIN, KN_OP_ACOS, KN_OP_ATAN, KN_OP_SINH,
-    KN_OP_COSH, KN_OP_TANH, KN_OP_ASINH, KN_OP_ACOSH, KN_OP_ATANH, KN_OP_ERF,
-    KN_OP_FLOOR, KN_OP_CEIL, KN_OP_ROUND, KN_OP_TRUNC, KN_OP_CLAMP, KN_OP_NOT,
-    /* activations */
-    KN_OP_RELU, KN_OP_LEAKY_RELU, KN_OP_ELU, KN_OP_SELU, KN_OP_GELU, KN_OP_GELU_TANH,
-    KN_OP_SILU, KN_OP_SIGMOID, KN_OP_SOFTPLUS, KN_OP_MISH, KN_OP_HARDTANH,
-    KN_OP_HARDSIGMOID,
-    KN_OP_GELU_TANH_GRAD,   /* d gelu_tanh / dx: gelu_tanh's gradient in one pass (no gradient of its own) */
-    /* binary (broadcasting) */
-    KN_OP_ADD, KN_OP_SUB, KN_OP_MUL, KN_OP_DIV, KN_OP_POW, KN_OP_MAXIMUM, KN_OP_MINIMUM,
-    KN_OP_FMOD, KN_OP_ATAN2, KN_OP_EQ, KN_OP_NE, KN_OP_LT, KN_OP_LE, KN_OP_GT, KN_OP_GE,
-    KN_OP_AND, KN_OP_OR,
-    /* reductions over a set of axes */
-    KN_OP_SUM, KN_OP_MEAN, KN_OP_PROD, KN_OP_MAX, KN_OP_MIN, KN_OP_ARGMAX, KN_OP_ARGMIN,
-    KN_OP_VAR, KN_OP_STD, KN_OP_LOGSUMEXP, KN_OP_NORM, KN_OP_ALL, KN_OP_ANY,
-    KN_OP_CUMSUM, KN_OP_CUMPROD,
-    /* linear algebra */
-    KN_OP_MATMUL,
-    /* nn */
-    KN_OP_SOFTMAX, KN_OP_LOG_SOFTMAX, KN_OP_LAYER_NORM, KN_OP_RMS_NORM, KN_OP_BATCH_NORM,
-    KN_OP_GROUP_NORM, KN_OP_CONV2D, KN_OP_CONV2D_BWD_W, KN_OP_CONV_TRANSPOSE2D,
-    KN_OP_MAX_POOL2D, KN_OP_MAX_POOL2D_BWD, KN_OP_AVG_POOL2D, KN_OP_AVG_POOL2D_BWD,
-    KN_OP_ADAPTIVE_AVG_POOL2D, KN_OP_ADAPTIVE_AVG_POOL2D_BWD, KN_OP_SDPA, KN_OP_ROPE,
-    KN_OP_SDPA_BWD,         /* sdpa's gradient in one node: [dq | dk | dv] packed flat (no gradient of its own) */
+#define KN_OP(ID, name, KIND, arity, inplace) KN_OP_##ID,
+#include "kiln_ops.def"
     KN_OP_COUNT
 } kn_op;
 

@@ -37,16 +37,36 @@ struct kn_ctx {
 /* internal node flag: an effect node already ran (kn_realize) */
 #define KN__FLAG_COMPUTED (1u << 8)
 
-/* ---- op table ------------------------------------------------------------ */
+/* ---- op table (src/graph/optable.c, made from include/kiln_ops.def) -------- */
 typedef enum {
     KN_KIND_LEAF, KN_KIND_CREATE, KN_KIND_VIEW, KN_KIND_COPY, KN_KIND_UNARY,
     KN_KIND_BINARY, KN_KIND_REDUCE, KN_KIND_SCAN, KN_KIND_MATMUL, KN_KIND_NN,
     KN_KIND_EFFECT
 } kn_op_kind;
+/* output dtype of an elementwise op */
+typedef enum {
+    KN_OUT_SAME,     /* the input's dtype (binary: both operands' promoted dtype) */
+    KN_OUT_FLOAT,    /* as SAME, except that integers give f32 (exp(int), true division) */
+    KN_OUT_BOOL
+} kn_op_out;
+/* where an op's gradient rule comes from (src/autograd/rules*.c) */
+typedef enum {
+    KN_GRAD_NA,      /* not an elementwise op: rules by op in rules*.c */
+    KN_GRAD_EXPR,    /* E: built from the table's gradient expressions */
+    KN_GRAD_HAND,    /* H: hand-written in rules.c */
+    KN_GRAD_ZERO,    /* Z: no gradient flows (comparisons) */
+    KN_GRAD_NONE     /* N: not differentiable */
+} kn_op_grad;
 typedef struct kn_op_info {
     const char *name;
     kn_op_kind kind;
     bool inplace_ok;      /* output may reuse src[0]'s memory when it dies here */
+    int8_t arity;         /* tensor sources (src[] slots); -1: variable */
+    kn_op_out out;        /* elementwise ops: output dtype */
+    kn_op_grad grad_rule; /* elementwise ops: kind of gradient rule */
+    const char *expr;     /* elementwise ops: forward scalar expression over x (a, b), p0, p1; NULL for others */
+    const char *grad[2];  /* elementwise ops: gradient expression per operand over x (a, b), y, g, p0, p1;
+                           * "" where none (Z, N); NULL for others */
 } kn_op_info;
 const kn_op_info *kn_op_get(kn_op op);
 

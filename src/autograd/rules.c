@@ -103,98 +103,119 @@ static void g_where(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     gin[2] = kn__sum_to(ctx, kn_where(ctx, X, z, g), t->src[2]);
 }
 
-/* ---- unary ---- */
-static kn_tensor *mask_f(kn_ctx *ctx, kn_tensor *m, kn_dtype dt) { return kn_cast(ctx, m, dt); }
+/* ---- elementwise: rules made from the op table ------------------------------
+ * Rows of include/kiln_ops.def marked E give their gradient as an expression
+ * over x (a, b), y = the output, g, p0 and p1. Here the vocabulary builds graph
+ * ops, so each expression becomes a rule that records exactly the nodes a
+ * hand-written rule would (constants in g's dtype, masks cast to it). */
+#define KN_ADD(u, v) kn_add(ctx, u, v)
+#define KN_SUB(u, v) kn_sub(ctx, u, v)
+#define KN_MUL(u, v) kn_mul(ctx, u, v)
+#define KN_DIV(u, v) kn_div(ctx, u, v)
+#define KN_POW(u, v) kn_pow(ctx, u, v)
+#define KN_NEG(u) kn_neg(ctx, u)
+#define KN_C(v) S(v)
+#define KN_WHERE(c, u, v) kn_where(ctx, c, u, v)
+#define KN_GT(u, v) kn_gt(ctx, u, v)
+#define KN_GE(u, v) kn_ge(ctx, u, v)
+#define KN_LT(u, v) kn_lt(ctx, u, v)
+#define KN_LE(u, v) kn_le(ctx, u, v)
+#define KN_EQ(u, v) kn_eq(ctx, u, v)
+#define KN_AND(u, v) kn_logical_and(ctx, u, v)
+#define KN_MASK(c) kn_cast(ctx, c, g->dtype)
+#define KN_ZEROS_LIKE(u) kn_zeros_like(ctx, u)
+#define KN_FMOD(u, v) kn_fmod(ctx, u, v)
+#define KN_ATAN2(u, v) kn_atan2(ctx, u, v)
+/* the one-argument functions of graph/scalar_ops.h, as the ops that compute them */
+#define KN_FABS(u) kn_abs(ctx, u)
+#define KN_SIGN(u) kn_sign(ctx, u)
+#define KN_EXP(u) kn_exp(ctx, u)
+#define KN_EXP2(u) kn_exp2(ctx, u)
+#define KN_LOG(u) kn_log(ctx, u)
+#define KN_LOG2(u) kn_log2(ctx, u)
+#define KN_LOG1P(u) kn_log1p(ctx, u)
+#define KN_EXPM1(u) kn_expm1(ctx, u)
+#define KN_SQRT(u) kn_sqrt(ctx, u)
+#define KN_SQUARE(u) kn_square(ctx, u)
+#define KN_RSQRT(u) kn_rsqrt(ctx, u)
+#define KN_RECIPROCAL(u) kn_reciprocal(ctx, u)
+#define KN_SIN(u) kn_sin(ctx, u)
+#define KN_COS(u) kn_cos(ctx, u)
+#define KN_TAN(u) kn_tan(ctx, u)
+#define KN_ASIN(u) kn_asin(ctx, u)
+#define KN_ACOS(u) kn_acos(ctx, u)
+#define KN_ATAN(u) kn_atan(ctx, u)
+#define KN_SINH(u) kn_sinh(ctx, u)
+#define KN_COSH(u) kn_cosh(ctx, u)
+#define KN_TANH(u) kn_tanh(ctx, u)
+#define KN_ASINH(u) kn_asinh(ctx, u)
+#define KN_ACOSH(u) kn_acosh(ctx, u)
+#define KN_ATANH(u) kn_atanh(ctx, u)
+#define KN_ERF(u) kn_erf(ctx, u)
+#define KN_FLOOR(u) kn_floor(ctx, u)
+#define KN_CEIL(u) kn_ceil(ctx, u)
+#define KN_TRUNC(u) kn_trunc(ctx, u)
+#define KN_RINT(u) kn_round(ctx, u)
+#define KN_SIGMOID(u) kn_sigmoid(ctx, u)
+#define KN_SOFTPLUS(u) kn_softplus(ctx, u)
+#define KN_GELU_TANH_GRAD(u) kn_unary(ctx, KN_OP_GELU_TANH_GRAD, u)
+#define p0 S(t->p.scalar.a)
+#define p1 S(t->p.scalar.b)
 
+#define KN__IF_GRAD_E(...) __VA_ARGS__
+#define KN__IF_GRAD_H(...)
+#define KN__IF_GRAD_Z(...)
+#define KN__IF_GRAD_N(...)
+#define KN_OP(ID, name, KIND, arity, inplace)
+#define KN_OP_UNARY(ID, name, inplace, OUT, GRAD, fwd, grad)                              \
+    KN__IF_GRAD_##GRAD(static void gx_##ID(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { \
+        kn_tensor *x = X, *y = t; (void)x; (void)y;                                         \
+        gin[0] = grad; })
+#define KN_OP_BINARY(ID, name, inplace, OUT, GRAD, fwd, grad_a, grad_b)                   \
+    KN__IF_GRAD_##GRAD(static void gx_##ID(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) { \
+        kn_tensor *a = t->src[0], *b = t->src[1], *y = t; (void)y;                          \
+        kn_tensor *ga = grad_a, *gb = grad_b;                                               \
+        gin[0] = kn__sum_to(ctx, ga, a);                                                    \
+        gin[1] = kn__sum_to(ctx, gb, b); })
+#include "kiln_ops.def"
+
+/* the table's rules by op (NULL: not an E row) */
+#define KN_OP(ID, name, KIND, arity, inplace)
+#define KN_OP_UNARY(ID, name, inplace, OUT, GRAD, fwd, grad) KN__IF_GRAD_##GRAD([KN_OP_##ID] = gx_##ID,)
+#define KN_OP_BINARY(ID, name, inplace, OUT, GRAD, fwd, grad_a, grad_b) KN__IF_GRAD_##GRAD([KN_OP_##ID] = gx_##ID,)
+static const kn_grad_rule g_expr_rules[KN_OP_COUNT] = {
+#include "kiln_ops.def"
+};
+#undef KN__IF_GRAD_E
+#undef KN__IF_GRAD_H
+#undef KN__IF_GRAD_Z
+#undef KN__IF_GRAD_N
+#undef p0
+#undef p1
+
+/* ---- elementwise: hand-written rules (H rows), each sharing a subexpression
+ * between terms or operands, which an expression cannot say ---- */
 static void g_unary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
-    kn_tensor *x = X, *y = t, *d = NULL;
-    double a = t->p.scalar.a, b = t->p.scalar.b;
-    kn_dtype dt = g->dtype;
+    kn_tensor *x = X, *d = NULL;
     switch (t->op) {
-    case KN_OP_NEG: gin[0] = kn_neg(ctx, g); return;
-    case KN_OP_ABS: d = kn_sign(ctx, x); break;
-    case KN_OP_SIGN: case KN_OP_FLOOR: case KN_OP_CEIL: case KN_OP_ROUND: case KN_OP_TRUNC:
-        gin[0] = kn_zeros_like(ctx, x); return;
-    case KN_OP_EXP: d = y; break;
-    case KN_OP_EXP2: d = kn_mul(ctx, y, S(M_LN2)); break;
-    case KN_OP_LOG: gin[0] = kn_div(ctx, g, x); return;
-    case KN_OP_LOG2: gin[0] = kn_div(ctx, g, kn_mul(ctx, x, S(M_LN2))); return;
-    case KN_OP_LOG1P: gin[0] = kn_div(ctx, g, kn_add(ctx, x, S(1))); return;
-    case KN_OP_EXPM1: d = kn_add(ctx, y, S(1)); break;
-    case KN_OP_SQRT: gin[0] = kn_div(ctx, g, kn_mul(ctx, y, S(2))); return;
-    case KN_OP_RSQRT: d = kn_mul(ctx, kn_div(ctx, y, x), S(-0.5)); break;
-    case KN_OP_RECIPROCAL: d = kn_neg(ctx, kn_square(ctx, y)); break;
-    case KN_OP_SQUARE: d = kn_mul(ctx, x, S(2)); break;
-    case KN_OP_SIN: d = kn_cos(ctx, x); break;
-    case KN_OP_COS: d = kn_neg(ctx, kn_sin(ctx, x)); break;
-    case KN_OP_TAN: d = kn_add(ctx, kn_square(ctx, y), S(1)); break;
-    case KN_OP_ASIN: d = kn_rsqrt(ctx, kn_sub(ctx, S(1), kn_square(ctx, x))); break;
-    case KN_OP_ACOS: d = kn_neg(ctx, kn_rsqrt(ctx, kn_sub(ctx, S(1), kn_square(ctx, x)))); break;
-    case KN_OP_ATAN: d = kn_reciprocal(ctx, kn_add(ctx, kn_square(ctx, x), S(1))); break;
-    case KN_OP_SINH: d = kn_cosh(ctx, x); break;
-    case KN_OP_COSH: d = kn_sinh(ctx, x); break;
-    case KN_OP_TANH: d = kn_sub(ctx, S(1), kn_square(ctx, y)); break;
-    case KN_OP_ASINH: d = kn_rsqrt(ctx, kn_add(ctx, kn_square(ctx, x), S(1))); break;
-    case KN_OP_ACOSH: d = kn_rsqrt(ctx, kn_sub(ctx, kn_square(ctx, x), S(1))); break;
-    case KN_OP_ATANH: d = kn_reciprocal(ctx, kn_sub(ctx, S(1), kn_square(ctx, x))); break;
-    case KN_OP_ERF: d = kn_mul(ctx, kn_exp(ctx, kn_neg(ctx, kn_square(ctx, x))), S(M_2_SQRTPI)); break;
-    case KN_OP_CLAMP: case KN_OP_HARDTANH:
-        d = mask_f(ctx, kn_logical_and(ctx, kn_ge(ctx, x, S(a)), kn_le(ctx, x, S(b))), dt); break;
-    case KN_OP_RELU: gin[0] = kn_where(ctx, kn_gt(ctx, x, S(0)), g, S(0)); return;   /* 2 passes, not 3 */
-    case KN_OP_LEAKY_RELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), S(a)); break;
-    case KN_OP_ELU: d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(1), kn_add(ctx, y, S(a))); break;
-    case KN_OP_SELU: {
-        const double sc = 1.0507009873554804934193349852946, al = 1.6732632423543772848170429916717;
-        d = kn_where(ctx, kn_gt(ctx, x, S(0)), S(sc), kn_add(ctx, y, S(sc * al)));
-        break;
-    }
-    case KN_OP_GELU: {   /* Phi(x) + x * phi(x) */
-        kn_tensor *cdf = kn_mul(ctx, kn_add(ctx, kn_erf(ctx, kn_mul(ctx, x, S(M_SQRT1_2))), S(1)), S(0.5));
-        kn_tensor *pdf = kn_mul(ctx, kn_exp(ctx, kn_mul(ctx, kn_square(ctx, x), S(-0.5))), S(0.3989422804014327));
-        d = kn_add(ctx, cdf, kn_mul(ctx, x, pdf));
-        break;
-    }
-    case KN_OP_GELU_TANH:     /* u = c (x + k x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 k x^2), one op */
-        d = kn_unary(ctx, KN_OP_GELU_TANH_GRAD, x);
-        break;
-    case KN_OP_GELU_TANH_GRAD:
-        kn__fail(ctx, KN_ERR_UNSUPPORTED, "gelu_tanh_grad has no gradient (second derivatives of gelu_tanh are not supported)");
-        return;
     case KN_OP_SILU: {
         kn_tensor *s = kn_sigmoid(ctx, x);
         d = kn_mul(ctx, s, kn_add(ctx, kn_mul(ctx, x, kn_sub(ctx, S(1), s)), S(1)));
         break;
     }
-    case KN_OP_SIGMOID: d = kn_mul(ctx, y, kn_sub(ctx, S(1), y)); break;
-    case KN_OP_SOFTPLUS: d = kn_sigmoid(ctx, x); break;
     case KN_OP_MISH: {
         kn_tensor *th = kn_tanh(ctx, kn_softplus(ctx, x));
         d = kn_add(ctx, th, kn_mul(ctx, kn_mul(ctx, x, kn_sigmoid(ctx, x)), kn_sub(ctx, S(1), kn_square(ctx, th))));
         break;
     }
-    case KN_OP_HARDSIGMOID:
-        d = kn_mul(ctx, mask_f(ctx, kn_logical_and(ctx, kn_gt(ctx, x, S(-3)), kn_lt(ctx, x, S(3))), dt), S(1.0 / 6.0));
-        break;
     default: return;
     }
     gin[0] = kn_mul(ctx, g, d);
 }
 
-/* ---- binary ---- */
 static void g_binary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     kn_tensor *a = t->src[0], *b = t->src[1], *ga = NULL, *gb = NULL;
     switch (t->op) {
-    case KN_OP_ADD: ga = g; gb = g; break;
-    case KN_OP_SUB: ga = g; gb = kn_neg(ctx, g); break;
-    case KN_OP_MUL: ga = kn_mul(ctx, g, b); gb = kn_mul(ctx, g, a); break;
-    case KN_OP_DIV: ga = kn_div(ctx, g, b); gb = kn_neg(ctx, kn_div(ctx, kn_mul(ctx, g, t), b)); break;
-    case KN_OP_POW: {
-        ga = kn_mul(ctx, g, kn_mul(ctx, b, kn_pow(ctx, a, kn_sub(ctx, b, S(1)))));
-        /* d/db a^b = a^b log a; defined as 0 where a == 0 (torch does the same) */
-        kn_tensor *la = kn_where(ctx, kn_eq(ctx, a, S(0)), S(0), kn_log(ctx, a));
-        gb = kn_mul(ctx, g, kn_mul(ctx, t, la));
-        break;
-    }
     case KN_OP_MAXIMUM: case KN_OP_MINIMUM: {
         /* ties split the gradient evenly, as torch does */
         kn_tensor *win = t->op == KN_OP_MAXIMUM ? kn_gt(ctx, a, b) : kn_lt(ctx, a, b);
@@ -210,11 +231,29 @@ static void g_binary(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         gb = kn_neg(ctx, kn_div(ctx, kn_mul(ctx, g, a), den));
         break;
     }
-    case KN_OP_FMOD: ga = g; gb = kn_neg(ctx, kn_mul(ctx, g, kn_trunc(ctx, kn_div(ctx, a, b)))); break;
-    default: return;   /* comparisons and logic ops have no gradient */
+    default: return;
     }
     gin[0] = kn__sum_to(ctx, ga, a);
     gin[1] = kn__sum_to(ctx, gb, b);
+}
+
+/* Z rows (comparisons): no gradient flows, and that is not an error */
+static void g_none(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {}
+
+static void g_gelu_tanh_grad(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn__fail(ctx, KN_ERR_UNSUPPORTED, "gelu_tanh_grad has no gradient (second derivatives of gelu_tanh are not supported)");
+}
+
+/* the rule of an elementwise op, from its row's gradient kind */
+static kn_grad_rule elementwise_rule(kn_op op) {
+    switch (kn_op_get(op)->grad_rule) {
+    case KN_GRAD_EXPR: return g_expr_rules[op];
+    case KN_GRAD_HAND: return kn_op_get(op)->kind == KN_KIND_UNARY ? g_unary : g_binary;
+    case KN_GRAD_ZERO: return g_none;
+    case KN_GRAD_NONE: return op == KN_OP_GELU_TANH_GRAD ? g_gelu_tanh_grad : NULL;
+    case KN_GRAD_NA: break;
+    }
+    return NULL;
 }
 
 /* ---- reductions ---- */
@@ -325,8 +364,7 @@ kn_grad_rule kn__grad_rule(kn_op op) {
     default: break;
     }
     switch (kn_op_get(op)->kind) {
-    case KN_KIND_UNARY: return op == KN_OP_NOT ? NULL : g_unary;
-    case KN_KIND_BINARY: return g_binary;
+    case KN_KIND_UNARY: case KN_KIND_BINARY: return elementwise_rule(op);
     case KN_KIND_REDUCE:
         return (op == KN_OP_ARGMAX || op == KN_OP_ARGMIN || op == KN_OP_ALL || op == KN_OP_ANY) ? NULL : g_reduce;
     case KN_KIND_COPY: return kn__grad_rule_index(op);

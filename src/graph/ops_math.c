@@ -4,16 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-/* ---- unary ---------------------------------------------------------------- */
-static bool int_ok_unary(kn_op op) {
-    switch (op) {
-    case KN_OP_NEG: case KN_OP_ABS: case KN_OP_SIGN: case KN_OP_SQUARE: case KN_OP_NOT:
-    case KN_OP_RELU: case KN_OP_CLAMP: case KN_OP_FLOOR: case KN_OP_CEIL: case KN_OP_ROUND:
-    case KN_OP_TRUNC: return true;
-    default: return false;
-    }
-}
-
+/* ---- unary ----------------------------------------------------------------
+ * Which ops exist, their output dtype rule and their math are rows of
+ * include/kiln_ops.def; the constructors only check and record. */
 static kn_tensor *unary_p(kn_ctx *ctx, kn_op op, kn_tensor *x, double a, double b) {
     if (!x) return NULL;
     if (kn_op_get(op)->kind != KN_KIND_UNARY)
@@ -22,8 +15,11 @@ static kn_tensor *unary_p(kn_ctx *ctx, kn_op op, kn_tensor *x, double a, double 
     if (di->is_quant)
         return kn__fail(ctx, KN_ERR_INVALID, "%s: %s tensors must be dequantized (kn_cast) first", kn_op_name(op), di->name);
     kn_dtype out = x->dtype;
-    if (op == KN_OP_NOT) out = KN_BOOL;
-    else if (di->is_int && !int_ok_unary(op)) out = KN_F32;   /* exp(int) is float, as in torch */
+    switch (kn_op_get(op)->out) {
+    case KN_OUT_BOOL: out = KN_BOOL; break;
+    case KN_OUT_FLOAT: if (di->is_int) out = KN_F32; break;   /* exp(int) is float, as in torch */
+    case KN_OUT_SAME: break;
+    }
     kn_tensor *t = kn__node(ctx, op, out, x->ndim, x->shape, x->sym, &x, 1);
     if (t) { t->p.scalar.a = a; t->p.scalar.b = b; }
     return t;
@@ -56,11 +52,6 @@ kn_tensor *kn_hardtanh(kn_ctx *ctx, kn_tensor *x, double lo, double hi) {
 }
 
 /* ---- binary ---------------------------------------------------------------- */
-static bool is_compare(kn_op op) {
-    return op == KN_OP_EQ || op == KN_OP_NE || op == KN_OP_LT || op == KN_OP_LE || op == KN_OP_GT ||
-           op == KN_OP_GE || op == KN_OP_AND || op == KN_OP_OR;
-}
-
 kn_tensor *kn_binary(kn_ctx *ctx, kn_op op, kn_tensor *a, kn_tensor *b) {
     if (!a || !b) return NULL;
     if (kn_op_get(op)->kind != KN_KIND_BINARY)
@@ -74,8 +65,11 @@ kn_tensor *kn_binary(kn_ctx *ctx, kn_op op, kn_tensor *a, kn_tensor *b) {
     /* a 0-d float constant does not widen a lower-precision tensor (torch's rule for scalars) */
     if (b->ndim == 0 && b->op == KN_OP_FILL && kn_dtype_get(a->dtype)->is_float) dt = a->dtype;
     if (a->ndim == 0 && a->op == KN_OP_FILL && kn_dtype_get(b->dtype)->is_float) dt = b->dtype;
-    if (op == KN_OP_DIV && kn_dtype_get(dt)->is_int) dt = KN_F32;  /* true division */
-    if (is_compare(op)) dt = KN_BOOL;
+    switch (kn_op_get(op)->out) {
+    case KN_OUT_FLOAT: if (kn_dtype_get(dt)->is_int) dt = KN_F32; break;  /* true division */
+    case KN_OUT_BOOL: dt = KN_BOOL; break;                                /* comparisons, logic */
+    case KN_OUT_SAME: break;
+    }
     kn_tensor *src[2] = {a, b};
     return kn__node(ctx, op, dt, ndim, shape, sym, src, 2);
 }

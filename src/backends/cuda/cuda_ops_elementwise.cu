@@ -1,7 +1,9 @@
 /* cuda_ops_elementwise.cu: creation (fill, arange, eye, rand, randperm),
  * copy/cast, assign, tri, where, unary and binary math on the GPU.
- * Same formulas as src/backends/ref/ref_elementwise.c, in double. */
+ * Same formulas as src/backends/ref/ref_elementwise.c, in double; the unary
+ * and binary math is the op table's, compiled from graph/scalar_ops.h. */
 #include "backends/cuda/cuda_ops.cuh"
+#include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary (from kiln_ops.def)
 #include <stdlib.h>
 #include <string.h>
 
@@ -280,70 +282,15 @@ kn_status kn_cu_copy(const kn_exec *e) {
     return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
 }
 
-/* ---- unary ---- */
-__device__ __forceinline__ double d_sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
-__device__ __forceinline__ double d_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
-
-__device__ double kn_dunary(int op, double x, double a, double b) {
-    switch (op) {
-    case KN_OP_NEG: return -x;
-    case KN_OP_ABS: return fabs(x);
-    case KN_OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x;
-    case KN_OP_EXP: return exp(x);
-    case KN_OP_EXP2: return exp2(x);
-    case KN_OP_LOG: return log(x);
-    case KN_OP_LOG2: return log2(x);
-    case KN_OP_LOG1P: return log1p(x);
-    case KN_OP_EXPM1: return expm1(x);
-    case KN_OP_SQRT: return sqrt(x);
-    case KN_OP_RSQRT: return 1.0 / sqrt(x);
-    case KN_OP_RECIPROCAL: return 1.0 / x;
-    case KN_OP_SQUARE: return x * x;
-    case KN_OP_SIN: return sin(x);
-    case KN_OP_COS: return cos(x);
-    case KN_OP_TAN: return tan(x);
-    case KN_OP_ASIN: return asin(x);
-    case KN_OP_ACOS: return acos(x);
-    case KN_OP_ATAN: return atan(x);
-    case KN_OP_SINH: return sinh(x);
-    case KN_OP_COSH: return cosh(x);
-    case KN_OP_TANH: return tanh(x);
-    case KN_OP_ASINH: return asinh(x);
-    case KN_OP_ACOSH: return acosh(x);
-    case KN_OP_ATANH: return atanh(x);
-    case KN_OP_ERF: return erf(x);
-    case KN_OP_FLOOR: return floor(x);
-    case KN_OP_CEIL: return ceil(x);
-    case KN_OP_ROUND: return rint(x);                 /* half to even */
-    case KN_OP_TRUNC: return trunc(x);
-    case KN_OP_CLAMP: return isnan(x) ? x : x < a ? a : x > b ? b : x;
-    case KN_OP_NOT: return x == 0 ? 1.0 : 0.0;
-    case KN_OP_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
-    case KN_OP_LEAKY_RELU: return x > 0 ? x : a * x;
-    case KN_OP_ELU: return x > 0 ? x : a * expm1(x);
-    case KN_OP_SELU: return 1.0507009873554804934193349852946 * (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
-    case KN_OP_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    case KN_OP_GELU_TANH: return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
-    case KN_OP_GELU_TANH_GRAD: {
-        double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
-    }
-    case KN_OP_SILU: return x * d_sigmoid(x);
-    case KN_OP_SIGMOID: return d_sigmoid(x);
-    case KN_OP_SOFTPLUS: return d_softplus(x);
-    case KN_OP_MISH: return x * tanh(d_softplus(x));
-    case KN_OP_HARDTANH: return x < a ? a : x > b ? b : x;
-    case KN_OP_HARDSIGMOID: return x <= -3 ? 0.0 : x >= 3 ? 1.0 : x / 6.0 + 0.5;
-    default: return __longlong_as_double(0x7ff8000000000000ll);
-    }
-}
-
+/* ---- unary ----
+ * kn_scalar_unary / kn_scalar_binary: the op table's scalar functions
+ * (graph/scalar_ops.h), the same source as the reference backend's. */
 __global__ void k_unary(kn_dview d, kn_dview s, int64_t n, int op, double a, double b) {
-    KN_GRID_LOOP(i, n) kn_dput(d, kn_doff(d, i), kn_dunary(op, kn_dget(s, kn_doff(s, i)), a, b));
+    KN_GRID_LOOP(i, n) kn_dput(d, kn_doff(d, i), kn_scalar_unary(op, kn_dget(s, kn_doff(s, i)), a, b));
 }
 /* f32 contiguous: float math is enough for the common activations */
 __global__ void k_unary_f32(float *y, const float *x, int64_t n, int op, double a, double b) {
-    KN_GRID_LOOP(i, n) y[i] = (float)kn_dunary(op, (double)x[i], a, b);
+    KN_GRID_LOOP(i, n) y[i] = (float)kn_scalar_unary(op, (double)x[i], a, b);
 }
 
 kn_status kn_cu_unary(const kn_exec *e) {
@@ -361,34 +308,11 @@ kn_status kn_cu_unary(const kn_exec *e) {
 }
 
 /* ---- binary ---- */
-__device__ __forceinline__ double kn_dbinary(int op, double x, double y) {
-    switch (op) {
-    case KN_OP_ADD: return x + y;
-    case KN_OP_SUB: return x - y;
-    case KN_OP_MUL: return x * y;
-    case KN_OP_DIV: return x / y;
-    case KN_OP_POW: return pow(x, y);
-    case KN_OP_MAXIMUM: return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : x > y ? x : y;
-    case KN_OP_MINIMUM: return (isnan(x) || isnan(y)) ? __longlong_as_double(0x7ff8000000000000ll) : x < y ? x : y;
-    case KN_OP_FMOD: return fmod(x, y);
-    case KN_OP_ATAN2: return atan2(x, y);
-    case KN_OP_EQ: return x == y;
-    case KN_OP_NE: return x != y;
-    case KN_OP_LT: return x < y;
-    case KN_OP_LE: return x <= y;
-    case KN_OP_GT: return x > y;
-    case KN_OP_GE: return x >= y;
-    case KN_OP_AND: return (x != 0) && (y != 0);
-    case KN_OP_OR: return (x != 0) || (y != 0);
-    default: return __longlong_as_double(0x7ff8000000000000ll);
-    }
-}
-
 __global__ void k_binary(kn_dview d, kn_dview a, kn_dview b, int64_t n, int op, int intdiv, kn_cu_err *err) {
     KN_GRID_LOOP(i, n) {
         double x = kn_dget(a, kn_doff(a, i)), y = kn_dget(b, kn_doff(b, i));
         if (intdiv && y == 0) { kn_cu_err_set(err, 2, 0, 0, 0); continue; }
-        kn_dput(d, kn_doff(d, i), kn_dbinary(op, x, y));
+        kn_dput(d, kn_doff(d, i), kn_scalar_binary(op, x, y));
     }
 }
 
@@ -397,14 +321,14 @@ __global__ void k_binary(kn_dview d, kn_dview a, kn_dview b, int64_t n, int op, 
  * 64-bit divisions per element) and the common arithmetic in float (for
  * + - * / of two floats the reference's double result rounds to the same
  * float, but for rare double-rounding cases of + and -); other ops go
- * through kn_dbinary in double as usual. */
+ * through kn_scalar_binary in double as usual. */
 __device__ __forceinline__ float bin_f32(int op, float x, float y) {
     switch (op) {
     case KN_OP_ADD: return x + y;
     case KN_OP_SUB: return x - y;
     case KN_OP_MUL: return x * y;
     case KN_OP_DIV: return x / y;
-    default: return (float)kn_dbinary(op, x, y);
+    default: return (float)kn_scalar_binary(op, x, y);
     }
 }
 struct bin32 {

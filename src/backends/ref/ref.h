@@ -19,9 +19,6 @@ static inline int64_t kn_ref_off(const kn_tview *v, int64_t lin) {
 #define LD(v, off) kn_load((v)->dtype, (v)->data, (off))
 #define ST(v, off, x) kn_store((v)->dtype, (v)->data, (off), (x))
 
-double kn_ref_unary_fn(kn_op op, double x, double a, double b);
-double kn_ref_binary_fn(kn_op op, double x, double y);
-
 /* A quantized view as f32: *out reads a temporary copy (*tmp, free it) with
  * the same strides; non-quantized views pass through with *tmp = NULL. */
 kn_status kn_ref_dequant_view(const kn_tview *v, kn_tview *out, float **tmp);

@@ -1,5 +1,7 @@
-/* ref_elementwise.c: creation, copies/casts, unary and binary math. */
+/* ref_elementwise.c: creation, copies/casts, unary and binary math (the
+ * op table's scalar functions applied over strided views). */
 #include "backends/ref/ref.h"
+#include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary (from kiln_ops.def)
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,100 +107,19 @@ kn_status kn_ref_copy(const kn_exec *e) {
     return kn_set_error(KN_ERR_UNSUPPORTED, "reference: no kernel for %s", kn_op_name(t->op));
 }
 
-/* ---- unary ---- */
-static double gelu_erf(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
-static double gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
-static double softplus(double x) { return x > 20 ? x : log1p(exp(x)); }   /* torch's threshold 20 */
-static double sigmoid(double x) { return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
-
-double kn_ref_unary_fn(kn_op op, double x, double a, double b) {
-    switch (op) {
-    case KN_OP_NEG: return -x;
-    case KN_OP_ABS: return fabs(x);
-    case KN_OP_SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x == 0 ? 0.0 : x;
-    case KN_OP_EXP: return exp(x);
-    case KN_OP_EXP2: return exp2(x);
-    case KN_OP_LOG: return log(x);
-    case KN_OP_LOG2: return log2(x);
-    case KN_OP_LOG1P: return log1p(x);
-    case KN_OP_EXPM1: return expm1(x);
-    case KN_OP_SQRT: return sqrt(x);
-    case KN_OP_RSQRT: return 1.0 / sqrt(x);
-    case KN_OP_RECIPROCAL: return 1.0 / x;
-    case KN_OP_SQUARE: return x * x;
-    case KN_OP_SIN: return sin(x);
-    case KN_OP_COS: return cos(x);
-    case KN_OP_TAN: return tan(x);
-    case KN_OP_ASIN: return asin(x);
-    case KN_OP_ACOS: return acos(x);
-    case KN_OP_ATAN: return atan(x);
-    case KN_OP_SINH: return sinh(x);
-    case KN_OP_COSH: return cosh(x);
-    case KN_OP_TANH: return tanh(x);
-    case KN_OP_ASINH: return asinh(x);
-    case KN_OP_ACOSH: return acosh(x);
-    case KN_OP_ATANH: return atanh(x);
-    case KN_OP_ERF: return erf(x);
-    case KN_OP_FLOOR: return floor(x);
-    case KN_OP_CEIL: return ceil(x);
-    case KN_OP_ROUND: return nearbyint(x);          /* half to even, like torch.round */
-    case KN_OP_TRUNC: return trunc(x);
-    case KN_OP_CLAMP: return isnan(x) ? x : x < a ? a : x > b ? b : x;
-    case KN_OP_NOT: return x == 0 ? 1.0 : 0.0;
-    case KN_OP_RELU: return x > 0 ? x : (isnan(x) ? x : 0.0);
-    case KN_OP_LEAKY_RELU: return x > 0 ? x : a * x;
-    case KN_OP_ELU: return x > 0 ? x : a * expm1(x);
-    case KN_OP_SELU: return 1.0507009873554804934193349852946 *
-                            (x > 0 ? x : 1.6732632423543772848170429916717 * expm1(x));
-    case KN_OP_GELU: return gelu_erf(x);
-    case KN_OP_GELU_TANH: return gelu_tanh(x);
-    case KN_OP_GELU_TANH_GRAD: {          /* 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', u = c (x + k x^3) */
-        double t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
-        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
-    }
-    case KN_OP_SILU: return x * sigmoid(x);
-    case KN_OP_SIGMOID: return sigmoid(x);
-    case KN_OP_SOFTPLUS: return softplus(x);
-    case KN_OP_MISH: return x * tanh(softplus(x));
-    case KN_OP_HARDTANH: return x < a ? a : x > b ? b : x;
-    case KN_OP_HARDSIGMOID: return x <= -3 ? 0.0 : x >= 3 ? 1.0 : x / 6.0 + 0.5;
-    default: return NAN;
-    }
-}
-
+/* ---- unary ----
+ * The math of every elementwise op is its row in include/kiln_ops.def,
+ * compiled here (and for the CUDA generic kernels) by graph/scalar_ops.h. */
 kn_status kn_ref_unary(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *d = &e->dst, *s = &e->src[0];
     int64_t n = kn_tview_numel(d);
     for (int64_t i = 0; i < n; i++)
-        ST(d, kn_ref_off(d, i), kn_ref_unary_fn(t->op, LD(s, kn_ref_off(s, i)), t->p.scalar.a, t->p.scalar.b));
+        ST(d, kn_ref_off(d, i), kn_scalar_unary(t->op, LD(s, kn_ref_off(s, i)), t->p.scalar.a, t->p.scalar.b));
     return KN_OK;
 }
 
 /* ---- binary ---- */
-double kn_ref_binary_fn(kn_op op, double x, double y) {
-    switch (op) {
-    case KN_OP_ADD: return x + y;
-    case KN_OP_SUB: return x - y;
-    case KN_OP_MUL: return x * y;
-    case KN_OP_DIV: return x / y;
-    case KN_OP_POW: return pow(x, y);
-    case KN_OP_MAXIMUM: return (isnan(x) || isnan(y)) ? NAN : x > y ? x : y;   /* NaN propagates, as in torch */
-    case KN_OP_MINIMUM: return (isnan(x) || isnan(y)) ? NAN : x < y ? x : y;
-    case KN_OP_FMOD: return fmod(x, y);
-    case KN_OP_ATAN2: return atan2(x, y);
-    case KN_OP_EQ: return x == y;
-    case KN_OP_NE: return x != y;
-    case KN_OP_LT: return x < y;
-    case KN_OP_LE: return x <= y;
-    case KN_OP_GT: return x > y;
-    case KN_OP_GE: return x >= y;
-    case KN_OP_AND: return (x != 0) && (y != 0);
-    case KN_OP_OR: return (x != 0) || (y != 0);
-    default: return NAN;
-    }
-}
-
 kn_status kn_ref_binary(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *d = &e->dst;
@@ -209,7 +130,7 @@ kn_status kn_ref_binary(const kn_exec *e) {
     for (int64_t i = 0; i < n; i++) {
         double x = LD(&a, kn_ref_off(&a, i)), y = LD(&b, kn_ref_off(&b, i));
         if (intdiv && y == 0) return kn_set_error(KN_ERR_INVALID, "fmod: integer division by zero");
-        ST(d, kn_ref_off(d, i), kn_ref_binary_fn(t->op, x, y));
+        ST(d, kn_ref_off(d, i), kn_scalar_binary(t->op, x, y));
     }
     return KN_OK;
 }
