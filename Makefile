@@ -237,7 +237,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL    ?= install
 SONAME     := libkiln.so.$(SOMAJOR)
-HEADERS    := $(sort $(wildcard include/*.h))
+HEADERS    := $(sort $(wildcard include/*.h include/*.def))
 
 install: lib $(BUILD)/kiln
 	$(Q)$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/kiln $(DESTDIR)$(PKGCONFIGDIR)
