@@ -9,6 +9,7 @@
  * from the context's symbols, strides) and call the backend's compute.
  */
 #include "kn-impl.h"
+#include "core/env.h"
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
@@ -192,7 +193,7 @@ static kn_plan *plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_
         p->arena = kn_buffer_new(p->be, p->peak);    /* sets the message on failure */
         if (!p->arena) { kn_plan_free(p); ctx->status = KN_ERR_NOMEM; return NULL; }
     }
-    if (getenv("KN_DEBUG")) kn_plan_print(p, stderr);
+    if (kn_env_get()->debug) kn_plan_print(p, stderr);
     return p;
 }
 
@@ -280,8 +281,7 @@ static void prof_dump(void) {
 
 kn_status kn_plan_run(kn_plan *p) {
     if (g_prof < 0) {
-        const char *pe = getenv("KN_PROFILE");
-        g_prof = !pe ? 0 : !strcmp(pe, "shapes") ? 2 : 1;
+        g_prof = kn_env_get()->profile;
         if (g_prof) atexit(prof_dump);
     }
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());

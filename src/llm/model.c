@@ -32,6 +32,7 @@
  * Hugging Face safetensors models (struct in model_impl.h).
  */
 #include "kn-impl.h"
+#include "core/env.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
 #include "llm/quant.h"        /* defines: kn_dequantize_row */
@@ -578,8 +579,7 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     m->hctx = m->ctx;
     m->ctx = kn_ctx_new(&(kn_ctx_opts){be});
     if (!m->ctx) return kn_set_error(KN_ERR_NOMEM, "out of memory");
-    const char *fe = getenv("KN_LLM_FUSE");
-    bool fuse = !(fe && !strcmp(fe, "0"));
+    bool fuse = !kn_env_get()->llm_nofuse;
     kn__uploader u = {m, be, NULL, NULL, 0, 0, KN_OK};
     m->pos_embd = upload(&u, m->pos_embd, false);
     m->out_norm = upload(&u, m->out_norm, false);
@@ -800,8 +800,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         if (!st && dev) {
             m->on_device = true;
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;
-            const char *ca = getenv("KN_LLM_GPU_CAST");
-            m->cast_acts = ca && !strcmp(ca, "1");
+            m->cast_acts = kn_env_get()->llm_gpu_cast;
             c->run_weight_type = m->dev_wdt;
             m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
             m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);

@@ -194,7 +194,7 @@ __global__ void k_gather_bits(T *__restrict__ d, const T *__restrict__ s, gather
 }
 kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
                             const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n) {
-    if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || getenv("KN_CUDA_GENERIC")) return KN_ERR_UNSUPPORTED;
+    if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || kn_env_get()->cuda_generic) return KN_ERR_UNSUPPORTED;
     gather_geo g;
     memset(&g, 0, sizeof g);
     g.nd = nd;
