@@ -130,10 +130,20 @@ typedef struct kn_kv_tokens {
     uint64_t stamp;              /* that model's evaluation count at the time   */
 } kn_kv_tokens;
 
+/* Prefill progress (kn_generate_params.progress): called with done = 0
+ * before the prompt is evaluated, then after each chunk of at most n_batch
+ * tokens (kn_model_opts.n_batch) with the tokens evaluated so far, up to
+ * done == total. Return false to cancel: the generation then returns KN_OK
+ * at once with stats.cancelled set, nothing generated and the token callback
+ * never called (the KV cache keeps the chunks already evaluated:
+ * stats.n_past_end). */
+typedef bool (*kn_progress_cb)(void *ud, int done, int total);
+
 typedef struct kn_generate_params {
     int max_tokens;          /* new tokens; 0 = until end of generation or context */
     kn_sampler_params sampling;
-    const char *const *stop; /* stop strings (not printed)                          */
+    const char *const *stop; /* stop strings (not printed); each non-NULL and
+                                non-empty, else KN_ERR_INVALID                      */
     int n_stop;
     bool add_bos;            /* default true (follows the tokenizer's rule)         */
     bool parse_special;      /* recognise <|im_start|> etc. in the prompt            */
@@ -144,11 +154,14 @@ typedef struct kn_generate_params {
                                 again (n_past is then ignored), and *reuse is
                                 updated to the cache's contents (emptied on error);
                                 stats.n_prompt counts the tokens evaluated */
+    kn_progress_cb progress; /* NULL = none; see kn_progress_cb                      */
+    void *progress_ud;
 } kn_generate_params;
 typedef struct kn_generate_stats {
     int n_prompt, n_generated, n_past_end;
     double prefill_s, decode_s;    /* wall-clock seconds                         */
     bool hit_context_limit;
+    bool cancelled;                /* the progress callback returned false       */
 } kn_generate_stats;
 kn_generate_params kn_generate_defaults(void);
 kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *p,
