@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* --backend cpu|cuda (else KN_BACKEND, through kn_backend_default); NULL
  * after a message when the choice cannot be honoured */
@@ -78,4 +79,22 @@ double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool cli_show_progress(void *ud, int done, int total) {
+    cli_progress *p = ud;
+    static int tty = -1;
+    if (tty < 0) tty = isatty(2);
+    if (done == 0) { p->t0 = cli_now_s(); p->shown = false; }
+    if (tty && done < total && cli_now_s() - p->t0 >= 1.0) {
+        fprintf(stderr, "\rprompt: %d/%d tokens (%d%%)", done, total, (int)(100.0 * done / total));
+        fflush(stderr);
+        p->shown = true;
+    }
+    if (p->shown && (done == total || (p->cancel && *p->cancel))) {
+        fprintf(stderr, "\r\033[K");      /* erase the line: the reply starts clean */
+        fflush(stderr);
+        p->shown = false;
+    }
+    return !(p->cancel && *p->cancel);
 }
