@@ -173,6 +173,39 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
 /* kn_kv_tokens_free: frees what kn_generate_params.reuse accumulated. */
 void kn_kv_tokens_free(kn_kv_tokens *kv);
 
+/* ---- perplexity ------------------------------------------------------------------- */
+/* The windows and scored tokens are those of llama.cpp's perplexity tool, so
+ * the numbers compare. Tokenize the whole text first (add_bos =
+ * kn_tokenizer_add_bos(tok), parse_special = false); C = kn_model_n_ctx(m).
+ *   stride 0 (llama.cpp's default): windows of C tokens side by side
+ *     (tokens [iC, iC+C) for i < n/C; a remainder is left out); each window
+ *     is evaluated from an empty cache, its first token replaced by BOS when
+ *     the tokenizer adds BOS, and the tokens at positions C/2+1 .. C-1 are
+ *     scored (the second half, each predicted with at least C/2 before it).
+ *     Needs n >= C and C >= 3.
+ *   stride S (llama.cpp's --ppl-stride S, 0 < S < C): windows of C tokens
+ *     starting every S tokens (ceil((n-C)/S) of them), the last S tokens of
+ *     each scored, no BOS replaced. Needs n > C.
+ * Each window is evaluated in chunks and only the scored rows' logits are
+ * kept (a few MB), their log-softmax summed in double. Too few tokens gives
+ * KN_ERR_INVALID with a message saying how many are needed.
+ * progress (optional): windows done / total, as kn_progress_cb (false cancels:
+ * KN_OK with result->cancelled, the result over the windows done). */
+typedef struct kn_perplexity_params {
+    int stride;                  /* 0 = llama.cpp's default windows (above) */
+    kn_progress_cb progress;
+    void *progress_ud;
+} kn_perplexity_params;
+typedef struct kn_perplexity_result {
+    double nll;                  /* sum of -log p(token) over the scored tokens */
+    long count;                  /* tokens scored                              */
+    double ppl;                  /* exp(nll / count)                           */
+    int n_windows;               /* windows evaluated                          */
+    bool cancelled;
+} kn_perplexity_result;
+kn_status kn_model_perplexity(kn_model *m, const int32_t *tokens, int n, const kn_perplexity_params *p,
+                              kn_perplexity_result *out);
+
 #ifdef __cplusplus
 }
 #endif

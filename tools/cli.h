@@ -20,6 +20,7 @@
 typedef struct cli_args {
     const char *model, *prompt, *tokenizer, *file, *system, *tmpl, *backend, *gpu_dtype;
     int n, ctx, batch, reps, n_prompt_bench, threads;
+    int stride;                     /* kiln perplexity --stride (0 = llama.cpp's default windows) */
     bool chat, have_temp, kv_f16;
     kn_sampler_params sp;
     const char *stop[8];

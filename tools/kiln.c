@@ -11,6 +11,7 @@
  * stdout holds only the text. Exit status: 0 ok, 1 error, 2 usage.
  */
 #include "cli.h"
+#include "cli_num.h"
 #include "backends/cpu/threadpool.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,9 @@ static void usage(void) {
             "  --backend cpu|cuda  where the model runs (default: KN_BACKEND, else cpu)\n"
             "  --gpu-dtype bf16|f16|f32  weight matrices on the GPU (default bf16; f32 = the CPU's exact path)\n"
             "  --ctx N        context length              -t N      threads (default: all cores)\n"
-            "  -f FILE        text for perplexity         -r N      bench repetitions (default 3)\n");
+            "  -f FILE        text for perplexity (- = stdin)   -r N      bench repetitions (default 3)\n"
+            "  --stride N     perplexity: windows of --ctx tokens every N tokens, scoring the last N of each\n"
+            "                 (llama.cpp's --ppl-stride); default 0: side-by-side windows scoring their second half\n");
 }
 
 static int parse(int argc, char **argv, int start, cli_args *a) {
@@ -61,6 +64,12 @@ static int parse(int argc, char **argv, int start, cli_args *a) {
         else if (!strcmp(o, "--stop")) { const char *s = NEXT(); if (!s) return -1; if (a->n_stop < 8) a->stop[a->n_stop++] = s; }
         else if (!strcmp(o, "--chat")) a->chat = true;
         else if (!strcmp(o, "--kv-f16")) a->kv_f16 = true;
+        else if (!strcmp(o, "--stride")) {            /* perplexity: 0 = llama.cpp's default windows */
+            const char *v = NEXT();
+            int64_t x;
+            if (!v || !cli_int("kiln", o, v, 0, 1 << 20, &x)) return -1;
+            a->stride = (int)x;
+        }
         else {
             const char *v = NEXT();
             if (!v) return -1;
