@@ -57,17 +57,17 @@ kn_status kn_model_perplexity(kn_model *m, const int32_t *tokens, int n, const k
     if (S == 0) {
         first = C / 2;
         if (C - 1 - first < 1)
-            return kn_set_error(KN_ERR_INVALID, "perplexity: a context of %d tokens scores nothing (each window scores its "
+            return kn_set_error(KN_ERR_INVALID, "perplexity: a context of %d scores nothing (each window scores its "
                                 "second half); use --ctx 3 or more", C);
         if (n < C)
-            return kn_set_error(KN_ERR_INVALID, "perplexity: the text has %d tokens, too few to score with a context of %d "
-                                "(one window of %d tokens is needed); use a longer text or a smaller --ctx", n, C, C);
+            return kn_set_error(KN_ERR_INVALID, "perplexity: the text has %d token%s, too few to score with a context of %d "
+                                "(one window of %d tokens is needed); use a longer text or a smaller --ctx", n, n == 1 ? "" : "s", C, C);
         n_win = n / C;
     } else {
         first = C - S - 1;
         if (n <= C)
-            return kn_set_error(KN_ERR_INVALID, "perplexity: the text has %d tokens, too few to score with a context of %d "
-                                "and a stride (at least %d are needed); use a longer text or a smaller --ctx", n, C, C + 1);
+            return kn_set_error(KN_ERR_INVALID, "perplexity: the text has %d token%s, too few to score with a context of %d "
+                                "and a stride (at least %d are needed); use a longer text or a smaller --ctx", n, n == 1 ? "" : "s", C, C + 1);
         n_win = (int)(((long)n - C + S - 1) / S);
     }
     const kn_tokenizer *tok = kn_model_tokenizer(m);
