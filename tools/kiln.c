@@ -4,7 +4,7 @@
  *   kiln chat -m MODEL [--system TEXT] [--chat-template chatml|llama2|llama3]
  *   kiln info MODEL
  *   kiln bench -m MODEL [-p 512] [-n 128] [-r 3]
- *   kiln perplexity -m MODEL -f TEXT [--ctx N]
+ *   kiln perplexity -m MODEL -f TEXT|- [--ctx N] [--stride N]
  *   (generate, chat, bench, perplexity, tokenize: --backend cpu|cuda, --gpu-dtype bf16|f16|f32)
  *
  * Generated text goes to stdout; statistics and messages go to stderr, so
@@ -21,7 +21,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: kiln <command> [options]\n"
             "  generate -m MODEL -p PROMPT   generate text (stdout), speed on stderr\n"
-            "  chat -m MODEL                 interactive chat (/reset to start over, Ctrl-D to quit)\n"
+            "  chat -m MODEL                 interactive chat (/reset starts over; Ctrl-C stops a reply;\n"
+            "                                Ctrl-D, or Ctrl-C at the prompt, quits)\n"
             "  info MODEL                    architecture, hyperparameters, tensors, tokenizer\n"
             "  bench -m MODEL                prefill and decode tokens/s (median of runs)\n"
             "  perplexity -m MODEL -f FILE   perplexity of a text file\n"
