@@ -199,6 +199,7 @@ static turn_status chat_turn(kn_model *m, const kn_chat_tmpl *t, convo *c, kn_ge
         }
         fprintf(stderr, "(reply stopped. Ctrl-C again or Ctrl-D to quit)\n");
     }
+    if (s.hit_context_limit) fprintf(stderr, "(the reply reached the context limit of %d tokens: /reset starts over)\n", kn_model_n_ctx(m));
     char *reply = r.buf ? r.buf : strdup("");
     if (!reply || !convo_push(c, "assistant", reply)) { free(reply); fprintf(stderr, "kiln chat: out of memory\n"); return TURN_FATAL; }
     return TURN_OK;
