@@ -187,7 +187,7 @@ void kn_kv_tokens_free(kn_kv_tokens *kv);
  *     starting every S tokens (ceil((n-C)/S) of them), the last S tokens of
  *     each scored, no BOS replaced. Needs n > C.
  * Each window is evaluated in chunks and only the scored rows' logits are
- * kept (a few MB), their log-softmax summed in double. Too few tokens gives
+ * kept (at most 256 rows at a time), their log-softmax summed in double. Too few tokens gives
  * KN_ERR_INVALID with a message saying how many are needed.
  * progress (optional): windows done / total, as kn_progress_cb (false cancels:
  * KN_OK with result->cancelled, the result over the windows done). */
