@@ -151,10 +151,20 @@ typedef struct kn_kv_tokens {
     uint64_t stamp;              /* that model's evaluation count at the time   */
 } kn_kv_tokens;
 
+/* Prefill progress (kn_generate_params.progress): called with done = 0
+ * before the prompt is evaluated, then after each chunk of at most n_batch
+ * tokens (kn_model_opts.n_batch) with the tokens evaluated so far, up to
+ * done == total. Return false to cancel: the generation then returns KN_OK
+ * at once with stats.cancelled set, nothing generated and the token callback
+ * never called (the KV cache keeps the chunks already evaluated:
+ * stats.n_past_end). */
+typedef bool (*kn_progress_cb)(void *ud, int done, int total);
+
 typedef struct kn_generate_params {
     int max_tokens;          /* new tokens; 0 = until end of generation or context */
     kn_sampler_params sampling;
-    const char *const *stop; /* stop strings (not printed)                          */
+    const char *const *stop; /* stop strings (not printed); each non-NULL and
+                                non-empty, else KN_ERR_INVALID                      */
     int n_stop;
     bool add_bos;            /* default true (follows the tokenizer's rule)         */
     bool parse_special;      /* recognise <|im_start|> etc. in the prompt            */
@@ -165,11 +175,14 @@ typedef struct kn_generate_params {
                                 again (n_past is then ignored), and *reuse is
                                 updated to the cache's contents (emptied on error);
                                 stats.n_prompt counts the tokens evaluated */
+    kn_progress_cb progress; /* NULL = none; see kn_progress_cb                      */
+    void *progress_ud;
 } kn_generate_params;
 typedef struct kn_generate_stats {
     int n_prompt, n_generated, n_past_end;
     double prefill_s, decode_s;    /* wall-clock seconds                         */
     bool hit_context_limit;
+    bool cancelled;                /* the progress callback returned false       */
 } kn_generate_stats;
 kn_generate_params kn_generate_defaults(void);
 kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params *p,
@@ -180,6 +193,39 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
 
 /* kn_kv_tokens_free: frees what kn_generate_params.reuse accumulated. */
 void kn_kv_tokens_free(kn_kv_tokens *kv);
+
+/* ---- perplexity ------------------------------------------------------------------- */
+/* The windows and scored tokens are those of llama.cpp's perplexity tool, so
+ * the numbers compare. Tokenize the whole text first (add_bos =
+ * kn_tokenizer_add_bos(tok), parse_special = false); C = kn_model_n_ctx(m).
+ *   stride 0 (llama.cpp's default): windows of C tokens side by side
+ *     (tokens [iC, iC+C) for i < n/C; a remainder is left out); each window
+ *     is evaluated from an empty cache, its first token replaced by BOS when
+ *     the tokenizer adds BOS, and the tokens at positions C/2+1 .. C-1 are
+ *     scored (the second half, each predicted with at least C/2 before it).
+ *     Needs n >= C and C >= 3.
+ *   stride S (llama.cpp's --ppl-stride S, 0 < S < C): windows of C tokens
+ *     starting every S tokens (ceil((n-C)/S) of them), the last S tokens of
+ *     each scored, no BOS replaced. Needs n > C.
+ * Each window is evaluated in chunks and only the scored rows' logits are
+ * kept (at most 256 rows at a time), their log-softmax summed in double. Too few tokens gives
+ * KN_ERR_INVALID with a message saying how many are needed.
+ * progress (optional): windows done / total, as kn_progress_cb (false cancels:
+ * KN_OK with result->cancelled, the result over the windows done). */
+typedef struct kn_perplexity_params {
+    int stride;                  /* 0 = llama.cpp's default windows (above) */
+    kn_progress_cb progress;
+    void *progress_ud;
+} kn_perplexity_params;
+typedef struct kn_perplexity_result {
+    double nll;                  /* sum of -log p(token) over the scored tokens */
+    long count;                  /* tokens scored                              */
+    double ppl;                  /* exp(nll / count)                           */
+    int n_windows;               /* windows evaluated                          */
+    bool cancelled;
+} kn_perplexity_result;
+kn_status kn_model_perplexity(kn_model *m, const int32_t *tokens, int n, const kn_perplexity_params *p,
+                              kn_perplexity_result *out);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -457,6 +458,9 @@ int main(void) {
     g_kiln = kiln;
     g_assets = getenv("KN_ASSETS");
     if (!g_assets || !*g_assets) g_assets = "../shared/assets";
+    /* absolute, so {assets} means the same in pre commands (run in {tmp}) */
+    static char assets_abs[PATH_MAX];
+    if (realpath(g_assets, assets_abs)) g_assets = assets_abs;
     if (!getcwd(root, sizeof root)) snprintf(root, sizeof root, ".");
     g_root = root;
     snprintf(g_kiln_abs, sizeof g_kiln_abs, "%s%s%s", kiln[0] == '/' ? "" : root, kiln[0] == '/' ? "" : "/", kiln);

@@ -13,6 +13,7 @@
 #include "kiln_llm.h"
 #include "kiln_backend.h"
 #include "cli_args.h"
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,10 +32,17 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t);
 /* the rendered conversation with the assistant prompt open; NULL on failure */
 char *cli_render(const kn_chat_tmpl *t, const kn_chat_msg *msgs, size_t n);
 double cli_now_s(void);
-/* The whole of a regular file given as option opt ("-f"), NUL-terminated,
- * length in *len; NULL after a message with the system's reason (a FIFO,
- * directory or device is refused rather than waited on). The caller frees. */
-char *cli_read_file(const char *opt, const char *path, size_t *len);
+/* Prompt-processing progress on stderr, as kn_generate_params.progress with
+ * a cli_progress as progress_ud: on a terminal, once the prefill has run for
+ * a second, a line rewritten in place ("prompt: 1536/7425 tokens (20%)") and
+ * erased when it ends; nothing when stderr is not a terminal, so piped
+ * output stays clean. Returns false (cancel) once *cancel is set. */
+typedef struct cli_progress {
+    double t0;                      /* set by the call with done == 0 */
+    bool shown;
+    volatile sig_atomic_t *cancel;  /* NULL: never cancel (Ctrl-C then ends the program) */
+} cli_progress;
+bool cli_show_progress(void *ud, int done, int total);
 
 int cmd_generate(const cli_args *a);
 int cmd_tokenize(const cli_args *a);

@@ -1,6 +1,5 @@
 /* cli_common.c: model loading and the helpers every subcommand shares (cli.h). */
 #include "cli.h"
-#include "llm/mapfile.h"   /* defines: kn_open_regular */
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #endif
@@ -82,30 +81,20 @@ double cli_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-char *cli_read_file(const char *opt, const char *path, size_t *len) {
-    *len = 0;
-    int fd;
-    uint64_t size;
-    if (kn_open_regular(path, "file", &fd, &size) != KN_OK) {
-        fprintf(stderr, "kiln: %s: %s\n", opt, kn_last_error());
-        return NULL;
+bool cli_show_progress(void *ud, int done, int total) {
+    cli_progress *p = ud;
+    static int tty = -1;
+    if (tty < 0) tty = isatty(2);
+    if (done == 0) { p->t0 = cli_now_s(); p->shown = false; }
+    if (tty && done < total && cli_now_s() - p->t0 >= 1.0) {
+        fprintf(stderr, "\rprompt: %d/%d tokens (%d%%)", done, total, (int)(100.0 * done / total));
+        fflush(stderr);
+        p->shown = true;
     }
-    FILE *f = fdopen(fd, "rb");
-    char *buf = f && size < SIZE_MAX ? malloc((size_t)size + 1) : NULL;
-    if (!buf) {
-        fprintf(stderr, "kiln: %s: out of memory reading '%s' (%llu bytes)\n", opt, path, (unsigned long long)size);
-        if (f) fclose(f); else close(fd);
-        return NULL;
+    if (p->shown && (done == total || (p->cancel && *p->cancel))) {
+        fprintf(stderr, "\r\033[K");      /* erase the line: the reply starts clean */
+        fflush(stderr);
+        p->shown = false;
     }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    bool err = ferror(f) != 0;
-    fclose(f);
-    if (err) {
-        fprintf(stderr, "kiln: %s: cannot read '%s'\n", opt, path);
-        free(buf);
-        return NULL;
-    }
-    buf[got] = 0;
-    *len = got;
-    return buf;
+    return !(p->cancel && *p->cancel);
 }

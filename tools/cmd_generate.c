@@ -12,6 +12,8 @@ int cmd_generate(const cli_args *a) {
     gp.max_tokens = a->n;
     gp.sampling = a->sp;
     gp.stop = a->stop; gp.n_stop = a->n_stop;
+    cli_progress prog = {0};                 /* a long prompt shows its progress on a terminal */
+    gp.progress = cli_show_progress; gp.progress_ud = &prog;
     char *text = NULL;
     const char *prompt = a->prompt;
     if (a->chat) {

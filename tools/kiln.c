@@ -4,7 +4,7 @@
  *   kiln chat -m MODEL [--system TEXT] [--chat-template chatml|llama2|llama3]
  *   kiln info MODEL
  *   kiln bench -m MODEL [-p 512] [-n 128] [-r 3]
- *   kiln perplexity -m MODEL -f TEXT [--ctx N]
+ *   kiln perplexity -m MODEL -f TEXT|- [--ctx N] [--stride N]
  *   kiln tokenize -m MODEL -p TEXT
  *   kiln train mnist|char|gpt2 ...    (tools/train.c parses its own options)
  *   kiln export -m CKPT -o OUT.gguf   (tools/cmd_export.c, likewise)

@@ -39,16 +39,56 @@ static bool sb_add(sbuf *b, const char *s, size_t n) {
     return true;
 }
 
+/* Stop strings must be real strings: an empty one would match everywhere
+ * (and the hold-back scan below relies on a length of at least 1). */
+static kn_status check_stops(const kn_generate_params *p) {
+    if (p->n_stop < 0 || (p->n_stop > 0 && !p->stop))
+        return kn_set_error(KN_ERR_INVALID, "generate: n_stop is %d but stop is %s; pass n_stop stop strings or none",
+                            p->n_stop, p->stop ? "set" : "NULL");
+    for (int k = 0; k < p->n_stop; k++)
+        if (!p->stop[k] || !p->stop[k][0])
+            return kn_set_error(KN_ERR_INVALID, "generate: stop string %d is %s; give a non-empty text (--stop TEXT)",
+                                k + 1, p->stop[k] ? "empty" : "NULL");
+    return KN_OK;
+}
+
+/* Evaluates the prompt, leaving the last token's logits. With a progress
+ * callback the prompt goes in chunks of the model's batch size, so that a
+ * long prefill can be reported and cancelled between chunks; *done counts
+ * the tokens evaluated (all of them unless *cancelled). */
+static kn_status prefill(kn_model *m, const int32_t *prompt, int n, int n_past, float *logits,
+                         const kn_generate_params *p, int *done, bool *cancelled) {
+    *done = 0;
+    *cancelled = false;
+    if (!p->progress) {
+        kn_status st = kn_model_eval(m, prompt, n, n_past, logits, false);
+        if (!st) *done = n;
+        return st;
+    }
+    int chunk = m->n_batch > 0 ? m->n_batch : n;
+    if (!p->progress(p->progress_ud, 0, n)) { *cancelled = true; return KN_OK; }
+    while (*done < n) {
+        int T = n - *done < chunk ? n - *done : chunk;
+        kn_status st = kn_model_eval(m, prompt + *done, T, n_past + *done, logits, false);
+        if (st) return st;
+        *done += T;
+        if (!p->progress(p->progress_ud, *done, n)) { *cancelled = true; return KN_OK; }
+    }
+    return KN_OK;
+}
+
 static kn_status generate_reuse(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
                                 kn_token_cb cb, void *ud, kn_generate_stats *stats);
 
 kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, const kn_generate_params *gp,
                              kn_token_cb cb, void *ud, kn_generate_stats *stats) {
-    if (gp && gp->reuse) return generate_reuse(m, prompt, n_prompt, gp, cb, ud, stats);
     kn_generate_params p = gp ? *gp : kn_generate_defaults();
     kn_generate_stats st0 = {0};
     kn_generate_stats *S = stats ? stats : &st0;
     memset(S, 0, sizeof *S);
+    kn_status bad = check_stops(&p);
+    if (bad) return bad;
+    if (p.reuse) return generate_reuse(m, prompt, n_prompt, &p, cb, ud, S);
     const kn_tokenizer *tok = kn_model_tokenizer(m);
     int V = kn_model_get_config(m)->n_vocab, n_ctx = kn_model_n_ctx(m);
     if (n_prompt <= 0) return kn_set_error(KN_ERR_INVALID, "generate: empty prompt");
@@ -66,11 +106,12 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
     if (st) goto out;
     memcpy(hist, prompt, sizeof(int32_t) * (size_t)n_prompt);
     double t0 = now_s();
-    st = kn_model_eval(m, prompt, n_prompt, n_past, logits, false);
+    int done;
+    st = prefill(m, prompt, n_prompt, n_past, logits, &p, &done, &S->cancelled);
     S->prefill_s = now_s() - t0;
-    S->n_prompt = n_prompt;
-    n_past += n_prompt;
-    if (st) goto out;
+    S->n_prompt = done;
+    n_past += done;
+    if (st || S->cancelled) goto out;
     double t1 = now_s();
     bool stop = false;
     for (int i = 0; !stop && (p.max_tokens <= 0 || i < p.max_tokens); i++) {
@@ -171,6 +212,8 @@ kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params 
     if (!tok) return kn_set_error(KN_ERR_STATE, "generate: the model has no tokenizer; load it with a tokenizer file "
                                   "(kn_model_opts.tokenizer_path, `kiln -z FILE`: a GGUF vocabulary or llama2.c tokenizer.bin)");
     kn_generate_params p = gp ? *gp : kn_generate_defaults();
+    kn_status bad = check_stops(&p);
+    if (bad) return bad;
     int cap = (int)strlen(prompt) + 8, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     if (!ids) return kn_set_error(KN_ERR_NOMEM, "out of memory");
