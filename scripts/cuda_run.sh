@@ -16,7 +16,7 @@ FLAGS="-O3 -std=c++17 -Iinclude -Isrc -Idev/cuda $ARCH"
 pids=""
 # the standalone kernels and their bench driver; the backend glue (cuda_backend.cu,
 # cuda_ops_*.cu) needs the whole library and is tested by scripts/cuda_test.sh
-for f in src/backends/cuda/*.cu dev/cuda/bench.cu; do
+for f in src/backends/cuda/*.cu dev/cuda/kernels/*.cu dev/cuda/bench.cu; do
     case "$(basename "$f")" in cuda_backend.cu|cuda_ops_*.cu) continue ;; esac
     o="$BUILD/$(basename "$f" .cu).o"
     "$NVCC" $FLAGS --resource-usage -c "$f" -o "$o" > "$o.log" 2>&1 &

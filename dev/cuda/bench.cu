@@ -7,6 +7,7 @@
  * Usage: bench [--quick | --tests]   (exit code 1 if any check failed);
  * --tests runs only the small correctness cases (for compute-sanitizer). */
 #include "backends/cuda/kn_cuda.h"
+#include "kernels/kernels.h"          // the kernels no node calls yet
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

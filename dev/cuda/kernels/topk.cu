@@ -10,6 +10,7 @@
  * memory (the cluster path below, v4 of dev/cuda/topk/); elsewhere one block
  * of 1024 threads per row re-reads the row from L2.
  * Non-goals: NaN logits; k > 1024. */
+#include "kernels/kernels.h"   /* their declarations (extern "C") */
 #include "backends/cuda/common.cuh"   // defines: kn_sweep4, kn_block_max, kn_ms_merge
 #include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune
 #include <cooperative_groups.h>

@@ -2,6 +2,7 @@
  * The angle pos * theta^(-2i/head_dim) is formed
  * in f32 (as the usual f32 tables do: its rounding error grows like pos * 6e-8
  * radians) and sincosf is the accurate one, not the fast intrinsic. */
+#include "kernels/kernels.h"   /* their declarations (extern "C") */
 #include "backends/cuda/common.cuh"
 
 /* One thread per (token, pair index): the angle and its sincos are formed

@@ -1,5 +1,6 @@
 /* adamw.cu: fused AdamW update, in place over params, m, v (f32).
  * Bytes per element: read p, g, m, v; write p, m, v (28 bytes). */
+#include "kernels/kernels.h"   /* their declarations (extern "C") */
 #include "backends/cuda/common.cuh"
 
 __device__ __forceinline__ void adamw_one(float &p, float &m, float &v, float g, float lr,

@@ -6,6 +6,7 @@
  * up to 8 blocks (1 read + 1 write of V; dev/cuda/softmax/, v3 reductions).
  * Otherwise one block per row runs an online (max, sum) pass and re-reads the
  * row (mostly from L2) to write dlogits. */
+#include "kernels/kernels.h"   /* their declarations (extern "C") */
 #include "backends/cuda/rowsoftmax.cuh"   // defines: rowsm_kernel, rowsm_plan
 
 #define KN_CE_THREADS 1024

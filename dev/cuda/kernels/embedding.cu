@@ -1,6 +1,7 @@
 /* embedding.cu: embedding gather (forward) and scatter-add (backward).
  * One block per token row; 16-byte accesses when C % 4 == 0. The backward
  * adds with atomics (float4 atomics on sm_90), so repeated ids are safe. */
+#include "kernels/kernels.h"   /* their declarations (extern "C") */
 #include "backends/cuda/common.cuh"
 
 __global__ void emb_fwd_kernel(float *out, const float *table, const int32_t *ids, int64_t V,
