@@ -82,7 +82,7 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_MATMUL: return kn_cpu_matmul(e);
     /* cpu_norm_softmax.c */
     case KN_OP_RMS_NORM: case KN_OP_LAYER_NORM: return kn_cpu_norm(e);
-    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return kn_cpu_softmax_lastdim(e) || kn_cpu_softmax(e);
+    case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return kn_cpu_softmax(e);
     /* cpu_attention.c */
     case KN_OP_ROPE: return kn_cpu_rope(e);
     case KN_OP_SDPA: return kn_cpu_sdpa(e);

@@ -102,12 +102,20 @@ static void conv_run(kn_rows_fn fn, conv_job *j, int64_t rows, int64_t work) {
     else fn(j, 0, rows);
 }
 
+/* conv2d and conv_transpose2d: f32 4-D x, w, y and bias (if any), w
+ * contiguous, y's images [O, P] consecutive and apart from x */
+static bool conv_operands_ok(const kn_exec *e) {
+    const kn_tview *x = &e->src[0], *w = &e->src[1], *y = &e->dst;
+    if (e->node->src[2] && !is_f32(&e->src[2])) return false;
+    return is_f32(x) && is_f32(w) && is_f32(y) && x->ndim == 4 && w->ndim == 4 && y->ndim == 4 &&
+           kn_tview_is_contiguous(w) && out_planes_ok(y) && !kn_cpu_overlap(x, y);
+}
+
 bool kn_cpu_conv2d(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *w = &e->src[1], *y = &e->dst;
     const kn_tview *b = t->src[2] ? &e->src[2] : NULL;
-    if (!is_f32(x) || !is_f32(w) || !is_f32(y) || (b && !is_f32(b)) || x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return false;
-    if (!kn_tview_is_contiguous(w) || !out_planes_ok(y) || kn_cpu_overlap(x, y)) return false;
+    if (!conv_operands_ok(e)) return false;
     int64_t N = y->ne[0], O = y->ne[1], G = t->p.conv.groups, Cg = w->ne[1], KH = w->ne[2], KW = w->ne[3];
     conv_job j = {x, w, b, y, G, Cg, O / G, Cg * KH * KW, y->ne[2] * y->ne[3],
                   geo(t, x->ne[2], x->ne[3], y->ne[2], y->ne[3], KH, KW), 0, 0};
@@ -156,8 +164,7 @@ bool kn_cpu_conv_transpose2d(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *x = &e->src[0], *w = &e->src[1], *y = &e->dst;
     const kn_tview *b = t->src[2] ? &e->src[2] : NULL;
-    if (!is_f32(x) || !is_f32(w) || !is_f32(y) || (b && !is_f32(b)) || x->ndim != 4 || w->ndim != 4 || y->ndim != 4) return false;
-    if (!kn_tview_is_contiguous(w) || !out_planes_ok(y) || kn_cpu_overlap(x, y)) return false;
+    if (!conv_operands_ok(e)) return false;
     int64_t N = y->ne[0], O = y->ne[1], C = x->ne[1], G = t->p.conv.groups, Og = w->ne[1], KH = w->ne[2], KW = w->ne[3];
     if (G < 1 || C % G || O != G * Og) return false;
     conv_job j = {x, w, b, y, G, C / G, Og, Og * KH * KW, x->ne[2] * x->ne[3],

@@ -81,16 +81,15 @@ bool kn_cpu_unary(const kn_exec *e) {
     return true;
 }
 
+/* offset of row r (of the last dim) in v: its outer dims, row-major */
+static int64_t row_off(const kn_tview *v, int64_t r) { return off_lead(v, v->ndim - 1, r); }
+
 /* rows of len where b holds one value per row (any strides on b's outer dims) */
 typedef struct { kn_op op; float *y; const float *a; const kn_tview *b; int64_t len; } col_job;
 static void col_rows(void *p, int64_t r0, int64_t r1) {
     col_job *j = p;
-    kn_tview outer = *j->b;
-    outer.ndim--;                       /* b's offset of row r: its outer dims, row-major */
     for (int64_t r = r0; r < r1; r++) {
-        int64_t o = 0, lin = r;
-        for (int k = outer.ndim - 1; k >= 0; k--) { o += (lin % outer.ne[k]) * outer.st[k]; lin /= outer.ne[k]; }
-        float s = ((const float *)j->b->data)[o];
+        float s = ((const float *)j->b->data)[row_off(j->b, r)];
         float *y = j->y + r * j->len;
         const float *a = j->a + r * j->len;
         switch (j->op) {
@@ -107,11 +106,6 @@ static void col_rows(void *p, int64_t r0, int64_t r1) {
  * offsets come from the outer strides. One loop per stride pair so the
  * compiler vectorizes each. */
 typedef struct { kn_op op; float *y; const kn_tview *a, *b; int64_t len; } gen_job;
-static int64_t row_off(const kn_tview *v, int64_t r) {
-    int64_t o = 0;
-    for (int k = v->ndim - 2; k >= 0; k--) { o += (r % v->ne[k]) * v->st[k]; r /= v->ne[k]; }
-    return o;
-}
 #define GEN_LOOP(EXPR)                                                                            \
     do {                                                                                          \
         if (sa && sb) for (int64_t i = 0; i < L; i++) { float x = a[i], z = b[i]; y[i] = EXPR; }  \

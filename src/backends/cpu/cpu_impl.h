@@ -83,7 +83,6 @@ bool kn_cpu_adam(const kn_exec *e);
 /* cpu_reduce.c */
 bool kn_cpu_reduce_last(const kn_exec *e);
 bool kn_cpu_reduce_leading(const kn_exec *e);
-bool kn_cpu_softmax_lastdim(const kn_exec *e);
 /* cpu_matmul.c */
 bool kn_cpu_matmul(const kn_exec *e);
 /* cpu_norm_softmax.c */

@@ -9,23 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { kn_op op; float *y; const float *x; int64_t len, ys; int correction; } row_job;
+/* one output element per row of len consecutive inputs */
+typedef struct { kn_op op; float *y; const float *x; int64_t len; int correction; } row_job;
 static void row_rows(void *p, int64_t r0, int64_t r1) {
     row_job *j = p;
     for (int64_t r = r0; r < r1; r++) {
         const float *x = j->x + r * j->len;
         switch (j->op) {
-        case KN_OP_SUM: j->y[r * j->ys] = kn_vec_sum(x, j->len); break;
-        case KN_OP_MEAN: j->y[r * j->ys] = kn_vec_sum(x, j->len) / (float)j->len; break;
-        case KN_OP_MAX: j->y[r * j->ys] = kn_vec_max(x, j->len); break;
-        case KN_OP_SOFTMAX: kn_vec_softmax(j->y + r * j->len, x, j->len); break;
-        case KN_OP_LOG_SOFTMAX: kn_vec_log_softmax(j->y + r * j->len, x, j->len); break;
+        case KN_OP_SUM: j->y[r] = kn_vec_sum(x, j->len); break;
+        case KN_OP_MEAN: j->y[r] = kn_vec_sum(x, j->len) / (float)j->len; break;
+        case KN_OP_MAX: j->y[r] = kn_vec_max(x, j->len); break;
         case KN_OP_VAR: case KN_OP_STD: {   /* two passes, as the reference: mean, then squared deviations */
             float mean = kn_vec_sum(x, j->len) / (float)j->len, ss = 0;
             for (int64_t i = 0; i < j->len; i++) ss += (x[i] - mean) * (x[i] - mean);
             double den = (double)j->len - j->correction;
             float v = den > 0 ? (float)(ss / den) : NAN;
-            j->y[r * j->ys] = j->op == KN_OP_STD ? sqrtf(v) : v;
+            j->y[r] = j->op == KN_OP_STD ? sqrtf(v) : v;
             break;
         }
         default: break;
@@ -41,20 +40,7 @@ bool kn_cpu_reduce_last(const kn_exec *e) {
     if (t->p.reduce.axes != (1u << (x->ndim - 1))) return false;   /* last dim only */
     int64_t len = x->ne[x->ndim - 1];
     if (len == 0) return false;
-    row_job j = {t->op, d->data, x->data, len, 1, t->p.reduce.correction};
-    int64_t rows = kn_tview_numel(x) / len;
-    kn_cpu_par_rows(row_rows, &j, rows, rows * len);
-    return true;
-}
-
-bool kn_cpu_softmax_lastdim(const kn_exec *e) {
-    const kn_tensor *t = e->node;
-    const kn_tview *x = &e->src[0], *d = &e->dst;
-    if (!is_f32(x) || !is_f32(d) || !contig(x) || !contig(d) || x->ndim == 0) return false;
-    if (t->p.axis.dim != x->ndim - 1) return false;
-    int64_t len = x->ne[x->ndim - 1];
-    if (len == 0) return false;
-    row_job j = {t->op, d->data, x->data, len, 1};
+    row_job j = {t->op, d->data, x->data, len, t->p.reduce.correction};
     int64_t rows = kn_tview_numel(x) / len;
     kn_cpu_par_rows(row_rows, &j, rows, rows * len);
     return true;
