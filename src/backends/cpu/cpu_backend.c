@@ -22,7 +22,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-/* ---- threading: rows split over the pool ----------------------------------------------- */
+/* ==== threading: rows split over the pool ==================================== */
 typedef struct { kn_rows_fn fn; void *ctx; int64_t rows; } par_job;
 static void par_worker(void *p, int ith, int nth) {
     par_job *j = p;
@@ -40,7 +40,7 @@ void kn_cpu_par_rows(kn_rows_fn fn, void *ctx, int64_t rows, int64_t work) {
     kn_pool_run(par_worker, &j, (int)parts);
 }
 
-/* ---- views ---------------------------------------------------------------------------- */
+/* ==== views ================================================================== */
 /* Byte span [lo, hi) that view v touches (hi == lo when empty). */
 static void span_of(const kn_tview *v, const char **lo, const char **hi) {
     size_t es = kn_dtype_get(v->dtype)->type_size;
@@ -66,7 +66,7 @@ bool kn_cpu_same_or_disjoint(const kn_tview *x, const kn_tview *y) {
     return true;
 }
 
-/* ---- dispatch ------------------------------------------------------------------------ */
+/* ==== dispatch =============================================================== */
 bool kn_cpu_fast(const kn_exec *e) {
     switch (e->node->op) {
     /* cpu_elementwise.c */

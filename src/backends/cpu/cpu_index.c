@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- copies and casts ---------------------------------------------------------------- */
+/* ==== contiguous copy and cast (any plain dtype) ============================= */
 typedef struct { kn_dtype from, to; void *y; const void *x; int64_t n; } cast_job;
 /* chunks of 4096 elements; the last one may be shorter */
 static void cast_rows(void *p, int64_t r0, int64_t r1) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- matmul -------------------------------------------------------------------------
+/* ==== operand layouts =======================================================
  * Each operand's last two dims must have a unit stride in one of them (row-
  * or column-major, i.e. a plain or transposed matrix); batch dims may be any
  * strides (including 0 for broadcast). C must be row-major. */
