@@ -5,20 +5,22 @@
  * Layouts: f32 (compare: f32 in, bool out) with a contiguous destination;
  * operands contiguous, broadcast as a scalar, a row or a column, or any
  * strides in the general case (a 2-D transposed operand goes by tiles).
- * Contiguous work is split in chunks of 4096 elements over the pool.
+ * Contiguous work is split in chunks of KN_CPU_CHUNK (4096) elements over
+ * the pool.
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/vec.h"          // defines: kn_vec_*
 #include <math.h>
 #include <string.h>
 
+/* ==== unary maps and contiguous binaries: vec.h kernels over chunks ========= */
 typedef struct { int kind; kn_vec_unary_op uop; kn_op bop; float *y; const float *a, *b; float s; int64_t n, blen; } ew_job;
 enum { EW_UNARY, EW_BIN_SAME, EW_BIN_ROW, EW_BIN_SCALAR };
 
-/* rows here are chunks of 4096 elements (or rows of blen for row broadcast) */
+/* rows here are chunks of KN_CPU_CHUNK elements (or rows of blen for row broadcast) */
 static void ew_rows(void *p, int64_t r0, int64_t r1) {
     ew_job *j = p;
-    int64_t L = j->kind == EW_BIN_ROW ? j->blen : 4096;
+    int64_t L = j->kind == EW_BIN_ROW ? j->blen : KN_CPU_CHUNK;
     for (int64_t r = r0; r < r1; r++) {
         int64_t o = r * L, n = (o + L <= j->n) ? L : j->n - o;
         float *y = j->y + o;
@@ -63,7 +65,7 @@ static bool unary_map(kn_op op, kn_vec_unary_op *u) {
 typedef struct { float *y; const float *x; int64_t n; } sq_job;
 static void sq_rows(void *p, int64_t r0, int64_t r1) {
     sq_job *j = p;
-    int64_t o = r0 * 4096, m = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    int64_t o = r0 * KN_CPU_CHUNK, m = kn_cpu_chunk_end(r1, j->n) - o;
     kn_vec_mul(j->y + o, j->x + o, j->x + o, m);
 }
 
@@ -71,13 +73,13 @@ bool kn_cpu_unary(const kn_exec *e) {
     kn_vec_unary_op u;
     if (e->node->op == KN_OP_SQUARE && is_f32(&e->dst) && is_f32(&e->src[0]) && contig(&e->dst) && contig(&e->src[0])) {
         sq_job j = {e->dst.data, e->src[0].data, kn_tview_numel(&e->dst)};
-        kn_cpu_par_rows(sq_rows, &j, (j.n + 4095) / 4096, j.n);
+        kn_cpu_par_rows(sq_rows, &j, kn_cpu_chunks(j.n), j.n);
         return true;
     }
     if (!unary_map(e->node->op, &u) || !is_f32(&e->dst) || !is_f32(&e->src[0]) || !contig(&e->dst) || !contig(&e->src[0]))
         return false;
     ew_job j = {EW_UNARY, u, 0, e->dst.data, e->src[0].data, NULL, 0, kn_tview_numel(&e->dst), 0};
-    kn_cpu_par_rows(ew_rows, &j, (j.n + 4095) / 4096, j.n);
+    kn_cpu_par_rows(ew_rows, &j, kn_cpu_chunks(j.n), j.n);
     return true;
 }
 
@@ -209,16 +211,16 @@ bool kn_cpu_where(const kn_exec *e) {
  * g contiguous, or a 2-D view with any strides (a Linear weight's gradient
  * arrives transposed: rows of p then read g down its columns, which stay in
  * L2 across the 16 rows a cache line serves). The same f32 operation
- * sequence as the composite update. Parts of 4096 elements, the last one
- * shorter. */
+ * sequence as the composite update. Chunks of KN_CPU_CHUNK elements, the
+ * last one shorter. */
 typedef struct {
     float *p, *m, *v; const float *g; int64_t n, C, gs0, gs1; bool gc;
     float c0, c1, c2, b1c, b2, b2c, eps, l2;
 } adam_job;
 static void adam_rows(void *vp, int64_t r0, int64_t r1) {
     adam_job *j = vp;
-    int64_t i1 = r1 * 4096 < j->n ? r1 * 4096 : j->n;
-    for (int64_t i = r0 * 4096; i < i1; i++) {
+    int64_t i1 = kn_cpu_chunk_end(r1, j->n);
+    for (int64_t i = r0 * KN_CPU_CHUNK; i < i1; i++) {
         float gi = j->gc ? j->g[i] : j->g[(i / j->C) * j->gs0 + (i % j->C) * j->gs1];
         float p = j->p[i], g = gi + j->l2 * p;
         float m = j->m[i] + (g - j->m[i]) * j->b1c;
@@ -238,7 +240,7 @@ bool kn_cpu_adam(const kn_exec *e) {
                   g->ndim == 2 ? g->st[1] : 0, contig(g), cf[0], cf[c->st[0]], cf[2 * c->st[0]],
                   (float)(1 - q->adam.beta1), (float)q->adam.beta2, (float)(1 - q->adam.beta2), (float)q->adam.eps,
                   (float)q->adam.l2};
-    kn_cpu_par_rows(adam_rows, &j, (n + 4095) / 4096, n * 7);
+    kn_cpu_par_rows(adam_rows, &j, kn_cpu_chunks(n), n * 7);
     return true;
 }
 
@@ -247,7 +249,7 @@ bool kn_cpu_adam(const kn_exec *e) {
 typedef struct { kn_op op; uint8_t *y; const float *a, *b; bool scalar; int64_t n; } cmp_job;
 static void cmp_rows(void *p, int64_t r0, int64_t r1) {
     cmp_job *j = p;
-    int64_t i0 = r0 * 4096, i1 = r1 * 4096 < j->n ? r1 * 4096 : j->n;
+    int64_t i0 = r0 * KN_CPU_CHUNK, i1 = kn_cpu_chunk_end(r1, j->n);
 #define CMP_LOOP(OP) do { \
         if (j->scalar) { float z = j->b[0]; for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] OP z; } \
         else for (int64_t i = i0; i < i1; i++) j->y[i] = j->a[i] OP j->b[i]; } while (0)
@@ -272,7 +274,7 @@ bool kn_cpu_compare(const kn_exec *e) {
     if (!contig(&a) || (!scalar && !contig(&b))) return false;
     int64_t n = kn_tview_numel(d);
     cmp_job j = {op, d->data, a.data, b.data, scalar, n};
-    kn_cpu_par_rows(cmp_rows, &j, (n + 4095) / 4096, n);
+    kn_cpu_par_rows(cmp_rows, &j, kn_cpu_chunks(n), n);
     return true;
 }
 
@@ -289,12 +291,12 @@ bool kn_cpu_binary(const kn_exec *e) {
         else return binary_general(e, &a, &b);
     }
     ew_job j = {EW_BIN_SAME, 0, op, d->data, a.data, b.data, 0, n, 0};
-    if (contig(&b)) { kn_cpu_par_rows(ew_rows, &j, (n + 4095) / 4096, n); return true; }
+    if (contig(&b)) { kn_cpu_par_rows(ew_rows, &j, kn_cpu_chunks(n), n); return true; }
     bool scalar = true;
     for (int i = 0; i < b.ndim; i++) if (b.st[i] != 0 && b.ne[i] != 1) scalar = false;
     if (scalar && op != KN_OP_DIV) {
         j.kind = EW_BIN_SCALAR; j.s = *(const float *)b.data; j.b = NULL;
-        kn_cpu_par_rows(ew_rows, &j, (n + 4095) / 4096, n);
+        kn_cpu_par_rows(ew_rows, &j, kn_cpu_chunks(n), n);
         return true;
     }
     /* column broadcast ([N,1] against [N,M]): b constant along the last dim */
@@ -319,7 +321,7 @@ bool kn_cpu_binary(const kn_exec *e) {
 typedef struct { float *y; const float *x; float v; int64_t n; } fill_job;
 static void fill_rows(void *p, int64_t r0, int64_t r1) {
     fill_job *j = p;
-    int64_t o = r0 * 4096, m = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    int64_t o = r0 * KN_CPU_CHUNK, m = kn_cpu_chunk_end(r1, j->n) - o;
     if (j->x) memmove(j->y + o, j->x + o, (size_t)m * sizeof(float));
     else for (int64_t i = 0; i < m; i++) j->y[o + i] = j->v;
 }
@@ -336,6 +338,6 @@ bool kn_cpu_fill_assign(const kn_exec *e) {
         if (x != (const float *)d->data && x < (const float *)d->data + n && (const float *)d->data < x + n) return false;
         j.x = x;
     }
-    kn_cpu_par_rows(fill_rows, &j, (n + 4095) / 4096, n);
+    kn_cpu_par_rows(fill_rows, &j, kn_cpu_chunks(n), n);
     return true;
 }

@@ -40,6 +40,12 @@ typedef void (*kn_rows_fn)(void *ctx, int64_t r0, int64_t r1);
 /* Run fn over rows [0, rows) split across the pool when `work` (elements
  * touched) is at least KN_CPU_PAR_MIN, else on the calling thread. */
 void kn_cpu_par_rows(kn_rows_fn fn, void *ctx, int64_t rows, int64_t work);
+/* Contiguous elementwise work goes in chunks of KN_CPU_CHUNK elements: a
+ * job row is a chunk, the last one may be shorter. */
+#define KN_CPU_CHUNK 4096
+static inline int64_t kn_cpu_chunks(int64_t n) { return (n + KN_CPU_CHUNK - 1) / KN_CPU_CHUNK; }
+/* the last element (exclusive) of chunks [.., r1) of n elements */
+static inline int64_t kn_cpu_chunk_end(int64_t r1, int64_t n) { return r1 * KN_CPU_CHUNK < n ? r1 * KN_CPU_CHUNK : n; }
 
 /* ---- view predicates (static inline: every file uses a few) -------------- */
 static inline bool is_f32(const kn_tview *v) { return v->dtype == KN_F32; }

@@ -15,10 +15,9 @@
 
 /* ==== contiguous copy and cast (any plain dtype) ============================= */
 typedef struct { kn_dtype from, to; void *y; const void *x; int64_t n; } cast_job;
-/* chunks of 4096 elements; the last one may be shorter */
 static void cast_rows(void *p, int64_t r0, int64_t r1) {
     cast_job *j = p;
-    int64_t o = r0 * 4096, n = (r1 * 4096 < j->n ? r1 * 4096 : j->n) - o;
+    int64_t o = r0 * KN_CPU_CHUNK, n = kn_cpu_chunk_end(r1, j->n) - o;
     size_t es = kn_dtype_get(j->to)->type_size, xs = kn_dtype_get(j->from)->type_size;
     void *y = (char *)j->y + o * (int64_t)es;
     const void *x = (const char *)j->x + o * (int64_t)xs;
@@ -37,7 +36,7 @@ bool kn_cpu_copy_contig(const kn_exec *e) {
     if (!ok || kn_dtype_get(x->dtype)->is_quant) return false;
     int64_t n = kn_tview_numel(d);
     cast_job j = {x->dtype, d->dtype, d->data, x->data, n};
-    kn_cpu_par_rows(cast_rows, &j, (n + 4095) / 4096, n);
+    kn_cpu_par_rows(cast_rows, &j, kn_cpu_chunks(n), n);
     return true;
 }
 
@@ -322,8 +321,8 @@ typedef struct { const kn_tview *x, *y; int64_t n, lo[KN_MAX_DIMS]; uint32_t v; 
 static void pad_fill_rows(void *p, int64_t r0, int64_t r1) {
     pad_job *j = p;
     uint32_t *y = j->y->data;
-    int64_t e = r1 * 4096 < j->n ? r1 * 4096 : j->n;
-    for (int64_t i = r0 * 4096; i < e; i++) y[i] = j->v;
+    int64_t e = kn_cpu_chunk_end(r1, j->n);
+    for (int64_t i = r0 * KN_CPU_CHUNK; i < e; i++) y[i] = j->v;
 }
 static void pad_copy_rows(void *p, int64_t r0, int64_t r1) {
     pad_job *j = p;
@@ -361,7 +360,7 @@ bool kn_cpu_pad(const kn_exec *e) {
     else return false;
     int64_t n = j.n, nx = kn_tview_numel(x);
     if (n == 0) return true;
-    kn_cpu_par_rows(pad_fill_rows, &j, (n + 4095) / 4096, n);
+    kn_cpu_par_rows(pad_fill_rows, &j, kn_cpu_chunks(n), n);
     if (nx) kn_cpu_par_rows(pad_copy_rows, &j, nx / x->ne[nd - 1], nx);
     return true;
 }
