@@ -1,8 +1,9 @@
-/* bench_nn.c: the fast CPU nn kernels (src/backends/cpu/cpu_nn.c) against the
- * reference kernels, one node at a time.
+/* bench_nn.c: the fast CPU nn kernels (src/backends/cpu/: cpu_attention.c,
+ * cpu_norm_softmax.c, cpu_conv.c) against the reference kernels, one node at
+ * a time.
  *
  * Each case builds a kn_exec by hand (a node with its params and kn_tview
- * operands over malloc'd f32 data) and times kn_cpu_nn_fast() and the
+ * operands over malloc'd f32 data) and times kn_cpu_fast() and the
  * reference's kn__ref_compute() on it: median of several runs after a warm-up,
  * the reference run fewer times (it is slow). Cases: attention decode (Tq = 1,
  * Tk = 512 / 2048, 9 query heads over 3 key/value heads, D = 64: SmolLM-135M
@@ -12,7 +13,7 @@
  */
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kn-impl.h"
-#include "backends/cpu/cpu_nn.h"
+#include "backends/cpu/cpu_impl.h"
 #include "core/cpu.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ static double time_it(const kn_exec *e, bool fast, int reps) {
     if (reps > 64) reps = 64;
     for (int r = -1; r < reps; r++) {
         double t0 = kn_bench_now();
-        if (fast) { if (!kn_cpu_nn_fast(e)) return -1; }
+        if (fast) { if (!kn_cpu_fast(e)) return -1; }
         else kn__ref_compute(kn_backend_ref(), e);
         if (r >= 0) t[r] = kn_bench_now() - t0;
     }

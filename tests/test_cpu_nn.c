@@ -1,7 +1,7 @@
-/* test_cpu_nn.c: the fast CPU nn/index kernels (src/backends/cpu/cpu_nn.c)
+/* test_cpu_nn.c: the fast CPU nn/index kernels (src/backends/cpu/cpu_*.c)
  * against the reference backend on random data.
  *
- * A small backend of its own runs kn_cpu_nn_fast() first and the reference
+ * A small backend of its own runs kn_cpu_fast() first and the reference
  * otherwise, and counts how often the fast path took the op under test, so
  * a case that silently fell back is reported instead of comparing the
  * reference with itself. Every case runs on each SIMD path this machine
@@ -9,7 +9,7 @@
  */
 #include "kn_optest.h"
 #include "kn-impl.h"
-#include "backends/cpu/cpu_nn.h"
+#include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vec.h"
 #include "core/cpu.h"
@@ -19,7 +19,7 @@
 static kn_op g_want;
 static int g_hits;
 static kn_status nn_compute(kn_backend *be, const kn_exec *e) {
-    if (kn_cpu_nn_fast(e)) { if (e->node->op == g_want) g_hits++; return KN_OK; }
+    if (kn_cpu_fast(e)) { if (e->node->op == g_want) g_hits++; return KN_OK; }
     return kn__ref_compute(be, e);
 }
 static kn_backend g_nn = {
@@ -54,7 +54,7 @@ static double both(kn_build_fn build, void *ud, int nin, const kn_opin *ins, kn_
 /* Each case on every SIMD path the CPU has. */
 static const int k_isas[] = {KN_ISA_SCALAR, KN_ISA_AVX2, KN_ISA_AVX512};
 static int n_isas(void) { return (int)kn_cpu()->isa + 1; }
-static void force_isa(int isa) { kn_vec_force_isa(isa); kn_cpu_nn_force_isa(isa); kn_sgemm_force_isa(isa); }
+static void force_isa(int isa) { kn_vec_force_isa(isa); kn_cpu_attention_force_isa(isa); kn_sgemm_force_isa(isa); }
 
 #define TOL 2e-5
 /* CHECK that the case ran on the fast path (fast = true) and matched */
@@ -384,7 +384,7 @@ TEST(index_select_quantized) {
         e.src[0] = (kn_tview){qw, qts[q], 2, {V, C}, {C, 1}};
         e.src[1] = (kn_tview){ids, KN_I64, 1, {3}, {1}};
         e.dst = (kn_tview){out, KN_F32, 2, {3, C}, {C, 1}};
-        CHECK(kn_cpu_nn_fast(&e), "quantized index_select not taken");
+        CHECK(kn_cpu_fast(&e), "quantized index_select not taken");
         double err = 0;
         for (int r = 0; r < 3; r++)
             for (int k = 0; k < C; k++) err = fmax(err, fabs(out[r * C + k] - deq[ids[r] * C + k]));

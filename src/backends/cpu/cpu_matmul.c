@@ -1,0 +1,157 @@
+/* cpu_matmul.c: the CPU backend's MATMUL: f32 operands through the packed
+ * SGEMM (gemm.h), and a quantized, f16 or bf16 right operand (a weight)
+ * through the dot products of llm/quant.h or, for many activation rows, a
+ * dequantized copy and the SGEMM.
+ */
+#include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
+#include "llm/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
+#include <stdlib.h>
+#include <string.h>
+
+/* ==== operand layouts =======================================================
+ * Each operand's last two dims must have a unit stride in one of them (row-
+ * or column-major, i.e. a plain or transposed matrix); batch dims may be any
+ * strides (including 0 for broadcast). C must be row-major. */
+static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
+    int r = v->ndim - 2, c = v->ndim - 1;
+    if (v->st[c] == 1 || v->ne[c] == 1) {          /* row-major: (i,k) at i*ld + k */
+        *trans = false; *ld = v->ne[r] == 1 ? v->ne[c] : v->st[r];
+        return *ld >= v->ne[c] || v->ne[r] == 1;
+    }
+    if (v->st[r] == 1 || v->ne[r] == 1) {          /* stored transposed: (i,k) at k*ld + i */
+        *trans = true; *ld = v->ne[c] == 1 ? v->ne[r] : v->st[c];
+        return *ld >= v->ne[r] || v->ne[c] == 1;
+    }
+    return false;
+}
+
+/* Quantized right operand: y[t, n] = dot(W row n, x row t). W is stored as
+ * rows of K elements (the view is W^T: unit stride along K). The activation
+ * rows are quantized once (to Q16, or to the weight type's 8-bit partner:
+ * llm/quant.h), then threads split the weight rows, so each weight row is
+ * read once per call. */
+typedef struct {
+    kn_vec_dot_fn dot; const char *W; size_t row_bytes; int64_t K, N, T;
+    const char *xq; size_t xq_bytes; float *C; int64_t ldc;
+} qmm_job;
+static void qmm_rows(void *p, int64_t r0, int64_t r1) {
+    qmm_job *j = p;
+    /* blocks of 16 weight rows stay in cache while every token visits them */
+    for (int64_t n0 = r0; n0 < r1; n0 += 16) {
+        int64_t n1 = n0 + 16 < r1 ? n0 + 16 : r1;
+        for (int64_t t = 0; t < j->T; t++) {
+            const char *x = j->xq + t * j->xq_bytes;
+            float *y = j->C + t * j->ldc;
+            /* no software prefetch: measured slower than the hardware prefetchers */
+            for (int64_t n = n0; n < n1; n++) y[n] = j->dot(j->K, j->W + (size_t)n * j->row_bytes, x);
+        }
+    }
+}
+typedef struct { bool q16; kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; } qx_job;
+static void qx_rows(void *p, int64_t r0, int64_t r1) {
+    qx_job *j = p;
+    for (int64_t t = r0; t < r1; t++) {
+        char *y = j->xq + t * j->xq_bytes;
+        if (j->q16) kn_quantize_q16(j->x + t * j->lda, (kn_block_q16 *)y, j->K);
+        else if (j->at == KN_F32) memcpy(y, j->x + t * j->lda, (size_t)j->K * 4);
+        else kn_quantize_row(j->at, j->x + t * j->lda, y, j->K);
+    }
+}
+/* Many activation rows (prefill): dequantizing each weight row once and
+ * running the packed SGEMM beats T separate integer dot products per row,
+ * and keeps the activations in f32. The scratch buffer is reused across
+ * calls (plans run one node at a time). */
+#define QMM_GEMM_MIN_ROWS 32
+static float *g_wscratch;
+static size_t g_wscratch_n;
+typedef struct { kn_dtype wt; const char *W; size_t row_bytes; int64_t K; float *out; } deq_job;
+static void deq_rows(void *p, int64_t r0, int64_t r1) {
+    deq_job *j = p;
+    for (int64_t r = r0; r < r1; r++) kn_dequantize_row(j->wt, j->W + (size_t)r * j->row_bytes, j->out + r * j->K, j->K);
+}
+static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b) {
+    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
+    size_t need = (size_t)N * (size_t)K;
+    if (need > g_wscratch_n) {
+        float *w = realloc(g_wscratch, need * sizeof(float));
+        if (!w) return false;
+        g_wscratch = w; g_wscratch_n = need;
+    }
+    deq_job dj = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, g_wscratch};
+    kn_cpu_par_rows(deq_rows, &dj, N, N * K);
+    kn_sgemm(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0]);
+    return true;
+}
+
+static bool matmul_quant(const kn_exec *e) {
+    const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
+    if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
+    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
+    if (a->st[1] != 1 || b->st[0] != 1 || d->st[1] != 1 || K % kn_dtype_get(b->dtype)->block_size) return false;
+    /* KN_QMM_ACT=f32 (or KN_QMM_EXACT=1) keeps activations in f32 at every
+     * row count (slow decode; checks the pipeline against float references) */
+    kn_qact mode = kn_quant_act_mode();
+    if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b)) return true;
+    kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
+    bool q16 = dot != NULL;
+    kn_dtype at = kn_quant_vec_dot_type(b->dtype);
+    if (!dot) dot = kn_quant_dot_fn(b->dtype);
+    if (!dot) return false;
+    size_t xq_bytes = q16 ? kn_quant_q16_nbytes(K) : kn_dtype_nbytes(at, K);
+    char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
+    if (!xq) return false;
+    qx_job qj = {q16, at, a->data, a->st[0], K, xq, xq_bytes};
+    kn_cpu_par_rows(qx_rows, &qj, T, T * K);
+    qmm_job j = {dot, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0]};
+    kn_cpu_par_rows(qmm_rows, &j, N, N * K * (T ? T : 1));
+    free(xq);
+    return true;
+}
+
+bool kn_cpu_matmul(const kn_exec *e) {
+    if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
+        return matmul_quant(e);
+    const kn_tview *d = &e->dst;
+    if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
+    int nb = d->ndim - 2;
+    kn_tview a = e->src[0], b = e->src[1];
+    int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
+    if (d->st[nb + 1] != 1 && N > 1) return false;
+    int64_t ldc = d->st[nb] > N ? d->st[nb] : N;
+    bool ta, tb; int64_t lda, ldb;
+    /* a view with stride 0 in a matrix dim (expanded) is not a plain matrix */
+    if (a.st[a.ndim - 1] == 0 || a.st[a.ndim - 2] == 0 || b.st[b.ndim - 1] == 0 || b.st[b.ndim - 2] == 0) return false;
+    if (!mat_layout(&a, &ta, &lda) || !mat_layout(&b, &tb, &ldb)) return false;
+    kn_tview ab = a, bb = b, db = *d;
+    ab.ndim = a.ndim - 2; bb.ndim = b.ndim - 2; db.ndim = nb;
+    ab = kn_tview_broadcast(&ab, nb, d->ne);
+    bb = kn_tview_broadcast(&bb, nb, d->ne);
+    int64_t batch = 1;
+    for (int i = 0; i < nb; i++) batch *= d->ne[i];
+    const float *A = a.data, *B = b.data;
+    float *C = d->data;
+    /* a shared right operand (stride 0 over every batch dim: x [B,T,K] @ W^T)
+     * and a, C contiguous: one GEMM of batch * M rows, not batch small ones */
+    bool shared_b = batch > 1 && !ta && contig(&a) && contig(d);
+    for (int i = 0; i < nb && shared_b; i++) if (bb.st[i] != 0 && d->ne[i] != 1) shared_b = false;
+    if (shared_b) {
+        kn_sgemm(false, tb, batch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+        return true;
+    }
+    /* one uniform batch dim (after collapsing) goes to the batched entry point */
+    if (nb == 1 || batch == 1) {
+        int64_t sa = nb ? ab.st[0] : 0, sb = nb ? bb.st[0] : 0, sc = nb ? db.st[0] : 0;
+        kn_sgemm_batched(batch, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc);
+        return true;
+    }
+    for (int64_t z = 0; z < batch; z++) {
+        int64_t ao = 0, bo = 0, co = 0, lin = z;
+        for (int i = nb - 1; i >= 0; i--) {
+            int64_t q = lin % d->ne[i]; lin /= d->ne[i];
+            ao += q * ab.st[i]; bo += q * bb.st[i]; co += q * db.st[i];
+        }
+        kn_sgemm(ta, tb, M, N, K, 1.0f, A + ao, lda, B + bo, ldb, 0.0f, C + co, ldc);
+    }
+    return true;
+}
