@@ -1,0 +1,59 @@
+/* exec.c: running a plan.
+ *
+ * Works on a built plan (order, arena offsets) and the context's symbol
+ * values: for each node that computes, it resolves the node and its operands
+ * to kn_tview (address, run-time extents, strides) and calls the backend's
+ * compute. This loop is the one place the runtime hands nodes to a backend;
+ * eager kn_realize runs a temporary plan through it too.
+ */
+#include "runtime/runtime.h"
+#include <string.h>
+
+/* Byte address of t's element 0 in this plan. */
+static char *addr_of(const kn_plan *p, kn_tensor *t) {
+    kn_tensor *own = kn__storage_owner(t);
+    char *base;
+    if (own->buf) base = own->buf->data;
+    else if (own->id < p->n_ids && p->off[own->id] >= 0) base = (char *)p->arena->data + p->off[own->id];
+    else return NULL;
+    const kn_dtype_info *d = kn_dtype_get(t->dtype);
+    return base + (size_t)(t->offset / d->block_size) * d->type_size;
+}
+
+/* t's extents at the current symbol values (kn_sym_set), so one plan serves
+ * every sequence length. */
+static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
+    v->data = addr_of(p, t);
+    v->dtype = t->dtype;
+    v->ndim = t->ndim;
+    for (int i = 0; i < t->ndim; i++) { v->ne[i] = kn__extent(t, i, p->ctx->sym_val); v->st[i] = t->stride[i]; }
+    return v->data != NULL;
+}
+
+kn_status kn_plan_run(kn_plan *p) {
+    int prof = kn__profile_mode();
+    if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
+    for (int i = 0; i < p->n; i++) {
+        kn_tensor *t = p->order[i];
+        if (!kn__alive(t)) return kn_set_error(KN_ERR_STATE, "kn_plan_run: the plan's tensors were freed (context reset); build a new plan");
+        if (!kn__computes(t)) continue;
+        kn_exec e;
+        memset(&e, 0, sizeof e);
+        e.node = t;
+        e.syms = p->ctx->sym_val;
+        if (!tview_of(p, t, &e.dst))
+            return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            if (!t->src[k]) continue;
+            if (!tview_of(p, t->src[k], &e.src[k]))
+                return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", k, kn_op_name(t->op));
+            e.nsrc = k + 1;
+        }
+        double t0 = prof ? kn__profile_now() : 0;
+        kn_status st = p->be->compute(p->be, &e);
+        if (prof) kn__profile_node(prof, &e, kn__profile_now() - t0);
+        if (st != KN_OK) return st;
+    }
+    if (p->be->synchronize) return p->be->synchronize(p->be);
+    return KN_OK;
+}

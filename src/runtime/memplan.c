@@ -1,0 +1,139 @@
+/* memplan.c: where a plan keeps each node's value.
+ *
+ * Works on the schedule (p->order) and fills p->off (arena offset by tensor
+ * id), p->peak and p->naive, and the outputs' own buffers:
+ * - outputs (or the storage they view) get persistent buffers, kept after a run;
+ * - every other computed node gets a block in one arena, placed first-fit in
+ *   schedule order and free again after the last node that reads it (directly
+ *   or through a view);
+ * - elementwise nodes take over the block of an input that dies at them
+ *   (in place);
+ * - views and leaves need no memory of their own.
+ * All of it happens once, when the plan is built; a run only adds offsets.
+ */
+#include "runtime/runtime.h"
+#include <stdlib.h>
+
+#define ALIGN 64
+static size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+static size_t storage_bytes(const kn_tensor *t) {
+    int64_t n = kn__storage_elems(t);
+    const kn_dtype_info *d = kn_dtype_get(t->dtype);
+    /* quantized tensors: whole blocks */
+    if (d->is_quant) n = (n + d->block_size - 1) / d->block_size * d->block_size;
+    size_t b = kn_dtype_nbytes(t->dtype, n);
+    return b ? b : 1;
+}
+
+/* ---- a first-fit allocator over offsets ---- */
+typedef struct { size_t off, size; } blk;
+typedef struct { blk *free; int nfree, cap; size_t top; } offalloc;
+
+static size_t oa_alloc(offalloc *a, size_t size) {
+    int best = -1;
+    for (int i = 0; i < a->nfree; i++)
+        if (a->free[i].size >= size && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
+    if (best >= 0) {
+        size_t off = a->free[best].off;
+        a->free[best].off += size; a->free[best].size -= size;
+        if (!a->free[best].size) a->free[best] = a->free[--a->nfree];
+        return off;
+    }
+    /* grow; merge with a free block ending at top */
+    for (int i = 0; i < a->nfree; i++)
+        if (a->free[i].off + a->free[i].size == a->top) {
+            size_t off = a->free[i].off;
+            a->top = off + size;
+            a->free[i] = a->free[--a->nfree];
+            return off;
+        }
+    size_t off = a->top;
+    a->top += size;
+    return off;
+}
+/* false when the free list cannot grow (out of host memory); the list is then
+ * unchanged, so the caller only has to release it. */
+static bool oa_free(offalloc *a, size_t off, size_t size) {
+    /* coalesce with neighbours */
+    for (int i = 0; i < a->nfree; i++) {
+        if (a->free[i].off + a->free[i].size == off) { off = a->free[i].off; size += a->free[i].size; a->free[i--] = a->free[--a->nfree]; continue; }
+        if (off + size == a->free[i].off) { size += a->free[i].size; a->free[i--] = a->free[--a->nfree]; continue; }
+    }
+    if (a->nfree == a->cap) {
+        int cap = a->cap ? a->cap * 2 : 32;
+        blk *grown = realloc(a->free, sizeof *a->free * (size_t)cap);
+        if (!grown) return false;     /* a->free still valid: freed by the caller */
+        a->free = grown; a->cap = cap;
+    }
+    a->free[a->nfree++] = (blk){off, size};
+    return true;
+}
+
+static bool owns_storage(const kn_tensor *t) { return !(t->flags & KN_FLAG_VIEW) && t->view_src == NULL; }
+
+bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+    kn_ctx *ctx = p->ctx;
+    size_t nid = (size_t)(p->n_ids ? p->n_ids : 1);
+    p->off = malloc(sizeof *p->off * nid);
+    int32_t *last = malloc(sizeof *last * nid);     /* by storage owner: index of its last reader */
+    uint8_t *persist = calloc(nid, 1);
+    if (!p->off || !last || !persist) { free(last); free(persist); kn__plan_nomem(ctx, p, "the memory plan"); return false; }
+    for (int32_t i = 0; i < p->n_ids; i++) { p->off[i] = -1; last[i] = -1; }
+    /* outputs (or the storage they view) are persistent */
+    for (int o = 0; o < nout; o++) persist[kn__storage_owner(outs[o])->id] = 1;
+    for (int i = 0; i < p->n; i++) {
+        kn_tensor *t = p->order[i];
+        for (int k = 0; k < KN_MAX_SRC; k++)
+            if (t->src[k]) last[kn__storage_owner(t->src[k])->id] = i;
+        if (t->flags & KN_FLAG_VIEW) last[kn__storage_owner(t)->id] = i;
+    }
+    offalloc oa = {0};
+    bool reuse = !(opts && opts->no_reuse), inplace = reuse && !(opts && opts->no_inplace);
+    for (int i = 0; i < p->n; i++) {
+        kn_tensor *t = p->order[i];
+        if (!owns_storage(t) || t->buf) continue;
+        size_t bytes = align_up(storage_bytes(t));
+        if (persist[t->id]) {
+            t->buf = kn_buffer_new(p->be, bytes);    /* sets the message on failure */
+            if (!t->buf) { free(last); free(persist); free(oa.free); ctx->status = KN_ERR_NOMEM; return false; }
+            continue;
+        }
+        p->naive += bytes;
+        int64_t off = -1;
+        if (inplace && kn_op_get(t->op)->inplace_ok) {
+            for (int k = 0; k < 2 && off < 0; k++) {
+                kn_tensor *s = t->src[k];
+                if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == i &&
+                    align_up(storage_bytes(s)) == bytes && kn_dtype_get(s->dtype)->type_size == kn_dtype_get(t->dtype)->type_size &&
+                    kn_is_contiguous(s) && kn_is_contiguous(t) && kn_same_shape(s, t)) {
+                    off = p->off[s->id];
+                    last[s->id] = -2;   /* handed over: not freed below */
+                }
+            }
+        }
+        if (off < 0) off = (int64_t)oa_alloc(&oa, bytes);
+        p->off[t->id] = off;
+        if (!reuse) continue;
+        /* free blocks whose last reader is this node */
+        bool ok = true;
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = t->src[k] ? kn__storage_owner(t->src[k]) : NULL;
+            if (s && p->off[s->id] >= 0 && last[s->id] == i && !persist[s->id]) {
+                ok = ok && oa_free(&oa, (size_t)p->off[s->id], align_up(storage_bytes(s)));
+                last[s->id] = -2;
+            }
+        }
+        /* a node nobody reads (dead end) frees right away */
+        if (ok && last[t->id] < 0 && last[t->id] != -2) ok = oa_free(&oa, (size_t)off, bytes);
+        if (!ok) { free(last); free(persist); free(oa.free); kn__plan_nomem(ctx, p, "the arena's free list"); return false; }
+    }
+    /* views and effects whose storage dies at them also free */
+    free(oa.free);
+    free(last); free(persist);
+    p->peak = oa.top;
+    if (p->peak) {
+        p->arena = kn_buffer_new(p->be, p->peak);    /* sets the message on failure */
+        if (!p->arena) { ctx->status = KN_ERR_NOMEM; return false; }
+    }
+    return true;
+}

@@ -1,0 +1,61 @@
+/* plan.c: the kn_plan object: build (schedule.c, then memplan.c), free, the
+ * KN_DEBUG printout and the sizes. Running it is exec.c's job.
+ */
+#include "runtime/runtime.h"
+#include "core/env.h"
+#include <stdlib.h>
+
+void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what) {
+    kn__fail(ctx, KN_ERR_NOMEM, "kn_plan_new: out of host memory for %s of a %d-node graph; "
+             "free unused contexts or build a smaller graph", what, p ? p->n : 0);
+}
+
+kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
+    if (!ctx) return NULL;
+    kn_plan *p = calloc(1, sizeof *p);
+    if (!p) { kn__plan_nomem(ctx, NULL, "the plan header"); return NULL; }
+    p->ctx = ctx;
+    p->be = (opts && opts->backend) ? opts->backend : ctx->be;
+    for (int i = 0; i < nout; i++)
+        if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
+    if (!kn__schedule(p, nout, outs, stop_at_realized) || !kn__memplan(p, nout, outs, opts)) {
+        kn_plan_free(p);
+        return NULL;
+    }
+    if (kn_env_get()->debug) kn_plan_print(p, stderr);
+    return p;
+}
+
+kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+    return kn__plan_build(ctx, nout, outs, opts, false);
+}
+
+void kn_plan_free(kn_plan *p) {
+    if (!p) return;
+    kn_buffer_release(p->arena);
+    free(p->order);
+    free(p->off);
+    free(p);
+}
+
+size_t kn_plan_peak_bytes(const kn_plan *p) { return p ? p->peak : 0; }
+size_t kn_plan_naive_bytes(const kn_plan *p) { return p ? p->naive : 0; }
+int kn_plan_n_kernels(const kn_plan *p) { return p ? p->nkern : 0; }
+
+void kn_plan_print(const kn_plan *p, void *fp) {
+    FILE *f = fp ? fp : stderr;
+    fprintf(f, "plan: %d nodes, %d kernels, backend %s, arena %zu bytes (no reuse: %zu)\n",
+            p->n, p->nkern, p->be->name, p->peak, p->naive);
+    for (int i = 0; i < p->n; i++) {
+        kn_tensor *t = p->order[i];
+        char s[160];
+        fprintf(f, "  %3d %-14s %-5s %-22s", i, kn_op_name(t->op), kn_dtype_name(t->dtype), kn__shape_str(t, s, sizeof s));
+        if (!kn__computes(t)) fprintf(f, " view of #%d", kn__storage_owner(t)->id);
+        else if (t->buf) fprintf(f, " -> persistent");
+        else if (t->id < p->n_ids && p->off[t->id] >= 0) fprintf(f, " -> arena+%lld", (long long)p->off[t->id]);
+        else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);
+        fprintf(f, "  <-");
+        for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k]) fprintf(f, " #%d", t->src[k]->id);
+        fprintf(f, "  (#%d%s%s)\n", t->id, t->name[0] ? " " : "", t->name);
+    }
+}

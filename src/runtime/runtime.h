@@ -1,0 +1,62 @@
+/* runtime.h: what the planner's files (src/runtime/) share; never included by users.
+ *
+ * kn_plan_new compiles a graph into a plan in two steps, kn_plan_run runs it:
+ *   schedule.c  the node order: dependency order, effects nobody reads last
+ *   memplan.c   where each node's value lives: persistent output buffers, one
+ *               arena for the rest (liveness, in-place reuse)
+ *   plan.c      the kn_plan object: build (schedule, then memory plan), free,
+ *               print, sizes
+ *   exec.c      running a plan: each node's operands as kn_tview, one call to
+ *               the backend's compute per node (the only dispatch path)
+ *   profile.c   KN_PROFILE: time per op (and per shape) of those calls
+ *   eager.c     kn_realize, kn_tensor_read/write, kn_item: a temporary plan for
+ *               what a tensor needs, and host transfers
+ */
+#ifndef KN_RUNTIME_H
+#define KN_RUNTIME_H
+#include "kn-impl.h"
+
+struct kn_plan {
+    kn_ctx *ctx;
+    kn_backend *be;
+    kn_tensor **order;     /* schedule, views included */
+    int n;
+    int32_t n_ids;         /* ctx->n_all at compile time */
+    int64_t *off;          /* by tensor id: arena byte offset of a storage owner, -1 if none */
+    kn_buffer *arena;
+    size_t peak, naive;
+    int nkern;
+};
+
+/* A node that runs a kernel; a view only describes its source's storage. */
+static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
+
+/* ---- plan.c ----------------------------------------------------------------- */
+/* kn_plan_new, and kn_realize's temporary plan. stop_at_realized: eager
+ * kn_realize reuses values computed earlier; a plan (kn_plan_new) recomputes
+ * every op node on each run, so only leaves (data, inputs, parameters) are
+ * read as they are. */
+kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized);
+/* Out of host memory while compiling: records why (message, ctx status).
+ * p may be NULL (the plan header itself); the caller frees the plan. */
+void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what);
+
+/* ---- schedule.c ------------------------------------------------------------- */
+/* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.
+ * false on failure, with the error recorded; the caller frees p. */
+bool kn__schedule(kn_plan *p, int nout, kn_tensor **outs, bool stop_at_realized);
+
+/* ---- memplan.c -------------------------------------------------------------- */
+/* Gives outs persistent buffers, places every other computed node in the
+ * arena (p->off, p->peak, p->naive) and allocates it. false when out of
+ * memory, with the error recorded; the caller frees p. */
+bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts);
+
+/* ---- profile.c -------------------------------------------------------------- */
+/* 0 off, 1 time per op, 2 also per (op, operand layout). The first call reads
+ * KN_PROFILE and, when on, prints the tables at exit. */
+int kn__profile_mode(void);
+double kn__profile_now(void);    /* seconds, monotonic */
+/* Adds sec to e's op (mode 2: also to its layout). */
+void kn__profile_node(int mode, const kn_exec *e, double sec);
+#endif
