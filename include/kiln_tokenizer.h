@@ -57,7 +57,7 @@ extern "C" {
 
 typedef struct kn_tokenizer kn_tokenizer;
 typedef struct kn_detok_stream kn_detok_stream;
-struct kn_gguf;                       /* src/llm/gguf.h */
+struct kn_gguf;                       /* src/formats/gguf.h */
 
 /* Token types: the GGUF tokenizer.ggml.token_type values. */
 typedef enum kn_token_type {

@@ -33,7 +33,7 @@
 #include "kiln_nn.h"
 #include "kiln_tokenizer.h"
 #include "kiln_train.h"
-#include "llm/gguf.h"                  /* defines: kn_gguf_open, kn_gguf_free */
+#include "formats/gguf.h"                  /* defines: kn_gguf_open, kn_gguf_free */
 #include "cli_num.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -37,7 +37,7 @@
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
 #include "llm/quant.h"        /* defines: kn_dequantize_row */
 #include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
-#include "llm/mapfile.h"      /* defines: kn_open_regular */
+#include "formats/mapfile.h"      /* defines: kn_open_regular */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>

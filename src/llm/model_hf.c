@@ -22,7 +22,7 @@
  */
 #include "kn-impl.h"
 #include "llm/model_impl.h"   /* defines: struct kn_model, kn__model_mat, kn__model_f32 */
-#include "llm/hfconfig.h"     /* defines: kn_json */
+#include "formats/hfconfig.h"     /* defines: kn_json */
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>

@@ -19,10 +19,10 @@
 #ifndef KN_MODEL_IMPL_H
 #define KN_MODEL_IMPL_H
 #include "kiln_llm.h"
-#include "llm/gguf.h"        /* defines: kn_gguf */
-#include "llm/llama2c.h"     /* defines: kn_llama2c */
-#include "llm/llmc_gpt2.h"   /* defines: kn_llmc_gpt2 */
-#include "llm/safetensors.h" /* defines: kn_safetensors */
+#include "formats/gguf.h"        /* defines: kn_gguf */
+#include "formats/llama2c.h"     /* defines: kn_llama2c */
+#include "formats/llmc_gpt2.h"   /* defines: kn_llmc_gpt2 */
+#include "formats/safetensors.h" /* defines: kn_safetensors */
 
 typedef struct {
     kn_tensor *attn_norm, *attn_norm_b;   /* [C]; bias: GPT-2 LayerNorm, else NULL    */

@@ -7,8 +7,8 @@
  * Non-goals: Unicode normalization; other vocabulary kinds (see the header).
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
-#include "llm/gguf.h"             /* defines: kn_gguf_get_str/arr, ...           */
-#include "llm/mapfile.h"          /* defines: kn_open_regular                    */
+#include "formats/gguf.h"             /* defines: kn_gguf_get_str/arr, ...           */
+#include "formats/mapfile.h"          /* defines: kn_open_regular                    */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
