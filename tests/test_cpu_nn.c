@@ -13,7 +13,7 @@
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vec.h"
 #include "core/cpu.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 
 /* ---- the test backend: fast path, else reference; hits of one op counted ---- */
 static kn_op g_want;

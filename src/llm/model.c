@@ -35,7 +35,7 @@
 #include "core/env.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
-#include "llm/quant.h"        /* defines: kn_dequantize_row */
+#include "backends/quant/quant.h"        /* defines: kn_dequantize_row */
 #include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
 #include "formats/mapfile.h"      /* defines: kn_open_regular */
 #include <errno.h>

@@ -16,7 +16,7 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/vec.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #endif
@@ -376,7 +376,7 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
 /* Quantized right operand: y[t, n] = dot(W row n, x row t). W is stored as
  * rows of K elements (the view is W^T: unit stride along K). The activation
  * rows are quantized once (to Q16, or to the weight type's 8-bit partner:
- * llm/quant.h), then threads split the weight rows, so each weight row is
+ * backends/quant/quant.h), then threads split the weight rows, so each weight row is
  * read once per call. */
 typedef struct {
     kn_vec_dot_fn dot; const char *W; size_t row_bytes; int64_t K, N, T;

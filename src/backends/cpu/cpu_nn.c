@@ -22,7 +22,7 @@
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
 #include "backends/cpu/vec.h"          // defines: kn_vec_*
 #include "core/cpu.h"                  // defines: kn_cpu, KN_ISA_*
-#include "llm/quant.h"                 // defines: kn_dequantize_row
+#include "backends/quant/quant.h"                 // defines: kn_dequantize_row
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
