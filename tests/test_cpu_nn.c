@@ -8,7 +8,7 @@
  * has (scalar and AVX2 here), with inputs plain and as strided views.
  */
 #include "kn_optest.h"
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_nn.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vec.h"

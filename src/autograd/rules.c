@@ -7,7 +7,7 @@
  * Ops of the index and nn families register their rules in rules_index.c and
  * rules_nn.c through kn__grad_rule_index / kn__grad_rule_nn.
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <math.h>
 
 #define X (t->src[0])

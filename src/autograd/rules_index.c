@@ -5,7 +5,7 @@
  * from the family's own lazy ops: what a gather reads, a scatter_add writes
  * back, and the reverse. index_copy is a side effect: not differentiable.
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <stdlib.h>
 
 #define X (t->src[0])

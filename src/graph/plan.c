@@ -8,7 +8,7 @@
  * Run: resolve each node's operands to kn_tview (address, run-time extents
  * from the context's symbols, strides) and call the backend's compute.
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include "core/env.h"
 #include <stdlib.h>
 #include <string.h>

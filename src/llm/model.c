@@ -31,7 +31,7 @@
  * the graph and the public entry points; model_hf.c loads llm.c GPT-2 and
  * Hugging Face safetensors models (struct in model_impl.h).
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include "core/env.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */

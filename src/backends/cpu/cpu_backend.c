@@ -9,7 +9,7 @@
  * Non-goals (for now): fusing nodes, f16/bf16 arithmetic (those go through
  * the reference kernels), strided elementwise fast paths.
  */
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "core/env.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/threadpool.h"

@@ -17,7 +17,7 @@
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_nn.h"
-#include "kn-impl.h"                   // defines: kn_tensor internals, kn_op_get
+#include "backends/backend_impl.h"                   // defines: kn_tensor internals, kn_op_get
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemv_*_fn and kernels
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
 #include "backends/cpu/vec.h"          // defines: kn_vec_*
