@@ -47,6 +47,9 @@ kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...)
     ;
 /* A zeroed descriptor from ctx's arena, registered in ctx->all (NULL on OOM). */
 kn_tensor *kn__alloc_tensor(kn_ctx *ctx);
+/* A context on backend be (never NULL): kn_ctx_new (src/runtime/registry.c)
+ * resolves a NULL backend to the default first, so core never looks up. */
+kn_ctx *kn__ctx_new_on(kn_backend *be);
 
 /* ---- host memory (src/core/buffer.c): the allocator of host backends ------ */
 void *kn__host_alloc(kn_backend *be, size_t n);
