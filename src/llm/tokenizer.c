@@ -607,6 +607,16 @@ kn_status kn_tokenizer_from_gguf(const struct kn_gguf *g, kn_tokenizer **out) {
                         (int)(model.len > 64 ? 64 : model.len), model.ptr);
 }
 
+kn_status kn_tokenizer_load_gguf(const char *path, kn_tokenizer **out) {
+    if (!out) return kn_set_error(KN_ERR_INVALID, "kn_tokenizer_load_gguf: out is NULL");
+    *out = NULL;
+    kn_gguf *g = NULL;
+    kn_status s = kn_gguf_open(path, &g);
+    if (s == KN_OK) s = kn_tokenizer_from_gguf(g, out);
+    kn_gguf_close(g);
+    return s;
+}
+
 /* Read a GGUF integer array element (any integer element type) as int64. */
 static bool arr_int_at(kn_gguf_type et, const void *data, uint64_t i, int64_t *v) {
     const unsigned char *p = data;
