@@ -23,9 +23,11 @@ Two checks:
             and tools/ headers (the public API).
   symbols   (when the library's objects are built: BUILD/src/**/*.o, BUILD
             from the environment, default build) every function or variable
-            an object uses must be defined in its own layer or a lower one.
-            This catches calls that dodge the include check with a local
-            prototype. A stale or missing build skips it (with a note).
+            an object uses must be defined in its own layer or a lower one,
+            and the tools' objects (BUILD/tools/*.o) may use only what
+            include/*.h declares. This catches calls that dodge the include
+            check with a local prototype. Objects whose source is gone are
+            ignored; a missing build skips the check (with a note).
 
 Prints one line per back-edge ("file:line: layer -> layer: what") and exits 1
 when there is any. Run from the repository root: python3 scripts/check_layers.py
@@ -121,13 +123,27 @@ def nm_symbols(obj):
     return defined, undef
 
 
+def public_names():
+    """Every identifier of include/*.h, read through the preprocessor (names
+    made by macros count), as tests/test_symbols.sh reads them."""
+    text = "".join('#include "%s"\n' % n for n in sorted(os.listdir("include")) if n.endswith(".h"))
+    cc = os.environ.get("KN_CC", "cc")
+    try:
+        out = subprocess.run([cc, "-E", "-P", "-DKN_CUDA", "-Iinclude", "-x", "c", "-"], input=text,
+                             capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", out)) or None
+
+
 def check_symbols(build, report, note):
     objs = []
+    for top in (os.path.join(build, "src"), os.path.join(build, "tools")):
+        for root, _dirs, names in os.walk(top):
+            for n in names:
+                if n.endswith(".o"):
+                    objs.append(os.path.join(root, n))
     top = os.path.join(build, "src")
-    for root, _dirs, names in os.walk(top):
-        for n in names:
-            if n.endswith(".o"):
-                objs.append(os.path.join(root, n))
     if not objs:
         note(f"symbols: skipped ({top} has no objects: build the library first)")
         return
@@ -150,6 +166,11 @@ def check_symbols(build, report, note):
         for sym in d:
             where.setdefault(sym, s)
         uses[s] = u
+    public = None
+    if any(s.startswith("tools/") for s in uses):
+        public = public_names()
+        if public is None:
+            note("symbols: tools/ not checked (could not preprocess include/*.h)")
     for s in sorted(uses):
         mine = layer_of(s)
         for sym in sorted(uses[s]):
@@ -157,7 +178,10 @@ def check_symbols(build, report, note):
             if t is None:
                 continue  # libc, libm, ...
             theirs = layer_of(t)
-            if theirs and theirs[0] > mine[0]:
+            if mine[1] == "programs":
+                if public is not None and t.startswith("src/") and sym not in public:
+                    report(f"{s}: programs -> {theirs[1]}: uses {sym} (defined in {t}), not in include/")
+            elif theirs and theirs[0] > mine[0]:
                 report(f"{s}: {mine[1]} -> {theirs[1]}: uses {sym} (defined in {t})")
 
 
