@@ -15,7 +15,7 @@ elif command -v clang >/dev/null 2>&1; then CC=clang
 elif command -v clang-14 >/dev/null 2>&1; then CC=clang-14
 else echo "fuzz/run.sh: clang not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 2; fi
 CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -std=c11 -D_GNU_SOURCE"
-CORE="src/core/status.c src/core/dtype.c"
+CORE="src/core/status.c src/core/dtype.c src/core/utf8.c"
 mkdir -p "$OUT" || exit 1
 
 srcs_for() {

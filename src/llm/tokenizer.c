@@ -8,6 +8,7 @@
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
 #include "formats/gguf.h"             /* defines: kn_gguf_get_str/arr, ...           */
+#include "core/utf8.h"               /* defines: kn__utf8_check, kn_utf8_valid_prefix */
 #include "formats/mapfile.h"          /* defines: kn_open_regular                    */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,37 +18,6 @@
 /* ========================================================================== */
 /* UTF-8                                                                      */
 /* ========================================================================== */
-
-/* Check the character starting at s (n bytes available).
- * Returns its length (1..4) when complete and valid, 0 when s is a valid but
- * unfinished prefix (more bytes needed), or -k when invalid, where k >= 1 is
- * the number of bytes to replace by one U+FFFD (the maximal valid subpart). */
-static int utf8_check(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int need; unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) { need = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
-    else if (c >= 0xF0 && c <= 0xF4) { need = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
-    else return -1;
-    for (int i = 1; i < need; i++) {
-        if ((size_t)i >= n) return 0;
-        unsigned b = s[i];
-        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -i;
-    }
-    return need;
-}
-
-size_t kn_utf8_valid_prefix(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        int k = utf8_check(u + i, n - i);
-        if (k <= 0) return i;
-        i += (size_t)k;
-    }
-    return n;
-}
 
 int kn__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
     unsigned c = s[0];
@@ -549,7 +519,7 @@ static kn_status stream_emit(kn_detok_stream *s, const char *p, size_t l, bool f
     s->n_pend = 0;
     size_t i = 0, o = 0;
     while (i < n) {
-        int k = utf8_check(in + i, n - i);
+        int k = kn__utf8_check(in + i, n - i);
         if (k > 0) { memmove(s->out + o, in + i, (size_t)k); o += (size_t)k; i += (size_t)k; continue; }
         if (k == 0 && !final) {             /* unfinished: hold back (at most 3 bytes) */
             s->n_pend = (int)(n - i);
