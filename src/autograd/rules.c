@@ -22,19 +22,6 @@ static kn_tensor *expand_like(kn_ctx *ctx, kn_tensor *g, const kn_tensor *x) {
     return e;
 }
 
-/* Undo broadcasting: sum g over the dims that t was broadcast along. */
-kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
-    if (!g) return NULL;
-    if (kn_same_shape(g, t)) return g;
-    int axes[KN_MAX_DIMS], na = 0, off = g->ndim - t->ndim;
-    for (int i = 0; i < g->ndim; i++) {
-        int j = i - off;
-        if (j < 0 || (t->shape[j] == 1 && g->shape[i] != 1)) axes[na++] = i;
-    }
-    kn_tensor *s = na ? kn_sum(ctx, g, na, axes, true) : g;
-    return kn_reshape(ctx, s, t->ndim, t->shape);
-}
-
 /* Expand a reduced gradient back over the reduced axes of x. */
 static kn_tensor *unreduce(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
     const kn_tensor *x = X;
@@ -346,8 +333,6 @@ static void g_matmul(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     gin[1] = kn__sum_to(ctx, kn_matmul(ctx, kn_transpose(ctx, a, -1, -2), g), b);
 }
 
-kn_grad_rule kn__grad_rule_index(kn_op op);
-kn_grad_rule kn__grad_rule_nn(kn_op op);
 
 kn_grad_rule kn__grad_rule(kn_op op) {
     switch (op) {
