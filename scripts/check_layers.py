@@ -30,7 +30,10 @@ Two checks:
             ignored; a missing build skips the check (with a note).
 
 Prints one line per back-edge ("file:line: layer -> layer: what") and exits 1
-when there is any. Run from the repository root: python3 scripts/check_layers.py
+when there is any. Circles inside a layer (two files that use each other's
+symbols, e.g. a dispatcher and the family it dispatches to sharing helpers)
+are listed as notes ("# circle: ...") without failing: move the shared
+helpers into a file of their own to end one. Run from the repository root: python3 scripts/check_layers.py
 """
 import os
 import re
@@ -171,6 +174,17 @@ def check_symbols(build, report, note):
         public = public_names()
         if public is None:
             note("symbols: tools/ not checked (could not preprocess include/*.h)")
+    dep = {}         # source -> {source it uses: [symbols]}
+    for s in uses:
+        for sym in uses[s]:
+            t = where.get(sym)
+            if t and t != s and not s.startswith("tools/"):
+                dep.setdefault(s, {}).setdefault(t, []).append(sym)
+    for a in sorted(dep):
+        for b in sorted(dep[a]):
+            if a < b and a in dep.get(b, {}):
+                note(f"circle: {a} uses {', '.join(sorted(dep[a][b])[:3])}; "
+                     f"{b} uses {', '.join(sorted(dep[b][a])[:3])}")
     for s in sorted(uses):
         mine = layer_of(s)
         for sym in sorted(uses[s]):
