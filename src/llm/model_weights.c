@@ -3,7 +3,6 @@
  * memory a model owns, error prefixes, a file's magic bytes and loading the
  * tokenizer. A file of its own so that model.c, which dispatches to the
  * loaders, and the loaders do not call each other in a circle. */
-#include "graph/graph.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model */
 #include "core/fp16.h"          /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
 #include "formats/gguf.h"       /* defines: kn_gguf_open, kn_gguf_get_str */
