@@ -158,10 +158,11 @@ def check_symbols(build, report, note):
     # object -> source; an object whose source is gone is stale: skip it
     srcs = {}
     for o in objs:
-        rel = os.path.relpath(o, build)[:-2]
-        for ext in (".c", ".cu"):
-            if os.path.isfile(rel + ext):
-                srcs[o] = rel + ext
+        rel = os.path.relpath(o, build)[:-2]       # x.c -> x.o, y.cu -> y.cu.o
+        for cand in (rel + ".c", rel):
+            if cand.endswith((".c", ".cu")) and os.path.isfile(cand):
+                srcs[o] = cand
+                break
     where = {}       # symbol -> defining source
     uses = {}        # source -> undefined symbols
     for o, s in srcs.items():
