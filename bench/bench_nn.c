@@ -12,7 +12,7 @@
  * Non-goals: whole-model timing (kiln bench), the GEMM itself (bench_gemm).
  */
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_impl.h"
 #include "core/cpu.h"
 #include <stdio.h>

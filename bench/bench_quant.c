@@ -15,7 +15,7 @@
  */
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln_base.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 #include "core/cpu.h"
 #include <pthread.h>
 #include <stdio.h>

@@ -17,7 +17,7 @@
  *
  * Build and run (from the repository root; fuzz/run.sh does this):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
- *     fuzz/fuzz_chat.c src/llm/chat.c src/llm/gguf.c src/llm/mapfile.c src/core/status.c src/core/dtype.c \
+ *     fuzz/fuzz_chat.c src/llm/chat.c src/formats/gguf.c src/formats/mapfile.c src/core/status.c src/core/dtype.c \
  *     -lm -o /tmp/fuzz_chat
  *   /tmp/fuzz_chat fuzz/corpus/chat
  */

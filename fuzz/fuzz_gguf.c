@@ -1,8 +1,8 @@
-/* fuzz_gguf.c: libFuzzer harness for the GGUF reader (src/llm/gguf.c).
+/* fuzz_gguf.c: libFuzzer harness for the GGUF reader (src/formats/gguf.c).
  * Opens the input as a GGUF image; when it is accepted, walks every accessor
  * and touches every tensor's first and last byte, so an accepted-but-wrong
  * bound shows up as an ASan report. Build: see fuzz/run.sh. */
-#include "llm/gguf.h"
+#include "formats/gguf.h"
 #include <stdio.h>
 #include <string.h>
 

@@ -1,7 +1,7 @@
-/* fuzz_json.c: libFuzzer harness for the JSON reader (src/llm/hfconfig.c).
+/* fuzz_json.c: libFuzzer harness for the JSON reader (src/formats/hfconfig.c).
  * Accepted documents are walked completely with an explicit stack (no
  * recursion), reading every string, number and key. */
-#include "llm/hfconfig.h"
+#include "formats/hfconfig.h"
 #include <stdlib.h>
 #include <string.h>
 

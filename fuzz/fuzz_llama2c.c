@@ -2,8 +2,8 @@
  * llama2.c (legacy, v1, v2) and llm.c GPT-2. The input is copied into a
  * 4-byte aligned buffer (both readers hand out float pointers); every weight
  * of an accepted file is touched at its first and last byte. */
-#include "llm/llama2c.h"
-#include "llm/llmc_gpt2.h"
+#include "formats/llama2c.h"
+#include "formats/llmc_gpt2.h"
 #include <stdlib.h>
 #include <string.h>
 

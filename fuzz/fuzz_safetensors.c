@@ -1,6 +1,6 @@
 /* fuzz_safetensors.c: libFuzzer harness for the safetensors reader.
  * Accepted inputs get every tensor's bytes touched and every lookup run. */
-#include "llm/safetensors.h"
+#include "formats/safetensors.h"
 #include <string.h>
 
 static volatile uint8_t g_sink;

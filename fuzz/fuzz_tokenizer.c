@@ -15,12 +15,12 @@
  *
  * Build and run (from the repository root):
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -Iinclude -Isrc \
- *     fuzz/fuzz_tokenizer.c src/llm/tokenizer.c src/llm/tok_*.c src/llm/gguf.c src/llm/mapfile.c \
- *     src/core/status.c src/core/dtype.c -lm -o /tmp/fuzz_tokenizer
+ *     fuzz/fuzz_tokenizer.c src/llm/tokenizer.c src/llm/tok_*.c src/formats/gguf.c src/formats/mapfile.c \
+ *     src/core/status.c src/core/dtype.c src/core/utf8.c -lm -o /tmp/fuzz_tokenizer
  *   KN_ASSETS=../shared/assets /tmp/fuzz_tokenizer -max_len=4096 fuzz/corpus
  */
 #include "kiln_tokenizer.h"
-#include "llm/gguf.h"
+#include "formats/gguf.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -15,17 +15,17 @@ elif command -v clang >/dev/null 2>&1; then CC=clang
 elif command -v clang-14 >/dev/null 2>&1; then CC=clang-14
 else echo "fuzz/run.sh: clang not found (apt-get install clang-14 libclang-rt-14-dev)"; exit 2; fi
 CFLAGS="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc -std=c11 -D_GNU_SOURCE"
-CORE="src/core/status.c src/core/dtype.c"
+CORE="src/core/status.c src/core/dtype.c src/core/utf8.c"
 mkdir -p "$OUT" || exit 1
 
 srcs_for() {
     case $1 in
-    fuzz_gguf)        echo "src/llm/gguf.c src/llm/mapfile.c $CORE" ;;
-    fuzz_safetensors) echo "src/llm/safetensors.c src/llm/hfconfig.c src/llm/mapfile.c $CORE" ;;
-    fuzz_llama2c)     echo "src/llm/llama2c.c src/llm/llmc_gpt2.c src/llm/mapfile.c $CORE" ;;
-    fuzz_json)        echo "src/llm/hfconfig.c src/llm/mapfile.c $CORE" ;;
-    fuzz_chat)        echo "src/llm/chat.c src/llm/gguf.c src/llm/mapfile.c $CORE" ;;
-    fuzz_tokenizer)   echo "src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/llm/gguf.c src/llm/mapfile.c $CORE" ;;
+    fuzz_gguf)        echo "src/formats/gguf.c src/formats/mapfile.c $CORE" ;;
+    fuzz_safetensors) echo "src/formats/safetensors.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
+    fuzz_llama2c)     echo "src/formats/llama2c.c src/formats/llmc_gpt2.c src/formats/mapfile.c $CORE" ;;
+    fuzz_json)        echo "src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
+    fuzz_chat)        echo "src/llm/chat.c src/formats/gguf.c src/formats/mapfile.c $CORE" ;;
+    fuzz_tokenizer)   echo "src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/mapfile.c $CORE" ;;
     fuzz_cli)         echo "tools/cli_args.c tools/cli_num.c" ;;
     esac
 }

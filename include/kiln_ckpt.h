@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 struct kn_tensor;
-struct kn_llmc_gpt2_config;   /* src/llm/llmc_gpt2.h */
+struct kn_llmc_gpt2_config;   /* src/formats/llmc_gpt2.h */
 
 /* ---- safetensors checkpoints ------------------------------------------------ */
 /* Save n tensors under names (unique, non-empty) with n_meta (key, value)
@@ -72,7 +72,7 @@ typedef struct kn_gpt2_name_map {
     bool per_layer;          /* stacked [L, ...] in llm.c; one tensor per layer    */
 } kn_gpt2_name_map;
 #define KN_GPT2_N_KINDS 16
-/* Indexed by llm.c's kind (kn_gpt2_param in src/llm/llmc_gpt2.h, file order). */
+/* Indexed by llm.c's kind (kn_gpt2_param in src/formats/llmc_gpt2.h, file order). */
 extern const kn_gpt2_name_map kn_gpt2_names[KN_GPT2_N_KINDS];
 /* "<prefix><name>" of kind (0..15) and layer (ignored for whole tensors). */
 kn_status kn_gpt2_param_name(const char *prefix, int kind, int layer, char *buf, size_t cap);

@@ -57,7 +57,7 @@ extern "C" {
 
 typedef struct kn_tokenizer kn_tokenizer;
 typedef struct kn_detok_stream kn_detok_stream;
-struct kn_gguf;                       /* src/llm/gguf.h */
+struct kn_gguf;                       /* src/formats/gguf.h */
 
 /* Token types: the GGUF tokenizer.ggml.token_type values. */
 typedef enum kn_token_type {
@@ -90,6 +90,9 @@ kn_status kn_tokenizer_load_llama2c_memory(const void *data, size_t size, int32_
                                            kn_tokenizer **out);
 /* From an open GGUF (the tokenizer copies what it needs; g may be closed after). */
 kn_status kn_tokenizer_from_gguf(const struct kn_gguf *g, kn_tokenizer **out);
+/* The tokenizer of a GGUF file (a model or a vocabulary-only file such as
+ * llama.cpp's ggml-vocab-gpt-2.gguf); the file is closed before returning. */
+kn_status kn_tokenizer_load_gguf(const char *path, kn_tokenizer **out);
 /* llm.c gpt2_tokenizer.bin (magic 20240328, version 1 or 2): decode only. */
 kn_status kn_tokenizer_load_llmc(const char *path, kn_tokenizer **out);
 kn_status kn_tokenizer_load_llmc_memory(const void *data, size_t size, kn_tokenizer **out);

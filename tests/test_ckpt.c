@@ -11,8 +11,8 @@
 #include "kiln.h"
 #include "kiln_ckpt.h"
 #include "kiln_nn.h"
-#include "llm/llmc_gpt2.h"
-#include "llm/safetensors.h"
+#include "formats/llmc_gpt2.h"
+#include "formats/safetensors.h"
 #include "core/fp16.h"
 #include "kn_test.h"
 #include <unistd.h>

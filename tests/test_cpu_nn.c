@@ -8,12 +8,12 @@
  * has (scalar and AVX2 here), with inputs plain and as strided views.
  */
 #include "kn_optest.h"
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"
 #include "backends/cpu/vec.h"
 #include "core/cpu.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 
 /* ---- the test backend: fast path, else reference; hits of one op counted ---- */
 static kn_op g_want;

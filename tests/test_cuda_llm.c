@@ -32,9 +32,9 @@
 #include "kiln.h"
 #include "kiln_backend.h"
 #include "kiln_llm.h"
-#include "llm/quant.h"      /* defines: kn_quant_force_act_mode */
+#include "backends/quant/quant.h"      /* defines: kn_quant_force_act_mode */
 #include "core/fp16.h"      /* defines: kn_fp32_to_bf16, kn_fp32_to_fp16 and back */
-#include "llm/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
+#include "formats/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
 #include <unistd.h>
 #ifdef KN_CUDA
 #include "kiln_cuda.h"

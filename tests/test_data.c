@@ -5,7 +5,7 @@
 #include "kiln.h"
 #include "kiln_data.h"
 #include "kiln_tokenizer.h"
-#include "llm/gguf.h"
+#include "formats/gguf.h"
 #include "kn_test.h"
 #include <stdint.h>
 #include <unistd.h>

@@ -7,12 +7,12 @@
  * (CI runs this under ASan + UBSan). */
 #include "kn_test.h"
 #include "kn_bytes.h"
-#include "llm/gguf.h"
-#include "llm/hfconfig.h"
-#include "llm/llama2c.h"
-#include "llm/llmc_gpt2.h"
-#include "llm/mapfile.h"
-#include "llm/safetensors.h"
+#include "formats/gguf.h"
+#include "formats/hfconfig.h"
+#include "formats/llama2c.h"
+#include "formats/llmc_gpt2.h"
+#include "formats/mapfile.h"
+#include "formats/safetensors.h"
 #include "core/fp16.h"
 #include <stdint.h>
 #include <unistd.h>

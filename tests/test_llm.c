@@ -4,7 +4,7 @@
  * identical; plus loader errors, sampler behaviour and the plan's reuse. */
 #include "kn_test.h"
 #include "kiln_llm.h"
-#include "llm/quant.h"       /* kn_quant_force_act_mode */
+#include "backends/quant/quant.h"       /* kn_quant_force_act_mode */
 #include <math.h>
 
 typedef struct { int n_prompt, n_gen, rows; int32_t *prompt, *gen; float *margin, *logits; } ref_case;
@@ -111,7 +111,7 @@ static kn_model *load_smollm2(ref_file *r) {
 }
 
 /* The default path: activations quantized to 16 bits for the quantized dot
- * products (llm/quant.h); the reference computes in float64 from the
+ * products (backends/quant/quant.h); the reference computes in float64 from the
  * dequantized weights. Greedy must agree for 32 tokens on every prompt. */
 TEST(smollm2_q4_1_matches_pytorch) {
     ref_file r = {0};

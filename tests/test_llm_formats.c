@@ -13,8 +13,8 @@
 #include "kn_bytes.h"
 #include "kiln_llm.h"
 #include "core/fp16.h"
-#include "llm/llmc_gpt2.h"
-#include "llm/safetensors.h"
+#include "formats/llmc_gpt2.h"
+#include "formats/safetensors.h"
 #include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>

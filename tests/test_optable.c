@@ -10,7 +10,7 @@
  */
 #include "kn_test.h"
 #include "kiln.h"
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include "graph/scalar_ops.h"
 
 static bool elementwise(kn_op op) {

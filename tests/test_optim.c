@@ -7,7 +7,7 @@
 #include "kn_adamtest.h"      /* kn_adam_steps */
 #include "kiln.h"
 #include "kiln_nn.h"
-#include "kn-impl.h"          /* kn__adam_update: its argument checks */
+#include "graph/graph.h"          /* kn__adam_update: its argument checks */
 #include <string.h>
 
 static double item(kn_tensor *t) { return kn_item(t); }

@@ -1,4 +1,4 @@
-/* test_quant.c: GGUF block types (src/llm/quant.h).
+/* test_quant.c: GGUF block types (src/backends/quant/quant.h).
  *
  * - layout: struct sizes against the dtype table, and hand-decoded known blocks
  *   for every type (catches a layout that merely round-trips with itself);
@@ -12,7 +12,7 @@
  * - bad arguments give a status / NaN and a message, not a crash.
  */
 #include "kn_test.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 #include "core/cpu.h"
 #include "core/fp16.h"
 

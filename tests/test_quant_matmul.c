@@ -6,7 +6,7 @@
  * rows (and mode f32) the dequantize + SGEMM path (f32-exact). */
 #include "kn_test.h"
 #include "kiln.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 #include <math.h>
 
 static double run(kn_backend *be, kn_dtype wt, int64_t T, int64_t N, int64_t K, const float *x, const void *wq, float *out) {

@@ -9,7 +9,7 @@
 #include "kn_bytes.h"
 #include "kiln_tokenizer.h"
 #include "kiln_chat.h"
-#include "llm/gguf.h"
+#include "formats/gguf.h"
 #include <time.h>
 
 /* ---- helpers ---------------------------------------------------------------- */

@@ -33,7 +33,6 @@
 #include "kiln_nn.h"
 #include "kiln_tokenizer.h"
 #include "kiln_train.h"
-#include "llm/gguf.h"                  /* defines: kn_gguf_open, kn_gguf_free */
 #include "cli_num.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -992,14 +991,12 @@ static kn_tokenizer *gpt2_tokenizer(const targs *a, bool required, char *used, s
     char buf[1024];
     const char *p = a->tokenizer;
     if (!p) { snprintf(buf, sizeof buf, "%s/gguf/ggml-vocab-gpt-2.gguf", assets_dir()); p = buf; }
-    kn_gguf *g = NULL;
     kn_tokenizer *tok = NULL;
-    if (kn_gguf_open(p, &g) || kn_tokenizer_from_gguf(g, &tok)) {
+    if (kn_tokenizer_load_gguf(p, &tok)) {
         if (required) fprintf(stderr, "kiln train: GPT-2 tokenizer '%s': %s (pass --tokenizer FILE.gguf)\n", p, kn_last_error());
         else fprintf(stderr, "kiln train: no GPT-2 tokenizer at '%s' (%s): samples are printed as token ids\n", p, kn_last_error());
         tok = NULL;
     }
-    kn_gguf_close(g);
     char abs[PATH_MAX];                     /* recorded in the checkpoint: an absolute path */
     if (tok && realpath(p, abs) && strlen(abs) < cap) snprintf(used, cap, "%s", abs);
     return tok;

@@ -6,7 +6,7 @@
  * by op) and add the results into its sources' gradients. Gradient nodes are
  * built in a no-grad scope (no higher-order gradients yet).
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <stdlib.h>
 #include <string.h>
 

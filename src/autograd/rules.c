@@ -7,7 +7,7 @@
  * Ops of the index and nn families register their rules in rules_index.c and
  * rules_nn.c through kn__grad_rule_index / kn__grad_rule_nn.
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <math.h>
 
 #define X (t->src[0])
@@ -20,19 +20,6 @@ static kn_tensor *expand_like(kn_ctx *ctx, kn_tensor *g, const kn_tensor *x) {
         for (int i = 0; i < x->ndim; i++)
             if (x->sym[i] && e->shape[i] == x->shape[i]) e->sym[i] = x->sym[i];
     return e;
-}
-
-/* Undo broadcasting: sum g over the dims that t was broadcast along. */
-kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t) {
-    if (!g) return NULL;
-    if (kn_same_shape(g, t)) return g;
-    int axes[KN_MAX_DIMS], na = 0, off = g->ndim - t->ndim;
-    for (int i = 0; i < g->ndim; i++) {
-        int j = i - off;
-        if (j < 0 || (t->shape[j] == 1 && g->shape[i] != 1)) axes[na++] = i;
-    }
-    kn_tensor *s = na ? kn_sum(ctx, g, na, axes, true) : g;
-    return kn_reshape(ctx, s, t->ndim, t->shape);
 }
 
 /* Expand a reduced gradient back over the reduced axes of x. */
@@ -346,8 +333,6 @@ static void g_matmul(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     gin[1] = kn__sum_to(ctx, kn_matmul(ctx, kn_transpose(ctx, a, -1, -2), g), b);
 }
 
-kn_grad_rule kn__grad_rule_index(kn_op op);
-kn_grad_rule kn__grad_rule_nn(kn_op op);
 
 kn_grad_rule kn__grad_rule(kn_op op) {
     switch (op) {

@@ -5,7 +5,7 @@
  * from the family's own lazy ops: what a gather reads, a scatter_add writes
  * back, and the reverse. index_copy is a side effect: not differentiable.
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <stdlib.h>
 
 #define X (t->src[0])
@@ -104,7 +104,6 @@ static void g_index_add(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin
     if (t->src[2]->flags & KN_FLAG_REQUIRES_GRAD) gin[2] = kn_index_select(ctx, g, t->p.axis.dim, t->src[1]);
 }
 
-kn_grad_rule kn__grad_rule_index(kn_op op);
 kn_grad_rule kn__grad_rule_index(kn_op op) {
     switch (op) {
     case KN_OP_CAT: return g_cat;

@@ -10,7 +10,7 @@
  * group). Gradient-only nodes (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD) have
  * no rule: no second derivatives yet.
  */
-#include "kn-impl.h"
+#include "autograd/autograd.h"
 #include <math.h>
 
 #define X (t->src[0])

@@ -1,6 +1,6 @@
 /* buffer.c: reference-counted storage on a backend, and the host allocator
  * shared by the CPU backends (64-byte aligned so SIMD loads never split lines). */
-#include "kn-impl.h"
+#include "core/core.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,17 +1,33 @@
 /* ctx.c: contexts own tensor descriptors (an arena freed in one call) and
- * the plan symbols (dynamic sizes). */
-#include "kn-impl.h"
+ * the plan symbols (dynamic sizes); kn__fail, the sticky error of a context.
+ * kn_ctx_new itself is in src/runtime/registry.c: it picks the default
+ * backend, which core cannot know about (layers only point down). */
+#include "core/core.h"
+#include "core/env.h"
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CHUNK_TENSORS 256
 struct kn_arena_chunk { kn_arena_chunk *next; int used; kn_tensor t[CHUNK_TENSORS]; };
 
-kn_ctx *kn_ctx_new(const kn_ctx_opts *opts) {
+kn_ctx *kn__ctx_new_on(kn_backend *be) {
     kn_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) { kn_set_error(KN_ERR_NOMEM, "out of memory creating a context"); return NULL; }
-    ctx->be = (opts && opts->backend) ? opts->backend : kn_backend_default();
+    ctx->be = be;
     return ctx;
+}
+
+kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kn_set_error(s, "%s", msg);
+    if (ctx && ctx->status == KN_OK) ctx->status = s;
+    if (kn_env_get()->debug) fprintf(stderr, "kiln: %s\n", msg);
+    return NULL;
 }
 
 static void drop_tensors(kn_ctx *ctx) {

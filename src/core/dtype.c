@@ -1,5 +1,5 @@
 /* dtype.c: the dtype table (see kiln_base.h). Quantized block sizes and
- * byte sizes follow the GGUF/ggml block layouts (src/llm/quant.h). */
+ * byte sizes follow the GGUF/ggml block layouts (src/backends/quant/quant.h). */
 #include "kiln_base.h"
 
 static const kn_dtype_info g_dtypes[KN_DTYPE_COUNT] = {

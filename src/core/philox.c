@@ -1,7 +1,7 @@
 /* philox.c: Philox4x32-10 counter-based random numbers (Salmon et al., 2011).
  * Element i of a random tensor with seed s is a pure function of (s, i), so
  * every backend and thread count draws the same numbers. */
-#include "kn-impl.h"
+#include "core/core.h"
 #include <math.h>
 
 void kn_philox4x32(uint64_t ctr, uint64_t key, uint32_t out[4]) {

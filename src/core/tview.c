@@ -1,5 +1,5 @@
 /* tview.c: element load/store by dtype and view helpers used by backends. */
-#include "kn-impl.h"
+#include "core/core.h"
 #include "core/fp16.h"
 #include <math.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * decode of a sample; the loader never calls the dataset concurrently). */
 #include "kiln_data.h"
 #include "kiln.h"
-#include "kn-impl.h"   /* defines: kn_philox4x32 */
+#include "core/core.h"   /* defines: kn_philox4x32 */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

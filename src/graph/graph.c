@@ -1,6 +1,6 @@
 /* graph.c: dependency order of the nodes feeding a set of outputs, and the
  * Graphviz dump. */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <stdlib.h>
 #include <string.h>
 

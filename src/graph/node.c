@@ -1,25 +1,9 @@
 /* node.c: making nodes: shape checks, broadcasting, dtype promotion, views.
  * Every op constructor in src/graph/ops_*.c goes through kn__node or
  * kn__view_node, so these are the only places that fill a descriptor. */
-#include "kn-impl.h"
-#include "core/env.h"
-#include <stdarg.h>
+#include "graph/graph.h"
 #include <stdlib.h>
 #include <string.h>
-
-kn_tensor *kn__alloc_tensor(kn_ctx *ctx);
-
-kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    kn_set_error(s, "%s", msg);
-    if (ctx && ctx->status == KN_OK) ctx->status = s;
-    if (kn_env_get()->debug) fprintf(stderr, "kiln: %s\n", msg);
-    return NULL;
-}
 
 const char *kn__shape_str(const kn_tensor *t, char *buf, size_t n) {
     size_t k = 0;

@@ -1,7 +1,7 @@
 /* ops_copy.c: contiguous/copy/cast, where/masked_fill, triu/tril, and the
  * side-effect ops assign and index_copy. (cat, pad, gather, scatter and the
  * index ops are in ops_index.c.) */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <string.h>
 
 kn_tensor *kn_copy(kn_ctx *ctx, kn_tensor *x) {

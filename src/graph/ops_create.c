@@ -1,7 +1,7 @@
 /* ops_create.c: leaves (data, inputs, parameters) and creation ops
  * (fill, arange, eye, random). Creation ops are lazy nodes so they run on
  * whatever backend executes the graph. */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <math.h>
 #include <string.h>
 

@@ -9,7 +9,7 @@
  * kernels (negative indices are rejected, unlike python's a[-1]).
  * Non-goals: symbolic extents along a concatenated or padded dim.
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* ops_math.c: elementwise (unary, binary with broadcasting), reductions,
  * scans and matmul constructors. */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <math.h>
 #include <string.h>
 

@@ -15,7 +15,7 @@
  * Non-goals: symbolic (plan-time variable) sizes anywhere but the batch dim
  * of conv/pool inputs and the leading dims of norms/softmax/rope.
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <math.h>
 #include <string.h>
 

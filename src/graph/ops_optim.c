@@ -18,7 +18,7 @@
  * shape and dtype (f32, f16, bf16 or f64); m and v materialised (optimizer
  * state), not written by anything else in the plan.
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <string.h>
 
 kn_tensor *kn__adam_update(kn_ctx *ctx, kn_tensor *p, kn_tensor *g, kn_tensor *m, kn_tensor *v, kn_tensor *c,

@@ -1,7 +1,7 @@
 /* ops_view.c: zero-copy views. A view shares its source's storage; only
  * shape, strides and offset change. Reshape of a non-viewable layout falls
  * back to a copy (kn_view refuses instead). */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include <string.h>
 
 /* Try to express `shape` as a view of x's layout (numpy's attempt_nocopy_reshape).

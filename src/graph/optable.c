@@ -2,7 +2,7 @@
  * include/kiln_ops.def: name, kind, arity, in-place eligibility and, for
  * elementwise ops, output dtype rule, gradient rule kind and the forward and
  * gradient expressions as text (for the compiler's code generators). */
-#include "kn-impl.h"
+#include "graph/graph.h"
 
 #define KN_OP(ID, name, KIND, arity, inplace) {name, KN_KIND_##KIND, inplace, arity, KN_OUT_SAME, KN_GRAD_NA, NULL, {NULL, NULL}},
 /* the expressions are stringified here, as written in the table (unexpanded) */

@@ -6,7 +6,7 @@
  * Jinja interpreter, tool calls, templates outside the three families.
  */
 #include "kiln_chat.h"
-#include "llm/gguf.h"   /* defines: kn_gguf_get_str */
+#include "formats/gguf.h"   /* defines: kn_gguf_get_str */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

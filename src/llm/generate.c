@@ -2,7 +2,6 @@
  * batches, then decode one token per plan run, sampling, streaming complete
  * UTF-8 text to a callback, stopping at end-of-generation tokens, stop
  * strings, max tokens or the context limit. */
-#include "kn-impl.h"
 #include "kiln_llm.h"
 #include "llm/model_impl.h"   /* defines: kn__model_eval_count */
 #include <stdlib.h>

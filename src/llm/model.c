@@ -27,185 +27,23 @@
  * (fewer, larger matmuls: decode is launch-bound). Token embeddings are still
  * looked up on the host; inputs and logits go through host staging buffers.
  *
- * This file: weight helpers, the GGUF and llama2.c loaders, device upload,
- * the graph and the public entry points; model_hf.c loads llm.c GPT-2 and
- * Hugging Face safetensors models (struct in model_impl.h).
+ * This file: the GGUF and llama2.c loaders, device upload, the graph and
+ * the public entry points; model_weights.c has the weight and tokenizer
+ * helpers every loader shares; model_hf.c loads llm.c GPT-2 and Hugging Face
+ * safetensors models, model_ckpt.c kiln's own checkpoints (struct in
+ * model_impl.h).
  */
-#include "kn-impl.h"
+#include "graph/graph.h"
 #include "core/env.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
-#include "llm/quant.h"        /* defines: kn_dequantize_row */
-#include "core/fp16.h"        /* defines: kn_fp16_to_fp32, kn_bf16_to_fp32 */
-#include "llm/mapfile.h"      /* defines: kn_open_regular */
+#include "backends/quant/quant.h"        /* defines: kn_dequantize_row */
+#include "core/fp16.h"        /* defines: kn_fp32_to_fp16, kn_fp32_to_bf16 */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* ---- weights ------------------------------------------------------------------ */
-static kn_tensor *wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name) {
-    int64_t shape[2] = {rows, cols};
-    kn_tensor *t = rows == 1 ? kn_from_ptr(m->ctx, dt, 1, &shape[1], (void *)data)
-                             : kn_from_ptr(m->ctx, dt, 2, shape, (void *)data);
-    if (t) kn_set_name(t, name);
-    return t;
-}
-
-void *kn__model_alloc(kn_model *m, size_t bytes) {
-    if (m->n_owned == m->cap_owned) {
-        int cap = m->cap_owned ? 2 * m->cap_owned : 32;
-        void **o = realloc(m->owned, sizeof *o * (size_t)cap);
-        if (!o) { kn_set_error(KN_ERR_NOMEM, "out of memory"); return NULL; }
-        m->owned = o; m->cap_owned = cap;
-    }
-    void *p = calloc(1, bytes ? bytes : 1);
-    if (!p) { kn_set_error(KN_ERR_NOMEM, "out of memory for %zu bytes of converted weights", bytes); return NULL; }
-    m->owned[m->n_owned++] = p;
-    return p;
-}
-
-kn_status kn__model_err_prefix(kn_status st, const char *prefix) {
-    char msg[768];
-    snprintf(msg, sizeof msg, "%s", kn_last_error());
-    return kn_set_error(st, "%s: %s", prefix, msg);
-}
-
-static void wrap_fail(kn_model *m, const char *name) {
-    char pre[160];
-    snprintf(pre, sizeof pre, "tensor '%s'", name);
-    kn__model_err_prefix(kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM, pre);
-}
-
-static double elem_f64(kn_dtype dt, const void *data, int64_t i) {
-    uint16_t h;
-    switch (dt) {
-    case KN_F16: memcpy(&h, (const char *)data + 2 * i, 2); return kn_fp16_to_fp32(h);
-    case KN_BF16: memcpy(&h, (const char *)data + 2 * i, 2); return kn_bf16_to_fp32(h);
-    default: { float f; memcpy(&f, (const char *)data + 4 * i, 4); return f; }
-    }
-}
-
-static bool half_or_f32(kn_dtype dt) { return dt == KN_F32 || dt == KN_F16 || dt == KN_BF16; }
-
-kn_tensor *kn__model_mat(kn_model *m, kn_dtype dt, int64_t out, int64_t in, const void *data, bool in_out,
-                         const char *name) {
-    size_t es = kn_dtype_get(dt)->type_size;
-    bool quant = kn_dtype_get(dt)->is_quant;
-    if (in_out && !half_or_f32(dt)) {
-        kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s': %s weights stored [in, out] are not supported; use f32/f16/bf16",
-                     name, kn_dtype_name(dt));
-        return NULL;
-    }
-    if (!in_out) {
-        if (!quant && (uintptr_t)data % es) {         /* safetensors data need not be aligned */
-            size_t nb = kn_dtype_nbytes(dt, out * in);
-            void *p = kn__model_alloc(m, nb);
-            if (!p) return NULL;
-            memcpy(p, data, nb);
-            data = p;
-        }
-        kn_tensor *t = wrap(m, dt, out, in, data, name);
-        if (!t) wrap_fail(m, name);
-        return t;
-    }
-    /* [in, out] in the file */
-    if (dt == KN_F32 && (uintptr_t)data % 4 == 0) {
-        kn_tensor *t = wrap(m, dt, in, out, data, name);
-        kn_tensor *v = t ? kn_transpose(m->ctx, t, 0, 1) : NULL;      /* a view: no copy */
-        if (!v) wrap_fail(m, name);
-        return v;
-    }
-    /* f16/bf16 (or misaligned f32): a transposed copy, so each output row is
-     * contiguous as the CPU backend's half-precision matmul requires */
-    char *p = kn__model_alloc(m, es * (size_t)(out * in));
-    if (!p) return NULL;
-    for (int64_t i = 0; i < in; i++)
-        for (int64_t o = 0; o < out; o++)
-            memcpy(p + es * (size_t)(o * in + i), (const char *)data + es * (size_t)(i * out + o), es);
-    kn_tensor *t = wrap(m, dt, out, in, p, name);
-    if (!t) wrap_fail(m, name);
-    return t;
-}
-
-kn_tensor *kn__model_f32(kn_model *m, kn_dtype dt, int64_t rows, int64_t n, const void *data, const char *name) {
-    if (!half_or_f32(dt)) {
-        kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s' has dtype %s; norms, biases and position embeddings must be f32, f16 or bf16",
-                     name, kn_dtype_name(dt));
-        return NULL;
-    }
-    const void *src = data;
-    int64_t numel = (rows ? rows : 1) * n;
-    if (dt != KN_F32 || (uintptr_t)data % 4) {
-        float *p = kn__model_alloc(m, sizeof(float) * (size_t)numel);
-        if (!p) return NULL;
-        for (int64_t i = 0; i < numel; i++) p[i] = (float)elem_f64(dt, data, i);
-        src = p;
-    }
-    int64_t shape[2] = {rows, n};
-    kn_tensor *t = rows ? kn_from_ptr(m->ctx, KN_F32, 2, shape, (void *)src) : kn_from_ptr(m->ctx, KN_F32, 1, &shape[1], (void *)src);
-    if (t) kn_set_name(t, name);
-    if (!t) wrap_fail(m, name);
-    return t;
-}
-
-/* First 12 bytes of a file (zeros past the end); false if it cannot be opened. */
-/* safetensors: u64 little-endian header length (< 4 GB: high bytes zero), then '{' */
-static bool is_safetensors_magic(const unsigned char mg[12], size_t got) {
-    return got >= 9 && !mg[4] && !mg[5] && !mg[6] && !mg[7] && mg[8] == '{';
-}
-
-/* The first 12 bytes of a regular file (zeros past its end). On failure the
- * message names `what` and the system's reason; errno is that reason. */
-static kn_status file_magic(const char *path, const char *what, unsigned char mg[12], size_t *got) {
-    int fd;
-    uint64_t size;
-    kn_status st = kn_open_regular(path, what, &fd, &size);
-    if (st) return st;
-    memset(mg, 0, 12);
-    ssize_t r;
-    do r = read(fd, mg, 12); while (r < 0 && errno == EINTR);
-    int e = errno;
-    close(fd);
-    if (r < 0) return kn_set_error(KN_ERR_IO, "cannot read %s '%s': %s", what, path, strerror(e));
-    *got = (size_t)r;
-    return KN_OK;
-}
-
-kn_status kn__model_load_tokenizer(kn_model *m, const char *path) {
-    unsigned char mg[12];
-    size_t got;
-    kn_status st = file_magic(path, "tokenizer file", mg, &got);
-    if (st) return st;
-    int32_t magic;
-    memcpy(&magic, mg, 4);
-    if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
-        kn_gguf *g;
-        if ((st = kn_gguf_open(path, &g))) return st;
-        st = kn_tokenizer_from_gguf(g, &m->tok);
-        kn_gguf_str s;
-        if (!st && !m->chat_template && kn_gguf_get_str(g, "tokenizer.chat_template", &s)) {
-            m->chat_template = malloc(s.len + 1);
-            if (m->chat_template) { memcpy(m->chat_template, s.ptr, s.len); m->chat_template[s.len] = 0; }
-        }
-        kn_gguf_close(g);
-    } else if (got >= 4 && magic == 20240328) {
-        st = kn_tokenizer_load_llmc(path, &m->tok);          /* decode only: kn_tokenize says so */
-    } else {
-        st = kn_tokenizer_load_llama2c(path, m->cfg.n_vocab, &m->tok);
-    }
-    if (st) return st;
-    int tv = kn_tokenizer_n_vocab(m->tok);
-    if (tv > m->cfg.n_vocab) {
-        kn_tokenizer_free(m->tok);
-        m->tok = NULL;
-        return kn_set_error(KN_ERR_FORMAT, "tokenizer %s has %d tokens but the model's vocabulary has only %d; "
-                            "pass the tokenizer that belongs to this model", path, tv, m->cfg.n_vocab);
-    }
-    return KN_OK;
-}
 
 static kn_tensor *gguf_w(kn_model *m, const char *name, int64_t rows, int64_t cols, bool required, kn_status *st) {
     const kn_gguf_tensor *gt = kn_gguf_find_tensor(m->gguf, name);
@@ -220,7 +58,7 @@ static kn_tensor *gguf_w(kn_model *m, const char *name, int64_t rows, int64_t co
                            name, (long long)r, (long long)c, (long long)rows, (long long)cols);
         return NULL;
     }
-    kn_tensor *t = wrap(m, gt->type, rows, cols, gt->data, name);
+    kn_tensor *t = kn__model_wrap(m, gt->type, rows, cols, gt->data, name);
     if (!t) *st = kn_ctx_status(m->ctx);
     return t;
 }
@@ -445,14 +283,14 @@ static kn_status load_llama2c(kn_model *m, const char *path, const char *tok_pat
     snprintf(c->name, sizeof c->name, "%s", base ? base + 1 : path);
     int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim, V = c->n_vocab;
     const float *sc;
-    m->tok_embd = wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_TOKEN_EMBEDDING, 0, &sc), "token_embedding");
-    m->out_norm = wrap(m, KN_F32, 1, C, kn_llama2c_layer(m->l2c, KN_L2C_RMS_FINAL, 0, &sc), "rms_final");
-    m->wout = wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_WCLS, 0, &sc), "wcls");
+    m->tok_embd = kn__model_wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_TOKEN_EMBEDDING, 0, &sc), "token_embedding");
+    m->out_norm = kn__model_wrap(m, KN_F32, 1, C, kn_llama2c_layer(m->l2c, KN_L2C_RMS_FINAL, 0, &sc), "rms_final");
+    m->wout = kn__model_wrap(m, KN_F32, V, C, kn_llama2c_layer(m->l2c, KN_L2C_WCLS, 0, &sc), "wcls");
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers; l++) {
         kn__layer_w *L = &m->layers[l];
-#define W(field, id, r, cc) L->field = wrap(m, KN_F32, r, cc, kn_llama2c_layer(m->l2c, id, l, &sc), #field);
+#define W(field, id, r, cc) L->field = kn__model_wrap(m, KN_F32, r, cc, kn_llama2c_layer(m->l2c, id, l, &sc), #field);
         W(attn_norm, KN_L2C_RMS_ATT, 1, C) W(wq, KN_L2C_WQ, C, C) W(wk, KN_L2C_WK, kv, C) W(wv, KN_L2C_WV, kv, C)
         W(wo, KN_L2C_WO, C, C) W(ffn_norm, KN_L2C_RMS_FFN, 1, C) W(w1, KN_L2C_W1, F, C) W(w2, KN_L2C_W2, C, F)
         W(w3, KN_L2C_W3, F, C)
@@ -515,7 +353,7 @@ static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h)
     kn_tensor *own = kn__storage_owner(h);
     const char *base = own->buf->data;
     size_t out_row = kn_dtype_get(d->dtype)->type_size * (size_t)cols;
-    if (hi->is_quant ? !(kn_is_contiguous(h) && h->offset == 0) : !half_or_f32(h->dtype)) {
+    if (hi->is_quant ? !(kn_is_contiguous(h) && h->offset == 0) : !kn__model_half_or_f32(h->dtype)) {
         u->st = kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s': cannot upload a %s %s tensor (quantized weights must be "
                              "dense rows; other weights f32/f16/bf16)", h->name, kn_is_contiguous(h) ? "dense" : "strided",
                              hi->name);
@@ -531,7 +369,7 @@ static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h)
             float *row = u->row;
             if (hi->is_quant) u->st = kn_dequantize_row(h->dtype, base + qrow * (size_t)(r + i), row, cols);
             else
-                for (int64_t k = 0; k < cols; k++) row[k] = (float)elem_f64(h->dtype, base, h->offset + (r + i) * srow + k * scol);
+                for (int64_t k = 0; k < cols; k++) row[k] = (float)kn__model_elem_f64(h->dtype, base, h->offset + (r + i) * srow + k * scol);
             char *dst = u->blk + out_row * (size_t)i;
             if (d->dtype == KN_F32) memcpy(dst, row, out_row);
             else {
@@ -754,7 +592,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     unsigned char mg[12];
     size_t got = 0;
     bool dir = kn__is_dir(path);
-    if (!dir && file_magic(path, "model file", mg, &got)) {
+    if (!dir && kn__model_file_magic(path, "model file", mg, &got)) {
         bool missing = errno == ENOENT;
         char msg[900];
         snprintf(msg, sizeof msg, "%s", kn_last_error());
@@ -766,8 +604,8 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
     if (!dir) memcpy(&magic, mg, 4);
     m->kv_f16 = opts && opts->kv_f16;
     if (!st) {
-        if (!dir && is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) st = kn__load_kiln_ckpt(m, path, tok_path);
-        else if (dir || is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
+        if (!dir && kn__is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) st = kn__load_kiln_ckpt(m, path, tok_path);
+        else if (dir || kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) st = kn__load_hf(m, path, tok_path);
         else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
             st = load_gguf(m, path);
             if (!st && tok_path) {                  /* an explicit tokenizer replaces the file's */
@@ -901,12 +739,12 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     if (kn__is_dir(path)) return kn__print_info_hf(path, f);
     unsigned char mg[12];
     size_t got;
-    kn_status fst = file_magic(path, "model file", mg, &got);
+    kn_status fst = kn__model_file_magic(path, "model file", mg, &got);
     if (fst) return fst;
     int32_t magic;
     memcpy(&magic, mg, 4);
-    if (is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
-    if (is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
+    if (kn__is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
+    if (kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;

@@ -14,7 +14,7 @@
  */
 #include "llm/model_ckpt.h"
 #include "kiln_ckpt.h"           /* defines: kn_gpt2_param_name, KN_GPT2_* kinds */
-#include "llm/gguf.h"            /* defines: kn_gguf_open, kn_gguf_arr_str */
+#include "formats/gguf.h"            /* defines: kn_gguf_open, kn_gguf_arr_str */
 #include "llm/model_impl.h"      /* defines: struct kn_model, kn__model_mat, kn__model_f32 */
 #include <errno.h>
 #include <math.h>

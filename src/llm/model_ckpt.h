@@ -22,8 +22,8 @@
 #ifndef KN_MODEL_CKPT_H
 #define KN_MODEL_CKPT_H
 #include "kiln_llm.h"
-#include "llm/gguf_write.h"    /* defines: kn_gguf_writer */
-#include "llm/safetensors.h"   /* defines: kn_safetensors */
+#include "formats/gguf_write.h"    /* defines: kn_gguf_writer */
+#include "formats/safetensors.h"   /* defines: kn_safetensors */
 
 typedef struct kn__kgpt {
     kn_safetensors *st;

@@ -20,9 +20,8 @@
  * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
  * P positions, L layers.
  */
-#include "kn-impl.h"
 #include "llm/model_impl.h"   /* defines: struct kn_model, kn__model_mat, kn__model_f32 */
-#include "llm/hfconfig.h"     /* defines: kn_json */
+#include "formats/hfconfig.h"     /* defines: kn_json */
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>

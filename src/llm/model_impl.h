@@ -19,10 +19,10 @@
 #ifndef KN_MODEL_IMPL_H
 #define KN_MODEL_IMPL_H
 #include "kiln_llm.h"
-#include "llm/gguf.h"        /* defines: kn_gguf */
-#include "llm/llama2c.h"     /* defines: kn_llama2c */
-#include "llm/llmc_gpt2.h"   /* defines: kn_llmc_gpt2 */
-#include "llm/safetensors.h" /* defines: kn_safetensors */
+#include "formats/gguf.h"        /* defines: kn_gguf */
+#include "formats/llama2c.h"     /* defines: kn_llama2c */
+#include "formats/llmc_gpt2.h"   /* defines: kn_llmc_gpt2 */
+#include "formats/safetensors.h" /* defines: kn_safetensors */
 
 typedef struct {
     kn_tensor *attn_norm, *attn_norm_b;   /* [C]; bias: GPT-2 LayerNorm, else NULL    */
@@ -75,9 +75,22 @@ struct kn_model {
     uint64_t n_evals;                  /* kn_model_eval calls so far (kv reuse records) */
 };
 
+/* ---- model_weights.c: helpers every loader shares ---- */
 /* Memory freed with the model (zeroed); NULL + error when out of memory. */
 void *kn__model_alloc(kn_model *m, size_t bytes);
-/* How many kn_model_eval calls m has run (the KV cache's version). */
+/* File data wrapped in place as a [rows, cols] tensor ([cols] when rows is 1). */
+kn_tensor *kn__model_wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name);
+/* Element i of f32/f16/bf16 data. */
+double kn__model_elem_f64(kn_dtype dt, const void *data, int64_t i);
+static inline bool kn__model_half_or_f32(kn_dtype dt) { return dt == KN_F32 || dt == KN_F16 || dt == KN_BF16; }
+/* safetensors: u64 little-endian header length (< 4 GB: high bytes zero), then '{' */
+static inline bool kn__is_safetensors_magic(const unsigned char mg[12], size_t got) {
+    return got >= 9 && !mg[4] && !mg[5] && !mg[6] && !mg[7] && mg[8] == '{';
+}
+/* The first 12 bytes of a regular file (zeros past its end). On failure the
+ * message names `what` and the system's reason; errno is that reason. */
+kn_status kn__model_file_magic(const char *path, const char *what, unsigned char mg[12], size_t *got);
+/* model.c: how many kn_model_eval calls m has run (the KV cache's version). */
 uint64_t kn__model_eval_count(const kn_model *m);
 /* Weight matrix W [out, in] from file data of dtype dt. in_out: the file
  * stores [in, out] (Conv1D). Misaligned data is copied; f16/bf16 [in, out]

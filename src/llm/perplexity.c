@@ -3,7 +3,7 @@
  * which). Memory stays small whatever the text's length: a window is
  * evaluated in chunks, the unscored head without logits, the scored rows a
  * few at a time, and each row's log-softmax is summed as it comes. */
-#include "kn-impl.h"
+#include "kiln.h"
 #include "kiln_llm.h"
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * Order (as llama.cpp applies them): penalties -> temperature 0 (greedy) or
  * top-k -> softmax with temperature -> top-p -> min-p -> draw. The draw uses
  * the counter-based generator (seed, step) so a seed reproduces a run. */
-#include "kn-impl.h"
+#include "core/core.h"
 #include "kiln_llm.h"
 #include <math.h>
 #include <stdlib.h>

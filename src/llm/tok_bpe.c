@@ -21,7 +21,7 @@
  * Non-goals: the Qwen, DeepSeek and other pre-tokenizers.
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
-#include "llm/gguf.h"             /* defines: kn_gguf_get_str/arr                */
+#include "formats/gguf.h"             /* defines: kn_gguf_get_str/arr                */
 #include <stdlib.h>
 #include <string.h>
 

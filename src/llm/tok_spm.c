@@ -13,7 +13,7 @@
  * Non-goals: SentencePiece's unigram model and its normalizer (NFKC).
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
-#include "llm/gguf.h"             /* defines: kn_gguf (for kn__spm_from_gguf)    */
+#include "formats/gguf.h"             /* defines: kn_gguf (for kn__spm_from_gguf)    */
 #include <stdlib.h>
 #include <string.h>
 

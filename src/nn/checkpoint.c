@@ -8,9 +8,9 @@
  * tensor by tensor without a host copy on save. */
 #include "kiln_ckpt.h"
 #include "kiln.h"
-#include "kn-impl.h"            /* defines: kn__alive, kn__storage_owner */
-#include "llm/llmc_gpt2.h"      /* defines: kn_llmc_gpt2_open, kn_llmc_gpt2_write_flat */
-#include "llm/safetensors.h"    /* defines: kn_safetensors_open, kn_safetensors_write */
+#include "graph/graph.h"            /* defines: kn__alive, kn__storage_owner */
+#include "formats/llmc_gpt2.h"      /* defines: kn_llmc_gpt2_open, kn_llmc_gpt2_write_flat */
+#include "formats/safetensors.h"    /* defines: kn_safetensors_open, kn_safetensors_write */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #ifndef KN_NN_IMPL_H
 #define KN_NN_IMPL_H
 #include "kiln_nn.h"
-#include "kn-impl.h"
+#include "graph/graph.h"
 
 typedef struct kn__mparam {
     char name[64];

@@ -14,7 +14,7 @@
  */
 #ifndef KN_RUNTIME_H
 #define KN_RUNTIME_H
-#include "kn-impl.h"
+#include "graph/graph.h"
 
 struct kn_plan {
     kn_ctx *ctx;

@@ -11,15 +11,11 @@
  * Non-goals (for now): fusing nodes, f16/bf16 arithmetic (those go through
  * the reference kernels), strided elementwise fast paths.
  */
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "core/env.h"
 #include "backends/cpu/threadpool.h"
 #include "backends/cpu/cpu_impl.h"
-#ifdef KN_CUDA
-#include "kiln_cuda.h"
-#endif
 #include <stdio.h>
-#include <stdatomic.h>
 #include <string.h>
 
 /* ==== threading: rows split over the pool ==================================== */
@@ -122,30 +118,3 @@ static kn_backend g_cpu = {
 };
 
 kn_backend *kn_backend_cpu(void) { return &g_cpu; }
-
-/* KN_BACKEND=ref|cpu|cuda (cuda in builds with CUDA=1; where the GPU cannot
- * be opened the CPU backend is used, with a warning on stderr). */
-/* KN_BACKEND=ref|cpu|cuda. A value that cannot be honoured falls back to
- * the CPU backend with one warning per process (not one per context). */
-static atomic_int g_default_warned;
-static void warn_default_once(const char *fmt, const char *a) {
-    if (atomic_exchange(&g_default_warned, 1)) return;
-    fprintf(stderr, fmt, a);
-}
-kn_backend *kn_backend_default(void) {
-    const char *b = kn_env_get()->backend;
-    if (!b || !*b || !strcmp(b, "cpu")) return kn_backend_cpu();
-    if (!strcmp(b, "ref")) return kn_backend_ref();
-    if (!strcmp(b, "cuda")) {
-#ifdef KN_CUDA
-        kn_backend *g = kn_backend_cuda();
-        if (g) return g;
-        warn_default_once("kiln: KN_BACKEND=cuda: %s; using the CPU backend\n", kn_last_error());
-#else
-        warn_default_once("kiln: KN_BACKEND=%s: this build has no CUDA backend (build with `make CUDA=1`); using the CPU backend\n", b);
-#endif
-        return kn_backend_cpu();
-    }
-    warn_default_once("kiln: KN_BACKEND=%s is not one of cpu, ref, cuda; using the CPU backend\n", b);
-    return kn_backend_cpu();
-}

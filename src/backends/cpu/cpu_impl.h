@@ -24,7 +24,7 @@
  */
 #ifndef KN_CPU_IMPL_H
 #define KN_CPU_IMPL_H
-#include "kn-impl.h"                   // defines: kn_exec, kn_tview, kn_tensor internals, kn_op_get
+#include "backends/backend_impl.h"     // defines: kn_exec, kn_tview, kn_tensor internals, kn_op_get, kn__ref_compute
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -9,7 +9,7 @@
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/vec.h"          // defines: kn_vec_f16_to_f32 and the other casts
-#include "llm/quant.h"                 // defines: kn_dequantize_row
+#include "backends/quant/quant.h"                 // defines: kn_dequantize_row
 #include <stdlib.h>
 #include <string.h>
 

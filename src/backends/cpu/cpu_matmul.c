@@ -1,11 +1,11 @@
 /* cpu_matmul.c: the CPU backend's MATMUL: f32 operands through the packed
  * SGEMM (gemm.h), and a quantized, f16 or bf16 right operand (a weight)
- * through the dot products of llm/quant.h or, for many activation rows, a
+ * through the dot products of backends/quant/quant.h or, for many activation rows, a
  * dequantized copy and the SGEMM.
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
-#include "llm/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
+#include "backends/quant/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +29,7 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
 /* Quantized right operand: y[t, n] = dot(W row n, x row t). W is stored as
  * rows of K elements (the view is W^T: unit stride along K). The activation
  * rows are quantized once (to Q16, or to the weight type's 8-bit partner:
- * llm/quant.h), then threads split the weight rows, so each weight row is
+ * backends/quant/quant.h), then threads split the weight rows, so each weight row is
  * read once per call. */
 typedef struct {
     kn_vec_dot_fn dot; const char *W; size_t row_bytes; int64_t K, N, T;

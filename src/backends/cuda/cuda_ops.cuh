@@ -15,7 +15,7 @@
 #pragma once
 #include "backends/cuda/common.cuh"
 extern "C" {
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 #include "core/env.h"
 }
 #include <math.h>

@@ -4,7 +4,7 @@
  * the oracle every other backend is tested against. */
 #ifndef KN_REF_H
 #define KN_REF_H
-#include "kn-impl.h"
+#include "backends/backend_impl.h"
 
 /* Offset (elements) of linear index lin (row-major over v->ne) in v. */
 static inline int64_t kn_ref_off(const kn_tview *v, int64_t lin) {

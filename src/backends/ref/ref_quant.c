@@ -2,7 +2,7 @@
  * view is dequantized into a temporary f32 copy of its whole storage span
  * (same strides), so any kernel can then read it with kn_load. */
 #include "backends/ref/ref.h"
-#include "llm/quant.h"
+#include "backends/quant/quant.h"
 #include <stdlib.h>
 
 kn_status kn_ref_dequant_view(const kn_tview *v, kn_tview *out, float **tmp) {

@@ -1,5 +1,5 @@
 /* quant16_avx2.c: AVX2 dots of block-quantized weights with Q16 activations
- * (16-bit quants per block of 32, f32 scale d and d * sum; llm/quant.h).
+ * (16-bit quants per block of 32, f32 scale d and d * sum; backends/quant/quant.h).
  *
  * Weights widen to int16 (vpmovzx/vpmovsx) and multiply with the activation
  * quants through vpmaddwd (s16 x s16 pairs -> s32): the same number of
@@ -14,8 +14,8 @@
  *   sum_j (dw*q_j + c) * da*qa_j = dw*da * sum q*qa + c * s.
  * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c).
  */
-#include "llm/quant.h"      /* defines: block structs, kn_block_q16, kn_q45k_sc_m */
-#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, q6_groups, nibbles32, bits32, load256 */
+#include "backends/quant/quant.h"      /* defines: block structs, kn_block_q16, kn_q45k_sc_m */
+#include "backends/quant/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, q6_groups, nibbles32, bits32, load256 */
 #include <immintrin.h>
 
 /* 32 bytes (each 0..255) -> two 16 x s16 halves: elements 0..15, 16..31 */

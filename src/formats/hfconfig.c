@@ -6,8 +6,8 @@
  * byte), decoded strings share one buffer of len+1 bytes, which is always
  * enough because decoding never lengthens a string and every string brings
  * at least two quote bytes for its NUL. */
-#include "llm/hfconfig.h"
-#include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include "formats/hfconfig.h"
+#include "formats/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
 #include <stdlib.h>
 #include <string.h>
 

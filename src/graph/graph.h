@@ -1,41 +1,9 @@
-/* kn-impl.h: internals shared by src/ files; never included by users.
- * defines: struct kn_ctx, struct kn_buffer, the op info table, graph helpers. */
-#ifndef KN_IMPL_H
-#define KN_IMPL_H
-#include "kiln.h"
-#include "kiln_backend.h"
-#include <stdio.h>
-
-/* ---- buffers: reference-counted storage on one backend ------------------- */
-struct kn_buffer {
-    int refcount;
-    kn_backend *be;
-    void *data;
-    size_t size;
-    bool owned;            /* false: wraps caller memory, never freed by us */
-};
-kn_buffer *kn_buffer_new(kn_backend *be, size_t size);   /* NULL + error on OOM */
-kn_buffer *kn_buffer_wrap(kn_backend *be, void *data, size_t size);
-void kn_buffer_retain(kn_buffer *b);
-void kn_buffer_release(kn_buffer *b);
-
-/* ---- context ------------------------------------------------------------- */
-typedef struct kn_arena_chunk kn_arena_chunk;
-struct kn_ctx {
-    kn_backend *be;
-    kn_arena_chunk *chunks;               /* arena of tensor descriptors            */
-    kn_tensor **all;                  /* every tensor made, by id               */
-    int32_t n_all, cap_all;
-    kn_status status;                 /* sticky first error                     */
-    int no_grad;                      /* no-grad scope depth                    */
-    int n_syms;
-    int64_t sym_max[KN_MAX_SYMS + 1];
-    int64_t sym_val[KN_MAX_SYMS + 1];
-    char sym_name[KN_MAX_SYMS + 1][24];
-};
-
-/* internal node flag: an effect node already ran (kn_realize) */
-#define KN__FLAG_COMPUTED (1u << 8)
+/* graph/graph.h: the graph layer's internals (docs/ARCHITECTURE.md, layer 3):
+ * the op table, node construction and the graph order. Backends, the
+ * runtime and everything above may include it; core never does. */
+#ifndef KN_GRAPH_H
+#define KN_GRAPH_H
+#include "core/core.h"
 
 /* ---- op table (src/graph/optable.c, made from include/kiln_ops.def) -------- */
 typedef enum {
@@ -71,12 +39,6 @@ typedef struct kn_op_info {
 const kn_op_info *kn_op_get(kn_op op);
 
 /* ---- node construction (src/graph/node.c) -------------------------------- */
-/* Report a misuse: records the message, makes ctx status sticky, returns NULL. */
-kn_tensor *kn__fail(kn_ctx *ctx, kn_status s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 /* Format "[2,3,4]" (with sym dims as "s1<=512") into buf. */
 const char *kn__shape_str(const kn_tensor *t, char *buf, size_t n);
 bool kn__alive(const kn_tensor *t);
@@ -114,19 +76,4 @@ kn_tensor *kn__storage_owner(kn_tensor *t);
 kn_status kn__toposort(kn_ctx *ctx, int nout, kn_tensor **outs, bool stop_at_realized,
                        kn_tensor ***order, int *n);
 
-/* ---- autograd (src/autograd/) ---------------------------------------------- */
-typedef void (*kn_grad_rule)(kn_ctx *ctx, kn_tensor *node, kn_tensor *gout, kn_tensor **gin);
-kn_grad_rule kn__grad_rule(kn_op op);
-/* Sum g down to t's shape (undo broadcasting). */
-kn_tensor *kn__sum_to(kn_ctx *ctx, kn_tensor *g, const kn_tensor *t);
-
-/* ---- backends --------------------------------------------------------------- */
-kn_status kn__ref_compute(kn_backend *be, const kn_exec *e);   /* the oracle, usable by any host backend */
-void *kn__host_alloc(kn_backend *be, size_t n);
-void kn__host_free(kn_backend *be, void *p);
-kn_status kn__host_copy(kn_backend *be, void *dst, const void *src, size_t n);
-
-/* Philox4x32-10 (src/core/philox.c): 4 x 32 random bits of counter ctr under key. */
-void kn_philox4x32(uint64_t ctr, uint64_t key, uint32_t out[4]);
-double kn_rand_at(kn_rand_kind kind, double a, double b, uint64_t seed, uint64_t i);
 #endif

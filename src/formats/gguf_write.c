@@ -12,8 +12,8 @@
  * growing buffer) takes every byte so that the file and memory outputs are
  * the same bytes. Non-goals: quantized tensor types, in-place editing.
  */
-#include "llm/gguf_write.h"
-#include "llm/gguf.h"          /* defines: kn_gguf_type */
+#include "formats/gguf_write.h"
+#include "formats/gguf.h"          /* defines: kn_gguf_type */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,8 +13,8 @@
  * make us allocate more than a small multiple of its own size. Non-goals:
  * writing GGUF, big-endian files, GGUF v1.
  */
-#include "llm/gguf.h"
-#include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include "formats/gguf.h"
+#include "formats/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -11,8 +11,8 @@
  * each path (kn_quant_force_isa, kn_quant_force_no_vnni).
  * Compiled with the *_avx512.c flags from the Makefile.
  */
-#include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
-#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, load256, nibbles32, f16x2, unpack_sc_m */
+#include "backends/quant/quant.h"      /* defines: block structs, kn_vec_dot_fn */
+#include "backends/quant/quant_x86.h"  /* defines: F16, hsum_ps, load256, nibbles32, f16x2, unpack_sc_m */
 #include <immintrin.h>
 #include <string.h>
 

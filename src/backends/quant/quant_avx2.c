@@ -6,9 +6,9 @@
  * with activation quants in [-127, 127] as quant.h requires).
  * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c).
  */
-#include "llm/quant.h"      /* defines: block structs, kn_vec_dot_fn */
+#include "backends/quant/quant.h"      /* defines: block structs, kn_vec_dot_fn */
 #include "core/fp16.h"      /* defines: kn_bf16_to_fp32 */
-#include "llm/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, unpack_sc_m, q6_groups, ... */
+#include "backends/quant/quant_x86.h"  /* defines: F16, hsum_ps, f16x2, unpack_sc_m, q6_groups, ... */
 #include <immintrin.h>
 #include <string.h>
 

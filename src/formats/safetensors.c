@@ -1,7 +1,7 @@
 /* safetensors.c: safetensors reader and writer (see safetensors.h). */
-#include "llm/safetensors.h"
-#include "llm/hfconfig.h"  /* defines: kn_json_parse and accessors */
-#include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include "formats/safetensors.h"
+#include "formats/hfconfig.h"  /* defines: kn_json_parse and accessors */
+#include "formats/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* llmc_gpt2.c: llm.c GPT-2 checkpoint reader and writer (see llmc_gpt2.h). */
-#include "llm/llmc_gpt2.h"
-#include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include "formats/llmc_gpt2.h"
+#include "formats/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

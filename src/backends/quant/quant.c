@@ -7,7 +7,7 @@
  * products per block exactly, like the SIMD kernels do.
  * Non-goals: speed of (de)quantization (activations are one row per token).
  */
-#include "llm/quant.h"      /* defines: block structs, kn_quantize_row, ...   */
+#include "backends/quant/quant.h"      /* defines: block structs, kn_quantize_row, ...   */
 #include "core/cpu.h"       /* defines: kn_cpu, KN_ISA_*                      */
 #include "core/fp16.h"      /* defines: kn_fp16_to_fp32, kn_fp32_to_fp16, bf16 */
 #include <math.h>

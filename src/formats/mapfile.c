@@ -1,5 +1,5 @@
 /* mapfile.c: read-only file mapping with a read() fallback (see mapfile.h). */
-#include "llm/mapfile.h"
+#include "formats/mapfile.h"
 #include <stdio.h>
 #include <errno.h>
 #include <fcntl.h>

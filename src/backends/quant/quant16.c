@@ -6,7 +6,7 @@
  * dequantizers, the definition of every type) and multiplies by the integer
  * activation quants, one f32 sum per 32-element activation block, scaled by d.
  */
-#include "llm/quant.h"      /* defines: kn_block_q16, kn_dequantize_row, ... */
+#include "backends/quant/quant.h"      /* defines: kn_block_q16, kn_dequantize_row, ... */
 #include "core/env.h"
 #include "core/cpu.h"       /* defines: KN_ISA_*                             */
 #include <math.h>

@@ -1,6 +1,6 @@
 /* llama2c.c: llama2.c checkpoint reader (see llama2c.h for the layouts). */
-#include "llm/llama2c.h"
-#include "llm/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
+#include "formats/llama2c.h"
+#include "formats/mapfile.h"   /* defines: kn_mapfile_open, kn_mapfile_close */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
