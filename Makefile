@@ -104,7 +104,12 @@ TOOL_LIBS :=
 # libedit (Debian: libedit-dev), optional: line editing and history in
 # `kiln chat`. Found by its header; EDITLINE=0 builds without it. Only the
 # program links it, never the library.
-EDITLINE ?= $(shell echo '\#include <editline/readline.h>' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+# (printf's \043 is '#': make 4.3 keeps a backslash before '#' in $(shell ...), so
+# `echo '\#include ...'` fed the compiler a line that is no directive and always
+# "found" the header)
+ifndef EDITLINE
+  EDITLINE := $(shell printf '\043include <editline/readline.h>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+endif
 ifeq ($(EDITLINE),1)
   TOOL_DEFS += -DKN_HAVE_EDITLINE
   TOOL_LIBS += -ledit
