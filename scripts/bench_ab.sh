@@ -19,6 +19,8 @@ while [ "$r" -lt "$ROUNDS" ]; do
     r=$((r + 1))
 done
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg); rounds: $ROUNDS; options: $*"
+echo "rounds, before: pp$opp / tg$otg"
+echo "rounds, after:  pp$npp / tg$ntg"
 echo "| test | before (tok/s) | after (tok/s) | after/before |"
 echo "|---|---|---|---|"
 for t in pp tg; do
