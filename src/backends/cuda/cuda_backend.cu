@@ -122,8 +122,7 @@ kn_status kn_cu_err_collect(void) {
         KN_CUDA_TRY(cudaMemsetAsync(g_err, 0, sizeof h, g_stream));
         const char *name = kn_op_name((kn_op)op);
         if (h[op].code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", name);
-        return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
-                            name, h[op].value, h[op].dim, (long long)h[op].size, (long long)h[op].size - 1);
+        return kn__index_error(name, h[op].value, h[op].dim, h[op].size);
     }
     return KN_OK;
 }
@@ -212,6 +211,11 @@ static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
     return st;
 }
 
+static const kn_families g_families = {
+    "cuda", kn_cu_create, kn_cu_unary, kn_cu_binary, kn_cu_reduce, kn_cu_scan,
+    kn_cu_matmul, kn_cu_copy, kn_cu_optim, kn_cu_index, kn_cu_nn,
+};
+
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     const kn_tensor *t = e->node;
     kn_op_kind kind = kn_op_get(t->op)->kind;
@@ -224,25 +228,7 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
                             "dequantize on the host (cast to f32/f16 on the cpu backend) before moving the tensor", kn_op_name(t->op), q);
     }
     if (kn_tview_numel(&e->dst) == 0 && t->op != KN_OP_INDEX_COPY && t->op != KN_OP_ASSIGN) return KN_OK;
-    kn_status st;
-    switch (kind) {
-    case KN_KIND_CREATE: st = kn_cu_create(e); break;
-    case KN_KIND_UNARY: st = kn_cu_unary(e); break;
-    case KN_KIND_BINARY: st = kn_cu_binary(e); break;
-    case KN_KIND_REDUCE: st = kn_cu_reduce(e); break;
-    case KN_KIND_SCAN: st = kn_cu_scan(e); break;
-    case KN_KIND_MATMUL: st = kn_cu_matmul(e); break;
-    case KN_KIND_COPY: case KN_KIND_EFFECT:
-        switch (t->op) {
-        case KN_OP_COPY: case KN_OP_CAST: case KN_OP_ASSIGN: case KN_OP_TRI: case KN_OP_WHERE: st = kn_cu_copy(e); break;
-        case KN_OP_ADAM_UPDATE: st = kn_cu_optim(e); break;
-        default: st = kn_cu_index(e); break;
-        }
-        break;
-    case KN_KIND_NN: st = kn_cu_nn(e); break;
-    default:
-        st = kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
-    }
+    kn_status st = kn__dispatch(&g_families, e);
     if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
         cudaError_t ce = cudaStreamSynchronize(g_stream);
         if (ce != cudaSuccess)

@@ -30,10 +30,8 @@ static int64_t ravel(const int64_t *ne, int ndim, const int64_t *c) {
 /* Index value at element offset off of iv, checked against [0, n). */
 static kn_status load_index(const char *op, const kn_tview *iv, int64_t off, int dim, int64_t n, int64_t *out) {
     double v = LD(iv, off);
-    if (!(v >= 0 && v < (double)n)) {
-        return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
-                            op, v, dim, (long long)n, (long long)n - 1);
-    }
+    *out = 0;                          /* (never used on error; keeps callers' j initialised) */
+    if (!(v >= 0 && v < (double)n)) return kn__index_error(op, v, dim, n);
     *out = (int64_t)v;
     return KN_OK;
 }
