@@ -44,6 +44,8 @@ typedef enum kn_chat_format {
     KN_CHAT_CHATML = 1,
     KN_CHAT_LLAMA2 = 2,
     KN_CHAT_LLAMA3 = 3,
+    KN_CHAT_PLAIN = 4,          /* "User: text" lines, no special tokens: for base models and the
+                                 * models `kiln train` makes (their vocabulary has no markers) */
 } kn_chat_format;
 
 typedef struct kn_chat_tmpl {
@@ -61,8 +63,10 @@ typedef struct kn_chat_msg {
 kn_status kn_chat_template_from_string(const char *jinja, kn_chat_tmpl *out);
 /* From a GGUF's tokenizer.chat_template (KN_ERR_UNSUPPORTED if it has none). */
 kn_status kn_chat_template_from_gguf(const struct kn_gguf *g, kn_chat_tmpl *out);
-/* By name: "chatml", "llama2", "llama3" (no default system prompt), or
- * "smollm" (ChatML with SmolLM2's default system prompt). */
+/* By name: "chatml", "llama2", "llama3" (no default system prompt),
+ * "smollm" (ChatML with SmolLM2's default system prompt), or "plain" (each
+ * message as "Role: content" on its own line, the turn opened with
+ * "Assistant:"). */
 kn_status kn_chat_template_from_name(const char *name, kn_chat_tmpl *out);
 
 /* Render n messages. add_generation_prompt appends the opening of the

@@ -680,6 +680,21 @@ TEST(chat_chatml) {
     CHECK(kn_chat_apply(&t, &badm, 1, true, small, sizeof small, &need) == KN_ERR_INVALID, "NULL content");
 }
 
+/* plain: "Role: content" lines (content trimmed, role capitalised), the
+ * assistant's turn opened with "Assistant:"; no special tokens */
+TEST(chat_plain) {
+    kn_chat_tmpl t;
+    REQUIRE(kn_chat_template_from_name("plain", &t) == KN_OK, "name: %s", kn_last_error());
+    kn_chat_msg m[3] = {{"system", "Be brief."}, {"user", "  Hello there \n"}, {"assistant", "Hi."}};
+    char buf[256];
+    size_t need;
+    REQUIRE(kn_chat_apply(&t, m, 3, true, buf, sizeof buf, &need) == KN_OK, "%s", kn_last_error());
+    CHECK(!strcmp(buf, "System: Be brief.\nUser: Hello there\nAssistant: Hi.\nAssistant:"), "got '%s'", buf);
+    CHECK(need == strlen(buf), "need %zu", need);
+    REQUIRE(kn_chat_apply(&t, m + 1, 1, false, buf, sizeof buf, &need) == KN_OK, "%s", kn_last_error());
+    CHECK(!strcmp(buf, "User: Hello there\n"), "no generation prompt: got '%s'", buf);
+}
+
 TEST(chat_llama2) {
     kn_chat_tmpl t;
     const char *j = "{% if messages[0]['role'] == 'system' %}...{{ bos_token + '[INST] ' + content.strip() + "

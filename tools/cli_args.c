@@ -101,7 +101,7 @@ static const cli_opt OPTS[] = {
     {"--system", NULL, OPT_STR, G | C, F(system), NO_FIELD, NULL, "none", 0, 0, false, NULL, false, "TEXT",
      "system prompt (generate: with --chat)"},
     {"--chat-template", NULL, OPT_STR, G | C, F(tmpl), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "NAME",
-     "chatml, llama2, llama3 or smollm"},
+     "chatml, llama2, llama3, smollm or plain (\"User: text\" lines, no special tokens)"},
     {"--temp", NULL, OPT_REAL, G, F(sp.temp), F(have_temp), "0.8", NULL, 0, 100, false, NULL, false, "T",
      "temperature; 0 = greedy (always the likeliest token)"},
     {"--temp", NULL, OPT_REAL, C, F(sp.temp), F(have_temp), "0.7", NULL, 0, 100, false, NULL, false, "T",

@@ -62,7 +62,12 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t) {
     kn_status st;
     if (a->tmpl) st = kn_chat_template_from_name(a->tmpl, t);
     else if (kn_model_chat_template(m)) st = kn_chat_template_from_string(kn_model_chat_template(m), t);
-    else st = kn_set_error(KN_ERR_UNSUPPORTED, "the model file has no chat template; choose one with --chat-template chatml|llama2|llama3");
+    else {
+        /* base models and the ones kiln train makes carry none: plain text turns */
+        fprintf(stderr, "kiln: the model has no chat template; using the plain one (\"User: ...\" lines; "
+                        "--chat-template chatml|llama2|llama3|smollm chooses another)\n");
+        st = kn_chat_template_from_name("plain", t);
+    }
     if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
     return st == KN_OK;
 }

@@ -87,8 +87,9 @@ kn_status kn_chat_template_from_name(const char *name, kn_chat_tmpl *out) {
     }
     if (name && strcmp(name, "llama2") == 0) { out->format = KN_CHAT_LLAMA2; return KN_OK; }
     if (name && strcmp(name, "llama3") == 0) { out->format = KN_CHAT_LLAMA3; return KN_OK; }
-    return kn_set_error(KN_ERR_UNSUPPORTED, "unknown chat template name '%s'; use chatml, llama2, llama3 "
-                        "or smollm", name ? name : "(null)");
+    if (name && strcmp(name, "plain") == 0) { out->format = KN_CHAT_PLAIN; return KN_OK; }
+    return kn_set_error(KN_ERR_UNSUPPORTED, "unknown chat template name '%s'; use chatml, llama2, llama3, "
+                        "smollm or plain", name ? name : "(null)");
 }
 
 /* ========================================================================== */
@@ -162,6 +163,22 @@ static kn_status render_llama2(const kn_chat_msg *m, size_t n, sbuf *b) {
     return KN_OK;
 }
 
+/* "User: hello\nAssistant: hi\nUser: ...\nAssistant:": the role with its first
+ * letter upper-cased (ASCII), content trimmed; nothing a small vocabulary
+ * cannot encode. */
+static kn_status render_plain(const kn_chat_msg *m, size_t n, bool gen, sbuf *b) {
+    for (size_t i = 0; i < n; i++) {
+        const char *r = m[i].role;
+        char first = r[0] >= 'a' && r[0] <= 'z' ? (char)(r[0] - 'a' + 'A') : r[0];
+        if (first) { put(b, &first, 1); puts_(b, r + 1); }
+        puts_(b, ": ");
+        put_trimmed(b, m[i].content);
+        puts_(b, "\n");
+    }
+    if (gen) puts_(b, "Assistant:");
+    return KN_OK;
+}
+
 kn_status kn_chat_apply(const kn_chat_tmpl *tmpl, const kn_chat_msg *msgs, size_t n,
                         bool add_generation_prompt, char *buf, size_t cap, size_t *needed) {
     if (needed) *needed = 0;
@@ -176,6 +193,7 @@ kn_status kn_chat_apply(const kn_chat_tmpl *tmpl, const kn_chat_msg *msgs, size_
     case KN_CHAT_CHATML: st = render_chatml(tmpl, msgs, n, add_generation_prompt, &b); break;
     case KN_CHAT_LLAMA3: st = render_llama3(msgs, n, add_generation_prompt, &b); break;
     case KN_CHAT_LLAMA2: st = render_llama2(msgs, n, &b); break;
+    case KN_CHAT_PLAIN: st = render_plain(msgs, n, add_generation_prompt, &b); break;
     default:
         return kn_set_error(KN_ERR_INVALID, "kn_chat_apply: template format %d is not set; initialise it "
                             "with kn_chat_template_from_*", (int)tmpl->format);
