@@ -199,6 +199,10 @@ static bool store(const cli_opt *o, const char *opt, const char *text, cli_args 
         *(const char **)(base + o->field) = text;
         return true;
     case OPT_STOP:
+        if (!*text) {      /* the library refuses it too; here it is a usage error before any loading */
+            fprintf(stderr, "kiln: %s needs a non-empty text (an empty stop string would match at once)\n", opt);
+            return false;
+        }
         if (a->n_stop == CLI_MAX_STOP) {
             fprintf(stderr, "kiln: at most %d --stop strings\n", CLI_MAX_STOP);
             return false;
