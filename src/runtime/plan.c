@@ -5,11 +5,6 @@
 #include "core/env.h"
 #include <stdlib.h>
 
-void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what) {
-    kn__fail(ctx, KN_ERR_NOMEM, "kn_plan_new: out of host memory for %s of a %d-node graph; "
-             "free unused contexts or build a smaller graph", what, p ? p->n : 0);
-}
-
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     kn_plan *p = calloc(1, sizeof *p);

@@ -39,7 +39,10 @@ static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized);
 /* Out of host memory while compiling: records why (message, ctx status).
  * p may be NULL (the plan header itself); the caller frees the plan. */
-void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what);
+static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what) {
+    kn__fail(ctx, KN_ERR_NOMEM, "kn_plan_new: out of host memory for %s of a %d-node graph; "
+             "free unused contexts or build a smaller graph", what, p ? p->n : 0);
+}
 
 /* ---- schedule.c ------------------------------------------------------------- */
 /* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.
