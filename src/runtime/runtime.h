@@ -14,7 +14,7 @@
  */
 #ifndef KN_RUNTIME_H
 #define KN_RUNTIME_H
-#include "graph/graph.h"
+#include "compile/compile.h"
 
 struct kn_plan {
     kn_ctx *ctx;
@@ -26,10 +26,15 @@ struct kn_plan {
     kn_buffer *arena;
     size_t peak, naive;
     int nkern;
+    int rw_removed[KN_RW_NRULES];  /* nodes each rewrite rule removed (tests, KN_DEBUG) */
+    kn_tensor **rep;       /* by tensor id: the node read in its place (graph rewrites), NULL = itself; NULL when none */
 };
 
 /* A node that runs a kernel; a view only describes its source's storage. */
 static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
+
+/* Source k of t as this plan reads it (after graph rewrites, src/compile/). */
+static inline kn_tensor *kn__psrc(const kn_plan *p, const kn_tensor *t, int k) { return kn__rw_src(p->rep, p->n_ids, t, k); }
 
 /* ---- plan.c ----------------------------------------------------------------- */
 /* kn_plan_new, and kn_realize's temporary plan. stop_at_realized: eager
