@@ -18,6 +18,7 @@ void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *what) {
 static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (stop_at_realized || (opts && opts->no_rewrite) || kn_env_get()->nofuse || p->n == 0) return true;
     int *removed = p->rw_removed, n0 = p->n;
+    double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
     p->rep = calloc((size_t)(p->n_ids ? p->n_ids : 1), sizeof *p->rep);
     if (!p->rep || !kn__rewrite(p->order, &p->n, p->n_ids, nout, outs, p->rep, removed)) {
         kn__plan_nomem(p->ctx, p, "the graph rewrites");
@@ -27,7 +28,7 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     p->nkern = 0;
     for (int i = 0; i < p->n; i++) if (kn__computes(p->order[i])) p->nkern++;
     if (kn_env_get()->debug) {
-        fprintf(stderr, "rewrite: %d -> %d nodes", n0, p->n);
+        fprintf(stderr, "rewrite: %d -> %d nodes in %.3f ms", n0, p->n, (kn__profile_now() - t0) * 1e3);
         for (int r = 0; r < KN_RW_NRULES; r++) if (removed[r]) fprintf(stderr, ", %s -%d", kn__rw_rule_name((kn_rw_rule)r), removed[r]);
         fprintf(stderr, "\n");
     }
@@ -36,6 +37,7 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
 
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
+    double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
     kn_plan *p = calloc(1, sizeof *p);
     if (!p) { kn__plan_nomem(ctx, NULL, "the plan header"); return NULL; }
     p->ctx = ctx;
@@ -47,7 +49,10 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
         kn_plan_free(p);
         return NULL;
     }
-    if (kn_env_get()->debug) kn_plan_print(p, stderr);
+    if (kn_env_get()->debug) {
+        fprintf(stderr, "plan built in %.3f ms\n", (kn__profile_now() - t0) * 1e3);
+        kn_plan_print(p, stderr);
+    }
     return p;
 }
 
