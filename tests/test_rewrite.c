@@ -203,6 +203,14 @@ TEST(arith_int) { NEED_RW(); result r = compare(b_arith_int); EXPECT(r, KN_RW_AR
 static int b_arith_out(kn_ctx *ctx, kn_tensor **o) { o[0] = kn_mul(ctx, data(ctx, 2, S2, 10), cf(ctx, 1)); return 1; }
 TEST(arith_output_kept) { NEED_RW(); result r = compare(b_arith_out); EXPECT(r, KN_RW_ARITH_IDENTITY, 0, 0); }
 
+/* x*1 of a transposed (strided) x: readers were built for a contiguous operand */
+static int b_arith_strided(kn_ctx *ctx, kn_tensor **o) {
+    kn_tensor *x = kn_exp(ctx, data(ctx, 2, S2, 21));
+    o[0] = kn_sin(ctx, kn_mul(ctx, kn_transpose(ctx, x, 0, 1), cf(ctx, 1)));
+    return 1;
+}
+TEST(arith_strided_kept) { NEED_RW(); result r = compare(b_arith_strided); EXPECT(r, KN_RW_ARITH_IDENTITY, 0, 0); }
+
 /* ---- casts and negations ---- */
 static int b_cast(kn_ctx *ctx, kn_tensor **o) {
     kn_tensor *x = kn_exp(ctx, data(ctx, 2, S2, 11)), *src[1] = {x};

@@ -100,10 +100,13 @@ static bool is_const(const kn_tensor *c, double v) {
     return true;
 }
 
-/* x may stand in for t: same dtype and shape, not an effect, storage not
- * written by an effect of the plan. */
+/* x may stand in for t: same dtype, shape and strides (readers see the layout
+ * they were built for: an op that needed a contiguous operand got one), not
+ * an effect, storage not written by an effect of the plan. */
 static bool can_replace_value(const rw *w, const kn_tensor *t, kn_tensor *x) {
-    return x && x->dtype == t->dtype && same_shape(x, t) && kind_of(x) != KN_KIND_EFFECT && !written(w, x);
+    if (!x || x->dtype != t->dtype || !same_shape(x, t) || kind_of(x) == KN_KIND_EFFECT || written(w, x)) return false;
+    for (int i = 0; i < t->ndim; i++) if (x->stride[i] != t->stride[i]) return false;
+    return true;
 }
 
 /* arith identity: the operand t equals, or NULL */
