@@ -1,4 +1,5 @@
-/* plan.c: the kn_plan object: build (schedule.c, then memplan.c), free, the
+/* plan.c: the kn_plan object: build (schedule.c, the graph rewrites of
+ * src/compile/, then memplan.c), free, the
  * KN_DEBUG printout and the sizes. Running it is exec.c's job.
  */
 #include "runtime/runtime.h"

@@ -1,7 +1,9 @@
 /* runtime.h: what the planner's files (src/runtime/) share; never included by users.
  *
- * kn_plan_new compiles a graph into a plan in two steps, kn_plan_run runs it:
+ * kn_plan_new compiles a graph into a plan in three steps, kn_plan_run runs it:
  *   schedule.c  the node order: dependency order, effects nobody reads last
+ *   (compile/)  graph rewrites on that list (plan.c calls kn__rewrite): nodes
+ *               dropped, sources redirected through p->rep, read with kn__psrc
  *   memplan.c   where each node's value lives: persistent output buffers, one
  *               arena for the rest (liveness, in-place reuse)
  *   plan.c      the kn_plan object: build (schedule, then memory plan), free,
