@@ -7,10 +7,11 @@ Every file under src/ and tools/ gets a layer from its directory:
     2 formats   src/formats/
     3 graph     src/graph/, src/autograd/
     4 backends  src/backends/  (ref, cpu, cuda)
-    5 runtime   src/runtime/
-    6 nn        src/nn/, src/data/, src/train/
-    7 llm       src/llm/
-    8 programs  tools/
+    5 compile   src/compile/ (graph rewrites; the runtime calls it)
+    6 runtime   src/runtime/
+    7 nn        src/nn/, src/data/, src/train/
+    8 llm       src/llm/
+    9 programs  tools/
     0 public    include/ (visible to every layer)
 
 A header directly in src/ (an umbrella such as the old src/kn-impl.h) belongs
@@ -47,14 +48,15 @@ LAYERS = [  # (path prefix, rank, name); longest prefix wins
     ("src/graph/", 3, "graph"),
     ("src/autograd/", 3, "graph"),
     ("src/backends/", 4, "backends"),
-    ("src/runtime/", 5, "runtime"),
-    ("src/nn/", 6, "nn"),
-    ("src/data/", 6, "nn"),
-    ("src/train/", 6, "nn"),
-    ("src/llm/", 7, "llm"),
-    ("tools/", 8, "programs"),
+    ("src/compile/", 5, "compile"),
+    ("src/runtime/", 6, "runtime"),
+    ("src/nn/", 7, "nn"),
+    ("src/data/", 7, "nn"),
+    ("src/train/", 7, "nn"),
+    ("src/llm/", 8, "llm"),
+    ("tools/", 9, "programs"),
 ]
-UMBRELLA = (9, "umbrella")   # src/*.h: no layer, above all of src/
+UMBRELLA = (10, "umbrella")   # src/*.h: no layer, above all of src/
 SRC_EXT = (".c", ".h", ".cu", ".cuh")
 
 

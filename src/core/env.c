@@ -21,7 +21,7 @@ static const var g_vars[] = {
     {"KN_CUDA_NO_SGEMM", FLAG, F(cuda_no_sgemm)}, {"KN_CUDA_NO_GEMV", FLAG, F(cuda_no_gemv)},
     {"KN_CUDA_NO_SPLITK", FLAG, F(cuda_no_splitk)}, {"KN_CUDA_SYNC", FLAG, F(cuda_sync)},
     {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", INT, F(cuda_pool_mb)},
-    {"KN_CUDA_TUNE", STR, F(cuda_tune)},
+    {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

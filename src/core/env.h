@@ -25,6 +25,7 @@ typedef struct kn_env {
     const char *backend;     /* KN_BACKEND: ref | cpu | cuda; NULL = cpu */
     const char *cpu;         /* KN_CPU: scalar | avx2 caps the SIMD level; NULL = detected */
     bool debug;              /* KN_DEBUG: print plans and op errors on stderr */
+    bool nofuse;             /* KN_NOFUSE: plans skip the graph rewrites (src/compile/) */
     int profile;             /* KN_PROFILE: 0 off, 1 time per op at exit, 2 (=shapes) also per shape */
     int gemm_chunks;         /* KN_GEMM_CHUNKS: 1..4, 0 = tuned default */
     const char *gemm_block;  /* KN_GEMM_BLOCK: "kc,mc,nc" blocking override */

@@ -44,8 +44,9 @@ kn_status kn_plan_run(kn_plan *p) {
         if (!tview_of(p, t, &e.dst))
             return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            if (!t->src[k]) continue;
-            if (!tview_of(p, t->src[k], &e.src[k]))
+            kn_tensor *s = kn__psrc(p, t, k);
+            if (!s) continue;
+            if (!tview_of(p, s, &e.src[k]))
                 return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", k, kn_op_name(t->op));
             e.nsrc = k + 1;
         }

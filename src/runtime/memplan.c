@@ -84,7 +84,7 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         for (int k = 0; k < KN_MAX_SRC; k++)
-            if (t->src[k]) last[kn__storage_owner(t->src[k])->id] = i;
+            if (t->src[k]) last[kn__storage_owner(kn__psrc(p, t, k))->id] = i;
         if (t->flags & KN_FLAG_VIEW) last[kn__storage_owner(t)->id] = i;
     }
     offalloc oa = {0};
@@ -102,7 +102,7 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         int64_t off = -1;
         if (inplace && kn_op_get(t->op)->inplace_ok) {
             for (int k = 0; k < 2 && off < 0; k++) {
-                kn_tensor *s = t->src[k];
+                kn_tensor *s = kn__psrc(p, t, k);
                 if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == i &&
                     align_up(storage_bytes(s)) == bytes && kn_dtype_get(s->dtype)->type_size == kn_dtype_get(t->dtype)->type_size &&
                     kn_is_contiguous(s) && kn_is_contiguous(t) && kn_same_shape(s, t)) {
@@ -117,7 +117,7 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         /* free blocks whose last reader is this node */
         bool ok = true;
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = t->src[k] ? kn__storage_owner(t->src[k]) : NULL;
+            kn_tensor *s = t->src[k] ? kn__storage_owner(kn__psrc(p, t, k)) : NULL;
             if (s && p->off[s->id] >= 0 && last[s->id] == i && !persist[s->id]) {
                 ok = ok && oa_free(&oa, (size_t)p->off[s->id], align_up(storage_bytes(s)));
                 last[s->id] = -2;

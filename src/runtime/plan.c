@@ -1,23 +1,54 @@
-/* plan.c: the kn_plan object: build (schedule.c, then memplan.c), free, the
+/* plan.c: the kn_plan object: build (schedule.c, the graph rewrites of
+ * src/compile/, then memplan.c), free, the
  * KN_DEBUG printout and the sizes. Running it is exec.c's job.
  */
 #include "runtime/runtime.h"
 #include "core/env.h"
 #include <stdlib.h>
 
+/* Graph rewrites (src/compile/rewrite.c) on the scheduled list: they drop
+ * nodes and fill p->rep, never touching a kn_tensor, so the order of what
+ * survives is the schedule's. Only kn_plan_new's plans (eager kn_realize reuses
+ * values computed earlier: stop_at_realized); off with KN_NOFUSE=1 or
+ * opts->no_rewrite. */
+static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
+    if (stop_at_realized || (opts && opts->no_rewrite) || kn_env_get()->nofuse || p->n == 0) return true;
+    int *removed = p->rw_removed, n0 = p->n;
+    double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
+    p->rep = calloc((size_t)(p->n_ids ? p->n_ids : 1), sizeof *p->rep);
+    if (!p->rep || !kn__rewrite(p->order, &p->n, p->n_ids, nout, outs, p->rep, removed)) {
+        kn__plan_nomem(p->ctx, p, "the graph rewrites");
+        return false;
+    }
+    if (p->n == n0) { free(p->rep); p->rep = NULL; }
+    p->nkern = 0;
+    for (int i = 0; i < p->n; i++) if (kn__computes(p->order[i])) p->nkern++;
+    if (kn_env_get()->debug) {
+        fprintf(stderr, "rewrite: %d -> %d nodes in %.3f ms", n0, p->n, (kn__profile_now() - t0) * 1e3);
+        for (int r = 0; r < KN_RW_NRULES; r++) if (removed[r]) fprintf(stderr, ", %s -%d", kn__rw_rule_name((kn_rw_rule)r), removed[r]);
+        fprintf(stderr, "\n");
+    }
+    return true;
+}
+
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
+    double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
     kn_plan *p = calloc(1, sizeof *p);
     if (!p) { kn__plan_nomem(ctx, NULL, "the plan header"); return NULL; }
     p->ctx = ctx;
     p->be = (opts && opts->backend) ? opts->backend : ctx->be;
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
-    if (!kn__schedule(p, nout, outs, stop_at_realized) || !kn__memplan(p, nout, outs, opts)) {
+    if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
+        !kn__memplan(p, nout, outs, opts)) {
         kn_plan_free(p);
         return NULL;
     }
-    if (kn_env_get()->debug) kn_plan_print(p, stderr);
+    if (kn_env_get()->debug) {
+        fprintf(stderr, "plan built in %.3f ms\n", (kn__profile_now() - t0) * 1e3);
+        kn_plan_print(p, stderr);
+    }
     return p;
 }
 
@@ -30,6 +61,7 @@ void kn_plan_free(kn_plan *p) {
     kn_buffer_release(p->arena);
     free(p->order);
     free(p->off);
+    free(p->rep);
     free(p);
 }
 
@@ -50,7 +82,7 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         else if (t->id < p->n_ids && p->off[t->id] >= 0) fprintf(f, " -> arena+%lld", (long long)p->off[t->id]);
         else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);
         fprintf(f, "  <-");
-        for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k]) fprintf(f, " #%d", t->src[k]->id);
+        for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k]) fprintf(f, " #%d", kn__psrc(p, t, k)->id);
         fprintf(f, "  (#%d%s%s)\n", t->id, t->name[0] ? " " : "", t->name);
     }
 }

@@ -1,7 +1,9 @@
 /* runtime.h: what the planner's files (src/runtime/) share; never included by users.
  *
- * kn_plan_new compiles a graph into a plan in two steps, kn_plan_run runs it:
+ * kn_plan_new compiles a graph into a plan in three steps, kn_plan_run runs it:
  *   schedule.c  the node order: dependency order, effects nobody reads last
+ *   (compile/)  graph rewrites on that list (plan.c calls kn__rewrite): nodes
+ *               dropped, sources redirected through p->rep, read with kn__psrc
  *   memplan.c   where each node's value lives: persistent output buffers, one
  *               arena for the rest (liveness, in-place reuse)
  *   plan.c      the kn_plan object: build (schedule, then memory plan), free,
@@ -14,7 +16,7 @@
  */
 #ifndef KN_RUNTIME_H
 #define KN_RUNTIME_H
-#include "graph/graph.h"
+#include "compile/compile.h"
 
 struct kn_plan {
     kn_ctx *ctx;
@@ -26,10 +28,15 @@ struct kn_plan {
     kn_buffer *arena;
     size_t peak, naive;
     int nkern;
+    int rw_removed[KN_RW_NRULES];  /* nodes each rewrite rule removed (tests, KN_DEBUG) */
+    kn_tensor **rep;       /* by tensor id: the node read in its place (graph rewrites), NULL = itself; NULL when none */
 };
 
 /* A node that runs a kernel; a view only describes its source's storage. */
 static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
+
+/* Source k of t as this plan reads it (after graph rewrites, src/compile/). */
+static inline kn_tensor *kn__psrc(const kn_plan *p, const kn_tensor *t, int k) { return kn__rw_src(p->rep, p->n_ids, t, k); }
 
 /* ---- plan.c ----------------------------------------------------------------- */
 /* kn_plan_new, and kn_realize's temporary plan. stop_at_realized: eager
