@@ -38,7 +38,27 @@ static kn_tensor *data(kn_ctx *ctx, int ndim, const int64_t *shape, uint32_t see
 
 typedef struct { int n_plain, n_rw; int removed[KN_RW_NRULES]; bool same; } result;
 
-/* outputs' bytes of one plan */
+/* Every NaN in an output made canonical: a folded x*1 hands x's NaN on
+ * as it is, while a GPU's multiply returns its canonical NaN (the H100 does),
+ * so NaN payloads and signs are not part of what rewrites keep; every other
+ * bit is. */
+static void canon_nans(unsigned char *b, int64_t n, kn_dtype t) {
+    for (int64_t i = 0; i < n; i++) {
+        if (t == KN_F32) {
+            uint32_t u; memcpy(&u, b + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) { u = 0x7fc00000u; memcpy(b + 4 * i, &u, 4); }
+        } else if (t == KN_F64) {
+            uint64_t u; memcpy(&u, b + 8 * i, 8);
+            if ((u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (u & 0xfffffffffffffull)) { u = 0x7ff8000000000000ull; memcpy(b + 8 * i, &u, 8); }
+        } else if (t == KN_F16 || t == KN_BF16) {
+            uint16_t u; memcpy(&u, b + 2 * i, 2);
+            uint16_t e = t == KN_F16 ? 0x7c00 : 0x7f80, m = t == KN_F16 ? 0x03ff : 0x007f;
+            if ((u & e) == e && (u & m)) { u = t == KN_F16 ? 0x7e00 : 0x7fc0; memcpy(b + 2 * i, &u, 2); }
+        }
+    }
+}
+
+/* outputs' bytes of one plan (NaNs canonical) */
 static int run_one(builder b, bool rw, unsigned char **bytes, size_t *nb, int *nnodes, int *removed) {
     kn_ctx *ctx = kn_ctx_new(NULL);
     kn_tensor *outs[MAXO];
@@ -60,6 +80,7 @@ static int run_one(builder b, bool rw, unsigned char **bytes, size_t *nb, int *n
     size_t at = 0;
     for (int o2 = 0; o2 < nout && !bad; o2++) {
         bad |= kn_tensor_read(outs[o2], *bytes + at, outs[o2]->dtype) != KN_OK;
+        canon_nans(*bytes + at, kn_numel(outs[o2]), outs[o2]->dtype);
         at += (size_t)kn_numel(outs[o2]) * kn_dtype_get(outs[o2]->dtype)->type_size;
     }
     for (int32_t i = 0; i < nall; i++)
