@@ -8,11 +8,7 @@
 # environment: BUILD, KN_CC, KN_SANFLAGS (and MAKEFLAGS, so the make below
 # uses the same build directory and flags). Prints one line per test and
 # "# totals: P F S" like the C test binaries.
-pass=0; fail=0; skip=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-skip() { skip=$((skip + 1)); echo "skip $1: $2"; }
-totals() { echo "# totals: $pass $fail $skip"; [ $fail -eq 0 ]; exit $?; }
+. "$(dirname "$0")/kn_test.sh"    # ok, bad, skip, totals
 
 BUILD=${BUILD:-build}
 CC=${KN_CC:-cc}

@@ -6,18 +6,17 @@
 # fails here, so it fails `make test`.
 #
 # Run by `make test` (tests/run.sh passes BUILD).
-pass=0; fail=0; skip=0
+. "$(dirname "$0")/kn_test.sh"    # ok, bad, skip, totals
 BUILD=${BUILD:-build}
 if ! command -v python3 >/dev/null 2>&1; then
-    skip=1; echo "skip layers: python3 not found"
+    skip layers "python3 not found"
 else
     out=$(BUILD="$BUILD" python3 scripts/check_layers.py 2>&1)
     if [ $? -eq 0 ]; then
-        pass=1; echo "ok   layers"
+        ok layers
     else
-        fail=1; echo "FAIL layers: a layer points up (scripts/check_layers.py):"
+        bad layers "a layer points up (scripts/check_layers.py):"
         echo "$out" | grep -v '^#' | sed 's/^/    /'
     fi
 fi
-echo "# totals: $pass $fail $skip"
-[ $fail -eq 0 ]
+totals

@@ -8,10 +8,7 @@
 # Run by `make test` (tests/run.sh), which passes BUILD, KN_CC, KN_SANFLAGS
 # and KN_LDLIBS (the libraries this build needs, CUDA's included). Prints one
 # line per block and "# totals: P F S" like the C test binaries.
-pass=0; fail=0; skip=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-skip() { skip=$((skip + 1)); echo "skip $1: $2"; }
+. "$(dirname "$0")/kn_test.sh"    # ok, bad, skip, totals
 
 BUILD=${BUILD:-build}
 CC=${KN_CC:-cc}
@@ -63,5 +60,4 @@ for src in $(ls "$tmp"/snippet_*.c 2>/dev/null | sort -t_ -k2 -n); do
     ok "$name"
 done
 [ $n -gt 0 ] || bad readme_c_blocks "no \`\`\`c block found in $README"
-echo "# totals: $pass $fail $skip"
-[ $fail -eq 0 ]
+totals

@@ -7,10 +7,7 @@
 # against libkiln.a but not against libkiln.so.
 #
 # Run by `make test` (tests/run.sh passes BUILD, KN_CC, KN_SANFLAGS, KN_LDLIBS).
-pass=0; fail=0; skip=0
-ok()   { pass=$((pass + 1)); echo "ok   $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-skip() { skip=$((skip + 1)); echo "skip $1: $2"; }
+. "$(dirname "$0")/kn_test.sh"    # ok, bad, skip, totals
 
 BUILD=${BUILD:-build}
 CC=${KN_CC:-cc}
@@ -67,5 +64,4 @@ else
         ok internal_symbols_hidden
     fi
 fi
-echo "# totals: $pass $fail $skip"
-[ $fail -eq 0 ]
+totals
