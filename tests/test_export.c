@@ -130,6 +130,24 @@ static float *llamacpp_logits(const char *gguf, const int32_t *ids, int n, int V
     return out;
 }
 
+/* kiln's logits a [n, V] against llama.cpp's on the same GGUF file: the
+ * relative error is printed and checked (<= 1e-3). false, with why set
+ * ("skip: ..."), when llama.cpp cannot run here: the caller skips. */
+static bool check_llamacpp(const char *gg, const int32_t *ids, int n, int V, const float *a, const char *what,
+                           char *why, size_t cap) {
+    float *l = llamacpp_logits(gg, ids, n, V, why, cap);
+    if (!l && !strncmp(why, "skip:", 5)) return false;
+    CHECK(l, "llama.cpp: %s", why);
+    if (!l) return true;
+    double *da = malloc(sizeof *da * (size_t)(n * V)), *dl = malloc(sizeof *dl * (size_t)(n * V));
+    for (long i = 0; da && dl && i < (long)n * V; i++) { da[i] = a[i]; dl[i] = l[i]; }
+    double rel = da && dl ? kn_rel_err(dl, da, (long)n * V) : INFINITY;
+    printf("  llama.cpp vs kiln logits%s: relative error %.3g over %d positions x %d\n", what, rel, n, V);
+    CHECK(rel <= 1e-3, "llama.cpp logits differ from kiln's: relative error %g", rel);
+    free(da); free(dl); free(l);
+    return true;
+}
+
 typedef struct collect { char text[256]; size_t n; int32_t first; int count; } collect;
 static bool on_token(void *ud, int32_t tok, const char *text, size_t len) {
     collect *c = ud;
@@ -198,15 +216,8 @@ TEST(char_export_gguf_matches_kiln_and_llamacpp) {
     CHECK(memcmp(a, b, sizeof *a * (size_t)(n * nv1)) == 0, "GGUF logits differ from the checkpoint's (max %g)",
           kn_max_abs_diff_f32(b, a, (long)n * nv1));
     char why[400];
-    float *l = llamacpp_logits(gg, ids, n, nv1, why, sizeof why);
-    if (!l && !strncmp(why, "skip:", 5)) { free(a); free(b); SKIP("llama.cpp check: %s", why + 6); }
-    REQUIRE(l, "llama.cpp: %s", why);
-    double *da = malloc(sizeof *da * (size_t)(n * nv1)), *dl = malloc(sizeof *dl * (size_t)(n * nv1));
-    for (long i = 0; da && dl && i < (long)n * nv1; i++) { da[i] = a[i]; dl[i] = l[i]; }
-    double rel = da && dl ? kn_rel_err(dl, da, (long)n * nv1) : INFINITY;
-    printf("  llama.cpp vs kiln logits: relative error %.3g over %d positions x %d\n", rel, n, nv1);
-    CHECK(rel <= 1e-3, "llama.cpp logits differ from kiln's: relative error %g", rel);
-    free(da); free(dl); free(l); free(a); free(b);
+    if (!check_llamacpp(gg, ids, n, nv1, a, "", why, sizeof why)) { free(a); free(b); SKIP("llama.cpp check: %s", why + 6); }
+    free(a); free(b);
 }
 
 TEST(char_old_or_non_ascii_checkpoints_refused_clearly) {
@@ -319,15 +330,8 @@ TEST(gpt2_export_gguf_matches_kiln_and_llamacpp) {
               t[0] == 50256 && t[1] == 7454 && t[4] == 640, "tokens %d: %d %d ... (%s)", nt, t[0], t[1], kn_last_error());
     kn_model_free(m);
     char why[400];
-    float *l = llamacpp_logits(gg, ids, n, nv1, why, sizeof why);
-    if (!l && !strncmp(why, "skip:", 5)) { free(a); free(b); SKIP("llama.cpp check: %s", why + 6); }
-    REQUIRE(l, "llama.cpp: %s", why);
-    double *da = malloc(sizeof *da * (size_t)(n * nv1)), *dl = malloc(sizeof *dl * (size_t)(n * nv1));
-    for (long i = 0; da && dl && i < (long)n * nv1; i++) { da[i] = a[i]; dl[i] = l[i]; }
-    double rel = da && dl ? kn_rel_err(dl, da, (long)n * nv1) : INFINITY;
-    printf("  llama.cpp vs kiln logits (gpt2): relative error %.3g over %d positions x %d\n", rel, n, nv1);
-    CHECK(rel <= 1e-3, "llama.cpp logits differ from kiln's: relative error %g", rel);
-    free(da); free(dl); free(l); free(a); free(b);
+    if (!check_llamacpp(gg, ids, n, nv1, a, " (gpt2)", why, sizeof why)) { free(a); free(b); SKIP("llama.cpp check: %s", why + 6); }
+    free(a); free(b);
 }
 
 /* A compact model whose final LayerNorm bias is still zero cannot be
