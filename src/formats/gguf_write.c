@@ -59,16 +59,12 @@ static void put(kn_gguf_writer *w, const void *src, size_t n) {
     memcpy(w->kv.p + w->kv.n, src, n);
     w->kv.n += n;
 }
-static void put_u32(kn_gguf_writer *w, uint32_t v) {
-    uint8_t b[4];
-    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-    put(w, b, 4);
+/* v as n little-endian bytes (GGUF's byte order on any host) */
+static void le_bytes(uint8_t *b, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(v >> (8 * i));
 }
-static void put_u64(kn_gguf_writer *w, uint64_t v) {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-    put(w, b, 8);
-}
+static void put_u32(kn_gguf_writer *w, uint32_t v) { uint8_t b[4]; le_bytes(b, v, 4); put(w, b, 4); }
+static void put_u64(kn_gguf_writer *w, uint64_t v) { uint8_t b[8]; le_bytes(b, v, 8); put(w, b, 8); }
 static void put_str(kn_gguf_writer *w, const char *s, size_t n) { put_u64(w, n); put(w, s, n); }
 
 /* Starts a key/value: checks the key is new, writes it and the type. */
@@ -190,16 +186,8 @@ static void emit(sink *s, const void *p, size_t n) {
     }
     s->off += n;
 }
-static void emit_u32(sink *s, uint32_t v) {
-    uint8_t b[4];
-    for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> (8 * i));
-    emit(s, b, 4);
-}
-static void emit_u64(sink *s, uint64_t v) {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-    emit(s, b, 8);
-}
+static void emit_u32(sink *s, uint32_t v) { uint8_t b[4]; le_bytes(b, v, 4); emit(s, b, 4); }
+static void emit_u64(sink *s, uint64_t v) { uint8_t b[8]; le_bytes(b, v, 8); emit(s, b, 8); }
 static void emit_pad(sink *s) {
     static const char zeros[ALIGN];
     size_t r = (size_t)(s->off % ALIGN);
