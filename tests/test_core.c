@@ -396,3 +396,24 @@ TEST(env_reload_and_flags) {
     free(keep);
     kn_env_reload();
 }
+
+/* the variables whose text is read in their own way */
+TEST(env_special_values) {
+    static const char *names[] = {"KN_LLM_FUSE", "KN_LLM_GPU_CAST", "KN_PROFILE", "KN_CUDA_POOL_MB"};
+    char *keep[4];
+    for (int i = 0; i < 4; i++) { const char *v = getenv(names[i]); keep[i] = v ? strdup(v) : NULL; }
+    setenv("KN_LLM_FUSE", "1", 1); setenv("KN_LLM_GPU_CAST", "yes", 1);
+    setenv("KN_PROFILE", "shapes", 1); setenv("KN_CUDA_POOL_MB", "5000", 1);
+    kn_env_reload();
+    const kn_env *e = kn_env_get();
+    CHECK(!e->llm_nofuse, "KN_LLM_FUSE=1 keeps fusion on");
+    CHECK(!e->llm_gpu_cast, "KN_LLM_GPU_CAST acts only on \"1\"");
+    CHECK(e->profile == 2, "KN_PROFILE=shapes -> %d", e->profile);
+    CHECK(e->cuda_pool_mb == 5000, "KN_CUDA_POOL_MB -> %lld", e->cuda_pool_mb);
+    setenv("KN_LLM_FUSE", "0", 1); setenv("KN_LLM_GPU_CAST", "1", 1); setenv("KN_PROFILE", "1", 1);
+    kn_env_reload();
+    CHECK(e->llm_nofuse && e->llm_gpu_cast && e->profile == 1, "fuse off %d, cast %d, profile %d", e->llm_nofuse,
+          e->llm_gpu_cast, e->profile);
+    for (int i = 0; i < 4; i++) { if (keep[i]) setenv(names[i], keep[i], 1); else unsetenv(names[i]); free(keep[i]); }
+    kn_env_reload();
+}

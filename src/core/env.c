@@ -6,21 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { FLAG, INT, STR } kind;
+/* how a variable's text becomes its field:
+ * FLAG     bool, on unless "" or "0";  IS0 / IS1  bool, on only for "0" / "1"
+ * INT      int >= 0 (capped at 2^20);  LONG       long long >= 0
+ * STR      the text (NULL when empty); PROFILE    "shapes" 2, another flag value 1 */
+typedef enum { FLAG, IS0, IS1, INT, LONG, STR, PROFILE } kind;
 typedef struct { const char *name; kind k; size_t off; } var;
 
 #define F(field) offsetof(kn_env, field)
 static const var g_vars[] = {
     {"KN_THREADS", INT, F(threads)},          {"KN_BACKEND", STR, F(backend)},
     {"KN_CPU", STR, F(cpu)},                  {"KN_DEBUG", FLAG, F(debug)},
-    {"KN_PROFILE", INT, F(profile)},          {"KN_GEMM_CHUNKS", INT, F(gemm_chunks)},
+    {"KN_PROFILE", PROFILE, F(profile)},          {"KN_GEMM_CHUNKS", INT, F(gemm_chunks)},
     {"KN_GEMM_BLOCK", STR, F(gemm_block)},    {"KN_QMM_ACT", STR, F(qmm_act)},
-    {"KN_QMM_EXACT", FLAG, F(qmm_exact)},     {"KN_LLM_FUSE", FLAG, F(llm_nofuse)},
-    {"KN_LLM_GPU_CAST", FLAG, F(llm_gpu_cast)}, {"KN_CUDA_GENERIC", FLAG, F(cuda_generic)},
+    {"KN_QMM_EXACT", FLAG, F(qmm_exact)},     {"KN_LLM_FUSE", IS0, F(llm_nofuse)},
+    {"KN_LLM_GPU_CAST", IS1, F(llm_gpu_cast)}, {"KN_CUDA_GENERIC", FLAG, F(cuda_generic)},
     {"KN_CUDA_NO_TC", FLAG, F(cuda_no_tc)},   {"KN_CUDA_NO_WGMMA", FLAG, F(cuda_no_wgmma)},
     {"KN_CUDA_NO_SGEMM", FLAG, F(cuda_no_sgemm)}, {"KN_CUDA_NO_GEMV", FLAG, F(cuda_no_gemv)},
     {"KN_CUDA_NO_SPLITK", FLAG, F(cuda_no_splitk)}, {"KN_CUDA_SYNC", FLAG, F(cuda_sync)},
-    {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", INT, F(cuda_pool_mb)},
+    {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", LONG, F(cuda_pool_mb)},
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
 };
 #undef F
@@ -50,21 +54,16 @@ static void read_all(void) {
         const char *s = getenv(v->name);
         char *p = (char *)&e + v->off;
         if (!s) continue;
-        if (v->k == STR) { if (*s) *(const char **)p = s; }
-        else if (v->k == FLAG) *(bool *)p = flag_on(s);
-        else if (!strcmp(v->name, "KN_PROFILE")) e.profile = !strcmp(s, "shapes") ? 2 : flag_on(s) ? 1 : 0;
-        else if (*s) {
-            long long x = int_of(v->name, s);
-            if (v->off == offsetof(kn_env, cuda_pool_mb)) e.cuda_pool_mb = x;
-            else *(int *)p = x > 1 << 20 ? 1 << 20 : (int)x;
+        switch (v->k) {
+        case STR: if (*s) *(const char **)p = s; break;
+        case FLAG: *(bool *)p = flag_on(s); break;
+        case IS0: *(bool *)p = !strcmp(s, "0"); break;     /* KN_LLM_FUSE: on by default, "0" turns it off */
+        case IS1: *(bool *)p = !strcmp(s, "1"); break;     /* KN_LLM_GPU_CAST: only "1", as documented */
+        case PROFILE: *(int *)p = !strcmp(s, "shapes") ? 2 : flag_on(s) ? 1 : 0; break;
+        case INT: if (*s) { long long x = int_of(v->name, s); *(int *)p = x > 1 << 20 ? 1 << 20 : (int)x; } break;
+        case LONG: if (*s) *(long long *)p = int_of(v->name, s); break;
         }
     }
-    /* KN_LLM_FUSE is on by default: only "0" turns it off */
-    const char *fuse = getenv("KN_LLM_FUSE");
-    e.llm_nofuse = fuse && !strcmp(fuse, "0");
-    /* KN_LLM_GPU_CAST takes effect only as "1" (as documented) */
-    const char *cast = getenv("KN_LLM_GPU_CAST");
-    e.llm_gpu_cast = cast && !strcmp(cast, "1");
     g_env = e;
 }
 
