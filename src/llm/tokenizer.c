@@ -12,7 +12,6 @@
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
 #include "formats/gguf.h"             /* defines: kn_gguf_get_str/arr, ...           */
 #include "core/utf8.h"               /* defines: kn__utf8_check, kn_utf8_valid_prefix */
-#include "formats/mapfile.h"          /* defines: kn_open_regular                    */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
