@@ -30,9 +30,10 @@ static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     return v->data != NULL;
 }
 
-kn_status kn_plan_run(kn_plan *p) {
+/* Every step of the plan, in order, on the backend's queue; no final wait
+ * (a device backend returns with the work queued). */
+kn_status kn__plan_run_steps(kn_plan *p) {
     int prof = kn__profile_mode();
-    if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         if (!kn__alive(t)) return kn_set_error(KN_ERR_STATE, "kn_plan_run: the plan's tensors were freed (context reset); build a new plan");
@@ -55,6 +56,13 @@ kn_status kn_plan_run(kn_plan *p) {
         if (prof) kn__profile_node(prof, &e, kn__profile_now() - t0);
         if (st != KN_OK) return st;
     }
+    return KN_OK;
+}
+
+kn_status kn_plan_run(kn_plan *p) {
+    if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
+    kn_status st = kn__plan_run_steps(p);
+    if (st != KN_OK) return st;
     if (p->be->synchronize) return p->be->synchronize(p->be);
     return KN_OK;
 }

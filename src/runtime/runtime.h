@@ -51,6 +51,10 @@ static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *wha
              "free unused contexts or build a smaller graph", what, p ? p->n : 0);
 }
 
+/* ---- exec.c ----------------------------------------------------------------- */
+/* Runs every step of p once, in order (kn_plan_run is this and a final wait). */
+kn_status kn__plan_run_steps(kn_plan *p);
+
 /* ---- schedule.c ------------------------------------------------------------- */
 /* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.
  * false on failure, with the error recorded; the caller frees p. */
