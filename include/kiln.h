@@ -355,6 +355,7 @@ typedef struct kn_plan_opts {
     bool no_inplace;         /* disable in-place reuse of dying inputs         */
     bool no_reuse;           /* disable memory reuse entirely (debugging)      */
     bool no_rewrite;         /* skip the graph rewrites (docs/COMPILER.md); KN_NOFUSE=1 too */
+    bool no_fuse;            /* run every node on its own kernel: no fused, generated kernels; KN_NOFUSE=1 too */
 } kn_plan_opts;
 kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts);
 kn_status kn_plan_run(kn_plan *p);

@@ -32,11 +32,43 @@ static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
 
 /* Every step of the plan, in order, on the backend's queue; no final wait
  * (a device backend returns with the work queued). */
+/* A fused group's kernel (src/compile/fuse.c), at the place of its last node. */
+static kn_status run_group(kn_plan *p, const kn_fgroup *g, void *kernel) {
+    kn_kernel_launch l;
+    memset(&l, 0, sizeof l);
+    for (int b = 0; b < g->k.nbuf; b++) {
+        l.a.buf[b] = addr_of(p, g->bt[b]);
+        if (!l.a.buf[b]) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for operand %d of fused kernel %s", b, g->k.name);
+    }
+    l.a.syms = p->ctx->sym_val;
+    l.a.n = l.n_max = 1;
+    for (int d = 0; d < g->k.ndim; d++) {
+        l.a.n *= g->k.sym[d] ? p->ctx->sym_val[g->k.sym[d]] * g->k.mul[d] : g->k.ext[d];
+        l.n_max *= g->k.ext[d];
+    }
+    l.grain = 16384;
+    if (l.a.n <= 0) return KN_OK;
+    return p->be->kernel_run(p->be, kernel, &l);
+}
+
 kn_status kn__plan_run_steps(kn_plan *p) {
     int prof = kn__profile_mode();
+    if (p->be->version >= 2 && p->be->syms_upload) {
+        kn_status st = p->be->syms_upload(p->be, p->ctx->sym_val, KN_MAX_SYMS);
+        if (st != KN_OK) return st;
+    }
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         if (!kn__alive(t)) return kn_set_error(KN_ERR_STATE, "kn_plan_run: the plan's tensors were freed (context reset); build a new plan");
+        kn_fgroup *g = kn__pgroup(p, t);
+        if (g) {
+            if (i != g->last) continue;
+            double t0 = prof ? kn__profile_now() : 0;
+            kn_status st = run_group(p, g, p->kernel[p->gid[t->id]]);
+            if (prof) kn__profile_kernel(g->k.name, kn__profile_now() - t0);
+            if (st != KN_OK) return st;
+            continue;
+        }
         if (!kn__computes(t)) continue;
         kn_exec e;
         memset(&e, 0, sizeof e);

@@ -71,65 +71,98 @@ static bool oa_free(offalloc *a, size_t off, size_t size) {
 
 static bool owns_storage(const kn_tensor *t) { return !(t->flags & KN_FLAG_VIEW) && t->view_src == NULL; }
 
+/* Where node t's value is computed: its own place, or its group's (fusion). */
+static int exec_at(const kn_plan *p, const kn_tensor *t, int i) {
+    kn_fgroup *g = kn__pgroup(p, t);
+    return g ? g->last : i;
+}
+
+/* Does t read source s from memory? Not when s lives in t's group's registers. */
+static bool reads_memory(const kn_plan *p, const kn_tensor *t, const kn_tensor *s) {
+    kn_fgroup *g = kn__pgroup(p, t);
+    return !g || kn__pgroup(p, s) != g || kn__pstored(g, s);
+}
+
 bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
     kn_ctx *ctx = p->ctx;
     size_t nid = (size_t)(p->n_ids ? p->n_ids : 1);
     p->off = malloc(sizeof *p->off * nid);
-    int32_t *last = malloc(sizeof *last * nid);     /* by storage owner: index of its last reader */
+    int32_t *last = malloc(sizeof *last * nid);     /* by storage owner: where its last reader runs */
+    int32_t *die_next = malloc(sizeof *die_next * nid);
+    int32_t *die_head = malloc(sizeof *die_head * (size_t)(p->n + 1));
     uint8_t *persist = calloc(nid, 1);
-    if (!p->off || !last || !persist) { free(last); free(persist); kn__plan_nomem(ctx, p, "the memory plan"); return false; }
+    if (!p->off || !last || !persist || !die_next || !die_head) {
+        free(last); free(persist); free(die_next); free(die_head);
+        kn__plan_nomem(ctx, p, "the memory plan");
+        return false;
+    }
     for (int32_t i = 0; i < p->n_ids; i++) { p->off[i] = -1; last[i] = -1; }
     /* outputs (or the storage they view) are persistent */
     for (int o = 0; o < nout; o++) persist[kn__storage_owner(outs[o])->id] = 1;
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
-        for (int k = 0; k < KN_MAX_SRC; k++)
-            if (t->src[k]) last[kn__storage_owner(kn__psrc(p, t, k))->id] = i;
-        if (t->flags & KN_FLAG_VIEW) last[kn__storage_owner(t)->id] = i;
+        int at = exec_at(p, t, i);
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = t->src[k] ? kn__psrc(p, t, k) : NULL;
+            if (!s || !reads_memory(p, t, s)) continue;
+            int32_t *l = &last[kn__storage_owner(s)->id];
+            if (*l < at) *l = at;
+        }
+        if ((t->flags & KN_FLAG_VIEW) && last[kn__storage_owner(t)->id] < i) last[kn__storage_owner(t)->id] = i;
     }
+    /* die_head[i]: the storage owners whose last reader runs at i */
+    for (int i = 0; i <= p->n; i++) die_head[i] = -1;
+    for (int32_t id = 0; id < p->n_ids; id++)
+        if (last[id] >= 0 && last[id] < p->n) { die_next[id] = die_head[last[id]]; die_head[last[id]] = id; }
     offalloc oa = {0};
     bool reuse = !(opts && opts->no_reuse), inplace = reuse && !(opts && opts->no_inplace);
-    for (int i = 0; i < p->n; i++) {
+    bool ok = true;
+    uint8_t *handed = calloc(nid, 1);               /* blocks taken over in place: not freed */
+    kn_tensor **byid = malloc(sizeof *byid * nid);  /* the scheduled node of each id (arena blocks belong to them) */
+    if (!handed || !byid) ok = false;
+    for (int i = 0; i < p->n && ok; i++) byid[p->order[i]->id] = p->order[i];
+    for (int i = 0; i < p->n && ok; i++) {
         kn_tensor *t = p->order[i];
-        if (!owns_storage(t) || t->buf) continue;
-        size_t bytes = align_up(storage_bytes(t));
-        if (persist[t->id]) {
-            t->buf = kn_buffer_new(p->be, bytes);    /* sets the message on failure */
-            if (!t->buf) { free(last); free(persist); free(oa.free); ctx->status = KN_ERR_NOMEM; return false; }
-            continue;
-        }
-        p->naive += bytes;
-        int64_t off = -1;
-        if (inplace && kn_op_get(t->op)->inplace_ok) {
-            for (int k = 0; k < 2 && off < 0; k++) {
-                kn_tensor *s = kn__psrc(p, t, k);
-                if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == i &&
-                    align_up(storage_bytes(s)) == bytes && kn_dtype_get(s->dtype)->type_size == kn_dtype_get(t->dtype)->type_size &&
-                    kn_is_contiguous(s) && kn_is_contiguous(t) && kn_same_shape(s, t)) {
-                    off = p->off[s->id];
-                    last[s->id] = -2;   /* handed over: not freed below */
+        kn_fgroup *g = kn__pgroup(p, t);
+        if (owns_storage(t) && !t->buf && !(g && !kn__pstored(g, t))) {
+            size_t bytes = align_up(storage_bytes(t));
+            if (persist[t->id]) {
+                t->buf = kn_buffer_new(p->be, bytes);    /* sets the message on failure */
+                if (!t->buf) { free(last); free(persist); free(die_next); free(die_head); free(handed); free(byid); free(oa.free); ctx->status = KN_ERR_NOMEM; return false; }
+                goto frees;
+            }
+            p->naive += bytes;
+            int64_t off = -1;
+            /* in place: over an input that dies here; in a group only at its last
+             * node and when the group reads that input at the item index alone */
+            if (inplace && kn_op_get(t->op)->inplace_ok && (!g || (g->last == i))) {
+                for (int k = 0; k < 2 && off < 0; k++) {
+                    kn_tensor *s = t->src[k] ? kn__psrc(p, t, k) : NULL;
+                    if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == i && !handed[s->id] &&
+                        align_up(storage_bytes(s)) == bytes && kn_dtype_get(s->dtype)->type_size == kn_dtype_get(t->dtype)->type_size &&
+                        kn_is_contiguous(s) && kn_is_contiguous(t) && kn_same_shape(s, t) &&
+                        (!g || (kn__pgroup(p, s) != g && kn__fuse_aligned_reads(g, s, p->rep, p->n_ids)))) {
+                        off = p->off[s->id];
+                        handed[s->id] = 1;
+                    }
                 }
             }
+            if (off < 0) off = (int64_t)oa_alloc(&oa, bytes);
+            p->off[t->id] = off;
+            /* a node nobody reads (dead end) frees right away */
+            if (reuse && last[t->id] < 0) ok = oa_free(&oa, (size_t)off, bytes);
         }
-        if (off < 0) off = (int64_t)oa_alloc(&oa, bytes);
-        p->off[t->id] = off;
+    frees:
+        /* blocks whose last reader runs here */
         if (!reuse) continue;
-        /* free blocks whose last reader is this node */
-        bool ok = true;
-        for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = t->src[k] ? kn__storage_owner(kn__psrc(p, t, k)) : NULL;
-            if (s && p->off[s->id] >= 0 && last[s->id] == i && !persist[s->id]) {
-                ok = ok && oa_free(&oa, (size_t)p->off[s->id], align_up(storage_bytes(s)));
-                last[s->id] = -2;
-            }
+        for (int32_t id = die_head[i]; id >= 0 && ok; id = die_next[id]) {
+            if (p->off[id] < 0 || persist[id] || handed[id]) continue;
+            ok = oa_free(&oa, (size_t)p->off[id], align_up(storage_bytes(byid[id])));
         }
-        /* a node nobody reads (dead end) frees right away */
-        if (ok && last[t->id] < 0 && last[t->id] != -2) ok = oa_free(&oa, (size_t)off, bytes);
-        if (!ok) { free(last); free(persist); free(oa.free); kn__plan_nomem(ctx, p, "the arena's free list"); return false; }
     }
-    /* views and effects whose storage dies at them also free */
     free(oa.free);
-    free(last); free(persist);
+    free(last); free(persist); free(die_next); free(die_head); free(handed); free(byid);
+    if (!ok) { kn__plan_nomem(ctx, p, "the arena's free list"); return false; }
     p->peak = oa.top;
     if (p->peak) {
         p->arena = kn_buffer_new(p->be, p->peak);    /* sets the message on failure */

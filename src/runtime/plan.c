@@ -31,6 +31,53 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     return true;
 }
 
+/* Fusion (src/compile/fuse.c): groups of elementwise nodes, each rendered in
+ * the backend's language and built by it (kernels.c). A group whose kernel
+ * cannot be built is dropped: its nodes run the hand kernels. Only for
+ * kn_plan_new's plans on backends that build kernels; off with KN_NOFUSE=1 or
+ * opts->no_fuse. */
+static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
+    kn_backend *be = p->be;
+    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
+    if (be->version < 2 || !be->kernel_lang || !be->kernel_build || !be->kernel_run) return true;
+    double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
+    if (!kn__fuse(p->order, p->n, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups)) {
+        kn__plan_nomem(p->ctx, p, "fusion");
+        return false;
+    }
+    if (!p->ngroups) return true;
+    p->gid = malloc(sizeof *p->gid * (size_t)p->n_ids);
+    p->kernel = calloc((size_t)p->ngroups, sizeof *p->kernel);
+    size_t cap = 1 << 16;
+    char *src = malloc(cap);
+    if (!p->gid || !p->kernel || !src) { free(src); kn__plan_nomem(p->ctx, p, "fusion"); return false; }
+    for (int32_t i = 0; i < p->n_ids; i++) p->gid[i] = -1;
+    int keep = 0, nsrc = 0;
+    for (int gi = 0; gi < p->ngroups; gi++) {
+        kn_fgroup *g = &p->groups[gi];
+        void *h = NULL;
+        if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) { h = kn__kernel_get(be, src, g->k.name); nsrc++; }
+        if (!h) continue;
+        if (keep != gi) p->groups[keep] = *g;
+        p->kernel[keep] = h;
+        for (int m = 0; m < g->nnode; m++) p->gid[g->node[m]->id] = keep;
+        keep++;
+    }
+    free(src);
+    p->ngroups = keep;
+    p->nfused = 0;
+    for (int gi = 0; gi < keep; gi++) p->nfused += p->groups[gi].nnode;
+    p->nkern = 0;
+    for (int i = 0; i < p->n; i++) {
+        kn_fgroup *g = kn__pgroup(p, p->order[i]);
+        if (g ? i == g->last : kn__computes(p->order[i])) p->nkern++;
+    }
+    if (kn_env_get()->debug)
+        fprintf(stderr, "fuse: %d groups of %d nodes in %.3f ms (%s kernels), %d kernels per run\n",
+                keep, p->nfused, (kn__profile_now() - t0) * 1e3, be->kernel_lang, p->nkern);
+    return true;
+}
+
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
@@ -41,7 +88,7 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
     if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
-        !kn__memplan(p, nout, outs, opts)) {
+        !fuse(p, nout, outs, opts, stop_at_realized) || !kn__memplan(p, nout, outs, opts)) {
         kn_plan_free(p);
         return NULL;
     }
@@ -62,6 +109,9 @@ void kn_plan_free(kn_plan *p) {
     free(p->order);
     free(p->off);
     free(p->rep);
+    free(p->groups);
+    free(p->gid);
+    free(p->kernel);
     free(p);
 }
 
@@ -77,7 +127,10 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         kn_tensor *t = p->order[i];
         char s[160];
         fprintf(f, "  %3d %-14s %-5s %-22s", i, kn_op_name(t->op), kn_dtype_name(t->dtype), kn__shape_str(t, s, sizeof s));
-        if (!kn__computes(t)) fprintf(f, " view of #%d", kn__storage_owner(t)->id);
+        kn_fgroup *g = kn__pgroup(p, t);
+        if (g) fprintf(f, " [%s%s]", g->node[g->nnode - 1] == t ? "runs " : "in ", g->k.name);
+        if (g && !kn__pstored(g, t)) fprintf(f, " -> registers");
+        else if (!kn__computes(t)) fprintf(f, " view of #%d", kn__storage_owner(t)->id);
         else if (t->buf) fprintf(f, " -> persistent");
         else if (t->id < p->n_ids && p->off[t->id] >= 0) fprintf(f, " -> arena+%lld", (long long)p->off[t->id]);
         else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);

@@ -15,6 +15,8 @@
 static double g_prof_s[KN_OP_COUNT];
 static long g_prof_n[KN_OP_COUNT];
 static int g_prof = -1;
+static double g_fused_s;      /* generated kernels of fused groups (src/compile/) */
+static long g_fused_n;
 enum { PROF_KEYS = 512 };
 static struct { char key[200]; double s, flop; long n; } g_pk[PROF_KEYS];
 static int g_npk;
@@ -51,6 +53,7 @@ static void prof_dump_shapes(void) {
 static void prof_dump(void) {
     double tot = 0;
     for (int i = 0; i < KN_OP_COUNT; i++) tot += g_prof_s[i];
+    tot += g_fused_s;
     fprintf(stderr, "kiln profile (%.3f s in kernels):\n", tot);
     for (int k = 0; k < KN_OP_COUNT; k++) {
         int best = -1;
@@ -61,6 +64,8 @@ static void prof_dump(void) {
                 100 * g_prof_s[best] / (tot > 0 ? tot : 1));
         g_prof_n[best] = 0;
     }
+    if (g_fused_n)
+        fprintf(stderr, "  %-20s %8ld calls %9.3f s %5.1f%%\n", "(fused kernels)", g_fused_n, g_fused_s, 100 * g_fused_s / (tot > 0 ? tot : 1));
     if (g_npk) prof_dump_shapes();
 }
 
@@ -82,4 +87,10 @@ void kn__profile_node(int mode, const kn_exec *e, double sec) {
     g_prof_s[e->node->op] += sec;
     g_prof_n[e->node->op]++;
     if (mode == 2) prof_shape(e, sec);
+}
+
+void kn__profile_kernel(const char *name, double sec) {
+    (void)name;
+    g_fused_s += sec;
+    g_fused_n++;
 }

@@ -16,7 +16,7 @@
  */
 #ifndef KN_RUNTIME_H
 #define KN_RUNTIME_H
-#include "compile/compile.h"
+#include "compile/kernel.h"
 
 struct kn_plan {
     kn_ctx *ctx;
@@ -30,7 +30,23 @@ struct kn_plan {
     int nkern;
     int rw_removed[KN_RW_NRULES];  /* nodes each rewrite rule removed (tests, KN_DEBUG) */
     kn_tensor **rep;       /* by tensor id: the node read in its place (graph rewrites), NULL = itself; NULL when none */
+    /* fusion (src/compile/fuse.c): groups of nodes that run as one generated kernel */
+    kn_fgroup *groups;
+    int ngroups;
+    int32_t *gid;          /* by tensor id: the node's group, -1; NULL when no groups */
+    void **kernel;         /* by group: the backend's handle (kernels.c) */
+    int nfused;            /* nodes that run inside a group */
 };
+
+/* The group node t belongs to, or NULL. */
+static inline kn_fgroup *kn__pgroup(const kn_plan *p, const kn_tensor *t) {
+    return (p->gid && t->id < p->n_ids && p->gid[t->id] >= 0) ? &p->groups[p->gid[t->id]] : NULL;
+}
+/* Does node t of group g keep its value in memory? */
+static inline bool kn__pstored(const kn_fgroup *g, const kn_tensor *t) {
+    for (int m = 0; m < g->nnode; m++) if (g->node[m] == t) return g->stored[m];
+    return true;
+}
 
 /* A node that runs a kernel; a view only describes its source's storage. */
 static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
@@ -55,6 +71,11 @@ static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *wha
 /* Runs every step of p once, in order (kn_plan_run is this and a final wait). */
 kn_status kn__plan_run_steps(kn_plan *p);
 
+/* ---- kernels.c -------------------------------------------------------------- */
+/* The backend's handle for a generated kernel's source, built once per process
+ * (NULL when it could not be built: reported once, or each time with KN_DEBUG). */
+void *kn__kernel_get(kn_backend *be, const char *src, const char *name);
+
 /* ---- schedule.c ------------------------------------------------------------- */
 /* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.
  * false on failure, with the error recorded; the caller frees p. */
@@ -73,4 +94,6 @@ int kn__profile_mode(void);
 double kn__profile_now(void);    /* seconds, monotonic */
 /* Adds sec to e's op (mode 2: also to its layout). */
 void kn__profile_node(int mode, const kn_exec *e, double sec);
+/* Adds sec to the fused kernels' row. */
+void kn__profile_kernel(const char *name, double sec);
 #endif

@@ -1,0 +1,411 @@
+/* fuse.c: elementwise fusion, the compiler's second pass (docs/COMPILER.md).
+ *
+ * Input: a plan's schedule after the graph rewrites (dependency order, sources
+ * read through rep). Output: groups of nodes that run as one generated kernel
+ * (kernel.h), each lowered to a kn_kernel. Nothing in the graph changes; the
+ * runtime runs a group at the place of its last node and keeps only the
+ * values something outside the group reads.
+ *
+ * The fusion predicate. A node t joins the groups its sources belong to (all
+ * of them, merged) when:
+ *   1. t is fusable: a unary or binary op of the op table with a float result,
+ *      a cast between float dtypes or a copy, over f32 / f16 / bf16 operands;
+ *   2. t and every node of the merged group have the same shape (symbols
+ *      included): one item of the kernel is one element of each, so a value
+ *      is computed once and read at the same index (no recomputation under
+ *      broadcast, no reads across items);
+ *   3. no member reads another member through a view (it would read another
+ *      item, which another thread may not have written yet);
+ *   4. no cycle and no read moved across a write: every reader outside the
+ *      group of a member runs after t (views count at their first reader),
+ *      and no effect (assign, index_copy, adam_update) lies between the
+ *      group's first node and t;
+ *   5. the budget: at most KN_KMAX_NODES nodes, KN_KMAX_INST instructions,
+ *      KN_KERNEL_MAXBUF buffers.
+ * Otherwise t starts a group of its own. Groups of one node are dropped (the
+ * hand kernel runs). Fill nodes read by a group become constants of its
+ * kernel, and members of it when nothing else reads them.
+ */
+#include "compile/kernel.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool float_dt(kn_dtype d) { return d == KN_F32 || d == KN_F16 || d == KN_BF16; }
+
+typedef struct {
+    kn_tensor *const *order;
+    int n;
+    int32_t n_ids;
+    kn_tensor *const *rep;
+    int32_t *pos;        /* by id: schedule index, -1 when not scheduled */
+    int32_t *rhead;      /* by id: readers list (CSR over rnext) */
+    int32_t *rnode, *rnext;
+    int nread;
+    int32_t *first_read; /* by id: where the value is first read (views: at their readers) */
+    int32_t *gid;        /* by id: group, -1 */
+    uint8_t *out;        /* by id: an output of the plan */
+    int *neff;           /* effects before schedule index i */
+    kn_fgroup *g;
+    int ng, cap;
+} fz;
+
+static kn_tensor *src_of(const fz *f, const kn_tensor *t, int k) { return kn__rw_src(f->rep, f->n_ids, t, k); }
+
+static bool fusable(const fz *f, const kn_tensor *t) {
+    const kn_op_info *oi = kn_op_get(t->op);
+    if (!float_dt(t->dtype) || (t->flags & KN_FLAG_VIEW) || !kn_is_contiguous(t)) return false;
+    if (oi->kind == KN_KIND_UNARY || oi->kind == KN_KIND_BINARY) {
+        if (!oi->expr) return false;
+    } else if (t->op != KN_OP_CAST && t->op != KN_OP_COPY) {
+        return false;
+    }
+    int na = oi->kind == KN_KIND_BINARY ? 2 : 1;
+    for (int k = 0; k < na; k++) {
+        kn_tensor *s = src_of(f, t, k);
+        if (!s || !float_dt(s->dtype) || s->ndim > t->ndim) return false;
+    }
+    for (int k = na; k < KN_MAX_SRC; k++) if (t->src[k]) return false;
+    return true;
+}
+
+static bool same_space(const kn_tensor *a, const kn_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++) if (a->shape[i] != b->shape[i] || a->sym[i] != b->sym[i]) return false;
+    return true;
+}
+
+static bool is_fill(const kn_tensor *s) { return s->op == KN_OP_FILL && !(s->flags & KN_FLAG_VIEW) && float_dt(s->dtype); }
+
+/* Where a reader r of a value reads it: its own place, or a view's first reader. */
+static int32_t read_at(const fz *f, const kn_tensor *r) {
+    return (r->flags & KN_FLAG_VIEW) ? f->first_read[r->id] : f->pos[r->id];
+}
+
+static bool in_set(kn_tensor *const *set, int n, const kn_tensor *t) {
+    for (int i = 0; i < n; i++) if (set[i] == t) return true;
+    return false;
+}
+
+/* The predicate's conditions 2-4 for the node set U (t last, at schedule index i). */
+static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
+    kn_tensor *t = U[nu - 1];
+    int first = i;
+    for (int m = 0; m < nu; m++) {
+        kn_tensor *x = U[m];
+        if (!same_space(x, t)) return false;
+        if (f->pos[x->id] < first) first = f->pos[x->id];
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = x->src[k] ? src_of(f, x, k) : NULL;
+            if (s && (s->flags & KN_FLAG_VIEW) && in_set(U, nu, kn__storage_owner(s))) return false;
+        }
+        if (x == t) continue;
+        for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
+            kn_tensor *r = f->order[f->rnode[e]];
+            if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
+        }
+    }
+    return f->neff[i] - f->neff[first] == 0;
+}
+
+static int instr_estimate(const fz *f, kn_tensor *const *U, int nu) {
+    int c = 0;
+    for (int m = 0; m < nu; m++) c += 2 + (int)(U[m]->dtype != KN_F32) + (int)(kn_op_get(U[m]->op)->kind == KN_KIND_BINARY);
+    (void)f;
+    return c;
+}
+
+static bool add_group(fz *f) {
+    if (f->ng == f->cap) {
+        int cap = f->cap ? f->cap * 2 : 16;
+        kn_fgroup *g = realloc(f->g, sizeof *g * (size_t)cap);
+        if (!g) return false;
+        f->g = g; f->cap = cap;
+    }
+    memset(&f->g[f->ng], 0, sizeof f->g[0]);
+    f->ng++;
+    return true;
+}
+
+/* Groups by the predicate; members in schedule order. */
+static bool form_groups(fz *f) {
+    kn_tensor *U[KN_KMAX_NODES + 1];
+    for (int i = 0; i < f->n; i++) {
+        kn_tensor *t = f->order[i];
+        if (!fusable(f, t)) continue;
+        int gs[KN_MAX_SRC], ngs = 0;
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = t->src[k] ? src_of(f, t, k) : NULL;
+            if (!s || s->id >= f->n_ids || f->gid[s->id] < 0) continue;
+            int g = f->gid[s->id];
+            bool seen = false;
+            for (int j = 0; j < ngs; j++) seen |= gs[j] == g;
+            if (!seen) gs[ngs++] = g;
+        }
+        bool joined = false;
+        if (ngs) {
+            int nu = 0;
+            bool fits = true;
+            for (int j = 0; j < ngs && fits; j++) {
+                kn_fgroup *g = &f->g[gs[j]];
+                if (nu + g->nnode + 1 > KN_KMAX_NODES) { fits = false; break; }
+                for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
+            }
+            if (fits) {
+                /* schedule order (merged groups interleave) */
+                for (int a = 1; a < nu; a++)
+                    for (int b = a; b > 0 && f->pos[U[b]->id] < f->pos[U[b - 1]->id]; b--) {
+                        kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
+                    }
+                U[nu++] = t;
+                if (instr_estimate(f, U, nu) <= KN_KMAX_INST - 8 && group_ok(f, U, nu, i)) {
+                    kn_fgroup *g0 = &f->g[gs[0]];
+                    for (int j = 1; j < ngs; j++) f->g[gs[j]].nnode = 0;   /* emptied, merged into g0 */
+                    memcpy(g0->node, U, sizeof *U * (size_t)nu);
+                    g0->nnode = nu;
+                    for (int m = 0; m < nu; m++) f->gid[U[m]->id] = gs[0];
+                    g0->last = i;
+                    joined = true;
+                }
+            }
+        }
+        if (!joined) {
+            if (!add_group(f)) return false;
+            kn_fgroup *g = &f->g[f->ng - 1];
+            g->node[0] = t; g->nnode = 1; g->last = i;
+            f->gid[t->id] = f->ng - 1;
+        }
+    }
+    return true;
+}
+
+/* ---- lowering ------------------------------------------------------------ */
+
+static int emit(kn_kernel *k, kn_kinst in) {
+    if (k->ninst >= KN_KMAX_INST) return -1;
+    k->inst[k->ninst] = in;
+    return k->ninst++;
+}
+
+/* Strides of s read over the kernel's space (ndim, shape of t): right-aligned,
+ * a dim of extent 1 against a larger one is broadcast (stride 0). */
+static void bcast_strides(const kn_tensor *s, const kn_tensor *t, int64_t *st) {
+    int off = t->ndim - s->ndim;
+    for (int d = 0; d < t->ndim; d++) {
+        int ds = d - off;
+        if (ds < 0) { st[d] = 0; continue; }
+        bool b = s->shape[ds] == 1 && s->sym[ds] == 0 && !(t->shape[d] == 1 && t->sym[d] == 0);
+        st[d] = b ? 0 : s->stride[ds];
+    }
+}
+
+static int buffer_of(kn_fgroup *g, kn_tensor *s, bool out, const kn_tensor *space) {
+    kn_kernel *k = &g->k;
+    for (int b = 0; b < k->nbuf; b++) if (g->bt[b] == s && k->buf[b].out == out) return b;
+    if (k->nbuf >= KN_KERNEL_MAXBUF) return -1;
+    int b = k->nbuf++;
+    g->bt[b] = s;
+    k->buf[b].dt = s->dtype;
+    k->buf[b].out = out;
+    bcast_strides(s, space, k->buf[b].st);
+    return b;
+}
+
+/* The value of x's dtype: rounds float to f16 / bf16 like a store would. */
+static int rounded(kn_kernel *k, int v, kn_dtype dt) {
+    if (v < 0 || dt == KN_F32) return v;
+    return emit(k, (kn_kinst){.kind = KN_KI_CAST, .dt = dt, .a = v});
+}
+
+static double fill_value(const kn_tensor *s) {
+    /* the value the fill node holds: its parameter rounded to its dtype */
+    unsigned char tmp[16];
+    kn_store(s->dtype, tmp, 0, s->p.scalar.a);
+    return kn_load(s->dtype, tmp, 0);
+}
+
+/* Merges adjacent dims every buffer walks contiguously; drops static 1s. */
+static void simplify_dims(kn_kernel *k) {
+    int nd = 0;
+    for (int d = 0; d < k->ndim; d++) {
+        if (k->ext[d] == 1 && k->sym[d] == 0) continue;
+        if (nd > 0 && k->sym[d] == 0) {
+            bool merge = true;
+            for (int b = 0; b < k->nbuf && merge; b++) merge = k->buf[b].st[nd - 1] == k->buf[b].st[d] * k->ext[d];
+            if (merge) {
+                k->ext[nd - 1] *= k->ext[d];
+                k->mul[nd - 1] *= k->ext[d];
+                for (int b = 0; b < k->nbuf; b++) k->buf[b].st[nd - 1] = k->buf[b].st[d];
+                continue;
+            }
+        }
+        k->ext[nd] = k->ext[d]; k->sym[nd] = k->sym[d]; k->mul[nd] = k->mul[d];
+        for (int b = 0; b < k->nbuf; b++) k->buf[b].st[nd] = k->buf[b].st[d];
+        nd++;
+    }
+    k->ndim = nd;
+}
+
+static bool lower(fz *f, kn_fgroup *g) {
+    kn_kernel *k = &g->k;
+    kn_tensor *space = g->node[g->nnode - 1];
+    memset(k, 0, sizeof *k);
+    k->ndim = space->ndim;
+    for (int d = 0; d < space->ndim; d++) { k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1; }
+    int val[KN_KMAX_NODES];
+    int loads[KN_KERNEL_MAXBUF];
+    for (int b = 0; b < KN_KERNEL_MAXBUF; b++) loads[b] = -1;
+    for (int m = 0; m < g->nnode; m++) {
+        kn_tensor *x = g->node[m];
+        val[m] = -1;
+        if (x->op == KN_OP_FILL) {   /* an absorbed constant */
+            val[m] = emit(k, (kn_kinst){.kind = KN_KI_CONST, .dt = x->dtype, .p0 = fill_value(x)});
+            if (val[m] < 0) return false;
+            continue;
+        }
+        const kn_op_info *oi = kn_op_get(x->op);
+        int na = oi->kind == KN_KIND_BINARY ? 2 : 1, v[2] = {-1, -1};
+        for (int a = 0; a < na; a++) {
+            kn_tensor *s = src_of(f, x, a);
+            int mi = -1;
+            for (int j = 0; j < m; j++) if (g->node[j] == s) mi = j;
+            if (mi >= 0) { v[a] = val[mi]; continue; }
+            if (is_fill(s)) { v[a] = emit(k, (kn_kinst){.kind = KN_KI_CONST, .dt = s->dtype, .p0 = fill_value(s)}); continue; }
+            int b = buffer_of(g, s, false, space);
+            if (b < 0) return false;
+            if (loads[b] < 0) loads[b] = emit(k, (kn_kinst){.kind = KN_KI_LOAD, .dt = s->dtype, .buf = b});
+            v[a] = loads[b];
+        }
+        if (v[0] < 0 || (na == 2 && v[1] < 0)) return false;
+        if (x->op == KN_OP_COPY) val[m] = rounded(k, v[0], x->dtype);
+        else if (x->op == KN_OP_CAST) val[m] = rounded(k, v[0], x->dtype);
+        else if (na == 1)
+            val[m] = rounded(k, emit(k, (kn_kinst){.kind = KN_KI_UNARY, .op = x->op, .dt = x->dtype, .a = v[0],
+                                                    .p0 = x->p.scalar.a, .p1 = x->p.scalar.b}), x->dtype);
+        else
+            val[m] = rounded(k, emit(k, (kn_kinst){.kind = KN_KI_BINARY, .op = x->op, .dt = x->dtype, .a = v[0], .b = v[1]}), x->dtype);
+        if (val[m] < 0) return false;
+    }
+    for (int m = 0; m < g->nnode; m++) {
+        if (!g->stored[m]) continue;
+        int b = buffer_of(g, g->node[m], true, space);
+        if (b < 0 || emit(k, (kn_kinst){.kind = KN_KI_STORE, .dt = g->node[m]->dtype, .a = val[m], .buf = b}) < 0) return false;
+    }
+    simplify_dims(k);
+    return true;
+}
+
+/* Fill nodes read only by members of g become members (constants, not stored). */
+static void absorb_fills(fz *f, kn_fgroup *g, int gi) {
+    for (int m = 0; m < g->nnode && g->nnode < KN_KMAX_NODES; m++)
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = g->node[m]->src[k] ? src_of(f, g->node[m], k) : NULL;
+            if (!s || !is_fill(s) || s->id >= f->n_ids || f->pos[s->id] < 0 || f->gid[s->id] >= 0) continue;
+            if (f->out[s->id] || s->buf) continue;
+            bool only = true;
+            for (int32_t e = f->rhead[s->id]; e >= 0 && only; e = f->rnext[e]) only = f->gid[f->order[f->rnode[e]]->id] == gi;
+            if (!only || g->nnode >= KN_KMAX_NODES) continue;
+            /* keep schedule order: the fill goes first (it reads nothing) */
+            memmove(g->node + 1, g->node, sizeof g->node[0] * (size_t)g->nnode);
+            g->node[0] = s;
+            g->nnode++;
+            f->gid[s->id] = gi;
+            m++;
+        }
+}
+
+static void mark_stored(fz *f, kn_fgroup *g, int gi) {
+    for (int m = 0; m < g->nnode; m++) {
+        kn_tensor *x = g->node[m];
+        bool st = f->out[x->id] || x->buf != NULL;
+        for (int32_t e = f->rhead[x->id]; e >= 0 && !st; e = f->rnext[e]) st = f->gid[f->order[f->rnode[e]]->id] != gi;
+        g->stored[m] = x->op != KN_OP_FILL && st;   /* an absorbed fill has no reader outside */
+    }
+}
+
+bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
+    const kn_tensor *space = g->node[g->nnode - 1];
+    for (int m = 0; m < g->nnode; m++)
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *x = g->node[m]->src[k] ? kn__rw_src(rep, n_ids, g->node[m], k) : NULL;
+            if (!x || kn__storage_owner(x) != s) continue;
+            if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
+        }
+    return true;
+}
+
+bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
+              kn_tensor *const *rep, kn_fgroup **groups, int *ngroups) {
+    *groups = NULL; *ngroups = 0;
+    fz f = {.order = order, .n = n, .n_ids = n_ids, .rep = rep};
+    size_t ni = (size_t)(n_ids ? n_ids : 1), nn = (size_t)n + 1;
+    f.pos = malloc(sizeof *f.pos * ni);
+    f.rhead = malloc(sizeof *f.rhead * ni);
+    f.first_read = malloc(sizeof *f.first_read * ni);
+    f.gid = malloc(sizeof *f.gid * ni);
+    f.out = calloc(ni, 1);
+    f.neff = malloc(sizeof *f.neff * nn);
+    f.rnode = malloc(sizeof *f.rnode * nn * KN_MAX_SRC);
+    f.rnext = malloc(sizeof *f.rnext * nn * KN_MAX_SRC);
+    bool ok = f.pos && f.rhead && f.first_read && f.gid && f.out && f.neff && f.rnode && f.rnext;
+    if (ok) {
+        for (size_t i = 0; i < ni; i++) { f.pos[i] = -1; f.rhead[i] = -1; f.first_read[i] = INT_MAX; f.gid[i] = -1; }
+        for (int o = 0; o < nout; o++) if (outs[o] && outs[o]->id < n_ids) f.out[outs[o]->id] = 1;
+        f.neff[0] = 0;
+        for (int i = 0; i < n; i++) {
+            kn_tensor *t = order[i];
+            f.pos[t->id] = i;
+            f.neff[i + 1] = f.neff[i] + (kn_op_get(t->op)->kind == KN_KIND_EFFECT);
+            for (int k = 0; k < KN_MAX_SRC; k++) {
+                kn_tensor *s = t->src[k] ? src_of(&f, t, k) : NULL;
+                if (!s || s->id >= n_ids) continue;
+                f.rnode[f.nread] = i; f.rnext[f.nread] = f.rhead[s->id]; f.rhead[s->id] = f.nread++;
+            }
+        }
+        /* neff[i]: effects strictly before index i; group_ok compares neff[i] - neff[first] */
+        for (int i = n - 1; i >= 0; i--) {
+            kn_tensor *t = order[i];
+            int32_t fr = f.out[t->id] ? INT_MAX - 1 : INT_MAX;
+            for (int32_t e = f.rhead[t->id]; e >= 0; e = f.rnext[e]) {
+                kn_tensor *r = order[f.rnode[e]];
+                int32_t at = (r->flags & KN_FLAG_VIEW) ? f.first_read[r->id] : f.rnode[e];
+                if (at < fr) fr = at;
+            }
+            f.first_read[t->id] = fr;
+        }
+        ok = form_groups(&f);
+    }
+    if (ok) {
+        int keep = 0;
+        for (int gi = 0; gi < f.ng; gi++) {
+            kn_fgroup *g = &f.g[gi];
+            if (g->nnode < 2) {
+                for (int m = 0; m < g->nnode; m++) f.gid[g->node[m]->id] = -1;
+                continue;
+            }
+            /* renumber: gid must point at the kept slot */
+            for (int m = 0; m < g->nnode; m++) f.gid[g->node[m]->id] = keep;
+            if (keep != gi) f.g[keep] = *g;
+            keep++;
+        }
+        f.ng = keep;
+        for (int gi = 0; gi < f.ng; gi++) {
+            kn_fgroup *g = &f.g[gi];
+            absorb_fills(&f, g, gi);
+            mark_stored(&f, g, gi);
+        }
+        int keep2 = 0;
+        for (int gi = 0; gi < f.ng; gi++) {
+            kn_fgroup *g = &f.g[gi];
+            if (!lower(&f, g)) continue;   /* over the budget: its nodes run the hand kernels */
+            if (keep2 != gi) f.g[keep2] = *g;
+            keep2++;
+        }
+        f.ng = keep2;
+    }
+    free(f.pos); free(f.rhead); free(f.first_read); free(f.gid); free(f.out); free(f.neff); free(f.rnode); free(f.rnext);
+    if (!ok) { free(f.g); return false; }
+    if (!f.ng) { free(f.g); f.g = NULL; }
+    *groups = f.g; *ngroups = f.ng;
+    return true;
+}

@@ -1,0 +1,94 @@
+/* compile/kernel.h: fused kernels, from groups of graph nodes to source code
+ * (docs/COMPILER.md, "Fusion" and "Code generation").
+ *
+ * fuse.c    finds groups of elementwise nodes in a plan's schedule that can run
+ *           as one kernel, under one predicate (kn__fuse), and lowers each to
+ *           a kn_kernel: a loop over the group's shape and, per item, a short
+ *           straight-line program (loads, ops, stores).
+ * render.c  turns a kn_kernel into source for a backend's language ("c",
+ *           "cuda"): one emitter for the program, a dialect per language for
+ *           what differs (prelude, kernel head, loop, loads and stores), so a
+ *           GLSL dialect can sit beside them.
+ *
+ * The runtime decides what to do with the source (the backend compiles it:
+ * kn_backend.kernel_build) and where the group's values live; a group whose
+ * kernel cannot be built is dissolved and its nodes run the hand kernels.
+ */
+#ifndef KN_COMPILE_KERNEL_H
+#define KN_COMPILE_KERNEL_H
+#include "compile/compile.h"
+#include "kiln_backend.h"
+
+#define KN_KMAX_INST 96     /* instructions of one kernel (the register budget) */
+#define KN_KMAX_NODES 32    /* nodes of one group */
+
+typedef enum {
+    KN_KI_LOAD,             /* v = buf[b] at this item                          */
+    KN_KI_CONST,            /* v = p0 (a fill node, already rounded to its dtype) */
+    KN_KI_UNARY,            /* v = op(v[a])            (expression: op table)    */
+    KN_KI_BINARY,           /* v = op(v[a], v[b])                                */
+    KN_KI_CAST,             /* v = (dt) v[a]: rounds to dt and back to the compute type */
+    KN_KI_STORE,            /* buf[b] = v[a] at this item                       */
+} kn_kinst_kind;
+
+typedef struct kn_kinst {
+    uint8_t kind;           /* kn_kinst_kind */
+    kn_op op;               /* UNARY, BINARY */
+    kn_dtype dt;            /* dtype of the value (LOAD: the buffer's; STORE: the buffer's) */
+    int a, b;               /* operand instructions (earlier indices); STORE: a = value */
+    int buf;                /* LOAD, STORE: buffer index */
+    double p0, p1;          /* the op's scalar parameters (clamp bounds, slopes) */
+} kn_kinst;
+
+typedef struct kn_kbuf {
+    kn_dtype dt;
+    bool out;                       /* written by the kernel (a stored node) */
+    int64_t st[KN_MAX_DIMS];        /* element strides over the kernel's dims (0: broadcast) */
+} kn_kbuf;
+
+/* One fused kernel: items are the elements of a [ext[0], ..., ext[ndim-1]]
+ * space (row-major, after merging dims that every buffer walks contiguously);
+ * a dim's run-time extent is syms[sym[d]] * mul[d] when sym[d] != 0, else
+ * ext[d]. Values are computed in float (the group's dtypes are f32, f16, bf16),
+ * rounded to a node's dtype where it is stored or cast. */
+typedef struct kn_kernel {
+    char name[40];                  /* kn_k<hash of the source> (set by the renderer) */
+    int ndim;
+    int64_t ext[KN_MAX_DIMS];       /* extents at the symbols' maximum values */
+    int8_t sym[KN_MAX_DIMS];
+    int64_t mul[KN_MAX_DIMS];
+    int nbuf;
+    kn_kbuf buf[KN_KERNEL_MAXBUF];
+    int ninst;
+    kn_kinst inst[KN_KMAX_INST];
+} kn_kernel;
+
+/* A group of the schedule that runs as one kernel. Its nodes run at the place
+ * of its last node (order[last]); a node is stored when something outside the
+ * group reads it (or it is an output, or has its own buffer); the others live
+ * only in registers. */
+typedef struct kn_fgroup {
+    int nnode;
+    kn_tensor *node[KN_KMAX_NODES]; /* in schedule order */
+    uint8_t stored[KN_KMAX_NODES];
+    int last;                       /* schedule index of node[nnode-1] */
+    kn_tensor *bt[KN_KERNEL_MAXBUF];/* the tensor (view) each kernel buffer is */
+    kn_kernel k;
+} kn_fgroup;
+
+/* Finds the fusable groups of a rewritten schedule (order, n; sources read
+ * through rep) and lowers each to a kernel. Groups have 2 or more nodes.
+ * *groups (malloc'd, *ngroups entries; NULL when none). false: out of host memory. */
+bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
+              kn_tensor *const *rep, kn_fgroup **groups, int *ngroups);
+
+/* True when every read that group g makes of the storage of s is a read of s
+ * itself at the kernel's item index (same shape, contiguous), so the group's
+ * last node may write its result over s (in place). */
+bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids);
+
+/* The source of k in language lang ("c", "cuda"); names the kernel (k->name)
+ * from a hash of the source. Returns the length written (excluding the NUL),
+ * or -1 for an unknown language or when cap is too small. */
+int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap);
+#endif

@@ -1,0 +1,296 @@
+/* render.c: source code for a fused kernel (kernel.h), in C or CUDA C.
+ *
+ * One emitter writes what every language shares: the op functions (each op's
+ * scalar expression from the op table, include/kiln_ops.def, over float), the
+ * per-item program (loads, ops, rounding casts, stores) and the index
+ * arithmetic. A dialect says what differs: the prelude (how a float's bits
+ * are read, NaN and infinity, the function qualifier), the kernel's head and
+ * its loop over items. A GLSL dialect would add its own prelude, head
+ * (a compute shader's buffers and push constants) and loop.
+ *
+ * C kernels walk their items [begin, end) row by row, with the innermost dim
+ * as a plain counted loop that the C compiler vectorises; CUDA kernels are a
+ * grid-stride loop, one item per thread per step, with 32-bit index math when
+ * every offset fits.
+ *
+ * The vocabulary is rendered in float (expf, not exp): the hand kernels of the
+ * CPU and CUDA backends compute f32, f16 and bf16 in float too, and a value of
+ * a node whose dtype is f16 or bf16 is rounded to it after each op, as the
+ * unfused graph would store it.
+ */
+#include "compile/kernel.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct { char *p; size_t n, cap; bool over; } sb;
+
+static void put(sb *b, const char *fmt, ...) {
+    if (b->over) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= b->cap - b->n) { b->over = true; return; }
+    b->n += (size_t)w;
+}
+
+typedef struct dialect {
+    const char *lang;
+    const char *prelude;    /* after the shared vocabulary's macros are defined */
+    bool cuda;
+} dialect;
+
+/* What the two dialects need before the shared text. */
+static const char c_prelude[] =
+    "#include <stdint.h>\n"
+    "#include <math.h>\n"
+    "typedef struct { char *buf[%d]; const int64_t *syms; int64_t n; } kn_kargs;\n"
+    "#define KN_FN static inline\n"
+    "#define KN_NAN NAN\n"
+    "#define KN_INF INFINITY\n"
+    "#define KN_RINT(v) nearbyintf(v)\n"
+    "typedef union { float f; uint32_t u; } kn_fu;\n"
+    "KN_FN uint32_t kn_f2u(float f) { kn_fu x; x.f = f; return x.u; }\n"
+    "KN_FN float kn_u2f(uint32_t u) { kn_fu x; x.u = u; return x.f; }\n";
+static const char cuda_prelude[] =
+    "typedef unsigned int uint32_t;\n"
+    "typedef unsigned short uint16_t;\n"
+    "typedef long long int64_t;\n"
+    "typedef struct { char *buf[%d]; const int64_t *syms; int64_t n; } kn_kargs;\n"
+    "#define KN_FN static __device__ __forceinline__\n"
+    "#define KN_NAN __int_as_float(0x7fc00000)\n"
+    "#define KN_INF __int_as_float(0x7f800000)\n"
+    "#define KN_RINT(v) rintf(v)\n"
+    "KN_FN uint32_t kn_f2u(float f) { return __float_as_uint(f); }\n"
+    "KN_FN float kn_u2f(uint32_t u) { return __uint_as_float(u); }\n";
+
+/* The vocabulary of the op table's expressions (src/graph/scalar_ops.h has
+ * the double versions the reference backend uses), and f16/bf16 rounding
+ * (round to nearest even; NaN stays NaN, overflow goes to infinity). */
+static const char shared_prelude[] =
+    "#define KN_FABS(v) fabsf(v)\n#define KN_EXP(v) expf(v)\n#define KN_EXP2(v) exp2f(v)\n"
+    "#define KN_LOG(v) logf(v)\n#define KN_LOG2(v) log2f(v)\n#define KN_LOG1P(v) log1pf(v)\n"
+    "#define KN_EXPM1(v) expm1f(v)\n#define KN_SQRT(v) sqrtf(v)\n#define KN_SIN(v) sinf(v)\n"
+    "#define KN_COS(v) cosf(v)\n#define KN_TAN(v) tanf(v)\n#define KN_ASIN(v) asinf(v)\n"
+    "#define KN_ACOS(v) acosf(v)\n#define KN_ATAN(v) atanf(v)\n#define KN_SINH(v) sinhf(v)\n"
+    "#define KN_COSH(v) coshf(v)\n#define KN_TANH(v) tanhf(v)\n#define KN_ASINH(v) asinhf(v)\n"
+    "#define KN_ACOSH(v) acoshf(v)\n#define KN_ATANH(v) atanhf(v)\n#define KN_ERF(v) erff(v)\n"
+    "#define KN_FLOOR(v) floorf(v)\n#define KN_CEIL(v) ceilf(v)\n#define KN_TRUNC(v) truncf(v)\n"
+    "#define KN_ISNAN(v) isnan(v)\n#define KN_POW(u, v) powf(u, v)\n#define KN_FMOD(u, v) fmodf(u, v)\n"
+    "#define KN_ATAN2(u, v) atan2f(u, v)\n"
+    "KN_FN float kn_s_sign(float x) { return x > 0 ? 1.0f : x < 0 ? -1.0f : x == 0 ? 0.0f : x; }\n"
+    "KN_FN float kn_s_sigmoid(float x) { return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x)); }\n"
+    "KN_FN float kn_s_softplus(float x) { return x > 20 ? x : log1pf(expf(x)); }\n"
+    "#define KN_SIGN(v) kn_s_sign(v)\n#define KN_RSQRT(v) (1.0f / sqrtf(v))\n#define KN_RECIPROCAL(v) (1.0f / (v))\n"
+    "#define KN_SQUARE(v) ((v) * (v))\n#define KN_SIGMOID(v) kn_s_sigmoid(v)\n#define KN_SOFTPLUS(v) kn_s_softplus(v)\n"
+    "KN_FN float kn_bf16_f32(uint16_t h) { return kn_u2f((uint32_t)h << 16); }\n"
+    "KN_FN uint16_t kn_f32_bf16(float f) {\n"
+    "    uint32_t u = kn_f2u(f);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);\n"
+    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "}\n"
+    "KN_FN float kn_f16_f32(uint16_t h) {\n"
+    "    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "    if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return s ? -v : v; }\n"
+    "    if (e == 31) return kn_u2f(s | 0x7f800000u | (m << 13));\n"
+    "    return kn_u2f(s | ((e + 112u) << 23) | (m << 13));\n"
+    "}\n"
+    "KN_FN uint16_t kn_f32_f16(float f) {\n"
+    "    uint32_t x = kn_f2u(f), s = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
+    "    if (ax >= 0x7f800000u) return (uint16_t)(s | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));\n"
+    "    if (ax >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);\n"
+    "    if (ax < 0x38800000u) return (uint16_t)(s | (kn_f2u(kn_u2f(ax) + 0.5f) - 0x3f000000u));\n"
+    "    return (uint16_t)(s | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));\n"
+    "}\n";
+
+static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : "uint16_t"; }
+static const char *load_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_bf16_f32" : dt == KN_F16 ? "kn_f16_f32" : ""; }
+static const char *store_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_f32_bf16" : dt == KN_F16 ? "kn_f32_f16" : ""; }
+
+/* A float constant, exactly (hex float) */
+static void put_const(sb *b, double v) {
+    float f = (float)v;
+    if (isnan(f)) put(b, "KN_NAN");
+    else if (isinf(f)) put(b, f > 0 ? "KN_INF" : "(-KN_INF)");
+    else put(b, "%af", (double)f);
+}
+
+/* One function per op the kernel uses, from the op table's expression. */
+static void op_functions(sb *b, const kn_kernel *k) {
+    bool done[KN_OP_COUNT] = {0};
+    for (int i = 0; i < k->ninst; i++) {
+        const kn_kinst *in = &k->inst[i];
+        if ((in->kind != KN_KI_UNARY && in->kind != KN_KI_BINARY) || done[in->op]) continue;
+        done[in->op] = true;
+        const kn_op_info *oi = kn_op_get(in->op);
+        if (in->kind == KN_KI_UNARY)
+            put(b, "KN_FN float kn_op_%s(float x, float p0, float p1) { (void)p0; (void)p1; return (float)(%s); }\n",
+                oi->name, oi->expr);
+        else
+            put(b, "KN_FN float kn_op_%s(float a, float b) { return (float)(%s); }\n", oi->name, oi->expr);
+    }
+}
+
+static int64_t max_items(const kn_kernel *k) {
+    int64_t n = 1;
+    for (int d = 0; d < k->ndim; d++) n *= k->ext[d];
+    return n;
+}
+
+/* Largest element offset a buffer is read or written at, plus one. */
+static int64_t max_offset(const kn_kernel *k, int bi) {
+    int64_t o = 0;
+    for (int d = 0; d < k->ndim; d++) o += (k->ext[d] - 1) * (k->buf[bi].st[d] < 0 ? -k->buf[bi].st[d] : k->buf[bi].st[d]);
+    return o + 1;
+}
+
+static void put_extents(sb *b, const kn_kernel *k, const char *ity, const char *syms) {
+    for (int d = 0; d < k->ndim; d++) {
+        if (k->sym[d]) put(b, "    const %s E%d = (%s)%s[%d] * %lld;\n", ity, d, ity, syms, k->sym[d], (long long)k->mul[d]);
+        else put(b, "    const %s E%d = %lld;\n", ity, d, (long long)k->ext[d]);
+    }
+}
+
+static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
+    for (int i = 0; i < k->nbuf; i++)
+        put(b, "    %s%s *b%d = (%s%s *)%sbuf[%d];\n", k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), i,
+            k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), args, i);
+}
+
+/* The per-item program; idx(b) is the element offset expression of buffer b. */
+static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *const *idx) {
+    for (int i = 0; i < k->ninst; i++) {
+        const kn_kinst *in = &k->inst[i];
+        switch ((kn_kinst_kind)in->kind) {
+        case KN_KI_LOAD:
+            put(b, "%sconst float v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
+            break;
+        case KN_KI_CONST:
+            put(b, "%sconst float v%d = ", ind, i); put_const(b, in->p0); put(b, ";\n");
+            break;
+        case KN_KI_UNARY:
+            put(b, "%sconst float v%d = kn_op_%s(v%d, ", ind, i, kn_op_get(in->op)->name, in->a);
+            put_const(b, in->p0); put(b, ", "); put_const(b, in->p1); put(b, ");\n");
+            break;
+        case KN_KI_BINARY:
+            put(b, "%sconst float v%d = kn_op_%s(v%d, v%d);\n", ind, i, kn_op_get(in->op)->name, in->a, in->b);
+            break;
+        case KN_KI_CAST:
+            put(b, "%sconst float v%d = %s(%s(v%d));\n", ind, i, load_fn(in->dt), store_fn(in->dt), in->a);
+            break;
+        case KN_KI_STORE:
+            put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
+            break;
+        }
+    }
+}
+
+/* "i0 * 96 + i1" for buffer bi over dims [0, nd) with index names i0..; "0" when all strides are 0 */
+static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre) {
+    size_t n = 0;
+    out[0] = 0;
+    for (int d = 0; d < nd; d++) {
+        int64_t s = k->buf[bi].st[d];
+        if (!s) continue;
+        int w = s == 1 ? snprintf(out + n, cap - n, "%s%s%d", n ? " + " : "", pre, d)
+                       : snprintf(out + n, cap - n, "%s%s%d * %lld", n ? " + " : "", pre, d, (long long)s);
+        if (w < 0 || (size_t)w >= cap - n) break;
+        n += (size_t)w;
+    }
+    if (!n) snprintf(out, cap, "0");
+}
+
+static void render_c(sb *b, const kn_kernel *k) {
+    int nd = k->ndim, last = nd - 1;
+    put(b, "void %s(const kn_kargs *a, int64_t begin, int64_t end) {\n", k->name);
+    put_extents(b, k, "int64_t", "a->syms");
+    put_buffers(b, k, "a->");
+    put(b, "    for (int64_t i = begin; i < end;) {\n");
+    put(b, "        int64_t r = i / E%d;\n", last);
+    put(b, "        const int64_t j0 = i - r * E%d;\n", last);
+    for (int d = last - 1; d >= 0; d--) {
+        if (d > 0) put(b, "        const int64_t i%d = r %% E%d; r /= E%d;\n", d, d, d);
+        else put(b, "        const int64_t i0 = r;\n");
+    }
+    put(b, "        int64_t cnt = E%d - j0;\n        if (cnt > end - i) cnt = end - i;\n", last);
+    char ob[KN_KERNEL_MAXBUF][256], ix[KN_KERNEL_MAXBUF][320];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) {
+        offset_expr(ob[i], sizeof ob[i], k, i, last, "i");
+        put(b, "        const int64_t o%d = %s;\n", i, ob[i]);
+        int64_t s = k->buf[i].st[last];
+        if (!s) snprintf(ix[i], sizeof ix[i], "o%d", i);
+        else if (s == 1) snprintf(ix[i], sizeof ix[i], "o%d + j", i);
+        else snprintf(ix[i], sizeof ix[i], "o%d + j * %lld", i, (long long)s);
+        idx[i] = ix[i];
+    }
+    put(b, "        for (int64_t j = j0; j < j0 + cnt; j++) {\n");
+    put_program(b, k, "            ", idx);
+    put(b, "        }\n        i += cnt;\n    }\n}\n");
+}
+
+static void render_cuda(sb *b, const kn_kernel *k) {
+    int nd = k->ndim;
+    bool narrow = max_items(k) < ((int64_t)1 << 31);
+    for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
+    const char *ity = narrow ? "int" : "long long";
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, ity, "a.syms");
+    put(b, "    const %s n = E0", ity);
+    for (int d = 1; d < nd; d++) put(b, " * E%d", d);
+    put(b, ";\n");
+    put_buffers(b, k, "a.");
+    put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
+    if (nd == 1) put(b, "        const %s i0 = i;\n", ity);
+    else {
+        put(b, "        %s r = i;\n", ity);
+        for (int d = nd - 1; d >= 1; d--) put(b, "        const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
+        put(b, "        const %s i0 = r;\n", ity);
+    }
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, nd, "i"); idx[i] = ix[i]; }
+    put_program(b, k, "        ", idx);
+    put(b, "    }\n}\n");
+}
+
+static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
+    put(b, "/* kiln generated kernel %s (%s): %d dims, %d buffers, %d instructions */\n", k->name, d->lang, k->ndim, k->nbuf, k->ninst);
+    put(b, d->prelude, KN_KERNEL_MAXBUF);
+    put(b, "%s", shared_prelude);
+    op_functions(b, k);
+    if (d->cuda) render_cuda(b, k);
+    else render_c(b, k);
+}
+
+static const dialect g_dialects[] = {
+    {"c", c_prelude, false},
+    {"cuda", cuda_prelude, true},
+};
+
+static uint64_t fnv1a(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
+    return h;
+}
+
+int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
+    const dialect *d = NULL;
+    for (size_t i = 0; i < sizeof g_dialects / sizeof g_dialects[0]; i++)
+        if (lang && !strcmp(lang, g_dialects[i].lang)) d = &g_dialects[i];
+    if (!d || !cap) return -1;
+    kn_kernel kk = *k;
+    if (kk.ndim == 0) { kk.ndim = 1; kk.ext[0] = 1; kk.sym[0] = 0; kk.mul[0] = 1; for (int i = 0; i < kk.nbuf; i++) kk.buf[i].st[0] = 0; }
+    /* the name is a hash of the source written with a placeholder name */
+    snprintf(kk.name, sizeof kk.name, "kn_k");
+    sb b = {buf, 0, cap, false};
+    render_all(&b, d, &kk);
+    if (b.over) return -1;
+    snprintf(k->name, sizeof k->name, "kn_k%016llx", (unsigned long long)fnv1a(buf, b.n));
+    memcpy(kk.name, k->name, sizeof kk.name);
+    b = (sb){buf, 0, cap, false};
+    render_all(&b, d, &kk);
+    return b.over ? -1 : (int)b.n;
+}
