@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/utsname.h>
 
 static kn_cpu_info g_info;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -46,3 +48,44 @@ static void detect(void) {
 }
 
 const kn_cpu_info *kn_cpu(void) { pthread_once(&g_once, detect); return &g_info; }
+
+/* ---- kn_cpu_id ---- */
+static char g_id[512];
+static pthread_once_t g_id_once = PTHREAD_ONCE_INIT;
+
+static void describe(void) {
+    struct utsname u;
+    char *p = g_id, *end = g_id + sizeof g_id;
+    p += snprintf(p, (size_t)(end - p), "%s", uname(&u) == 0 ? u.machine : "unknown");
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(KN_NO_X86)
+    unsigned a, b, c, d, r[12];
+    char vendor[13];
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    memcpy(vendor, &b, 4); memcpy(vendor + 4, &d, 4); memcpy(vendor + 8, &c, 4); vendor[12] = 0;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+    unsigned fam = (a >> 8) & 15, model = (a >> 4) & 15, step = a & 15;
+    if (fam == 15) fam += (a >> 20) & 255;
+    if (fam == 6 || fam >= 15) model |= ((a >> 16) & 15) << 4;
+    p += snprintf(p, (size_t)(end - p), " %s %u/%u/%u", vendor, fam, model, step);
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0x80000000u), "c"(0));
+    if (a >= 0x80000004u) {
+        for (unsigned i = 0; i < 3; i++)
+            __asm__ volatile("cpuid" : "=a"(r[4 * i]), "=b"(r[4 * i + 1]), "=c"(r[4 * i + 2]), "=d"(r[4 * i + 3]) : "a"(0x80000002u + i), "c"(0));
+        char brand[49];
+        memcpy(brand, r, 48); brand[48] = 0;
+        char *s = brand;
+        while (*s == ' ') s++;
+        p += snprintf(p, (size_t)(end - p), " %s", s);
+    }
+    const kn_cpu_info *ci = kn_cpu();
+    const struct { const char *name; int on; } f[] = {
+        {"avx2", ci->avx2}, {"fma", ci->fma}, {"f16c", ci->f16c}, {"avx512f", ci->avx512f}, {"avx512bw", ci->avx512bw},
+        {"avx512vl", ci->avx512vl}, {"avx512dq", ci->avx512dq}, {"avx512vnni", ci->avx512vnni},
+        {"avx512bf16", ci->avx512bf16}, {"amx_bf16", ci->amx_bf16}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0] && p < end; i++)
+        if (f[i].on) p += snprintf(p, (size_t)(end - p), " %s", f[i].name);
+#endif
+    (void)p;
+}
+
+const char *kn_cpu_id(void) { pthread_once(&g_id_once, describe); return g_id; }

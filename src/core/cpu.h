@@ -9,4 +9,9 @@ typedef struct {
     kn_isa isa;                          /* best usable level, after the KN_CPU cap */
 } kn_cpu_info;
 const kn_cpu_info *kn_cpu(void);         /* detected once, thread-safe after first call */
+/* The CPU's identity for caches of code built with -march=native: vendor,
+ * family/model/stepping, brand string and the feature bits above (before the
+ * KN_CPU cap), e.g. "x86_64 GenuineIntel 6/85/4 Intel(R) Xeon(R) ... avx2 fma
+ * f16c avx512f ...". Detected once; "<machine>" alone off x86. */
+const char *kn_cpu_id(void);
 #endif

@@ -26,6 +26,8 @@ static const var g_vars[] = {
     {"KN_CUDA_NO_SPLITK", FLAG, F(cuda_no_splitk)}, {"KN_CUDA_SYNC", FLAG, F(cuda_sync)},
     {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", LONG, F(cuda_pool_mb)},
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
+    {"KN_CACHE_DIR", STR, F(cache_dir)},      {"KN_CACHE", IS0, F(cache_off)},
+    {"KN_CC", STR, F(cc)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])
@@ -57,7 +59,7 @@ static void read_all(void) {
         switch (v->k) {
         case STR: if (*s) *(const char **)p = s; break;
         case FLAG: *(bool *)p = flag_on(s); break;
-        case IS0: *(bool *)p = !strcmp(s, "0"); break;     /* KN_LLM_FUSE: on by default, "0" turns it off */
+        case IS0: *(bool *)p = !strcmp(s, "0"); break;     /* KN_LLM_FUSE, KN_CACHE: on by default, "0" turns it off */
         case IS1: *(bool *)p = !strcmp(s, "1"); break;     /* KN_LLM_GPU_CAST: only "1", as documented */
         case PROFILE: *(int *)p = !strcmp(s, "shapes") ? 2 : flag_on(s) ? 1 : 0; break;
         case INT: if (*s) { long long x = int_of(v->name, s); *(int *)p = x > 1 << 20 ? 1 << 20 : (int)x; } break;

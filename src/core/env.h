@@ -27,6 +27,10 @@ typedef struct kn_env {
     bool debug;              /* KN_DEBUG: print plans and op errors on stderr */
     bool nofuse;             /* KN_NOFUSE: plans skip the graph rewrites (src/compile/) */
     int profile;             /* KN_PROFILE: 0 off, 1 time per op at exit, 2 (=shapes) also per shape */
+    /* generated kernels (docs/COMPILER.md, "The cache") */
+    const char *cache_dir;   /* KN_CACHE_DIR: compiled-kernel cache directory; NULL = $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
+    bool cache_off;          /* KN_CACHE=0: no compiled-kernel cache on disk */
+    const char *cc;          /* KN_CC: the C compiler for generated CPU kernels; NULL = "cc" */
     int gemm_chunks;         /* KN_GEMM_CHUNKS: 1..4, 0 = tuned default */
     const char *gemm_block;  /* KN_GEMM_BLOCK: "kc,mc,nc" blocking override */
     /* LLM engine */

@@ -14,6 +14,7 @@
 #include "backends/backend_impl.h"
 #include "core/env.h"
 #include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/cpu_jit.h"      // defines: the kernel_* entries (generated kernels)
 #include <stdio.h>
 #include <string.h>
 
@@ -70,6 +71,10 @@ static kn_backend g_cpu = {
     .copy_in = kn__host_copy,
     .copy_out = kn__host_copy,
     .compute = cpu_compute,
+    .kernel_lang = "c",
+    .kernel_build = kn__cpu_kernel_build,
+    .kernel_run = kn__cpu_kernel_run,
+    .kernel_free = kn__cpu_kernel_free,
 };
 
 kn_backend *kn_backend_cpu(void) { return &g_cpu; }
