@@ -28,6 +28,7 @@ typedef struct kn_env {
     bool nofuse;             /* KN_NOFUSE: plans skip the graph rewrites (src/compile/) */
     int profile;             /* KN_PROFILE: 0 off, 1 time per op at exit, 2 (=shapes) also per shape */
     /* generated kernels (docs/COMPILER.md, "The cache") */
+    const char *dump_kernels;/* KN_DUMP_KERNELS: directory to write each generated kernel's source into */
     const char *cache_dir;   /* KN_CACHE_DIR: compiled-kernel cache directory; NULL = $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool cache_off;          /* KN_CACHE=0: no compiled-kernel cache on disk */
     const char *cc;          /* KN_CC: the C compiler for generated CPU kernels; NULL = "cc" */

@@ -5,6 +5,7 @@
 #include "runtime/runtime.h"
 #include "core/env.h"
 #include <stdlib.h>
+#include <string.h>
 
 /* Graph rewrites (src/compile/rewrite.c) on the scheduled list: they drop
  * nodes and fill p->rep, never touching a kn_tensor, so the order of what
@@ -29,6 +30,18 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
         fprintf(stderr, "\n");
     }
     return true;
+}
+
+/* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu */
+static void dump_source(const char *lang, const char *name, const char *src) {
+    const char *dir = kn_env_get()->dump_kernels;
+    if (!dir || !*dir) return;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.%s", dir, name, strcmp(lang, "cuda") ? lang : "cu");
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "kiln: KN_DUMP_KERNELS: cannot write %s\n", path); return; }
+    fputs(src, f);
+    fclose(f);
 }
 
 /* Fusion (src/compile/fuse.c): groups of elementwise nodes, each rendered in
@@ -56,7 +69,11 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     for (int gi = 0; gi < p->ngroups; gi++) {
         kn_fgroup *g = &p->groups[gi];
         void *h = NULL;
-        if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) { h = kn__kernel_get(be, src, g->k.name); nsrc++; }
+        if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) {
+            dump_source(be->kernel_lang, g->k.name, src);
+            h = kn__kernel_get(be, src, g->k.name);
+            nsrc++;
+        }
         if (!h) continue;
         if (keep != gi) p->groups[keep] = *g;
         p->kernel[keep] = h;
