@@ -12,6 +12,7 @@
 #include "core/env.h"
 #include "backends/cpu/cpu_jit.h"
 #include "backends/cpu/threadpool.h"
+#include "core/cpu.h"
 #include <dirent.h>
 #include <pthread.h>
 #include <sys/wait.h>
@@ -78,6 +79,8 @@ TEST(backend_fields) {
     CHECK(be()->version >= 2 && be()->kernel_lang && !strcmp(be()->kernel_lang, "c"), "kernel_lang \"c\"");
     CHECK(be()->kernel_build && be()->kernel_run && be()->kernel_free && !be()->syms_upload, "entries");
     CHECK(!kn_backend_ref()->kernel_lang && !kn_backend_ref()->kernel_build, "ref runs no generated code");
+    CHECK(kn_cpu_id()[0] && strlen(kn_cpu_id()) < 500, "the CPU's id for the cache key: %s", kn_cpu_id());
+    if (getenv("KN_TEST_VERBOSE")) fprintf(stderr, "  cpu id: %s\n", kn_cpu_id());
 }
 
 TEST(axpy_sizes) {
