@@ -24,8 +24,8 @@
  */
 #include "backends/cpu/cpu_jit.h"
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
-#include "core/cpu.h"                  // defines: kn_cpu_id
-#include "core/env.h"                  // defines: kn_env_get (KN_CC, KN_CPU)
+#include "core/cpu.h"                  // defines: kn_cpu, kn_cpu_id
+#include "core/env.h"                  // defines: kn_env_get (KN_CC)
 #include "core/kcache.h"               // defines: kn__kcache_get/put
 #include <dlfcn.h>
 #include <errno.h>
@@ -212,14 +212,16 @@ static bool cc_version(const char *cc, char *why, size_t nwhy) {
     return true;
 }
 
-/* The flags of every compile: JIT_FLAGS_BASE and the instruction set
- * (-march=native, or the baseline KN_CPU caps it to). */
+/* The flags of every compile: JIT_FLAGS_BASE and the instruction set:
+ * -march=native, or the baseline of the level the library itself runs at
+ * when that is capped below the CPU's (KN_CPU=avx2|scalar, an AVX2ONLY
+ * build: valgrind cannot run AVX-512). */
 static void jit_flags(char *out, size_t n) {
 #if defined(__x86_64__) && !defined(KN_NO_X86)
+    const kn_cpu_info *ci = kn_cpu();
     const char *march = "-march=native";
-    const char *cap = kn_env_get()->cpu;
-    if (cap && !strcmp(cap, "scalar")) march = "-march=x86-64";
-    else if (cap && !strcmp(cap, "avx2")) march = "-march=x86-64-v3";
+    if (ci->isa == KN_ISA_SCALAR && ci->avx2) march = "-march=x86-64";
+    else if (ci->isa == KN_ISA_AVX2 && ci->avx512f) march = "-march=x86-64-v3";
 #else
     const char *march = "-mcpu=native";   /* what gcc and clang take on arm64 and power */
 #endif

@@ -17,7 +17,8 @@
  * 8 waves of full occupancy; a.syms is replaced by the backend's device copy
  * of the symbol values, which syms_upload refreshes (stream-ordered) before
  * each plan run. A launch recorded in a CUDA graph therefore stays right
- * when the symbols change.
+ * when the symbols change; syms_upload itself belongs outside the recorded
+ * graph (it waits on an event before reusing a pinned mirror).
  *
  * Non-goals: several GPUs (the backend uses the current device), linking
  * device libraries (the generated source is self-contained), launch bounds
@@ -280,8 +281,8 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
     int64_t n = l->a.n > 0 ? l->a.n : l->n_max;
     if (n <= 0) return KN_OK;
     int block = l->block > 0 ? l->block : 256;
-    if (block > 1024 || block % 32)
-        return kn_set_error(KN_ERR_INVALID, "kernel_run %s: block of %d threads (want a multiple of 32, at most 1024)", k->name, block);
+    if (block > 1024)
+        return kn_set_error(KN_ERR_INVALID, "kernel_run %s: block of %d threads (at most 1024)", k->name, block);
     pthread_once(&g_dev_once, dev_probe);
     int64_t grid = (n + block - 1) / block, cap = (int64_t)8 * (g_dev.ok ? g_dev.sms : 1) * (2048 / block);
     if (grid > cap) grid = cap;   /* the kernel loops over the rest (grid stride) */
