@@ -126,7 +126,7 @@ ifeq ($(CUDA),1)
   CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.cu.o)
   OBJ       += $(CU_OBJ)
   CFLAGS    += -DKN_CUDA -I$(CUDA_HOME)/include
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lnvrtc -lstdc++
   LDLIBS    += $(CUDA_LIBS)
 endif
 # header dependencies (-MMD): an enum change in kiln.h must rebuild the kernels too

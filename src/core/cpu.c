@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/utsname.h>
 
@@ -84,6 +85,22 @@ static void describe(void) {
         {"avx512bf16", ci->avx512bf16}, {"amx_bf16", ci->amx_bf16}};
     for (size_t i = 0; i < sizeof f / sizeof f[0] && p < end; i++)
         if (f[i].on) p += snprintf(p, (size_t)(end - p), " %s", f[i].name);
+#else
+    /* elsewhere (arm64, power): the kernel's description of the CPU */
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    static const char *keys[] = {"CPU implementer", "CPU part", "CPU variant", "Features", "cpu", "model name"};
+    bool seen[sizeof keys / sizeof keys[0]] = {false};
+    char line[1024];
+    while (fp && fgets(line, sizeof line, fp))
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            size_t kl = strlen(keys[k]);
+            char *v = strchr(line, ':');
+            if (seen[k] || strncmp(line, keys[k], kl) || !v || (line[kl] != ' ' && line[kl] != '\t' && line[kl] != ':')) continue;
+            seen[k] = true;
+            v[strcspn(v, "\n")] = 0;
+            if (end - p > 1) p += snprintf(p, (size_t)(end - p), " %s", v + 1);
+        }
+    if (fp) fclose(fp);
 #endif
     (void)p;
 }

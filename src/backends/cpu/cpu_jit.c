@@ -7,7 +7,7 @@
  * (cpu-so, the CPU's identity, the compiler's `--version` line, the flags,
  * the source). A later process with the same key skips the compiler. The
  * bytes are loaded with dlopen from a uniquely named temporary file, removed
- * at once (the mapping stays).
+ * at once (the mapping stays), or from a memfd where TMPDIR is noexec.
  *
  * Run: the kernel runs items [begin, end); kernel_run splits [0, n) into
  * contiguous ranges over the thread pool, one range per thread and no range
@@ -24,8 +24,8 @@
  */
 #include "backends/cpu/cpu_jit.h"
 #include "backends/cpu/threadpool.h"   // defines: kn_pool_run, kn_pool_nthreads
-#include "core/cpu.h"                  // defines: kn_cpu_id
-#include "core/env.h"                  // defines: kn_env_get (KN_CC, KN_CPU)
+#include "core/cpu.h"                  // defines: kn_cpu, kn_cpu_id
+#include "core/env.h"                  // defines: kn_env_get (KN_CC)
 #include "core/kcache.h"               // defines: kn__kcache_get/put
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>                  // memfd_create
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@ typedef void (*kn_cpu_kfn)(const kn_kargs *a, int64_t begin, int64_t end);
 typedef struct cpu_kernel {
     void *dl;          /* dlopen handle */
     kn_cpu_kfn fn;
+    int memfd;         /* the memfd dl was loaded from, closed after dlclose; -1: none */
 } cpu_kernel;
 
 /* ==== shared state (kernel_build may run on any thread) ======================= */
@@ -129,17 +131,21 @@ static void *read_file(const char *path, size_t *n) {
     return b;
 }
 
+static bool write_file_fd(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        p += w; n -= (size_t)w;
+    }
+    return true;
+}
+
 static bool write_file(const char *path, const void *data, size_t n) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return false;
-    const char *p = data;
-    bool ok = true;
-    while (n && ok) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        ok = w > 0;
-        if (ok) { p += w; n -= (size_t)w; }
-    }
+    bool ok = write_file_fd(fd, data, n);
     return close(fd) == 0 && ok;
 }
 
@@ -206,14 +212,18 @@ static bool cc_version(const char *cc, char *why, size_t nwhy) {
     return true;
 }
 
-/* The flags of every compile: JIT_FLAGS_BASE and the instruction set
- * (-march=native, or the baseline KN_CPU caps it to). */
+/* The flags of every compile: JIT_FLAGS_BASE and the instruction set:
+ * -march=native, or the baseline of the level the library itself runs at
+ * when that is capped below the CPU's (KN_CPU=avx2|scalar, an AVX2ONLY
+ * build: valgrind cannot run AVX-512). */
 static void jit_flags(char *out, size_t n) {
-    const char *march = "-march=native";
 #if defined(__x86_64__) && !defined(KN_NO_X86)
-    const char *cap = kn_env_get()->cpu;
-    if (cap && !strcmp(cap, "scalar")) march = "-march=x86-64";
-    else if (cap && !strcmp(cap, "avx2")) march = "-march=x86-64-v3";
+    const kn_cpu_info *ci = kn_cpu();
+    const char *march = "-march=native";
+    if (ci->isa == KN_ISA_SCALAR && ci->avx2) march = "-march=x86-64";
+    else if (ci->isa == KN_ISA_AVX2 && ci->avx512f) march = "-march=x86-64-v3";
+#else
+    const char *march = "-mcpu=native";   /* what gcc and clang take on arm64 and power */
 #endif
     snprintf(out, n, "%s %s", JIT_FLAGS_BASE, march);
 }
@@ -254,23 +264,38 @@ static void *compile(const char *cc, const char *flags, const char *src, size_t 
 
 /* dlopen of a shared object held in memory. The bytes go to a temporary file
  * whose name is new to this process (pid and a counter: dlopen hands back an
- * already loaded object of the same name), which is removed at once. */
-static void *load(const void *so, size_t n, char *why, size_t nwhy) {
+ * already loaded object of the same name), which is removed at once. Where
+ * that cannot be mapped executable (a noexec TMPDIR), to a memfd loaded as
+ * /proc/self/fd/N; that fd stays open (*memfd) until the object is closed,
+ * so no later kernel can come with the same name. */
+static void *load(const void *so, size_t n, int *memfd, char *why, size_t nwhy) {
     char path[PATH_MAX];
+    *memfd = -1;
     snprintf(path, sizeof path, "%s/kiln-kernel-%ld-%u-XXXXXX", tmp_root(), (long)getpid(), atomic_fetch_add(&g_load_counter, 1u));
     int fd = mkstemp(path);
-    if (fd < 0) { if (why) snprintf(why, nwhy, "cannot write a kernel to %s: %s (set TMPDIR)", tmp_root(), strerror(errno)); return NULL; }
-    close(fd);
-    unlink(path);   /* write_file creates it anew with O_EXCL */
     void *h = NULL;
-    if (!write_file(path, so, n)) {
-        if (why) snprintf(why, nwhy, "cannot write a kernel to %s: %s", path, strerror(errno));
-    } else if (!(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
-        const char *e = dlerror();
-        if (why) snprintf(why, nwhy, "dlopen of a generated kernel failed: %s (a noexec TMPDIR? set TMPDIR)", e ? e : "?");
+    const char *e = NULL;
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);   /* write_file creates it anew with O_EXCL */
+        if (write_file(path, so, n) && !(h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) e = dlerror();
+        unlink(path);
+        if (h) return h;
     }
-    unlink(path);
-    return h;
+#ifdef MFD_CLOEXEC
+    fd = memfd_create("kiln-kernel", MFD_CLOEXEC);
+    if (fd >= 0) {
+        if (write_file_fd(fd, so, n)) {
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+            if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) { *memfd = fd; return h; }
+            e = dlerror();
+        }
+        close(fd);
+    }
+#endif
+    if (why) snprintf(why, nwhy, "cannot load a generated kernel: %s (TMPDIR=%s; a noexec directory? set TMPDIR)",
+                      e ? e : strerror(errno), tmp_root());
+    return NULL;
 }
 
 /* ==== the backend entries ===================================================== */
@@ -295,7 +320,8 @@ void *kn__cpu_kernel_build(kn_backend *be, const char *src, const char *name, ch
 
     size_t n = 0;
     void *so = kn__kcache_get(&key, &n), *dl = NULL;
-    if (so && !(dl = load(so, n, NULL, 0))) {   /* an entry that does not load: compile it again, replace it */
+    int memfd = -1;
+    if (so && !(dl = load(so, n, &memfd, NULL, 0))) {   /* an entry that does not load: compile it again, replace it */
         free(so);
         so = NULL;
     }
@@ -310,7 +336,7 @@ void *kn__cpu_kernel_build(kn_backend *be, const char *src, const char *name, ch
         if (!so) { atomic_fetch_add(&g_failures, 1); return NULL; }
         atomic_fetch_add(&g_compiles, 1);
         kn__kcache_put(&key, so, n);   /* false: reported once by the cache; the kernel still runs */
-        dl = load(so, n, why, nwhy);
+        dl = load(so, n, &memfd, why, nwhy);
     } else
         atomic_fetch_add(&g_hits, 1);
     free(so);
@@ -325,10 +351,12 @@ void *kn__cpu_kernel_build(kn_backend *be, const char *src, const char *name, ch
         }
         free(k);
         dlclose(dl);
+        if (memfd >= 0) close(memfd);
         atomic_fetch_add(&g_failures, 1);
         return NULL;
     }
     k->dl = dl;
+    k->memfd = memfd;
     memcpy(&k->fn, &sym, sizeof sym);   /* object pointer to function pointer, as POSIX allows */
     atomic_fetch_add(&g_builds, 1);
     return k;
@@ -363,5 +391,6 @@ void kn__cpu_kernel_free(kn_backend *be, void *kernel) {
     cpu_kernel *k = kernel;
     if (!k) return;
     dlclose(k->dl);
+    if (k->memfd >= 0) close(k->memfd);
     free(k);
 }

@@ -17,6 +17,7 @@
  */
 #include "backends/cuda/cuda_ops.cuh"
 #include "kiln_cuda.h"
+#include "backends/cuda/cuda_jit.h"    // defines: the kernel_* and syms_upload entries (generated kernels)
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
@@ -240,6 +241,7 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
 static kn_backend g_cuda = {
     KN_BACKEND_VERSION, "cuda", KN_DEVICE_CUDA, cu_alloc, cu_free, cu_copy_in, cu_copy_out,
     cu_compute, cu_sync, NULL, NULL,
+    "cuda", kn__cuda_kernel_build, kn__cuda_kernel_run, kn__cuda_kernel_free, kn__cuda_syms_upload,
 };
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static kn_status g_init_st;
