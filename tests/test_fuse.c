@@ -212,4 +212,89 @@ TEST(symbolic_extents) {
     }
 }
 
+/* ---- golden snapshots of the generated source --------------------------------
+ * A change to the generators shows in review: each graph's fused kernel is
+ * rendered in every language and compared with tests/fixtures/codegen/NAME.c
+ * and .cu; KN_UPDATE_GOLDEN=1 writes them instead. Graphs use no data (the
+ * plan is built with fusion on the CPU backend's language, never run). */
+typedef kn_tensor *(*golden_fn)(kn_ctx *ctx);
+
+/* MLP epilogue: gelu(x + b) + r over [7, 96] (the matmul stays a hand kernel) */
+static kn_tensor *g_mlp(kn_ctx *ctx) {
+    kn_tensor *x = kn_input(ctx, KN_F32, 2, (int64_t[]){7, 96}), *b = kn_input(ctx, KN_F32, 1, (int64_t[]){96});
+    kn_tensor *r = kn_input(ctx, KN_F32, 2, (int64_t[]){7, 96});
+    return kn_add(ctx, kn_unary(ctx, KN_OP_GELU, kn_add(ctx, x, b)), r);
+}
+/* SwiGLU over a symbolic row count: silu(g) * u, [T<=512, 1536] */
+static kn_tensor *g_swiglu(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 512);
+    kn_tensor *g = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){512, 1536}), 0, 0, T);
+    kn_tensor *u = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){512, 1536}), 0, 0, T);
+    return kn_mul(ctx, kn_unary(ctx, KN_OP_SILU, g), u);
+}
+/* bf16 activations: a transposed operand, a broadcast f32 row, a cast back */
+static kn_tensor *g_bf16(kn_ctx *ctx) {
+    kn_tensor *a = kn_input(ctx, KN_BF16, 2, (int64_t[]){5, 12});
+    kn_tensor *t = kn_permute(ctx, kn_input(ctx, KN_BF16, 2, (int64_t[]){12, 5}), (int[]){1, 0});
+    kn_tensor *w = kn_input(ctx, KN_F32, 1, (int64_t[]){12});
+    kn_tensor *y = kn_mul(ctx, kn_unary(ctx, KN_OP_TANH, kn_add(ctx, a, t)), w);
+    return kn_cast(ctx, kn_mul_scalar(ctx, y, 0.5), KN_BF16);
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+static void golden(const char *name, golden_fn fn) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_cpu()});
+    kn_tensor *out = fn(ctx);
+    REQUIRE(out, "%s: %s", name, kn_last_error());
+    kn_fgroup *groups = NULL;
+    int ng = 0;
+    kn_tensor *outs[1] = {out};
+    kn_tensor **order = NULL;
+    int n = 0;
+    REQUIRE(kn__toposort(ctx, 1, outs, false, &order, &n) == KN_OK, "toposort");
+    REQUIRE(kn__fuse(order, n, ctx->n_all, 1, outs, NULL, &groups, &ng), "fuse");
+    CHECK(ng == 1, "%s: %d groups, expected 1", name, ng);
+    static const char *langs[][2] = {{"c", "c"}, {"cuda", "cu"}};
+    for (int l = 0; l < 2 && ng == 1; l++) {
+        char *src = malloc(1 << 16), path[256];
+        int len = kn__render(langs[l][0], &groups[0].k, src, 1 << 16);
+        CHECK(len > 0, "%s: render %s", name, langs[l][0]);
+        snprintf(path, sizeof path, "tests/fixtures/codegen/%s.%s", name, langs[l][1]);
+        if (getenv("KN_UPDATE_GOLDEN")) {
+            FILE *f = fopen(path, "wb");
+            CHECK(f && fwrite(src, 1, (size_t)len, f) == (size_t)len, "write %s", path);
+            if (f) fclose(f);
+        } else {
+            char *want = read_text(path);
+            CHECK(want, "%s missing (KN_UPDATE_GOLDEN=1 writes it)", path);
+            if (want && strcmp(want, src)) {
+                size_t i = 0;
+                while (want[i] && want[i] == src[i]) i++;
+                CHECK(false, "%s: generated source differs at byte %zu (review, then KN_UPDATE_GOLDEN=1): ...%.60s", path, i, src + (i > 20 ? i - 20 : 0));
+            }
+            free(want);
+        }
+        free(src);
+    }
+    free(groups);
+    free(order);
+    kn_ctx_free(ctx);
+}
+
+TEST(golden_mlp_epilogue) { golden("mlp_epilogue", g_mlp); }
+TEST(golden_swiglu_symbolic) { golden("swiglu_symbolic", g_swiglu); }
+TEST(golden_bf16_mixed) { golden("bf16_mixed", g_bf16); }
+
 int main(void) { return kn_test_main(); }

@@ -46,25 +46,28 @@ typedef struct dialect {
 static const char c_prelude[] =
     "#include <stdint.h>\n"
     "#include <math.h>\n"
-    "typedef struct { char *buf[%d]; const int64_t *syms; int64_t n; } kn_kargs;\n"
+    "typedef uint32_t kn_u32;\n"
+    "typedef uint16_t kn_u16;\n"
+    "typedef int64_t kn_i64;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; } kn_kargs;\n"
     "#define KN_FN static inline\n"
     "#define KN_NAN NAN\n"
     "#define KN_INF INFINITY\n"
     "#define KN_RINT(v) nearbyintf(v)\n"
-    "typedef union { float f; uint32_t u; } kn_fu;\n"
-    "KN_FN uint32_t kn_f2u(float f) { kn_fu x; x.f = f; return x.u; }\n"
-    "KN_FN float kn_u2f(uint32_t u) { kn_fu x; x.u = u; return x.f; }\n";
+    "typedef union { float f; kn_u32 u; } kn_fu;\n"
+    "KN_FN kn_u32 kn_f2u(float f) { kn_fu x; x.f = f; return x.u; }\n"
+    "KN_FN float kn_u2f(kn_u32 u) { kn_fu x; x.u = u; return x.f; }\n";
 static const char cuda_prelude[] =
-    "typedef unsigned int uint32_t;\n"
-    "typedef unsigned short uint16_t;\n"
-    "typedef long long int64_t;\n"
-    "typedef struct { char *buf[%d]; const int64_t *syms; int64_t n; } kn_kargs;\n"
+    "typedef unsigned int kn_u32;\n"
+    "typedef unsigned short kn_u16;\n"
+    "typedef long long kn_i64;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; } kn_kargs;\n"
     "#define KN_FN static __device__ __forceinline__\n"
     "#define KN_NAN __int_as_float(0x7fc00000)\n"
     "#define KN_INF __int_as_float(0x7f800000)\n"
     "#define KN_RINT(v) rintf(v)\n"
-    "KN_FN uint32_t kn_f2u(float f) { return __float_as_uint(f); }\n"
-    "KN_FN float kn_u2f(uint32_t u) { return __uint_as_float(u); }\n";
+    "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n"
+    "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n";
 
 /* The vocabulary of the op table's expressions (src/graph/scalar_ops.h has
  * the double versions the reference backend uses), and f16/bf16 rounding
@@ -85,27 +88,27 @@ static const char shared_prelude[] =
     "KN_FN float kn_s_softplus(float x) { return x > 20 ? x : log1pf(expf(x)); }\n"
     "#define KN_SIGN(v) kn_s_sign(v)\n#define KN_RSQRT(v) (1.0f / sqrtf(v))\n#define KN_RECIPROCAL(v) (1.0f / (v))\n"
     "#define KN_SQUARE(v) ((v) * (v))\n#define KN_SIGMOID(v) kn_s_sigmoid(v)\n#define KN_SOFTPLUS(v) kn_s_softplus(v)\n"
-    "KN_FN float kn_bf16_f32(uint16_t h) { return kn_u2f((uint32_t)h << 16); }\n"
-    "KN_FN uint16_t kn_f32_bf16(float f) {\n"
-    "    uint32_t u = kn_f2u(f);\n"
-    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);\n"
-    "    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "KN_FN float kn_bf16_f32(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
+    "KN_FN kn_u16 kn_f32_bf16(float f) {\n"
+    "    kn_u32 u = kn_f2u(f);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (kn_u16)((u >> 16) | 0x40u);\n"
+    "    return (kn_u16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
     "}\n"
-    "KN_FN float kn_f16_f32(uint16_t h) {\n"
-    "    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+    "KN_FN float kn_f16_f32(kn_u16 h) {\n"
+    "    kn_u32 s = (kn_u32)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
     "    if (e == 0) { float v = (float)m * 5.9604644775390625e-8f; return s ? -v : v; }\n"
     "    if (e == 31) return kn_u2f(s | 0x7f800000u | (m << 13));\n"
     "    return kn_u2f(s | ((e + 112u) << 23) | (m << 13));\n"
     "}\n"
-    "KN_FN uint16_t kn_f32_f16(float f) {\n"
-    "    uint32_t x = kn_f2u(f), s = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
-    "    if (ax >= 0x7f800000u) return (uint16_t)(s | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));\n"
-    "    if (ax >= 0x477ff000u) return (uint16_t)(s | 0x7c00u);\n"
-    "    if (ax < 0x38800000u) return (uint16_t)(s | (kn_f2u(kn_u2f(ax) + 0.5f) - 0x3f000000u));\n"
-    "    return (uint16_t)(s | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));\n"
+    "KN_FN kn_u16 kn_f32_f16(float f) {\n"
+    "    kn_u32 x = kn_f2u(f), s = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;\n"
+    "    if (ax >= 0x7f800000u) return (kn_u16)(s | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));\n"
+    "    if (ax >= 0x477ff000u) return (kn_u16)(s | 0x7c00u);\n"
+    "    if (ax < 0x38800000u) return (kn_u16)(s | (kn_f2u(kn_u2f(ax) + 0.5f) - 0x3f000000u));\n"
+    "    return (kn_u16)(s | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));\n"
     "}\n";
 
-static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : "uint16_t"; }
+static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : "kn_u16"; }
 static const char *load_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_bf16_f32" : dt == KN_F16 ? "kn_f16_f32" : ""; }
 static const char *store_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_f32_bf16" : dt == KN_F16 ? "kn_f32_f16" : ""; }
 
@@ -204,29 +207,29 @@ static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int n
 
 static void render_c(sb *b, const kn_kernel *k) {
     int nd = k->ndim, last = nd - 1;
-    put(b, "void %s(const kn_kargs *a, int64_t begin, int64_t end) {\n", k->name);
-    put_extents(b, k, "int64_t", "a->syms");
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
     put_buffers(b, k, "a->");
-    put(b, "    for (int64_t i = begin; i < end;) {\n");
-    put(b, "        int64_t r = i / E%d;\n", last);
-    put(b, "        const int64_t j0 = i - r * E%d;\n", last);
+    put(b, "    for (kn_i64 i = begin; i < end;) {\n");
+    put(b, "        kn_i64 r = i / E%d;\n", last);
+    put(b, "        const kn_i64 j0 = i - r * E%d;\n", last);
     for (int d = last - 1; d >= 0; d--) {
-        if (d > 0) put(b, "        const int64_t i%d = r %% E%d; r /= E%d;\n", d, d, d);
-        else put(b, "        const int64_t i0 = r;\n");
+        if (d > 0) put(b, "        const kn_i64 i%d = r %% E%d; r /= E%d;\n", d, d, d);
+        else put(b, "        const kn_i64 i0 = r;\n");
     }
-    put(b, "        int64_t cnt = E%d - j0;\n        if (cnt > end - i) cnt = end - i;\n", last);
+    put(b, "        kn_i64 cnt = E%d - j0;\n        if (cnt > end - i) cnt = end - i;\n", last);
     char ob[KN_KERNEL_MAXBUF][256], ix[KN_KERNEL_MAXBUF][320];
     const char *idx[KN_KERNEL_MAXBUF];
     for (int i = 0; i < k->nbuf; i++) {
         offset_expr(ob[i], sizeof ob[i], k, i, last, "i");
-        put(b, "        const int64_t o%d = %s;\n", i, ob[i]);
+        put(b, "        const kn_i64 o%d = %s;\n", i, ob[i]);
         int64_t s = k->buf[i].st[last];
         if (!s) snprintf(ix[i], sizeof ix[i], "o%d", i);
         else if (s == 1) snprintf(ix[i], sizeof ix[i], "o%d + j", i);
         else snprintf(ix[i], sizeof ix[i], "o%d + j * %lld", i, (long long)s);
         idx[i] = ix[i];
     }
-    put(b, "        for (int64_t j = j0; j < j0 + cnt; j++) {\n");
+    put(b, "        for (kn_i64 j = j0; j < j0 + cnt; j++) {\n");
     put_program(b, k, "            ", idx);
     put(b, "        }\n        i += cnt;\n    }\n}\n");
 }
