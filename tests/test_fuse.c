@@ -159,7 +159,7 @@ static run_result run_case(const gcase *c) {
             kn_sym_set(cr, 1, vals[run]); kn_sym_set(cf, 1, vals[run]); kn_sym_set(cp, 1, vals[run]);
         }
         if (kn_plan_run(pr) || kn_plan_run(pf) || kn_plan_run(pp)) { CHECK(false, "run: %s", kn_last_error()); rr.ok = false; break; }
-        double tol = c->dt == KN_F32 ? 2e-5 : c->dt == KN_F16 ? 4e-3 : 3e-2;
+        double tol = c->dt == KN_F64 ? 1e-6 : c->dt == KN_F32 ? 2e-5 : c->dt == KN_F16 ? 4e-3 : 3e-2;
         for (int o = 0; o < no; o++) {
             int64_t n1, n2, n3, at;
             float *a = read_f32(of[o], &n1), *b = read_f32(op[o], &n2), *r = read_f32(or_[o], &n3);
@@ -185,12 +185,12 @@ done:
 TEST(random_chains_match_unfused_and_reference) {
     if (!jit_available()) SKIP("the %s backend builds no generated kernels (or KN_NOFUSE is set)", kn_backend_default()->name);
     static const int64_t shapes[][4] = {{37}, {5, 33}, {3, 7, 19}, {2, 3, 5, 11}, {1, 129}, {257, 3}, {4, 1, 65}};
-    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
+    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16, KN_F64};
     int fused = 0, total = 0;
     const char *only = getenv("KN_TEST_SEED");   /* debugging one case */
     for (uint32_t seed = 1; seed <= 42; seed++) {
         if (only && (uint32_t)atoi(only) != seed) continue;
-        gcase c = {.seed = seed, .dt = dts[seed % 3], .nops = 3 + (int)(seed % 9)};
+        gcase c = {.seed = seed, .dt = dts[seed % 4], .nops = 3 + (int)(seed % 9)};
         int si = (int)(seed % 7);
         c.ndim = shapes[si][3] ? 4 : shapes[si][2] ? 3 : shapes[si][1] ? 2 : 1;
         memcpy(c.shape, shapes[si], sizeof c.shape);

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool float_dt(kn_dtype d) { return d == KN_F32 || d == KN_F16 || d == KN_BF16; }
+static bool float_dt(kn_dtype d) { return d == KN_F32 || d == KN_F16 || d == KN_BF16 || d == KN_F64; }
 
 typedef struct {
     kn_tensor *const *order;
@@ -211,9 +211,10 @@ static int buffer_of(kn_fgroup *g, kn_tensor *s, bool out, const kn_tensor *spac
     return b;
 }
 
-/* The value of x's dtype: rounds float to f16 / bf16 like a store would. */
+/* The value of x's dtype: rounds the compute type (float or double) to a
+ * narrower dtype like a store would. */
 static int rounded(kn_kernel *k, int v, kn_dtype dt) {
-    if (v < 0 || dt == KN_F32) return v;
+    if (v < 0 || dt == KN_F64 || (dt == KN_F32 && !k->f64)) return v;
     return emit(k, (kn_kinst){.kind = KN_KI_CAST, .dt = dt, .a = v});
 }
 
@@ -250,6 +251,13 @@ static bool lower(fz *f, kn_fgroup *g) {
     kn_kernel *k = &g->k;
     kn_tensor *space = g->node[g->nnode - 1];
     memset(k, 0, sizeof *k);
+    for (int m = 0; m < g->nnode; m++) {
+        k->f64 |= g->node[m]->dtype == KN_F64;
+        for (int a = 0; a < KN_MAX_SRC; a++) {
+            kn_tensor *s = g->node[m]->src[a] ? src_of(f, g->node[m], a) : NULL;
+            k->f64 |= s && s->dtype == KN_F64;
+        }
+    }
     k->ndim = space->ndim;
     for (int d = 0; d < space->ndim; d++) { k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1; }
     int val[KN_KMAX_NODES];

@@ -49,10 +49,12 @@ typedef struct kn_kbuf {
 /* One fused kernel: items are the elements of a [ext[0], ..., ext[ndim-1]]
  * space (row-major, after merging dims that every buffer walks contiguously);
  * a dim's run-time extent is syms[sym[d]] * mul[d] when sym[d] != 0, else
- * ext[d]. Values are computed in float (the group's dtypes are f32, f16, bf16),
- * rounded to a node's dtype where it is stored or cast. */
+ * ext[d]. Values are computed in float (f32, f16, bf16 groups) or double (a
+ * group with an f64 value), and rounded to each node's dtype after its op, as
+ * the unfused graph would store it. */
 typedef struct kn_kernel {
     char name[40];                  /* kn_k<hash of the source> (set by the renderer) */
+    bool f64;                       /* computes in double (an f64 value in the group), else float */
     int ndim;
     int64_t ext[KN_MAX_DIMS];       /* extents at the symbols' maximum values */
     int8_t sym[KN_MAX_DIMS];

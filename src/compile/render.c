@@ -38,7 +38,8 @@ static void put(sb *b, const char *fmt, ...) {
 
 typedef struct dialect {
     const char *lang;
-    const char *prelude;    /* after the shared vocabulary's macros are defined */
+    const char *prelude;    /* types, NaN and infinity, bit casts: before the vocabulary */
+    const char *rint;       /* round half to even in the current rounding mode */
     bool cuda;
 } dialect;
 
@@ -53,7 +54,6 @@ static const char c_prelude[] =
     "#define KN_FN static inline\n"
     "#define KN_NAN NAN\n"
     "#define KN_INF INFINITY\n"
-    "#define KN_RINT(v) nearbyintf(v)\n"
     "typedef union { float f; kn_u32 u; } kn_fu;\n"
     "KN_FN kn_u32 kn_f2u(float f) { kn_fu x; x.f = f; return x.u; }\n"
     "KN_FN float kn_u2f(kn_u32 u) { kn_fu x; x.u = u; return x.f; }\n";
@@ -65,28 +65,35 @@ static const char cuda_prelude[] =
     "#define KN_FN static __device__ __forceinline__\n"
     "#define KN_NAN __int_as_float(0x7fc00000)\n"
     "#define KN_INF __int_as_float(0x7f800000)\n"
-    "#define KN_RINT(v) rintf(v)\n"
     "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n"
     "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n";
 
 /* The vocabulary of the op table's expressions (src/graph/scalar_ops.h has
- * the double versions the reference backend uses), and f16/bf16 rounding
- * (round to nearest even; NaN stays NaN, overflow goes to infinity). */
+ * the double versions the reference backend uses), over kn_real (float, or
+ * double in a kernel with an f64 value): libm names with an f suffix or not. */
+static const char *const g_fns[][2] = {
+    {"FABS", "fabs"}, {"EXP", "exp"}, {"EXP2", "exp2"}, {"LOG", "log"}, {"LOG2", "log2"}, {"LOG1P", "log1p"},
+    {"EXPM1", "expm1"}, {"SQRT", "sqrt"}, {"SIN", "sin"}, {"COS", "cos"}, {"TAN", "tan"}, {"ASIN", "asin"},
+    {"ACOS", "acos"}, {"ATAN", "atan"}, {"SINH", "sinh"}, {"COSH", "cosh"}, {"TANH", "tanh"}, {"ASINH", "asinh"},
+    {"ACOSH", "acosh"}, {"ATANH", "atanh"}, {"ERF", "erf"}, {"FLOOR", "floor"}, {"CEIL", "ceil"}, {"TRUNC", "trunc"},
+};
+static void put_vocabulary(sb *b, bool f64, const char *rint) {
+    const char *f = f64 ? "" : "f";
+    put(b, "typedef %s kn_real;\n", f64 ? "double" : "float");
+    for (size_t i = 0; i < sizeof g_fns / sizeof g_fns[0]; i++) put(b, "#define KN_%s(v) %s%s(v)\n", g_fns[i][0], g_fns[i][1], f);
+    put(b, "#define KN_RINT(v) %s%s(v)\n#define KN_POW(u, v) pow%s(u, v)\n#define KN_FMOD(u, v) fmod%s(u, v)\n"
+           "#define KN_ATAN2(u, v) atan2%s(u, v)\n", rint, f, f, f, f);
+}
+
+/* What does not depend on the compute type: small functions of the
+ * vocabulary, and f16/bf16 rounding (to nearest even; NaN stays NaN,
+ * overflow goes to infinity). */
 static const char shared_prelude[] =
-    "#define KN_FABS(v) fabsf(v)\n#define KN_EXP(v) expf(v)\n#define KN_EXP2(v) exp2f(v)\n"
-    "#define KN_LOG(v) logf(v)\n#define KN_LOG2(v) log2f(v)\n#define KN_LOG1P(v) log1pf(v)\n"
-    "#define KN_EXPM1(v) expm1f(v)\n#define KN_SQRT(v) sqrtf(v)\n#define KN_SIN(v) sinf(v)\n"
-    "#define KN_COS(v) cosf(v)\n#define KN_TAN(v) tanf(v)\n#define KN_ASIN(v) asinf(v)\n"
-    "#define KN_ACOS(v) acosf(v)\n#define KN_ATAN(v) atanf(v)\n#define KN_SINH(v) sinhf(v)\n"
-    "#define KN_COSH(v) coshf(v)\n#define KN_TANH(v) tanhf(v)\n#define KN_ASINH(v) asinhf(v)\n"
-    "#define KN_ACOSH(v) acoshf(v)\n#define KN_ATANH(v) atanhf(v)\n#define KN_ERF(v) erff(v)\n"
-    "#define KN_FLOOR(v) floorf(v)\n#define KN_CEIL(v) ceilf(v)\n#define KN_TRUNC(v) truncf(v)\n"
-    "#define KN_ISNAN(v) isnan(v)\n#define KN_POW(u, v) powf(u, v)\n#define KN_FMOD(u, v) fmodf(u, v)\n"
-    "#define KN_ATAN2(u, v) atan2f(u, v)\n"
-    "KN_FN float kn_s_sign(float x) { return x > 0 ? 1.0f : x < 0 ? -1.0f : x == 0 ? 0.0f : x; }\n"
-    "KN_FN float kn_s_sigmoid(float x) { return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x)); }\n"
-    "KN_FN float kn_s_softplus(float x) { return x > 20 ? x : log1pf(expf(x)); }\n"
-    "#define KN_SIGN(v) kn_s_sign(v)\n#define KN_RSQRT(v) (1.0f / sqrtf(v))\n#define KN_RECIPROCAL(v) (1.0f / (v))\n"
+    "#define KN_ISNAN(v) isnan(v)\n"
+    "KN_FN kn_real kn_s_sign(kn_real x) { return x > 0 ? (kn_real)1 : x < 0 ? (kn_real)-1 : x == 0 ? (kn_real)0 : x; }\n"
+    "KN_FN kn_real kn_s_sigmoid(kn_real x) { return x >= 0 ? 1 / (1 + KN_EXP(-x)) : KN_EXP(x) / (1 + KN_EXP(x)); }\n"
+    "KN_FN kn_real kn_s_softplus(kn_real x) { return x > 20 ? x : KN_LOG1P(KN_EXP(x)); }\n"
+    "#define KN_SIGN(v) kn_s_sign(v)\n#define KN_RSQRT(v) (1 / KN_SQRT(v))\n#define KN_RECIPROCAL(v) (1 / (v))\n"
     "#define KN_SQUARE(v) ((v) * (v))\n#define KN_SIGMOID(v) kn_s_sigmoid(v)\n#define KN_SOFTPLUS(v) kn_s_softplus(v)\n"
     "KN_FN float kn_bf16_f32(kn_u16 h) { return kn_u2f((kn_u32)h << 16); }\n"
     "KN_FN kn_u16 kn_f32_bf16(float f) {\n"
@@ -108,16 +115,17 @@ static const char shared_prelude[] =
     "    return (kn_u16)(s | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));\n"
     "}\n";
 
-static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : "kn_u16"; }
+static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : dt == KN_F64 ? "double" : "kn_u16"; }
 static const char *load_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_bf16_f32" : dt == KN_F16 ? "kn_f16_f32" : ""; }
-static const char *store_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_f32_bf16" : dt == KN_F16 ? "kn_f32_f16" : ""; }
+/* to the dtype's storage: a double kernel rounds to float first */
+static const char *store_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_f32_bf16" : dt == KN_F16 ? "kn_f32_f16" : dt == KN_F32 ? "(float)" : ""; }
 
-/* A float constant, exactly (hex float) */
-static void put_const(sb *b, double v) {
-    float f = (float)v;
-    if (isnan(f)) put(b, "KN_NAN");
-    else if (isinf(f)) put(b, f > 0 ? "KN_INF" : "(-KN_INF)");
-    else put(b, "%af", (double)f);
+/* A constant of the compute type, exactly (hex float) */
+static void put_const(sb *b, double v, bool f64) {
+    double x = f64 ? v : (double)(float)v;
+    if (isnan(x)) put(b, "(kn_real)KN_NAN");
+    else if (isinf(x)) put(b, x > 0 ? "(kn_real)KN_INF" : "(kn_real)(-KN_INF)");
+    else put(b, f64 ? "%a" : "%af", x);
 }
 
 /* One function per op the kernel uses, from the op table's expression. */
@@ -129,10 +137,10 @@ static void op_functions(sb *b, const kn_kernel *k) {
         done[in->op] = true;
         const kn_op_info *oi = kn_op_get(in->op);
         if (in->kind == KN_KI_UNARY)
-            put(b, "KN_FN float kn_op_%s(float x, float p0, float p1) { (void)p0; (void)p1; return (float)(%s); }\n",
+            put(b, "KN_FN kn_real kn_op_%s(kn_real x, kn_real p0, kn_real p1) { (void)p0; (void)p1; return (kn_real)(%s); }\n",
                 oi->name, oi->expr);
         else
-            put(b, "KN_FN float kn_op_%s(float a, float b) { return (float)(%s); }\n", oi->name, oi->expr);
+            put(b, "KN_FN kn_real kn_op_%s(kn_real a, kn_real b) { return (kn_real)(%s); }\n", oi->name, oi->expr);
     }
 }
 
@@ -168,20 +176,20 @@ static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *
         const kn_kinst *in = &k->inst[i];
         switch ((kn_kinst_kind)in->kind) {
         case KN_KI_LOAD:
-            put(b, "%sconst float v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
+            put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
             break;
         case KN_KI_CONST:
-            put(b, "%sconst float v%d = ", ind, i); put_const(b, in->p0); put(b, ";\n");
+            put(b, "%sconst kn_real v%d = ", ind, i); put_const(b, in->p0, k->f64); put(b, ";\n");
             break;
         case KN_KI_UNARY:
-            put(b, "%sconst float v%d = kn_op_%s(v%d, ", ind, i, kn_op_get(in->op)->name, in->a);
-            put_const(b, in->p0); put(b, ", "); put_const(b, in->p1); put(b, ");\n");
+            put(b, "%sconst kn_real v%d = kn_op_%s(v%d, ", ind, i, kn_op_get(in->op)->name, in->a);
+            put_const(b, in->p0, k->f64); put(b, ", "); put_const(b, in->p1, k->f64); put(b, ");\n");
             break;
         case KN_KI_BINARY:
-            put(b, "%sconst float v%d = kn_op_%s(v%d, v%d);\n", ind, i, kn_op_get(in->op)->name, in->a, in->b);
+            put(b, "%sconst kn_real v%d = kn_op_%s(v%d, v%d);\n", ind, i, kn_op_get(in->op)->name, in->a, in->b);
             break;
-        case KN_KI_CAST:
-            put(b, "%sconst float v%d = %s(%s(v%d));\n", ind, i, load_fn(in->dt), store_fn(in->dt), in->a);
+        case KN_KI_CAST:   /* round to the dtype and back (f16, bf16 through float) */
+            put(b, "%sconst kn_real v%d = %s(%s(v%d));\n", ind, i, load_fn(in->dt), store_fn(in->dt), in->a);
             break;
         case KN_KI_STORE:
             put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
@@ -262,6 +270,7 @@ static void render_cuda(sb *b, const kn_kernel *k) {
 static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
     put(b, "/* kiln generated kernel %s (%s): %d dims, %d buffers, %d instructions */\n", k->name, d->lang, k->ndim, k->nbuf, k->ninst);
     put(b, d->prelude, KN_KERNEL_MAXBUF);
+    put_vocabulary(b, k->f64, d->rint);
     put(b, "%s", shared_prelude);
     op_functions(b, k);
     if (d->cuda) render_cuda(b, k);
@@ -269,8 +278,8 @@ static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
 }
 
 static const dialect g_dialects[] = {
-    {"c", c_prelude, false},
-    {"cuda", cuda_prelude, true},
+    {"c", c_prelude, "nearbyint", false},
+    {"cuda", cuda_prelude, "rint", true},
 };
 
 static uint64_t fnv1a(const char *s, size_t n) {
