@@ -96,6 +96,14 @@ static int build(kn_ctx *ctx, const gcase *c, kn_tensor **outs) {
         if (nout < MAXO - 1 && i < c->nops - 1 && rnd(&s) % 5 == 0) outs[nout++] = cur;
     }
     (void)nin;
+    /* half of the chains end in a reduction over the last dim, the last two or all */
+    if (rnd(&s) % 2) {
+        static const kn_op red[] = {KN_OP_SUM, KN_OP_MEAN, KN_OP_MAX, KN_OP_MIN};
+        int which = (int)(rnd(&s) % 3), axes[2] = {nd - 1, nd - 2};
+        int nax = which == 0 || nd < 2 ? 1 : which == 1 ? 2 : 0;
+        if (c->sym && nax != 1) nax = 1;   /* symbolic dim 0 stays kept: read_f32 reads rows */
+        cur = kn_reduce(ctx, red[rnd(&s) % 4], cur, nax, axes, rnd(&s) % 2);
+    }
     outs[nout++] = cur;
     return nout;
 }
@@ -127,7 +135,7 @@ static int64_t mismatches(const float *a, const float *b, int64_t n, double tol,
     return bad;
 }
 
-typedef struct { int ngroups, nkern_fused, nkern_plain; size_t peak_fused, peak_plain; bool ok; } run_result;
+typedef struct { int ngroups, nred, nkern_fused, nkern_plain; size_t peak_fused, peak_plain; bool ok; } run_result;
 
 static bool jit_available(void) {
     kn_backend *be = kn_backend_default();
@@ -148,6 +156,7 @@ static run_result run_case(const gcase *c) {
     kn_plan *pp = kn_plan_new(cp, no, op, &(kn_plan_opts){.no_fuse = true});
     if (!pr || !pf || !pp) { CHECK(false, "plan: %s", kn_last_error()); goto done; }
     rr.ngroups = pf->ngroups;
+    for (int gi = 0; gi < pf->ngroups; gi++) rr.nred += pf->groups[gi].k.red != KN_OP_NONE;
     rr.nkern_fused = kn_plan_n_kernels(pf);
     rr.nkern_plain = kn_plan_n_kernels(pp);
     rr.peak_fused = kn_plan_peak_bytes(pf);
@@ -186,7 +195,7 @@ TEST(random_chains_match_unfused_and_reference) {
     if (!jit_available()) SKIP("the %s backend builds no generated kernels (or KN_NOFUSE is set)", kn_backend_default()->name);
     static const int64_t shapes[][4] = {{37}, {5, 33}, {3, 7, 19}, {2, 3, 5, 11}, {1, 129}, {257, 3}, {4, 1, 65}};
     static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16, KN_F64};
-    int fused = 0, total = 0;
+    int fused = 0, total = 0, reds = 0;
     const char *only = getenv("KN_TEST_SEED");   /* debugging one case */
     for (uint32_t seed = 1; seed <= 42; seed++) {
         if (only && (uint32_t)atoi(only) != seed) continue;
@@ -197,10 +206,12 @@ TEST(random_chains_match_unfused_and_reference) {
         run_result r = run_case(&c);
         total++;
         if (r.ngroups) fused++;
+        reds += r.nred;
         CHECK(!r.ok || r.nkern_fused <= r.nkern_plain, "seed %u: %d kernels fused > %d plain", seed, r.nkern_fused, r.nkern_plain);
         CHECK(!r.ok || r.peak_fused <= r.peak_plain, "seed %u: fusion raised peak memory %zu > %zu", seed, r.peak_fused, r.peak_plain);
     }
     CHECK(fused >= total / 2, "only %d of %d random chains fused anything", fused, total);
+    CHECK(only || reds >= 8, "only %d chains fused into their reduction", reds);
 }
 
 TEST(symbolic_extents) {
@@ -239,6 +250,19 @@ static kn_tensor *g_bf16(kn_ctx *ctx) {
     kn_tensor *w = kn_input(ctx, KN_F32, 1, (int64_t[]){12});
     kn_tensor *y = kn_mul(ctx, kn_unary(ctx, KN_OP_TANH, kn_add(ctx, a, t)), w);
     return kn_cast(ctx, kn_mul_scalar(ctx, y, 0.5), KN_BF16);
+}
+
+/* gradient-norm term: sum(square(cast(g, f64))) over a [33, 64] f32 gradient */
+static kn_tensor *g_sumsq(kn_ctx *ctx) {
+    kn_tensor *g = kn_input(ctx, KN_F32, 2, (int64_t[]){33, 64});
+    return kn_sum(ctx, kn_unary(ctx, KN_OP_SQUARE, kn_cast(ctx, g, KN_F64)), 0, NULL, false);
+}
+/* row max of a scaled, shifted [T<=64, 50] (a softmax's first pass) */
+static kn_tensor *g_rowmax(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 64);
+    kn_tensor *x = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){64, 50}), 0, 0, T);
+    kn_tensor *m = kn_input(ctx, KN_F32, 1, (int64_t[]){50});
+    return kn_max(ctx, kn_add(ctx, kn_mul_scalar(ctx, x, 0.125), m), 1, (int[]){1}, true);
 }
 
 static char *read_text(const char *path) {
@@ -296,5 +320,7 @@ static void golden(const char *name, golden_fn fn) {
 TEST(golden_mlp_epilogue) { golden("mlp_epilogue", g_mlp); }
 TEST(golden_swiglu_symbolic) { golden("swiglu_symbolic", g_swiglu); }
 TEST(golden_bf16_mixed) { golden("bf16_mixed", g_bf16); }
+TEST(golden_sum_of_squares_f64) { golden("sumsq_f64", g_sumsq); }
+TEST(golden_row_max_symbolic) { golden("rowmax_symbolic", g_rowmax); }
 
 int main(void) { return kn_test_main(); }

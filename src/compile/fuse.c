@@ -69,6 +69,16 @@ static bool fusable(const fz *f, const kn_tensor *t) {
     return true;
 }
 
+/* A reduction a group may end in: sum, mean, max or min of a float tensor
+ * over a set of axes that includes its last dim (so a C kernel walks rows
+ * contiguously and a CUDA block reads a row coalesced). */
+static bool fusable_reduce(const fz *f, const kn_tensor *t) {
+    if (t->op != KN_OP_SUM && t->op != KN_OP_MEAN && t->op != KN_OP_MAX && t->op != KN_OP_MIN) return false;
+    kn_tensor *x = src_of(f, t, 0);
+    if (!x || x->ndim == 0 || !float_dt(t->dtype) || x->dtype != t->dtype || !kn_is_contiguous(t)) return false;
+    return (t->p.reduce.axes >> (x->ndim - 1)) & 1;
+}
+
 static bool same_space(const kn_tensor *a, const kn_tensor *b) {
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++) if (a->shape[i] != b->shape[i] || a->sym[i] != b->sym[i]) return false;
@@ -87,13 +97,14 @@ static bool in_set(kn_tensor *const *set, int n, const kn_tensor *t) {
     return false;
 }
 
-/* The predicate's conditions 2-4 for the node set U (t last, at schedule index i). */
-static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
+/* The predicate's conditions 2-4 for the node set U (t last, at schedule
+ * index i); every node but a final reduction has the shape of space. */
+static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_tensor *space) {
     kn_tensor *t = U[nu - 1];
     int first = i;
     for (int m = 0; m < nu; m++) {
         kn_tensor *x = U[m];
-        if (!same_space(x, t)) return false;
+        if (!(x == t && space != t) && !same_space(x, space)) return false;
         if (f->pos[x->id] < first) first = f->pos[x->id];
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = x->src[k] ? src_of(f, x, k) : NULL;
@@ -132,11 +143,27 @@ static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
     for (int i = 0; i < f->n; i++) {
         kn_tensor *t = f->order[i];
+        if (fusable_reduce(f, t)) {
+            /* ends the group of its input, if that is open and has its shape */
+            kn_tensor *x = src_of(f, t, 0);
+            if (x->id >= f->n_ids || f->gid[x->id] < 0 || f->g[f->gid[x->id]].closed) continue;
+            kn_fgroup *g = &f->g[f->gid[x->id]];
+            if (g->nnode + 1 > KN_KMAX_NODES) continue;
+            int nu = 0;
+            for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
+            U[nu++] = t;
+            if (instr_estimate(f, U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, x)) continue;
+            g->node[g->nnode++] = t;
+            g->last = i;
+            g->closed = true;
+            f->gid[t->id] = (int)(g - f->g);
+            continue;
+        }
         if (!fusable(f, t)) continue;
         int gs[KN_MAX_SRC], ngs = 0;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = t->src[k] ? src_of(f, t, k) : NULL;
-            if (!s || s->id >= f->n_ids || f->gid[s->id] < 0) continue;
+            if (!s || s->id >= f->n_ids || f->gid[s->id] < 0 || f->g[f->gid[s->id]].closed) continue;
             int g = f->gid[s->id];
             bool seen = false;
             for (int j = 0; j < ngs; j++) seen |= gs[j] == g;
@@ -158,7 +185,7 @@ static bool form_groups(fz *f) {
                         kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
                     }
                 U[nu++] = t;
-                if (instr_estimate(f, U, nu) <= KN_KMAX_INST - 8 && group_ok(f, U, nu, i)) {
+                if (instr_estimate(f, U, nu) <= KN_KMAX_INST - 8 && group_ok(f, U, nu, i, t)) {
                     kn_fgroup *g0 = &f->g[gs[0]];
                     for (int j = 1; j < ngs; j++) f->g[gs[j]].nnode = 0;   /* emptied, merged into g0 */
                     memcpy(g0->node, U, sizeof *U * (size_t)nu);
@@ -225,12 +252,13 @@ static double fill_value(const kn_tensor *s) {
     return kn_load(s->dtype, tmp, 0);
 }
 
-/* Merges adjacent dims every buffer walks contiguously; drops static 1s. */
+/* Merges adjacent dims every buffer walks contiguously (both reduced or
+ * both kept); drops static 1s. */
 static void simplify_dims(kn_kernel *k) {
     int nd = 0;
     for (int d = 0; d < k->ndim; d++) {
         if (k->ext[d] == 1 && k->sym[d] == 0) continue;
-        if (nd > 0 && k->sym[d] == 0) {
+        if (nd > 0 && k->sym[d] == 0 && k->redd[nd - 1] == k->redd[d]) {
             bool merge = true;
             for (int b = 0; b < k->nbuf && merge; b++) merge = k->buf[b].st[nd - 1] == k->buf[b].st[d] * k->ext[d];
             if (merge) {
@@ -240,17 +268,37 @@ static void simplify_dims(kn_kernel *k) {
                 continue;
             }
         }
-        k->ext[nd] = k->ext[d]; k->sym[nd] = k->sym[d]; k->mul[nd] = k->mul[d];
+        k->ext[nd] = k->ext[d]; k->sym[nd] = k->sym[d]; k->mul[nd] = k->mul[d]; k->redd[nd] = k->redd[d];
         for (int b = 0; b < k->nbuf; b++) k->buf[b].st[nd] = k->buf[b].st[d];
         nd++;
     }
     k->ndim = nd;
 }
 
+/* The output buffer of reduction r over the space of its input: r's strides on
+ * kept dims, 0 on reduced ones. */
+static int reduce_buffer(kn_fgroup *g, kn_tensor *r, const kn_tensor *space) {
+    kn_kernel *k = &g->k;
+    if (k->nbuf >= KN_KERNEL_MAXBUF) return -1;
+    int b = k->nbuf++, j = 0;
+    g->bt[b] = r;
+    k->buf[b].dt = r->dtype;
+    k->buf[b].out = true;
+    for (int d = 0; d < space->ndim; d++) {
+        bool red = (r->p.reduce.axes >> d) & 1;
+        if (red) { k->buf[b].st[d] = 0; if (r->p.reduce.keepdim) j++; }
+        else k->buf[b].st[d] = r->stride[j++];
+    }
+    return b;
+}
+
 static bool lower(fz *f, kn_fgroup *g) {
     kn_kernel *k = &g->k;
-    kn_tensor *space = g->node[g->nnode - 1];
+    kn_tensor *last = g->node[g->nnode - 1];
+    bool red = g->closed;
+    kn_tensor *space = red ? src_of(f, last, 0) : last;
     memset(k, 0, sizeof *k);
+    k->red = KN_OP_NONE;
     for (int m = 0; m < g->nnode; m++) {
         k->f64 |= g->node[m]->dtype == KN_F64;
         for (int a = 0; a < KN_MAX_SRC; a++) {
@@ -259,7 +307,10 @@ static bool lower(fz *f, kn_fgroup *g) {
         }
     }
     k->ndim = space->ndim;
-    for (int d = 0; d < space->ndim; d++) { k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1; }
+    for (int d = 0; d < space->ndim; d++) {
+        k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1;
+        k->redd[d] = red && ((last->p.reduce.axes >> d) & 1);
+    }
     int val[KN_KMAX_NODES];
     int loads[KN_KERNEL_MAXBUF];
     for (int b = 0; b < KN_KERNEL_MAXBUF; b++) loads[b] = -1;
@@ -269,6 +320,15 @@ static bool lower(fz *f, kn_fgroup *g) {
         if (x->op == KN_OP_FILL) {   /* an absorbed constant */
             val[m] = emit(k, (kn_kinst){.kind = KN_KI_CONST, .dt = x->dtype, .p0 = fill_value(x)});
             if (val[m] < 0) return false;
+            continue;
+        }
+        if (red && x == last) {   /* the reduction: combined by the renderer's loop */
+            kn_tensor *in = src_of(f, x, 0);
+            for (int j = 0; j < m; j++) if (g->node[j] == in) k->red_val = val[j];
+            k->red = x->op;
+            k->red_dt = x->dtype;
+            k->red_buf = reduce_buffer(g, x, space);
+            if (k->red_buf < 0) return false;
             continue;
         }
         const kn_op_info *oi = kn_op_get(x->op);
@@ -295,12 +355,26 @@ static bool lower(fz *f, kn_fgroup *g) {
         if (val[m] < 0) return false;
     }
     for (int m = 0; m < g->nnode; m++) {
-        if (!g->stored[m]) continue;
+        if (!g->stored[m] || (red && g->node[m] == last)) continue;
         int b = buffer_of(g, g->node[m], true, space);
         if (b < 0 || emit(k, (kn_kinst){.kind = KN_KI_STORE, .dt = g->node[m]->dtype, .a = val[m], .buf = b}) < 0) return false;
     }
     simplify_dims(k);
+    if (red) {   /* CUDA threads per item: enough for the reduced extent, at most 256 */
+        int64_t rn = 1;
+        for (int d = 0; d < k->ndim; d++) if (k->redd[d]) rn *= k->ext[d];
+        k->block = rn <= 32 ? 32 : rn <= 64 ? 64 : rn <= 128 ? 128 : 256;
+    }
     return true;
+}
+
+void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64_t *n_max) {
+    *n = *n_max = 1;
+    for (int d = 0; d < k->ndim; d++) {
+        if (k->red != KN_OP_NONE && k->redd[d]) continue;
+        *n *= k->sym[d] ? syms[k->sym[d]] * k->mul[d] : k->ext[d];
+        *n_max *= k->ext[d];
+    }
 }
 
 /* Fill nodes read only by members of g become members (constants, not stored). */

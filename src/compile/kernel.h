@@ -63,7 +63,20 @@ typedef struct kn_kernel {
     kn_kbuf buf[KN_KERNEL_MAXBUF];
     int ninst;
     kn_kinst inst[KN_KMAX_INST];
+    /* A reduction group (its last node a sum, mean, max or min): the dims with
+     * redd[d] are reduced. An item is one output element; per item the
+     * program runs over the reduced dims and inst[red_val] is combined into
+     * one value, stored to buf[red_buf] (its strides are 0 over reduced dims).
+     * C: one item after another; CUDA: a block of `block` threads per item. */
+    kn_op red;                      /* KN_OP_NONE: elementwise */
+    bool redd[KN_MAX_DIMS];
+    int red_val, red_buf;
+    kn_dtype red_dt;
+    int block;
 } kn_kernel;
+
+/* Items of a launch at the current symbol values (syms) and at their maxima. */
+void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64_t *n_max);
 
 /* A group of the schedule that runs as one kernel. Its nodes run at the place
  * of its last node (order[last]); a node is stored when something outside the
@@ -74,6 +87,7 @@ typedef struct kn_fgroup {
     kn_tensor *node[KN_KMAX_NODES]; /* in schedule order */
     uint8_t stored[KN_KMAX_NODES];
     int last;                       /* schedule index of node[nnode-1] */
+    bool closed;                    /* ends in a reduction: nothing joins after it */
     kn_tensor *bt[KN_KERNEL_MAXBUF];/* the tensor (view) each kernel buffer is */
     kn_kernel k;
 } kn_fgroup;

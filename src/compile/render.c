@@ -267,13 +267,104 @@ static void render_cuda(sb *b, const kn_kernel *k) {
     put(b, "    }\n}\n");
 }
 
+/* ---- reductions: an item is one output element ---------------------------- */
+static const char *red_ident(kn_op op) { return op == KN_OP_MAX ? "(-KN_INF)" : op == KN_OP_MIN ? "KN_INF" : "0"; }
+/* acc = combine(acc, v); max and min let a NaN win, as torch */
+static void put_combine(sb *b, kn_op op, const char *ind, const char *acc, const char *v) {
+    if (op == KN_OP_MAX) put(b, "%s%s = (%s > %s || %s != %s) ? %s : %s;\n", ind, acc, v, acc, v, v, v, acc);
+    else if (op == KN_OP_MIN) put(b, "%s%s = (%s < %s || %s != %s) ? %s : %s;\n", ind, acc, v, acc, v, v, v, acc);
+    else put(b, "%s%s += %s;\n", ind, acc, v);
+}
+/* index names i<d> for the dims with redd == red, from an item number */
+static void put_decompose(sb *b, const kn_kernel *k, bool red, const char *ity, const char *from, const char *ind) {
+    int first = -1;
+    for (int d = 0; d < k->ndim; d++) if (k->redd[d] == red) { first = d; break; }
+    if (first < 0) return;
+    put(b, "%s%s rr = %s;\n", ind, ity, from);
+    for (int d = k->ndim - 1; d > first; d--)
+        if (k->redd[d] == red) put(b, "%sconst %s i%d = rr %% E%d; rr /= E%d;\n", ind, ity, d, d, d);
+    put(b, "%sconst %s i%d = rr;\n", ind, ity, first);
+}
+static void put_counts(sb *b, const kn_kernel *k, const char *ity) {
+    put(b, "    const %s NOUT = 1", ity);
+    for (int d = 0; d < k->ndim; d++) if (!k->redd[d]) put(b, " * E%d", d);
+    put(b, ";\n    const %s RN = 1", ity);
+    for (int d = 0; d < k->ndim; d++) if (k->redd[d]) put(b, " * E%d", d);
+    put(b, ";\n");
+}
+static void put_red_store(sb *b, const kn_kernel *k, const char *ind, const char *acc) {
+    char ob[256];
+    offset_expr(ob, sizeof ob, k, k->red_buf, k->ndim, "i");
+    if (k->red == KN_OP_MEAN) put(b, "%sb%d[%s] = %s((kn_real)(%s / (kn_acc)RN));\n", ind, k->red_buf, ob, store_fn(k->red_dt), acc);
+    else put(b, "%sb%d[%s] = %s((kn_real)%s);\n", ind, k->red_buf, ob, store_fn(k->red_dt), acc);
+}
+
+static void render_c_reduce(sb *b, const kn_kernel *k) {
+    put(b, "typedef double kn_acc;\n");   /* sums of float in double: one rounding at the end */
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
+    put_counts(b, k, "kn_i64");
+    put(b, "    (void)NOUT;\n");
+    put_buffers(b, k, "a->");
+    put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
+    put(b, "        for (kn_i64 q = 0; q < RN; q++) {\n");
+    put_decompose(b, k, true, "kn_i64", "q", "            ");
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
+    put_program(b, k, "            ", idx);
+    char v[16];
+    snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
+    put_combine(b, k->red, "            ", "acc", v);
+    put(b, "        }\n");
+    put_red_store(b, k, "        ", "acc");
+    put(b, "    }\n}\n");
+}
+
+static void render_cuda_reduce(sb *b, const kn_kernel *k) {
+    put(b, "typedef kn_real kn_acc;\n");
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a.syms");
+    put_counts(b, k, "kn_i64");
+    put_buffers(b, k, "a.");
+    put(b, "    __shared__ kn_acc sh[32];\n");
+    put(b, "    for (kn_i64 o = blockIdx.x; o < NOUT; o += gridDim.x) {\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
+    put(b, "        for (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n");
+    put_decompose(b, k, true, "kn_i64", "q", "            ");
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
+    put_program(b, k, "            ", idx);
+    char v[16];
+    snprintf(v, sizeof v, "v%d", k->red_val);
+    put_combine(b, k->red, "            ", "acc", v);
+    put(b, "        }\n");
+    /* the block's threads combine: within warps, then the warps' results */
+    put(b, "        for (int s = 16; s > 0; s >>= 1) { const kn_acc w = __shfl_down_sync(0xffffffffu, acc, s);\n");
+    put_combine(b, k->red, "            ", "acc", "w");
+    put(b, "        }\n        if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;\n        __syncthreads();\n");
+    put(b, "        if (threadIdx.x < 32) {\n            acc = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : %s;\n", red_ident(k->red));
+    put(b, "            for (int s = 16; s > 0; s >>= 1) { const kn_acc w = __shfl_down_sync(0xffffffffu, acc, s);\n");
+    put_combine(b, k->red, "                ", "acc", "w");
+    put(b, "            }\n            if (threadIdx.x == 0) {\n");
+    put_red_store(b, k, "                ", "acc");
+    put(b, "            }\n        }\n        __syncthreads();\n    }\n}\n");
+}
+
 static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
     put(b, "/* kiln generated kernel %s (%s): %d dims, %d buffers, %d instructions */\n", k->name, d->lang, k->ndim, k->nbuf, k->ninst);
     put(b, d->prelude, KN_KERNEL_MAXBUF);
     put_vocabulary(b, k->f64, d->rint);
     put(b, "%s", shared_prelude);
     op_functions(b, k);
-    if (d->cuda) render_cuda(b, k);
+    if (k->red != KN_OP_NONE) {
+        if (d->cuda) render_cuda_reduce(b, k);
+        else render_c_reduce(b, k);
+    } else if (d->cuda) render_cuda(b, k);
     else render_c(b, k);
 }
 
@@ -294,7 +385,7 @@ int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
         if (lang && !strcmp(lang, g_dialects[i].lang)) d = &g_dialects[i];
     if (!d || !cap) return -1;
     kn_kernel kk = *k;
-    if (kk.ndim == 0) { kk.ndim = 1; kk.ext[0] = 1; kk.sym[0] = 0; kk.mul[0] = 1; for (int i = 0; i < kk.nbuf; i++) kk.buf[i].st[0] = 0; }
+    if (kk.ndim == 0) { kk.ndim = 1; kk.ext[0] = 1; kk.sym[0] = 0; kk.mul[0] = 1; kk.redd[0] = kk.red != KN_OP_NONE; for (int i = 0; i < kk.nbuf; i++) kk.buf[i].st[0] = 0; }
     /* the name is a hash of the source written with a placeholder name */
     snprintf(kk.name, sizeof kk.name, "kn_k");
     sb b = {buf, 0, cap, false};

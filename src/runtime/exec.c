@@ -41,13 +41,17 @@ static kn_status run_group(kn_plan *p, const kn_fgroup *g, void *kernel) {
         if (!l.a.buf[b]) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for operand %d of fused kernel %s", b, g->k.name);
     }
     l.a.syms = p->ctx->sym_val;
-    l.a.n = l.n_max = 1;
-    for (int d = 0; d < g->k.ndim; d++) {
-        l.a.n *= g->k.sym[d] ? p->ctx->sym_val[g->k.sym[d]] * g->k.mul[d] : g->k.ext[d];
-        l.n_max *= g->k.ext[d];
-    }
+    kn__kernel_items(&g->k, p->ctx->sym_val, &l.a.n, &l.n_max);
     l.grain = 16384;
     if (l.a.n <= 0) return KN_OK;
+    if (g->k.red != KN_OP_NONE) {
+        /* an item is a whole reduction: C threads take few of them; a CUDA
+         * kernel runs a block per item (n sizes the grid in threads) */
+        int64_t rn = 1;
+        for (int d = 0; d < g->k.ndim; d++) if (g->k.redd[d]) rn *= g->k.ext[d];
+        l.grain = 16384 / rn > 1 ? 16384 / rn : 1;
+        if (!strcmp(p->be->kernel_lang, "cuda")) { l.block = g->k.block; l.a.n *= g->k.block; l.n_max *= g->k.block; }
+    }
     return p->be->kernel_run(p->be, kernel, &l);
 }
 
