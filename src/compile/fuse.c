@@ -138,6 +138,31 @@ static bool add_group(fz *f) {
     return true;
 }
 
+/* t (at schedule index i) and the groups gs merged into gs[0], if the
+ * predicate admits the union. U: scratch of KN_KMAX_NODES + 1. */
+static bool try_join(fz *f, kn_tensor *t, int i, const int *gs, int ngs, kn_tensor **U) {
+    int nu = 0;
+    for (int j = 0; j < ngs; j++) {
+        kn_fgroup *g = &f->g[gs[j]];
+        if (nu + g->nnode + 1 > KN_KMAX_NODES) return false;
+        for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
+    }
+    /* schedule order (merged groups interleave) */
+    for (int a = 1; a < nu; a++)
+        for (int b = a; b > 0 && f->pos[U[b]->id] < f->pos[U[b - 1]->id]; b--) {
+            kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
+        }
+    U[nu++] = t;
+    if (instr_estimate(f, U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, t)) return false;
+    kn_fgroup *g0 = &f->g[gs[0]];
+    for (int j = 1; j < ngs; j++) f->g[gs[j]].nnode = 0;   /* emptied, merged into g0 */
+    memcpy(g0->node, U, sizeof *U * (size_t)nu);
+    g0->nnode = nu;
+    for (int m = 0; m < nu; m++) f->gid[U[m]->id] = gs[0];
+    g0->last = i;
+    return true;
+}
+
 /* Groups by the predicate; members in schedule order. */
 static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
@@ -169,33 +194,9 @@ static bool form_groups(fz *f) {
             for (int j = 0; j < ngs; j++) seen |= gs[j] == g;
             if (!seen) gs[ngs++] = g;
         }
-        bool joined = false;
-        if (ngs) {
-            int nu = 0;
-            bool fits = true;
-            for (int j = 0; j < ngs && fits; j++) {
-                kn_fgroup *g = &f->g[gs[j]];
-                if (nu + g->nnode + 1 > KN_KMAX_NODES) { fits = false; break; }
-                for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
-            }
-            if (fits) {
-                /* schedule order (merged groups interleave) */
-                for (int a = 1; a < nu; a++)
-                    for (int b = a; b > 0 && f->pos[U[b]->id] < f->pos[U[b - 1]->id]; b--) {
-                        kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
-                    }
-                U[nu++] = t;
-                if (instr_estimate(f, U, nu) <= KN_KMAX_INST - 8 && group_ok(f, U, nu, i, t)) {
-                    kn_fgroup *g0 = &f->g[gs[0]];
-                    for (int j = 1; j < ngs; j++) f->g[gs[j]].nnode = 0;   /* emptied, merged into g0 */
-                    memcpy(g0->node, U, sizeof *U * (size_t)nu);
-                    g0->nnode = nu;
-                    for (int m = 0; m < nu; m++) f->gid[U[m]->id] = gs[0];
-                    g0->last = i;
-                    joined = true;
-                }
-            }
-        }
+        /* all of its sources' groups, else the one that admits it (the latest first) */
+        bool joined = ngs && try_join(f, t, i, gs, ngs, U);
+        for (int j = ngs - 1; j >= 0 && !joined && ngs > 1; j--) joined = try_join(f, t, i, &gs[j], 1, U);
         if (!joined) {
             if (!add_group(f)) return false;
             kn_fgroup *g = &f->g[f->ng - 1];
