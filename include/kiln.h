@@ -362,7 +362,16 @@ kn_status kn_plan_run(kn_plan *p);
 void kn_plan_free(kn_plan *p);
 size_t kn_plan_peak_bytes(const kn_plan *p);   /* arena size for intermediates */
 size_t kn_plan_naive_bytes(const kn_plan *p);  /* what it would take with no reuse */
-int kn_plan_n_kernels(const kn_plan *p);
+int kn_plan_n_kernels(const kn_plan *p);      /* kernel launches per run (a fused group is one) */
+/* What a plan runs (docs/COMPILER.md). */
+typedef struct kn_plan_stats {
+    int nodes;               /* in the schedule, views included */
+    int kernels;             /* launches per run: hand kernels + generated kernels */
+    int generated;           /* generated kernels (fused groups) among them */
+    int fused_nodes;         /* nodes that run inside those */
+    size_t peak_bytes;       /* the arena */
+} kn_plan_stats;
+kn_status kn_plan_get_stats(const kn_plan *p, kn_plan_stats *s);
 void kn_plan_print(const kn_plan *p, void *FILE_ptr);  /* the schedule (KN_DEBUG=1 prints it at build) */
 /* Graphviz DOT of the graph feeding outs. */
 kn_status kn_graph_dump_dot(kn_ctx *ctx, int nout, kn_tensor **outs, const char *path);

@@ -111,6 +111,10 @@ int cmd_bench(const cli_args *a) {
         else { snprintf(th, sizeof th, "%d", kn_threads()); snprintf(ty, sizeof ty, "%s", kn_dtype_name(c->weight_type)); }
         printf("| %s | %s | %.1fM | %s | pp%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, np, pp[reps / 2]);
         printf("| %s | %s | %.1fM | %s | tg%d | %.2f |\n", c->name, ty, c->n_params / 1e6, th, ng, tg[reps / 2]);
+        kn_plan_stats ps;
+        if (kn_model_plan_stats(m, &ps) == KN_OK)
+            printf("\nkernel launches per token: %d (%d generated kernels fusing %d nodes; KN_NOFUSE=1 turns the compiler off)\n",
+                   ps.kernels, ps.generated, ps.fused_nodes);
     }
     free(toks); free(logits); free(pp); free(tg);
     kn_model_free(m);

@@ -136,10 +136,16 @@ size_t kn_plan_peak_bytes(const kn_plan *p) { return p ? p->peak : 0; }
 size_t kn_plan_naive_bytes(const kn_plan *p) { return p ? p->naive : 0; }
 int kn_plan_n_kernels(const kn_plan *p) { return p ? p->nkern : 0; }
 
+kn_status kn_plan_get_stats(const kn_plan *p, kn_plan_stats *s) {
+    if (!p || !s) return kn_set_error(KN_ERR_INVALID, "kn_plan_get_stats: NULL %s", p ? "stats" : "plan");
+    *s = (kn_plan_stats){.nodes = p->n, .kernels = p->nkern, .generated = p->ngroups, .fused_nodes = p->nfused, .peak_bytes = p->peak};
+    return KN_OK;
+}
+
 void kn_plan_print(const kn_plan *p, void *fp) {
     FILE *f = fp ? fp : stderr;
-    fprintf(f, "plan: %d nodes, %d kernels, backend %s, arena %zu bytes (no reuse: %zu)\n",
-            p->n, p->nkern, p->be->name, p->peak, p->naive);
+    fprintf(f, "plan: %d nodes, %d kernels (%d generated, fusing %d nodes), backend %s, arena %zu bytes (no reuse: %zu)\n",
+            p->n, p->nkern, p->ngroups, p->nfused, p->be->name, p->peak, p->naive);
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         char s[160];
