@@ -19,6 +19,7 @@
  * unfused graph would store it.
  */
 #include "compile/kernel.h"
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,10 +78,81 @@ static const char *const g_fns[][2] = {
     {"ACOS", "acos"}, {"ATAN", "atan"}, {"SINH", "sinh"}, {"COSH", "cosh"}, {"TANH", "tanh"}, {"ASINH", "asinh"},
     {"ACOSH", "acosh"}, {"ATANH", "atanh"}, {"ERF", "erf"}, {"FLOOR", "floor"}, {"CEIL", "ceil"}, {"TRUNC", "trunc"},
 };
-static void put_vocabulary(sb *b, bool f64, const char *rint) {
+/* C, float: exp, log, tanh and erf as straight-line code (range reduction,
+ * polynomials, selects instead of branches) that the C compiler vectorises
+ * inside the item loop; libm's expf is a call per element. The same
+ * algorithms and coefficients as the CPU backend's AVX2 kernels
+ * (src/backends/cpu/vec_avx2.c: relative error <= 3e-7), so fused and hand
+ * kernels agree; NaN passes through, overflow gives inf. */
+static const char c_float_math[] =
+    "KN_FN float kn_m_exp(float x) {\n"
+    "    float c = x != x ? 0.0f : x > 88.8f ? 88.8f : x < -104.0f ? -104.0f : x;\n"
+    "    float n = (c * 1.44269502f + 12582912.0f) - 12582912.0f;\n"
+    "    float r = c - n * 0.693147182f;\n"
+    "    r = r - n * -1.90465432e-09f;\n"
+    "    float p = 0.00139485905f;\n"
+    "    p = p * r + 0.00837513525f; p = p * r + 0.0416662171f; p = p * r + 0.166664153f;\n"
+    "    p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f;\n"
+    "    int ni = (int)n, n1 = ni >> 1, n2 = ni - n1;\n"
+    "    float y = p * kn_u2f((kn_u32)(n1 + 127) << 23) * kn_u2f((kn_u32)(n2 + 127) << 23);\n"
+    "    return x != x ? x : y;\n"
+    "}\n"
+    "KN_FN float kn_m_log(float x) {\n"
+    "    int tiny = x < 1.17549435e-38f;\n"
+    "    float xs = tiny ? x * 8388608.0f : x;\n"
+    "    kn_u32 ix = kn_f2u(xs);\n"
+    "    float e = (float)((int)(ix >> 23) - 127) - (tiny ? 23.0f : 0.0f);\n"
+    "    float m = kn_u2f((ix & 0x007fffffu) | 0x3f800000u);\n"
+    "    int big = m > 1.41421356f;\n"
+    "    m = big ? m * 0.5f : m;\n"
+    "    e = big ? e + 1.0f : e;\n"
+    "    float f = m - 1.0f, s = f / (2.0f + f), z = s * s;\n"
+    "    float R = (2.0f / 11) * z + (2.0f / 9); R = R * z + (2.0f / 7); R = R * z + (2.0f / 5); R = R * z + (2.0f / 3);\n"
+    "    R = R * z;\n"
+    "    float hfsq = 0.5f * f * f, t = s * (hfsq + R) + e * -1.90465432e-09f;\n"
+    "    float y = e * 0.693147182f - ((hfsq - t) - f);\n"
+    "    y = x == 0.0f ? -KN_INF : x < 0.0f ? KN_NAN : y;\n"
+    "    return (x != x || x == KN_INF) ? x : y;\n"
+    "}\n"
+    "KN_FN float kn_m_tanh(float x) {\n"
+    "    float a = x < 0 ? -x : x, z = x * x;\n"
+    "    float p = 0.00012176919f;\n"
+    "    p = p * z - 0.000842288719f; p = p * z + 0.00308037712f; p = p * z - 0.0085965246f;\n"
+    "    p = p * z + 0.0217853282f; p = p * z - 0.0539532267f; p = p * z + 0.133332014f; p = p * z - 0.333333284f;\n"
+    "    float small = x * z * p + x;\n"
+    "    float ac = a > 9.1f ? 9.1f : a;\n"
+    "    float big = 1.0f - 2.0f / (kn_m_exp(ac + ac) + 1.0f);\n"
+    "    big = x < 0 ? -big : big;\n"
+    "    return a <= 1.0f ? small : (x != x ? x : big);\n"
+    "}\n"
+    "KN_FN float kn_m_erf(float x) {\n"
+    "    float a = x < 0 ? -x : x, z = x * x;\n"
+    "    float p = 7.88249672e-05f;\n"
+    "    p = p * z - 0.000801885501f; p = p * z + 0.00518931216f; p = p * z - 0.0268543288f;\n"
+    "    p = p * z + 0.112835974f; p = p * z - 0.37612626f; p = p * z + 1.12837911f;\n"
+    "    float small = x * p;\n"
+    "    float ac = a < 1.0f ? 1.0f : a > 4.0f ? 4.0f : a;\n"
+    "    float t = 1.0f / ac, u = t - 0.625f;\n"
+    "    float q = -0.0473638512f;\n"
+    "    q = q * u + 0.0548653826f; q = q * u - 0.0247461293f; q = q * u - 0.0112171127f; q = q * u + 0.0496267565f;\n"
+    "    q = q * u - 0.0779847354f; q = q * u + 0.0721013844f; q = q * u - 0.00129544886f; q = q * u - 0.171585649f;\n"
+    "    q = q * u + 0.489524782f;\n"
+    "    float big = 1.0f - kn_m_exp(-(ac * ac)) * t * q;\n"
+    "    big = x < 0 ? -big : big;\n"
+    "    return a <= 1.0f ? small : (x != x ? x : big);\n"
+    "}\n";
+
+static void put_vocabulary(sb *b, bool f64, const char *rint, bool cmath) {
     const char *f = f64 ? "" : "f";
     put(b, "typedef %s kn_real;\n", f64 ? "double" : "float");
-    for (size_t i = 0; i < sizeof g_fns / sizeof g_fns[0]; i++) put(b, "#define KN_%s(v) %s%s(v)\n", g_fns[i][0], g_fns[i][1], f);
+    bool own = cmath && !f64;
+    if (own) put(b, "%s", c_float_math);
+    for (size_t i = 0; i < sizeof g_fns / sizeof g_fns[0]; i++) {
+        const char *nm = g_fns[i][1];
+        if (own && (!strcmp(nm, "exp") || !strcmp(nm, "log") || !strcmp(nm, "tanh") || !strcmp(nm, "erf")))
+            put(b, "#define KN_%s(v) kn_m_%s(v)\n", g_fns[i][0], nm);
+        else put(b, "#define KN_%s(v) %s%s(v)\n", g_fns[i][0], nm, f);
+    }
     put(b, "#define KN_RINT(v) %s%s(v)\n#define KN_POW(u, v) pow%s(u, v)\n#define KN_FMOD(u, v) fmod%s(u, v)\n"
            "#define KN_ATAN2(u, v) atan2%s(u, v)\n", rint, f, f, f, f);
 }
@@ -91,7 +163,7 @@ static void put_vocabulary(sb *b, bool f64, const char *rint) {
 static const char shared_prelude[] =
     "#define KN_ISNAN(v) isnan(v)\n"
     "KN_FN kn_real kn_s_sign(kn_real x) { return x > 0 ? (kn_real)1 : x < 0 ? (kn_real)-1 : x == 0 ? (kn_real)0 : x; }\n"
-    "KN_FN kn_real kn_s_sigmoid(kn_real x) { return x >= 0 ? 1 / (1 + KN_EXP(-x)) : KN_EXP(x) / (1 + KN_EXP(x)); }\n"
+    "KN_FN kn_real kn_s_sigmoid(kn_real x) { kn_real e = KN_EXP(-KN_FABS(x)); return (x >= 0 ? 1 : e) / (1 + e); }\n"
     "KN_FN kn_real kn_s_softplus(kn_real x) { return x > 20 ? x : KN_LOG1P(KN_EXP(x)); }\n"
     "#define KN_SIGN(v) kn_s_sign(v)\n#define KN_RSQRT(v) (1 / KN_SQRT(v))\n#define KN_RECIPROCAL(v) (1 / (v))\n"
     "#define KN_SQUARE(v) ((v) * (v))\n#define KN_SIGMOID(v) kn_s_sigmoid(v)\n#define KN_SOFTPLUS(v) kn_s_softplus(v)\n"
@@ -128,6 +200,27 @@ static void put_const(sb *b, double v, bool f64) {
     else put(b, f64 ? "%a" : "%af", x);
 }
 
+/* An op table expression with its floating literals typed for the compute
+ * type: "0.5" becomes "0.5f" in a float kernel, so no operation is promoted
+ * to double (which would halve the vector width). Integer literals stay. */
+static void put_expr(sb *b, const char *e, bool f64) {
+    for (const char *c = e; *c;) {
+        bool ident_before = c > e && (isalnum((unsigned char)c[-1]) || c[-1] == '_');
+        if (!ident_before && (isdigit((unsigned char)*c) || (*c == '.' && isdigit((unsigned char)c[1])))) {
+            const char *s0 = c;
+            bool flt = false;
+            while (isdigit((unsigned char)*c) || *c == '.' || *c == 'e' || *c == 'E' ||
+                   ((*c == '+' || *c == '-') && (c[-1] == 'e' || c[-1] == 'E'))) {
+                flt |= *c == '.' || *c == 'e' || *c == 'E';
+                c++;
+            }
+            put(b, "%.*s%s", (int)(c - s0), s0, flt && !f64 ? "f" : "");
+            continue;
+        }
+        put(b, "%c", *c++);
+    }
+}
+
 /* One function per op the kernel uses, from the op table's expression. */
 static void op_functions(sb *b, const kn_kernel *k) {
     bool done[KN_OP_COUNT] = {0};
@@ -136,11 +229,10 @@ static void op_functions(sb *b, const kn_kernel *k) {
         if ((in->kind != KN_KI_UNARY && in->kind != KN_KI_BINARY) || done[in->op]) continue;
         done[in->op] = true;
         const kn_op_info *oi = kn_op_get(in->op);
-        if (in->kind == KN_KI_UNARY)
-            put(b, "KN_FN kn_real kn_op_%s(kn_real x, kn_real p0, kn_real p1) { (void)p0; (void)p1; return (kn_real)(%s); }\n",
-                oi->name, oi->expr);
-        else
-            put(b, "KN_FN kn_real kn_op_%s(kn_real a, kn_real b) { return (kn_real)(%s); }\n", oi->name, oi->expr);
+        if (in->kind == KN_KI_UNARY) put(b, "KN_FN kn_real kn_op_%s(kn_real x, kn_real p0, kn_real p1) { (void)p0; (void)p1; return (kn_real)(", oi->name);
+        else put(b, "KN_FN kn_real kn_op_%s(kn_real a, kn_real b) { return (kn_real)(", oi->name);
+        put_expr(b, oi->expr, k->f64);
+        put(b, "); }\n");
     }
 }
 
@@ -358,7 +450,7 @@ static void render_cuda_reduce(sb *b, const kn_kernel *k) {
 static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
     put(b, "/* kiln generated kernel %s (%s): %d dims, %d buffers, %d instructions */\n", k->name, d->lang, k->ndim, k->nbuf, k->ninst);
     put(b, d->prelude, KN_KERNEL_MAXBUF);
-    put_vocabulary(b, k->f64, d->rint);
+    put_vocabulary(b, k->f64, d->rint, !d->cuda);
     put(b, "%s", shared_prelude);
     op_functions(b, k);
     if (k->red != KN_OP_NONE) {
