@@ -1,0 +1,37 @@
+#!/bin/sh
+# gpu_compiler_check.sh: on a GPU machine, the compiler's CUDA checks and
+# numbers in one go (docs/COMPILER.md): generated-kernel tests with the CUDA
+# backend, the fused-chain bandwidth bench, and SmolLM2-shaped decode with
+# fusion on and off in alternating rounds (random bf16 weights made with
+# transformers: no model file needed).
+#   sh scripts/gpu_compiler_check.sh [ROUNDS]      env: BUILD (default build-cuda, built beforehand
+#   with `make CUDA=1 lib build-cuda/kiln build-cuda/tests/... build-cuda/bench/bench_fuse`), OUT (logs)
+BUILD=${BUILD:-build-cuda}
+ROUNDS=${1:-5}
+OUT=${OUT:-/tmp/kiln-gpu-check}
+mkdir -p "$OUT"
+export KN_CACHE_DIR=${KN_CACHE_DIR:-$OUT/kcache}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+for t in test_cuda_jit test_fuse test_rewrite test_cuda_ops; do
+    [ -x "$BUILD/tests/$t" ] || { echo "$t: not built"; continue; }
+    start=$(date +%s)
+    KN_BACKEND=cuda timeout 300 "$BUILD/tests/$t" > "$OUT/$t.log" 2>&1
+    echo "$t (KN_BACKEND=cuda): rc=$? $(tail -1 "$OUT/$t.log") ($(( $(date +%s) - start )) s)"
+    grep -E "FAIL" "$OUT/$t.log" | head -5
+done
+KN_BACKEND=cuda "$BUILD/bench/bench_fuse" 64 7
+M=$OUT/smollm2-random
+[ -f "$M/model.safetensors" ] || python3 scripts/make_random_llama.py "$M" --dtype bf16 > /dev/null
+B="$BUILD/kiln bench -m $M --backend cuda --gpu-dtype bf16 --bench-prompt 512 -n 128 -r 3"
+$B 2>&1 | tail -3                      # cold: compiles the generated kernels (timed apart below)
+r=0
+while [ $r -lt "$ROUNDS" ]; do
+    echo "fused   $($B 2>/dev/null | awk -F'|' '/ pp512| tg128/ {gsub(/ /,"",$7); printf "%s ", $7}')"
+    echo "nofuse  $(KN_NOFUSE=1 $B 2>/dev/null | awk -F'|' '/ pp512| tg128/ {gsub(/ /,"",$7); printf "%s ", $7}')"
+    r=$((r + 1))
+done > "$OUT/rounds.txt"
+for k in fused nofuse; do
+    grep "^$k " "$OUT/rounds.txt" | awk -v k=$k '{pp[NR]=$2; tg[NR]=$3} END {n=asort(pp); asort(tg);
+        printf "%-7s pp512 %9.1f  tg128 %7.1f tok/s (medians of %d rounds; tg rounds:", k, pp[int((n+1)/2)], tg[int((n+1)/2)], n;
+        for (i=1;i<=n;i++) printf " %.0f", tg[i]; print ")"}'
+done
