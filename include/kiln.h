@@ -362,6 +362,17 @@ void kn_plan_free(kn_plan *p);
 size_t kn_plan_peak_bytes(const kn_plan *p);   /* arena size for intermediates */
 size_t kn_plan_naive_bytes(const kn_plan *p);  /* what it would take with no reuse */
 int kn_plan_n_kernels(const kn_plan *p);
+/* Run counts of a plan. On a backend that captures (CUDA), a run whose
+ * symbol values were run before is recorded once into a graph and replayed
+ * with one launch (KN_CUDA_GRAPH=0: never). */
+typedef struct kn_plan_stats {
+    uint64_t runs;          /* kn_plan_run calls                              */
+    uint64_t replays;       /* of them, replays of a captured graph            */
+    uint64_t captures;      /* graphs captured                                 */
+    int graphs;             /* graphs held now                                 */
+    int kernels;            /* kernel nodes of one plain run (kn_plan_n_kernels) */
+} kn_plan_stats;
+void kn_plan_get_stats(const kn_plan *p, kn_plan_stats *out);   /* zeros for NULL */
 void kn_plan_print(const kn_plan *p, void *FILE_ptr);  /* the schedule (KN_DEBUG=1 prints it at build) */
 /* Graphviz DOT of the graph feeding outs. */
 kn_status kn_graph_dump_dot(kn_ctx *ctx, int nout, kn_tensor **outs, const char *path);

@@ -26,6 +26,7 @@ static const var g_vars[] = {
     {"KN_CUDA_NO_SPLITK", FLAG, F(cuda_no_splitk)}, {"KN_CUDA_SYNC", FLAG, F(cuda_sync)},
     {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", LONG, F(cuda_pool_mb)},
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
+    {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

@@ -695,6 +695,7 @@ static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
 }
 
 uint64_t kn__model_eval_count(const kn_model *m) { return m->n_evals; }
+void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) { kn_plan_get_stats(m ? m->plan : NULL, out); }
 
 kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
     if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");

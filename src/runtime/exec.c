@@ -61,8 +61,5 @@ kn_status kn__plan_run_steps(kn_plan *p) {
 
 kn_status kn_plan_run(kn_plan *p) {
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
-    kn_status st = kn__plan_run_steps(p);
-    if (st != KN_OK) return st;
-    if (p->be->synchronize) return p->be->synchronize(p->be);
-    return KN_OK;
+    return kn__plan_replay(p);          /* kn__plan_run_steps and a wait, or a graph (replay.c) */
 }

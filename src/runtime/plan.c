@@ -58,6 +58,7 @@ kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts
 
 void kn_plan_free(kn_plan *p) {
     if (!p) return;
+    kn__replay_free(p);                 /* before the arena: its graphs read it */
     kn_buffer_release(p->arena);
     free(p->order);
     free(p->off);

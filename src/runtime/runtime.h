@@ -10,6 +10,8 @@
  *               print, sizes
  *   exec.c      running a plan: each node's operands as kn_tview, one call to
  *               the backend's compute per node (the only dispatch path)
+ *   replay.c    kn_plan_run on a backend that captures: a whole run recorded
+ *               once (a CUDA graph) and replayed with one launch
  *   profile.c   KN_PROFILE: time per op (and per shape) of those calls
  *   eager.c     kn_realize, kn_tensor_read/write, kn_item: a temporary plan for
  *               what a tensor needs, and host transfers
@@ -30,6 +32,7 @@ struct kn_plan {
     int nkern;
     int rw_removed[KN_RW_NRULES];  /* nodes each rewrite rule removed (tests, KN_DEBUG) */
     kn_tensor **rep;       /* by tensor id: the node read in its place (graph rewrites), NULL = itself; NULL when none */
+    struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
 };
 
 /* A node that runs a kernel; a view only describes its source's storage. */
@@ -54,6 +57,13 @@ static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *wha
 /* ---- exec.c ----------------------------------------------------------------- */
 /* Runs every step of p once, in order (kn_plan_run is this and a final wait). */
 kn_status kn__plan_run_steps(kn_plan *p);
+
+/* ---- replay.c ----------------------------------------------------------------- */
+typedef struct kn_replay kn_replay;
+/* One run of p with its final wait: a replay of a captured graph when one
+ * matches the symbols, a capture when this key ran before, else plainly. */
+kn_status kn__plan_replay(kn_plan *p);
+void kn__replay_free(kn_plan *p);   /* frees p's graphs (kn_plan_free) */
 
 /* ---- schedule.c ------------------------------------------------------------- */
 /* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.
