@@ -13,7 +13,8 @@ KILN=$1; MODEL=$2; shift 2
 ROUNDS=${ROUNDS:-5}
 med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 one() {   # prints "pp tg" of one run with KN_CUDA_GRAPH=$1
-    KN_CUDA_GRAPH=$1 "$KILN" bench -m "$MODEL" "$@" 2>/dev/null > /tmp/bench_graphs.$$ || { echo "kiln bench failed" >&2; exit 1; }
+    g=$1; shift
+    KN_CUDA_GRAPH=$g "$KILN" bench -m "$MODEL" "$@" 2>/dev/null > /tmp/bench_graphs.$$ || { echo "kiln bench failed" >&2; exit 1; }
     awk -F'|' '/ pp[0-9]| tg[0-9]/ {gsub(/ /,"",$7); printf "%s ", $7}' /tmp/bench_graphs.$$
 }
 opp=; otg=; npp=; ntg=

@@ -86,7 +86,11 @@ int cmd_bench(const cli_args *a) {
         return 1;
     }
     for (int i = 0; i < np; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
-    int rc = 0;
+    /* an untimed warm-up, like llama-bench's: first launches, pool blocks,
+     * and on a GPU the sizes run once, so the timed repetitions replay
+     * CUDA graphs from the second on (src/runtime/replay.c) instead of
+     * counting a cold run and a capture among three */
+    int rc = kn_model_eval(m, toks, np, 0, logits, false) != KN_OK;
     kn_plan_stats s0, s1;                   /* plan runs of the decode tests alone */
     uint64_t tg_runs = 0, tg_replays = 0;
     for (int r = 0; r < reps && !rc; r++) {
