@@ -425,7 +425,7 @@ TEST(gpu_graph_greedy_matches_plain) {
             int n = prompt_tokens(g, ids, 32);
             if (n + NGEN > kn_model_n_ctx(g)) n = kn_model_n_ctx(g) - NGEN;
             float *l0 = malloc(sizeof(float) * (size_t)V * (NGEN + 1)), *l1 = malloc(sizeof(float) * (size_t)V * (NGEN + 1));
-            kn_plan_stats a, b;
+            kn_plan_stats a, b, c;
             graphs_on(false);
             CHECK(greedy_run(g, ids, n, NGEN, t0, l0) == KN_OK, "graphs off: %s", kn_last_error());
             graphs_on(true);
@@ -438,11 +438,22 @@ TEST(gpu_graph_greedy_matches_plain) {
             uint64_t rep = b.replays - a.replays;
             CHECK(same == NGEN, "%s kv %s: greedy tokens differ at step %d with graphs on", mc[i].name, kv16 ? "f16" : "f32", same);
             CHECK(bits == 0, "%s kv %s: %d logits differ with graphs on", mc[i].name, kv16 ? "f16" : "f32", bits);
-            /* the prefill key (T = n) ran once before with graphs off: captured now; decode: step 1 seen, step 2 on replays */
+            /* the prefill key (T = n) is seen now (graphs off touched no key); decode: step 1 seen, step 2 captured, then replays */
             CHECK(rep >= NGEN - 2, "%s: %llu of %d decode steps replayed", mc[i].name, (unsigned long long)rep, NGEN);
+            /* again: the prefill (a matrix-matrix plan: GEMMs, the f32 attention) is captured now, all decode steps replay */
+            CHECK(greedy_run(g, ids, n, NGEN, t1, l1) == KN_OK, "graphs on, second run: %s", kn_last_error());
+            kn_model_plan_stats(g, &c);
+            int same2 = 0, bits2 = 0;
+            while (same2 < NGEN && t0[same2] == t1[same2]) same2++;
+            for (size_t k = 0; k < (size_t)V * (NGEN + 1); k++) bits2 += memcmp(&l0[k], &l1[k], sizeof(float)) != 0;
+            CHECK(same2 == NGEN && bits2 == 0, "%s kv %s, prefill replayed: greedy %d/%d equal, %d logits differ", mc[i].name,
+                  kv16 ? "f16" : "f32", same2, NGEN, bits2);
+            CHECK(c.replays - b.replays == NGEN + 1, "%s: second run %llu of %d evaluations replayed", mc[i].name,
+                  (unsigned long long)(c.replays - b.replays), NGEN + 1);
             fprintf(stderr, "  gpu %-18s bf16 weights, kv %s: graphs on vs off: greedy %d/%d equal, %d logits differ; "
-                    "%llu replays, %llu captures, %d kernel nodes a plain step\n", mc[i].name, kv16 ? "f16" : "f32", same,
-                    NGEN, bits, (unsigned long long)rep, (unsigned long long)(b.captures - a.captures), b.kernels);
+                    "%llu replays, %llu captures, %d kernel nodes a plain step; again (prefill replayed too): %d/%d equal, "
+                    "%d logits differ\n", mc[i].name, kv16 ? "f16" : "f32", same, NGEN, bits, (unsigned long long)rep,
+                    (unsigned long long)(c.captures - a.captures), b.kernels, same2, NGEN, bits2);
             free(l0); free(l1);
             kn_model_free(g);
         }
