@@ -47,10 +47,8 @@ static int64_t *g_hsyms;        /* pinned host mirror [NSYMS] */
 static cudaEvent_t g_sym_ev;    /* after the last launch that read g_hsyms */
 static bool g_sym_pending;
 static cu_graph *g_cur;         /* the graph being captured, NULL otherwise */
-static unsigned long long g_launches;
 
 const int64_t *kn_cu_capture_syms(void) { return g_cur ? g_dsyms : NULL; }
-unsigned long long kn_cu_graph_launches(void) { return g_launches; }
 
 static kn_status graph_init(void) {
     if (g_dsyms) return KN_OK;
@@ -171,7 +169,6 @@ kn_status kn_cu_graph_launch(kn_backend *be, void *graph, const int64_t *syms, i
     KN_CUDA_TRY(cudaEventRecord(g_sym_ev, kn_cu_stream()));
     g_sym_pending = true;
     kn_cu_err_arm();                        /* the graph's index kernels may have set a slot */
-    g_launches++;
     return KN_OK;
 }
 

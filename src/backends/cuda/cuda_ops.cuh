@@ -179,7 +179,6 @@ kn_status kn_cu_capture_begin(kn_backend *be, const int64_t *syms, int n);
 kn_status kn_cu_capture_end(kn_backend *be, bool keep, void **graph);
 kn_status kn_cu_graph_launch(kn_backend *be, void *graph, const int64_t *syms, int n);
 void kn_cu_graph_free(kn_backend *be, void *graph);
-unsigned long long kn_cu_graph_launches(void);
 /* sdpa (cuda_ops_nn.cu): the symbol bits its decode kernel reads on the device */
 uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e);
 
