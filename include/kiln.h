@@ -362,16 +362,22 @@ kn_status kn_plan_run(kn_plan *p);
 void kn_plan_free(kn_plan *p);
 size_t kn_plan_peak_bytes(const kn_plan *p);   /* arena size for intermediates */
 size_t kn_plan_naive_bytes(const kn_plan *p);  /* what it would take with no reuse */
-int kn_plan_n_kernels(const kn_plan *p);      /* kernel launches per run (a fused group is one) */
-/* What a plan runs (docs/COMPILER.md). */
+int kn_plan_n_kernels(const kn_plan *p);      /* kernel launches per plain run (a fused group is one) */
+/* What a plan runs (docs/COMPILER.md) and its run counts. On a backend that
+ * captures (CUDA), a run whose symbol values were run before is recorded
+ * once into a graph and replayed with one launch (KN_CUDA_GRAPH=0: never). */
 typedef struct kn_plan_stats {
-    int nodes;               /* in the schedule, views included */
-    int kernels;             /* launches per run: hand kernels + generated kernels */
-    int generated;           /* generated kernels (fused groups) among them */
-    int fused_nodes;         /* nodes that run inside those */
-    size_t peak_bytes;       /* the arena */
+    int nodes;              /* in the schedule, views included                 */
+    int kernels;            /* kernel launches of one plain run: hand + generated */
+    int generated;          /* generated kernels (fused groups) among them     */
+    int fused_nodes;        /* nodes that run inside those                     */
+    size_t peak_bytes;      /* the arena                                       */
+    uint64_t runs;          /* kn_plan_run calls                               */
+    uint64_t replays;       /* of them, replays of a captured graph            */
+    uint64_t captures;      /* graphs captured                                 */
+    int graphs;             /* graphs held now                                 */
 } kn_plan_stats;
-kn_status kn_plan_get_stats(const kn_plan *p, kn_plan_stats *s);
+void kn_plan_get_stats(const kn_plan *p, kn_plan_stats *out);   /* zeros for NULL */
 void kn_plan_print(const kn_plan *p, void *FILE_ptr);  /* the schedule (KN_DEBUG=1 prints it at build) */
 /* Graphviz DOT of the graph feeding outs. */
 kn_status kn_graph_dump_dot(kn_ctx *ctx, int nout, kn_tensor **outs, const char *path);

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define KN_BACKEND_VERSION 2   /* 2: the kernel_* and syms_upload fields (the runtime reads them only from version >= 2) */
+#define KN_BACKEND_VERSION 2   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2) */
 
 typedef enum { KN_DEVICE_HOST = 0, KN_DEVICE_CUDA = 1 } kn_device;
 
@@ -86,6 +86,30 @@ struct kn_backend {
      * a device backend copies them where its kernels read them. Called once
      * per plan run, before the first kernel, stream-ordered. */
     kn_status (*syms_upload)(kn_backend *be, const int64_t *syms, int n);
+    /* ---- (optional) capture of a whole plan run and its replay (a CUDA
+     * graph; src/runtime/replay.c, docs/ARCHITECTURE.md section 3). All five
+     * or none. A captured run is recorded, not executed: the runtime then
+     * launches it. Symbols: a kernel may read a symbolic extent from the
+     * backend's device copy of the symbol values instead of taking it as a
+     * host argument; such a symbol may change between replays (the graph's
+     * first step copies the values given to graph_launch to the device).
+     *   dynamic_syms: bit s set when the launches compute() would queue for
+     *     e while capturing read symbol s's value on the device, so they stay
+     *     right for every value of s up to its maximum (the other extents
+     *     as in e). 0 = every extent of e is baked into the capture.
+     *   capture_begin: from here until capture_end, compute() records on the
+     *     backend's queue instead of running; syms (index 1..n) are the run's
+     *     values (the first recorded step uploads the launch's values).
+     *   capture_end: ends the capture; keep = false (a compute failed)
+     *     discards it. On success *graph is a launchable handle (NULL and an
+     *     error otherwise); either way the queue works normally afterwards.
+     *   graph_launch: queues one replay with these symbol values; no wait.
+     *   graph_free: frees a graph (NULL: nothing). */
+    uint64_t (*dynamic_syms)(kn_backend *be, const kn_exec *e);
+    kn_status (*capture_begin)(kn_backend *be, const int64_t *syms, int n);
+    kn_status (*capture_end)(kn_backend *be, bool keep, void **graph);
+    kn_status (*graph_launch)(kn_backend *be, void *graph, const int64_t *syms, int n);
+    void (*graph_free)(kn_backend *be, void *graph);
 };
 
 /* Helpers shared by backends (src/core/tview.c) */

@@ -93,8 +93,9 @@ const kn_model_config *kn_model_get_config(const kn_model *m);
 const kn_tokenizer *kn_model_tokenizer(const kn_model *m);  /* NULL if none was loaded */
 int kn_model_n_ctx(const kn_model *m);
 kn_backend *kn_model_backend(const kn_model *m);        /* where the graph runs */
-/* The forward plan's statistics (kernels per step, generated kernels; kiln bench prints them). */
-kn_status kn_model_plan_stats(const kn_model *m, kn_plan_stats *s);
+/* Run counts of the model's forward plan (kn_plan_get_stats): evaluations,
+ * graph replays on a device (CUDA graphs), kernels of one plain run. */
+void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out);
 /* Chat template from the model file (GGUF tokenizer.chat_template), or NULL. */
 const char *kn_model_chat_template(const kn_model *m);
 /* Print architecture, hyperparameters, tensors, tokenizer (for `kiln info`). */

@@ -21,7 +21,7 @@ for t in test_cuda_jit test_fuse test_rewrite test_cuda_ops; do
 done
 KN_BACKEND=cuda "$BUILD/bench/bench_fuse" 64 7
 M=$OUT/smollm2-random
-[ -f "$M/model.safetensors" ] || python3 scripts/make_random_llama.py "$M" --dtype bf16 > /dev/null
+[ -f "$M/model.safetensors" ] || python3 scripts/make_random_smollm2.py "$M" > /dev/null
 B="$BUILD/kiln bench -m $M --backend cuda --gpu-dtype bf16 --bench-prompt 512 -n 128 -r 3"
 $B 2>&1 | tail -3                      # cold: compiles the generated kernels (timed apart below)
 r=0

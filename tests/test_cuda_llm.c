@@ -23,7 +23,9 @@
  *     may diverge legitimately and comparing further tests nothing);
  *   - a prompt prefilled in chunks of 7 gives the logits of one prefill;
  *   - chat-style KV reuse evaluates only the new tokens and generates what a
- *     fresh model given the whole conversation generates.
+ *     fresh model given the whole conversation generates;
+ *   - CUDA graphs on and off give the same greedy tokens and logits, and
+ *     decode steps are graph replays.
  * Models: a tiny random llm.c GPT-2 written to /tmp, stories260K (llama2.c
  * f32), llama-2-tiny-random.gguf (f16) from KN_ASSETS, and SmolLM2-135M Q4_1
  * from KN_SMOLLM2 or models/ when present.
@@ -35,6 +37,7 @@
 #include "backends/quant/quant.h"      /* defines: kn_quant_force_act_mode */
 #include "core/fp16.h"      /* defines: kn_fp32_to_bf16, kn_fp32_to_fp16 and back */
 #include "formats/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
+#include "core/env.h"           /* defines: kn_env_reload (KN_CUDA_GRAPH on and off) */
 #include <unistd.h>
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
@@ -381,6 +384,82 @@ TEST(gpu_chunked_prefill_and_f16_cache) {
         kn_model_free(one); kn_model_free(ch); kn_model_free(h16); kn_model_free(g16); kn_model_free(h32);
     }
     kn_quant_force_act_mode(-1);
+}
+
+/* CUDA graphs (src/runtime/replay.c): greedy decoding with graphs on must
+ * give the tokens and logits (bit for bit: a replay launches the same
+ * kernels with the same arguments) of a run with graphs off, and decode
+ * steps must be replays of one graph (S, the context length, is read from
+ * the device by the decode attention). bf16 weights like `kiln bench
+ * --gpu-dtype bf16`, with f32 and f16 KV caches. */
+static void graphs_on(bool on) {
+    setenv("KN_CUDA_GRAPH", on ? "1" : "0", 1);
+    kn_env_reload();
+}
+/* prompt, then ngen greedy steps: tokens to t, every step's logits to lg [ngen+1][V] */
+static kn_status greedy_run(kn_model *m, const int32_t *ids, int n, int ngen, int32_t *t, float *lg) {
+    int V = kn_model_get_config(m)->n_vocab;
+    kn_status st = kn_model_eval(m, ids, n, 0, lg, false);
+    for (int s = 0; s < ngen && !st; s++) {
+        double mg;
+        t[s] = argmax2(lg + (size_t)s * V, V, &mg);
+        st = kn_model_eval(m, &t[s], 1, n + s, lg + (size_t)(s + 1) * V, false);
+    }
+    return st;
+}
+TEST(gpu_graph_greedy_matches_plain) {
+    NEED_GPU();
+    model_case mc[5];
+    int nm = model_cases(mc);
+    const char *extra = getenv("KN_GRAPH_MODEL");   /* e.g. a random SmolLM2-shaped HF directory (scripts/make_random_smollm2.py) */
+    if (extra) mc[nm++] = (model_case){"KN_GRAPH_MODEL", extra, NULL};
+    if (!nm) SKIP("no model under KN_ASSETS / KN_SMOLLM2");
+    enum { NGEN = 24 };
+    for (int i = 0; i < nm; i++) {
+        for (int kv16 = 0; kv16 < 2; kv16++) {
+            kn_model *g = load_on(&mc[i], gpu(), KN_WEIGHTS_BF16, 64, kv16);
+            CHECK(g, "gpu load");
+            if (!g) continue;
+            int V = kn_model_get_config(g)->n_vocab;
+            int32_t ids[64], t0[NGEN], t1[NGEN];
+            int n = prompt_tokens(g, ids, 32);
+            if (n + NGEN > kn_model_n_ctx(g)) n = kn_model_n_ctx(g) - NGEN;
+            float *l0 = malloc(sizeof(float) * (size_t)V * (NGEN + 1)), *l1 = malloc(sizeof(float) * (size_t)V * (NGEN + 1));
+            kn_plan_stats a, b, c;
+            graphs_on(false);
+            CHECK(greedy_run(g, ids, n, NGEN, t0, l0) == KN_OK, "graphs off: %s", kn_last_error());
+            graphs_on(true);
+            kn_model_plan_stats(g, &a);
+            CHECK(greedy_run(g, ids, n, NGEN, t1, l1) == KN_OK, "graphs on: %s", kn_last_error());
+            kn_model_plan_stats(g, &b);
+            int same = 0, bits = 0;
+            while (same < NGEN && t0[same] == t1[same]) same++;
+            for (size_t k = 0; k < (size_t)V * (NGEN + 1); k++) bits += memcmp(&l0[k], &l1[k], sizeof(float)) != 0;
+            uint64_t rep = b.replays - a.replays;
+            CHECK(same == NGEN, "%s kv %s: greedy tokens differ at step %d with graphs on", mc[i].name, kv16 ? "f16" : "f32", same);
+            CHECK(bits == 0, "%s kv %s: %d logits differ with graphs on", mc[i].name, kv16 ? "f16" : "f32", bits);
+            /* the prefill key (T = n) is seen now (graphs off touched no key); decode: step 1 seen, step 2 captured, then replays */
+            CHECK(rep >= NGEN - 2, "%s: %llu of %d decode steps replayed", mc[i].name, (unsigned long long)rep, NGEN);
+            /* again: the prefill (a matrix-matrix plan: GEMMs, the f32 attention) is captured now, all decode steps replay */
+            CHECK(greedy_run(g, ids, n, NGEN, t1, l1) == KN_OK, "graphs on, second run: %s", kn_last_error());
+            kn_model_plan_stats(g, &c);
+            int same2 = 0, bits2 = 0;
+            while (same2 < NGEN && t0[same2] == t1[same2]) same2++;
+            for (size_t k = 0; k < (size_t)V * (NGEN + 1); k++) bits2 += memcmp(&l0[k], &l1[k], sizeof(float)) != 0;
+            CHECK(same2 == NGEN && bits2 == 0, "%s kv %s, prefill replayed: greedy %d/%d equal, %d logits differ", mc[i].name,
+                  kv16 ? "f16" : "f32", same2, NGEN, bits2);
+            CHECK(c.replays - b.replays == NGEN + 1, "%s: second run %llu of %d evaluations replayed", mc[i].name,
+                  (unsigned long long)(c.replays - b.replays), NGEN + 1);
+            fprintf(stderr, "  gpu %-18s bf16 weights, kv %s: graphs on vs off: greedy %d/%d equal, %d logits differ; "
+                    "%llu replays, %llu captures, %d kernel nodes a plain step; again (prefill replayed too): %d/%d equal, "
+                    "%d logits differ\n", mc[i].name, kv16 ? "f16" : "f32", same, NGEN, bits, (unsigned long long)rep,
+                    (unsigned long long)(c.captures - a.captures), b.kernels, same2, NGEN, bits2);
+            free(l0); free(l1);
+            kn_model_free(g);
+        }
+    }
+    unsetenv("KN_CUDA_GRAPH");
+    kn_env_reload();
 }
 
 typedef struct { int32_t t[64]; int n; char txt[1024]; size_t len; } tok_log;

@@ -29,6 +29,7 @@ static const var g_vars[] = {
     {"KN_CACHE_DIR", STR, F(cache_dir)},      {"KN_CACHE", IS0, F(cache_off)},
     {"KN_DUMP_KERNELS", STR, F(dump_kernels)},
     {"KN_CC", STR, F(cc)},
+    {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

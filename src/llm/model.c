@@ -675,11 +675,6 @@ void kn_model_free(kn_model *m) {
 const kn_model_config *kn_model_get_config(const kn_model *m) { return &m->cfg; }
 const kn_tokenizer *kn_model_tokenizer(const kn_model *m) { return m->tok; }
 int kn_model_n_ctx(const kn_model *m) { return m->n_ctx; }
-kn_status kn_model_plan_stats(const kn_model *m, kn_plan_stats *s) {
-    if (!m) return kn_set_error(KN_ERR_INVALID, "kn_model_plan_stats: NULL model");
-    return kn_plan_get_stats(m->plan, s);
-}
-
 kn_backend *kn_model_backend(const kn_model *m) { return kn_ctx_backend(m->ctx); }
 const char *kn_model_chat_template(const kn_model *m) { return m->chat_template; }
 
@@ -700,6 +695,7 @@ static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
 }
 
 uint64_t kn__model_eval_count(const kn_model *m) { return m->n_evals; }
+void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) { kn_plan_get_stats(m ? m->plan : NULL, out); }
 
 kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
     if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");

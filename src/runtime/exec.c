@@ -22,7 +22,7 @@ static char *addr_of(const kn_plan *p, kn_tensor *t) {
 
 /* t's extents at the current symbol values (kn_sym_set), so one plan serves
  * every sequence length. */
-static bool tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
+bool kn__tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     v->data = addr_of(p, t);
     v->dtype = t->dtype;
     v->ndim = t->ndim;
@@ -78,12 +78,12 @@ kn_status kn__plan_run_steps(kn_plan *p) {
         memset(&e, 0, sizeof e);
         e.node = t;
         e.syms = p->ctx->sym_val;
-        if (!tview_of(p, t, &e.dst))
+        if (!kn__tview_of(p, t, &e.dst))
             return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = kn__psrc(p, t, k);
             if (!s) continue;
-            if (!tview_of(p, s, &e.src[k]))
+            if (!kn__tview_of(p, s, &e.src[k]))
                 return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", k, kn_op_name(t->op));
             e.nsrc = k + 1;
         }
@@ -97,8 +97,5 @@ kn_status kn__plan_run_steps(kn_plan *p) {
 
 kn_status kn_plan_run(kn_plan *p) {
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());
-    kn_status st = kn__plan_run_steps(p);
-    if (st != KN_OK) return st;
-    if (p->be->synchronize) return p->be->synchronize(p->be);
-    return KN_OK;
+    return kn__plan_replay(p);          /* kn__plan_run_steps and a wait, or a graph (replay.c) */
 }

@@ -122,6 +122,7 @@ kn_plan *kn_plan_new(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts
 
 void kn_plan_free(kn_plan *p) {
     if (!p) return;
+    kn__replay_free(p);                 /* before the arena: its graphs read it */
     kn_buffer_release(p->arena);
     free(p->order);
     free(p->off);
@@ -135,12 +136,6 @@ void kn_plan_free(kn_plan *p) {
 size_t kn_plan_peak_bytes(const kn_plan *p) { return p ? p->peak : 0; }
 size_t kn_plan_naive_bytes(const kn_plan *p) { return p ? p->naive : 0; }
 int kn_plan_n_kernels(const kn_plan *p) { return p ? p->nkern : 0; }
-
-kn_status kn_plan_get_stats(const kn_plan *p, kn_plan_stats *s) {
-    if (!p || !s) return kn_set_error(KN_ERR_INVALID, "kn_plan_get_stats: NULL %s", p ? "stats" : "plan");
-    *s = (kn_plan_stats){.nodes = p->n, .kernels = p->nkern, .generated = p->ngroups, .fused_nodes = p->nfused, .peak_bytes = p->peak};
-    return KN_OK;
-}
 
 void kn_plan_print(const kn_plan *p, void *fp) {
     FILE *f = fp ? fp : stderr;

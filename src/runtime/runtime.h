@@ -10,6 +10,8 @@
  *               print, sizes
  *   exec.c      running a plan: each node's operands as kn_tview, one call to
  *               the backend's compute per node (the only dispatch path)
+ *   replay.c    kn_plan_run on a backend that captures: a whole run recorded
+ *               once (a CUDA graph) and replayed with one launch
  *   profile.c   KN_PROFILE: time per op (and per shape) of those calls
  *   eager.c     kn_realize, kn_tensor_read/write, kn_item: a temporary plan for
  *               what a tensor needs, and host transfers
@@ -36,6 +38,7 @@ struct kn_plan {
     int32_t *gid;          /* by tensor id: the node's group, -1; NULL when no groups */
     void **kernel;         /* by group: the backend's handle (kernels.c) */
     int nfused;            /* nodes that run inside a group */
+    struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
 };
 
 /* The group node t belongs to, or NULL. */
@@ -68,6 +71,9 @@ static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *wha
 }
 
 /* ---- exec.c ----------------------------------------------------------------- */
+/* t as operand of this plan: address (NULL when it has no storage), extents
+ * at the current symbol values, strides. */
+bool kn__tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v);
 /* Runs every step of p once, in order (kn_plan_run is this and a final wait). */
 kn_status kn__plan_run_steps(kn_plan *p);
 
@@ -75,6 +81,12 @@ kn_status kn__plan_run_steps(kn_plan *p);
 /* The backend's handle for a generated kernel's source, built once per process
  * (NULL when it could not be built: reported once, or each time with KN_DEBUG). */
 void *kn__kernel_get(kn_backend *be, const char *src, const char *name);
+/* ---- replay.c ----------------------------------------------------------------- */
+typedef struct kn_replay kn_replay;
+/* One run of p with its final wait: a replay of a captured graph when one
+ * matches the symbols, a capture when this key ran before, else plainly. */
+kn_status kn__plan_replay(kn_plan *p);
+void kn__replay_free(kn_plan *p);   /* frees p's graphs (kn_plan_free) */
 
 /* ---- schedule.c ------------------------------------------------------------- */
 /* Fills p->order, p->n, p->n_ids and p->nkern for the nodes feeding outs.

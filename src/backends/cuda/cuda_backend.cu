@@ -28,13 +28,22 @@ static cudaStream_t g_stream;
 
 cudaStream_t kn_cu_stream(void) { return g_stream; }
 
-kn_status kn_cu_tmp(size_t bytes, void **p) {
+kn_status kn_cu_pool_take(size_t bytes, void **p) {
     *p = NULL;
     if (!g_pool) return kn_set_error(KN_ERR_STATE, "cuda backend: not initialised; call kn_backend_cuda() first");
     return kn_cuda_pool_alloc(g_pool, bytes ? bytes : 8, p);
 }
-void kn_cu_tmp_free(void *p) {
+void kn_cu_pool_give(void *p) {
     if (p && g_pool) kn_cuda_pool_release(g_pool, p);
+}
+/* while a graph is captured, its scratch is its own (cuda_graph.cu) */
+kn_status kn_cu_tmp(size_t bytes, void **p) {
+    if (kn_cu_capture_syms()) { *p = NULL; return kn_cu_graph_tmp(bytes ? bytes : 8, p); }
+    return kn_cu_pool_take(bytes, p);
+}
+void kn_cu_tmp_free(void *p) {
+    if (p && kn_cu_capture_syms() && kn_cu_graph_tmp_free(p)) return;
+    kn_cu_pool_give(p);
 }
 
 /* ---- pinned staging for host <-> device copies ---- */
@@ -44,6 +53,8 @@ static struct {
     char *buf[2];                /* pinned host memory, KN_STAGE_BYTES each          */
     cudaEvent_t ev[2];           /* recorded after the copy that uses buf[i]         */
     bool pending[2];             /* ev[i] recorded and not yet waited for            */
+    size_t fill[2];              /* small copies: bytes of buf[i] used since its last wait */
+    int cur;                     /* small copies: the buffer being filled            */
 } g_stage = {PTHREAD_MUTEX_INITIALIZER};
 
 static kn_status stage_wait(int i) {
@@ -53,7 +64,30 @@ static kn_status stage_wait(int i) {
     }
     return KN_OK;
 }
+/* A small upload (a decode step's token, positions, rows) packs into the
+ * current staging buffer after the ones before it, with no wait: a buffer
+ * is waited for only when the packing moves on to it again, long after its
+ * copies ran. */
+#define KN_STAGE_SMALL ((size_t)64 << 10)
+static kn_status h2d_small_locked(char *dst, const char *host, size_t n) {
+    int i = g_stage.cur;
+    if (g_stage.fill[i] + n > KN_STAGE_BYTES) {
+        i = g_stage.cur ^= 1;
+        kn_status st = stage_wait(i);
+        if (st) return st;
+        g_stage.fill[i] = 0;
+    }
+    char *b = g_stage.buf[i] + g_stage.fill[i];
+    memcpy(b, host, n);
+    KN_CUDA_TRY(cudaMemcpyAsync(dst, b, n, cudaMemcpyHostToDevice, g_stream));
+    KN_CUDA_TRY(cudaEventRecord(g_stage.ev[i], g_stream));
+    g_stage.pending[i] = true;
+    g_stage.fill[i] += (n + 255) & ~(size_t)255;
+    return KN_OK;
+}
 static kn_status h2d_locked(char *dst, const char *host, size_t n) {
+    if (n <= KN_STAGE_SMALL) return h2d_small_locked(dst, host, n);
+    g_stage.fill[0] = g_stage.fill[1] = KN_STAGE_BYTES;   /* the chunks below start at offset 0: small copies move on first */
     int i = 0;
     for (size_t off = 0; off < n; off += KN_STAGE_BYTES, i ^= 1) {
         size_t c = n - off < KN_STAGE_BYTES ? n - off : KN_STAGE_BYTES;
@@ -69,6 +103,7 @@ static kn_status h2d_locked(char *dst, const char *host, size_t n) {
 static kn_status d2h_locked(char *host, const char *src, size_t n) {
     kn_status st;
     if ((st = stage_wait(0)) || (st = stage_wait(1))) return st;
+    g_stage.fill[0] = g_stage.fill[1] = KN_STAGE_BYTES;
     size_t nch = (n + KN_STAGE_BYTES - 1) / KN_STAGE_BYTES;
     for (size_t k = 0; k <= nch; k++) {
         if (k < nch) {                         /* queue chunk k ... */
@@ -87,8 +122,14 @@ static kn_status d2h_locked(char *host, const char *src, size_t n) {
     }
     return KN_OK;
 }
+/* A capture would record the device side of a staged copy but not the
+ * host side: refuse, so the capture fails and the run goes plainly. */
+static kn_status no_capture(const char *what) {
+    return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: %s while a graph is captured", what);
+}
 kn_status kn_cu_h2d(void *dst, const void *host, size_t n) {
     if (!n) return KN_OK;
+    if (kn_cu_capture_syms()) return no_capture("host-to-device copy");
     pthread_mutex_lock(&g_stage.mu);
     kn_status st = h2d_locked((char *)dst, (const char *)host, n);
     pthread_mutex_unlock(&g_stage.mu);
@@ -96,6 +137,7 @@ kn_status kn_cu_h2d(void *dst, const void *host, size_t n) {
 }
 kn_status kn_cu_d2h(void *host, const void *src, size_t n) {
     if (!n) return KN_OK;
+    if (kn_cu_capture_syms()) return no_capture("device-to-host copy");
     pthread_mutex_lock(&g_stage.mu);
     kn_status st = d2h_locked((char *)host, (const char *)src, n);
     pthread_mutex_unlock(&g_stage.mu);
@@ -111,6 +153,7 @@ kn_cu_err *kn_cu_err_dev(kn_op op) {
     g_err_pending = true;
     return g_err + ((unsigned)op < KN_OP_COUNT ? (int)op : 0);
 }
+void kn_cu_err_arm(void) { g_err_pending = true; }
 
 kn_status kn_cu_err_collect(void) {
     if (!g_err_pending) return KN_OK;
@@ -242,6 +285,7 @@ static kn_backend g_cuda = {
     KN_BACKEND_VERSION, "cuda", KN_DEVICE_CUDA, cu_alloc, cu_free, cu_copy_in, cu_copy_out,
     cu_compute, cu_sync, NULL, NULL,
     "cuda", kn__cuda_kernel_build, kn__cuda_kernel_run, kn__cuda_kernel_free, kn__cuda_syms_upload,
+    kn_cu_dynamic_syms, kn_cu_capture_begin, kn_cu_capture_end, kn_cu_graph_launch, kn_cu_graph_free,  /* cuda_graph.cu */
 };
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static kn_status g_init_st;

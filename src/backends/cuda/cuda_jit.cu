@@ -15,10 +15,11 @@
  * Run: the kernel is a grid-stride loop over [0, n) with n computed from
  * the symbols, so the grid only needs to cover the launch's n, capped at
  * 8 waves of full occupancy; a.syms is replaced by the backend's device copy
- * of the symbol values, which syms_upload refreshes (stream-ordered) before
- * each plan run. A launch recorded in a CUDA graph therefore stays right
- * when the symbols change; syms_upload itself belongs outside the recorded
- * graph (it waits on an event before reusing a pinned mirror).
+ * of the symbol values (cuda_graph.cu's array), which syms_upload refreshes
+ * (stream-ordered) before each plain plan run, and a captured graph's first
+ * node before each replay. A launch recorded in a CUDA graph therefore stays
+ * right when the symbols change; syms_upload does nothing while capturing
+ * (it waits on an event before reusing a pinned mirror).
  *
  * Non-goals: several GPUs (the backend uses the current device), linking
  * device libraries (the generated source is self-contained), launch bounds
@@ -175,15 +176,14 @@ static pthread_mutex_t g_sym_mu = PTHREAD_MUTEX_INITIALIZER;
 static kn_status syms_ready(void) {   /* under g_sym_mu */
     if (g_dsyms) return KN_OK;
     const size_t bytes = sizeof(int64_t) * (KN_MAX_SYMS + 1);
-    int64_t *d = NULL;
-    KN_CUDA_TRY(cudaMalloc((void **)&d, bytes));
-    cudaError_t ce = cudaMemsetAsync(d, 0, bytes, kn_cu_stream());
+    int64_t *d = kn_cu_dev_syms();    /* the array captured graphs upload into too (cuda_graph.cu) */
+    if (!d) return kn_set_error(KN_ERR_BACKEND, "cuda backend: cannot allocate the device copy of the symbols");
+    cudaError_t ce = cudaSuccess;
     for (int i = 0; i < SYM_RING && ce == cudaSuccess; i++) {
         if (!g_hsyms[i]) ce = cudaHostAlloc((void **)&g_hsyms[i], bytes, cudaHostAllocDefault);
         if (ce == cudaSuccess && !g_sym_ev[i]) ce = cudaEventCreateWithFlags(&g_sym_ev[i], cudaEventDisableTiming);
     }
     if (ce != cudaSuccess) {
-        cudaFree(d);
         cudaGetLastError();
         return kn_set_error(KN_ERR_BACKEND, "cuda backend: cannot set up the symbol values for generated kernels: %s", cudaGetErrorString(ce));
     }
@@ -195,6 +195,9 @@ extern "C" kn_status kn__cuda_syms_upload(kn_backend *be, const int64_t *syms, i
     (void)be;
     if (n < 0 || n > KN_MAX_SYMS || (n > 0 && !syms))
         return kn_set_error(KN_ERR_INVALID, "syms_upload: %d symbols (at most %d, and values given)", n, KN_MAX_SYMS);
+    /* in a capture the graph's first node uploads them (from the mirror
+     * graph_launch fills): a copy recorded here would replay stale values */
+    if (kn_cu_capturing()) return KN_OK;
     pthread_mutex_lock(&g_sym_mu);
     kn_status st = syms_ready();
     if (st == KN_OK) {

@@ -162,6 +162,29 @@ kn_status kn_cu_d2h(void *host, const void *src, size_t n);
  * so release right after the last launch that uses it is safe). */
 kn_status kn_cu_tmp(size_t bytes, void **p);
 void kn_cu_tmp_free(void *p);
+/* The pool itself, under kn_cu_tmp (which routes a capture's scratch to its graph). */
+kn_status kn_cu_pool_take(size_t bytes, void **p);
+void kn_cu_pool_give(void *p);
+
+/* ---- capture and replay (cuda_graph.cu) ---- */
+/* While a graph is captured: the device array [KN_MAX_SYMS + 1] of symbol
+ * values its kernels may read (a kernel that reads extent x of an operand
+ * from it reports that symbol in kn_cu_dynamic_syms); NULL otherwise, when
+ * kernels take every extent as a host argument. */
+const int64_t *kn_cu_capture_syms(void);
+/* The device array of symbol values every generated kernel and captured graph
+ * reads (cuda_graph.cu; NULL when it cannot be allocated); is a capture running? */
+int64_t *kn_cu_dev_syms(void);
+bool kn_cu_capturing(void);
+kn_status kn_cu_graph_tmp(size_t bytes, void **p);
+bool kn_cu_graph_tmp_free(void *p);    /* false: not a block of the capture */
+uint64_t kn_cu_dynamic_syms(kn_backend *be, const kn_exec *e);
+kn_status kn_cu_capture_begin(kn_backend *be, const int64_t *syms, int n);
+kn_status kn_cu_capture_end(kn_backend *be, bool keep, void **graph);
+kn_status kn_cu_graph_launch(kn_backend *be, void *graph, const int64_t *syms, int n);
+void kn_cu_graph_free(kn_backend *be, void *graph);
+/* sdpa (cuda_ops_nn.cu): the symbol bits its decode kernel reads on the device */
+uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e);
 
 /* Kernels that can find bad data (index out of range, integer division by
  * zero) record the first problem of their op kind in that op's slot
@@ -178,6 +201,7 @@ struct kn_cu_err {
 };
 kn_cu_err *kn_cu_err_dev(kn_op op);   /* device pointer to op's slot */
 kn_status kn_cu_err_collect(void);
+void kn_cu_err_arm(void);             /* a graph launch: slots may be set, collect at the next sync */
 __device__ __forceinline__ void kn_cu_err_set(kn_cu_err *e, int code, int dim, double value, int64_t size) {
     if (atomicCAS(&e->code, 0, code) == 0) { e->dim = dim; e->value = value; e->size = size; }
 }

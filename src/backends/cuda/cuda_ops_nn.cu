@@ -527,8 +527,9 @@ template <> __device__ __forceinline__ float kv_ld<kv_bf16>(const kv_bf16 *p, in
 template <typename KV>
 __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v, kn_dview vv, float *y,
                               kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
-                              float scale) {
+                              float scale, const int64_t *dsyms, int tk_sym) {
     extern __shared__ float sm[];                     /* q [D], scores [Tk] */
+    if (dsyms) Tk = dsyms[tk_sym];                    /* a captured launch: the key count of this replay */
     __shared__ float red[32];
     float *qs = sm, *sc = sm + D;
     int64_t row = blockIdx.x, i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
@@ -561,26 +562,51 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
     }
 }
 static bool unit_rows(const kn_tview *v) { return v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
+/* The decode kernel takes e when its scores fit smem_keys keys. */
+static bool sdpa_decode_fits(const kn_exec *e, int64_t smem_keys) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
+    size_t smem = sizeof(float) * (size_t)(q->ne[3] + smem_keys);
+    return q->ne[2] <= 4 && k->dtype == v->dtype && q->dtype == KN_F32 && y->dtype == KN_F32 && smem <= 48 * 1024 &&
+           (k->dtype == KN_F32 || k->dtype == KN_F16 || k->dtype == KN_BF16) && unit_rows(q) && unit_rows(k) &&
+           unit_rows(v) && unit_rows(y) && k->ne[1] >= 1 && q->ne[1] % k->ne[1] == 0 && !kn_env_get()->cuda_generic;
+}
+/* The symbol of the key count (dim 2 of K and V), 0 when it is fixed.
+ * The node's own sources carry the symbols; a source the plan redirects
+ * (graph rewrites) has the same shape, symbols included, so src[k]->sym is
+ * right for the operand exec resolved. (A kn_exec field naming each
+ * operand's tensor would say it without that argument.) */
+static int sdpa_key_sym(const kn_exec *e) {
+    const kn_tensor *k = e->node->src[1], *v = e->node->src[2];
+    if (!k || !v || k->ndim != 4 || v->ndim != 4 || k->sym[2] != v->sym[2]) return 0;
+    return k->sym[2];
+}
+/* Captured, the decode kernel reads the key count from the device (its
+ * shared memory sized for the maximum), so one graph serves every step. */
+uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e) {
+    int s = sdpa_key_sym(e);
+    if (!s || e->nsrc < 3 || !sdpa_decode_fits(e, e->node->src[1]->shape[2])) return 0;
+    return (uint64_t)1 << s;
+}
 static kn_status sdpa_decode(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
-    size_t smem = sizeof(float) * (size_t)(D + Tk);
-    if (Tq > 4 || k->dtype != v->dtype || q->dtype != KN_F32 || y->dtype != KN_F32 || smem > 48 * 1024 ||
-        !unit_rows(q) || !unit_rows(k) || !unit_rows(v) || !unit_rows(y) || Hkv < 1 || Hq % Hkv || kn_env_get()->cuda_generic)
-        return KN_ERR_UNSUPPORTED;
+    if (!sdpa_decode_fits(e, Tk)) return KN_ERR_UNSUPPORTED;
+    const int64_t *ds = kn_cu_capture_syms();
+    int tk_sym = ds ? (int)(kn_cu_sdpa_dynamic_syms(e) ? sdpa_key_sym(e) : 0) : 0;
+    if (!tk_sym) ds = NULL;
+    size_t smem = sizeof(float) * (size_t)(D + (ds ? e->node->src[1]->shape[2] : Tk));
     unsigned blocks = (unsigned)(B * Hq * Tq);
     float scale = (float)e->node->p.sdpa.scale;
     int causal = e->node->p.sdpa.causal;
     if (k->dtype == KN_F32)
         k_sdpa_decode<float><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
-            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
+            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
     else if (k->dtype == KN_F16)
         k_sdpa_decode<kv_f16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
-            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
-    else if (k->dtype == KN_BF16)
+            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
+    else
         k_sdpa_decode<kv_bf16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
-            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale);
-    else return KN_ERR_UNSUPPORTED;
+            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
     LAUNCHED_OK();
 }
 
