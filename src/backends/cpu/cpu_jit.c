@@ -112,7 +112,12 @@ static int run_tool(char *const *argv, const char *out, int *err) {
         *err = errno;   /* ECHILD: the program set SIGCHLD to SIG_IGN; judge by the output file */
         return 0;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    struct stat st;
+    /* 127 and not a word: the exec failed in the child (posix_spawn reports
+     * that itself in glibc, but not everywhere: valgrind's, a fork-based libc) */
+    if (rc == 127 && stat(out, &st) == 0 && st.st_size == 0) { *err = ENOENT; return -1; }
+    return rc;
 }
 
 /* a file's bytes (malloc'd) or NULL */
@@ -212,16 +217,17 @@ static bool cc_version(const char *cc, char *why, size_t nwhy) {
     return true;
 }
 
-/* The flags of every compile: JIT_FLAGS_BASE and the instruction set:
- * -march=native, or the baseline of the level the library itself runs at
- * when that is capped below the CPU's (KN_CPU=avx2|scalar, an AVX2ONLY
- * build: valgrind cannot run AVX-512). */
+/* The flags of every compile: JIT_FLAGS_BASE and the instruction set of the
+ * level the library itself runs at (kn_cpu()->isa): -march=native at
+ * AVX-512, else the x86-64-v3 (AVX2) or x86-64 baseline tuned for this CPU.
+ * Not -march=native below AVX-512: the level may be capped (KN_CPU, an
+ * AVX2ONLY build) or the process may run under valgrind, whose emulated CPU
+ * has no AVX-512 while the compiler, a separate process, sees the real one. */
 static void jit_flags(char *out, size_t n) {
 #if defined(__x86_64__) && !defined(KN_NO_X86)
-    const kn_cpu_info *ci = kn_cpu();
-    const char *march = "-march=native";
-    if (ci->isa == KN_ISA_SCALAR && ci->avx2) march = "-march=x86-64";
-    else if (ci->isa == KN_ISA_AVX2 && ci->avx512f) march = "-march=x86-64-v3";
+    kn_isa isa = kn_cpu()->isa;
+    const char *march = isa == KN_ISA_AVX512 ? "-march=native"
+                      : isa == KN_ISA_AVX2 ? "-march=x86-64-v3 -mtune=native" : "-march=x86-64 -mtune=native";
 #else
     const char *march = "-mcpu=native";   /* what gcc and clang take on arm64 and power */
 #endif
