@@ -96,8 +96,18 @@ static int build(kn_ctx *ctx, const gcase *c, kn_tensor **outs) {
         if (nout < MAXO - 1 && i < c->nops - 1 && rnd(&s) % 5 == 0) outs[nout++] = cur;
     }
     (void)nin;
-    /* half of the chains end in a reduction over the last dim, the last two or all */
-    if (rnd(&s) % 2) {
+    /* a third of the chains end in a reduction over the last dim, the last two or
+     * all; a third in a row normalisation (rms, layer, softmax, log_softmax) */
+    uint32_t end = rnd(&s) % 6;
+    if (end >= 4) {
+        kn_tensor *w = rand_data(ctx, KN_F32, 1, wsh, c->seed + 5), *bb = rand_data(ctx, KN_F32, 1, wsh, c->seed + 6);
+        switch (rnd(&s) % 4) {
+        case 0: cur = kn_rms_norm(ctx, cur, 1, w, 1e-5); break;
+        case 1: cur = kn_layer_norm(ctx, cur, 1, w, bb, 1e-5); break;
+        case 2: cur = kn_softmax(ctx, cur, -1); break;
+        default: cur = kn_log_softmax(ctx, cur, -1); break;
+        }
+    } else if (end >= 2) {
         static const kn_op red[] = {KN_OP_SUM, KN_OP_MEAN, KN_OP_MAX, KN_OP_MIN};
         int which = (int)(rnd(&s) % 3), axes[2] = {nd - 1, nd - 2};
         int nax = which == 0 || nd < 2 ? 1 : which == 1 ? 2 : 0;
@@ -135,7 +145,7 @@ static int64_t mismatches(const float *a, const float *b, int64_t n, double tol,
     return bad;
 }
 
-typedef struct { int ngroups, nred, nkern_fused, nkern_plain; size_t peak_fused, peak_plain; bool ok; } run_result;
+typedef struct { int ngroups, nred, nnorm, nkern_fused, nkern_plain; size_t peak_fused, peak_plain; bool ok; } run_result;
 
 static bool jit_available(void) {
     kn_backend *be = kn_backend_default();
@@ -156,7 +166,10 @@ static run_result run_case(const gcase *c) {
     kn_plan *pp = kn_plan_new(cp, no, op, &(kn_plan_opts){.no_fuse = true});
     if (!pr || !pf || !pp) { CHECK(false, "plan: %s", kn_last_error()); goto done; }
     rr.ngroups = pf->ngroups;
-    for (int gi = 0; gi < pf->ngroups; gi++) rr.nred += pf->groups[gi].k.red != KN_OP_NONE;
+    for (int gi = 0; gi < pf->ngroups; gi++) {
+        rr.nred += pf->groups[gi].k.red != KN_OP_NONE;
+        rr.nnorm += kn__is_rownorm(pf->groups[gi].k.red);
+    }
     rr.nkern_fused = kn_plan_n_kernels(pf);
     rr.nkern_plain = kn_plan_n_kernels(pp);
     rr.peak_fused = kn_plan_peak_bytes(pf);
@@ -195,7 +208,7 @@ TEST(random_chains_match_unfused_and_reference) {
     if (!jit_available()) SKIP("the %s backend builds no generated kernels (or KN_NOFUSE is set)", kn_backend_default()->name);
     static const int64_t shapes[][4] = {{37}, {5, 33}, {3, 7, 19}, {2, 3, 5, 11}, {1, 129}, {257, 3}, {4, 1, 65}};
     static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16, KN_F64};
-    int fused = 0, total = 0, reds = 0;
+    int fused = 0, total = 0, reds = 0, norms = 0;
     const char *only = getenv("KN_TEST_SEED");   /* debugging one case */
     for (uint32_t seed = 1; seed <= 42; seed++) {
         if (only && (uint32_t)atoi(only) != seed) continue;
@@ -207,11 +220,13 @@ TEST(random_chains_match_unfused_and_reference) {
         total++;
         if (r.ngroups) fused++;
         reds += r.nred;
+        norms += r.nnorm;
         CHECK(!r.ok || r.nkern_fused <= r.nkern_plain, "seed %u: %d kernels fused > %d plain", seed, r.nkern_fused, r.nkern_plain);
         CHECK(!r.ok || r.peak_fused <= r.peak_plain, "seed %u: fusion raised peak memory %zu > %zu", seed, r.peak_fused, r.peak_plain);
     }
     CHECK(fused >= total / 2, "only %d of %d random chains fused anything", fused, total);
-    CHECK(only || reds >= 8, "only %d chains fused into their reduction", reds);
+    CHECK(only || reds >= 10, "only %d chains fused into their reduction or normalisation", reds);
+    CHECK(only || norms >= 4, "only %d chains fused into their row normalisation", norms);
 }
 
 TEST(symbolic_extents) {
@@ -263,6 +278,20 @@ static kn_tensor *g_rowmax(kn_ctx *ctx) {
     kn_tensor *x = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){64, 50}), 0, 0, T);
     kn_tensor *m = kn_input(ctx, KN_F32, 1, (int64_t[]){50});
     return kn_max(ctx, kn_add(ctx, kn_mul_scalar(ctx, x, 0.125), m), 1, (int[]){1}, true);
+}
+
+/* residual add + RMS norm over [T<=512, 576] (an LLM block's seam) */
+static kn_tensor *g_addrms(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 512);
+    kn_tensor *x = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){512, 576}), 0, 0, T);
+    kn_tensor *o = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){512, 576}), 0, 0, T);
+    kn_tensor *w = kn_input(ctx, KN_F32, 1, (int64_t[]){576});
+    return kn_rms_norm(ctx, kn_add(ctx, x, o), 1, w, 1e-5);
+}
+/* attention-style softmax of scaled scores with an additive mask, [4, 7, 33] */
+static kn_tensor *g_softmax(kn_ctx *ctx) {
+    kn_tensor *s = kn_input(ctx, KN_F32, 3, (int64_t[]){4, 7, 33}), *m = kn_input(ctx, KN_F32, 2, (int64_t[]){7, 33});
+    return kn_softmax(ctx, kn_add(ctx, kn_mul_scalar(ctx, s, 0.125), m), -1);
 }
 
 static char *read_text(const char *path) {
@@ -322,5 +351,7 @@ TEST(golden_swiglu_symbolic) { golden("swiglu_symbolic", g_swiglu); }
 TEST(golden_bf16_mixed) { golden("bf16_mixed", g_bf16); }
 TEST(golden_sum_of_squares_f64) { golden("sumsq_f64", g_sumsq); }
 TEST(golden_row_max_symbolic) { golden("rowmax_symbolic", g_rowmax); }
+TEST(golden_add_rms_norm) { golden("add_rms_norm", g_addrms); }
+TEST(golden_softmax_masked) { golden("softmax_masked", g_softmax); }
 
 int main(void) { return kn_test_main(); }

@@ -63,18 +63,28 @@ typedef struct kn_kernel {
     kn_kbuf buf[KN_KERNEL_MAXBUF];
     int ninst;
     kn_kinst inst[KN_KMAX_INST];
-    /* A reduction group (its last node a sum, mean, max or min): the dims with
-     * redd[d] are reduced. An item is one output element; per item the
-     * program runs over the reduced dims and inst[red_val] is combined into
-     * one value, stored to buf[red_buf] (its strides are 0 over reduced dims).
+    /* A group that ends in a reduction (sum, mean, max, min) or a row
+     * normalisation (rms_norm, layer_norm, softmax, log_softmax over trailing
+     * dims): the dims with redd[d] are reduced. An item is one output element
+     * (reductions) or one row (normalisations); per item the program runs over
+     * the reduced dims, once per pass, and inst[red_val] (the final op's input)
+     * is combined; the result goes to buf[red_buf] (strides 0 over reduced dims
+     * for a reduction, the row's for a normalisation). Stored values of the
+     * group are written in the first pass only.
      * C: one item after another; CUDA: a block of `block` threads per item. */
-    kn_op red;                      /* KN_OP_NONE: elementwise */
+    kn_op red;                      /* the final op; KN_OP_NONE: elementwise */
     bool redd[KN_MAX_DIMS];
     int red_val, red_buf;
     kn_dtype red_dt;
     int block;
+    int norm_w, norm_b;             /* normalisations: weight and bias buffers, -1 when absent */
+    double eps;
 } kn_kernel;
 
+/* Is op a row normalisation the fuser ends groups with? */
+static inline bool kn__is_rownorm(kn_op op) {
+    return op == KN_OP_RMS_NORM || op == KN_OP_LAYER_NORM || op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
+}
 /* Items of a launch at the current symbol values (syms) and at their maxima. */
 void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64_t *n_max);
 
