@@ -454,7 +454,14 @@ static void put_comb(sb *b, char kind, const char *acc, const char *x) {
  * compiler vectorises the pass (a single accumulator is a serial chain it may
  * not reorder); they are combined in order at the end. CUDA: each thread
  * strides over the row; the caller combines the threads. */
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+                         const char *pre);
 static void rn_accum(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr) {
+    rn_accum_pre(b, c, stores, acc, kind, ident, expr, NULL);
+}
+/* the same, with the statement pre before each combine (it may define what expr uses) */
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+                         const char *pre) {
     const char *ind = c->ind;
     char in2[40], in3[40], lane[48];
     snprintf(in2, sizeof in2, "%s    ", ind);
@@ -463,23 +470,26 @@ static void rn_accum(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, 
         put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
         put_decompose(b, c->k, true, c->ity, "q", in2);
         put_program_s(b, c->k, in2, c->idx, stores);
+        if (pre) put(b, "%s%s\n", in2, pre);
         put(b, "%s", in2); put_comb(b, kind, acc, expr); put(b, "\n%s}\n", ind);
         return;
     }
     put(b, "%s{\n%s    kn_acc %s_l[%d];\n", ind, ind, acc, RN_LANES);
     put(b, "%s    for (int l = 0; l < %d; l++) %s_l[l] = %s;\n", ind, RN_LANES, acc, ident);
-    put(b, "%s    for (kn_i64 q0 = 0; q0 < RN; q0 += %d) {\n", ind, RN_LANES);
-    put(b, "%s        const kn_i64 qn = RN - q0 < %d ? RN - q0 : %d;\n", ind, RN_LANES, RN_LANES);
-    put(b, "%s        for (kn_i64 l = 0; l < qn; l++) {\n", ind);
+    put(b, "%s    kn_i64 q0 = 0;\n", ind);
     char in4[48];
-    snprintf(in4, sizeof in4, "%s            ", ind);
-    put(b, "%sconst kn_i64 q = q0 + l;\n", in4);
-    put_decompose(b, c->k, true, c->ity, "q", in4);
-    put_program_s(b, c->k, in4, c->idx, stores);
+    snprintf(in4, sizeof in4, "%s        ", ind);
     snprintf(lane, sizeof lane, "%s_l[l]", acc);
-    put(b, "%s", in4); put_comb(b, kind, lane, expr); put(b, "\n");
-    put(b, "%s        }\n%s    }\n", ind, ind);
-    snprintf(lane, sizeof lane, "%s_l[l]", acc);
+    /* whole blocks (a constant trip count: one vector step), then the rest */
+    for (int part = 0; part < 2; part++) {
+        if (part == 0) put(b, "%s    for (; q0 + %d <= RN; q0 += %d) for (int l = 0; l < %d; l++) {\n", ind, RN_LANES, RN_LANES, RN_LANES);
+        else put(b, "%s    for (int l = 0; q0 + l < RN; l++) {\n", ind);
+        put(b, "%sconst kn_i64 q = q0 + l;\n", in4);
+        put_decompose(b, c->k, true, c->ity, "q", in4);
+        put_program_s(b, c->k, in4, c->idx, stores);
+        if (pre) put(b, "%s%s\n", in4, pre);
+        put(b, "%s", in4); put_comb(b, kind, lane, expr); put(b, "\n%s    }\n", ind);
+    }
     put(b, "%s    for (int l = 0; l < %d; l++) ", ind, RN_LANES); put_comb(b, kind, acc, lane); put(b, "\n%s}\n", ind);
     (void)in3;
 }
@@ -493,6 +503,17 @@ static void rn_write(sb *b, rn_ctx *c, const char *stmt) {
     else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
     put_decompose(b, c->k, true, c->ity, "q", in2);
     put_program_s(b, c->k, in2, c->idx, false);
+    put(b, "%s%s\n%s}\n", in2, stmt, ind);
+}
+
+/* stmt at every element of the row, without the program (a pass over the output) */
+static void rn_over_out(sb *b, rn_ctx *c, const char *stmt) {
+    const char *ind = c->ind;
+    char in2[40];
+    snprintf(in2, sizeof in2, "%s    ", ind);
+    if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
+    else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
+    put_decompose(b, c->k, true, c->ity, "q", in2);
     put(b, "%s%s\n%s}\n", in2, stmt, ind);
 }
 
@@ -538,6 +559,18 @@ static void rn_body(sb *b, rn_ctx *c) {
         rn_accum(b, c, true, "m", 'm', "-KN_INF", e);
         if (c->cuda) put(b, "%sm = %s(m%s);\n", ind, max, shp);
         put(b, "%skn_acc s2 = 0;\n", ind);
+        if (!lg && k->red_dt == KN_F32 && !k->f64) {
+            /* exp once: written to the output with the sum, then scaled by 1/sum
+             * (the output is f32, so nothing is rounded in between) */
+            char pre[256];
+            snprintf(pre, sizeof pre, "const kn_real ex = KN_EXP(%s - (kn_real)m); b%d[%s] = ex;", v, k->red_buf, c->idx[k->red_buf]);
+            rn_accum_pre(b, c, false, "s2", '+', "0", "(kn_acc)ex", pre);
+            if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
+            put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
+            snprintf(st, sizeof st, "b%d[%s] *= is;", k->red_buf, c->idx[k->red_buf]);
+            rn_over_out(b, c, st);
+            break;
+        }
         snprintf(e, sizeof e, "(kn_acc)KN_EXP((kn_real)((kn_acc)%s - m))", v);
         rn_accum(b, c, false, "s2", '+', "0", e);
         if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
@@ -545,7 +578,8 @@ static void rn_body(sb *b, rn_ctx *c) {
             put(b, "%sconst kn_acc ls = KN_LOG_ACC(s2);\n", ind);
             snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)%s - m - ls));", k->red_buf, c->idx[k->red_buf], store_fn(k->red_dt), v);
         } else {
-            snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)KN_EXP((kn_real)((kn_acc)%s - m)) / s2));", k->red_buf,
+            put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
+            snprintf(st, sizeof st, "b%d[%s] = %s(KN_EXP((kn_real)((kn_acc)%s - m)) * is);", k->red_buf,
                      c->idx[k->red_buf], store_fn(k->red_dt), v);
         }
         rn_write(b, c, st);
