@@ -447,13 +447,55 @@ static void mark_stored(fz *f, kn_fgroup *g, int gi) {
     }
 }
 
+void kn__kernel_stored_values(const kn_kernel *k, int *ld) {
+    for (int i = 0; i < k->ninst; i++) ld[i] = -1;
+    for (int i = 0; i < k->ninst; i++)
+        if (k->inst[i].kind == KN_KI_STORE && k->inst[i].a >= 0 && ld[k->inst[i].a] < 0) ld[k->inst[i].a] = k->inst[i].buf;
+}
+
+/* Is buffer bi loaded by what a later pass recomputes: the cone of inst v, cut
+ * at stored values (read back instead)? */
+static bool cone_loads(const kn_kernel *k, const int *ld, int v, int bi, uint8_t *seen) {
+    if (v < 0 || seen[v]) return false;
+    seen[v] = 1;
+    const kn_kinst *in = &k->inst[v];
+    if (ld[v] >= 0) return false;
+    if (in->kind == KN_KI_LOAD) return in->buf == bi;
+    if (in->kind == KN_KI_CONST) return false;
+    return cone_loads(k, ld, in->a, bi, seen) || (in->kind == KN_KI_BINARY && cone_loads(k, ld, in->b, bi, seen));
+}
+
+bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
+    bool member = false, stored = false;
+    for (int j = 0; j < g->nnode; j++) {
+        if (g->node[j] == s) return false;   /* a member: written by this kernel too */
+        if (g->node[j] == m) { member = true; stored = g->stored[j]; }
+    }
+    if (!member || (m != g->node[g->nnode - 1] && !stored)) return false;
+    if (!kn__fuse_aligned_reads(g, s, rep, n_ids)) return false;
+    if (!kn__is_rownorm(g->k.red) || m == g->node[g->nnode - 1]) return true;
+    /* a normalisation's first pass writes m: the later passes must not read s */
+    int ld[KN_KMAX_INST];
+    kn__kernel_stored_values(&g->k, ld);
+    for (int bi = 0; bi < g->k.nbuf; bi++) {
+        if (g->bt[bi] != s || g->k.buf[bi].out) continue;
+        uint8_t seen[KN_KMAX_INST] = {0};
+        if (cone_loads(&g->k, ld, g->k.red_val, bi, seen)) return false;
+        if (bi == g->k.norm_w || bi == g->k.norm_b) return false;
+    }
+    return true;
+}
+
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
-    const kn_tensor *space = g->node[g->nnode - 1];
+    const kn_tensor *last = g->node[g->nnode - 1];
+    /* the item space: a closed group's is its final op's input */
+    const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0) : last;
     for (int m = 0; m < g->nnode; m++)
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *x = g->node[m]->src[k] ? kn__rw_src(rep, n_ids, g->node[m], k) : NULL;
             if (!x || kn__storage_owner(x) != s) continue;
             if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
+            if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
     return true;
 }

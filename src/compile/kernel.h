@@ -81,6 +81,11 @@ typedef struct kn_kernel {
     double eps;
 } kn_kernel;
 
+/* ld[i] = the buffer instruction i's value is stored to, -1 when none (the
+ * later passes of a normalisation read such values back instead of
+ * recomputing them, so what only feeds them is not read again). */
+void kn__kernel_stored_values(const kn_kernel *k, int *ld);
+
 /* Is op a row normalisation the fuser ends groups with? */
 static inline bool kn__is_rownorm(kn_op op) {
     return op == KN_OP_RMS_NORM || op == KN_OP_LAYER_NORM || op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
@@ -112,6 +117,12 @@ bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor
  * itself at the kernel's item index (same shape, contiguous), so the group's
  * last node may write its result over s (in place). */
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids);
+
+/* May node m of group g (its last node or a stored one) write its result over
+ * s, an operand of the group whose storage dies at the group? Every read of s's
+ * storage in the group is at the item index, and no pass after the one that
+ * writes m reads s. */
+bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids);
 
 /* The source of k in language lang ("c", "cuda"); names the kernel (k->name)
  * from a hash of the source. Returns the length written (excluding the NUL),

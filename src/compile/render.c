@@ -265,8 +265,14 @@ static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
 /* The per-item program; idx(b) is the element offset expression of buffer b.
  * stores: false in the later passes of a normalisation (written in the first). */
 static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores) {
+    int ld[KN_KMAX_INST];
+    kn__kernel_stored_values(k, ld);
     for (int i = 0; i < k->ninst; i++) {
         const kn_kinst *in = &k->inst[i];
+        if (!stores && ld[i] >= 0) {   /* a later pass reads the value the first pass stored */
+            put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(k->buf[ld[i]].dt), ld[i], idx[ld[i]]);
+            continue;
+        }
         switch ((kn_kinst_kind)in->kind) {
         case KN_KI_LOAD:
             put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
