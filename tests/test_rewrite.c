@@ -4,8 +4,9 @@
  * with rewrites off (kn_plan_opts.no_rewrite) and one with them on, runs both
  * and checks: the outputs are bit-identical (inputs hold random values and
  * -0.0, NaN, inf), the rule fired as often as expected (or not at all: the
- * must-not-fire cases), the plan shrank by the expected number of nodes, and
- * the user's graph (every node's sources) is unchanged by planning. */
+ * must-not-fire cases), the plan shrank by the expected number of nodes (the
+ * rules' counts less the nodes they made), and the user's graph (every
+ * node's sources) is unchanged by planning. */
 #include "kn_test.h"
 #include "kiln.h"
 #include "runtime/runtime.h"

@@ -27,6 +27,11 @@
  *                     promotion, no broadcast). x*0 is never folded (NaN, inf);
  *   cse               two nodes with the same op, dtype, layout, parameters
  *                     and (rewritten) sources: the later reads the earlier;
+ *   int zero, idempotent, const fold, sum expand
+ *                     (rewrite_fold.c: the rules that may make a node, such
+ *                     as a zero fill or a folded constant, in the graph's
+ *                     context; made nodes join the schedule right before the
+ *                     node they replace, once the passes are done);
  * then
  *   dead              nodes no output, effect or materialised node needs;
  *   view chain        a view read only by views: the last view of a chain
