@@ -354,6 +354,15 @@ TEST(int_zero_bool_broadcast) {
     CHECK(r.same, "results differ");
     CHECK(r.removed[KN_RW_INT_ZERO] == 3, "int_zero %d", r.removed[KN_RW_INT_ZERO]);
 }
+/* a symbolic extent: the zero fill has the result's symbolic shape (run at 4 of 6) */
+static int b_int_zero_sym(kn_ctx *ctx, kn_tensor **o) {
+    int s = kn_sym_new(ctx, "n", 6);
+    kn_sym_set(ctx, s, 4);
+    kn_tensor *y = kn_slice_sym(ctx, ivec(ctx), 0, 0, s);
+    o[0] = kn_sum_all(ctx, kn_maximum(ctx, kn_mul(ctx, y, kn_scalar(ctx, KN_I32, 0)), kn_neg(ctx, y)));
+    return 1;
+}
+TEST(int_zero_symbolic) { NEED_RW(); result r = compare(b_int_zero_sym); EXPECT(r, KN_RW_INT_ZERO, 1, 1); }
 static int b_int_zero_not(kn_ctx *ctx, kn_tensor **o) {
     kn_tensor *x = data(ctx, 2, S2, 30), *i = ivec(ctx);
     o[0] = kn_exp(ctx, kn_sub(ctx, x, x));                                    /* floats: inf-inf, NaN-NaN */
