@@ -464,6 +464,26 @@ static int b_fold_not(kn_ctx *ctx, kn_tensor **o) {
 }
 TEST(const_fold_not) { NEED_RW(); result r = compare(b_fold_not); CHECK(r.same, "results differ"); CHECK(r.removed[KN_RW_CONST_FOLD] == 0 && r.added == 0, "const_fold %d made %d", r.removed[KN_RW_CONST_FOLD], r.added); }
 
+/* a node another node views keeps its storage: none of the rules that make nodes fires */
+static int b_fold_alias(kn_ctx *ctx, kn_tensor **o) {
+    int64_t s23[2] = {2, 3}, s6[1] = {6}, e[2] = {6, 4};
+    int ax1[1] = {1};
+    kn_tensor *i = ivec(ctx);
+    o[0] = kn_neg(ctx, kn_reshape(ctx, kn_mul(ctx, i, kn_scalar(ctx, KN_I32, 0)), 2, s23));       /* int_zero */
+    o[1] = kn_neg(ctx, kn_reshape(ctx, kn_maximum(ctx, i, i), 2, s23));                            /* idempotent */
+    o[2] = kn_exp(ctx, kn_reshape(ctx, kn_add(ctx, kn_full(ctx, KN_F32, 1, s6, 0.1), c32(ctx, 0.2)), 2, s23));  /* const_fold */
+    kn_tensor *col = kn_reshape(ctx, i, 2, (int64_t[2]){6, 1});
+    kn_tensor *sm = kn_sum(ctx, kn_expand(ctx, col, 2, e), 1, ax1, false);
+    o[3] = kn_neg(ctx, kn_reshape(ctx, sm, 2, s23));                                                /* sum_expand */
+    return 4;
+}
+TEST(fold_rules_not_on_viewed_nodes) {
+    NEED_RW(); result r = compare(b_fold_alias);
+    CHECK(r.same, "results differ");
+    CHECK(r.added == 0, "made %d", r.added);
+    for (int k = KN_RW_INT_ZERO; k <= KN_RW_SUM_EXPAND; k++) CHECK(r.removed[k] == 0, "%s fired", kn__rw_rule_name((kn_rw_rule)k));
+}
+
 /* ---- sum of a broadcast ---- */
 static int b_sum_expand(kn_ctx *ctx, kn_tensor **o) {
     kn_tensor *x = ivec(ctx);
