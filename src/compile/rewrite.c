@@ -220,6 +220,15 @@ static bool insert_made(rw *w, kn_tensor ***order, int *n) {
     if (!w->nmade) return true;
     kn_tensor **o2 = malloc(sizeof *o2 * (size_t)(*n + w->nmade));
     if (!o2) return false;
+    /* by position, stably: a later pass may make a node at an earlier place,
+     * and nodes made at one place keep the order they were made in (a made
+     * node reads only nodes made before it) */
+    for (int a = 1; a < w->nmade; a++) {
+        kn_tensor *t = w->made[a];
+        int at = w->made_at[a], b = a;
+        for (; b > 0 && w->made_at[b - 1] > at; b--) { w->made[b] = w->made[b - 1]; w->made_at[b] = w->made_at[b - 1]; }
+        w->made[b] = t; w->made_at[b] = at;
+    }
     int m = 0, k = 0;
     for (int i = 0; i < *n; i++) {
         for (; k < w->nmade && w->made_at[k] == i; k++) o2[m++] = w->made[k];
