@@ -532,6 +532,44 @@ static int b_train(kn_ctx *ctx, kn_tensor **o) {
 }
 TEST(mixed_graph_identical) { NEED_RW(); result r = compare(b_train); CHECK(r.same, "results differ"); CHECK(r.n_rw < r.n_plain, "%d -> %d", r.n_plain, r.n_rw); }
 
+/* Plans built one after another over one context: each makes its own nodes,
+ * an earlier plan keeps running right after later ones grew the context,
+ * and a plan without rewrites still computes the same. */
+TEST(made_nodes_and_several_plans) {
+    NEED_RW();
+    kn_ctx *ctx = kn_ctx_new(NULL);
+    kn_tensor *o[MAXO];
+    int n = b_fold_opt(ctx, o);
+    n += b_int_zero(ctx, o + n);           /* 1 + 3 outputs */
+    kn_plan_opts op = {0};
+    op.no_fuse = true;
+    kn_plan *p[3];
+    int32_t before = ctx->n_all;
+    p[0] = kn_plan_new(ctx, n, o, &op);
+    int32_t after1 = ctx->n_all;
+    p[1] = kn_plan_new(ctx, n, o, &op);
+    op.no_rewrite = true;
+    p[2] = kn_plan_new(ctx, n, o, &op);
+    REQUIRE(p[0] && p[1] && p[2], "plan: %s", kn_last_error());
+    CHECK(after1 - before == p[0]->rw_added && ctx->n_all - after1 == p[1]->rw_added && p[2]->rw_added == 0,
+          "made %d then %d; context grew %d then %d", p[0]->rw_added, p[1]->rw_added, (int)(after1 - before), (int)(ctx->n_all - after1));
+    CHECK(p[0]->n == p[1]->n && p[0]->n < p[2]->n, "plans of %d, %d, %d nodes", p[0]->n, p[1]->n, p[2]->n);
+    unsigned char got[3][64 * 8];
+    for (int k = 2; k >= 0; k--) {          /* the first plan runs last */
+        size_t at = 0;
+        CHECK(kn_plan_run(p[k]) == KN_OK, "run %d", k);
+        for (int j = 0; j < n; j++) {
+            size_t nb = (size_t)kn_numel(o[j]) * kn_dtype_get(o[j]->dtype)->type_size;
+            CHECK(kn_tensor_read(o[j], got[k] + at, o[j]->dtype) == KN_OK, "read");
+            canon_nans(got[k] + at, kn_numel(o[j]), o[j]->dtype);
+            at += nb;
+        }
+        if (k < 2) CHECK(memcmp(got[k], got[2], at) == 0, "plan %d differs from the plan without rewrites", k);
+    }
+    for (int k = 0; k < 3; k++) kn_plan_free(p[k]);
+    kn_ctx_free(ctx);
+}
+
 /* kn_plan_opts.no_rewrite leaves the plan as scheduled */
 TEST(no_rewrite_opt) {
     kn_ctx *ctx = kn_ctx_new(NULL);
