@@ -494,14 +494,17 @@ static int b_sum_expand(kn_ctx *ctx, kn_tensor **o) {
     o[1] = kn_neg(ctx, kn_sum(ctx, kn_expand(ctx, x, 2, e0), 1, ax0, false));     /* [4,6] -> [6] */
     kn_tensor *x3 = kn_reshape(ctx, x, 3, (int64_t[3]){1, 6, 1});
     o[2] = kn_neg(ctx, kn_sum(ctx, kn_expand(ctx, x3, 3, e3), 2, ax02, false));   /* two axes, n = 6 */
-    o[3] = kn_neg(ctx, kn_sum_all(ctx, kn_expand(ctx, kn_scalar(ctx, KN_I32, -3), 2, e1)));   /* a constant: -90 */
+    o[3] = kn_neg(ctx, kn_add(ctx, kn_sum_all(ctx, kn_expand(ctx, kn_scalar(ctx, KN_I32, -3), 2, e1)),   /* a constant: -90 */
+                              kn_sum(ctx, kn_full(ctx, KN_U8, 2, e1, 7), 1, ax1, false)));                  /* a fill: 35 each */
     return 4;
 }
 TEST(sum_expand_fires) {
     NEED_RW(); result r = compare(b_sum_expand);
     CHECK(r.same, "results differ");
-    CHECK(r.removed[KN_RW_SUM_EXPAND] == 4, "sum_expand %d", r.removed[KN_RW_SUM_EXPAND]);
-    CHECK(r.added == 3 * 3 + 1, "made %d", r.added);
+    CHECK(r.removed[KN_RW_SUM_EXPAND] == 5, "sum_expand %d", r.removed[KN_RW_SUM_EXPAND]);
+    /* a view, n and x*n for each of the three; the two constant sums, and
+     * their sum (const_fold) */
+    CHECK(r.added == 3 * 3 + 2 + 1 && r.removed[KN_RW_CONST_FOLD] == 1, "made %d const_fold %d", r.added, r.removed[KN_RW_CONST_FOLD]);
 }
 static int b_sum_expand_not(kn_ctx *ctx, kn_tensor **o) {
     int64_t col[2] = {6, 1}, e1[2] = {6, 5}, s[1] = {6};

@@ -202,7 +202,9 @@ static kn_tensor *const_fold(rw *w, kn_tensor *t, int pos, bool *oom) {
  * sum(y, axes) where y has stride 0 (or extent 1) along every summed axis,
  * and n = the product of their extents >= 2: y's values repeat n times, so
  * the sum is the view of y without those axes (extent 1, stride 0 where
- * keepdim keeps them) times n: one read of each value instead of n.
+ * keepdim keeps them) times n: one read of each value instead of n. When y
+ * is a constant (a fill, or a view of one: any layout) the sum is the fill
+ * v*n.
  * Integers only: the sum of n equal floats, accumulated in the backend's
  * order (a running f32 sum, vector lanes, a tree; an accumulator starting at
  * +0.0 turns -0.0 into +0.0) is not x*n rounded once in general, so floats
@@ -215,10 +217,13 @@ static kn_tensor *const_fold(rw *w, kn_tensor *t, int pos, bool *oom) {
 static kn_tensor *sum_expand(rw *w, kn_tensor *t, int pos, bool *oom) {
     if (t->op != KN_OP_SUM) return NULL;
     kn_tensor *y = kn__rw_srcof(w, t, 0);
-    if (!y || kn__rw_kind(y) != KN_KIND_VIEW || kn__rw_written(w, y)) return NULL;
+    if (!y || kn__rw_written(w, y)) return NULL;
     kn_dtype yd = y->dtype;
     if (yd != KN_I8 && yd != KN_U8 && yd != KN_I32 && yd != KN_BOOL) return NULL;
     if (t->dtype != KN_I64) return NULL;
+    double v;
+    bool cst = const_value(w, y, &v);   /* a fill or a broadcast one: the sum is a constant too */
+    if (!cst && kn__rw_kind(y) != KN_KIND_VIEW) return NULL;
     uint32_t axes = t->p.reduce.axes;
     bool keep = t->p.reduce.keepdim;
     int64_t n = 1, shape[KN_MAX_DIMS], stride[KN_MAX_DIMS];
@@ -226,7 +231,7 @@ static kn_tensor *sum_expand(rw *w, kn_tensor *t, int pos, bool *oom) {
     int nd = 0;
     for (int i = 0; i < y->ndim; i++) {
         if (axes >> i & 1) {
-            if (y->sym[i] || (y->stride[i] != 0 && y->shape[i] != 1)) return NULL;
+            if (y->sym[i] || (!cst && y->stride[i] != 0 && y->shape[i] != 1)) return NULL;
             n *= y->shape[i];
             if (n > (1 << 21)) return NULL;
             if (keep) { shape[nd] = 1; stride[nd] = 0; sym[nd++] = 0; }
@@ -235,8 +240,7 @@ static kn_tensor *sum_expand(rw *w, kn_tensor *t, int pos, bool *oom) {
         }
     }
     if (n < 2 || nd != t->ndim) return NULL;
-    double v;
-    if (const_value(w, y, &v))      /* a broadcast constant: the sum is a constant too */
+    if (cst)
         return fabs(v * (double)n) <= 9007199254740992.0 ? make_fill(w, t->dtype, t, v * (double)n, pos, oom) : NULL;
     kn_tensor *x = made(w, kn__view_node(w->ctx, KN_OP_AS_STRIDED, y, nd, shape, stride, y->offset, sym), pos, oom);
     if (!x) return NULL;
