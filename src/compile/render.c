@@ -444,7 +444,24 @@ typedef struct {
     const char *ity;
     char ix[KN_KERNEL_MAXBUF][256];
     const char *idx[KN_KERNEL_MAXBUF];
+    int K;                    /* CUDA: a thread's K elements of the row kept in registers (vc[]); 0: none */
 } rn_ctx;
+
+/* CUDA with a register row: for each of the thread's K elements of the row
+ * (q = threadIdx.x + kk * block): the first pass computes the group's value
+ * and keeps it in vc[kk]; later passes read vc[kk] as the value (no load, no
+ * recomputation). Opens the loop and the bounds test; the caller closes both. */
+static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const char *in3) {
+    put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
+    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->k->block, in2);
+    put_decompose(b, c->k, true, c->ity, "q", in3);
+    if (first) {
+        put_program_s(b, c->k, in3, c->idx, true);
+        put(b, "%svc[kk] = v%d;\n", in3, c->k->red_val);
+    } else {
+        put(b, "%sconst kn_real v%d = vc[kk];\n", in3, c->k->red_val);
+    }
+}
 
 #define RN_LANES 16
 /* acc = combine(acc, x) for sums ('+') or NaN-propagating maxima ('m') */
@@ -472,6 +489,12 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char ki
     char in2[40], in3[40], lane[48];
     snprintf(in2, sizeof in2, "%s    ", ind);
     snprintf(in3, sizeof in3, "%s        ", ind);
+    if (c->cuda && c->K) {
+        rn_cached_open(b, c, stores, in2, in3);
+        if (pre) put(b, "%s%s\n", in3, pre);
+        put(b, "%s", in3); put_comb(b, kind, acc, expr); put(b, "\n%s}\n%s}\n", in2, ind);
+        return;
+    }
     if (c->cuda) {
         put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
         put_decompose(b, c->k, true, c->ity, "q", in2);
@@ -503,8 +526,14 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char ki
 /* The last pass: stmt (writes the row's outputs) at every element. */
 static void rn_write(sb *b, rn_ctx *c, const char *stmt) {
     const char *ind = c->ind;
-    char in2[40];
+    char in2[40], in3[48];
     snprintf(in2, sizeof in2, "%s    ", ind);
+    snprintf(in3, sizeof in3, "%s        ", ind);
+    if (c->cuda && c->K) {
+        rn_cached_open(b, c, false, in2, in3);
+        put(b, "%s%s\n%s}\n%s}\n", in3, stmt, in2, ind);
+        return;
+    }
     if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
     else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
     put_decompose(b, c->k, true, c->ity, "q", in2);
@@ -669,8 +698,18 @@ static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
     put(b, "    __shared__ kn_acc sh[33];\n");
     put(b, "    for (kn_i64 o = blockIdx.x; o < NOUT; o += gridDim.x) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
-    rn_ctx c = {k, true, "        ", "kn_i64", {{0}}, {0}};
+    rn_ctx c = {k, true, "        ", "kn_i64", {{0}}, {0}, 0};
     for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    /* a row of static length up to 16 elements a thread stays in registers
+     * between the passes (one read of the operands instead of one per pass) */
+    int64_t rn = 1;
+    bool fixed = true;
+    for (int d = 0; d < k->ndim; d++) if (k->redd[d]) { rn *= k->ext[d]; fixed &= !k->sym[d]; }
+    int64_t K = k->block > 0 ? (rn + k->block - 1) / k->block : 0;
+    if (fixed && K >= 1 && K <= 16) {
+        c.K = (int)K;
+        put(b, "        kn_real vc[%d];\n", c.K);
+    }
     rn_body(b, &c);
     put(b, "    }\n}\n");
 }
