@@ -121,9 +121,10 @@ static int build(kn_ctx *ctx, const gcase *c, kn_tensor **outs) {
         }
     } else if (end >= 2) {
         static const kn_op red[] = {KN_OP_SUM, KN_OP_MEAN, KN_OP_MAX, KN_OP_MIN};
-        int which = (int)(rnd(&s) % 3), axes[2] = {nd - 1, nd - 2};
-        int nax = which == 0 || nd < 2 ? 1 : which == 1 ? 2 : 0;
-        if (c->sym && nax != 1) nax = 1;   /* symbolic dim 0 stays kept: read_f32 reads rows */
+        int which = (int)(rnd(&s) % 4), axes[2] = {nd - 1, nd - 2};
+        int nax = which == 0 || nd < 2 ? 1 : which == 1 ? 2 : which == 2 ? 0 : 1;
+        if (which == 3 && nd >= 2) axes[0] = 0;   /* the last dim kept: column sums */
+        if (c->sym && (nax != 1 || axes[0] == 0)) { nax = 1; axes[0] = nd - 1; }   /* symbolic dim 0 stays kept: read_f32 reads rows */
         cur = kn_reduce(ctx, red[rnd(&s) % 4], cur, nax, axes, rnd(&s) % 2);
     }
     if (c->mm && nout > 0) {   /* read a stored intermediate after the group: its buffer must survive */
@@ -349,7 +350,7 @@ static void golden(const char *name, golden_fn fn) {
     kn_tensor **order = NULL;
     int n = 0;
     REQUIRE(kn__toposort(ctx, 1, outs, false, &order, &n) == KN_OK, "toposort");
-    REQUIRE(kn__fuse(order, n, ctx->n_all, 1, outs, NULL, &groups, &ng), "fuse");
+    REQUIRE(kn__fuse("c", order, n, ctx->n_all, 1, outs, NULL, &groups, &ng), "fuse");
     CHECK(ng == 1, "%s: %d groups, expected 1", name, ng);
     static const char *langs[][2] = {{"c", "c"}, {"cuda", "cu"}};
     for (int l = 0; l < 2 && ng == 1; l++) {
@@ -385,5 +386,11 @@ TEST(golden_sum_of_squares_f64) { golden("sumsq_f64", g_sumsq); }
 TEST(golden_row_max_symbolic) { golden("rowmax_symbolic", g_rowmax); }
 TEST(golden_add_rms_norm) { golden("add_rms_norm", g_addrms); }
 TEST(golden_softmax_masked) { golden("softmax_masked", g_softmax); }
+/* a bias gradient: sum over the leading dims of g * x, [8, 5, 96] -> [96] (C only) */
+static kn_tensor *g_colsum(kn_ctx *ctx) {
+    kn_tensor *g = kn_input(ctx, KN_F32, 3, (int64_t[]){8, 5, 96}), *x = kn_input(ctx, KN_F32, 3, (int64_t[]){8, 5, 96});
+    return kn_sum(ctx, kn_mul(ctx, g, x), 2, (int[]){0, 1}, false);
+}
+TEST(golden_column_sum) { golden("colsum", g_colsum); }
 
 int main(void) { return kn_test_main(); }

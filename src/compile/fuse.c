@@ -34,6 +34,7 @@
 static bool float_dt(kn_dtype d) { return d == KN_F32 || d == KN_F16 || d == KN_BF16 || d == KN_F64; }
 
 typedef struct {
+    const char *lang;    /* the renderer the kernels are for: some templates exist in one language only */
     kn_tensor *const *order;
     int n;
     int32_t n_ids;
@@ -76,7 +77,11 @@ static bool fusable_reduce(const fz *f, const kn_tensor *t) {
     if (t->op != KN_OP_SUM && t->op != KN_OP_MEAN && t->op != KN_OP_MAX && t->op != KN_OP_MIN) return false;
     kn_tensor *x = src_of(f, t, 0);
     if (!x || x->ndim == 0 || !float_dt(t->dtype) || x->dtype != t->dtype || !kn_is_contiguous(t)) return false;
-    return (t->p.reduce.axes >> (x->ndim - 1)) & 1;
+    if ((t->p.reduce.axes >> (x->ndim - 1)) & 1) return true;
+    /* the last dim kept (column sums: bias and norm-weight gradients): C
+     * walks tiles of columns, one vector step per row; no CUDA template yet
+     * (a thread per column would leave most of the GPU idle) */
+    return f->lang && !strcmp(f->lang, "c") && (t->p.reduce.axes & ((1u << x->ndim) - 1)) != 0;
 }
 
 /* A row normalisation a group may end in: rms_norm and layer_norm over their
@@ -500,10 +505,10 @@ bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *c
     return true;
 }
 
-bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
+bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
               kn_tensor *const *rep, kn_fgroup **groups, int *ngroups) {
     *groups = NULL; *ngroups = 0;
-    fz f = {.order = order, .n = n, .n_ids = n_ids, .rep = rep};
+    fz f = {.lang = lang, .order = order, .n = n, .n_ids = n_ids, .rep = rep};
     size_t ni = (size_t)(n_ids ? n_ids : 1), nn = (size_t)n + 1;
     f.pos = malloc(sizeof *f.pos * ni);
     f.rhead = malloc(sizeof *f.rhead * ni);

@@ -108,9 +108,10 @@ typedef struct kn_fgroup {
 } kn_fgroup;
 
 /* Finds the fusable groups of a rewritten schedule (order, n; sources read
- * through rep) and lowers each to a kernel. Groups have 2 or more nodes.
+ * through rep) and lowers each to a kernel for language lang ("c", "cuda":
+ * a few templates exist in one only). Groups have 2 or more nodes.
  * *groups (malloc'd, *ngroups entries; NULL when none). false: out of host memory. */
-bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
+bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
               kn_tensor *const *rep, kn_fgroup **groups, int *ngroups);
 
 /* True when every read that group g makes of the storage of s is a read of s

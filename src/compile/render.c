@@ -623,7 +623,50 @@ static void rn_body(sb *b, rn_ctx *c) {
     }
 }
 
+/* A reduction that keeps the last dim (column sums): tiles of up to 256
+ * consecutive items (columns) of one run of the last dim; for each reduced
+ * element (row) one pass over the tile's columns, which the compiler
+ * vectorises (the tile's partials in an array). */
+static void render_c_reduce_cols(sb *b, const kn_kernel *k) {
+    int last = k->ndim - 1;
+    put(b, "typedef double kn_acc;\n");
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
+    put_counts(b, k, "kn_i64");
+    put(b, "    (void)NOUT;\n");
+    put_buffers(b, k, "a->");
+    put(b, "    kn_acc acc[256];\n");
+    put(b, "    for (kn_i64 o0 = begin; o0 < end;) {\n");
+    put(b, "        kn_i64 rr = o0 / E%d;\n        const kn_i64 j0 = o0 - rr * E%d;\n", last, last);
+    put(b, "        kn_i64 nt = E%d - j0;\n        if (nt > end - o0) nt = end - o0;\n        if (nt > 256) nt = 256;\n", last);
+    int first = -1;
+    for (int d = 0; d < last; d++) if (!k->redd[d]) { first = d; break; }
+    for (int d = last - 1; d >= 0; d--) {
+        if (k->redd[d]) continue;
+        if (d > first) put(b, "        const kn_i64 i%d = rr %% E%d; rr /= E%d;\n", d, d, d);
+        else put(b, "        const kn_i64 i%d = rr;\n", d);
+    }
+    if (first < 0) put(b, "        (void)rr;\n");
+    put(b, "        for (kn_i64 l = 0; l < nt; l++) acc[l] = %s;\n", red_ident(k->red));
+    put(b, "        for (kn_i64 q = 0; q < RN; q++) {\n");
+    put_decompose(b, k, true, "kn_i64", "q", "            ");
+    put(b, "            for (kn_i64 l = 0; l < nt; l++) {\n                const kn_i64 i%d = j0 + l;\n", last);
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
+    put_program(b, k, "                ", idx);
+    char v[16];
+    snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
+    put(b, "                ");
+    put_comb(b, k->red == KN_OP_MAX ? 'm' : k->red == KN_OP_MIN ? 'n' : '+', "acc[l]", v);
+    put(b, "\n            }\n        }\n");
+    put(b, "        for (kn_i64 l = 0; l < nt; l++) {\n            const kn_i64 i%d = j0 + l;\n", last);
+    put_red_store(b, k, "            ", "acc[l]");
+    put(b, "        }\n        o0 += nt;\n    }\n}\n");
+}
+
 static void render_c_reduce(sb *b, const kn_kernel *k) {
+    if (k->ndim > 0 && !k->redd[k->ndim - 1]) { render_c_reduce_cols(b, k); return; }
     put(b, "typedef double kn_acc;\n");   /* sums of float in double: one rounding at the end */
     put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
     put_extents(b, k, "kn_i64", "a->syms");

@@ -55,7 +55,7 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
     if (be->version < 2 || !be->kernel_lang || !be->kernel_build || !be->kernel_run) return true;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
-    if (!kn__fuse(p->order, p->n, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups)) {
+    if (!kn__fuse(be->kernel_lang, p->order, p->n, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups)) {
         kn__plan_nomem(p->ctx, p, "fusion");
         return false;
     }
