@@ -329,12 +329,48 @@ static void render_c(sb *b, const kn_kernel *k) {
         else snprintf(ix[i], sizeof ix[i], "o%d + j * %lld", i, (long long)s);
         idx[i] = ix[i];
     }
+    if (k->tune.unroll > 1) put(b, "#pragma GCC unroll %d\n", k->tune.unroll);   /* kernel search (search.c) */
     put(b, "        for (kn_i64 j = j0; j < j0 + cnt; j++) {\n");
     put_program(b, k, "            ", idx);
     put(b, "        }\n        i += cnt;\n    }\n}\n");
 }
 
+/* The elementwise kernel with k->tune.unroll = U > 1 (kernel search): each
+ * thread takes U items per grid-stride step, base + u * stride for u < U, so
+ * each of the U loads of a warp is still coalesced, and the unrolled copies
+ * of the program give the GPU U independent loads in flight. 32-bit index
+ * math only below 2^30 items: base + (U - 1) * stride must not overflow (a
+ * grid is at most waves x SMs x 2048 threads, far below 2^30 / U). */
+static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
+    int nd = k->ndim, U = k->tune.unroll;
+    bool narrow = max_items(k) < ((int64_t)1 << 30);
+    for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
+    const char *ity = narrow ? "int" : "long long";
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, ity, "a.syms");
+    put(b, "    const %s n = E0", ity);
+    for (int d = 1; d < nd; d++) put(b, " * E%d", d);
+    put(b, ";\n");
+    put_buffers(b, k, "a.");
+    put(b, "    const %s stride = (%s)gridDim.x * blockDim.x;\n", ity, ity);
+    put(b, "    for (%s base = blockIdx.x * (%s)blockDim.x + threadIdx.x; base < n; base += stride * %d) {\n", ity, ity, U);
+    put(b, "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n", U);
+    put(b, "            const %s i = base + u * stride;\n            if (i >= n) break;\n", ity);
+    if (nd == 1) put(b, "            const %s i0 = i;\n", ity);
+    else {
+        put(b, "            %s r = i;\n", ity);
+        for (int d = nd - 1; d >= 1; d--) put(b, "            const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
+        put(b, "            const %s i0 = r;\n", ity);
+    }
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, nd, "i"); idx[i] = ix[i]; }
+    put_program(b, k, "            ", idx);
+    put(b, "        }\n    }\n}\n");
+}
+
 static void render_cuda(sb *b, const kn_kernel *k) {
+    if (k->tune.unroll > 1) { render_cuda_unrolled(b, k); return; }
     int nd = k->ndim;
     bool narrow = max_items(k) < ((int64_t)1 << 31);
     for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);

@@ -69,7 +69,9 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     for (int gi = 0; gi < p->ngroups; gi++) {
         kn_fgroup *g = &p->groups[gi];
         void *h = NULL;
-        if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) {
+        int len = kn__render(be->kernel_lang, &g->k, src, cap);   /* untuned: the tunables' key */
+        if (len > 0 && kn__tune_pick(be, &g->k, src)) len = kn__render(be->kernel_lang, &g->k, src, cap);
+        if (len > 0) {
             dump_source(be->kernel_lang, g->k.name, src);
             h = kn__kernel_get(be, src, g->k.name);
             nsrc++;
