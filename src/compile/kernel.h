@@ -9,6 +9,8 @@
  *           "cuda"): one emitter for the program, a dialect per language for
  *           what differs (prelude, kernel head, loop, loads and stores), so a
  *           GLSL dialect can sit beside them.
+ * search.c  BEAM search over a kernel's tunables (kn_ktune: launch shape,
+ *           unroll) with a timing function the runtime gives it (tune.c).
  *
  * The runtime decides what to do with the source (the backend compiles it:
  * kn_backend.kernel_build) and where the group's values live; a group whose

@@ -337,8 +337,11 @@ static void render_c(sb *b, const kn_kernel *k) {
 
 /* The elementwise kernel with k->tune.unroll = U > 1 (kernel search): each
  * thread takes U items per grid-stride step, base + u * stride for u < U, so
- * each of the U loads of a warp is still coalesced, and the unrolled copies
- * of the program give the GPU U independent loads in flight. 32-bit index
+ * each of the U loads of a warp is still coalesced; fewer loop steps, and a
+ * grid U times smaller covers the items. The copies stay in program order
+ * (an output may be an input written in place, so without restrict the
+ * compiler cannot move a copy's loads above the previous copy's stores;
+ * loading all U items first would be the next step). 32-bit index
  * math only below 2^30 items: base + (U - 1) * stride must not overflow (a
  * grid is at most waves x SMs x 2048 threads, far below 2^30 / U). */
 static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
@@ -355,18 +358,19 @@ static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
     put(b, "    const %s stride = (%s)gridDim.x * blockDim.x;\n", ity, ity);
     put(b, "    for (%s base = blockIdx.x * (%s)blockDim.x + threadIdx.x; base < n; base += stride * %d) {\n", ity, ity, U);
     put(b, "#pragma unroll\n        for (int u = 0; u < %d; u++) {\n", U);
-    put(b, "            const %s i = base + u * stride;\n            if (i >= n) break;\n", ity);
-    if (nd == 1) put(b, "            const %s i0 = i;\n", ity);
+    /* a guard per copy, not a break: each copy is predicated on its own */
+    put(b, "            const %s i = base + u * stride;\n            if (i < n) {\n", ity);
+    if (nd == 1) put(b, "                const %s i0 = i;\n", ity);
     else {
-        put(b, "            %s r = i;\n", ity);
-        for (int d = nd - 1; d >= 1; d--) put(b, "            const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
-        put(b, "            const %s i0 = r;\n", ity);
+        put(b, "                %s r = i;\n", ity);
+        for (int d = nd - 1; d >= 1; d--) put(b, "                const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
+        put(b, "                const %s i0 = r;\n", ity);
     }
     char ix[KN_KERNEL_MAXBUF][256];
     const char *idx[KN_KERNEL_MAXBUF];
     for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, nd, "i"); idx[i] = ix[i]; }
-    put_program(b, k, "            ", idx);
-    put(b, "        }\n    }\n}\n");
+    put_program(b, k, "                ", idx);
+    put(b, "            }\n        }\n    }\n}\n");
 }
 
 static void render_cuda(sb *b, const kn_kernel *k) {

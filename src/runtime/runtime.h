@@ -13,6 +13,8 @@
  *   replay.c    kn_plan_run on a backend that captures: a whole run recorded
  *               once (a CUDA graph) and replayed with one launch
  *   profile.c   KN_PROFILE: time per op (and per shape) of those calls
+ *   tune.c      generated kernels' tunables: stored choice, heuristic, or a
+ *               KN_BEAM search timed on the backend (src/compile/search.c)
  *   eager.c     kn_realize, kn_tensor_read/write, kn_item: a temporary plan for
  *               what a tensor needs, and host transfers
  */
