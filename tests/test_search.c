@@ -347,6 +347,89 @@ TEST(beam_search_on_cpu_keeps_results) {
     set_env("KN_BEAM", NULL);
 }
 
+/* ---- forced choices on varied kernels ------------------------------------------------
+ * Graphs like the codegen goldens' (test_fuse.c): bf16 with a transposed
+ * operand and a cast, an f64 reduction, a symbolic row count. Each is
+ * planned with the heuristic, then every kernel gets a stored choice far
+ * from it (unroll 8, a tiny grain: many threads, short ranges), and the
+ * plan built again must give the same bits. */
+static kn_tensor *data(kn_ctx *ctx, kn_dtype dt, int nd, const int64_t *shape, int seed) {
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++) n *= shape[i];
+    float *d = malloc(sizeof *d * (size_t)n);
+    for (int64_t i = 0; i < n; i++) d[i] = (float)(((i + seed) * 37) % 101) / 25.0f - 2.0f;
+    kn_tensor *t = kn_from_data(ctx, KN_F32, nd, shape, d);
+    free(d);
+    return dt == KN_F32 ? t : kn_cast(ctx, t, dt);
+}
+static kn_tensor *v_bf16(kn_ctx *ctx) {
+    kn_tensor *a = data(ctx, KN_BF16, 2, (int64_t[]){50, 120}, 1);
+    kn_tensor *t = kn_permute(ctx, data(ctx, KN_BF16, 2, (int64_t[]){120, 50}, 2), (int[]){1, 0});
+    kn_tensor *w = data(ctx, KN_F32, 1, (int64_t[]){120}, 3);
+    kn_tensor *y = kn_mul(ctx, kn_unary(ctx, KN_OP_TANH, kn_add(ctx, a, t)), w);
+    return kn_cast(ctx, kn_mul_scalar(ctx, y, 0.5), KN_BF16);
+}
+static kn_tensor *v_sumsq(kn_ctx *ctx) {
+    kn_tensor *g = data(ctx, KN_F32, 2, (int64_t[]){333, 64}, 4);
+    return kn_sum(ctx, kn_unary(ctx, KN_OP_SQUARE, kn_cast(ctx, g, KN_F64)), 1, (int[]){1}, false);
+}
+static kn_tensor *v_swiglu(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 96);
+    kn_tensor *g = kn_slice_sym(ctx, data(ctx, KN_F32, 2, (int64_t[]){96, 150}, 5), 0, 0, T);
+    kn_tensor *u = kn_slice_sym(ctx, data(ctx, KN_F32, 2, (int64_t[]){96, 150}, 6), 0, 0, T);
+    return kn_mul(ctx, kn_unary(ctx, KN_OP_SILU, g), u);
+}
+typedef kn_tensor *(*vgraph)(kn_ctx *ctx);
+static const vgraph g_variants[] = {v_bf16, v_sumsq, v_swiglu};
+
+/* runs g (symbolic T at 96, then 7) and returns the values read as f32 */
+static float *run_variant(vgraph fn, int *ngroups, kn_kernel *k0, int64_t *n, bool *sym) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_cpu()});
+    kn_tensor *y = fn(ctx);
+    kn_plan *p = y ? kn_plan_new(ctx, 1, &y, NULL) : NULL;
+    float *out = NULL;
+    *ngroups = p ? p->ngroups : 0;
+    if (p && p->ngroups) *k0 = p->groups[0].k;
+    *n = y ? kn_numel(y) : 0;
+    if (p && (out = malloc(sizeof *out * (size_t)(2 * *n)))) {
+        *sym = y->ndim && y->sym[0];
+        if (*sym) kn_sym_set(ctx, y->sym[0], 96);
+        bool ok = kn_plan_run(p) == KN_OK && kn_tensor_read(y, out, KN_F32) == KN_OK;
+        if (*sym) ok = ok && kn_sym_set(ctx, y->sym[0], 7) == KN_OK && kn_plan_run(p) == KN_OK &&
+                      kn_tensor_read(y, out + *n, KN_F32) == KN_OK;
+        if (!ok) { free(out); out = NULL; }
+    }
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+    return out;
+}
+
+TEST(forced_choices_keep_the_bits) {
+    set_env("KN_BEAM", NULL);
+    char *src = malloc(1 << 16);
+    for (size_t v = 0; v < sizeof g_variants / sizeof g_variants[0]; v++) {
+        int ng0, ng1;
+        kn_kernel k0, k1;
+        int64_t n0, n1;
+        bool sym = false;
+        float *a = run_variant(g_variants[v], &ng0, &k0, &n0, &sym);
+        if (!a && !ng0) { free(src); SKIP("no fused group (no C compiler?)"); }
+        REQUIRE(a && ng0 >= 1, "graph %zu: %s", v, kn_last_error());
+        REQUIRE(untuned_src(&k0, src, 1 << 16), "render");
+        kn_ktune t = {.block = 512, .unroll = 8, .waves = 1, .grain = 3};
+        CHECK(kn__tune_store(kn_backend_cpu(), src, &t), "store");
+        kn__tune_forget();
+        float *b = run_variant(g_variants[v], &ng1, &k1, &n1, &sym);
+        REQUIRE(b && ng1 == ng0 && n1 == n0, "graph %zu again: %s", v, kn_last_error());
+        kn_ktune want = kn__ktune_resolve(&k1, &t);
+        CHECK(k1.tune.grain == 3 && k1.tune.unroll == want.unroll, "graph %zu: the choice applied (grain %lld unroll %d)",
+              v, (long long)k1.tune.grain, k1.tune.unroll);
+        CHECK(!memcmp(a, b, sizeof *a * (size_t)((sym ? 2 : 1) * n0)), "graph %zu: the forced choice changed the values", v);
+        free(a); free(b);
+    }
+    free(src);
+}
+
 #ifdef KN_CUDA
 /* ---- CUDA ------------------------------------------------------------------------ */
 TEST(nvrtc_compiles_unrolled_variants) {
@@ -367,6 +450,28 @@ TEST(nvrtc_compiles_unrolled_variants) {
             free(c);
             if (i == 1 && u > 1) CHECK(strstr(src, "long long base"), "2^31 items or more: 64-bit indices");
         }
+    /* the varied graphs' kernels (bf16, f64 reduction, symbolic), fused as a plan would */
+    for (size_t v = 0; v < sizeof g_variants / sizeof g_variants[0]; v++) {
+        kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_cpu()});
+        kn_tensor *out = g_variants[v](ctx), **order = NULL;
+        kn_fgroup *groups = NULL;
+        int n = 0, ng = 0;
+        CHECK(out && kn__toposort(ctx, 1, &out, false, &order, &n) == KN_OK &&
+              kn__fuse(order, n, ctx->n_all, 1, &out, NULL, &groups, &ng) && ng >= 1, "fuse graph %zu", v);
+        for (int u = 1; u <= 8 && ng >= 1; u *= 4) {
+            kn_kernel k = groups[0].k;
+            k.tune.unroll = u;
+            k.tune.block = 128;
+            REQUIRE(kn__render("cuda", &k, src, 1 << 16) > 0, "render");
+            size_t nb = 0;
+            void *c = kn__cuda_jit_compile(src, 90, false, &nb, NULL, 0, why, sizeof why);
+            CHECK(c && nb > 0, "graph %zu unroll %d: %.2000s\n%s", v, u, why, src);
+            free(c);
+        }
+        free(groups);
+        free(order);
+        kn_ctx_free(ctx);
+    }
     free(src);
 }
 

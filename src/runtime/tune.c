@@ -304,7 +304,7 @@ bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src) {
         pthread_mutex_lock(&g_lock);
         g_stats.hits++;
         pthread_mutex_unlock(&g_lock);
-        k->tune = t;
+        k->tune = kn__ktune_resolve(k, &t);   /* a reduction's stored unroll means nothing */
     } else if (width > 0) {
         pthread_mutex_lock(&g_lock);
         memo *m = memo_find(be, src, fnv1a(src));
