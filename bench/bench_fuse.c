@@ -1,4 +1,4 @@
-/* bench_fuse.c: a fused elementwise chain against the memory it must move.
+/* bench_fuse.c: fused kernels against the memory they must move.
  *
  * y = gelu(x * w + b) + r over N f32 elements (w, b: one row of 1024,
  * broadcast), planned with fusion (one generated kernel: reads x and r,
@@ -9,6 +9,12 @@
  *
  *   build/bench/bench_fuse [N_MILLIONS] [ROUNDS]     env KN_BACKEND=cpu|cuda
  * Defaults: 16M elements on the CPU, 64M on a GPU; 7 rounds.
+ *
+ * Then the row normalisations with a residual add in front (an LLM block's
+ * seam): y = norm(x + r) over rows of 576 and 4096, fused (one generated
+ * kernel) against unfused (the add, then the hand norm kernel) and against
+ * the hand norm kernel alone on a precomputed input (what the generated
+ * normalisation must at least match).
  */
 #include "kiln.h"
 #include "kiln_backend.h"
@@ -38,6 +44,18 @@ static bench_plan make(int64_t n, bool fuse, bool copy) {
         kn_tensor *w = rnd(b.ctx, 1, row, C), *bb = rnd(b.ctx, 1, row, C), *r = rnd(b.ctx, 2, sh, n);
         b.out = kn_add(b.ctx, kn_unary(b.ctx, KN_OP_GELU, kn_add(b.ctx, kn_mul(b.ctx, x, w), bb)), r);
     }
+    b.plan = kn_plan_new(b.ctx, 1, &b.out, &(kn_plan_opts){.no_fuse = !fuse});
+    return b;
+}
+
+/* norm(x + r) (fused or not), or norm(x) alone; rows x cols f32 */
+static bench_plan make_norm(kn_op op, int64_t rows, int64_t cols, bool fuse, bool alone) {
+    bench_plan b = {kn_ctx_new(NULL), NULL, NULL};
+    int64_t sh[2] = {rows, cols}, row[1] = {cols};
+    kn_tensor *x = rnd(b.ctx, 2, sh, rows * cols), *w = rnd(b.ctx, 1, row, cols), *bb = rnd(b.ctx, 1, row, cols);
+    if (!alone) x = kn_add(b.ctx, x, rnd(b.ctx, 2, sh, rows * cols));
+    b.out = op == KN_OP_RMS_NORM ? kn_rms_norm(b.ctx, x, 1, w, 1e-5)
+          : op == KN_OP_LAYER_NORM ? kn_layer_norm(b.ctx, x, 1, w, bb, 1e-5) : kn_softmax(b.ctx, x, -1);
     b.plan = kn_plan_new(b.ctx, 1, &b.out, &(kn_plan_opts){.no_fuse = !fuse});
     return b;
 }
@@ -72,8 +90,32 @@ int main(int argc, char **argv) {
     printf("| fused | %d | %.3f | %.1f | %.2f |\n", sf.kernels, mf * 1e3, bytes / mf / 1e9, bytes / mf / copy_bw);
     printf("| unfused | %d | %.3f | %.1f | %.2f |\n", su.kernels, mu * 1e3, bytes / mu / 1e9, bytes / mu / copy_bw);
     printf("| copy (x + 0) | 1 | %.3f | %.1f (2N x 4 B) | 1.00 |\n", mc * 1e3, copy_bw / 1e9);
-    free(tf); free(tu); free(tc);
     kn_plan_free(f.plan); kn_plan_free(u.plan); kn_plan_free(c.plan);
     kn_ctx_free(f.ctx); kn_ctx_free(u.ctx); kn_ctx_free(c.ctx);
+
+    printf("\nnorm(x + r), f32, median of %d rounds (ms)\n", rounds);
+    printf("| op | rows x cols | fused add+norm | add, then hand norm | hand norm alone |\n|---|---|---|---|---|\n");
+    static const kn_op ops[] = {KN_OP_RMS_NORM, KN_OP_LAYER_NORM, KN_OP_SOFTMAX};
+    static const int64_t cols_[] = {576, 4096};
+    for (int oi = 0; oi < 3; oi++)
+        for (int ci = 0; ci < 2; ci++) {
+            int64_t cols = cols_[ci], rows = n / 4 / cols;
+            bench_plan p[3] = {make_norm(ops[oi], rows, cols, true, false), make_norm(ops[oi], rows, cols, false, false),
+                               make_norm(ops[oi], rows, cols, false, true)};
+            double med[3];
+            for (int j = 0; j < 3; j++) {
+                if (!p[j].plan) { fprintf(stderr, "bench_fuse: %s\n", kn_last_error()); return 1; }
+                time_run(&p[j]);
+            }
+            for (int r = 0; r < rounds; r++) { tf[r] = time_run(&p[0]); tu[r] = time_run(&p[1]); tc[r] = time_run(&p[2]); }
+            qsort(tf, (size_t)rounds, sizeof(double), kn_bench_cmp_double);
+            qsort(tu, (size_t)rounds, sizeof(double), kn_bench_cmp_double);
+            qsort(tc, (size_t)rounds, sizeof(double), kn_bench_cmp_double);
+            med[0] = tf[rounds / 2]; med[1] = tu[rounds / 2]; med[2] = tc[rounds / 2];
+            printf("| %s | %lld x %lld | %.3f | %.3f | %.3f |\n", kn_op_name(ops[oi]), (long long)rows, (long long)cols,
+                   med[0] * 1e3, med[1] * 1e3, med[2] * 1e3);
+            for (int j = 0; j < 3; j++) { kn_plan_free(p[j].plan); kn_ctx_free(p[j].ctx); }
+        }
+    free(tf); free(tu); free(tc);
     return 0;
 }

@@ -10,8 +10,8 @@
  * the unfused plan computes. KN_CACHE_DIR is a temporary directory.
  * In a CUDA=1 build: NVRTC compiles the unrolled CUDA variants (no GPU
  * needed), and on a GPU (scripts/cuda_test.sh) KN_BEAM=2 searches an
- * elementwise and a reduction kernel on the device, results checked
- * against the unfused plan.
+ * elementwise kernel, a reduction and a row normalisation on the device,
+ * results checked against the unfused plan.
  */
 #include "kn_test.h"
 #include "kiln.h"
@@ -349,7 +349,8 @@ TEST(beam_search_on_cpu_keeps_results) {
 
 /* ---- forced choices on varied kernels ------------------------------------------------
  * Graphs like the codegen goldens' (test_fuse.c): bf16 with a transposed
- * operand and a cast, an f64 reduction, a symbolic row count. Each is
+ * operand and a cast, an f64 reduction, a symbolic row count, row
+ * normalisations. Each is
  * planned with the heuristic, then every kernel gets a stored choice far
  * from it (unroll 8, a tiny grain: many threads, short ranges), and the
  * plan built again must give the same bits. */
@@ -379,8 +380,20 @@ static kn_tensor *v_swiglu(kn_ctx *ctx) {
     kn_tensor *u = kn_slice_sym(ctx, data(ctx, KN_F32, 2, (int64_t[]){96, 150}, 6), 0, 0, T);
     return kn_mul(ctx, kn_unary(ctx, KN_OP_SILU, g), u);
 }
+/* row normalisations (fuse.c's closed groups): rms_norm of a residual add
+ * over a symbolic row count, a masked softmax */
+static kn_tensor *v_addrms(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 96);
+    kn_tensor *x = kn_slice_sym(ctx, data(ctx, KN_F32, 2, (int64_t[]){96, 200}, 7), 0, 0, T);
+    kn_tensor *o = kn_slice_sym(ctx, data(ctx, KN_F32, 2, (int64_t[]){96, 200}, 8), 0, 0, T);
+    return kn_rms_norm(ctx, kn_add(ctx, x, o), 1, data(ctx, KN_F32, 1, (int64_t[]){200}, 9), 1e-5);
+}
+static kn_tensor *v_softmax(kn_ctx *ctx) {
+    kn_tensor *s = data(ctx, KN_F32, 3, (int64_t[]){4, 70, 33}, 10), *m = data(ctx, KN_F32, 2, (int64_t[]){70, 33}, 11);
+    return kn_softmax(ctx, kn_add(ctx, kn_mul_scalar(ctx, s, 0.125), m), -1);
+}
 typedef kn_tensor *(*vgraph)(kn_ctx *ctx);
-static const vgraph g_variants[] = {v_bf16, v_sumsq, v_swiglu};
+static const vgraph g_variants[] = {v_bf16, v_sumsq, v_swiglu, v_addrms, v_softmax};
 
 /* runs g (symbolic T at 96, then 7) and returns the values read as f32 */
 static float *run_variant(vgraph fn, int *ngroups, kn_kernel *k0, int64_t *n, bool *sym) {
@@ -450,7 +463,7 @@ TEST(nvrtc_compiles_unrolled_variants) {
             free(c);
             if (i == 1 && u > 1) CHECK(strstr(src, "long long base"), "2^31 items or more: 64-bit indices");
         }
-    /* the varied graphs' kernels (bf16, f64 reduction, symbolic), fused as a plan would */
+    /* the varied graphs' kernels (bf16, f64 reduction, symbolic, normalisations), fused as a plan would */
     for (size_t v = 0; v < sizeof g_variants / sizeof g_variants[0]; v++) {
         kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_cpu()});
         kn_tensor *out = g_variants[v](ctx), **order = NULL;
@@ -475,7 +488,8 @@ TEST(nvrtc_compiles_unrolled_variants) {
     free(src);
 }
 
-/* The graphs on the GPU, fused and tuned (KN_BEAM=2) against unfused. */
+/* The graphs on the GPU, fused and tuned (KN_BEAM=2) against unfused:
+ * elementwise, a row sum, an rms_norm. */
 static kn_tensor *gpu_graph(kn_ctx *ctx, int which) {
     int64_t shape[2] = {300, 1000};
     float *d = malloc(sizeof *d * 300 * 1000);
@@ -483,6 +497,7 @@ static kn_tensor *gpu_graph(kn_ctx *ctx, int which) {
     kn_tensor *x = kn_from_data(ctx, KN_F32, 2, shape, d);
     free(d);
     kn_tensor *y = kn_add(ctx, kn_unary(ctx, KN_OP_EXP, kn_mul_scalar(ctx, x, 0.5)), x);
+    if (which == 2) return kn_rms_norm(ctx, y, 1, data(ctx, KN_F32, 1, (int64_t[]){1000}, 3), 1e-5);
     return which ? kn_sum(ctx, kn_unary(ctx, KN_OP_SQUARE, y), 1, (int[]){1}, false) : y;
 }
 
@@ -490,7 +505,7 @@ TEST(gpu_beam_search) {
     kn_backend *be = kn_backend_cuda();
     if (!be) SKIP("no usable GPU (%.200s)", kn_last_error());
     set_env("KN_BEAM", "2");
-    for (int which = 0; which < 2; which++) {
+    for (int which = 0; which < 3; which++) {
         kn_tune_stats s0, s1;
         kn__tune_stats(&s0);
         kn_ctx *cf = kn_ctx_new(&(kn_ctx_opts){.backend = be}), *cp = kn_ctx_new(&(kn_ctx_opts){.backend = be});
@@ -499,7 +514,7 @@ TEST(gpu_beam_search) {
         kn__tune_stats(&s1);
         CHECK(pf && pp && pf->ngroups >= 1, "plans: %s", kn_last_error());
         CHECK(s1.searches > s0.searches && s1.timed > s0.timed, "searched on the GPU");
-        int64_t n = which ? 300 : 300 * 1000;
+        int64_t n = which == 1 ? 300 : 300 * 1000;
         float *a = malloc(sizeof *a * (size_t)n), *b = malloc(sizeof *b * (size_t)n);
         CHECK(pf && pp && kn_plan_run(pf) == KN_OK && kn_plan_run(pp) == KN_OK &&
               kn_tensor_read(yf, a, KN_F32) == KN_OK && kn_tensor_read(yp, b, KN_F32) == KN_OK, "run: %s", kn_last_error());

@@ -79,6 +79,23 @@ static bool fusable_reduce(const fz *f, const kn_tensor *t) {
     return (t->p.reduce.axes >> (x->ndim - 1)) & 1;
 }
 
+/* A row normalisation a group may end in: rms_norm and layer_norm over their
+ * trailing dims, softmax and log_softmax over the last dim, of floats. */
+static bool fusable_rownorm(const fz *f, const kn_tensor *t) {
+    if (!kn__is_rownorm(t->op)) return false;
+    kn_tensor *x = src_of(f, t, 0);
+    if (!x || x->ndim == 0 || !float_dt(t->dtype) || !float_dt(x->dtype) || !kn_is_contiguous(t)) return false;
+    if (t->op == KN_OP_SOFTMAX || t->op == KN_OP_LOG_SOFTMAX) {
+        int d = t->p.axis.dim < 0 ? t->p.axis.dim + x->ndim : t->p.axis.dim;
+        if (d != x->ndim - 1) return false;
+    }
+    for (int k = 1; k < KN_MAX_SRC; k++) {
+        kn_tensor *s = t->src[k] ? src_of(f, t, k) : NULL;
+        if (s && (!float_dt(s->dtype) || s->ndim > x->ndim)) return false;
+    }
+    return true;
+}
+
 static bool same_space(const kn_tensor *a, const kn_tensor *b) {
     if (a->ndim != b->ndim) return false;
     for (int i = 0; i < a->ndim; i++) if (a->shape[i] != b->shape[i] || a->sym[i] != b->sym[i]) return false;
@@ -168,7 +185,7 @@ static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
     for (int i = 0; i < f->n; i++) {
         kn_tensor *t = f->order[i];
-        if (fusable_reduce(f, t)) {
+        if (fusable_reduce(f, t) || fusable_rownorm(f, t)) {
             /* ends the group of its input, if that is open and has its shape */
             kn_tensor *x = src_of(f, t, 0);
             if (x->id >= f->n_ids || f->gid[x->id] < 0 || f->g[f->gid[x->id]].closed) continue;
@@ -310,8 +327,14 @@ static bool lower(fz *f, kn_fgroup *g) {
     k->ndim = space->ndim;
     for (int d = 0; d < space->ndim; d++) {
         k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1;
-        k->redd[d] = red && ((last->p.reduce.axes >> d) & 1);
+        if (red && kn__is_rownorm(last->op)) {
+            int nred = (last->op == KN_OP_SOFTMAX || last->op == KN_OP_LOG_SOFTMAX) ? 1 : (int)last->p.norm.n_norm;
+            k->redd[d] = d >= space->ndim - nred;
+        } else {
+            k->redd[d] = red && ((last->p.reduce.axes >> d) & 1);
+        }
     }
+    k->norm_w = k->norm_b = -1;
     int val[KN_KMAX_NODES];
     int loads[KN_KERNEL_MAXBUF];
     for (int b = 0; b < KN_KERNEL_MAXBUF; b++) loads[b] = -1;
@@ -328,7 +351,18 @@ static bool lower(fz *f, kn_fgroup *g) {
             for (int j = 0; j < m; j++) if (g->node[j] == in) k->red_val = val[j];
             k->red = x->op;
             k->red_dt = x->dtype;
-            k->red_buf = reduce_buffer(g, x, space);
+            if (kn__is_rownorm(x->op)) {
+                k->red_buf = buffer_of(g, x, true, space);
+                if (x->op == KN_OP_RMS_NORM || x->op == KN_OP_LAYER_NORM) {
+                    kn_tensor *w = x->src[1] ? src_of(f, x, 1) : NULL;
+                    kn_tensor *b = x->op == KN_OP_LAYER_NORM && x->src[2] ? src_of(f, x, 2) : NULL;
+                    if (w && (k->norm_w = buffer_of(g, w, false, space)) < 0) return false;
+                    if (b && (k->norm_b = buffer_of(g, b, false, space)) < 0) return false;
+                    k->eps = x->p.norm.eps;
+                }
+            } else {
+                k->red_buf = reduce_buffer(g, x, space);
+            }
             if (k->red_buf < 0) return false;
             continue;
         }
@@ -378,13 +412,19 @@ void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64
     }
 }
 
-/* Fill nodes read only by members of g become members (constants, not stored). */
+/* Fill nodes read only by elementwise members of g become members (constants,
+ * not stored); a final reduction or normalisation reads its operands from memory. */
 static void absorb_fills(fz *f, kn_fgroup *g, int gi) {
-    for (int m = 0; m < g->nnode && g->nnode < KN_KMAX_NODES; m++)
+    for (int m = 0; m < g->nnode && g->nnode < KN_KMAX_NODES; m++) {
+        if (g->closed && m == g->nnode - 1) break;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = g->node[m]->src[k] ? src_of(f, g->node[m], k) : NULL;
             if (!s || !is_fill(s) || s->id >= f->n_ids || f->pos[s->id] < 0 || f->gid[s->id] >= 0) continue;
             if (f->out[s->id] || s->buf) continue;
+            bool read_by_last = false;   /* the final op reads it from memory */
+            for (int j = 0; g->closed && j < KN_MAX_SRC; j++)
+                read_by_last |= g->node[g->nnode - 1]->src[j] && src_of(f, g->node[g->nnode - 1], j) == s;
+            if (read_by_last) continue;
             bool only = true;
             for (int32_t e = f->rhead[s->id]; e >= 0 && only; e = f->rnext[e]) only = f->gid[f->order[f->rnode[e]]->id] == gi;
             if (!only || g->nnode >= KN_KMAX_NODES) continue;
@@ -395,6 +435,7 @@ static void absorb_fills(fz *f, kn_fgroup *g, int gi) {
             f->gid[s->id] = gi;
             m++;
         }
+    }
 }
 
 static void mark_stored(fz *f, kn_fgroup *g, int gi) {
@@ -406,13 +447,55 @@ static void mark_stored(fz *f, kn_fgroup *g, int gi) {
     }
 }
 
+void kn__kernel_stored_values(const kn_kernel *k, int *ld) {
+    for (int i = 0; i < k->ninst; i++) ld[i] = -1;
+    for (int i = 0; i < k->ninst; i++)
+        if (k->inst[i].kind == KN_KI_STORE && k->inst[i].a >= 0 && ld[k->inst[i].a] < 0) ld[k->inst[i].a] = k->inst[i].buf;
+}
+
+/* Is buffer bi loaded by what a later pass recomputes: the cone of inst v, cut
+ * at stored values (read back instead)? */
+static bool cone_loads(const kn_kernel *k, const int *ld, int v, int bi, uint8_t *seen) {
+    if (v < 0 || seen[v]) return false;
+    seen[v] = 1;
+    const kn_kinst *in = &k->inst[v];
+    if (ld[v] >= 0) return false;
+    if (in->kind == KN_KI_LOAD) return in->buf == bi;
+    if (in->kind == KN_KI_CONST) return false;
+    return cone_loads(k, ld, in->a, bi, seen) || (in->kind == KN_KI_BINARY && cone_loads(k, ld, in->b, bi, seen));
+}
+
+bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
+    bool member = false, stored = false;
+    for (int j = 0; j < g->nnode; j++) {
+        if (g->node[j] == s) return false;   /* a member: written by this kernel too */
+        if (g->node[j] == m) { member = true; stored = g->stored[j]; }
+    }
+    if (!member || (m != g->node[g->nnode - 1] && !stored)) return false;
+    if (!kn__fuse_aligned_reads(g, s, rep, n_ids)) return false;
+    if (!kn__is_rownorm(g->k.red) || m == g->node[g->nnode - 1]) return true;
+    /* a normalisation's first pass writes m: the later passes must not read s */
+    int ld[KN_KMAX_INST];
+    kn__kernel_stored_values(&g->k, ld);
+    for (int bi = 0; bi < g->k.nbuf; bi++) {
+        if (g->bt[bi] != s || g->k.buf[bi].out) continue;
+        uint8_t seen[KN_KMAX_INST] = {0};
+        if (cone_loads(&g->k, ld, g->k.red_val, bi, seen)) return false;
+        if (bi == g->k.norm_w || bi == g->k.norm_b) return false;
+    }
+    return true;
+}
+
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
-    const kn_tensor *space = g->node[g->nnode - 1];
+    const kn_tensor *last = g->node[g->nnode - 1];
+    /* the item space: a closed group's is its final op's input */
+    const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0) : last;
     for (int m = 0; m < g->nnode; m++)
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *x = g->node[m]->src[k] ? kn__rw_src(rep, n_ids, g->node[m], k) : NULL;
             if (!x || kn__storage_owner(x) != s) continue;
             if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
+            if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
     return true;
 }

@@ -54,7 +54,7 @@ typedef struct kn_kbuf {
  * unroll changes the source (and so the kernel's name); block, waves and
  * grain only change the launch (kn_kernel_launch). */
 typedef struct kn_ktune {
-    int block;          /* CUDA threads per block: 256 elementwise; reductions: kn_kernel.block (threads per item) */
+    int block;          /* CUDA threads per block: 256 elementwise; reductions, normalisations: kn_kernel.block (threads per item) */
     int unroll;         /* CUDA elementwise: items per thread per grid-stride step; C elementwise: `#pragma GCC unroll` of the inner loop; 1 */
     int waves;          /* CUDA: the grid is capped at waves x SMs x (2048 / block) blocks; 8 */
     int64_t grain;      /* C: fewest items worth a thread: 16384 elementwise, 16384 / reduced extent for reductions */
@@ -77,19 +77,34 @@ typedef struct kn_kernel {
     kn_kbuf buf[KN_KERNEL_MAXBUF];
     int ninst;
     kn_kinst inst[KN_KMAX_INST];
-    /* A reduction group (its last node a sum, mean, max or min): the dims with
-     * redd[d] are reduced. An item is one output element; per item the
-     * program runs over the reduced dims and inst[red_val] is combined into
-     * one value, stored to buf[red_buf] (its strides are 0 over reduced dims).
+    /* A group that ends in a reduction (sum, mean, max, min) or a row
+     * normalisation (rms_norm, layer_norm, softmax, log_softmax over trailing
+     * dims): the dims with redd[d] are reduced. An item is one output element
+     * (reductions) or one row (normalisations); per item the program runs over
+     * the reduced dims, once per pass, and inst[red_val] (the final op's input)
+     * is combined; the result goes to buf[red_buf] (strides 0 over reduced dims
+     * for a reduction, the row's for a normalisation). Stored values of the
+     * group are written in the first pass only.
      * C: one item after another; CUDA: a block of `block` threads per item. */
-    kn_op red;                      /* KN_OP_NONE: elementwise */
+    kn_op red;                      /* the final op; KN_OP_NONE: elementwise */
     bool redd[KN_MAX_DIMS];
     int red_val, red_buf;
     kn_dtype red_dt;
     int block;
+    int norm_w, norm_b;             /* normalisations: weight and bias buffers, -1 when absent */
+    double eps;
     kn_ktune tune;                  /* launch and unroll choices (search.c); zeros: the heuristic */
 } kn_kernel;
 
+/* ld[i] = the buffer instruction i's value is stored to, -1 when none (the
+ * later passes of a normalisation read such values back instead of
+ * recomputing them, so what only feeds them is not read again). */
+void kn__kernel_stored_values(const kn_kernel *k, int *ld);
+
+/* Is op a row normalisation the fuser ends groups with? */
+static inline bool kn__is_rownorm(kn_op op) {
+    return op == KN_OP_RMS_NORM || op == KN_OP_LAYER_NORM || op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
+}
 /* Items of a launch at the current symbol values (syms) and at their maxima. */
 void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64_t *n_max);
 
@@ -117,6 +132,12 @@ bool kn__fuse(kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor
  * itself at the kernel's item index (same shape, contiguous), so the group's
  * last node may write its result over s (in place). */
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids);
+
+/* May node m of group g (its last node or a stored one) write its result over
+ * s, an operand of the group whose storage dies at the group? Every read of s's
+ * storage in the group is at the item index, and no pass after the one that
+ * writes m reads s. */
+bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids);
 
 /* The source of k in language lang ("c", "cuda"); names the kernel (k->name)
  * from a hash of the source. Returns the length written (excluding the NUL),

@@ -262,10 +262,17 @@ static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
             k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), args, i);
 }
 
-/* The per-item program; idx(b) is the element offset expression of buffer b. */
-static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *const *idx) {
+/* The per-item program; idx(b) is the element offset expression of buffer b.
+ * stores: false in the later passes of a normalisation (written in the first). */
+static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores) {
+    int ld[KN_KMAX_INST];
+    kn__kernel_stored_values(k, ld);
     for (int i = 0; i < k->ninst; i++) {
         const kn_kinst *in = &k->inst[i];
+        if (!stores && ld[i] >= 0) {   /* a later pass reads the value the first pass stored */
+            put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(k->buf[ld[i]].dt), ld[i], idx[ld[i]]);
+            continue;
+        }
         switch ((kn_kinst_kind)in->kind) {
         case KN_KI_LOAD:
             put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
@@ -284,11 +291,12 @@ static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *
             put(b, "%sconst kn_real v%d = %s(%s(v%d));\n", ind, i, load_fn(in->dt), store_fn(in->dt), in->a);
             break;
         case KN_KI_STORE:
-            put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
+            if (stores) put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
             break;
         }
     }
 }
+static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *const *idx) { put_program_s(b, k, ind, idx, true); }
 
 /* "i0 * 96 + i1" for buffer bi over dims [0, nd) with index names i0..; "0" when all strides are 0 */
 static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre) {
@@ -431,30 +439,6 @@ static void put_red_store(sb *b, const kn_kernel *k, const char *ind, const char
     else put(b, "%sb%d[%s] = %s((kn_real)%s);\n", ind, k->red_buf, ob, store_fn(k->red_dt), acc);
 }
 
-static void render_c_reduce(sb *b, const kn_kernel *k) {
-    put(b, "typedef double kn_acc;\n");   /* sums of float in double: one rounding at the end */
-    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
-    put_extents(b, k, "kn_i64", "a->syms");
-    put_counts(b, k, "kn_i64");
-    put(b, "    (void)NOUT;\n");
-    put_buffers(b, k, "a->");
-    put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
-    put_decompose(b, k, false, "kn_i64", "o", "        ");
-    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
-    put(b, "        for (kn_i64 q = 0; q < RN; q++) {\n");
-    put_decompose(b, k, true, "kn_i64", "q", "            ");
-    char ix[KN_KERNEL_MAXBUF][256];
-    const char *idx[KN_KERNEL_MAXBUF];
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
-    put_program(b, k, "            ", idx);
-    char v[16];
-    snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
-    put_combine(b, k->red, "            ", "acc", v);
-    put(b, "        }\n");
-    put_red_store(b, k, "        ", "acc");
-    put(b, "    }\n}\n");
-}
-
 static void render_cuda_reduce(sb *b, const kn_kernel *k) {
     put(b, "typedef kn_real kn_acc;\n");
     put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
@@ -487,13 +471,260 @@ static void render_cuda_reduce(sb *b, const kn_kernel *k) {
     put(b, "            }\n        }\n        __syncthreads();\n    }\n}\n");
 }
 
+/* ---- row normalisations: an item is one row -------------------------------
+ * rms_norm:    y = v / sqrt(mean(v^2) + eps) * w
+ * layer_norm:  y = (v - mean) / sqrt(mean((v - mean)^2) + eps) * w + b
+ * softmax:     y = exp(v - max) / sum(exp(v - max));  log_softmax: v - max - log(sum)
+ * (v: the group's value at the element, recomputed in each pass; the group's
+ * stored values are written in the first pass). Passes: rms 2, others 3. */
+typedef struct {
+    const kn_kernel *k;
+    bool cuda;
+    const char *ind;          /* indentation of the pass loops */
+    const char *ity;
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+} rn_ctx;
+
+#define RN_LANES 16
+/* acc = combine(acc, x) for sums ('+') or NaN-propagating maxima ('m') */
+static void put_comb(sb *b, char kind, const char *acc, const char *x) {
+    if (kind == 'm') put(b, "%s = (%s > %s || %s != %s) ? %s : %s;", acc, x, acc, x, x, x, acc);
+    else if (kind == 'n') put(b, "%s = (%s < %s || %s != %s) ? %s : %s;", acc, x, acc, x, x, x, acc);
+    else put(b, "%s += %s;", acc, x);
+}
+
+/* One pass over the row, accumulating expr (over the program's values) into
+ * the scalar acc (declared by the caller, holding the identity). C: RN_LANES
+ * partial accumulators, one per position in a block of the row, so the
+ * compiler vectorises the pass (a single accumulator is a serial chain it may
+ * not reorder); they are combined in order at the end. CUDA: each thread
+ * strides over the row; the caller combines the threads. */
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+                         const char *pre);
+static void rn_accum(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr) {
+    rn_accum_pre(b, c, stores, acc, kind, ident, expr, NULL);
+}
+/* the same, with the statement pre before each combine (it may define what expr uses) */
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+                         const char *pre) {
+    const char *ind = c->ind;
+    char in2[40], in3[40], lane[48];
+    snprintf(in2, sizeof in2, "%s    ", ind);
+    snprintf(in3, sizeof in3, "%s        ", ind);
+    if (c->cuda) {
+        put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
+        put_decompose(b, c->k, true, c->ity, "q", in2);
+        put_program_s(b, c->k, in2, c->idx, stores);
+        if (pre) put(b, "%s%s\n", in2, pre);
+        put(b, "%s", in2); put_comb(b, kind, acc, expr); put(b, "\n%s}\n", ind);
+        return;
+    }
+    put(b, "%s{\n%s    kn_acc %s_l[%d];\n", ind, ind, acc, RN_LANES);
+    put(b, "%s    for (int l = 0; l < %d; l++) %s_l[l] = %s;\n", ind, RN_LANES, acc, ident);
+    put(b, "%s    kn_i64 q0 = 0;\n", ind);
+    char in4[48];
+    snprintf(in4, sizeof in4, "%s        ", ind);
+    snprintf(lane, sizeof lane, "%s_l[l]", acc);
+    /* whole blocks (a constant trip count: one vector step), then the rest */
+    for (int part = 0; part < 2; part++) {
+        if (part == 0) put(b, "%s    for (; q0 + %d <= RN; q0 += %d) for (int l = 0; l < %d; l++) {\n", ind, RN_LANES, RN_LANES, RN_LANES);
+        else put(b, "%s    for (int l = 0; q0 + l < RN; l++) {\n", ind);
+        put(b, "%sconst kn_i64 q = q0 + l;\n", in4);
+        put_decompose(b, c->k, true, c->ity, "q", in4);
+        put_program_s(b, c->k, in4, c->idx, stores);
+        if (pre) put(b, "%s%s\n", in4, pre);
+        put(b, "%s", in4); put_comb(b, kind, lane, expr); put(b, "\n%s    }\n", ind);
+    }
+    put(b, "%s    for (int l = 0; l < %d; l++) ", ind, RN_LANES); put_comb(b, kind, acc, lane); put(b, "\n%s}\n", ind);
+    (void)in3;
+}
+
+/* The last pass: stmt (writes the row's outputs) at every element. */
+static void rn_write(sb *b, rn_ctx *c, const char *stmt) {
+    const char *ind = c->ind;
+    char in2[40];
+    snprintf(in2, sizeof in2, "%s    ", ind);
+    if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
+    else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
+    put_decompose(b, c->k, true, c->ity, "q", in2);
+    put_program_s(b, c->k, in2, c->idx, false);
+    put(b, "%s%s\n%s}\n", in2, stmt, ind);
+}
+
+/* stmt at every element of the row, without the program (a pass over the output) */
+static void rn_over_out(sb *b, rn_ctx *c, const char *stmt) {
+    const char *ind = c->ind;
+    char in2[40];
+    snprintf(in2, sizeof in2, "%s    ", ind);
+    if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
+    else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
+    put_decompose(b, c->k, true, c->ity, "q", in2);
+    put(b, "%s%s\n%s}\n", in2, stmt, ind);
+}
+
+/* the statistics and the write; in CUDA the threads' partials are combined
+ * by kn_bsum / kn_bmax (every thread gets the row's value) */
+static void rn_body(sb *b, rn_ctx *c) {
+    const kn_kernel *k = c->k;
+    const char *sum = c->cuda ? "kn_bsum" : "", *max = c->cuda ? "kn_bmax" : "", *shp = c->cuda ? ", sh" : "";
+    char st[320], v[16], e[96];
+    snprintf(v, sizeof v, "v%d", k->red_val);
+    char w[128] = "", bb[128] = "";
+    if (k->norm_w >= 0) snprintf(w, sizeof w, " * %s(b%d[%s])", load_fn(k->buf[k->norm_w].dt), k->norm_w, c->idx[k->norm_w]);
+    if (k->norm_b >= 0) snprintf(bb, sizeof bb, " + %s(b%d[%s])", load_fn(k->buf[k->norm_b].dt), k->norm_b, c->idx[k->norm_b]);
+    const char *ind = c->ind;
+    switch (k->red) {
+    case KN_OP_RMS_NORM:
+        put(b, "%skn_acc s1 = 0;\n", ind);
+        snprintf(e, sizeof e, "(kn_acc)%s * (kn_acc)%s", v, v);
+        rn_accum(b, c, true, "s1", '+', "0", e);
+        if (c->cuda) put(b, "%ss1 = %s(s1%s);\n", ind, sum, shp);
+        put(b, "%sconst kn_real rs = (kn_real)(1 / KN_SQRT_ACC(s1 / (kn_acc)RN + (kn_acc)%a));\n", ind, k->eps);
+        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(%s * rs)%s);", k->red_buf, c->idx[k->red_buf], store_fn(k->red_dt), v, w);
+        rn_write(b, c, st);
+        break;
+    case KN_OP_LAYER_NORM:
+        put(b, "%skn_acc s1 = 0;\n", ind);
+        snprintf(e, sizeof e, "(kn_acc)%s", v);
+        rn_accum(b, c, true, "s1", '+', "0", e);
+        if (c->cuda) put(b, "%ss1 = %s(s1%s);\n", ind, sum, shp);
+        put(b, "%sconst kn_acc mean = s1 / (kn_acc)RN;\n%skn_acc s2 = 0;\n", ind, ind);
+        snprintf(e, sizeof e, "((kn_acc)%s - mean) * ((kn_acc)%s - mean)", v, v);
+        rn_accum(b, c, false, "s2", '+', "0", e);
+        if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
+        put(b, "%sconst kn_acc rs = 1 / KN_SQRT_ACC(s2 / (kn_acc)RN + (kn_acc)%a);\n", ind, k->eps);
+        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(((kn_acc)%s - mean) * rs)%s%s);", k->red_buf, c->idx[k->red_buf],
+                 store_fn(k->red_dt), v, w, bb);
+        rn_write(b, c, st);
+        break;
+    default: {   /* softmax, log_softmax */
+        bool lg = k->red == KN_OP_LOG_SOFTMAX;
+        put(b, "%skn_acc m = -KN_INF;\n", ind);
+        snprintf(e, sizeof e, "(kn_acc)%s", v);
+        rn_accum(b, c, true, "m", 'm', "-KN_INF", e);
+        if (c->cuda) put(b, "%sm = %s(m%s);\n", ind, max, shp);
+        put(b, "%skn_acc s2 = 0;\n", ind);
+        if (!lg && k->red_dt == KN_F32 && !k->f64) {
+            /* exp once: written to the output with the sum, then scaled by 1/sum
+             * (the output is f32, so nothing is rounded in between) */
+            char pre[256];
+            snprintf(pre, sizeof pre, "const kn_real ex = KN_EXP(%s - (kn_real)m); b%d[%s] = ex;", v, k->red_buf, c->idx[k->red_buf]);
+            rn_accum_pre(b, c, false, "s2", '+', "0", "(kn_acc)ex", pre);
+            if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
+            put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
+            snprintf(st, sizeof st, "b%d[%s] *= is;", k->red_buf, c->idx[k->red_buf]);
+            rn_over_out(b, c, st);
+            break;
+        }
+        snprintf(e, sizeof e, "(kn_acc)KN_EXP((kn_real)((kn_acc)%s - m))", v);
+        rn_accum(b, c, false, "s2", '+', "0", e);
+        if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
+        if (lg) {
+            put(b, "%sconst kn_acc ls = KN_LOG_ACC(s2);\n", ind);
+            snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)%s - m - ls));", k->red_buf, c->idx[k->red_buf], store_fn(k->red_dt), v);
+        } else {
+            put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
+            snprintf(st, sizeof st, "b%d[%s] = %s(KN_EXP((kn_real)((kn_acc)%s - m)) * is);", k->red_buf,
+                     c->idx[k->red_buf], store_fn(k->red_dt), v);
+        }
+        rn_write(b, c, st);
+        break;
+    }
+    }
+}
+
+static void render_c_reduce(sb *b, const kn_kernel *k) {
+    put(b, "typedef double kn_acc;\n");   /* sums of float in double: one rounding at the end */
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
+    put_counts(b, k, "kn_i64");
+    put(b, "    (void)NOUT;\n");
+    put_buffers(b, k, "a->");
+    put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
+    rn_ctx c = {k, false, "        ", "kn_i64", {{0}}, {0}};
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    char v[16];
+    snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
+    rn_accum(b, &c, true, "acc", k->red == KN_OP_MAX ? 'm' : k->red == KN_OP_MIN ? 'n' : '+', red_ident(k->red), v);
+    put_red_store(b, k, "        ", "acc");
+    put(b, "    }\n}\n");
+}
+
+static void render_c_rownorm(sb *b, const kn_kernel *k) {
+    put(b, "typedef double kn_acc;\n#define KN_SQRT_ACC(v) sqrt(v)\n#define KN_LOG_ACC(v) log(v)\n");
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
+    put_counts(b, k, "kn_i64");
+    put(b, "    (void)NOUT;\n");
+    put_buffers(b, k, "a->");
+    put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    rn_ctx c = {k, false, "        ", "kn_i64", {{0}}, {0}};
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    rn_body(b, &c);
+    put(b, "    }\n}\n");
+}
+
+/* block-wide sum and max (NaN wins) of every thread's partial, returned to
+ * all threads; blockDim.x a multiple of 32, at most 1024 */
+static const char cuda_block_reduce[] =
+    "KN_FN kn_acc kn_bsum(kn_acc v, kn_acc *sh) {\n"
+    "    for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);\n"
+    "    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x < 32) {\n"
+    "        v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : (kn_acc)0;\n"
+    "        for (int s = 16; s > 0; s >>= 1) v += __shfl_down_sync(0xffffffffu, v, s);\n"
+    "        if (threadIdx.x == 0) sh[32] = v;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    v = sh[32];\n"
+    "    __syncthreads();\n"
+    "    return v;\n"
+    "}\n"
+    "KN_FN kn_acc kn_bmax(kn_acc v, kn_acc *sh) {\n"
+    "    for (int s = 16; s > 0; s >>= 1) { kn_acc w = __shfl_down_sync(0xffffffffu, v, s); v = (w > v || w != w) ? w : v; }\n"
+    "    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x < 32) {\n"
+    "        v = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : -KN_INF;\n"
+    "        for (int s = 16; s > 0; s >>= 1) { kn_acc w = __shfl_down_sync(0xffffffffu, v, s); v = (w > v || w != w) ? w : v; }\n"
+    "        if (threadIdx.x == 0) sh[32] = v;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    v = sh[32];\n"
+    "    __syncthreads();\n"
+    "    return v;\n"
+    "}\n";
+
+static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
+    put(b, "typedef kn_real kn_acc;\n#define KN_SQRT_ACC(v) KN_SQRT(v)\n#define KN_LOG_ACC(v) KN_LOG(v)\n%s", cuda_block_reduce);
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a.syms");
+    put_counts(b, k, "kn_i64");
+    put_buffers(b, k, "a.");
+    put(b, "    __shared__ kn_acc sh[33];\n");
+    put(b, "    for (kn_i64 o = blockIdx.x; o < NOUT; o += gridDim.x) {\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    rn_ctx c = {k, true, "        ", "kn_i64", {{0}}, {0}};
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    rn_body(b, &c);
+    put(b, "    }\n}\n");
+}
+
 static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
     put(b, "/* kiln generated kernel %s (%s): %d dims, %d buffers, %d instructions */\n", k->name, d->lang, k->ndim, k->nbuf, k->ninst);
     put(b, d->prelude, KN_KERNEL_MAXBUF);
     put_vocabulary(b, k->f64, d->rint, !d->cuda);
     put(b, "%s", shared_prelude);
     op_functions(b, k);
-    if (k->red != KN_OP_NONE) {
+    if (kn__is_rownorm(k->red)) {
+        if (d->cuda) render_cuda_rownorm(b, k);
+        else render_c_rownorm(b, k);
+    } else if (k->red != KN_OP_NONE) {
         if (d->cuda) render_cuda_reduce(b, k);
         else render_c_reduce(b, k);
     } else if (d->cuda) render_cuda(b, k);

@@ -17,7 +17,7 @@
  * machine), and the winner is kept only if it still wins by min_gain.
  *
  * Non-goals: tiling, split-K and vector types (the generated kernels are
- * memory-bound elementwise loops and row reductions; their tunables are the
+ * memory-bound elementwise loops, row reductions and normalisations; their tunables are the
  * launch shape and the unroll), and the hand kernels' variants.
  */
 #include "compile/kernel.h"

@@ -83,7 +83,23 @@ static bool reads_memory(const kn_plan *p, const kn_tensor *t, const kn_tensor *
     return !g || kn__pgroup(p, s) != g || kn__pstored(g, s);
 }
 
-bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool dry);
+
+bool kn__memplan_peak(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool groups, size_t *peak) {
+    kn_plan q = *p;            /* the same schedule, planned but not allocated */
+    if (!groups) { q.gid = NULL; q.groups = NULL; q.ngroups = 0; }
+    q.off = NULL; q.arena = NULL; q.peak = q.naive = 0;
+    bool ok = memplan(&q, nout, outs, opts, true);
+    *peak = q.peak;
+    free(q.off);
+    return ok;
+}
+
+bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) { return memplan(p, nout, outs, opts, false); }
+
+/* dry: compute offsets and the peak only (no buffers: outputs without one are
+ * counted as persistent and skipped) */
+static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool dry) {
     kn_ctx *ctx = p->ctx;
     size_t nid = (size_t)(p->n_ids ? p->n_ids : 1);
     p->off = malloc(sizeof *p->off * nid);
@@ -127,21 +143,26 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         if (owns_storage(t) && !t->buf && !(g && !kn__pstored(g, t))) {
             size_t bytes = align_up(storage_bytes(t));
             if (persist[t->id]) {
+                if (dry) goto frees;
                 t->buf = kn_buffer_new(p->be, bytes);    /* sets the message on failure */
                 if (!t->buf) { free(last); free(persist); free(die_next); free(die_head); free(handed); free(byid); free(oa.free); ctx->status = KN_ERR_NOMEM; return false; }
                 goto frees;
             }
             p->naive += bytes;
             int64_t off = -1;
-            /* in place: over an input that dies here; in a group only at its last
-             * node and when the group reads that input at the item index alone */
-            if (inplace && kn_op_get(t->op)->inplace_ok && (!g || (g->last == i))) {
-                for (int k = 0; k < 2 && off < 0; k++) {
-                    kn_tensor *s = t->src[k] ? kn__psrc(p, t, k) : NULL;
-                    if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == i && !handed[s->id] &&
+            /* in place: over an input that dies here (in a group: dies at the
+             * group, read at the item index alone, not read again after t is
+             * written: kn__fuse_inplace_ok) */
+            if (inplace && kn_op_get(t->op)->inplace_ok) {
+                int at = exec_at(p, t, i);
+                /* candidates: t's operands; in a group, any operand of the group */
+                int nc = g ? g->k.nbuf : 2;
+                for (int k = 0; k < nc && off < 0; k++) {
+                    kn_tensor *s = g ? (g->k.buf[k].out ? NULL : g->bt[k]) : t->src[k] ? kn__psrc(p, t, k) : NULL;
+                    if (s && owns_storage(s) && p->off[s->id] >= 0 && last[s->id] == at && !handed[s->id] &&
                         align_up(storage_bytes(s)) == bytes && kn_dtype_get(s->dtype)->type_size == kn_dtype_get(t->dtype)->type_size &&
                         kn_is_contiguous(s) && kn_is_contiguous(t) && kn_same_shape(s, t) &&
-                        (!g || (kn__pgroup(p, s) != g && kn__fuse_aligned_reads(g, s, p->rep, p->n_ids)))) {
+                        (!g || kn__fuse_inplace_ok(g, t, s, p->rep, p->n_ids))) {
                         off = p->off[s->id];
                         handed[s->id] = 1;
                     }
@@ -164,7 +185,7 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     free(last); free(persist); free(die_next); free(die_head); free(handed); free(byid);
     if (!ok) { kn__plan_nomem(ctx, p, "the arena's free list"); return false; }
     p->peak = oa.top;
-    if (p->peak) {
+    if (p->peak && !dry) {
         p->arena = kn_buffer_new(p->be, p->peak);    /* sets the message on failure */
         if (!p->arena) { ctx->status = KN_ERR_NOMEM; return false; }
     }

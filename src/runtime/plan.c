@@ -97,6 +97,54 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     return true;
 }
 
+/* Group gi runs its nodes on the hand kernels again. */
+static void drop_group(kn_plan *p, int gi) {
+    kn_fgroup *g = &p->groups[gi];
+    for (int m = 0; m < g->nnode; m++) p->gid[g->node[m]->id] = -1;
+    p->nfused -= g->nnode;
+    for (int j = gi + 1; j < p->ngroups; j++) {
+        p->groups[j - 1] = p->groups[j];
+        p->kernel[j - 1] = p->kernel[j];
+        for (int m = 0; m < p->groups[j - 1].nnode; m++) p->gid[p->groups[j - 1].node[m]->id] = j - 1;
+    }
+    p->ngroups--;
+}
+
+/* Fusion never raises the arena: a group keeps its operands and its stored
+ * values alive together for the length of one kernel, where the hand kernels
+ * could free some and reuse them in place one by one. While the fused plan
+ * needs more than the unfused one, the group with the most bytes in memory
+ * (operands and stored values) goes back to the hand kernels. */
+static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
+    if (!p->ngroups) return true;
+    size_t plain = 0, fused = 0;
+    if (!kn__memplan_peak(p, nout, outs, opts, false, &plain)) return false;   /* out of host memory: recorded */
+    int dropped = 0;
+    while (p->ngroups) {
+        if (!kn__memplan_peak(p, nout, outs, opts, true, &fused)) return false;
+        if (fused <= plain) break;
+        int worst = 0;
+        size_t worst_b = 0;
+        for (int gi = 0; gi < p->ngroups; gi++) {
+            size_t bytes = 0;
+            for (int b = 0; b < p->groups[gi].k.nbuf; b++)
+                bytes += kn_dtype_nbytes(p->groups[gi].bt[b]->dtype, kn__storage_elems(p->groups[gi].bt[b]));
+            if (bytes > worst_b) { worst_b = bytes; worst = gi; }
+        }
+        drop_group(p, worst);
+        dropped++;
+    }
+    if (dropped) {
+        p->nkern = 0;
+        for (int i = 0; i < p->n; i++) {
+            kn_fgroup *g = kn__pgroup(p, p->order[i]);
+            if (g ? i == g->last : kn__computes(p->order[i])) p->nkern++;
+        }
+        if (kn_env_get()->debug) fprintf(stderr, "fuse: %d groups left to the hand kernels to keep the arena at most %zu bytes\n", dropped, plain);
+    }
+    return true;
+}
+
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
@@ -107,12 +155,18 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
     if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
-        !fuse(p, nout, outs, opts, stop_at_realized) || !kn__memplan(p, nout, outs, opts)) {
+        !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
         kn_plan_free(p);
         return NULL;
     }
     if (kn_env_get()->debug) {
         fprintf(stderr, "plan built in %.3f ms\n", (kn__profile_now() - t0) * 1e3);
+        if (p->ngroups)
+        {
+            size_t plain = 0;
+            kn__memplan_peak(p, nout, outs, opts, false, &plain);
+            fprintf(stderr, "fuse: arena %zu bytes with fusion, %zu without\n", p->peak, plain);
+        }
         kn_plan_print(p, stderr);
     }
     return p;

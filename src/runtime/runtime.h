@@ -126,6 +126,9 @@ bool kn__schedule(kn_plan *p, int nout, kn_tensor **outs, bool stop_at_realized)
  * arena (p->off, p->peak, p->naive) and allocates it. false when out of
  * memory, with the error recorded; the caller frees p. */
 bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts);
+/* The arena p would need with or without its fused groups (planned, not
+ * allocated), in *peak; false when out of host memory. */
+bool kn__memplan_peak(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool groups, size_t *peak);
 
 /* ---- profile.c -------------------------------------------------------------- */
 /* 0 off, 1 time per op, 2 also per (op, operand layout). The first call reads

@@ -174,7 +174,10 @@ typedef struct timer {
     size_t cap;
 } timer;
 
+static kn_status sync_be(kn_backend *be) { return be->synchronize ? be->synchronize(be) : KN_OK; }
+
 static void timer_free(timer *tm) {
+    sync_be(tm->be);   /* a failed variant may have left launches queued on the scratch */
     for (int i = 0; i < KN_KERNEL_MAXBUF; i++) if (tm->mem[i]) tm->be->free(tm->be, tm->mem[i]);
     free(tm->src);
 }
@@ -217,8 +220,6 @@ static kn_status run_once(timer *tm, const kn_kernel *k, void *h) {
     if (l.a.n <= 0) return KN_OK;
     return tm->be->kernel_run(tm->be, h, &l);
 }
-
-static kn_status sync_be(kn_backend *be) { return be->synchronize ? be->synchronize(be) : KN_OK; }
 
 /* search.c's kn_ktime_fn: the fastest of 5 measurements, each the mean of
  * enough launches to last about a millisecond (at most 64), after a launch
@@ -264,6 +265,7 @@ static bool search(kn_backend *be, kn_kernel *k, const char *src, int width) {
     kn_beam_result r;
     /* a search costs builds and timings once per kernel and device: a few
      * rounds, a bounded number of variants; a gain under 3% is noise */
+    if (width > 16) width = 16;   /* search.c's cap too */
     kn_beam_opts o = {.width = width, .max_rounds = 4, .max_timed = 24 + 8 * width, .min_gain = 0.03};
     kn_kernel k0 = *k;
     k0.tune = (kn_ktune){0};
