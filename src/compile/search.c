@@ -17,8 +17,9 @@
  * machine), and the winner is kept only if it still wins by min_gain.
  *
  * Non-goals: tiling, split-K and vector types (the generated kernels are
- * memory-bound elementwise loops, row reductions and normalisations; their tunables are the
- * launch shape and the unroll), and the hand kernels' variants.
+ * memory-bound elementwise loops, row reductions and normalisations; their
+ * tunables are the launch shape and the unroll), and the hand kernels'
+ * variants.
  */
 #include "compile/kernel.h"
 #include <math.h>
