@@ -443,6 +443,46 @@ TEST(forced_choices_keep_the_bits) {
     free(src);
 }
 
+/* A stored choice whose source no longer builds (here: a C compiler that
+ * rejects any source with an unroll pragma) falls back to the heuristic's
+ * source; the group stays fused. */
+TEST(a_stored_choice_that_fails_to_build_falls_back) {
+    set_env("KN_BEAM", NULL);
+    char cc[600];
+    snprintf(cc, sizeof cc, "%s/cc_no_unroll.sh", g_dir);
+    FILE *f = fopen(cc, "w");
+    REQUIRE(f, "write %s", cc);
+    fprintf(f, "#!/bin/sh\nfor a; do case \"$a\" in *.c) grep -q 'GCC unroll' \"$a\" && exit 1;; esac; done\nexec %s \"$@\"\n",
+            getenv("KN_CC") && *getenv("KN_CC") ? getenv("KN_CC") : "cc");
+    fclose(f);
+    chmod(cc, 0700);
+    const char *old = getenv("KN_CC");
+    char *keep = old ? strdup(old) : NULL;
+    set_env("KN_CC", cc);
+    char *src = malloc(1 << 16);
+    kn_plan *p;
+    graph g;
+    check_against_unfused(41, 77, &p, &g, NULL);   /* a shape of its own: sources not built before */
+    if (!p || !p->ngroups) {
+        kn_plan_free(p); kn_ctx_free(g.ctx); free(src); set_env("KN_CC", keep); free(keep);
+        SKIP("no fused group (no C compiler?)");
+    }
+    REQUIRE(untuned_src(&p->groups[0].k, src, 1 << 16), "render");
+    kn_plan_free(p);
+    kn_ctx_free(g.ctx);
+    kn_ktune t = {.unroll = 4, .grain = 500};
+    CHECK(kn__tune_store(kn_backend_cpu(), src, &t), "store");
+    check_against_unfused(41, 77, &p, &g, NULL);
+    CHECK(p && p->ngroups == 1, "still fused: %d groups", p ? p->ngroups : -1);
+    if (p && p->ngroups) CHECK(p->groups[0].k.tune.unroll == 0, "the heuristic's source: unroll %d", p->groups[0].k.tune.unroll);
+    kn_plan_free(p);
+    kn_ctx_free(g.ctx);
+    set_env("KN_CC", keep);
+    free(keep);
+    free(src);
+    unlink(cc);
+}
+
 #ifdef KN_CUDA
 /* ---- CUDA ------------------------------------------------------------------------ */
 TEST(nvrtc_compiles_unrolled_variants) {

@@ -70,11 +70,16 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         kn_fgroup *g = &p->groups[gi];
         void *h = NULL;
         int len = kn__render(be->kernel_lang, &g->k, src, cap);   /* untuned: the tunables' key */
-        if (len > 0 && kn__tune_pick(be, &g->k, src)) len = kn__render(be->kernel_lang, &g->k, src, cap);
+        bool tuned = len > 0 && kn__tune_pick(be, &g->k, src);   /* tune.c: the choice changes the source */
+        if (tuned) len = kn__render(be->kernel_lang, &g->k, src, cap);
         if (len > 0) {
             dump_source(be->kernel_lang, g->k.name, src);
             h = kn__kernel_get(be, src, g->k.name);
             nsrc++;
+        }
+        if (!h && tuned) {   /* a stored choice that no longer builds (another NVRTC?): the heuristic's source */
+            g->k.tune = (kn_ktune){0};
+            if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) h = kn__kernel_get(be, src, g->k.name);
         }
         if (!h) continue;
         if (keep != gi) p->groups[keep] = *g;
