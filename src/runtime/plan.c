@@ -207,7 +207,15 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         char s[160];
         fprintf(f, "  %3d %-14s %-5s %-22s", i, kn_op_name(t->op), kn_dtype_name(t->dtype), kn__shape_str(t, s, sizeof s));
         kn_fgroup *g = kn__pgroup(p, t);
-        if (g) fprintf(f, " [%s%s]", g->node[g->nnode - 1] == t ? "runs " : "in ", g->k.name);
+        if (g) {
+            const kn_ktune *kt = &g->k.tune;   /* a stored or searched choice (tune.c); zeros: the heuristic */
+            char tt[128] = "";
+            if (g->node[g->nnode - 1] == t && (kt->block || kt->unroll || kt->waves || kt->grain)) {
+                tt[0] = ' ';
+                kn__ktune_str(kt, tt + 1, sizeof tt - 1);
+            }
+            fprintf(f, " [%s%s%s]", g->node[g->nnode - 1] == t ? "runs " : "in ", g->k.name, tt);
+        }
         if (g && !kn__pstored(g, t)) fprintf(f, " -> registers");
         else if (!kn__computes(t)) fprintf(f, " view of #%d", kn__storage_owner(t)->id);
         else if (t->buf) fprintf(f, " -> persistent");
