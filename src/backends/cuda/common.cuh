@@ -59,6 +59,10 @@ __device__ __forceinline__ float kn_block_max(float v, float *sh) {
 }
 /* Online-softmax pair merge: (m, s) with s = sum exp(x - m). */
 __device__ __forceinline__ void kn_ms_merge(float &m, float &s, float m2, float s2) {
+    /* a NaN anywhere in the row makes the row NaN, as torch and the reference
+     * backend: fmaxf drops NaN, and a NaN merged into an empty pair (m = -inf)
+     * used to vanish (seen by test_fuse on an H100) */
+    if (m != m || s != s || m2 != m2 || s2 != s2) { m = s = __int_as_float(0x7fc00000); return; }
     float mn = fmaxf(m, m2);
     if (mn == -INFINITY) { m = mn; s = 0.f; return; }
     s = s * __expf(m - mn) + s2 * __expf(m2 - mn);
