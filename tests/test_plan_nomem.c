@@ -23,7 +23,9 @@ void *__wrap_calloc(size_t n, size_t size) { return fail_now() ? NULL : __real_c
 void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
 
 /* A small training-like graph: matmul, elementwise chain (in-place
- * candidates), a reduction, a dead-end node, and an extra output. */
+ * candidates), a reduction, a dead-end node, an extra output, and nodes
+ * that rewrite rules replace by nodes they make (a folded constant, an
+ * integer x*0 and a sum over a broadcast: src/compile/rewrite_fold.c). */
 static kn_tensor *build(kn_ctx *ctx, kn_tensor **extra) {
     int64_t sx[2] = {4, 3}, sw[2] = {3, 5};
     float xd[12], wd[15];
@@ -33,6 +35,12 @@ static kn_tensor *build(kn_ctx *ctx, kn_tensor **extra) {
     kn_tensor *w = kn_from_data(ctx, KN_F32, 2, sw, wd);
     kn_tensor *y = kn_matmul(ctx, x, w);
     for (int i = 0; i < 6; i++) y = kn_tanh(ctx, kn_mul(ctx, y, kn_exp(ctx, y)));
+    y = kn_mul(ctx, y, kn_add(ctx, kn_scalar(ctx, KN_F32, 0.5), kn_scalar(ctx, KN_F32, 0.25)));
+    int32_t id[3] = {1, -2, 3};
+    kn_tensor *iv = kn_reshape(ctx, kn_from_data(ctx, KN_I32, 1, (int64_t[1]){3}, id), 2, (int64_t[2]){3, 1});
+    kn_tensor *is = kn_sum(ctx, kn_expand(ctx, iv, 2, (int64_t[2]){3, 4}), 1, (int[1]){1}, false);
+    kn_tensor *iz = kn_mul(ctx, iv, kn_scalar(ctx, KN_I32, 0));
+    y = kn_add(ctx, y, kn_cast(ctx, kn_add(ctx, kn_sum_all(ctx, is), kn_sum_all(ctx, iz)), KN_F32));
     kn_exp(ctx, y);                               /* nobody reads it */
     *extra = kn_square(ctx, y);
     return kn_mean_all(ctx, kn_add(ctx, y, *extra));

@@ -27,6 +27,11 @@
  *                     promotion, no broadcast). x*0 is never folded (NaN, inf);
  *   cse               two nodes with the same op, dtype, layout, parameters
  *                     and (rewritten) sources: the later reads the earlier;
+ *   int zero, idempotent, const fold, sum expand
+ *                     (rewrite_fold.c: the rules that may make a node, such
+ *                     as a zero fill or a folded constant, in the graph's
+ *                     context; made nodes join the schedule right before the
+ *                     node they replace, once the passes are done);
  * then
  *   dead              nodes no output, effect or materialised node needs;
  *   view chain        a view read only by views: the last view of a chain
@@ -40,35 +45,27 @@
  *     would be read at another time) unless the layout is identical
  *     (view identity); merge nodes reading such storage (cse), or random ops.
  */
-#include "compile/compile.h"
+#include "compile/rewrite_impl.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *g_names[KN_RW_NRULES] = {
     "view_identity", "permute_inverse", "view_chain", "arith_identity",
-    "cast_same", "neg_neg", "cse", "dead",
+    "cast_same", "neg_neg", "cse", "dead", "int_zero", "idempotent",
+    "const_fold", "sum_expand",
 };
 const char *kn__rw_rule_name(kn_rw_rule r) { return (unsigned)r < KN_RW_NRULES ? g_names[r] : "?"; }
 
-enum { F_OUT = 1, F_WRITTEN = 2, F_ALIASED = 4, F_LIVE = 8, F_DROP = 16 };
+#define R kn__rw_R
+#define src_of kn__rw_srcof
+#define written kn__rw_written
+#define kind_of kn__rw_kind
+#define same_shape kn__rw_same_shape
+#define removable kn__rw_removable
+#define can_replace_value kn__rw_can_replace
 
-typedef struct {
-    kn_tensor **rep;
-    int32_t n_ids;
-    uint8_t *fl;
-} rw;
-
-static kn_tensor *R(const rw *w, kn_tensor *t) {
-    while (t && t->id < w->n_ids && w->rep[t->id]) t = w->rep[t->id];
-    return t;
-}
-static kn_tensor *src_of(const rw *w, const kn_tensor *t, int k) { return R(w, t->src[k]); }
-static bool written(const rw *w, kn_tensor *t) { return (w->fl[kn__storage_owner(t)->id] & F_WRITTEN) != 0; }
-static kn_op_kind kind_of(const kn_tensor *t) { return kn_op_get(t->op)->kind; }
-
-/* May readers of t be sent elsewhere and t dropped? */
-static bool removable(const rw *w, const kn_tensor *t) {
+bool kn__rw_removable(const rw *w, const kn_tensor *t) {
     kn_op_kind k = kind_of(t);
     if (w->fl[t->id] & (F_OUT | F_ALIASED)) return false;
     if (k == KN_KIND_EFFECT || k == KN_KIND_LEAF) return false;
@@ -76,12 +73,6 @@ static bool removable(const rw *w, const kn_tensor *t) {
     return true;
 }
 
-static bool same_shape(const kn_tensor *a, const kn_tensor *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i] || a->sym[i] != b->sym[i]) return false;
-    return true;
-}
 static bool same_layout(const kn_tensor *a, const kn_tensor *b) {
     if (a->dtype != b->dtype || !same_shape(a, b) || a->offset != b->offset) return false;
     for (int i = 0; i < a->ndim; i++) if (a->stride[i] != b->stride[i]) return false;
@@ -103,7 +94,7 @@ static bool is_const(const kn_tensor *c, double v) {
 /* x may stand in for t: same dtype, shape and strides (readers see the layout
  * they were built for: an op that needed a contiguous operand got one), not
  * an effect, storage not written by an effect of the plan. */
-static bool can_replace_value(const rw *w, const kn_tensor *t, kn_tensor *x) {
+bool kn__rw_can_replace(const rw *w, const kn_tensor *t, kn_tensor *x) {
     if (!x || x->dtype != t->dtype || !same_shape(x, t) || kind_of(x) == KN_KIND_EFFECT || written(w, x)) return false;
     for (int i = 0; i < t->ndim; i++) if (x->stride[i] != t->stride[i]) return false;
     return true;
@@ -168,14 +159,14 @@ static bool cse_equal(const rw *w, const kn_tensor *a, const kn_tensor *b) {
     return memcmp(&a->p, &b->p, sizeof a->p) == 0;
 }
 
-/* One pass; returns the number of nodes redirected. */
+/* One pass; returns the number of nodes redirected, -1 when out of memory. */
 static int pass(rw *w, kn_tensor **order, int n, kn_tensor **tab, size_t cap, int *removed) {
     int changed = 0;
     memset(tab, 0, sizeof *tab * cap);
     for (int i = 0; i < n; i++) {
         kn_tensor *t = order[i];
-        if (w->rep[t->id]) continue;
-        bool rm = removable(w, t);
+        if ((*w->rep)[t->id]) continue;
+        bool rm = removable(w, t), oom = false;
         kn_tensor *to = NULL;
         kn_rw_rule rule = KN_RW_CSE;
         if (rm) {
@@ -202,6 +193,9 @@ static int pass(rw *w, kn_tensor **order, int n, kn_tensor **tab, size_t cap, in
             } else if ((to = arith_identity(w, t))) {
                 rule = KN_RW_ARITH_IDENTITY;
             }
+            /* the rules that may make a node (rewrite_fold.c) */
+            if (!to) to = kn__rw_fold(w, t, i, &rule, &oom);
+            if (oom) return -1;
         }
         if (!to && cse_ok(w, t)) {
             size_t j = (size_t)cse_hash(w, t) & (cap - 1);
@@ -211,7 +205,7 @@ static int pass(rw *w, kn_tensor **order, int n, kn_tensor **tab, size_t cap, in
             else if (!tab[j]) tab[j] = t;
         }
         if (to) {
-            w->rep[t->id] = to;
+            (*w->rep)[t->id] = to;
             if (removed) removed[rule]++;
             changed++;
         }
@@ -219,16 +213,45 @@ static int pass(rw *w, kn_tensor **order, int n, kn_tensor **tab, size_t cap, in
     return changed;
 }
 
-bool kn__rewrite(kn_tensor **order, int *n_io, int32_t n_ids, int nout, kn_tensor **outs,
-                 kn_tensor **rep, int *removed) {
+/* The schedule with the nodes the rules made, each right before the node
+ * whose position it was made at (so before every reader of that node).
+ * false when out of memory. */
+static bool insert_made(rw *w, kn_tensor ***order, int *n) {
+    if (!w->nmade) return true;
+    kn_tensor **o2 = malloc(sizeof *o2 * (size_t)(*n + w->nmade));
+    if (!o2) return false;
+    /* by position, stably: a later pass may make a node at an earlier place,
+     * and nodes made at one place keep the order they were made in (a made
+     * node reads only nodes made before it) */
+    for (int a = 1; a < w->nmade; a++) {
+        kn_tensor *t = w->made[a];
+        int at = w->made_at[a], b = a;
+        for (; b > 0 && w->made_at[b - 1] > at; b--) { w->made[b] = w->made[b - 1]; w->made_at[b] = w->made_at[b - 1]; }
+        w->made[b] = t; w->made_at[b] = at;
+    }
+    int m = 0, k = 0;
+    for (int i = 0; i < *n; i++) {
+        for (; k < w->nmade && w->made_at[k] == i; k++) o2[m++] = w->made[k];
+        o2[m++] = (*order)[i];
+    }
+    free(*order);
+    *order = o2;
+    *n = m;
+    return true;
+}
+
+static void rw_free(rw *w) { free(w->fl); free(w->made); free(w->made_at); }
+
+bool kn__rewrite(kn_ctx *ctx, kn_tensor ***order_io, int *n_io, int32_t *n_ids_io, int nout, kn_tensor **outs,
+                 kn_tensor ***rep_io, int *removed, int *added) {
     int n = *n_io;
+    int32_t n_ids = *n_ids_io;
+    kn_tensor **order = *order_io;
     size_t cap = 16;
     while (cap < (size_t)n * 2) cap *= 2;
-    rw w = { rep, n_ids, calloc((size_t)(n_ids ? n_ids : 1), 1) };
+    rw w = { ctx, rep_io, n_ids, calloc((size_t)(n_ids ? n_ids : 1), 1), NULL, NULL, 0, 0 };
     kn_tensor **tab = malloc(sizeof *tab * cap);
-    uint32_t *nread = calloc((size_t)(n_ids ? n_ids : 1), sizeof *nread);      /* live readers */
-    uint32_t *nread_k = calloc((size_t)(n_ids ? n_ids : 1), sizeof *nread_k);  /* live readers that are not views */
-    if (!w.fl || !tab || !nread || !nread_k) { free(w.fl); free(tab); free(nread); free(nread_k); return false; }
+    if (!w.fl || !tab) { rw_free(&w); free(tab); return false; }
     for (int o = 0; o < nout; o++) { w.fl[outs[o]->id] |= F_OUT; w.fl[kn__storage_owner(outs[o])->id] |= F_OUT; }
     for (int i = 0; i < n; i++) {
         kn_tensor *t = order[i];
@@ -242,7 +265,19 @@ bool kn__rewrite(kn_tensor **order, int *n_io, int32_t n_ids, int nout, kn_tenso
             w.fl[kn__storage_owner(t)->id] |= F_WRITTEN;
         }
     }
-    for (int it = 0; it < 16 && pass(&w, order, n, tab, cap, removed); it++) {}
+    int ch = 1;
+    for (int it = 0; it < 16 && ch > 0; it++) ch = pass(&w, order, n, tab, cap, removed);
+    free(tab);
+    /* the made nodes join the schedule; from here on ids reach w.n_ids */
+    *n_ids_io = w.n_ids;
+    if (added) *added = w.nmade;
+    if (ch < 0 || !insert_made(&w, order_io, &n)) { rw_free(&w); return false; }
+    order = *order_io;
+    kn_tensor **rep = *rep_io;
+    n_ids = w.n_ids;
+    uint32_t *nread = calloc((size_t)(n_ids ? n_ids : 1), sizeof *nread);      /* live readers */
+    uint32_t *nread_k = calloc((size_t)(n_ids ? n_ids : 1), sizeof *nread_k);  /* live readers that are not views */
+    if (!nread || !nread_k) { rw_free(&w); free(nread); free(nread_k); return false; }
     /* liveness, from outputs, effects and materialised computed nodes, backwards */
     for (int i = n - 1; i >= 0; i--) {
         kn_tensor *t = order[i];
@@ -278,6 +313,6 @@ bool kn__rewrite(kn_tensor **order, int *n_io, int32_t n_ids, int nout, kn_tenso
         order[m++] = t;
     }
     *n_io = m;
-    free(w.fl); free(tab); free(nread); free(nread_k);
+    rw_free(&w); free(nread); free(nread_k);
     return true;
 }

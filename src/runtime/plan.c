@@ -17,16 +17,17 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     int *removed = p->rw_removed, n0 = p->n;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
     p->rep = calloc((size_t)(p->n_ids ? p->n_ids : 1), sizeof *p->rep);
-    if (!p->rep || !kn__rewrite(p->order, &p->n, p->n_ids, nout, outs, p->rep, removed)) {
+    if (!p->rep || !kn__rewrite(p->ctx, &p->order, &p->n, &p->n_ids, nout, outs, &p->rep, removed, &p->rw_added)) {
         kn__plan_nomem(p->ctx, p, "the graph rewrites");
         return false;
     }
-    if (p->n == n0) { free(p->rep); p->rep = NULL; }
+    if (p->n == n0 && !p->rw_added) { free(p->rep); p->rep = NULL; }
     p->nkern = 0;
     for (int i = 0; i < p->n; i++) if (kn__computes(p->order[i])) p->nkern++;
     if (kn_env_get()->debug) {
         fprintf(stderr, "rewrite: %d -> %d nodes in %.3f ms", n0, p->n, (kn__profile_now() - t0) * 1e3);
         for (int r = 0; r < KN_RW_NRULES; r++) if (removed[r]) fprintf(stderr, ", %s -%d", kn__rw_rule_name((kn_rw_rule)r), removed[r]);
+        if (p->rw_added) fprintf(stderr, ", made +%d", p->rw_added);
         fprintf(stderr, "\n");
     }
     return true;

@@ -33,6 +33,7 @@ struct kn_plan {
     size_t peak, naive;
     int nkern;
     int rw_removed[KN_RW_NRULES];  /* nodes each rewrite rule removed (tests, KN_DEBUG) */
+    int rw_added;          /* nodes the rewrite rules made (zero fills, folded constants, x*n) */
     kn_tensor **rep;       /* by tensor id: the node read in its place (graph rewrites), NULL = itself; NULL when none */
     /* fusion (src/compile/fuse.c): groups of nodes that run as one generated kernel */
     kn_fgroup *groups;
