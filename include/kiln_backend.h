@@ -57,6 +57,7 @@ typedef struct kn_kernel_launch {
     int64_t n_max;                 /* items at the symbols' maximum values (grid size for a replayed launch) */
     int64_t grain;                 /* C: fewest items worth a thread; CUDA: unused */
     int block;                     /* CUDA: threads per block (0: 256); C: unused */
+    int waves;                     /* CUDA: grid capped at waves x SMs x (2048 / block) blocks (0: 8); C: unused */
 } kn_kernel_launch;
 
 struct kn_backend {

@@ -13,7 +13,7 @@ LOG=${1:-$BUILD/logs}
 mkdir -p "$LOG"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
-TESTS="test_cuda_ops test_cuda_jit test_cuda_graph test_cuda_llm test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_llm test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
 TARGETS=""
 for t in $TESTS; do [ -f "tests/$t.c" ] && TARGETS="$TARGETS $BUILD/tests/$t"; done
 if ! make CUDA=1 BUILD="$BUILD" -j"$JOBS" lib $TARGETS > "$LOG/build.log" 2>&1; then

@@ -9,6 +9,8 @@
  *           "cuda"): one emitter for the program, a dialect per language for
  *           what differs (prelude, kernel head, loop, loads and stores), so a
  *           GLSL dialect can sit beside them.
+ * search.c  BEAM search over a kernel's tunables (kn_ktune: launch shape,
+ *           unroll) with a timing function the runtime gives it (tune.c).
  *
  * The runtime decides what to do with the source (the backend compiles it:
  * kn_backend.kernel_build) and where the group's values live; a group whose
@@ -46,6 +48,18 @@ typedef struct kn_kbuf {
     int64_t st[KN_MAX_DIMS];        /* element strides over the kernel's dims (0: broadcast) */
 } kn_kbuf;
 
+/* What a kernel search may change (search.c, docs/COMPILER.md "Kernel
+ * search"). A field of 0 means today's heuristic (kn__ktune_resolve), so a
+ * zeroed kn_ktune renders and launches exactly as before the search existed.
+ * unroll changes the source (and so the kernel's name); block, waves and
+ * grain only change the launch (kn_kernel_launch). */
+typedef struct kn_ktune {
+    int block;          /* CUDA threads per block: 256 elementwise; reductions, normalisations: kn_kernel.block (threads per item) */
+    int unroll;         /* CUDA elementwise: items per thread per grid-stride step; C elementwise: `#pragma GCC unroll` of the inner loop; 1 */
+    int waves;          /* CUDA: the grid is capped at waves x SMs x (2048 / block) blocks; 8 */
+    int64_t grain;      /* C: fewest items worth a thread: 16384 elementwise, 16384 / reduced extent for reductions */
+} kn_ktune;
+
 /* One fused kernel: items are the elements of a [ext[0], ..., ext[ndim-1]]
  * space (row-major, after merging dims that every buffer walks contiguously);
  * a dim's run-time extent is syms[sym[d]] * mul[d] when sym[d] != 0, else
@@ -79,6 +93,7 @@ typedef struct kn_kernel {
     int block;
     int norm_w, norm_b;             /* normalisations: weight and bias buffers, -1 when absent */
     double eps;
+    kn_ktune tune;                  /* launch and unroll choices (search.c); zeros: the heuristic */
 } kn_kernel;
 
 /* ld[i] = the buffer instruction i's value is stored to, -1 when none (the
@@ -129,4 +144,45 @@ bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor
  * from a hash of the source. Returns the length written (excluding the NUL),
  * or -1 for an unknown language or when cap is too small. */
 int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap);
+
+/* ---- kernel search (search.c) ----------------------------------------------
+ * t (NULL: all zero) with every 0 field replaced by k's heuristic value;
+ * a reduction's unroll is always 1 (its loop is not unrolled). */
+kn_ktune kn__ktune_resolve(const kn_kernel *k, const kn_ktune *t);
+/* "block=256 unroll=1 waves=8 grain=16384" (the cache's text); length or -1. */
+int kn__ktune_str(const kn_ktune *t, char *buf, size_t cap);
+/* Parses kn__ktune_str's text (fields in any order, unknown ones ignored);
+ * false when a value is not a positive number or nothing was read. */
+bool kn__ktune_parse(const char *s, kn_ktune *t);
+
+/* The cost of kernel k run with tunables t (resolved: no zero fields), in
+ * seconds, measured by the caller (the runtime times it on the device:
+ * src/runtime/tune.c); < 0 or not finite when this variant cannot run (it
+ * failed to build), which drops it from the search. */
+typedef double (*kn_ktime_fn)(void *ctx, const kn_kernel *k, const kn_ktune *t);
+
+typedef struct kn_beam_opts {
+    int width;          /* beam width: the N fastest variants kept each round (>= 1) */
+    int max_rounds;     /* rounds of expansion (0: 8) */
+    int max_timed;      /* timing calls in all, the default's included (0: 64) */
+    double min_gain;    /* a round must beat the best so far by this fraction to go on (timing noise); 0: any gain */
+} kn_beam_opts;
+
+typedef struct kn_beam_result {
+    kn_ktune best;      /* resolved; the default when nothing beat it */
+    double t_default;   /* cost of the default (resolved heuristic) */
+    double t_best;
+    int ntimed;         /* calls of the timing function */
+    int rounds;
+} kn_beam_result;
+
+/* BEAM search over k's tunables in language lang: start from the heuristic,
+ * apply every single change (an action: one field set to one of its values)
+ * to each of the `width` best so far, time the variants not seen before,
+ * keep the `width` fastest of all, repeat until a round gains less than
+ * min_gain (or the caps); then default and winner are timed again and the
+ * winner must still win by min_gain. false when even the default could not
+ * be timed (r->best is then the default). */
+bool kn__beam_search(const kn_kernel *k, const char *lang, const kn_beam_opts *o, kn_ktime_fn time_fn,
+                     void *ctx, kn_beam_result *r);
 #endif

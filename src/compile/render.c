@@ -337,12 +337,89 @@ static void render_c(sb *b, const kn_kernel *k) {
         else snprintf(ix[i], sizeof ix[i], "o%d + j * %lld", i, (long long)s);
         idx[i] = ix[i];
     }
+    if (k->tune.unroll > 1) put(b, "#pragma GCC unroll %d\n", k->tune.unroll);   /* kernel search (search.c) */
     put(b, "        for (kn_i64 j = j0; j < j0 + cnt; j++) {\n");
     put_program(b, k, "            ", idx);
     put(b, "        }\n        i += cnt;\n    }\n}\n");
 }
 
+/* The elementwise kernel with k->tune.unroll = U > 1 (kernel search): each
+ * thread takes U items per grid-stride step, base + u * stride for u < U, so
+ * each of the U loads of a warp is still coalesced. The U copies of the
+ * program are written in three phases, every copy's loads, then every copy's
+ * arithmetic, then every copy's stores, so a thread has U loads of each
+ * buffer in flight before it waits for the first (the compiler may not move
+ * a load above an earlier store itself: without restrict an output may be an
+ * input). That order is safe for the same reason the one-item loop is: a
+ * kernel writes an input only in place, item i over item i (fuse.c,
+ * kn__fuse_aligned_reads), and items of other copies are other threads'
+ * items in the one-item loop. Values are v<inst>_<copy>; a copy past n
+ * loads nothing (0) and stores nothing. 32-bit index math only below 2^30
+ * items: base + (U - 1) * stride must not overflow (a grid is at most
+ * waves x SMs x 2048 threads, far below 2^30 / U). */
+static void put_copy_inst(sb *b, const kn_kernel *k, int i, int u, const char *idx) {
+    const kn_kinst *in = &k->inst[i];
+    switch ((kn_kinst_kind)in->kind) {   /* the spelling of put_program_s, per copy */
+    case KN_KI_LOAD:
+        put(b, "        const kn_real v%d_%d = in%d ? (kn_real)%s(b%d[%s]) : (kn_real)0;\n", i, u, u, load_fn(in->dt), in->buf, idx);
+        break;
+    case KN_KI_CONST:
+        put(b, "        const kn_real v%d_%d = ", i, u); put_const(b, in->p0, k->f64); put(b, ";\n");
+        break;
+    case KN_KI_UNARY:
+        put(b, "        const kn_real v%d_%d = kn_op_%s(v%d_%d, ", i, u, kn_op_get(in->op)->name, in->a, u);
+        put_const(b, in->p0, k->f64); put(b, ", "); put_const(b, in->p1, k->f64); put(b, ");\n");
+        break;
+    case KN_KI_BINARY:
+        put(b, "        const kn_real v%d_%d = kn_op_%s(v%d_%d, v%d_%d);\n", i, u, kn_op_get(in->op)->name, in->a, u, in->b, u);
+        break;
+    case KN_KI_CAST:
+        put(b, "        const kn_real v%d_%d = %s(%s(v%d_%d));\n", i, u, load_fn(in->dt), store_fn(in->dt), in->a, u);
+        break;
+    case KN_KI_STORE:
+        put(b, "        if (in%d) b%d[%s] = %s(v%d_%d);\n", u, in->buf, idx, store_fn(in->dt), in->a, u);
+        break;
+    }
+}
+
+static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
+    int nd = k->ndim, U = k->tune.unroll;
+    bool narrow = max_items(k) < ((int64_t)1 << 30);
+    for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
+    const char *ity = narrow ? "int" : "long long";
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, ity, "a.syms");
+    put(b, "    const %s n = E0", ity);
+    for (int d = 1; d < nd; d++) put(b, " * E%d", d);
+    put(b, ";\n");
+    put_buffers(b, k, "a.");
+    put(b, "    const %s stride = (%s)gridDim.x * blockDim.x;\n", ity, ity);
+    put(b, "    for (%s base = blockIdx.x * (%s)blockDim.x + threadIdx.x; base < n; base += stride * %d) {\n", ity, ity, U);
+    /* copy u's item and its indices u<u>i<d> */
+    char ix[KN_KERNEL_MAXBUF][256], pre[16];
+    for (int u = 0; u < U; u++) {
+        put(b, "        const %s i_%d = base + %d * stride;\n        const bool in%d = i_%d < n;\n", ity, u, u, u, u);
+        if (nd == 1) put(b, "        const %s u%di0 = i_%d;\n", ity, u, u);
+        else {
+            put(b, "        %s r_%d = i_%d;\n", ity, u, u);
+            for (int d = nd - 1; d >= 1; d--) put(b, "        const %s u%di%d = r_%d %% E%d; r_%d /= E%d;\n", ity, u, d, u, d, u, d);
+            put(b, "        const %s u%di0 = r_%d;\n", ity, u, u);
+        }
+    }
+    for (int phase = 0; phase < 3; phase++)   /* loads, arithmetic, stores */
+        for (int u = 0; u < U; u++) {
+            snprintf(pre, sizeof pre, "u%di", u);
+            for (int i = 0; i < k->nbuf; i++) offset_expr(ix[i], sizeof ix[i], k, i, nd, pre);
+            for (int i = 0; i < k->ninst; i++) {
+                int kind = k->inst[i].kind, ph = kind == KN_KI_LOAD ? 0 : kind == KN_KI_STORE ? 2 : 1;
+                if (ph == phase) put_copy_inst(b, k, i, u, ix[k->inst[i].buf]);
+            }
+        }
+    put(b, "    }\n}\n");
+}
+
 static void render_cuda(sb *b, const kn_kernel *k) {
+    if (k->tune.unroll > 1) { render_cuda_unrolled(b, k); return; }
     int nd = k->ndim;
     bool narrow = max_items(k) < ((int64_t)1 << 31);
     for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);

@@ -32,6 +32,7 @@ typedef struct kn_env {
     const char *cache_dir;   /* KN_CACHE_DIR: compiled-kernel cache directory; NULL = $XDG_CACHE_HOME/kiln or ~/.cache/kiln */
     bool cache_off;          /* KN_CACHE=0: no compiled-kernel cache on disk */
     const char *cc;          /* KN_CC: the C compiler for generated CPU kernels; NULL = "cc" */
+    int beam;                /* KN_BEAM=N: search the tunables of generated kernels not in the cache, beam width N; 0 = never search */
     int gemm_chunks;         /* KN_GEMM_CHUNKS: 1..4, 0 = tuned default */
     const char *gemm_block;  /* KN_GEMM_BLOCK: "kc,mc,nc" blocking override */
     /* LLM engine */

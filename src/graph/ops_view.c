@@ -118,6 +118,7 @@ kn_tensor *kn_permute(kn_ctx *ctx, kn_tensor *x, const int *perm) {
     int8_t sym[KN_MAX_DIMS];
     bool seen[KN_MAX_DIMS] = {0};
     kn_op_params p;
+    memset(&p, 0, sizeof p);   /* the rewrites' CSE hashes and compares all of it */
     for (int i = 0; i < x->ndim; i++) {
         int d = perm[i] < 0 ? perm[i] + x->ndim : perm[i];
         if (d < 0 || d >= x->ndim || seen[d])

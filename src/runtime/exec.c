@@ -40,18 +40,8 @@ static kn_status run_group(kn_plan *p, const kn_fgroup *g, void *kernel) {
         l.a.buf[b] = addr_of(p, g->bt[b]);
         if (!l.a.buf[b]) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for operand %d of fused kernel %s", b, g->k.name);
     }
-    l.a.syms = p->ctx->sym_val;
-    kn__kernel_items(&g->k, p->ctx->sym_val, &l.a.n, &l.n_max);
-    l.grain = 16384;
+    kn__kernel_launch_fill(p->be, &g->k, p->ctx->sym_val, &l);   /* tune.c: the kernel's tunables */
     if (l.a.n <= 0) return KN_OK;
-    if (g->k.red != KN_OP_NONE) {
-        /* an item is a whole reduction: C threads take few of them; a CUDA
-         * kernel runs a block per item (n sizes the grid in threads) */
-        int64_t rn = 1;
-        for (int d = 0; d < g->k.ndim; d++) if (g->k.redd[d]) rn *= g->k.ext[d];
-        l.grain = 16384 / rn > 1 ? 16384 / rn : 1;
-        if (!strcmp(p->be->kernel_lang, "cuda")) { l.block = g->k.block; l.a.n *= g->k.block; l.n_max *= g->k.block; }
-    }
     return p->be->kernel_run(p->be, kernel, &l);
 }
 

@@ -70,10 +70,17 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     for (int gi = 0; gi < p->ngroups; gi++) {
         kn_fgroup *g = &p->groups[gi];
         void *h = NULL;
-        if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) {
+        int len = kn__render(be->kernel_lang, &g->k, src, cap);   /* untuned: the tunables' key */
+        bool tuned = len > 0 && kn__tune_pick(be, &g->k, src);   /* tune.c: the choice changes the source */
+        if (tuned) len = kn__render(be->kernel_lang, &g->k, src, cap);
+        if (len > 0) {
             dump_source(be->kernel_lang, g->k.name, src);
             h = kn__kernel_get(be, src, g->k.name);
             nsrc++;
+        }
+        if (!h && tuned) {   /* a stored choice that no longer builds (another NVRTC?): the heuristic's source */
+            g->k.tune = (kn_ktune){0};
+            if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) h = kn__kernel_get(be, src, g->k.name);
         }
         if (!h) continue;
         if (keep != gi) p->groups[keep] = *g;
@@ -201,7 +208,15 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         char s[160];
         fprintf(f, "  %3d %-14s %-5s %-22s", i, kn_op_name(t->op), kn_dtype_name(t->dtype), kn__shape_str(t, s, sizeof s));
         kn_fgroup *g = kn__pgroup(p, t);
-        if (g) fprintf(f, " [%s%s]", g->node[g->nnode - 1] == t ? "runs " : "in ", g->k.name);
+        if (g) {
+            const kn_ktune *kt = &g->k.tune;   /* a stored or searched choice (tune.c); zeros: the heuristic */
+            char tt[128] = "";
+            if (g->node[g->nnode - 1] == t && (kt->block || kt->unroll || kt->waves || kt->grain)) {
+                tt[0] = ' ';
+                kn__ktune_str(kt, tt + 1, sizeof tt - 1);
+            }
+            fprintf(f, " [%s%s%s]", g->node[g->nnode - 1] == t ? "runs " : "in ", g->k.name, tt);
+        }
         if (g && !kn__pstored(g, t)) fprintf(f, " -> registers");
         else if (!kn__computes(t)) fprintf(f, " view of #%d", kn__storage_owner(t)->id);
         else if (t->buf) fprintf(f, " -> persistent");

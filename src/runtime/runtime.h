@@ -13,6 +13,8 @@
  *   replay.c    kn_plan_run on a backend that captures: a whole run recorded
  *               once (a CUDA graph) and replayed with one launch
  *   profile.c   KN_PROFILE: time per op (and per shape) of those calls
+ *   tune.c      generated kernels' tunables: stored choice, heuristic, or a
+ *               KN_BEAM search timed on the backend (src/compile/search.c)
  *   eager.c     kn_realize, kn_tensor_read/write, kn_item: a temporary plan for
  *               what a tensor needs, and host transfers
  */
@@ -82,6 +84,32 @@ kn_status kn__plan_run_steps(kn_plan *p);
 /* The backend's handle for a generated kernel's source, built once per process
  * (NULL when it could not be built: reported once, or each time with KN_DEBUG). */
 void *kn__kernel_get(kn_backend *be, const char *src, const char *name);
+/* ---- tune.c ------------------------------------------------------------------ */
+/* The kernel search (src/compile/search.c) on the plan's backend. */
+/* Fills l's items, symbols and launch shape (block, waves, grain) for k at
+ * symbol values syms, from k->tune (0 fields: the heuristic); l->a.buf is
+ * the caller's. */
+void kn__kernel_launch_fill(const kn_backend *be, const kn_kernel *k, const int64_t *syms, kn_kernel_launch *l);
+/* Sets k->tune for the plan being built: the process memo, else the disk
+ * cache (kind "beam", per device), else with KN_BEAM=N a search timed on be
+ * (stored in both), else zeros (the heuristic). src is k's source rendered
+ * with a zero k->tune (the key). Returns true when the choice changes the
+ * source (render again); never fails: any problem leaves the heuristic. */
+bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src);
+/* The cached choice for the untuned source src on be, or false (memo, then disk). */
+bool kn__tune_lookup(kn_backend *be, const char *src, kn_ktune *t);
+/* Stores a choice for src on be (memo and disk); false when the disk write failed. */
+bool kn__tune_store(kn_backend *be, const char *src, const kn_ktune *t);
+/* Forgets the process memo (tests: a "new process" that reads the disk). */
+void kn__tune_forget(void);
+typedef struct kn_tune_stats {
+    long picks;        /* kn__tune_pick calls */
+    long hits;         /* of those, a choice found (memo or disk) */
+    long searches;     /* searches run (KN_BEAM) */
+    long timed;        /* timing runs of kernel variants */
+} kn_tune_stats;
+void kn__tune_stats(kn_tune_stats *s);
+
 /* ---- replay.c ----------------------------------------------------------------- */
 typedef struct kn_replay kn_replay;
 /* One run of p with its final wait: a replay of a captured graph when one

@@ -14,7 +14,7 @@
  *
  * Run: the kernel is a grid-stride loop over [0, n) with n computed from
  * the symbols, so the grid only needs to cover the launch's n, capped at
- * 8 waves of full occupancy; a.syms is replaced by the backend's device copy
+ * the launch's waves (default 8) of full occupancy; a.syms is replaced by the backend's device copy
  * of the symbol values (cuda_graph.cu's array), which syms_upload refreshes
  * (stream-ordered) before each plain plan run, and a captured graph's first
  * node before each replay. A launch recorded in a CUDA graph therefore stays
@@ -277,6 +277,11 @@ extern "C" void *kn__cuda_kernel_build(kn_backend *be, const char *src, const ch
     return k;
 }
 
+extern "C" const char *kn__cuda_jit_device(void) {
+    pthread_once(&g_dev_once, dev_probe);
+    return g_dev.ok ? g_dev.desc : NULL;
+}
+
 extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_kernel_launch *l) {
     (void)be;
     if (!kernel || !l) return kn_set_error(KN_ERR_INVALID, "kernel_run: NULL kernel or launch");
@@ -287,7 +292,8 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
     if (block > 1024)
         return kn_set_error(KN_ERR_INVALID, "kernel_run %s: block of %d threads (at most 1024)", k->name, block);
     pthread_once(&g_dev_once, dev_probe);
-    int64_t grid = (n + block - 1) / block, cap = (int64_t)8 * (g_dev.ok ? g_dev.sms : 1) * (2048 / block);
+    int64_t waves = l->waves > 0 ? l->waves : 8;   /* the kernel search may pick another cap (src/compile/search.c) */
+    int64_t grid = (n + block - 1) / block, cap = waves * (g_dev.ok ? g_dev.sms : 1) * (2048 / block);
     if (grid > cap) grid = cap;   /* the kernel loops over the rest (grid stride) */
     kn_kargs a = l->a;
     pthread_mutex_lock(&g_sym_mu);

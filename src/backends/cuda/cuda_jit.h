@@ -22,6 +22,9 @@ kn_status kn__cuda_syms_upload(kn_backend *be, const int64_t *syms, int n);
  * flags (may be NULL) gets the options used, as in the cache key. */
 void *kn__cuda_jit_compile(const char *src, int arch, bool ptx, size_t *n, char *flags, size_t nflags,
                            char *why, size_t nwhy);
+/* "sm_90 NVIDIA H100 80GB HBM3": the device generated kernels run on (the
+ * kernel search's cache key, src/runtime/tune.c); NULL without a usable GPU */
+const char *kn__cuda_jit_device(void);
 /* "NVRTC 13.0" */
 const char *kn__cuda_jit_nvrtc_version(void);
 
