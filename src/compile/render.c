@@ -522,6 +522,7 @@ typedef struct {
     char ix[KN_KERNEL_MAXBUF][256];
     const char *idx[KN_KERNEL_MAXBUF];
     int K;                    /* CUDA: a thread's K elements of the row kept in registers (vc[]); 0: none */
+    int blk;                  /* CUDA: threads per block (the stride between a thread's elements) */
 } rn_ctx;
 
 /* CUDA with a register row: for each of the thread's K elements of the row
@@ -530,7 +531,7 @@ typedef struct {
  * recomputation). Opens the loop and the bounds test; the caller closes both. */
 static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const char *in3) {
     put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
-    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->k->block, in2);
+    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
     put_decompose(b, c->k, true, c->ity, "q", in3);
     if (first) {
         put_program_s(b, c->k, in3, c->idx, true);
@@ -825,9 +826,13 @@ static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
     int64_t rn = 1;
     bool fixed = true;
     for (int d = 0; d < k->ndim; d++) if (k->redd[d]) { rn *= k->ext[d]; fixed &= !k->sym[d]; }
-    int64_t K = k->block > 0 ? (rn + k->block - 1) / k->block : 0;
+    /* the block the launch uses (kernel search may choose it): it is in the
+     * source here, as the stride between a thread's elements */
+    int blk = kn__ktune_resolve(k, &k->tune).block;
+    int64_t K = blk > 0 ? (rn + blk - 1) / blk : 0;
     if (fixed && K >= 1 && K <= 16) {
         c.K = (int)K;
+        c.blk = blk;
         put(b, "        kn_real vc[%d];\n", c.K);
     }
     rn_body(b, &c);
