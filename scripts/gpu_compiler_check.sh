@@ -37,8 +37,10 @@ while [ $r -lt "$ROUNDS" ]; do
     echo "nofuse  $(KN_NOFUSE=1 $B 2>/dev/null | awk -F'|' '/ pp512| tg128/ {gsub(/ /,"",$7); printf "%s ", $7}')"
     r=$((r + 1))
 done > "$OUT/rounds.txt"
+# medians with sort (mawk has no asort)
+med() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 for k in fused nofuse; do
-    grep "^$k " "$OUT/rounds.txt" | awk -v k=$k '{pp[NR]=$2; tg[NR]=$3} END {n=asort(pp); asort(tg);
-        printf "%-7s pp512 %9.1f  tg128 %7.1f tok/s (medians of %d rounds; tg rounds:", k, pp[int((n+1)/2)], tg[int((n+1)/2)], n;
-        for (i=1;i<=n;i++) printf " %.0f", tg[i]; print ")"}'
+    pp=$(grep "^$k " "$OUT/rounds.txt" | awk '{print $2}' | med)
+    tg=$(grep "^$k " "$OUT/rounds.txt" | awk '{print $3}' | med)
+    echo "$k: pp512 $pp tg128 $tg tok/s (medians of $ROUNDS rounds; tg rounds: $(grep "^$k " "$OUT/rounds.txt" | awk '{printf "%.0f ", $3}'))"
 done
