@@ -1119,5 +1119,12 @@ int kn_cli_train(int argc, char **argv) {
     derive_defaults(&a);
     if (check_targs(&a)) return 2;
     if (a.out && check_out(&a)) return 1;
-    return task == T_MNIST ? train_mnist(&a) : task == T_CHAR ? train_char(&a) : train_gpt2(&a);
+    /* Ctrl-C from here on stops after the current (or first) step with the
+     * checkpoint saved: building the step plan can take seconds (generated
+     * kernels are compiled on a cold cache), and a shell starts a background
+     * job with SIGINT ignored until a handler is installed */
+    kn_train_catch_sigint(true);
+    int rc = task == T_MNIST ? train_mnist(&a) : task == T_CHAR ? train_char(&a) : train_gpt2(&a);
+    kn_train_catch_sigint(false);
+    return rc;
 }
