@@ -382,17 +382,26 @@ static void put_copy_inst(sb *b, const kn_kernel *k, int i, int u, const char *i
     }
 }
 
-static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
-    int nd = k->ndim, U = k->tune.unroll;
-    bool narrow = max_items(k) < ((int64_t)1 << 30);
+/* An elementwise CUDA kernel's head: the signature, the extents, n, the
+ * buffers. Returns the index type: int when items below item_limit and every
+ * offset fit 32 bits. */
+static const char *cuda_ew_head(sb *b, const kn_kernel *k, int64_t item_limit) {
+    bool narrow = max_items(k) < item_limit;
     for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
     const char *ity = narrow ? "int" : "long long";
     put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
     put_extents(b, k, ity, "a.syms");
     put(b, "    const %s n = E0", ity);
-    for (int d = 1; d < nd; d++) put(b, " * E%d", d);
+    for (int d = 1; d < k->ndim; d++) put(b, " * E%d", d);
     put(b, ";\n");
     put_buffers(b, k, "a.");
+    return ity;
+}
+
+static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
+    int nd = k->ndim, U = k->tune.unroll;
+    /* base + U * stride stays below 2^31 */
+    const char *ity = cuda_ew_head(b, k, (int64_t)1 << 30);
     put(b, "    const %s stride = (%s)gridDim.x * blockDim.x;\n", ity, ity);
     put(b, "    for (%s base = blockIdx.x * (%s)blockDim.x + threadIdx.x; base < n; base += stride * %d) {\n", ity, ity, U);
     /* copy u's item and its indices u<u>i<d> */
@@ -421,15 +430,7 @@ static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
 static void render_cuda(sb *b, const kn_kernel *k) {
     if (k->tune.unroll > 1) { render_cuda_unrolled(b, k); return; }
     int nd = k->ndim;
-    bool narrow = max_items(k) < ((int64_t)1 << 31);
-    for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
-    const char *ity = narrow ? "int" : "long long";
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
-    put_extents(b, k, ity, "a.syms");
-    put(b, "    const %s n = E0", ity);
-    for (int d = 1; d < nd; d++) put(b, " * E%d", d);
-    put(b, ";\n");
-    put_buffers(b, k, "a.");
+    const char *ity = cuda_ew_head(b, k, (int64_t)1 << 31);
     put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
     if (nd == 1) put(b, "        const %s i0 = i;\n", ity);
     else {
@@ -476,15 +477,29 @@ static void put_red_store(sb *b, const kn_kernel *k, const char *ind, const char
     else put(b, "%sb%d[%s] = %s((kn_real)%s);\n", ind, k->red_buf, ob, store_fn(k->red_dt), acc);
 }
 
-static void render_cuda_reduce(sb *b, const kn_kernel *k) {
-    put(b, "typedef kn_real kn_acc;\n");
+/* The head of a kernel whose item is a whole reduction: C, the function,
+ * extents, NOUT and RN, buffers; CUDA, the same and a shared array of nsh
+ * accumulators, then the loop of blocks over items and the item's indices. */
+static void c_item_head(sb *b, const kn_kernel *k) {
+    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a->syms");
+    put_counts(b, k, "kn_i64");
+    put(b, "    (void)NOUT;\n");
+    put_buffers(b, k, "a->");
+}
+static void cuda_item_head(sb *b, const kn_kernel *k, int nsh) {
     put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
     put_extents(b, k, "kn_i64", "a.syms");
     put_counts(b, k, "kn_i64");
     put_buffers(b, k, "a.");
-    put(b, "    __shared__ kn_acc sh[32];\n");
+    put(b, "    __shared__ kn_acc sh[%d];\n", nsh);
     put(b, "    for (kn_i64 o = blockIdx.x; o < NOUT; o += gridDim.x) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
+}
+
+static void render_cuda_reduce(sb *b, const kn_kernel *k) {
+    put(b, "typedef kn_real kn_acc;\n");
+    cuda_item_head(b, k, 32);
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
     put(b, "        for (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n");
     put_decompose(b, k, true, "kn_i64", "q", "            ");
@@ -708,11 +723,7 @@ static void rn_body(sb *b, rn_ctx *c) {
 static void render_c_reduce_cols(sb *b, const kn_kernel *k) {
     int last = k->ndim - 1;
     put(b, "typedef double kn_acc;\n");
-    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
-    put_extents(b, k, "kn_i64", "a->syms");
-    put_counts(b, k, "kn_i64");
-    put(b, "    (void)NOUT;\n");
-    put_buffers(b, k, "a->");
+    c_item_head(b, k);
     put(b, "    kn_acc acc[256];\n");
     put(b, "    for (kn_i64 o0 = begin; o0 < end;) {\n");
     put(b, "        kn_i64 rr = o0 / E%d;\n        const kn_i64 j0 = o0 - rr * E%d;\n", last, last);
@@ -746,11 +757,7 @@ static void render_c_reduce_cols(sb *b, const kn_kernel *k) {
 static void render_c_reduce(sb *b, const kn_kernel *k) {
     if (k->ndim > 0 && !k->redd[k->ndim - 1]) { render_c_reduce_cols(b, k); return; }
     put(b, "typedef double kn_acc;\n");   /* sums of float in double: one rounding at the end */
-    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
-    put_extents(b, k, "kn_i64", "a->syms");
-    put_counts(b, k, "kn_i64");
-    put(b, "    (void)NOUT;\n");
-    put_buffers(b, k, "a->");
+    c_item_head(b, k);
     put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
@@ -765,11 +772,7 @@ static void render_c_reduce(sb *b, const kn_kernel *k) {
 
 static void render_c_rownorm(sb *b, const kn_kernel *k) {
     put(b, "typedef double kn_acc;\n#define KN_SQRT_ACC(v) sqrt(v)\n#define KN_LOG_ACC(v) log(v)\n");
-    put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
-    put_extents(b, k, "kn_i64", "a->syms");
-    put_counts(b, k, "kn_i64");
-    put(b, "    (void)NOUT;\n");
-    put_buffers(b, k, "a->");
+    c_item_head(b, k);
     put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
     rn_ctx c = {k, false, "        ", "kn_i64", {{0}}, {0}};
@@ -812,13 +815,7 @@ static const char cuda_block_reduce[] =
 
 static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
     put(b, "typedef kn_real kn_acc;\n#define KN_SQRT_ACC(v) KN_SQRT(v)\n#define KN_LOG_ACC(v) KN_LOG(v)\n%s", cuda_block_reduce);
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
-    put_extents(b, k, "kn_i64", "a.syms");
-    put_counts(b, k, "kn_i64");
-    put_buffers(b, k, "a.");
-    put(b, "    __shared__ kn_acc sh[33];\n");
-    put(b, "    for (kn_i64 o = blockIdx.x; o < NOUT; o += gridDim.x) {\n");
-    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    cuda_item_head(b, k, 33);
     rn_ctx c = {k, true, "        ", "kn_i64", {{0}}, {0}, 0};
     for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
     /* a row of static length up to 16 elements a thread stays in registers
