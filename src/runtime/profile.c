@@ -90,7 +90,15 @@ void kn__profile_node(int mode, const kn_exec *e, double sec) {
 }
 
 void kn__profile_kernel(const char *name, double sec) {
-    (void)name;
     g_fused_s += sec;
     g_fused_n++;
+    if (g_prof != 2) return;
+    /* KN_PROFILE=shapes: each generated kernel on its own row, by name */
+    char key[200];
+    snprintf(key, sizeof key, "(fused) %s", name);
+    int i = 0;
+    while (i < g_npk && strcmp(g_pk[i].key, key)) i++;
+    if (i == g_npk) { if (g_npk == PROF_KEYS) return; snprintf(g_pk[g_npk++].key, sizeof g_pk[0].key, "%s", key); }
+    g_pk[i].s += sec;
+    g_pk[i].n++;
 }
