@@ -23,7 +23,7 @@ typedef struct built {
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static built *g_built[256];
-static int g_nbuilt, g_nfailed;
+static int g_nbuilt, g_nfailed, g_nreported;
 
 static uint64_t hash_src(const char *s) {
     uint64_t h = 1469598103934665603ull;
@@ -31,7 +31,7 @@ static uint64_t hash_src(const char *s) {
     return h;
 }
 
-void *kn__kernel_get(kn_backend *be, const char *src, const char *name) {
+void *kn__kernel_get(kn_backend *be, const char *src, const char *name, bool quiet) {
     uint64_t h = hash_src(src);
     pthread_mutex_lock(&g_lock);
     built **slot = &g_built[h & 255];
@@ -52,7 +52,7 @@ void *kn__kernel_get(kn_backend *be, const char *src, const char *name) {
     if (handle) g_nbuilt++;
     else {
         g_nfailed++;
-        if (kn_env_get()->debug || g_nfailed == 1)
+        if (!quiet && (kn_env_get()->debug || ++g_nreported == 1))
             fprintf(stderr, "kiln: generated kernel %s not built on %s (its nodes run the hand kernels): %s\n",
                     name, be->name, why[0] ? why : "no reason given");
     }

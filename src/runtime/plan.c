@@ -75,12 +75,12 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         if (tuned) len = kn__render(be->kernel_lang, &g->k, src, cap);
         if (len > 0) {
             dump_source(be->kernel_lang, g->k.name, src);
-            h = kn__kernel_get(be, src, g->k.name);
+            h = kn__kernel_get(be, src, g->k.name, tuned);   /* a tuned variant has the fallback below */
             nsrc++;
         }
         if (!h && tuned) {   /* a stored choice that no longer builds (another NVRTC?): the heuristic's source */
             g->k.tune = (kn_ktune){0};
-            if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) h = kn__kernel_get(be, src, g->k.name);
+            if (kn__render(be->kernel_lang, &g->k, src, cap) > 0) h = kn__kernel_get(be, src, g->k.name, false);
         }
         if (!h) continue;
         if (keep != gi) p->groups[keep] = *g;

@@ -82,8 +82,9 @@ kn_status kn__plan_run_steps(kn_plan *p);
 
 /* ---- kernels.c -------------------------------------------------------------- */
 /* The backend's handle for a generated kernel's source, built once per process
- * (NULL when it could not be built: reported once, or each time with KN_DEBUG). */
-void *kn__kernel_get(kn_backend *be, const char *src, const char *name);
+ * (NULL when it could not be built: reported once, or each time with KN_DEBUG;
+ * quiet: not reported, the caller has a fallback or reports itself). */
+void *kn__kernel_get(kn_backend *be, const char *src, const char *name, bool quiet);
 /* ---- tune.c ------------------------------------------------------------------ */
 /* The kernel search (src/compile/search.c) on the plan's backend. */
 /* Fills l's items, symbols and launch shape (block, waves, grain) for k at
