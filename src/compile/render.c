@@ -317,6 +317,16 @@ static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int n
     if (!n) snprintf(out, cap, "0");
 }
 
+/* Every buffer's offset expression over all of k's dims (index names i<d>),
+ * as put_program takes them. */
+typedef struct {
+    char ix[KN_KERNEL_MAXBUF][256];
+    const char *idx[KN_KERNEL_MAXBUF];
+} kidx;
+static void full_index(kidx *x, const kn_kernel *k) {
+    for (int i = 0; i < k->nbuf; i++) { offset_expr(x->ix[i], sizeof x->ix[i], k, i, k->ndim, "i"); x->idx[i] = x->ix[i]; }
+}
+
 static void render_c(sb *b, const kn_kernel *k) {
     int nd = k->ndim, last = nd - 1;
     put(b, "void %s(const kn_kargs *a, kn_i64 begin, kn_i64 end) {\n", k->name);
@@ -442,16 +452,16 @@ static void render_cuda(sb *b, const kn_kernel *k) {
         for (int d = nd - 1; d >= 1; d--) put(b, "        const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
         put(b, "        const %s i0 = r;\n", ity);
     }
-    char ix[KN_KERNEL_MAXBUF][256];
-    const char *idx[KN_KERNEL_MAXBUF];
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, nd, "i"); idx[i] = ix[i]; }
-    put_program(b, k, "        ", idx);
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, "        ", x.idx);
     put(b, "    }\n}\n");
 }
 
 /* ---- reductions: an item is one output element ---------------------------- */
 static const char *red_ident(kn_op op) { return op == KN_OP_MAX ? "(-KN_INF)" : op == KN_OP_MIN ? "KN_INF" : "0"; }
-/* acc = combine(acc, v); max and min let a NaN win, as torch */
+/* ind acc = combine(acc, v); as a line: max and min let a NaN win, as
+ * torch; any other op (sum, mean) adds */
 static void put_combine(sb *b, kn_op op, const char *ind, const char *acc, const char *v) {
     if (op == KN_OP_MAX) put(b, "%s%s = (%s > %s || %s != %s) ? %s : %s;\n", ind, acc, v, acc, v, v, v, acc);
     else if (op == KN_OP_MIN) put(b, "%s%s = (%s < %s || %s != %s) ? %s : %s;\n", ind, acc, v, acc, v, v, v, acc);
@@ -507,10 +517,9 @@ static void render_cuda_reduce(sb *b, const kn_kernel *k) {
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
     put(b, "        for (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n");
     put_decompose(b, k, true, "kn_i64", "q", "            ");
-    char ix[KN_KERNEL_MAXBUF][256];
-    const char *idx[KN_KERNEL_MAXBUF];
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
-    put_program(b, k, "            ", idx);
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, "            ", x.idx);
     char v[16];
     snprintf(v, sizeof v, "v%d", k->red_val);
     put_combine(b, k->red, "            ", "acc", v);
@@ -538,8 +547,7 @@ typedef struct {
     bool cuda;
     const char *ind;          /* indentation of the pass loops */
     const char *ity;
-    char ix[KN_KERNEL_MAXBUF][256];
-    const char *idx[KN_KERNEL_MAXBUF];
+    kidx x;                   /* every buffer's offset at the element */
     int K;                    /* CUDA: a thread's K elements of the row kept in registers (vc[]); 0: none */
     int blk;                  /* CUDA: threads per block (the stride between a thread's elements) */
 } rn_ctx;
@@ -553,7 +561,7 @@ static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const 
     put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
     put_decompose(b, c->k, true, c->ity, "q", in3);
     if (first) {
-        put_program_s(b, c->k, in3, c->idx, true);
+        put_program_s(b, c->k, in3, c->x.idx, true);
         put(b, "%svc[kk] = v%d;\n", in3, c->k->red_val);
     } else {
         put(b, "%sconst kn_real v%d = vc[kk];\n", in3, c->k->red_val);
@@ -561,12 +569,6 @@ static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const 
 }
 
 #define RN_LANES 16
-/* acc = combine(acc, x) for sums ('+') or NaN-propagating maxima ('m') */
-static void put_comb(sb *b, char kind, const char *acc, const char *x) {
-    if (kind == 'm') put(b, "%s = (%s > %s || %s != %s) ? %s : %s;", acc, x, acc, x, x, x, acc);
-    else if (kind == 'n') put(b, "%s = (%s < %s || %s != %s) ? %s : %s;", acc, x, acc, x, x, x, acc);
-    else put(b, "%s += %s;", acc, x);
-}
 
 /* One pass over the row, accumulating expr (over the program's values) into
  * the scalar acc (declared by the caller, holding the identity). C: RN_LANES
@@ -574,13 +576,13 @@ static void put_comb(sb *b, char kind, const char *acc, const char *x) {
  * compiler vectorises the pass (a single accumulator is a serial chain it may
  * not reorder); they are combined in order at the end. CUDA: each thread
  * strides over the row; the caller combines the threads. */
-static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op kind, const char *ident, const char *expr,
                          const char *pre);
-static void rn_accum(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr) {
+static void rn_accum(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op kind, const char *ident, const char *expr) {
     rn_accum_pre(b, c, stores, acc, kind, ident, expr, NULL);
 }
 /* the same, with the statement pre before each combine (it may define what expr uses) */
-static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char kind, const char *ident, const char *expr,
+static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op kind, const char *ident, const char *expr,
                          const char *pre) {
     const char *ind = c->ind;
     char in2[40], in3[40], lane[48];
@@ -589,15 +591,17 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char ki
     if (c->cuda && c->K) {
         rn_cached_open(b, c, stores, in2, in3);
         if (pre) put(b, "%s%s\n", in3, pre);
-        put(b, "%s", in3); put_comb(b, kind, acc, expr); put(b, "\n%s}\n%s}\n", in2, ind);
+        put_combine(b, kind, in3, acc, expr);
+        put(b, "%s}\n%s}\n", in2, ind);
         return;
     }
     if (c->cuda) {
         put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
         put_decompose(b, c->k, true, c->ity, "q", in2);
-        put_program_s(b, c->k, in2, c->idx, stores);
+        put_program_s(b, c->k, in2, c->x.idx, stores);
         if (pre) put(b, "%s%s\n", in2, pre);
-        put(b, "%s", in2); put_comb(b, kind, acc, expr); put(b, "\n%s}\n", ind);
+        put_combine(b, kind, in2, acc, expr);
+        put(b, "%s}\n", ind);
         return;
     }
     put(b, "%s{\n%s    kn_acc %s_l[%d];\n", ind, ind, acc, RN_LANES);
@@ -612,11 +616,14 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, char ki
         else put(b, "%s    for (int l = 0; q0 + l < RN; l++) {\n", ind);
         put(b, "%sconst kn_i64 q = q0 + l;\n", in4);
         put_decompose(b, c->k, true, c->ity, "q", in4);
-        put_program_s(b, c->k, in4, c->idx, stores);
+        put_program_s(b, c->k, in4, c->x.idx, stores);
         if (pre) put(b, "%s%s\n", in4, pre);
-        put(b, "%s", in4); put_comb(b, kind, lane, expr); put(b, "\n%s    }\n", ind);
+        put_combine(b, kind, in4, lane, expr);
+        put(b, "%s    }\n", ind);
     }
-    put(b, "%s    for (int l = 0; l < %d; l++) ", ind, RN_LANES); put_comb(b, kind, acc, lane); put(b, "\n%s}\n", ind);
+    put(b, "%s    for (int l = 0; l < %d; l++) ", ind, RN_LANES);
+    put_combine(b, kind, "", acc, lane);
+    put(b, "%s}\n", ind);
     (void)in3;
 }
 
@@ -634,7 +641,7 @@ static void rn_write(sb *b, rn_ctx *c, const char *stmt) {
     if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
     else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
     put_decompose(b, c->k, true, c->ity, "q", in2);
-    put_program_s(b, c->k, in2, c->idx, false);
+    put_program_s(b, c->k, in2, c->x.idx, false);
     put(b, "%s%s\n%s}\n", in2, stmt, ind);
 }
 
@@ -657,30 +664,30 @@ static void rn_body(sb *b, rn_ctx *c) {
     char st[320], v[16], e[96];
     snprintf(v, sizeof v, "v%d", k->red_val);
     char w[128] = "", bb[128] = "";
-    if (k->norm_w >= 0) snprintf(w, sizeof w, " * %s(b%d[%s])", load_fn(k->buf[k->norm_w].dt), k->norm_w, c->idx[k->norm_w]);
-    if (k->norm_b >= 0) snprintf(bb, sizeof bb, " + %s(b%d[%s])", load_fn(k->buf[k->norm_b].dt), k->norm_b, c->idx[k->norm_b]);
+    if (k->norm_w >= 0) snprintf(w, sizeof w, " * %s(b%d[%s])", load_fn(k->buf[k->norm_w].dt), k->norm_w, c->x.idx[k->norm_w]);
+    if (k->norm_b >= 0) snprintf(bb, sizeof bb, " + %s(b%d[%s])", load_fn(k->buf[k->norm_b].dt), k->norm_b, c->x.idx[k->norm_b]);
     const char *ind = c->ind;
     switch (k->red) {
     case KN_OP_RMS_NORM:
         put(b, "%skn_acc s1 = 0;\n", ind);
         snprintf(e, sizeof e, "(kn_acc)%s * (kn_acc)%s", v, v);
-        rn_accum(b, c, true, "s1", '+', "0", e);
+        rn_accum(b, c, true, "s1", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss1 = %s(s1%s);\n", ind, sum, shp);
         put(b, "%sconst kn_real rs = (kn_real)(1 / KN_SQRT_ACC(s1 / (kn_acc)RN + (kn_acc)%a));\n", ind, k->eps);
-        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(%s * rs)%s);", k->red_buf, c->idx[k->red_buf], store_fn(k->red_dt), v, w);
+        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(%s * rs)%s);", k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), v, w);
         rn_write(b, c, st);
         break;
     case KN_OP_LAYER_NORM:
         put(b, "%skn_acc s1 = 0;\n", ind);
         snprintf(e, sizeof e, "(kn_acc)%s", v);
-        rn_accum(b, c, true, "s1", '+', "0", e);
+        rn_accum(b, c, true, "s1", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss1 = %s(s1%s);\n", ind, sum, shp);
         put(b, "%sconst kn_acc mean = s1 / (kn_acc)RN;\n%skn_acc s2 = 0;\n", ind, ind);
         snprintf(e, sizeof e, "((kn_acc)%s - mean) * ((kn_acc)%s - mean)", v, v);
-        rn_accum(b, c, false, "s2", '+', "0", e);
+        rn_accum(b, c, false, "s2", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
         put(b, "%sconst kn_acc rs = 1 / KN_SQRT_ACC(s2 / (kn_acc)RN + (kn_acc)%a);\n", ind, k->eps);
-        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(((kn_acc)%s - mean) * rs)%s%s);", k->red_buf, c->idx[k->red_buf],
+        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(((kn_acc)%s - mean) * rs)%s%s);", k->red_buf, c->x.idx[k->red_buf],
                  store_fn(k->red_dt), v, w, bb);
         rn_write(b, c, st);
         break;
@@ -688,31 +695,31 @@ static void rn_body(sb *b, rn_ctx *c) {
         bool lg = k->red == KN_OP_LOG_SOFTMAX;
         put(b, "%skn_acc m = -KN_INF;\n", ind);
         snprintf(e, sizeof e, "(kn_acc)%s", v);
-        rn_accum(b, c, true, "m", 'm', "-KN_INF", e);
+        rn_accum(b, c, true, "m", KN_OP_MAX, "-KN_INF", e);
         if (c->cuda) put(b, "%sm = %s(m%s);\n", ind, max, shp);
         put(b, "%skn_acc s2 = 0;\n", ind);
         if (!lg && k->red_dt == KN_F32 && !k->f64) {
             /* exp once: written to the output with the sum, then scaled by 1/sum
              * (the output is f32, so nothing is rounded in between) */
             char pre[256];
-            snprintf(pre, sizeof pre, "const kn_real ex = KN_EXP(%s - (kn_real)m); b%d[%s] = ex;", v, k->red_buf, c->idx[k->red_buf]);
-            rn_accum_pre(b, c, false, "s2", '+', "0", "(kn_acc)ex", pre);
+            snprintf(pre, sizeof pre, "const kn_real ex = KN_EXP(%s - (kn_real)m); b%d[%s] = ex;", v, k->red_buf, c->x.idx[k->red_buf]);
+            rn_accum_pre(b, c, false, "s2", KN_OP_SUM, "0", "(kn_acc)ex", pre);
             if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
             put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
-            snprintf(st, sizeof st, "b%d[%s] *= is;", k->red_buf, c->idx[k->red_buf]);
+            snprintf(st, sizeof st, "b%d[%s] *= is;", k->red_buf, c->x.idx[k->red_buf]);
             rn_over_out(b, c, st);
             break;
         }
         snprintf(e, sizeof e, "(kn_acc)KN_EXP((kn_real)((kn_acc)%s - m))", v);
-        rn_accum(b, c, false, "s2", '+', "0", e);
+        rn_accum(b, c, false, "s2", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
         if (lg) {
             put(b, "%sconst kn_acc ls = KN_LOG_ACC(s2);\n", ind);
-            snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)%s - m - ls));", k->red_buf, c->idx[k->red_buf], store_fn(k->red_dt), v);
+            snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)%s - m - ls));", k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), v);
         } else {
             put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
             snprintf(st, sizeof st, "b%d[%s] = %s(KN_EXP((kn_real)((kn_acc)%s - m)) * is);", k->red_buf,
-                     c->idx[k->red_buf], store_fn(k->red_dt), v);
+                     c->x.idx[k->red_buf], store_fn(k->red_dt), v);
         }
         rn_write(b, c, st);
         break;
@@ -744,15 +751,13 @@ static void render_c_reduce_cols(sb *b, const kn_kernel *k) {
     put(b, "        for (kn_i64 q = 0; q < RN; q++) {\n");
     put_decompose(b, k, true, "kn_i64", "q", "            ");
     put(b, "            for (kn_i64 l = 0; l < nt; l++) {\n                const kn_i64 i%d = j0 + l;\n", last);
-    char ix[KN_KERNEL_MAXBUF][256];
-    const char *idx[KN_KERNEL_MAXBUF];
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(ix[i], sizeof ix[i], k, i, k->ndim, "i"); idx[i] = ix[i]; }
-    put_program(b, k, "                ", idx);
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, "                ", x.idx);
     char v[16];
     snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
-    put(b, "                ");
-    put_comb(b, k->red == KN_OP_MAX ? 'm' : k->red == KN_OP_MIN ? 'n' : '+', "acc[l]", v);
-    put(b, "\n            }\n        }\n");
+    put_combine(b, k->red, "                ", "acc[l]", v);
+    put(b, "            }\n        }\n");
     put(b, "        for (kn_i64 l = 0; l < nt; l++) {\n            const kn_i64 i%d = j0 + l;\n", last);
     put_red_store(b, k, "            ", "acc[l]");
     put(b, "        }\n        o0 += nt;\n    }\n}\n");
@@ -765,11 +770,11 @@ static void render_c_reduce(sb *b, const kn_kernel *k) {
     put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
-    rn_ctx c = {k, false, "        ", "kn_i64", {{0}}, {0}};
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    rn_ctx c = {k, false, "        ", "kn_i64", {{{0}}, {0}}, 0, 0};
+    full_index(&c.x, k);
     char v[16];
     snprintf(v, sizeof v, "(kn_acc)v%d", k->red_val);
-    rn_accum(b, &c, true, "acc", k->red == KN_OP_MAX ? 'm' : k->red == KN_OP_MIN ? 'n' : '+', red_ident(k->red), v);
+    rn_accum(b, &c, true, "acc", k->red, red_ident(k->red), v);
     put_red_store(b, k, "        ", "acc");
     put(b, "    }\n}\n");
 }
@@ -779,8 +784,8 @@ static void render_c_rownorm(sb *b, const kn_kernel *k) {
     c_item_head(b, k);
     put(b, "    for (kn_i64 o = begin; o < end; o++) {\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
-    rn_ctx c = {k, false, "        ", "kn_i64", {{0}}, {0}};
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    rn_ctx c = {k, false, "        ", "kn_i64", {{{0}}, {0}}, 0, 0};
+    full_index(&c.x, k);
     rn_body(b, &c);
     put(b, "    }\n}\n");
 }
@@ -820,8 +825,8 @@ static const char cuda_block_reduce[] =
 static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
     put(b, "typedef kn_real kn_acc;\n#define KN_SQRT_ACC(v) KN_SQRT(v)\n#define KN_LOG_ACC(v) KN_LOG(v)\n%s", cuda_block_reduce);
     cuda_item_head(b, k, 33);
-    rn_ctx c = {k, true, "        ", "kn_i64", {{0}}, {0}, 0};
-    for (int i = 0; i < k->nbuf; i++) { offset_expr(c.ix[i], sizeof c.ix[i], k, i, k->ndim, "i"); c.idx[i] = c.ix[i]; }
+    rn_ctx c = {k, true, "        ", "kn_i64", {{{0}}, {0}}, 0, 0};
+    full_index(&c.x, k);
     /* a row of static length up to 16 elements a thread stays in registers
      * between the passes (one read of the operands instead of one per pass) */
     int64_t rn = 1;
