@@ -145,10 +145,11 @@ static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_t
     return f->neff[i] - f->neff[first] == 0;
 }
 
-static int instr_estimate(const fz *f, kn_tensor *const *U, int nu) {
+/* An upper bound on the instructions U lowers to (op, a load per operand, a
+ * rounding cast for a narrow dtype): the budget is checked before lowering. */
+static int instr_estimate(kn_tensor *const *U, int nu) {
     int c = 0;
     for (int m = 0; m < nu; m++) c += 2 + (int)(U[m]->dtype != KN_F32) + (int)(kn_op_get(U[m]->op)->kind == KN_KIND_BINARY);
-    (void)f;
     return c;
 }
 
@@ -179,7 +180,7 @@ static bool try_join(fz *f, kn_tensor *t, int i, const int *gs, int ngs, kn_tens
             kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
         }
     U[nu++] = t;
-    if (instr_estimate(f, U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, t)) return false;
+    if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, t)) return false;
     kn_fgroup *g0 = &f->g[gs[0]];
     for (int j = 1; j < ngs; j++) f->g[gs[j]].nnode = 0;   /* emptied, merged into g0 */
     memcpy(g0->node, U, sizeof *U * (size_t)nu);
@@ -203,7 +204,7 @@ static bool form_groups(fz *f) {
             int nu = 0;
             for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
             U[nu++] = t;
-            if (instr_estimate(f, U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, x)) continue;
+            if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, x)) continue;
             g->node[g->nnode++] = t;
             g->last = i;
             g->closed = true;

@@ -866,12 +866,6 @@ static const dialect g_dialects[] = {
     {"cuda", cuda_prelude, "rint", true},
 };
 
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) { h ^= (unsigned char)s[i]; h *= 1099511628211ull; }
-    return h;
-}
-
 int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
     const dialect *d = NULL;
     for (size_t i = 0; i < sizeof g_dialects / sizeof g_dialects[0]; i++)
@@ -884,7 +878,7 @@ int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
     sb b = {buf, 0, cap, false};
     render_all(&b, d, &kk);
     if (b.over) return -1;
-    snprintf(k->name, sizeof k->name, "kn_k%016llx", (unsigned long long)fnv1a(buf, b.n));
+    snprintf(k->name, sizeof k->name, "kn_k%016llx", (unsigned long long)kn__fnv1a(buf, b.n));
     memcpy(kk.name, k->name, sizeof kk.name);
     b = (sb){buf, 0, cap, false};
     render_all(&b, d, &kk);

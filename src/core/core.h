@@ -56,6 +56,15 @@ void *kn__host_alloc(kn_backend *be, size_t n);
 void kn__host_free(kn_backend *be, void *p);
 kn_status kn__host_copy(kn_backend *be, void *dst, const void *src, size_t n);
 
+/* 64-bit FNV-1a of n bytes: the in-memory keys of generated kernels (names,
+ * build and tuning memos); not for the disk cache (kcache.c uses SHA-256). */
+static inline uint64_t kn__fnv1a(const void *p, size_t n) {
+    const unsigned char *c = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) { h ^= c[i]; h *= 1099511628211ull; }
+    return h;
+}
+
 /* Philox4x32-10 (src/core/philox.c): 4 x 32 random bits of counter ctr under key. */
 void kn_philox4x32(uint64_t ctr, uint64_t key, uint32_t out[4]);
 double kn_rand_at(kn_rand_kind kind, double a, double b, uint64_t seed, uint64_t i);

@@ -25,14 +25,8 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static built *g_built[256];
 static int g_nbuilt, g_nfailed, g_nreported;
 
-static uint64_t hash_src(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) { h ^= (unsigned char)*s; h *= 1099511628211ull; }
-    return h;
-}
-
 void *kn__kernel_get(kn_backend *be, const char *src, const char *name, bool quiet) {
-    uint64_t h = hash_src(src);
+    uint64_t h = kn__fnv1a(src, strlen(src));
     pthread_mutex_lock(&g_lock);
     built **slot = &g_built[h & 255];
     for (built *b = *slot; b; b = b->next)

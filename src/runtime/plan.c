@@ -7,6 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* p->nkern: launches of one run (a fused group is one, at its last node; views none). */
+static void count_kernels(kn_plan *p) {
+    p->nkern = 0;
+    for (int i = 0; i < p->n; i++) {
+        kn_fgroup *g = kn__pgroup(p, p->order[i]);
+        if (g ? i == g->last : kn__computes(p->order[i])) p->nkern++;
+    }
+}
+
 /* Graph rewrites (src/compile/rewrite.c) on the scheduled list: they drop
  * nodes and fill p->rep, never touching a kn_tensor, so the order of what
  * survives is the schedule's. Only kn_plan_new's plans (eager kn_realize reuses
@@ -22,8 +31,7 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
         return false;
     }
     if (p->n == n0 && !p->rw_added) { free(p->rep); p->rep = NULL; }
-    p->nkern = 0;
-    for (int i = 0; i < p->n; i++) if (kn__computes(p->order[i])) p->nkern++;
+    count_kernels(p);
     if (kn_env_get()->debug) {
         fprintf(stderr, "rewrite: %d -> %d nodes in %.3f ms", n0, p->n, (kn__profile_now() - t0) * 1e3);
         for (int r = 0; r < KN_RW_NRULES; r++) if (removed[r]) fprintf(stderr, ", %s -%d", kn__rw_rule_name((kn_rw_rule)r), removed[r]);
@@ -92,11 +100,7 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     p->ngroups = keep;
     p->nfused = 0;
     for (int gi = 0; gi < keep; gi++) p->nfused += p->groups[gi].nnode;
-    p->nkern = 0;
-    for (int i = 0; i < p->n; i++) {
-        kn_fgroup *g = kn__pgroup(p, p->order[i]);
-        if (g ? i == g->last : kn__computes(p->order[i])) p->nkern++;
-    }
+    count_kernels(p);
     if (kn_env_get()->debug)
         fprintf(stderr, "fuse: %d groups of %d nodes in %.3f ms (%s kernels), %d kernels per run\n",
                 keep, p->nfused, (kn__profile_now() - t0) * 1e3, be->kernel_lang, p->nkern);
@@ -141,11 +145,7 @@ static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opt
         dropped++;
     }
     if (dropped) {
-        p->nkern = 0;
-        for (int i = 0; i < p->n; i++) {
-            kn_fgroup *g = kn__pgroup(p, p->order[i]);
-            if (g ? i == g->last : kn__computes(p->order[i])) p->nkern++;
-        }
+        count_kernels(p);
         if (kn_env_get()->debug) fprintf(stderr, "fuse: %d groups left to the hand kernels to keep the arena at most %zu bytes\n", dropped, plain);
     }
     return true;

@@ -65,12 +65,6 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static memo *g_memo[256];
 static kn_tune_stats g_stats;
 
-static uint64_t fnv1a(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) { h ^= (unsigned char)*s; h *= 1099511628211ull; }
-    return h;
-}
-
 static memo *memo_find(const kn_backend *be, const char *src, uint64_t h) {
     for (memo *m = g_memo[h & 255]; m; m = m->next)
         if (m->be == be && m->hash == h && !strcmp(m->src, src)) return m;
@@ -79,7 +73,7 @@ static memo *memo_find(const kn_backend *be, const char *src, uint64_t h) {
 
 /* remembers (found, t) for src; out of memory: not remembered (asked again) */
 static void memo_set(const kn_backend *be, const char *src, bool found, const kn_ktune *t) {
-    uint64_t h = fnv1a(src);
+    uint64_t h = kn__fnv1a(src, strlen(src));
     memo *m = memo_find(be, src, h);
     if (!m) {
         m = calloc(1, sizeof *m);
@@ -142,7 +136,7 @@ static bool disk_get(const kn_backend *be, const char *src, kn_ktune *t) {
 
 bool kn__tune_lookup(kn_backend *be, const char *src, kn_ktune *t) {
     pthread_mutex_lock(&g_lock);
-    memo *m = memo_find(be, src, fnv1a(src));
+    memo *m = memo_find(be, src, kn__fnv1a(src, strlen(src)));
     bool found = m && m->found;
     if (found) *t = m->t;
     else if (!m) {
@@ -281,7 +275,7 @@ static bool search(kn_backend *be, kn_kernel *k, const char *src, int width) {
                 name, be->name, kn_last_error());
         pthread_mutex_lock(&g_lock);
         memo_set(be, src, false, NULL);
-        memo *m = memo_find(be, src, fnv1a(src));
+        memo *m = memo_find(be, src, kn__fnv1a(src, strlen(src)));
         if (m) m->failed = true;   /* not retried in this process */
         pthread_mutex_unlock(&g_lock);
         return false;
@@ -309,7 +303,7 @@ bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src) {
         k->tune = kn__ktune_resolve(k, &t);   /* a reduction's stored unroll means nothing */
     } else if (width > 0) {
         pthread_mutex_lock(&g_lock);
-        memo *m = memo_find(be, src, fnv1a(src));
+        memo *m = memo_find(be, src, kn__fnv1a(src, strlen(src)));
         bool failed = m && m->failed;
         pthread_mutex_unlock(&g_lock);
         if (!failed) search(be, k, src, width);
