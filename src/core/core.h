@@ -59,7 +59,7 @@ kn_status kn__host_copy(kn_backend *be, void *dst, const void *src, size_t n);
 /* 64-bit FNV-1a of n bytes: the in-memory keys of generated kernels (names,
  * build and tuning memos); not for the disk cache (kcache.c uses SHA-256). */
 static inline uint64_t kn__fnv1a(const void *p, size_t n) {
-    const unsigned char *c = p;
+    const unsigned char *c = (const unsigned char *)p;   /* a cast: .cu files include this as C++ */
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) { h ^= c[i]; h *= 1099511628211ull; }
     return h;
