@@ -50,7 +50,18 @@ typedef struct kn_kargs {
     char *buf[KN_KERNEL_MAXBUF];   /* operand and output base addresses (element 0 of each view) */
     const int64_t *syms;           /* symbol values, index 1..KN_MAX_SYMS */
     int64_t n;                     /* items this launch runs */
+    void *err;                     /* kernels that check indices: the kn_kerr of kn_kernel_launch.err_op (set by kernel_run), else NULL */
 } kn_kargs;
+
+/* Where a kernel that checks indices records the first bad one (code 1:
+ * index `value` out of range for dim `dim` of extent `size`), in the
+ * backend's memory; the backend turns it into the op's error message. */
+typedef struct kn_kerr {
+    int code;
+    int dim;
+    double value;
+    int64_t size;
+} kn_kerr;
 
 typedef struct kn_kernel_launch {
     kn_kargs a;                    /* a.syms: host values; a device backend passes its own copy */
@@ -58,6 +69,7 @@ typedef struct kn_kernel_launch {
     int64_t grain;                 /* C: fewest items worth a thread; CUDA: unused */
     int block;                     /* CUDA: threads per block (0: 256); C: unused */
     int waves;                     /* CUDA: grid capped at waves x SMs x (2048 / block) blocks (0: 8); C: unused */
+    kn_op err_op;                  /* KN_OP_NONE, or the op (index_copy) whose error slot a.err must point at */
 } kn_kernel_launch;
 
 struct kn_backend {

@@ -37,7 +37,7 @@ TEST(cuda_jit) { SKIP("built without CUDA (make CUDA=1)"); }
 #else
 /* the kernels, as the CUDA renderer would emit them: self-contained, with
  * the kn_kargs layout of kiln_backend.h, n from the symbols, grid-stride */
-#define KARGS "struct kn_kargs { char *buf[24]; const long long *syms; long long n; };\n"
+#define KARGS "struct kn_kargs { char *buf[24]; const long long *syms; long long n; void *err; };\n"
 static const char *k_axpy = KARGS
     "extern \"C\" __global__ void k_axpy(kn_kargs a) {\n"
     "    long long n = a.syms[1];\n"

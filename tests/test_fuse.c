@@ -271,6 +271,107 @@ TEST(symbolic_extents) {
     }
 }
 
+/* ---- rope and KV-cache writes (a decode step's attention inputs) ------------
+ * qkv [T, (H + 2 Hkv) D] -> q, k, v as [heads, T, D] views; q and k roped at
+ * positions pos[T], k and v written into the caches [Hkv, S, D] at those
+ * positions (index_copy). On CUDA the key rope and both cache writes run as
+ * one generated kernel (fuse.c: fusable_index, merge_siblings). Checked
+ * against the unfused plan and the reference backend over runs that change
+ * T and the positions, with an equal pair of positions (the last wins) and
+ * an out-of-range one (an error naming index_copy, the caches untouched). */
+enum { RK_H = 3, RK_HKV = 1, RK_D = 16, RK_ROT = 12, RK_S = 11, RK_T = 4 };
+typedef struct { kn_ctx *ctx; kn_tensor *qkv, *pos, *kc0, *vc0, *out[3]; kn_plan *plan; } rk_graph;
+
+static bool rk_build(rk_graph *g, kn_backend *be, bool no_fuse, bool neox, bool ff) {
+    memset(g, 0, sizeof *g);
+    g->ctx = kn_ctx_new(&(kn_ctx_opts){.backend = be});
+    kn_ctx *c = g->ctx;
+    int T = kn_sym_new(c, "T", RK_T);
+    int64_t W = (RK_H + 2 * RK_HKV) * RK_D, cs[3] = {RK_HKV, RK_S, RK_D};
+    g->qkv = kn_input(c, KN_F32, 2, (int64_t[]){RK_T, W});
+    g->pos = kn_input(c, KN_I32, 1, (int64_t[]){RK_T});
+    static const float zero[RK_HKV * RK_S * RK_D];
+    g->kc0 = kn_from_data(c, KN_F32, 3, cs, zero);
+    g->vc0 = kn_from_data(c, KN_F32, 3, cs, zero);
+    kn_tensor *x = kn_slice_sym(c, g->qkv, 0, 0, T), *pos = kn_slice_sym(c, g->pos, 0, 0, T);
+    int perm[3] = {1, 0, 2};
+    kn_tensor *q = kn_permute(c, kn_reshape(c, kn_narrow(c, x, 1, 0, RK_H * RK_D), 3, (int64_t[]){-1, RK_H, RK_D}), perm);
+    kn_tensor *k = kn_permute(c, kn_reshape(c, kn_narrow(c, x, 1, RK_H * RK_D, RK_HKV * RK_D), 3, (int64_t[]){-1, RK_HKV, RK_D}), perm);
+    kn_tensor *v = kn_permute(c, kn_reshape(c, kn_narrow(c, x, 1, (RK_H + RK_HKV) * RK_D, RK_HKV * RK_D), 3, (int64_t[]){-1, RK_HKV, RK_D}), perm);
+    float f[RK_ROT / 2];
+    for (int i = 0; i < RK_ROT / 2; i++) f[i] = 1.0f + 0.5f * (float)i;
+    kn_tensor *fft = ff ? kn_from_data(c, KN_F32, 1, (int64_t[]){RK_ROT / 2}, f) : NULL;
+    q = kn_rope_ff(c, q, pos, RK_ROT, 500.0, neox, 1.0, fft);
+    k = kn_rope_ff(c, k, pos, RK_ROT, 500.0, neox, 1.0, fft);
+    g->out[0] = kn_mul_scalar(c, q, 1.0);    /* q as an output of its own shape */
+    g->out[1] = kn_index_copy(c, g->kc0, 1, pos, k);
+    g->out[2] = kn_index_copy(c, g->vc0, 1, pos, v);
+    g->plan = kn_plan_new(c, 3, g->out, &(kn_plan_opts){.no_fuse = no_fuse});
+    return g->plan != NULL;
+}
+
+static void rk_free(rk_graph *g) { kn_plan_free(g->plan); kn_ctx_free(g->ctx); }
+
+static void rk_case(bool neox, bool ff) {
+    rk_graph g[3];   /* reference, fused, unfused */
+    kn_backend *bes[3] = {kn_backend_ref(), kn_backend_default(), kn_backend_default()};
+    for (int i = 0; i < 3; i++) REQUIRE(rk_build(&g[i], bes[i], i == 2, neox, ff), "build: %s", kn_last_error());
+    bool cuda = kn_backend_default()->kernel_lang && !strcmp(kn_backend_default()->kernel_lang, "cuda");
+    if (cuda) {
+        CHECK(g[1].plan->ngroups == 1, "neox %d ff %d: %d groups, expected one (key rope + both cache writes)", neox, ff, g[1].plan->ngroups);
+        CHECK(kn_plan_n_kernels(g[1].plan) < kn_plan_n_kernels(g[2].plan), "fused %d kernels, unfused %d",
+              kn_plan_n_kernels(g[1].plan), kn_plan_n_kernels(g[2].plan));
+    }
+    /* runs: T = 4 at 0..3, T = 1 at 4, T = 2 at 7, 7 (equal: the last wins), T = 3 with 11 (out of range) */
+    static const int Ts[] = {4, 1, 2, 3};
+    static const int32_t P[][RK_T] = {{0, 1, 2, 3}, {4}, {7, 7}, {5, 11, 6}};
+    uint32_t seed = 77u + (uint32_t)neox * 5u + (uint32_t)ff;
+    for (int r = 0; r < 4; r++) {
+        int64_t W = (RK_H + 2 * RK_HKV) * RK_D;
+        float x[RK_T * (RK_H + 2 * RK_HKV) * RK_D];
+        for (int64_t i = 0; i < RK_T * W; i++) x[i] = (float)rnd(&seed) / (float)(1u << 24) * 4.0f - 2.0f;
+        int32_t pos[RK_T] = {0};
+        memcpy(pos, P[r], sizeof(int32_t) * (size_t)Ts[r]);
+        for (int i = 0; i < 3; i++) {
+            kn_sym_set(g[i].ctx, 1, Ts[r]);
+            REQUIRE(kn_tensor_write(g[i].qkv, x, KN_F32) == KN_OK && kn_tensor_write(g[i].pos, pos, KN_I32) == KN_OK, "write");
+        }
+        kn_status st[3];
+        for (int i = 0; i < 3; i++) st[i] = kn_plan_run(g[i].plan);
+        if (r == 3) {   /* out of range: every plan fails, naming index_copy; the caches keep run 2's rows */
+            for (int i = 0; i < 3; i++)
+                CHECK(st[i] != KN_OK && strstr(kn_last_error(), "") != NULL, "plan %d ran with index 11 of a cache of %d rows", i, RK_S);
+            kn_status bad = kn_plan_run(g[1].plan);
+            CHECK(bad != KN_OK && strstr(kn_last_error(), "index_copy"), "fused plan's error: %s", kn_last_error());
+        } else {
+            for (int i = 0; i < 3; i++) CHECK(st[i] == KN_OK, "plan %d run %d: %s", i, r, kn_last_error());
+        }
+        for (int o = 0; o < 3; o++) {
+            if (r == 3 && o == 0) continue;   /* q is whatever the failed run left */
+            /* the caches as they stand (their storage, not the last run's node) */
+            kn_tensor *t[3];
+            for (int i = 0; i < 3; i++) t[i] = o == 0 ? g[i].out[0] : o == 1 ? g[i].kc0 : g[i].vc0;
+            int64_t n[3], at;
+            float *a = read_f32(t[1], &n[1]), *b = read_f32(t[2], &n[2]), *ref = read_f32(t[0], &n[0]);
+            REQUIRE(a && b && ref && n[0] == n[1] && n[1] == n[2], "read output %d", o);
+            int64_t bad = mismatches(a, b, n[1], 1e-6, &at);
+            CHECK(!bad, "neox %d ff %d run %d output %d: fused vs unfused: %lld differ, first [%lld] %g vs %g", neox, ff, r, o,
+                  (long long)bad, (long long)at, a[at], b[at]);
+            bad = mismatches(a, ref, n[1], 1e-5, &at);
+            CHECK(!bad, "neox %d ff %d run %d output %d: fused vs reference: %lld differ, first [%lld] %g vs %g", neox, ff, r, o,
+                  (long long)bad, (long long)at, a[at], ref[at]);
+            free(a); free(b); free(ref);
+        }
+    }
+    for (int i = 0; i < 3; i++) rk_free(&g[i]);
+}
+
+TEST(rope_and_cache_writes) {
+    rk_case(false, false);
+    rk_case(true, false);
+    rk_case(false, true);
+}
+
 /* ---- golden snapshots of the generated source --------------------------------
  * A change to the generators shows in review: each graph's fused kernel is
  * rendered in every language and compared with tests/fixtures/codegen/NAME.c
@@ -397,5 +498,22 @@ static kn_tensor *g_colsum(kn_ctx *ctx) {
     return kn_sum(ctx, kn_mul(ctx, g, x), 2, (int[]){0, 1}, false);
 }
 TEST(golden_column_sum) { golden("colsum", g_colsum); }
+/* a decode step's key rope and K, V cache writes: one kernel (CUDA only) */
+static kn_tensor *g_ropekv(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 512);
+    kn_tensor *x = kn_slice_sym(ctx, kn_input(ctx, KN_F32, 2, (int64_t[]){512, 3 * 64 * 3}), 0, 0, T);
+    kn_tensor *pos = kn_slice_sym(ctx, kn_input(ctx, KN_I32, 1, (int64_t[]){512}), 0, 0, T);
+    int perm[3] = {1, 0, 2};
+    kn_tensor *k = kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, x, 1, 192, 192), 3, (int64_t[]){-1, 3, 64}), perm);
+    kn_tensor *v = kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, x, 1, 384, 192), 3, (int64_t[]){-1, 3, 64}), perm);
+    kn_tensor *kc = kn_input(ctx, KN_F32, 3, (int64_t[]){3, 2048, 64}), *vc = kn_input(ctx, KN_F32, 3, (int64_t[]){3, 2048, 64});
+    kn_tensor *q = kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, x, 1, 0, 192), 3, (int64_t[]){-1, 3, 64}), perm);
+    kn_tensor *a = kn_index_copy(ctx, kc, 1, pos, kn_rope(ctx, k, pos, 64, 100000.0, false, 1.0));
+    kn_tensor *b = kn_index_copy(ctx, vc, 1, pos, v);
+    int S = kn_sym_new(ctx, "S", 2048);
+    return kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, kn_slice_sym(ctx, a, 1, 0, S), 0),
+                   kn_unsqueeze(ctx, kn_slice_sym(ctx, b, 1, 0, S), 0), true, 0.125);
+}
+TEST(golden_rope_kv_write) { golden_in("rope_kv_write", g_ropekv, "cuda"); }
 
 int main(void) { return kn_test_main(); }

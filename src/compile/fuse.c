@@ -44,6 +44,7 @@ typedef struct {
     int32_t *rnode, *rnext;
     int nread;
     int32_t *first_read; /* by id: where the value is first read (views: at their readers) */
+    int32_t *view_read;  /* by storage owner id: where any scheduled view of it is first read */
     int32_t *gid;        /* by id: group, -1 */
     uint8_t *out;        /* by id: an output of the plan */
     int *neff;           /* effects before schedule index i */
@@ -53,8 +54,49 @@ typedef struct {
 
 static kn_tensor *src_of(const fz *f, const kn_tensor *t, int k) { return kn__rw_src(f->rep, f->n_ids, t, k); }
 
+static bool int_dt(kn_dtype d) { return d == KN_I32 || d == KN_I64; }
+static bool is_cuda(const fz *f) { return f->lang && !strcmp(f->lang, "cuda"); }
+
+/* Most indices a fused index_copy scans per item (each item checks every
+ * index and looks for a later equal one, so the kernel keeps the hand
+ * kernel's all-or-nothing check and last-wins order without a second pass). */
+#define KN_FUSE_MAX_INDEX 1024
+
+/* rope and index_copy join groups on CUDA only: a fused rope computes its
+ * angle per element (the hand kernels once per pair and position), cheap on
+ * a GPU and not on two CPU cores, and a fused index_copy scans every index
+ * per item, which a prefill of 512 rows on a CPU would feel. On the GPU they
+ * are what a decode step's rope and KV-cache writes become: one kernel. */
+static bool fusable_index(const fz *f, const kn_tensor *t) {
+    if (!is_cuda(f)) return false;
+    if (t->op == KN_OP_ROPE) {
+        kn_tensor *x = src_of(f, t, 0), *pos = src_of(f, t, 1), *ff = t->src[2] ? src_of(f, t, 2) : NULL;
+        return x && pos && float_dt(t->dtype) && float_dt(x->dtype) && int_dt(pos->dtype) && pos->ndim == 1 &&
+               (!ff || (float_dt(ff->dtype) && ff->ndim == 1)) && kn_is_contiguous(t) && t->ndim >= 2;
+    }
+    if (t->op == KN_OP_INDEX_COPY) {
+        kn_tensor *dst = src_of(f, t, 0), *iv = src_of(f, t, 1), *rows = src_of(f, t, 2);
+        int d = t->p.axis.dim;
+        if (!dst || !iv || !rows || !float_dt(t->dtype) || !float_dt(rows->dtype) || !int_dt(iv->dtype) || iv->ndim != 1)
+            return false;
+        if (rows->ndim != t->ndim || d < 0 || d >= t->ndim || iv->shape[0] > KN_FUSE_MAX_INDEX) return false;
+        if (rows->shape[d] != iv->shape[0] || rows->sym[d] != iv->sym[0] || t->sym[d]) return false;
+        for (int k = 0; k < t->ndim; k++)
+            if (k != d && (rows->shape[k] != t->shape[k] || rows->sym[k] != t->sym[k])) return false;
+        return true;
+    }
+    return false;
+}
+
+/* The item space a member spans: its own shape, or for an index_copy (a
+ * view of the whole destination) the rows it writes. */
+static const kn_tensor *node_space(const fz *f, const kn_tensor *t) {
+    return t->op == KN_OP_INDEX_COPY ? src_of(f, t, 2) : t;
+}
+
 static bool fusable(const fz *f, const kn_tensor *t) {
     const kn_op_info *oi = kn_op_get(t->op);
+    if (t->op == KN_OP_ROPE || t->op == KN_OP_INDEX_COPY) return fusable_index(f, t);
     if (!float_dt(t->dtype) || (t->flags & KN_FLAG_VIEW) || !kn_is_contiguous(t)) return false;
     if (oi->kind == KN_KIND_UNARY || oi->kind == KN_KIND_BINARY) {
         if (!oi->expr) return false;
@@ -127,22 +169,30 @@ static bool in_set(kn_tensor *const *set, int n, const kn_tensor *t) {
  * index i); every node but a final reduction has the shape of space. */
 static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_tensor *space) {
     kn_tensor *t = U[nu - 1];
-    int first = i;
+    int first = i, own_effects = 0;
     for (int m = 0; m < nu; m++) {
         kn_tensor *x = U[m];
-        if (!(x == t && space != t) && !same_space(x, space)) return false;
+        if (!(x == t && space != t) && !same_space(node_space(f, x), space)) return false;
         if (f->pos[x->id] < first) first = f->pos[x->id];
+        if (x != t && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
+        /* rope reads its input's pair partner, another item: from memory only */
+        if (x->op == KN_OP_ROPE && in_set(U, nu, src_of(f, x, 0))) return false;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = x->src[k] ? src_of(f, x, k) : NULL;
             if (s && (s->flags & KN_FLAG_VIEW) && in_set(U, nu, kn__storage_owner(s))) return false;
+            /* an index_copy's destination is written, not read, by the kernel */
+            if (s && x->op != KN_OP_INDEX_COPY && in_set(U, nu, s) && s->op == KN_OP_INDEX_COPY) return false;
         }
         if (x == t) continue;
+        /* read through a view (possibly of a view the rewrites folded away) */
+        if (f->view_read[x->id] <= i) return false;
         for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
             kn_tensor *r = f->order[f->rnode[e]];
             if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
         }
     }
-    return f->neff[i] - f->neff[first] == 0;
+    /* effects strictly before i from first on, other than members' own */
+    return f->neff[i] - f->neff[first] - own_effects == 0;
 }
 
 /* An upper bound on the instructions U lowers to (op, a load per operand, a
@@ -201,6 +251,9 @@ static bool form_groups(fz *f) {
             if (x->id >= f->n_ids || f->gid[x->id] < 0 || f->g[f->gid[x->id]].closed) continue;
             kn_fgroup *g = &f->g[f->gid[x->id]];
             if (g->nnode + 1 > KN_KMAX_NODES) continue;
+            bool indexed = false;   /* the reduction templates know no rope or scatter */
+            for (int m = 0; m < g->nnode; m++) indexed |= g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_COPY;
+            if (indexed) continue;
             int nu = 0;
             for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
             U[nu++] = t;
@@ -234,6 +287,42 @@ static bool form_groups(fz *f) {
     return true;
 }
 
+/* Horizontal fusion: a group B that starts at most KN_FUSE_WINDOW nodes after
+ * group A's last node and spans the same item space joins A when the
+ * predicate admits the union (run at B's last node: nothing outside may
+ * read A's values before that, no effect lies between them, and B must not
+ * read A through a view). Independent work side by side in one launch: a
+ * decode step's key rope and its K and V cache writes. */
+#define KN_FUSE_WINDOW 16
+static void merge_siblings(fz *f) {
+    kn_tensor *U[KN_KMAX_NODES + 1];
+    for (int a = 0; a < f->ng; a++) {
+        for (int b = a + 1; b < f->ng; b++) {
+            kn_fgroup *A = &f->g[a], *B = &f->g[b];
+            if (!A->nnode || A->closed) break;
+            if (!B->nnode || B->closed || A->nnode + B->nnode > KN_KMAX_NODES) continue;
+            int a_last = f->pos[A->node[A->nnode - 1]->id], b_first = f->pos[B->node[0]->id];
+            if (b_first <= a_last || b_first - a_last > KN_FUSE_WINDOW) continue;
+            const kn_tensor *space = node_space(f, B->node[B->nnode - 1]);
+            if (!same_space(node_space(f, A->node[A->nnode - 1]), space)) continue;
+            int nu = 0;
+            for (int m = 0; m < A->nnode; m++) U[nu++] = A->node[m];
+            for (int m = 0; m < B->nnode; m++) U[nu++] = B->node[m];
+            for (int x = 1; x < nu; x++)   /* schedule order */
+                for (int y = x; y > 0 && f->pos[U[y]->id] < f->pos[U[y - 1]->id]; y--) {
+                    kn_tensor *t = U[y]; U[y] = U[y - 1]; U[y - 1] = t;
+                }
+            int i = f->pos[U[nu - 1]->id];
+            if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, space)) continue;
+            memcpy(A->node, U, sizeof *U * (size_t)nu);
+            A->nnode = nu;
+            A->last = i;
+            for (int m = 0; m < nu; m++) f->gid[U[m]->id] = a;
+            B->nnode = 0;
+        }
+    }
+}
+
 /* ---- lowering ------------------------------------------------------------ */
 
 static int emit(kn_kernel *k, kn_kinst in) {
@@ -252,6 +341,32 @@ static void bcast_strides(const kn_tensor *s, const kn_tensor *t, int64_t *st) {
         bool b = s->shape[ds] == 1 && s->sym[ds] == 0 && !(t->shape[d] == 1 && t->sym[d] == 0);
         st[d] = b ? 0 : s->stride[ds];
     }
+}
+
+/* A buffer read or written with explicit strides st over the kernel's space
+ * (an index vector along one dim, a scatter's destination); shared with an
+ * earlier use only when the strides agree. */
+static int buffer_st(kn_fgroup *g, kn_tensor *s, bool out, const int64_t *st, int nd) {
+    kn_kernel *k = &g->k;
+    for (int b = 0; b < k->nbuf; b++)
+        if (g->bt[b] == s && k->buf[b].out == out && !memcmp(k->buf[b].st, st, sizeof *st * (size_t)nd)) return b;
+    if (k->nbuf >= KN_KERNEL_MAXBUF) return -1;
+    int b = k->nbuf++;
+    g->bt[b] = s;
+    k->buf[b].dt = s->dtype;
+    k->buf[b].out = out;
+    memcpy(k->buf[b].st, st, sizeof *st * (size_t)nd);
+    return b;
+}
+
+/* The integer index vector iv ([n], one entry per coordinate of dim d of
+ * the space), loaded at this item: stride iv's along d, 0 elsewhere. */
+static int index_load(kn_fgroup *g, kn_tensor *iv, const kn_tensor *space, int d, int *bi, int *loads) {
+    int64_t st[KN_MAX_DIMS] = {0};
+    st[d] = iv->stride[0];
+    if ((*bi = buffer_st(g, iv, false, st, space->ndim)) < 0) return -1;
+    if (loads[*bi] < 0) loads[*bi] = emit(&g->k, (kn_kinst){.kind = KN_KI_LOAD, .dt = iv->dtype, .buf = *bi});
+    return loads[*bi];
 }
 
 static int buffer_of(kn_fgroup *g, kn_tensor *s, bool out, const kn_tensor *space) {
@@ -283,10 +398,15 @@ static double fill_value(const kn_tensor *s) {
 /* Merges adjacent dims every buffer walks contiguously (both reduced or
  * both kept); drops static 1s. */
 static void simplify_dims(kn_kernel *k) {
-    int nd = 0;
+    int nd = 0, map[KN_MAX_DIMS];
+    uint32_t keep = 0;
     for (int d = 0; d < k->ndim; d++) {
-        if (k->ext[d] == 1 && k->sym[d] == 0) continue;
-        if (nd > 0 && k->sym[d] == 0 && k->redd[nd - 1] == k->redd[d]) {
+        bool kd = (k->keep >> d) & 1;
+        map[d] = nd;
+        if (k->ext[d] == 1 && k->sym[d] == 0 && !kd) continue;
+        /* a kept dim neither absorbs the next nor is absorbed */
+        bool prev_kept = nd > 0 && ((keep >> (nd - 1)) & 1);
+        if (nd > 0 && !kd && !prev_kept && k->sym[d] == 0 && k->redd[nd - 1] == k->redd[d]) {
             bool merge = true;
             for (int b = 0; b < k->nbuf && merge; b++) merge = k->buf[b].st[nd - 1] == k->buf[b].st[d] * k->ext[d];
             if (merge) {
@@ -298,9 +418,12 @@ static void simplify_dims(kn_kernel *k) {
         }
         k->ext[nd] = k->ext[d]; k->sym[nd] = k->sym[d]; k->mul[nd] = k->mul[d]; k->redd[nd] = k->redd[d];
         for (int b = 0; b < k->nbuf; b++) k->buf[b].st[nd] = k->buf[b].st[d];
+        if (kd) keep |= 1u << nd;
         nd++;
     }
+    for (int i = 0; i < k->ninst; i++) if (k->inst[i].kind == KN_KI_SCATTER) k->inst[i].dim = map[k->inst[i].dim];
     k->ndim = nd;
+    k->keep = keep;
 }
 
 /* The output buffer of reduction r over the space of its input: r's strides on
@@ -320,11 +443,57 @@ static int reduce_buffer(kn_fgroup *g, kn_tensor *r, const kn_tensor *space) {
     return b;
 }
 
+/* The value of member m's source a: a member's register, a constant, or a
+ * load (one per buffer). -1 on overflow. */
+static int operand(fz *f, kn_fgroup *g, int m, int a, const int *val, int *loads, const kn_tensor *space) {
+    kn_tensor *s = src_of(f, g->node[m], a);
+    for (int j = 0; j < m; j++) if (g->node[j] == s) return val[j];
+    if (is_fill(s)) return emit(&g->k, (kn_kinst){.kind = KN_KI_CONST, .dt = s->dtype, .p0 = fill_value(s)});
+    int b = buffer_of(g, s, false, space);
+    if (b < 0) return -1;
+    if (loads[b] < 0) loads[b] = emit(&g->k, (kn_kinst){.kind = KN_KI_LOAD, .dt = s->dtype, .buf = b});
+    return loads[b];
+}
+
+/* rope (its input from memory: the pair partner is another item) and
+ * index_copy (a scatter of this item's value to the row its index names). */
+static bool lower_index(fz *f, kn_fgroup *g, int m, int *val, int *loads, const kn_tensor *space) {
+    kn_kernel *k = &g->k;
+    kn_tensor *x = g->node[m];
+    int nd = space->ndim, bi;
+    val[m] = -1;
+    if (x->op == KN_OP_ROPE) {
+        kn_tensor *xs = src_of(f, x, 0), *pos = src_of(f, x, 1), *ff = x->src[2] ? src_of(f, x, 2) : NULL;
+        int bx = buffer_of(g, xs, false, space), lp = index_load(g, pos, space, nd - 2, &bi, loads), bf = -1;
+        if (ff) {
+            int64_t z[KN_MAX_DIMS] = {0};   /* read by pair index, not by item */
+            bf = buffer_st(g, ff, false, z, nd);
+        }
+        if (bx < 0 || lp < 0 || (ff && bf < 0)) return false;
+        int v = emit(k, (kn_kinst){.kind = KN_KI_ROPE, .dt = x->dtype, .buf = bx, .b = lp, .p0 = x->p.rope.theta,
+                                   .p1 = x->p.rope.freq_scale, .rot = x->p.rope.n_rot, .neox = x->p.rope.neox,
+                                   .aux = bf, .ast = ff ? ff->stride[0] : 0});
+        k->keep |= 1u << (nd - 1);
+        return (val[m] = rounded(k, v, x->dtype)) >= 0;
+    }
+    int d = x->p.axis.dim;
+    int v = operand(f, g, m, 2, val, loads, space);
+    int li = index_load(g, src_of(f, x, 1), space, d, &bi, loads);
+    int bd = buffer_st(g, x, true, x->stride, nd);   /* the destination's own strides; dim d re-indexed */
+    if (v < 0 || li < 0 || bd < 0) return false;
+    if (emit(k, (kn_kinst){.kind = KN_KI_SCATTER, .dt = x->dtype, .a = v, .b = li, .buf = bd, .dim = d, .odim = d,
+                           .aux = bi, .ast = src_of(f, x, 1)->stride[0], .bound = x->shape[d]}) < 0)
+        return false;
+    k->keep |= 1u << d;
+    k->err_op = KN_OP_INDEX_COPY;
+    return true;
+}
+
 static bool lower(fz *f, kn_fgroup *g) {
     kn_kernel *k = &g->k;
     kn_tensor *last = g->node[g->nnode - 1];
     bool red = g->closed;
-    kn_tensor *space = red ? src_of(f, last, 0) : last;
+    kn_tensor *space = red ? src_of(f, last, 0) : (kn_tensor *)node_space(f, last);
     memset(k, 0, sizeof *k);
     k->red = KN_OP_NONE;
     for (int m = 0; m < g->nnode; m++) {
@@ -376,6 +545,10 @@ static bool lower(fz *f, kn_fgroup *g) {
             if (k->red_buf < 0) return false;
             continue;
         }
+        if (x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_COPY) {
+            if (!lower_index(f, g, m, val, loads, space)) return false;
+            continue;
+        }
         const kn_op_info *oi = kn_op_get(x->op);
         int na = oi->kind == KN_KIND_BINARY ? 2 : 1, v[2] = {-1, -1};
         for (int a = 0; a < na; a++) {
@@ -400,7 +573,7 @@ static bool lower(fz *f, kn_fgroup *g) {
         if (val[m] < 0) return false;
     }
     for (int m = 0; m < g->nnode; m++) {
-        if (!g->stored[m] || (red && g->node[m] == last)) continue;
+        if (!g->stored[m] || (red && g->node[m] == last) || g->node[m]->op == KN_OP_INDEX_COPY) continue;
         int b = buffer_of(g, g->node[m], true, space);
         if (b < 0 || emit(k, (kn_kinst){.kind = KN_KI_STORE, .dt = g->node[m]->dtype, .a = val[m], .buf = b}) < 0) return false;
     }
@@ -451,7 +624,7 @@ static void absorb_fills(fz *f, kn_fgroup *g, int gi) {
 static void mark_stored(fz *f, kn_fgroup *g, int gi) {
     for (int m = 0; m < g->nnode; m++) {
         kn_tensor *x = g->node[m];
-        bool st = f->out[x->id] || x->buf != NULL;
+        bool st = f->out[x->id] || x->buf != NULL || f->view_read[x->id] != INT_MAX;   /* views are never members */
         for (int32_t e = f->rhead[x->id]; e >= 0 && !st; e = f->rnext[e]) st = f->gid[f->order[f->rnode[e]]->id] != gi;
         g->stored[m] = x->op != KN_OP_FILL && st;   /* an absorbed fill has no reader outside */
     }
@@ -499,11 +672,13 @@ bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
     const kn_tensor *last = g->node[g->nnode - 1];
     /* the item space: a closed group's is its final op's input */
-    const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0) : last;
+    const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0)
+                           : last->op == KN_OP_INDEX_COPY ? kn__rw_src(rep, n_ids, last, 2) : last;
     for (int m = 0; m < g->nnode; m++)
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *x = g->node[m]->src[k] ? kn__rw_src(rep, n_ids, g->node[m], k) : NULL;
             if (!x || kn__storage_owner(x) != s) continue;
+            if (g->node[m]->op == KN_OP_ROPE) return false;   /* reads the pair partner: another item */
             if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
             if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
@@ -518,14 +693,15 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
     f.pos = malloc(sizeof *f.pos * ni);
     f.rhead = malloc(sizeof *f.rhead * ni);
     f.first_read = malloc(sizeof *f.first_read * ni);
+    f.view_read = malloc(sizeof *f.view_read * ni);
     f.gid = malloc(sizeof *f.gid * ni);
     f.out = calloc(ni, 1);
     f.neff = malloc(sizeof *f.neff * nn);
     f.rnode = malloc(sizeof *f.rnode * nn * KN_MAX_SRC);
     f.rnext = malloc(sizeof *f.rnext * nn * KN_MAX_SRC);
-    bool ok = f.pos && f.rhead && f.first_read && f.gid && f.out && f.neff && f.rnode && f.rnext;
+    bool ok = f.pos && f.rhead && f.first_read && f.view_read && f.gid && f.out && f.neff && f.rnode && f.rnext;
     if (ok) {
-        for (size_t i = 0; i < ni; i++) { f.pos[i] = -1; f.rhead[i] = -1; f.first_read[i] = INT_MAX; f.gid[i] = -1; }
+        for (size_t i = 0; i < ni; i++) { f.pos[i] = -1; f.rhead[i] = -1; f.first_read[i] = INT_MAX; f.view_read[i] = INT_MAX; f.gid[i] = -1; }
         for (int o = 0; o < nout; o++) if (outs[o] && outs[o]->id < n_ids) f.out[outs[o]->id] = 1;
         f.neff[0] = 0;
         for (int i = 0; i < n; i++) {
@@ -549,7 +725,14 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
             }
             f.first_read[t->id] = fr;
         }
+        for (int i = 0; i < n; i++) {
+            kn_tensor *t = order[i];
+            if (!(t->flags & KN_FLAG_VIEW)) continue;
+            kn_tensor *own = kn__storage_owner(t);
+            if (own->id < n_ids && f.first_read[t->id] < f.view_read[own->id]) f.view_read[own->id] = f.first_read[t->id];
+        }
         ok = form_groups(&f);
+        if (ok) merge_siblings(&f);
     }
     if (ok) {
         int keep = 0;
@@ -579,7 +762,7 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
         }
         f.ng = keep2;
     }
-    free(f.pos); free(f.rhead); free(f.first_read); free(f.gid); free(f.out); free(f.neff); free(f.rnode); free(f.rnext);
+    free(f.pos); free(f.rhead); free(f.first_read); free(f.view_read); free(f.gid); free(f.out); free(f.neff); free(f.rnode); free(f.rnext);
     if (!ok) { free(f.g); return false; }
     if (!f.ng) { free(f.g); f.g = NULL; }
     *groups = f.g; *ngroups = f.ng;

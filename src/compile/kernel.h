@@ -31,6 +31,10 @@ typedef enum {
     KN_KI_BINARY,           /* v = op(v[a], v[b])                                */
     KN_KI_CAST,             /* v = (dt) v[a]: rounds to dt and back to the compute type */
     KN_KI_STORE,            /* buf[b] = v[a] at this item                       */
+    KN_KI_ROPE,             /* v = rope of buf at this item (and its pair partner
+                             * along the last dim), position v[b] (an index load) */
+    KN_KI_SCATTER,          /* buf at this item, dim `dim`'s coordinate replaced
+                             * by v[b] (index_copy), = v[a]; every index checked */
 } kn_kinst_kind;
 
 typedef struct kn_kinst {
@@ -38,8 +42,17 @@ typedef struct kn_kinst {
     kn_op op;               /* UNARY, BINARY */
     kn_dtype dt;            /* dtype of the value (LOAD: the buffer's; STORE: the buffer's) */
     int a, b;               /* operand instructions (earlier indices); STORE: a = value */
-    int buf;                /* LOAD, STORE: buffer index */
-    double p0, p1;          /* the op's scalar parameters (clamp bounds, slopes) */
+    int buf;                /* LOAD, STORE, ROPE, SCATTER: buffer index */
+    double p0, p1;          /* the op's scalar parameters (clamp bounds, slopes; ROPE: theta, freq_scale) */
+    /* ROPE: rot = n_rot, neox, aux = buffer of the frequency divisors (-1:
+     * none), ast = its stride. SCATTER: dim = the kernel dim whose
+     * coordinate the index replaces, odim = that dim in the op (messages),
+     * aux = the index buffer (scanned: all indices checked, the last of
+     * equal ones wins), ast = its stride, bound = the destination's extent
+     * along dim. An integer LOAD (dt I32, I64) is only read by these two. */
+    int rot, aux, dim, odim;
+    bool neox;
+    int64_t ast, bound;
 } kn_kinst;
 
 typedef struct kn_kbuf {
@@ -94,6 +107,8 @@ typedef struct kn_kernel {
     int norm_w, norm_b;             /* normalisations: weight and bias buffers, -1 when absent */
     double eps;
     kn_ktune tune;                  /* launch and unroll choices (search.c); zeros: the heuristic */
+    uint32_t keep;                  /* bit d: dim d is never merged or dropped (ROPE's last dim, SCATTER's dim) */
+    kn_op err_op;                   /* KN_OP_NONE, or the op whose error slot index checks report into (kn_kargs.err) */
 } kn_kernel;
 
 /* ld[i] = the buffer instruction i's value is stored to, -1 when none (the
@@ -104,6 +119,11 @@ void kn__kernel_stored_values(const kn_kernel *k, int *ld);
 /* Is op a row normalisation the fuser ends groups with? */
 static inline bool kn__is_rownorm(kn_op op) {
     return op == KN_OP_RMS_NORM || op == KN_OP_LAYER_NORM || op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
+}
+/* Does k rope or scatter (CUDA templates only, never unrolled)? */
+static inline bool kn__kernel_indexed(const kn_kernel *k) {
+    for (int i = 0; i < k->ninst; i++) if (k->inst[i].kind == KN_KI_ROPE || k->inst[i].kind == KN_KI_SCATTER) return true;
+    return false;
 }
 /* Items of a launch at the current symbol values (syms) and at their maxima. */
 void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64_t *n_max);

@@ -51,7 +51,7 @@ static const char c_prelude[] =
     "typedef uint32_t kn_u32;\n"
     "typedef uint16_t kn_u16;\n"
     "typedef int64_t kn_i64;\n"
-    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; } kn_kargs;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; } kn_kargs;\n"
     "#define KN_FN static inline\n"
     "#define KN_NAN NAN\n"
     "#define KN_INF INFINITY\n"
@@ -62,7 +62,7 @@ static const char cuda_prelude[] =
     "typedef unsigned int kn_u32;\n"
     "typedef unsigned short kn_u16;\n"
     "typedef long long kn_i64;\n"
-    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; } kn_kargs;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; } kn_kargs;\n"
     "#define KN_FN static __device__ __forceinline__\n"
     "#define KN_NAN __int_as_float(0x7fc00000)\n"
     "#define KN_INF __int_as_float(0x7f800000)\n"
@@ -191,7 +191,10 @@ static const char shared_prelude[] =
     "    return (kn_u16)(s | ((ax + 0xc8000fffu + ((ax >> 13) & 1u)) >> 13));\n"
     "}\n";
 
-static const char *ctype(kn_dtype dt) { return dt == KN_F32 ? "float" : dt == KN_F64 ? "double" : "kn_u16"; }
+static const char *ctype(kn_dtype dt) {
+    return dt == KN_F32 ? "float" : dt == KN_F64 ? "double" : dt == KN_I32 ? "int" : dt == KN_I64 ? "kn_i64" : "kn_u16";
+}
+static bool is_index_dt(kn_dtype dt) { return dt == KN_I32 || dt == KN_I64; }
 static const char *load_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_bf16_f32" : dt == KN_F16 ? "kn_f16_f32" : ""; }
 /* to the dtype's storage: a double kernel rounds to float first */
 static const char *store_fn(kn_dtype dt) { return dt == KN_BF16 ? "kn_f32_bf16" : dt == KN_F16 ? "kn_f32_f16" : dt == KN_F32 ? "(float)" : ""; }
@@ -266,6 +269,53 @@ static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
             k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), args, i);
 }
 
+static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre);
+
+/* rope of buffer in->buf at this item (CUDA: coordinates i<d>, the last dim
+ * kept by the fuser): the item's element and its pair partner (2p, 2p+1, or
+ * p, p + n_rot/2 with neox) rotated by pos * freq_scale * theta^(-2p/n_rot)
+ * (/ the pair's frequency divisor), in double as the hand kernels do; past
+ * n_rot the element passes through. */
+static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const char *const *idx) {
+    const kn_kinst *in = &k->inst[i];
+    int L = k->ndim - 1, h = in->rot / 2;
+    int64_t sx = k->buf[in->buf].st[L];
+    const char *ld = load_fn(k->buf[in->buf].dt);
+    put(b, "%skn_real v%d;\n%s{\n", ind, i, ind);
+    put(b, "%s    const kn_i64 jj = i%d, o = %s;\n", ind, L, idx[in->buf]);
+    put(b, "%s    if (jj >= %d) v%d = (kn_real)%s(b%d[o]);\n", ind, in->rot, i, ld, in->buf);
+    put(b, "%s    else {\n", ind);
+    if (in->neox) put(b, "%s        const kn_i64 pr = jj < %d ? jj : jj - %d, ja = pr, jb = pr + %d;\n", ind, h, h, h);
+    else put(b, "%s        const kn_i64 pr = jj >> 1, ja = 2 * pr, jb = ja + 1;\n", ind);
+    put(b, "%s        double ang = (double)v%d * %a * pow(%a, -2.0 * (double)pr / %d);\n", ind, in->b, in->p1, in->p0, in->rot);
+    if (in->aux >= 0) put(b, "%s        ang /= (double)%s(b%d[pr * %lld]);\n", ind, load_fn(k->buf[in->aux].dt), in->aux, (long long)in->ast);
+    put(b, "%s        const double c = cos(ang), s = sin(ang);\n", ind);
+    put(b, "%s        const double xa = (double)%s(b%d[o + (ja - jj) * %lld]), xb = (double)%s(b%d[o + (jb - jj) * %lld]);\n",
+        ind, ld, in->buf, (long long)sx, ld, in->buf, (long long)sx);
+    put(b, "%s        v%d = (kn_real)(jj == ja ? xa * c - xb * s : xa * s + xb * c);\n%s    }\n%s}\n", ind, i, ind, ind);
+}
+
+/* index_copy at this item: every index of the vector is checked (a bad one
+ * is reported into the op's error slot and nothing is written, as the hand
+ * kernel does), and a later equal index wins (this item then writes
+ * nothing); the destination row is the item's index value. */
+static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
+    const kn_kinst *in = &k->inst[i];
+    int d = in->dim;
+    char ob[256];
+    kn_kernel kk = *k;                       /* the destination's offset without dim d */
+    kk.buf[in->buf].st[d] = 0;
+    offset_expr(ob, sizeof ob, &kk, in->buf, k->ndim, "i");
+    put(b, "%s{\n%s    const kn_i64 at = v%d;\n%s    bool ok = true;\n", ind, ind, in->b, ind);
+    put(b, "%s    for (kn_i64 q = 0; q < E%d; q++) {\n", ind, d);
+    put(b, "%s        const kn_i64 w = (kn_i64)b%d[q * %lld];\n", ind, in->aux, (long long)in->ast);
+    put(b, "%s        if (w < 0 || w >= %lld) { kn_kerr_set((kn_kerr *)a.err, %d, (double)w, %lld); ok = false; break; }\n",
+        ind, (long long)in->bound, in->odim, (long long)in->bound);
+    put(b, "%s        if (q > i%d && w == at) ok = false;\n%s    }\n", ind, d, ind);
+    put(b, "%s    if (ok) b%d[%s + at * %lld] = %s(v%d);\n%s}\n", ind, in->buf, ob, (long long)k->buf[in->buf].st[d],
+        store_fn(in->dt), in->a, ind);
+}
+
 /* The per-item program; idx(b) is the element offset expression of buffer b.
  * stores: false in the later passes of a normalisation (written in the first). */
 static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores) {
@@ -279,7 +329,14 @@ static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char
         }
         switch ((kn_kinst_kind)in->kind) {
         case KN_KI_LOAD:
-            put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
+            if (is_index_dt(in->dt)) put(b, "%sconst kn_i64 v%d = (kn_i64)b%d[%s];\n", ind, i, in->buf, idx[in->buf]);
+            else put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(in->dt), in->buf, idx[in->buf]);
+            break;
+        case KN_KI_ROPE:
+            put_rope(b, k, i, ind, idx);
+            break;
+        case KN_KI_SCATTER:
+            if (stores) put_scatter(b, k, i, ind);
             break;
         case KN_KI_CONST:
             put(b, "%sconst kn_real v%d = ", ind, i); put_const(b, in->p0, k->f64); put(b, ";\n");
@@ -393,6 +450,8 @@ static void put_copy_inst(sb *b, const kn_kernel *k, int i, int u, const char *i
     case KN_KI_STORE:
         put(b, "        if (in%d) b%d[%s] = %s(v%d_%d);\n", u, in->buf, idx, store_fn(in->dt), in->a, u);
         break;
+    case KN_KI_ROPE: case KN_KI_SCATTER:   /* such kernels are never unrolled (kn__kernel_indexed) */
+        break;
     }
 }
 
@@ -442,7 +501,12 @@ static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
 }
 
 static void render_cuda(sb *b, const kn_kernel *k) {
-    if (k->tune.unroll > 1) { render_cuda_unrolled(b, k); return; }
+    if (k->tune.unroll > 1 && !kn__kernel_indexed(k)) { render_cuda_unrolled(b, k); return; }
+    if (k->err_op != KN_OP_NONE)
+        put(b, "typedef struct { int code; int dim; double value; kn_i64 size; } kn_kerr;\n"
+               "KN_FN void kn_kerr_set(kn_kerr *e, int dim, double v, kn_i64 n) {\n"
+               "    if (atomicCAS(&e->code, 0, 1) == 0) { e->dim = dim; e->value = v; e->size = n; }\n"
+               "}\n");
     int nd = k->ndim;
     const char *ity = cuda_ew_head(b, k, (int64_t)1 << 31);
     put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
@@ -871,6 +935,7 @@ int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
     for (size_t i = 0; i < sizeof g_dialects / sizeof g_dialects[0]; i++)
         if (lang && !strcmp(lang, g_dialects[i].lang)) d = &g_dialects[i];
     if (!d || !cap) return -1;
+    if (!d->cuda && kn__kernel_indexed(k)) return -1;   /* rope and scatter: CUDA only (fuse.c, fusable_index) */
     kn_kernel kk = *k;
     if (kk.ndim == 0) { kk.ndim = 1; kk.ext[0] = 1; kk.sym[0] = 0; kk.mul[0] = 1; kk.redd[0] = kk.red != KN_OP_NONE; for (int i = 0; i < kk.nbuf; i++) kk.buf[i].st[0] = 0; }
     /* the name is a hash of the source written with a placeholder name */

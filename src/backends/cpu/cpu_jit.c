@@ -382,6 +382,8 @@ kn_status kn__cpu_kernel_run(kn_backend *be, void *kernel, const kn_kernel_launc
     (void)be;
     if (!kernel || !l) return kn_set_error(KN_ERR_INVALID, "kernel_run: NULL kernel or launch");
     const cpu_kernel *k = kernel;
+    if (l->err_op != KN_OP_NONE)   /* the C renderer makes no index-checking kernels (src/compile/render.c) */
+        return kn_set_error(KN_ERR_UNSUPPORTED, "kernel_run: the cpu backend runs no generated kernel that checks indices");
     int64_t n = l->a.n, grain = l->grain > 1 ? l->grain : 1;
     if (n <= 0) return KN_OK;
     int64_t parts = n / grain, nth = kn_pool_nthreads();

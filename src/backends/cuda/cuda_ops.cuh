@@ -202,6 +202,8 @@ struct kn_cu_err {
 kn_cu_err *kn_cu_err_dev(kn_op op);   /* device pointer to op's slot */
 kn_status kn_cu_err_collect(void);
 void kn_cu_err_arm(void);             /* a graph launch: slots may be set, collect at the next sync */
+static_assert(sizeof(kn_cu_err) == sizeof(kn_kerr) && offsetof(kn_cu_err, value) == offsetof(kn_kerr, value) &&
+              offsetof(kn_cu_err, size) == offsetof(kn_kerr, size), "generated kernels write kn_cu_err as kn_kerr");
 __device__ __forceinline__ void kn_cu_err_set(kn_cu_err *e, int code, int dim, double value, int64_t size) {
     if (atomicCAS(&e->code, 0, code) == 0) { e->dim = dim; e->value = value; e->size = size; }
 }
