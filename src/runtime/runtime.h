@@ -94,8 +94,9 @@ void kn__kernel_launch_fill(const kn_backend *be, const kn_kernel *k, const int6
 /* Sets k->tune for the plan being built: the process memo, else the disk
  * cache (kind "beam", per device), else with KN_BEAM=N a search timed on be
  * (stored in both), else zeros (the heuristic). src is k's source rendered
- * with a zero k->tune (the key). Returns true when the choice changes the
- * source (render again); never fails: any problem leaves the heuristic. */
+ * with a zero k->tune (the key). Returns true when a choice was applied
+ * (render again: it may change the source); never fails: any problem
+ * leaves the heuristic. */
 bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src);
 /* The cached choice for the untuned source src on be, or false (memo, then disk). */
 bool kn__tune_lookup(kn_backend *be, const char *src, kn_ktune *t);

@@ -309,5 +309,9 @@ bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src) {
         pthread_mutex_unlock(&g_lock);
         if (!failed) search(be, k, src, width);
     }
-    return k->tune.unroll > 1;
+    /* a choice was applied: render again. unroll changes any kernel's
+     * source, and a CUDA row normalisation's block is in it too (the stride
+     * of its register row): a launch with the chosen block over the
+     * default's source computed wrong rows */
+    return k->tune.block || k->tune.unroll || k->tune.waves || k->tune.grain;
 }
