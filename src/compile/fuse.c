@@ -593,6 +593,14 @@ void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64
         *n *= k->sym[d] ? syms[k->sym[d]] * k->mul[d] : k->ext[d];
         *n_max *= k->ext[d];
     }
+    for (int s = 1; s < k->nseg; s++) {   /* more item spaces after the first */
+        int64_t a = 1, b = 1;
+        for (int d = 0; d < k->seg[s].ndim; d++) {
+            a *= k->seg[s].sym[d] ? syms[k->seg[s].sym[d]] * k->seg[s].mul[d] : k->seg[s].ext[d];
+            b *= k->seg[s].ext[d];
+        }
+        *n += a; *n_max += b;
+    }
 }
 
 /* Fill nodes read only by elementwise members of g become members (constants,
@@ -670,6 +678,7 @@ bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor
 }
 
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
+    if (g->k.nseg > 1) return false;   /* several item spaces: never in place */
     const kn_tensor *last = g->node[g->nnode - 1];
     /* the item space: a closed group's is its final op's input */
     const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0)
@@ -683,6 +692,128 @@ bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *c
             if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
     return true;
+}
+
+/* Horizontal fusion across item spaces (CUDA): two lowered elementwise
+ * kernels, B starting at most KN_FUSE_WINDOW nodes after A's last node,
+ * become one kernel of two segments (A's items, then B's) run at B's
+ * place, when neither reads the other (another space: any read would be of
+ * another item) and the predicate's order conditions hold for the union.
+ * A decode step's query rope joins the kernel of its key rope and cache
+ * writes. */
+static bool independent(const fz *f, const kn_fgroup *A, const kn_fgroup *B) {
+    for (int x = 0; x < 2; x++) {
+        const kn_fgroup *R = x ? B : A, *W = x ? A : B;
+        for (int m = 0; m < R->nnode; m++)
+            for (int k = 0; k < KN_MAX_SRC; k++) {
+                kn_tensor *s = R->node[m]->src[k] ? src_of(f, R->node[m], k) : NULL;
+                if (!s) continue;
+                for (int j = 0; j < W->nnode; j++)
+                    if (W->node[j] == s || W->node[j] == kn__storage_owner(s) || kn__storage_owner(W->node[j]) == kn__storage_owner(s))
+                        return false;
+            }
+    }
+    return true;
+}
+
+static bool append_segment(kn_fgroup *A, const kn_fgroup *B) {
+    kn_kernel *a = &A->k;
+    const kn_kernel *b = &B->k;
+    int na = a->nseg > 1 ? a->nseg : 1, nb = b->nseg > 1 ? b->nseg : 1;
+    if (na + nb > KN_KMAX_SEG || a->nbuf + b->nbuf > KN_KERNEL_MAXBUF || a->ninst + b->ninst > KN_KMAX_INST ||
+        A->nnode + B->nnode > KN_KMAX_NODES)
+        return false;
+    int bo = a->nbuf, io = a->ninst;
+    if (na == 1) a->seg[0].i0 = 0;
+    for (int s = 0; s < nb; s++) {
+        struct kn_kseg *d = &a->seg[na + s];
+        int i0, i1, nd;
+        const int64_t *ext, *mul;
+        const int8_t *sym;
+        kn__kernel_seg(b, s, &i0, &i1, &nd, &ext, &sym, &mul);
+        d->ndim = nd;
+        d->i0 = io + i0;
+        memcpy(d->ext, ext, sizeof d->ext); memcpy(d->sym, sym, sizeof d->sym); memcpy(d->mul, mul, sizeof d->mul);
+    }
+    for (int i = 0; i < b->nbuf; i++) {
+        a->buf[bo + i] = b->buf[i];
+        a->buf[bo + i].seg = (uint8_t)(na + b->buf[i].seg);
+        A->bt[bo + i] = B->bt[i];
+    }
+    for (int i = 0; i < b->ninst; i++) {
+        kn_kinst in = b->inst[i];
+        switch ((kn_kinst_kind)in.kind) {
+        case KN_KI_LOAD: in.buf += bo; break;
+        case KN_KI_CONST: break;
+        case KN_KI_UNARY: case KN_KI_CAST: in.a += io; break;
+        case KN_KI_BINARY: in.a += io; in.b += io; break;
+        case KN_KI_STORE: in.a += io; in.buf += bo; break;
+        case KN_KI_ROPE: in.b += io; in.buf += bo; if (in.aux >= 0) in.aux += bo; break;
+        case KN_KI_SCATTER: in.a += io; in.b += io; in.buf += bo; in.aux += bo; break;
+        }
+        a->inst[io + i] = in;
+    }
+    a->nbuf += b->nbuf;
+    a->ninst += b->ninst;
+    a->nseg = na + nb;
+    if (a->err_op == KN_OP_NONE) a->err_op = b->err_op;
+    /* members in schedule order (A's and B's may interleave) */
+    for (int y = 0; y < B->nnode; y++) { A->node[A->nnode] = B->node[y]; A->stored[A->nnode++] = B->stored[y]; }
+    if (B->last > A->last) A->last = B->last;
+    return true;
+}
+
+/* The predicate's point 4 for a union U of independent groups run at
+ * schedule index i: no reader outside U of a member runs before i (views
+ * at their first reader), no effect but the members' own lies between. */
+static bool order_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
+    int first = i, own_effects = 0;
+    for (int m = 0; m < nu; m++) {
+        kn_tensor *x = U[m];
+        int p = f->pos[x->id];
+        if (p < first) first = p;
+        if (p < i && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
+        if (p == i) continue;
+        if (f->view_read[x->id] <= i) return false;
+        for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
+            kn_tensor *r = f->order[f->rnode[e]];
+            if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
+        }
+    }
+    return f->neff[i] - f->neff[first] - own_effects == 0;
+}
+
+static void merge_segments(fz *f) {
+    if (!is_cuda(f)) return;
+    for (int a = 0; a < f->ng; a++) {
+        for (int b = a + 1; b < f->ng; b++) {
+            kn_fgroup *A = &f->g[a], *B = &f->g[b];
+            if (!A->nnode || A->k.red != KN_OP_NONE) break;
+            if (!B->nnode || B->k.red != KN_OP_NONE || A->nnode + B->nnode > KN_KMAX_NODES) continue;
+            int a_last = f->pos[A->node[A->nnode - 1]->id], b_first = f->pos[B->node[0]->id];
+            if (b_first <= a_last || b_first - a_last > KN_FUSE_WINDOW || !independent(f, A, B)) continue;
+            kn_tensor *U[2 * KN_KMAX_NODES];
+            int nu = 0;
+            for (int m = 0; m < A->nnode; m++) U[nu++] = A->node[m];
+            for (int m = 0; m < B->nnode; m++) U[nu++] = B->node[m];
+            int i = f->pos[B->node[B->nnode - 1]->id];
+            if (!order_ok(f, U, nu, i)) continue;
+            if (!append_segment(A, B)) continue;
+            B->nnode = 0;
+            for (int x = 1; x < A->nnode; x++)   /* members in schedule order */
+                for (int y = x; y > 0 && f->pos[A->node[y]->id] < f->pos[A->node[y - 1]->id]; y--) {
+                    kn_tensor *t = A->node[y]; A->node[y] = A->node[y - 1]; A->node[y - 1] = t;
+                    uint8_t s0 = A->stored[y]; A->stored[y] = A->stored[y - 1]; A->stored[y - 1] = s0;
+                }
+        }
+    }
+    int keep = 0;
+    for (int gi = 0; gi < f->ng; gi++) {
+        if (!f->g[gi].nnode) continue;
+        if (keep != gi) f->g[keep] = f->g[gi];
+        keep++;
+    }
+    f->ng = keep;
 }
 
 bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
@@ -738,7 +869,9 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
         int keep = 0;
         for (int gi = 0; gi < f.ng; gi++) {
             kn_fgroup *g = &f.g[gi];
-            if (g->nnode < 2) {
+            /* one node: kept while a kernel of several spaces may take it
+             * in (merge_segments, CUDA), dropped at the end when not */
+            if (g->nnode < (is_cuda(&f) ? 1 : 2)) {
                 for (int m = 0; m < g->nnode; m++) f.gid[g->node[m]->id] = -1;
                 continue;
             }
@@ -761,6 +894,17 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
             keep2++;
         }
         f.ng = keep2;
+        merge_segments(&f);
+        /* groups of one node (fills aside) left: the hand kernel runs */
+        int keep3 = 0;
+        for (int gi = 0; gi < f.ng; gi++) {
+            int real = 0;
+            for (int m = 0; m < f.g[gi].nnode; m++) real += f.g[gi].node[m]->op != KN_OP_FILL;
+            if (real < 2) continue;
+            if (keep3 != gi) f.g[keep3] = f.g[gi];
+            keep3++;
+        }
+        f.ng = keep3;
     }
     free(f.pos); free(f.rhead); free(f.first_read); free(f.view_read); free(f.gid); free(f.out); free(f.neff); free(f.rnode); free(f.rnext);
     if (!ok) { free(f.g); return false; }

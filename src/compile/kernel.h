@@ -23,6 +23,7 @@
 
 #define KN_KMAX_INST 96     /* instructions of one kernel (the register budget) */
 #define KN_KMAX_NODES 32    /* nodes of one group */
+#define KN_KMAX_SEG 4       /* item spaces of one kernel (horizontal fusion) */
 
 typedef enum {
     KN_KI_LOAD,             /* v = buf[b] at this item                          */
@@ -58,6 +59,7 @@ typedef struct kn_kinst {
 typedef struct kn_kbuf {
     kn_dtype dt;
     bool out;                       /* written by the kernel (a stored node) */
+    uint8_t seg;                    /* the segment whose dims st is over (kn_kernel.nseg) */
     int64_t st[KN_MAX_DIMS];        /* element strides over the kernel's dims (0: broadcast) */
 } kn_kbuf;
 
@@ -108,6 +110,17 @@ typedef struct kn_kernel {
     double eps;
     kn_ktune tune;                  /* launch and unroll choices (search.c); zeros: the heuristic */
     uint32_t keep;                  /* bit d: dim d is never merged or dropped (ROPE's last dim, SCATTER's dim) */
+    /* Segments (horizontal fusion across item spaces, CUDA elementwise
+     * kernels only): items [0, n0) run instructions [0, seg[1].i0) over the
+     * space above; items from there on run segment 1 (instructions
+     * [seg[1].i0, seg[2].i0 or ninst)) over its own space, and so on. A
+     * buffer's strides are over its segment's dims (kn_kbuf.seg). */
+    int nseg;                       /* 0 or 1: one space */
+    struct kn_kseg {
+        int ndim, i0;
+        int64_t ext[KN_MAX_DIMS], mul[KN_MAX_DIMS];
+        int8_t sym[KN_MAX_DIMS];
+    } seg[KN_KMAX_SEG];
     kn_op err_op;                   /* KN_OP_NONE, or the op whose error slot index checks report into (kn_kargs.err) */
 } kn_kernel;
 
@@ -119,6 +132,16 @@ void kn__kernel_stored_values(const kn_kernel *k, int *ld);
 /* Is op a row normalisation the fuser ends groups with? */
 static inline bool kn__is_rownorm(kn_op op) {
     return op == KN_OP_RMS_NORM || op == KN_OP_LAYER_NORM || op == KN_OP_SOFTMAX || op == KN_OP_LOG_SOFTMAX;
+}
+/* Segment s of k as a kernel of its own space (s = 0: k's top-level dims);
+ * its instructions are [*i0, *i1) of k's. */
+static inline void kn__kernel_seg(const kn_kernel *k, int s, int *i0, int *i1, int *ndim, const int64_t **ext,
+                                  const int8_t **sym, const int64_t **mul) {
+    int ns = k->nseg > 1 ? k->nseg : 1;
+    *i0 = s == 0 ? 0 : k->seg[s].i0;
+    *i1 = s + 1 < ns ? k->seg[s + 1].i0 : k->ninst;
+    if (s == 0) { *ndim = k->ndim; *ext = k->ext; *sym = k->sym; *mul = k->mul; }
+    else { *ndim = k->seg[s].ndim; *ext = k->seg[s].ext; *sym = k->seg[s].sym; *mul = k->seg[s].mul; }
 }
 /* Does k rope or scatter (CUDA templates only, never unrolled)? */
 static inline bool kn__kernel_indexed(const kn_kernel *k) {

@@ -271,6 +271,13 @@ static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
 
 static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre);
 
+/* the dims of the segment instruction i belongs to */
+static int seg_ndim(const kn_kernel *k, int i) {
+    int nd = k->ndim;
+    for (int s = 1; s < k->nseg; s++) if (i >= k->seg[s].i0) nd = k->seg[s].ndim;
+    return nd;
+}
+
 /* rope of buffer in->buf at this item (CUDA: coordinates i<d>, the last dim
  * kept by the fuser): the item's element and its pair partner (2p, 2p+1, or
  * p, p + n_rot/2 with neox) rotated by pos * freq_scale * theta^(-2p/n_rot)
@@ -278,7 +285,7 @@ static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int n
  * n_rot the element passes through. */
 static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const char *const *idx) {
     const kn_kinst *in = &k->inst[i];
-    int L = k->ndim - 1, h = in->rot / 2;
+    int L = seg_ndim(k, i) - 1, h = in->rot / 2;
     int64_t sx = k->buf[in->buf].st[L];
     const char *ld = load_fn(k->buf[in->buf].dt);
     put(b, "%skn_real v%d;\n%s{\n", ind, i, ind);
@@ -305,7 +312,7 @@ static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
     char ob[256];
     kn_kernel kk = *k;                       /* the destination's offset without dim d */
     kk.buf[in->buf].st[d] = 0;
-    offset_expr(ob, sizeof ob, &kk, in->buf, k->ndim, "i");
+    offset_expr(ob, sizeof ob, &kk, in->buf, seg_ndim(k, i), "i");
     put(b, "%s{\n%s    const kn_i64 at = v%d;\n%s    bool ok = true;\n", ind, ind, in->b, ind);
     put(b, "%s    for (kn_i64 q = 0; q < E%d; q++) {\n", ind, d);
     put(b, "%s        const kn_i64 w = (kn_i64)b%d[q * %lld];\n", ind, in->aux, (long long)in->ast);
@@ -318,10 +325,15 @@ static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
 
 /* The per-item program; idx(b) is the element offset expression of buffer b.
  * stores: false in the later passes of a normalisation (written in the first). */
+static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores, int i0, int i1);
 static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores) {
+    put_program_r(b, k, ind, idx, stores, 0, k->ninst);
+}
+/* instructions [i0, i1) only (a segment) */
+static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores, int i0, int i1) {
     int ld[KN_KMAX_INST];
     kn__kernel_stored_values(k, ld);
-    for (int i = 0; i < k->ninst; i++) {
+    for (int i = i0; i < i1; i++) {
         const kn_kinst *in = &k->inst[i];
         if (!stores && ld[i] >= 0) {   /* a later pass reads the value the first pass stored */
             put(b, "%sconst kn_real v%d = %s(b%d[%s]);\n", ind, i, load_fn(k->buf[ld[i]].dt), ld[i], idx[ld[i]]);
@@ -500,13 +512,94 @@ static void render_cuda_unrolled(sb *b, const kn_kernel *k) {
     put(b, "    }\n}\n");
 }
 
-static void render_cuda(sb *b, const kn_kernel *k) {
-    if (k->tune.unroll > 1 && !kn__kernel_indexed(k)) { render_cuda_unrolled(b, k); return; }
+static void put_kerr(sb *b, const kn_kernel *k) {
     if (k->err_op != KN_OP_NONE)
         put(b, "typedef struct { int code; int dim; double value; kn_i64 size; } kn_kerr;\n"
                "KN_FN void kn_kerr_set(kn_kerr *e, int dim, double v, kn_i64 n) {\n"
                "    if (atomicCAS(&e->code, 0, 1) == 0) { e->dim = dim; e->value = v; e->size = n; }\n"
                "}\n");
+}
+
+/* A kernel of several item spaces (fuse.c, merge_segments): one grid-stride
+ * loop over all their items; item i runs the segment whose range holds it,
+ * with that segment's extents and index names in a block of its own. */
+static void render_cuda_segments(sb *b, const kn_kernel *k) {
+    put_kerr(b, k);
+    bool narrow = true;
+    int64_t total = 0;
+    for (int s = 0; s < k->nseg; s++) {
+        int i0, i1, nd;
+        const int64_t *ext, *mul;
+        const int8_t *sym;
+        kn__kernel_seg(k, s, &i0, &i1, &nd, &ext, &sym, &mul);
+        int64_t n = 1;
+        for (int d = 0; d < nd; d++) n *= ext[d];
+        total += n;
+        for (int bi = 0; bi < k->nbuf; bi++) {
+            if (k->buf[bi].seg != s) continue;
+            int64_t o = 0;
+            for (int d = 0; d < nd; d++) o += (ext[d] - 1) * (k->buf[bi].st[d] < 0 ? -k->buf[bi].st[d] : k->buf[bi].st[d]);
+            narrow &= o + 1 < ((int64_t)1 << 31);
+        }
+    }
+    narrow &= total < ((int64_t)1 << 31);
+    const char *ity = narrow ? "int" : "long long";
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    for (int s = 0; s < k->nseg; s++) {
+        int i0, i1, nd;
+        const int64_t *ext, *mul;
+        const int8_t *sym;
+        kn__kernel_seg(k, s, &i0, &i1, &nd, &ext, &sym, &mul);
+        put(b, "    const %s n%d = 1", ity, s);
+        for (int d = 0; d < nd; d++) {
+            if (sym[d]) put(b, " * (%s)a.syms[%d] * %lld", ity, sym[d], (long long)mul[d]);
+            else put(b, " * %lld", (long long)ext[d]);
+        }
+        put(b, ";\n");
+    }
+    put(b, "    const %s n = n0", ity);
+    for (int s = 1; s < k->nseg; s++) put(b, " + n%d", s);
+    put(b, ";\n");
+    put_buffers(b, k, "a.");
+    put(b, "    for (%s it = blockIdx.x * (%s)blockDim.x + threadIdx.x; it < n; it += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
+    for (int s = 0; s < k->nseg; s++) {
+        int i0, i1, nd;
+        const int64_t *ext, *mul;
+        const int8_t *sym;
+        kn__kernel_seg(k, s, &i0, &i1, &nd, &ext, &sym, &mul);
+        /* segment s: items [n0 + ... + n(s-1), + ns) */
+        char lo[128] = "", *p = lo;
+        for (int j = 0; j < s; j++) p += snprintf(p, sizeof lo - (size_t)(p - lo), " - n%d", j);
+        if (s + 1 < k->nseg) {
+            put(b, "        %sif (it%s < n%d) {\n", s ? "else " : "", lo, s);
+        } else put(b, "        else {\n");
+        put(b, "            const %s i = it%s;\n", ity, lo);
+        for (int d = 0; d < nd; d++) {
+            if (sym[d]) put(b, "            const %s E%d = (%s)a.syms[%d] * %lld;\n", ity, d, ity, sym[d], (long long)mul[d]);
+            else put(b, "            const %s E%d = %lld;\n", ity, d, (long long)ext[d]);
+        }
+        if (nd == 1) put(b, "            const %s i0 = i;\n", ity);
+        else {
+            put(b, "            %s r = i;\n", ity);
+            for (int d = nd - 1; d >= 1; d--) put(b, "            const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
+            put(b, "            const %s i0 = r;\n", ity);
+        }
+        kidx x;
+        for (int bi = 0; bi < k->nbuf; bi++) {
+            if (k->buf[bi].seg == s) offset_expr(x.ix[bi], sizeof x.ix[bi], k, bi, nd, "i");
+            else snprintf(x.ix[bi], sizeof x.ix[bi], "0");
+            x.idx[bi] = x.ix[bi];
+        }
+        put_program_r(b, k, "            ", x.idx, true, i0, i1);
+        put(b, "        }\n");
+    }
+    put(b, "    }\n}\n");
+}
+
+static void render_cuda(sb *b, const kn_kernel *k) {
+    if (k->nseg > 1) { render_cuda_segments(b, k); return; }
+    if (k->tune.unroll > 1 && !kn__kernel_indexed(k)) { render_cuda_unrolled(b, k); return; }
+    put_kerr(b, k);
     int nd = k->ndim;
     const char *ity = cuda_ew_head(b, k, (int64_t)1 << 31);
     put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
@@ -935,7 +1028,7 @@ int kn__render(const char *lang, kn_kernel *k, char *buf, size_t cap) {
     for (size_t i = 0; i < sizeof g_dialects / sizeof g_dialects[0]; i++)
         if (lang && !strcmp(lang, g_dialects[i].lang)) d = &g_dialects[i];
     if (!d || !cap) return -1;
-    if (!d->cuda && kn__kernel_indexed(k)) return -1;   /* rope and scatter: CUDA only (fuse.c, fusable_index) */
+    if (!d->cuda && (kn__kernel_indexed(k) || k->nseg > 1)) return -1;   /* rope, scatter, segments: CUDA only (fuse.c) */
     kn_kernel kk = *k;
     if (kk.ndim == 0) { kk.ndim = 1; kk.ext[0] = 1; kk.sym[0] = 0; kk.mul[0] = 1; kk.redd[0] = kk.red != KN_OP_NONE; for (int i = 0; i < kk.nbuf; i++) kk.buf[i].st[0] = 0; }
     /* the name is a hash of the source written with a placeholder name */

@@ -39,7 +39,7 @@ kn_ktune kn__ktune_resolve(const kn_kernel *k, const kn_ktune *t) {
     kn_ktune r = t ? *t : (kn_ktune){0};
     bool red = k->red != KN_OP_NONE;
     if (r.block <= 0) r.block = red && k->block > 0 ? k->block : 256;
-    if (r.unroll <= 0 || red || kn__kernel_indexed(k)) r.unroll = 1;   /* reductions, rope and scatter loop once */
+    if (r.unroll <= 0 || red || kn__kernel_indexed(k) || k->nseg > 1) r.unroll = 1;   /* reductions, rope, scatter, segments: once */
     if (r.waves <= 0) r.waves = 8;
     if (r.grain <= 0) {
         /* a reduction's item is a whole reduced row: fewer of them per thread */
@@ -103,7 +103,7 @@ static int actions(const kn_kernel *k, const char *lang, action *a) {
             if (g >= 1 && (n == 0 || a[n - 1].v != g)) a[n++] = (action){F_GRAIN, g};
         }
     }
-    if (!red && !kn__kernel_indexed(k)) {
+    if (!red && !kn__kernel_indexed(k) && k->nseg <= 1) {
         static const int unrolls[] = {1, 2, 4, 8};
         for (size_t i = 0; i < sizeof unrolls / sizeof unrolls[0]; i++) a[n++] = (action){F_UNROLL, unrolls[i]};
     }

@@ -295,6 +295,7 @@ bool kn__tune_pick(kn_backend *be, kn_kernel *k, const char *src) {
     g_stats.picks++;
     pthread_mutex_unlock(&g_lock);
     k->tune = (kn_ktune){0};
+    if (k->nseg > 1) return false;   /* several item spaces: the timer sizes buffers by one space; the heuristic */
     int width = kn_env_get()->beam;
     kn_ktune t;
     if (kn__tune_lookup(be, src, &t)) {
