@@ -541,6 +541,30 @@ static kn_tensor *g_ropeqkv(kn_ctx *ctx) {
     return kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, kn_slice_sym(ctx, a, 1, 0, S), 0),
                    kn_unsqueeze(ctx, kn_slice_sym(ctx, b, 1, 0, S), 0), true, 0.125);
 }
+/* Segments (CUDA) join kernels of one compute type only: an f64 scalar
+ * chain (Adam's bias corrections) beside an f32 vector chain stays apart,
+ * two f32 chains over different spaces share a kernel. */
+static int cuda_groups(kn_tensor **outs, int nout, kn_ctx *ctx, int *nseg) {
+    kn_tensor **order = NULL;
+    kn_fgroup *groups = NULL;
+    int n = 0, ng = -1;
+    if (kn__toposort(ctx, nout, outs, false, &order, &n) == KN_OK && kn__fuse("cuda", order, n, ctx->n_all, nout, outs, NULL, &groups, &ng))
+        *nseg = ng > 0 ? groups[0].k.nseg : 0;
+    free(groups);
+    free(order);
+    return ng;
+}
+TEST(segments_keep_one_compute_type) {
+    for (int mixed = 0; mixed < 2; mixed++) {
+        kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_cpu()});
+        kn_tensor *x = kn_input(ctx, KN_F32, 1, (int64_t[]){7}), *y = kn_input(ctx, mixed ? KN_F64 : KN_F32, 1, (int64_t[]){3});
+        kn_tensor *outs[2] = {kn_mul_scalar(ctx, kn_unary(ctx, KN_OP_EXP, x), 2.0), kn_add_scalar(ctx, kn_unary(ctx, KN_OP_SQRT, y), 1.0)};
+        int nseg = 0, ng = cuda_groups(outs, 2, ctx, &nseg);
+        if (mixed) CHECK(ng == 2, "f32 [7] and f64 [3] chains: %d kernels, expected 2 (one compute type each)", ng);
+        else CHECK(ng == 1 && nseg == 2, "two f32 chains over [7] and [3]: %d kernels of %d segments, expected one of 2", ng, nseg);
+        kn_ctx_free(ctx);
+    }
+}
 TEST(golden_rope_qkv_segments) { golden_in("rope_qkv_segments", g_ropeqkv, "cuda"); }
 
 int main(void) { return kn_test_main(); }

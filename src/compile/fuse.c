@@ -720,7 +720,9 @@ static bool append_segment(kn_fgroup *A, const kn_fgroup *B) {
     kn_kernel *a = &A->k;
     const kn_kernel *b = &B->k;
     int na = a->nseg > 1 ? a->nseg : 1, nb = b->nseg > 1 ? b->nseg : 1;
-    if (na + nb > KN_KMAX_SEG || a->nbuf + b->nbuf > KN_KERNEL_MAXBUF || a->ninst + b->ninst > KN_KMAX_INST ||
+    /* one compute type per kernel: a float segment beside a double one
+     * would round the double one's values to float (or the other way) */
+    if (a->f64 != b->f64 || na + nb > KN_KMAX_SEG || a->nbuf + b->nbuf > KN_KERNEL_MAXBUF || a->ninst + b->ninst > KN_KMAX_INST ||
         A->nnode + B->nnode > KN_KMAX_NODES)
         return false;
     int bo = a->nbuf, io = a->ninst;
