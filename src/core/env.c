@@ -27,7 +27,7 @@ static const var g_vars[] = {
     {"KN_CUDA_TRACE", FLAG, F(cuda_trace)},   {"KN_CUDA_POOL_MB", LONG, F(cuda_pool_mb)},
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
     {"KN_CACHE_DIR", STR, F(cache_dir)},      {"KN_CACHE", IS0, F(cache_off)},
-    {"KN_DUMP_KERNELS", STR, F(dump_kernels)},
+    {"KN_DUMP_KERNELS", STR, F(dump_kernels)}, {"KN_LLM_STEP_PLAN", IS0, F(llm_no_step_plan)},
     {"KN_CC", STR, F(cc)},                    {"KN_BEAM", INT, F(beam)},
     {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},
 };

@@ -487,32 +487,26 @@ static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_t
     return c->arch == KN_ARCH_GPT2 ? kn_layer_norm(ctx, x, 1, w, b, c->norm_eps) : kn_rms_norm(ctx, x, 1, w, c->norm_eps);
 }
 
-static kn_status build_graph(kn_model *m) {
+/* The forward graph over x [T, C] at positions pos [T] (the caches hold
+ * the earlier rows), logits of the rows [R] of the last layer's output.
+ * Builds the caches the first time. */
+static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, kn_status *zst) {
     kn_ctx *ctx = m->ctx;
     const kn_model_config *c = &m->cfg;
     bool gpt2 = c->arch == KN_ARCH_GPT2;
-    int64_t C = c->dim, H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim, NB = m->n_batch;
+    int64_t H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
     int64_t QD = H * D, KD = Hkv * D;
     kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
-    m->sym_T = kn_sym_new(ctx, "T", NB);
-    m->sym_S = kn_sym_new(ctx, "S", m->n_ctx);
-    m->sym_R = kn_sym_new(ctx, "R", NB);
-    m->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
-    m->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
-    m->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
-    if (!m->x_in || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
-    kn_status zst;
-    if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
-        return zst;
-    kn_tensor *x = kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T);            /* [T, C] */
-    kn_tensor *pos = kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T);         /* [T] */
+    *zst = KN_OK;
     if (m->pos_embd) x = kn_add(ctx, x, kn_index_select(ctx, m->pos_embd, 0, pos));   /* + wpe[pos] */
     for (int l = 0; l < c->n_layers; l++) {
         kn__layer_w *L = &m->layers[l];
-        L->k_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
-        L->v_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
-        if (!L->k_cache || !L->v_cache) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM;
-        if ((zst = zero_fill(m, L->k_cache)) || (zst = zero_fill(m, L->v_cache))) return zst;
+        if (!L->k_cache) {
+            L->k_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
+            L->v_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
+            if (!L->k_cache || !L->v_cache) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM; return NULL; }
+            if ((*zst = zero_fill(m, L->k_cache)) || (*zst = zero_fill(m, L->v_cache))) return NULL;
+        }
         kn_tensor *h = norm(ctx, c, x, L->attn_norm, L->attn_norm_b);
         kn_tensor *q, *k, *v;
         if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
@@ -540,7 +534,7 @@ static kn_status build_graph(kn_model *m) {
         kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
         kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, c->attn_scale);
         a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
-        a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});
+        a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});                        /* a view when T = 1 */
         x = kn_add(ctx, x, lin_b(m, a, L->wo, L->bo));
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
         kn_tensor *f;
@@ -550,15 +544,44 @@ static kn_status build_graph(kn_model *m) {
             f = kn_mul(ctx, kn_silu(ctx, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
         } else f = kn_mul(ctx, kn_silu(ctx, lin(m, h, L->w1)), lin(m, h, L->w3));
         x = kn_add(ctx, x, lin_b(m, f, L->w2, L->b2));
-        if (!x) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+        if (!x) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE; return NULL; }
     }
-    kn_tensor *rows = kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R);
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
     xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
-    m->logits = lin(m, xl, m->wout);                                       /* [R, V] */
-    if (!m->logits) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    kn_tensor *logits = lin(m, xl, m->wout);                               /* [R, V] */
+    if (!logits) *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    return logits;
+}
+
+/* Two plans over the same weights and caches: any T <= n_batch (symbolic T,
+ * S, R: prompts, and decode when the step plan is off), and the one-token
+ * step (T = R = 1 fixed). KN_LLM_STEP_PLAN=0 builds only the first. */
+static kn_status build_graph(kn_model *m) {
+    kn_ctx *ctx = m->ctx;
+    int64_t C = m->cfg.dim, NB = m->n_batch;
+    m->sym_T = kn_sym_new(ctx, "T", NB);
+    m->sym_S = kn_sym_new(ctx, "S", m->n_ctx);
+    m->sym_R = kn_sym_new(ctx, "R", NB);
+    m->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
+    m->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    m->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    if (!m->x_in || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
+    kn_status zst;
+    if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
+        return zst;
+    m->logits = build_forward(m, kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T), kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T),
+                              kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R), &zst);
+    if (!m->logits) return zst;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
-    return m->plan ? KN_OK : (kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE);
+    if (!m->plan) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    if (NB > 1 && !kn_env_get()->llm_no_step_plan) {
+        m->logits1 = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
+                                   kn_narrow(ctx, m->rows_in, 0, 0, 1), &zst);
+        if (!m->logits1) return zst;
+        m->plan1 = kn_plan_new(ctx, 1, &m->logits1, NULL);
+        if (!m->plan1) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+    }
+    return KN_OK;
 }
 
 /* ---- public ----------------------------------------------------------------------------- */
@@ -656,6 +679,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
 void kn_model_free(kn_model *m) {
     if (!m) return;
     kn_plan_free(m->plan);
+    kn_plan_free(m->plan1);
     kn_ctx_free(m->ctx);
     kn_ctx_free(m->hctx);
     kn_tokenizer_free(m->tok);
@@ -695,7 +719,16 @@ static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
 }
 
 uint64_t kn__model_eval_count(const kn_model *m) { return m->n_evals; }
-void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) { kn_plan_get_stats(m ? m->plan : NULL, out); }
+void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) {
+    /* run counts of both plans; the shape (kernels, memory) of the one a
+     * decode step runs */
+    kn_plan_get_stats(m ? (m->plan1 ? m->plan1 : m->plan) : NULL, out);
+    if (m && m->plan1) {
+        kn_plan_stats p;
+        kn_plan_get_stats(m->plan, &p);
+        out->runs += p.runs; out->replays += p.replays; out->captures += p.captures; out->graphs += p.graphs;
+    }
+}
 
 kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
     if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");
@@ -724,8 +757,9 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
              (st = be->copy_in(be, m->pos_in->buf->data, pos, sizeof(int32_t) * (size_t)T)) ||
              (st = be->copy_in(be, m->rows_in->buf->data, rows, sizeof(int32_t) * (size_t)R))))
             return st;
-        if ((st = kn_plan_run(m->plan))) return st;
-        const float *lg = m->logits->buf->data;
+        bool step = T == 1 && R == 1 && m->plan1;   /* the one-token plan */
+        if ((st = kn_plan_run(step ? m->plan1 : m->plan))) return st;
+        const float *lg = (step ? m->logits1 : m->logits)->buf->data;
         float *dst = all_logits ? logits + (size_t)done * V : last_chunk ? logits : NULL;
         size_t nb = sizeof(float) * (size_t)(all_logits ? T : 1) * (size_t)V;
         if (dst && m->on_device) { if ((st = be->copy_out(be, dst, lg, nb))) return st; }

@@ -69,6 +69,11 @@ struct kn_model {
     int sym_T, sym_S, sym_R;
     kn_tensor *x_in, *pos_in, *rows_in, *logits;
     kn_plan *plan;
+    /* the one-token step (decode): the same layers over the first row of the
+     * inputs with T = R = 1 fixed, so the compiler sees static shapes (the
+     * attention output's transpose is a view, no copy); NULL when absent */
+    kn_tensor *logits1;
+    kn_plan *plan1;
     float *row_buf;                    /* one dequantized embedding row */
     float *x_stage;                    /* device runs: host copies of the inputs */
     int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */

@@ -27,6 +27,12 @@ bool kn__tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     v->dtype = t->dtype;
     v->ndim = t->ndim;
     for (int i = 0; i < t->ndim; i++) { v->ne[i] = kn__extent(t, i, p->ctx->sym_val); v->st[i] = t->stride[i]; }
+    /* a dim of extent 1 is never stepped over, so its stride is free: give
+     * it the row-major one (a [1, K] view of a transposed [H, 1, D] has row
+     * stride D, and a kernel that takes it as a row pitch (an lda) must
+     * not see one below K) */
+    for (int i = t->ndim - 2; i >= 0; i--)
+        if (v->ne[i] == 1 && v->st[i + 1] >= 0) v->st[i] = v->st[i + 1] * (v->ne[i + 1] > 0 ? v->ne[i + 1] : 1);
     return v->data != NULL;
 }
 
