@@ -221,6 +221,7 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
     int64_t steps_timed = 0;
     kn_status st = KN_OK;
     bool line_open = false;
+    kn_loss_scaler *scaler = kn_optim_loss_scaler(c->opt);   /* f16: skip-and-backoff after each run */
     for (int64_t s = start; s < c->steps; s++) {
         double ts = now_s();
         if ((st = c->load_batch(c->ud, s))) break;
@@ -228,6 +229,9 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         if (c->lr_at) kn_optim_set_lr(c->opt, -1, lr);
         if ((st = kn_optim_prepare(c->opt))) break;
         if ((st = kn_plan_run(c->step))) break;
+        bool skipped = false;
+        if (scaler && (st = kn_loss_scaler_update(scaler, &skipped))) break;
+        if (skipped) r.skipped_steps++;
         double loss = kn_item(c->loss);
         train_time += now_s() - ts;
         steps_timed++;
