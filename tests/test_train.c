@@ -353,6 +353,7 @@ TEST(cli_char_run_resume_mismatch) {
 TEST(cli_char_precision) {
     CHECK(cli(5, (const char *[]){"char", "--data", "/nonexistent/kn.txt", "--precision", "f8"}) == 2, "--precision f8");
     const char *txt = tmp_path("prec.txt");
+    mkdir(g_dir, 0700);                  /* an earlier test may have removed it */
     char text[3000];
     size_t n = 0;
     while (n + 13 < sizeof text) { memcpy(text + n, "hello world!\n", 13); n += 13; }
@@ -371,6 +372,7 @@ TEST(cli_char_precision) {
         CHECK(rc == (can ? 0 : 2), "--precision %s: exit %d (%s)", precs[i], rc, kn_last_error());
     }
     remove(txt);
+    rmdir(g_dir);
 }
 
 static bool same_file(const char *a, const char *b) {
