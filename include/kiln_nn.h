@@ -428,6 +428,10 @@ kn_status kn_loss_scaler_update(kn_loss_scaler *s, bool *skipped);
 double kn_loss_scaler_get_scale(const kn_loss_scaler *s);
 kn_status kn_loss_scaler_set_scale(kn_loss_scaler *s, double scale);   /* > 0 and finite; resets the growth count */
 int64_t kn_loss_scaler_skipped(const kn_loss_scaler *s);              /* steps skipped so far */
+/* The state a resumed run needs (kn_train_save keeps it as metadata): the
+ * scale and the finite steps since it last changed. */
+void kn_loss_scaler_get_state(const kn_loss_scaler *s, double *scale, int64_t *good);
+kn_status kn_loss_scaler_set_state(kn_loss_scaler *s, double scale, int64_t good);
 void kn_loss_scaler_free(kn_loss_scaler *s);
 
 /* ==== learning-rate schedules (host functions of the step, 0-based) ========== */

@@ -26,8 +26,9 @@
  *
  * Checkpoint names: the model's dotted names ("h.0.attn.c_attn.weight"),
  * optimizer state as "optim.<state>.<param name>" ("optim.exp_avg.wte.weight"),
- * and metadata "step" plus the caller's (key, value) pairs, which
- * kn_train_load compares so that a checkpoint of another model is refused
+ * metadata "step" (with a loss scaler also "loss_scale" and
+ * "loss_scale_good_steps", restored by kn_train_load when present), plus
+ * the caller's (key, value) pairs, which kn_train_load compares so that a checkpoint of another model is refused
  * with a message naming the key.
  *
  * Mixed precision is the model's and optimizer's business (kiln_nn.h:

@@ -14,6 +14,8 @@
 #include "kn_test.h"
 #include "kn_fixture.h"
 #include "kiln_nn.h"
+#include "kiln_train.h"
+#include <unistd.h>
 #include "runtime/runtime.h"     // defines: struct kn_plan (the schedule, to count matmul dtypes)
 
 static kn_ctx *ctx_on(kn_backend *be) { return kn_ctx_new(&(kn_ctx_opts){be}); }
@@ -298,6 +300,29 @@ TEST(f16_overflow_skip_sgd) {
     CHECK(skipped && !memcmp(before, after, sizeof before), "SGD: overflow skipped %d, weights unchanged %d", skipped,
           !memcmp(before, after, sizeof before));
     mlp_free(&u);
+}
+
+/* the scaler's state travels in the checkpoint (f16 resume continues bit for bit) */
+TEST(f16_scaler_state_in_checkpoint) {
+    char why[512];
+    kn_ctx *probe = kn_ctx_new(NULL);
+    bool ok = prec_ok(probe, KN_PREC_F16, why, sizeof why);
+    kn_ctx_free(probe);
+    if (!ok) SKIP("%s", why);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kn_test_prec_%d.safetensors", (int)getpid());
+    mlp u, w;
+    REQUIRE(mlp_new(&u, KN_PREC_F16, true, NULL, KN_OPTIM_ADAMW), "%s", kn_last_error());
+    REQUIRE(!kn_loss_scaler_set_state(u.sc, 1024, 3), "%s", kn_last_error());
+    REQUIRE(!kn_train_save(path, u.net, u.opt, 7, 0, NULL), "%s", kn_last_error());
+    REQUIRE(mlp_new(&w, KN_PREC_F16, true, NULL, KN_OPTIM_ADAMW), "%s", kn_last_error());
+    int64_t step = 0, good = 0;
+    double scale = 0;
+    CHECK(!kn_train_load(path, w.net, w.opt, 0, NULL, &step) && step == 7, "load: %s", kn_last_error());
+    kn_loss_scaler_get_state(w.sc, &scale, &good);
+    CHECK(scale == 1024 && good == 3, "restored scale %g, growth count %lld", scale, (long long)good);
+    remove(path);
+    mlp_free(&u); mlp_free(&w);
 }
 
 /* ---- PyTorch bf16 autocast ------------------------------------------------------------ */

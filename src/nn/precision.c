@@ -152,6 +152,16 @@ kn_status kn_loss_scaler_update(kn_loss_scaler *s, bool *skipped) {
 
 double kn_loss_scaler_get_scale(const kn_loss_scaler *s) { return s ? s->scale : NAN; }
 int64_t kn_loss_scaler_skipped(const kn_loss_scaler *s) { return s ? s->skipped : 0; }
+void kn_loss_scaler_get_state(const kn_loss_scaler *s, double *scale, int64_t *good) {
+    if (scale) *scale = s ? s->scale : NAN;
+    if (good) *good = s ? s->good : 0;
+}
+kn_status kn_loss_scaler_set_state(kn_loss_scaler *s, double scale, int64_t good) {
+    if (good < 0) return kn_set_error(KN_ERR_INVALID, "kn_loss_scaler_set_state: negative growth count %lld", (long long)good);
+    kn_status st = kn_loss_scaler_set_scale(s, scale);
+    if (!st) s->good = good;
+    return st;
+}
 kn_status kn_loss_scaler_set_scale(kn_loss_scaler *s, double scale) {
     if (!s || !(scale > 0) || !isfinite((float)scale))
         return kn_set_error(KN_ERR_INVALID, "kn_loss_scaler_set_scale: scale %g must be > 0 and finite in f32", scale);
