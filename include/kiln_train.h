@@ -28,8 +28,8 @@
  * optimizer state as "optim.<state>.<param name>" ("optim.exp_avg.wte.weight"),
  * metadata "step" (with a loss scaler also "loss_scale" and
  * "loss_scale_good_steps", restored by kn_train_load when present), plus
- * the caller's (key, value) pairs, which kn_train_load compares so that a checkpoint of another model is refused
- * with a message naming the key.
+ * the caller's (key, value) pairs, which kn_train_load compares so that a
+ * checkpoint of another model is refused with a message naming the key.
  *
  * Mixed precision is the model's and optimizer's business (kiln_nn.h:
  * kn_module_set_precision, kn_optim_set_loss_scaler); when the optimizer has
