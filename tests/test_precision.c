@@ -213,8 +213,10 @@ TEST(gpt2_bf16_and_f16_track_f32) {
         REQUIRE(gpt_losses(ps[k], l16), "%s run: %s", kn_precision_name(ps[k]), kn_last_error());
         double maxd = 0, sumd = 0;
         for (int s = 0; s < GSTEPS; s++) { double d = fabs(l16[s] - l32[s]); maxd = fmax(maxd, d); sumd += d; }
-        /* bf16 keeps 8 mantissa bits: a few 1e-3 of relative loss after 25 steps */
-        CHECK(maxd < 0.03 * l32[0], "%s vs f32: max loss gap %g", kn_precision_name(ps[k]), maxd);
+        fprintf(stderr, "  %s vs f32 over %d steps: max loss gap %.2e, loss %.3f -> %.3f\n", kn_precision_name(ps[k]), GSTEPS,
+                maxd, l16[0], l16[GSTEPS - 1]);
+        /* bf16 keeps 8 mantissa bits: about 1e-3 of loss after 25 steps here */
+        CHECK(maxd < 0.01 * l32[0], "%s vs f32: max loss gap %g", kn_precision_name(ps[k]), maxd);
         CHECK(sumd > 0, "%s losses are bit-identical to f32: the policy did nothing", kn_precision_name(ps[k]));
         CHECK(l16[GSTEPS - 1] < 0.7 * l16[0], "%s loss %g -> %g", kn_precision_name(ps[k]), l16[0], l16[GSTEPS - 1]);
     }
@@ -299,6 +301,16 @@ TEST(f16_overflow_skip_sgd) {
     read_params(u.opt, after, CAP);
     CHECK(skipped && !memcmp(before, after, sizeof before), "SGD: overflow skipped %d, weights unchanged %d", skipped,
           !memcmp(before, after, sizeof before));
+    /* a NaN gradient (from a NaN input) at a sane scale is skipped too */
+    REQUIRE(!kn_loss_scaler_set_scale(u.sc, 1024), "%s", kn_last_error());
+    float xd[B * IN];
+    for (int i = 0; i < B * IN; i++) xd[i] = i == 5 ? NAN : 0.25f;
+    REQUIRE(!kn_tensor_write(u.x, xd, KN_F32), "%s", kn_last_error());
+    mlp_step(&u);
+    REQUIRE(!kn_loss_scaler_update(u.sc, &skipped), "%s", kn_last_error());
+    read_params(u.opt, after, CAP);
+    CHECK(skipped && !memcmp(before, after, sizeof before) && kn_loss_scaler_get_scale(u.sc) == 512,
+          "NaN gradients: skipped %d, scale %g", skipped, kn_loss_scaler_get_scale(u.sc));
     mlp_free(&u);
 }
 

@@ -208,22 +208,23 @@ static kn_tensor *update(kn_ctx *ctx, const effects *e, kn_tensor *dst, kn_tenso
 }
 
 /* With a loss scaler: g[i] *= 1/scale (f32, exact: scales are powers of 2
- * unless the caller sets another), and the overflow verdict: true when any
- * unscaled gradient element is inf or nan (!(|g| < inf) catches both). The
- * verdict is also written to the scaler's found_inf (one effect) for the
- * host to read after the run. Returns the 0-d bool verdict. */
+ * unless the caller sets another), and the overflow verdict: true when some
+ * unscaled gradient element is inf or nan. One reduction per gradient, the
+ * f32 sum of |g| (an inf or nan element makes it inf or nan), added up and
+ * tested once: !(total < inf). It also trips when finite gradients sum past
+ * 3.4e38, a step that should not be taken either. The verdict is written to
+ * the scaler's found_inf (one effect) for the host to read after the run.
+ * Returns the 0-d bool verdict. */
 static kn_tensor *unscale(kn_optim *o, kn_tensor **g, effects *e) {
     kn_ctx *ctx = o->ctx;
     kn_loss_scaler *s = o->scaler;
-    kn_tensor *inv = kn_reciprocal(ctx, s->scale_in), *bad = NULL;
-    kn_tensor *inf = kn_scalar(ctx, KN_F32, INFINITY);
+    kn_tensor *inv = kn_reciprocal(ctx, s->scale_in), *total = kn_scalar(ctx, KN_F32, 0);
     for (int i = 0; i < o->n; i++) {
         if (!g[i]) continue;
         g[i] = kn_mul(ctx, g[i], kn_cast(ctx, inv, g[i]->dtype));
-        kn_tensor *b = kn_any(ctx, kn_logical_not(ctx, kn_lt(ctx, kn_abs(ctx, g[i]), kn_cast(ctx, inf, g[i]->dtype))), 0, NULL, false);
-        bad = bad ? kn_logical_or(ctx, bad, b) : b;
+        total = kn_add(ctx, total, kn_cast(ctx, kn_sum_all(ctx, kn_abs(ctx, g[i])), KN_F32));
     }
-    if (!bad) bad = kn_scalar(ctx, KN_BOOL, 0);
+    kn_tensor *bad = kn_logical_not(ctx, kn_lt(ctx, total, kn_scalar(ctx, KN_F32, INFINITY)));
     emit(e, kn_assign(ctx, s->found_inf, kn_cast(ctx, bad, KN_F32)));
     return bad;
 }
