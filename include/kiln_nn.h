@@ -356,6 +356,84 @@ kn_tensor *const *kn_grad_accum_buffers(const kn_grad_accum *a);
 int kn_grad_accum_zero(kn_grad_accum *a, kn_tensor **out, int max);
 void kn_grad_accum_free(kn_grad_accum *a);
 
+/* ==== mixed precision ===========================================================
+ * A precision policy like PyTorch's autocast, set on a module tree:
+ *
+ *   kn_status st = kn_module_set_precision(net, KN_PREC_BF16);  // checks the backend can
+ *   if (st) fprintf(stderr, "%s\n", kn_last_error());           // (CPU: needs AVX512_BF16)
+ *
+ * Parameters (the master weights) and optimizer state stay f32. Each Linear
+ * layer (and the tied LM heads of GPT-2 / Llama) casts its input and weight
+ * to the compute dtype, multiplies there (the kernels accumulate in f32) and
+ * casts the product back to f32 before the bias; everything else (embedding
+ * lookups, norms, softmax, attention, activations, losses, reductions, the
+ * optimizer) computes in f32. The gradient of a cast is the cast back, so
+ * the backward matmuls run in the compute dtype too and gradients land in f32
+ * on the master weights. Set the precision before the forward that builds the
+ * plan; kn_module_add_child hands a non-f32 precision down to the child.
+ *
+ * f16's narrow range needs dynamic loss scaling (below); bf16 does not.
+ * Where each precision runs: CUDA: all three. CPU (host) backends: bf16
+ * needs a CPU with AVX512_BF16, f16 one with F16C; today both widen the
+ * operands to f32 for the CPU's SGEMM (the numerics of 16-bit inputs, no
+ * speed-up), and attention and convolutions stay f32 on every backend. */
+typedef enum { KN_PREC_F32, KN_PREC_BF16, KN_PREC_F16 } kn_precision;
+const char *kn_precision_name(kn_precision p);              /* "f32", "bf16", "f16" */
+/* "f32" | "bf16" | "f16" (also "fp32", "bfloat16", "fp16", "float16"); KN_ERR_INVALID otherwise */
+kn_status kn_precision_parse(const char *s, kn_precision *out);
+kn_dtype kn_precision_dtype(kn_precision p);                /* KN_F32, KN_BF16, KN_F16 */
+/* KN_OK when ctx's backend can compute in p, else KN_ERR_UNSUPPORTED with
+ * the reason and what to use instead. */
+kn_status kn_precision_check(kn_ctx *ctx, kn_precision p);
+/* Recursive, like kn_module_train. Checks p with kn_precision_check first. */
+kn_status kn_module_set_precision(kn_module *m, kn_precision p);
+kn_precision kn_module_precision(const kn_module *m);
+
+/* Dynamic loss scaling (torch.cuda.amp.GradScaler): backward runs on loss *
+ * scale so that small f16 gradients do not flush to zero; the optimizer
+ * update divides the gradients by the scale and, when any of them is inf or
+ * NaN, leaves every parameter and state tensor as it was (selected in the
+ * graph: the plan is not rebuilt). After each run, kn_loss_scaler_update
+ * reads that verdict (one 4-byte read) and halves the scale on an overflow
+ * (and takes the optimizer's step count back, as a skipped torch step does),
+ * or multiplies it by growth_factor after growth_interval finite steps.
+ *
+ *   kn_loss_scaler *sc = kn_loss_scaler_new(ctx, NULL);          // defaults
+ *   kn_backward(ctx, kn_loss_scaler_scale(sc, loss));            // not kn_backward(loss)
+ *   kn_optim *opt = kn_optim_new(ctx, net, &oc);
+ *   kn_optim_set_loss_scaler(opt, sc);                           // before kn_optim_build
+ *   ... plan of loss + kn_optim_build effects ...
+ *   each step: kn_optim_prepare(opt); kn_plan_run(plan); kn_loss_scaler_update(sc, &skipped);
+ *
+ * kn_train_run does the update by itself when the optimizer has a scaler.
+ * With a scaler, Adam/AdamW build the composite (unfused) update, whose
+ * results can be selected; the fused adam_update node has no skip input. */
+typedef struct kn_loss_scaler_cfg {
+    double init_scale;          /* 65536                                           */
+    double growth_factor;       /* 2                                               */
+    double backoff_factor;      /* 0.5                                             */
+    int64_t growth_interval;    /* 2000 finite steps before growing                */
+} kn_loss_scaler_cfg;
+kn_loss_scaler_cfg kn_loss_scaler_defaults(void);
+typedef struct kn_loss_scaler kn_loss_scaler;
+kn_loss_scaler *kn_loss_scaler_new(kn_ctx *ctx, const kn_loss_scaler_cfg *cfg);   /* NULL cfg: defaults */
+/* loss * scale (the scale is a plan input): the tensor to call kn_backward on */
+kn_tensor *kn_loss_scaler_scale(kn_loss_scaler *s, kn_tensor *loss);
+/* Attach before kn_optim_build; one scaler per optimizer. */
+kn_status kn_optim_set_loss_scaler(kn_optim *o, kn_loss_scaler *s);
+kn_loss_scaler *kn_optim_loss_scaler(const kn_optim *o);
+/* After each run of the step plan; *skipped (may be NULL) tells whether the
+ * run's update was skipped. */
+kn_status kn_loss_scaler_update(kn_loss_scaler *s, bool *skipped);
+double kn_loss_scaler_get_scale(const kn_loss_scaler *s);
+kn_status kn_loss_scaler_set_scale(kn_loss_scaler *s, double scale);   /* > 0 and finite; resets the growth count */
+int64_t kn_loss_scaler_skipped(const kn_loss_scaler *s);              /* steps skipped so far */
+/* The state a resumed run needs (kn_train_save keeps it as metadata): the
+ * scale and the finite steps since it last changed. */
+void kn_loss_scaler_get_state(const kn_loss_scaler *s, double *scale, int64_t *good);
+kn_status kn_loss_scaler_set_state(kn_loss_scaler *s, double scale, int64_t good);
+void kn_loss_scaler_free(kn_loss_scaler *s);
+
 /* ==== learning-rate schedules (host functions of the step, 0-based) ========== */
 double kn_sched_constant(int64_t step, double lr);
 /* lr * gamma^(step / step_size) */

@@ -26,12 +26,18 @@
  *
  * Checkpoint names: the model's dotted names ("h.0.attn.c_attn.weight"),
  * optimizer state as "optim.<state>.<param name>" ("optim.exp_avg.wte.weight"),
- * and metadata "step" plus the caller's (key, value) pairs, which
- * kn_train_load compares so that a checkpoint of another model is refused
- * with a message naming the key.
+ * metadata "step" (with a loss scaler also "loss_scale" and
+ * "loss_scale_good_steps", restored by kn_train_load when present), plus
+ * the caller's (key, value) pairs, which kn_train_load compares so that a
+ * checkpoint of another model is refused with a message naming the key.
+ *
+ * Mixed precision is the model's and optimizer's business (kiln_nn.h:
+ * kn_module_set_precision, kn_optim_set_loss_scaler); when the optimizer has
+ * a loss scaler the loop calls kn_loss_scaler_update after every run and
+ * counts the skipped steps.
  *
  * Non-goals: multi-process training, gradient accumulation inside the loop
- * (build it into the step plan), mixed precision.
+ * (build it into the step plan).
  */
 #ifndef KILN_TRAIN_H
 #define KILN_TRAIN_H
@@ -79,6 +85,7 @@ typedef struct kn_train_result {
     double seconds;             /* wall time of the loop                               */
     double items_per_s;         /* over the steps run (evaluation time excluded)       */
     bool interrupted;           /* stopped by SIGINT / kn_train_request_stop            */
+    int64_t skipped_steps;      /* updates skipped by the loss scaler (f16 overflow)    */
 } kn_train_result;
 
 /* Runs steps start_step .. cfg->steps-1. Stops early (saving a checkpoint

@@ -348,6 +348,33 @@ TEST(cli_char_run_resume_mismatch) {
     rmdir(g_dir);
 }
 
+/* --precision: a bad value is a usage error; bf16 and f16 runs train (or, on
+ * a CPU without the instructions, are refused up front with exit 2). */
+TEST(cli_char_precision) {
+    CHECK(cli(5, (const char *[]){"char", "--data", "/nonexistent/kn.txt", "--precision", "f8"}) == 2, "--precision f8");
+    const char *txt = tmp_path("prec.txt");
+    mkdir(g_dir, 0700);                  /* an earlier test may have removed it */
+    char text[3000];
+    size_t n = 0;
+    while (n + 13 < sizeof text) { memcpy(text + n, "hello world!\n", 13); n += 13; }
+    write_file(txt, text, n);
+    const char *precs[] = {"bf16", "f16"};
+    for (int i = 0; i < 2; i++) {
+        kn_ctx *probe = kn_ctx_new(NULL);
+        kn_precision p = KN_PREC_F32;
+        kn_precision_parse(precs[i], &p);
+        bool can = !kn_precision_check(probe, p);
+        kn_ctx_free(probe);
+        const char *args[] = {"char", "--data", txt, "--layers", "1", "--dim", "16", "--heads", "2", "--ctx", "16",
+                              "--batch", "2", "--eval-batches", "1", "--sample-len", "0", "--steps", "3",
+                              "--log-every", "100", "--precision", precs[i]};
+        int rc = cli((int)(sizeof args / sizeof args[0]), args);
+        CHECK(rc == (can ? 0 : 2), "--precision %s: exit %d (%s)", precs[i], rc, kn_last_error());
+    }
+    remove(txt);
+    rmdir(g_dir);
+}
+
 static bool same_file(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
     bool same = fa && fb;

@@ -55,11 +55,12 @@ enum { T_MNIST = 1, T_CHAR = 2, T_GPT2 = 4, T_LM = T_CHAR | T_GPT2, T_ALL = 7 };
 typedef struct targs {
     const char *what;                  /* mnist, char, gpt2 */
     unsigned task;                     /* T_MNIST, T_CHAR or T_GPT2 */
-    const char *model, *data, *out, *resume, *tokenizer, *shards;
+    const char *model, *data, *out, *resume, *tokenizer, *shards, *precision;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
         eval_batches, warmup, log_every, threads, full_vocab;
     double lr, min_lr_frac, wd, val_frac, temp, clip, dropout;
     uint64_t seed;
+    kn_precision prec;                 /* parsed --precision */
     bool set[64];                      /* set[i]: option i was given */
     char **argv; int argc;             /* for the resume hint */
 } targs;
@@ -124,6 +125,8 @@ static const topt k_opts[] = {
      "unseen ones (same tokens, smaller softmax)", O_INT, T_GPT2, 0, 1, false, false, F(full_vocab), NULL},
     {"--log-every", "N", "progress line every N steps when stderr is not a terminal", O_INT, T_ALL, 1, 1e9, false,
      false, F(log_every), NULL},
+    {"--precision", "f32|bf16|f16", "compute dtype of the matmuls; weights and optimizer state stay f32 (bf16: CUDA, or "
+     "a CPU with AVX512_BF16; f16: with dynamic loss scaling)", O_STR, T_ALL, 0, 0, false, false, F(precision), NULL},
     {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, false, F(threads), "all cores"},
 };
 #undef F
@@ -144,7 +147,7 @@ static void set_defaults(targs *a, unsigned task) {
     bool gpt2 = task == T_GPT2, cnn = a->model && !strcmp(a->model, "cnn");
     a->task = task;
     if (task == T_MNIST && !a->model) a->model = "mlp";
-    a->seed = 1337; a->min_lr_frac = 0.1; a->log_every = task == T_MNIST ? 50 : 10;
+    a->seed = 1337; a->min_lr_frac = 0.1; a->precision = "f32"; a->log_every = task == T_MNIST ? 50 : 10;
     a->wd = task == T_MNIST ? 0.0 : 0.01;
     a->clip = 1.0;
     if (task == T_MNIST) {
@@ -333,6 +336,16 @@ static int check_targs(targs *a) {
             return -1;
         }
     }
+    if (kn_precision_parse(a->precision, &a->prec)) {
+        fprintf(stderr, "%s: --precision must be f32, bf16 or f16, got '%s'\n", prog, a->precision);
+        return -1;
+    }
+    if (a->prec != KN_PREC_F32) {              /* can this machine compute in it? before any data is read */
+        kn_ctx *probe = kn_ctx_new(NULL);
+        kn_status st = probe ? kn_precision_check(probe, a->prec) : KN_ERR_NOMEM;
+        kn_ctx_free(probe);
+        if (st) { fprintf(stderr, "%s: --precision %s: %s\n", prog, a->precision, kn_last_error()); return -1; }
+    }
     if (a->resume && !a->out) a->out = a->resume;   /* a resumed run keeps writing its checkpoint */
     if (a->threads > 0) kn_set_threads((int)a->threads);
     return 0;
@@ -492,6 +505,26 @@ static kn_optim *make_opt(kn_ctx *ctx, kn_module *m, const targs *a) {
     return kn_optim_new_decay_groups(ctx, m, &oc);
 }
 
+/* Backward of the step and its optimizer, under --precision: f16 backpropagates
+ * loss * scale and gives the optimizer a loss scaler (kn_train_run updates it
+ * after every step); the model's policy was set before its forward. */
+static kn_status backward_and_opt(kn_ctx *ctx, kn_module *m, kn_tensor *loss, const targs *a, kn_optim **opt,
+                                  kn_loss_scaler **sc) {
+    *opt = NULL; *sc = NULL;
+    if (a->prec == KN_PREC_F16 && !(*sc = kn_loss_scaler_new(ctx, NULL))) return KN_ERR_INVALID;
+    kn_status st = kn_backward(ctx, *sc ? kn_loss_scaler_scale(*sc, loss) : loss);
+    if (st) return st;
+    if (!(*opt = make_opt(ctx, m, a))) return KN_ERR_INVALID;
+    return *sc ? kn_optim_set_loss_scaler(*opt, *sc) : KN_OK;
+}
+
+static void report_skipped(const kn_train_result *res, const kn_optim *opt) {
+    const kn_loss_scaler *sc = kn_optim_loss_scaler(opt);
+    if (sc && res->skipped_steps)
+        fprintf(stderr, "f16: %lld steps skipped on gradient overflow; loss scale now %g\n", (long long)res->skipped_steps,
+                kn_loss_scaler_get_scale(sc));
+}
+
 static kn_status resume(const targs *a, kn_module *m, kn_optim *o, int n_meta, const char *const *kv, int64_t *start) {
     *start = 0;
     if (!a->resume) return KN_OK;
@@ -613,6 +646,7 @@ static int train_mnist(targs *a) {
     kn_ctx *ctx = NULL;
     kn_module *net = NULL;
     kn_optim *opt = NULL;
+    kn_loss_scaler *sc = NULL;
     kn_plan *step = NULL;
     if (mnist_file(dir, "train-images-idx3-ubyte", ti, sizeof ti) || mnist_file(dir, "train-labels-idx1-ubyte", tl, sizeof tl) ||
         mnist_file(dir, "t10k-images-idx3-ubyte", vi, sizeof vi) || mnist_file(dir, "t10k-labels-idx1-ubyte", vl, sizeof vl) ||
@@ -629,12 +663,13 @@ static int train_mnist(targs *a) {
     ctx = kn_ctx_new(NULL);
     kn_nn_manual_seed(a->seed + 1);
     net = mnist_model(ctx, cnn);
+    if (net && kn_module_set_precision(net, a->prec)) { fail(kn_last_error()); goto done; }
     int64_t B = a->batch;
     int64_t xs_mlp[2] = {B, 784}, xs_cnn[4] = {B, 1, 28, 28};
     r.x = cnn ? kn_input(ctx, KN_F32, 4, xs_cnn) : kn_input(ctx, KN_F32, 2, xs_mlp);
     r.y = kn_input(ctx, KN_I64, 1, &B);
     kn_tensor *loss = kn_cross_entropy(ctx, kn_module_forward(net, r.x), r.y, NULL);
-    if (!loss || kn_backward(ctx, loss) || !(opt = make_opt(ctx, net, a)) || !(step = step_plan(ctx, loss, opt))) {
+    if (!loss || backward_and_opt(ctx, net, loss, a, &opt, &sc) || !(step = step_plan(ctx, loss, opt))) {
         fail(kn_last_error()); goto done;
     }
     /* eval plan: the same parameters, a fresh forward over [EB, ...] */
@@ -677,13 +712,14 @@ static int train_mnist(targs *a) {
         if (mnist_eval(&r, res.next_step - 1, &acc)) { fail(kn_last_error()); goto done; }
     }
     char db[32];
+    report_skipped(&res, opt);
     fprintf(stderr, "done: %lld steps in %s, %.0f samples/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
     printf("final test accuracy: %.2f%%\n", r.last_acc);
     rc = 0;
 done:
     kn_plan_free(step); kn_plan_free(r.eval);
-    kn_optim_free(opt); kn_module_free(net); kn_ctx_free(ctx);
+    kn_optim_free(opt); kn_loss_scaler_free(sc); kn_module_free(net); kn_ctx_free(ctx);
     kn_loader_free(r.ld); kn_dataset_free(r.ds);
     kn_mnist_free(r.train); kn_mnist_free(r.test);
     free(r.xbuf); free(r.lbuf);
@@ -862,7 +898,9 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
                       .dropout = a->dropout};
     kn_module *m = kn_gpt2_new(ctx, &gc);
     kn_optim *opt = NULL;
+    kn_loss_scaler *sc = NULL;
     kn_plan *step = NULL;
+    if (m && kn_module_set_precision(m, a->prec)) { fail(kn_last_error()); goto done; }
     if (m && a->dropout > 0) {                 /* a new mask every step, a function of the step */
         r.rng = kn_input(ctx, KN_I64, 0, NULL);
         if (!r.rng || kn_module_set_rng_step(m, r.rng)) { fail(kn_last_error()); goto done; }
@@ -871,7 +909,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     r.x = kn_input(ctx, KN_I32, 2, sb);
     r.y = kn_input(ctx, KN_I64, 2, sb);
     kn_tensor *loss = kn_cross_entropy(ctx, kn_gpt2_forward(m, r.x), r.y, NULL);
-    if (!m || !loss || kn_backward(ctx, loss) || !(opt = make_opt(ctx, m, a)) || !(step = step_plan(ctx, loss, opt))) {
+    if (!m || !loss || backward_and_opt(ctx, m, loss, a, &opt, &sc) || !(step = step_plan(ctx, loss, opt))) {
         fail(kn_last_error()); goto done;
     }
     /* eval and sample plans: fresh forwards over the same parameters */
@@ -943,6 +981,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
         double v;
         if (lm_eval(&r, res.next_step - 1, &v)) { fail(kn_last_error()); goto done; }
     }
+    report_skipped(&res, opt);
     fprintf(stderr, "done: %lld steps in %s, %.0f tok/s (training only)\n", (long long)(res.next_step - start),
             kn_train_fmt_duration(res.seconds, db, sizeof db), res.items_per_s);
     printf("final: train loss %.4f, val loss %.4f (best %.4f) nats/%s\n", res.last_loss, r.last_val, r.best_val,
@@ -953,7 +992,7 @@ done:
     free(vocab_meta);
     for (int k = 0; k < r.n_sp; k++) kn_plan_free(r.sp[k]);
     kn_plan_free(r.eval); kn_plan_free(step);
-    kn_optim_free(opt); kn_module_free(m); kn_ctx_free(ctx);
+    kn_optim_free(opt); kn_loss_scaler_free(sc); kn_module_free(m); kn_ctx_free(ctx);
     free(r.ib); free(r.tb); free(r.lb);
     return rc;
 }

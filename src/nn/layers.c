@@ -31,7 +31,7 @@ typedef struct { int64_t in, out; kn_tensor *w, *b; } linear_t;
 static kn_tensor *linear_fwd(kn_module *m, kn_tensor *x) {
     linear_t *l = m->impl;
     if (!kn__mod_check(m, x, 1, KN_MAX_DIMS, -1, l->in, "last dim must be in_features")) return NULL;
-    return kn_linear(m->ctx, x, l->w, l->b);
+    return kn__mod_linear(m, x, l->w, l->b);
 }
 kn_module *kn_linear_new(kn_ctx *ctx, int64_t in, int64_t out, bool bias) {
     if (in <= 0 || out <= 0) { kn__fail(ctx, KN_ERR_INVALID, "Linear: in_features %lld and out_features %lld must be positive", (long long)in, (long long)out); return NULL; }

@@ -79,7 +79,7 @@ kn_tensor *kn_gpt2_forward(kn_module *m, kn_tensor *ids) {
     kn_module *h = kn__child(m, "h");
     for (int i = 0; i < h->n_children; i++) x = kn_block_forward(h->children[i], x, NULL);
     x = kn_module_forward(kn__child(m, "ln_f"), x);
-    return kn_linear(ctx, x, kn_module_find(m, "wte.weight"), NULL);             /* tied lm_head: [B,T,V] */
+    return kn__mod_linear(m, x, kn_module_find(m, "wte.weight"), NULL);          /* tied lm_head: [B,T,V] */
 }
 
 /* ---- Llama ----------------------------------------------------------------------- */
@@ -122,6 +122,6 @@ kn_tensor *kn_llama_forward(kn_module *m, kn_tensor *ids, kn_tensor *pos) {
     kn_module *layers = kn__child(m, "layers");
     for (int i = 0; i < layers->n_children; i++) x = kn_block_forward(layers->children[i], x, pos);
     x = kn_module_forward(kn__child(m, "norm"), x);
-    if (l->cfg.tie_embeddings) return kn_linear(ctx, x, kn_module_find(m, "embed_tokens.weight"), NULL);
+    if (l->cfg.tie_embeddings) return kn__mod_linear(m, x, kn_module_find(m, "embed_tokens.weight"), NULL);
     return kn_module_forward(kn__child(m, "lm_head"), x);
 }

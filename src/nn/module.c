@@ -65,6 +65,7 @@ kn_status kn_module_add_child(kn_module *parent, const char *name, kn_module *ch
     snprintf(child->name, sizeof child->name, "%s", name);
     child->parent = parent;
     if (parent->rng_step && !child->rng_step) kn_module_set_rng_step(child, parent->rng_step);
+    if (parent->prec != KN_PREC_F32) kn_module_set_precision(child, parent->prec);   /* checked on the parent */
     parent->children[parent->n_children++] = child;
     return KN_OK;
 }

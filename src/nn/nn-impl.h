@@ -25,7 +25,29 @@ struct kn_module {
     kn__mparam *params; int n_params, cap_params;
     kn_tensor **effects; int n_effects, cap_effects;   /* pending training effects */
     kn_tensor *rng_step;           /* 0-d i64 stream offset for dropout, or NULL */
+    kn_precision prec;             /* compute dtype of its matmuls (precision.c) */
 };
+
+/* The dynamic loss scaler (precision.c). The scale lives on the host and
+ * reaches the plan as the 0-d f32 input scale_in (written by
+ * kn_optim_prepare); the plan writes the overflow verdict of each run into
+ * found_inf (0-d f32, 1 = some gradient was inf/nan), which
+ * kn_loss_scaler_update reads: one 4-byte read per step. */
+struct kn_loss_scaler {
+    kn_ctx *ctx;
+    kn_loss_scaler_cfg cfg;
+    double scale;
+    int64_t good, skipped;         /* finite steps since the last change; skipped steps */
+    kn_tensor *scale_in, *found_inf;
+    kn_optim *opt;                 /* set by kn_optim_set_loss_scaler */
+};
+kn_status kn__loss_scaler_write(kn_loss_scaler *s);
+
+/* x @ w^T + b under m's precision: x and w cast to the compute dtype for
+ * the matmul (f32 accumulation in the kernels), the product cast back to
+ * x's dtype before the bias, so everything after it (bias, norms, softmax,
+ * losses) stays f32. With KN_PREC_F32 it is kn_linear. */
+kn_tensor *kn__mod_linear(const kn_module *m, kn_tensor *x, kn_tensor *w, kn_tensor *b);
 
 /* "Linear 'h.0.attn.c_proj'" into buf (kind and dotted path from the root). */
 const char *kn__mod_path(const kn_module *m, char *buf, size_t n);

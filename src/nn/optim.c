@@ -7,8 +7,9 @@
  * sizes) are computed in f64 inside the graph and cast to the parameter
  * dtype. The update formulas and their operation order follow torch.optim's
  * single-tensor (foreach=False) implementations so results match PyTorch.
- * Also: global-norm gradient clipping (graph ops) and gradient accumulation
- * (persistent buffers; see kiln_nn.h). */
+ * Also: global-norm gradient clipping (graph ops), gradient accumulation
+ * (persistent buffers; see kiln_nn.h), and with a loss scaler the unscaling
+ * of the gradients and the skip of an update whose gradients overflowed. */
 #include "nn-impl.h"
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct kn_optim {
     kn_tensor *step_in;          /* 0-d i64: step count of the run (1-based)     */
     int64_t step;                /* steps prepared so far                        */
     kn_tensor *grad_norm;
+    kn_loss_scaler *scaler;      /* dynamic loss scaling (precision.c), or NULL  */
 };
 
 /* state slot names per kind */
@@ -95,6 +97,7 @@ kn_optim *kn_optim_new_empty(kn_ctx *ctx, const kn_optim_cfg *cfg) {
 
 void kn_optim_free(kn_optim *o) {
     if (!o) return;
+    if (o->scaler && o->scaler->opt == o) o->scaler->opt = NULL;
     free(o->groups);
     free(o->ps);
     free(o);
@@ -190,12 +193,40 @@ kn_optim *kn_optim_new_decay_groups(kn_ctx *ctx, kn_module *m, const kn_optim_cf
 }
 
 /* ---- the update as graph nodes ------------------------------------------------------ */
-typedef struct { kn_tensor **out; int max, n; bool ok; } effects;
+typedef struct { kn_tensor **out; int max, n; bool ok; kn_tensor *skip; } effects;
 static void emit(effects *e, kn_tensor *t) {
     if (!t) { e->ok = false; return; }
     if (e->n < e->max) e->out[e->n] = t;
     else e->ok = false;
     e->n++;
+}
+/* dst = v, or with a loss scaler dst = skip ? dst : v: an overflowed step
+ * leaves parameters and state as they were (v may hold inf/nan then; where
+ * does not propagate the branch it does not pick). */
+static kn_tensor *update(kn_ctx *ctx, const effects *e, kn_tensor *dst, kn_tensor *v) {
+    return kn_assign(ctx, dst, e->skip ? kn_where(ctx, e->skip, dst, v) : v);
+}
+
+/* With a loss scaler: g[i] *= 1/scale (f32, exact: scales are powers of 2
+ * unless the caller sets another), and the overflow verdict: true when some
+ * unscaled gradient element is inf or nan. One reduction per gradient, the
+ * f32 sum of |g| (an inf or nan element makes it inf or nan), added up and
+ * tested once: !(total < inf). It also trips when finite gradients sum past
+ * 3.4e38, a step that should not be taken either. The verdict is written to
+ * the scaler's found_inf (one effect) for the host to read after the run.
+ * Returns the 0-d bool verdict. */
+static kn_tensor *unscale(kn_optim *o, kn_tensor **g, effects *e) {
+    kn_ctx *ctx = o->ctx;
+    kn_loss_scaler *s = o->scaler;
+    kn_tensor *inv = kn_reciprocal(ctx, s->scale_in), *total = kn_scalar(ctx, KN_F32, 0);
+    for (int i = 0; i < o->n; i++) {
+        if (!g[i]) continue;
+        g[i] = kn_mul(ctx, g[i], kn_cast(ctx, inv, g[i]->dtype));
+        total = kn_add(ctx, total, kn_cast(ctx, kn_sum_all(ctx, kn_abs(ctx, g[i])), KN_F32));
+    }
+    kn_tensor *bad = kn_logical_not(ctx, kn_lt(ctx, total, kn_scalar(ctx, KN_F32, INFINITY)));
+    emit(e, kn_assign(ctx, s->found_inf, kn_cast(ctx, bad, KN_F32)));
+    return bad;
 }
 
 /* f64 scalar -> a 0-d tensor of dtype dt */
@@ -242,6 +273,7 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
         if (g[i]) g[i] = kn_detach(ctx, g[i]);
     }
     o->grad_norm = NULL;
+    if (o->scaler) e.skip = unscale(o, g, &e);
     if (c->clip_norm > 0) {
         kn_tensor *ss = NULL;
         for (int i = 0; i < o->n; i++) {
@@ -276,14 +308,14 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
                 kn_tensor *a = as(ctx, kn_where(ctx, first, c64(ctx, 0), c64(ctx, c->momentum)), dt);
                 kn_tensor *b = as(ctx, kn_where(ctx, first, c64(ctx, 1), c64(ctx, 1 - c->dampening)), dt);
                 kn_tensor *buf = kn_add(ctx, kn_mul(ctx, q->s[0], a), kn_mul(ctx, gi, b));
-                emit(&e, kn_assign(ctx, q->s[0], buf));
+                emit(&e, update(ctx, &e, q->s[0], buf));
                 gi = c->nesterov ? kn_add(ctx, gi, kn_mul_scalar(ctx, buf, c->momentum)) : buf;
             }
             pn = kn_sub(ctx, p, kn_mul(ctx, gi, as(ctx, lr64, dt)));
             break;
         }
         case KN_OPTIM_ADAM: case KN_OPTIM_ADAMW: {
-            if (!c->unfused) {
+            if (!c->unfused && !e.skip) {
                 /* one fused node: coefficients [decay, lr / bc1, sqrt(bc2)] once per group and dtype */
                 kn_tensor *cf = adam_coefs(o, coefs, q->group, dt, lr64, t);
                 double l2 = c->kind == KN_OPTIM_ADAM ? gr->wd : 0;
@@ -299,8 +331,8 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
             /* exp_avg.lerp_(g, 1-b1) (torch's form for weight < 0.5); exp_avg_sq*b2 + (1-b2) g^2 */
             kn_tensor *m = kn_add(ctx, q->s[0], kn_mul_scalar(ctx, kn_sub(ctx, gi, q->s[0]), 1 - c->beta1));
             kn_tensor *v = kn_add(ctx, kn_mul_scalar(ctx, q->s[1], c->beta2), kn_mul_scalar(ctx, kn_mul(ctx, gi, gi), 1 - c->beta2));
-            emit(&e, kn_assign(ctx, q->s[0], m));
-            emit(&e, kn_assign(ctx, q->s[1], v));
+            emit(&e, update(ctx, &e, q->s[0], m));
+            emit(&e, update(ctx, &e, q->s[1], v));
             kn_tensor *bc1 = kn_sub(ctx, c64(ctx, 1), kn_pow(ctx, c64(ctx, c->beta1), t));
             kn_tensor *bc2 = kn_sub(ctx, c64(ctx, 1), kn_pow(ctx, c64(ctx, c->beta2), t));
             kn_tensor *step_size = as(ctx, kn_div(ctx, lr64, bc1), dt);
@@ -311,18 +343,18 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
         case KN_OPTIM_RMSPROP: {
             if (gr->wd != 0) gi = kn_add(ctx, gi, kn_mul_scalar(ctx, p, gr->wd));
             kn_tensor *sq = kn_add(ctx, kn_mul_scalar(ctx, q->s[0], c->alpha), kn_mul_scalar(ctx, kn_mul(ctx, gi, gi), 1 - c->alpha));
-            emit(&e, kn_assign(ctx, q->s[0], sq));
+            emit(&e, update(ctx, &e, q->s[0], sq));
             kn_tensor *avg;
             if (c->centered) {
                 kn_tensor *ga = kn_add(ctx, q->s[2], kn_mul_scalar(ctx, kn_sub(ctx, gi, q->s[2]), 1 - c->alpha));
-                emit(&e, kn_assign(ctx, q->s[2], ga));
+                emit(&e, update(ctx, &e, q->s[2], ga));
                 avg = kn_sqrt(ctx, kn_sub(ctx, sq, kn_mul(ctx, ga, ga)));
             } else avg = kn_sqrt(ctx, sq);
             avg = kn_add_scalar(ctx, avg, c->eps);
             kn_tensor *lr = as(ctx, lr64, dt);
             if (c->momentum > 0) {
                 kn_tensor *buf = kn_add(ctx, kn_mul_scalar(ctx, q->s[1], c->momentum), kn_div(ctx, gi, avg));
-                emit(&e, kn_assign(ctx, q->s[1], buf));
+                emit(&e, update(ctx, &e, q->s[1], buf));
                 pn = kn_sub(ctx, p, kn_mul(ctx, buf, lr));
             } else pn = kn_sub(ctx, p, kn_mul(ctx, kn_div(ctx, gi, avg), lr));
             break;
@@ -331,13 +363,13 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
             if (gr->wd != 0) gi = kn_add(ctx, gi, kn_mul_scalar(ctx, p, gr->wd));
             kn_tensor *clr = kn_div(ctx, lr64, kn_add_scalar(ctx, kn_mul_scalar(ctx, kn_add_scalar(ctx, t, -1), c->lr_decay), 1));
             kn_tensor *sum = kn_add(ctx, q->s[0], kn_mul(ctx, gi, gi));
-            emit(&e, kn_assign(ctx, q->s[0], sum));
+            emit(&e, update(ctx, &e, q->s[0], sum));
             kn_tensor *std = kn_add_scalar(ctx, kn_sqrt(ctx, sum), c->eps);
             pn = kn_sub(ctx, p, kn_mul(ctx, kn_div(ctx, gi, std), as(ctx, clr, dt)));
             break;
         }
         }
-        emit(&e, kn_assign(ctx, p, pn));
+        emit(&e, update(ctx, &e, p, pn));
     }
     kn_no_grad_end(ctx);
     free(g);
@@ -351,6 +383,16 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
 }
 
 kn_tensor *kn_optim_grad_norm(const kn_optim *o) { return o ? o->grad_norm : NULL; }
+
+kn_status kn_optim_set_loss_scaler(kn_optim *o, kn_loss_scaler *s) {
+    if (!o || !s) return kn_set_error(KN_ERR_INVALID, "kn_optim_set_loss_scaler: NULL optimizer or scaler");
+    if (s->ctx != o->ctx) return kn_set_error(KN_ERR_INVALID, "kn_optim_set_loss_scaler: the scaler and the optimizer are in different contexts");
+    if (s->opt && s->opt != o) return kn_set_error(KN_ERR_STATE, "kn_optim_set_loss_scaler: the scaler already belongs to another optimizer");
+    o->scaler = s;
+    s->opt = o;
+    return KN_OK;
+}
+kn_loss_scaler *kn_optim_loss_scaler(const kn_optim *o) { return o ? o->scaler : NULL; }
 
 void kn_optim_set_lr(kn_optim *o, int group, double lr) {
     if (!o) return;
@@ -368,6 +410,7 @@ kn_status kn_optim_prepare(kn_optim *o) {
         float lr = (float)o->groups[i].lr;
         st = kn_tensor_write(o->groups[i].lr_in, &lr, KN_F32);
     }
+    if (!st && o->scaler) st = kn__loss_scaler_write(o->scaler);
     if (!st) o->step = s;
     return st;
 }

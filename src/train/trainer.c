@@ -110,13 +110,24 @@ kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t ste
     ck_list l;
     kn_status st = ck_collect(m, o, &l);
     if (st) return st;
-    const char **kv = malloc(sizeof *kv * (size_t)(2 * n_meta + 2));
+    const char **kv = malloc(sizeof *kv * (size_t)(2 * n_meta + 6));
     if (!kv) { ck_free(&l); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
-    char sbuf[32];
+    char sbuf[32], scale[40], good[32];
     snprintf(sbuf, sizeof sbuf, "%lld", (long long)step);
     kv[0] = "step"; kv[1] = sbuf;
     for (int i = 0; i < 2 * n_meta; i++) kv[2 + i] = meta_kv[i];
-    st = kn_ckpt_save(path, l.n, (const char *const *)l.names, l.ts, n_meta + 1, kv);
+    int nkv = n_meta + 1;
+    kn_loss_scaler *sc = kn_optim_loss_scaler(o);
+    if (sc) {              /* f16: the loss scale, so that a resumed run continues bit for bit */
+        double s; int64_t g;
+        kn_loss_scaler_get_state(sc, &s, &g);
+        snprintf(scale, sizeof scale, "%.17g", s);
+        snprintf(good, sizeof good, "%lld", (long long)g);
+        kv[2 * nkv] = "loss_scale"; kv[2 * nkv + 1] = scale;
+        kv[2 * nkv + 2] = "loss_scale_good_steps"; kv[2 * nkv + 3] = good;
+        nkv += 2;
+    }
+    st = kn_ckpt_save(path, l.n, (const char *const *)l.names, l.ts, nkv, kv);
     free(kv);
     ck_free(&l);
     return st;
@@ -156,6 +167,12 @@ kn_status kn_train_load(const char *path, kn_module *m, kn_optim *o, int n_meta,
     ck_free(&l);
     if (st) return st;
     if (o && (st = kn_optim_set_step_count(o, (int64_t)s))) return st;
+    kn_loss_scaler *sc = kn_optim_loss_scaler(o);
+    if (sc && kn_ckpt_meta(path, "loss_scale", val, sizeof val) == KN_OK) {   /* absent: an f32/bf16 run's file */
+        char gv[32] = "0";
+        kn_ckpt_meta(path, "loss_scale_good_steps", gv, sizeof gv);
+        if ((st = kn_loss_scaler_set_state(sc, strtod(val, NULL), strtoll(gv, NULL, 10)))) return st;
+    }
     if (step) *step = (int64_t)s;
     return KN_OK;
 }
@@ -221,6 +238,7 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
     int64_t steps_timed = 0;
     kn_status st = KN_OK;
     bool line_open = false;
+    kn_loss_scaler *scaler = kn_optim_loss_scaler(c->opt);   /* f16: skip-and-backoff after each run */
     for (int64_t s = start; s < c->steps; s++) {
         double ts = now_s();
         if ((st = c->load_batch(c->ud, s))) break;
@@ -228,6 +246,9 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         if (c->lr_at) kn_optim_set_lr(c->opt, -1, lr);
         if ((st = kn_optim_prepare(c->opt))) break;
         if ((st = kn_plan_run(c->step))) break;
+        bool skipped = false;
+        if (scaler && (st = kn_loss_scaler_update(scaler, &skipped))) break;
+        if (skipped) r.skipped_steps++;
         double loss = kn_item(c->loss);
         train_time += now_s() - ts;
         steps_timed++;

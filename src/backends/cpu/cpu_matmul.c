@@ -1,10 +1,15 @@
 /* cpu_matmul.c: the CPU backend's MATMUL: f32 operands through the packed
  * SGEMM (gemm.h), and a quantized, f16 or bf16 right operand (a weight)
  * through the dot products of backends/quant/quant.h or, for many activation rows, a
- * dequantized copy and the SGEMM.
+ * dequantized copy and the SGEMM. Both operands bf16 (or both f16), as mixed
+ * precision training makes them: widened to f32 and run through the same
+ * SGEMM (exact products of the rounded inputs, f32 sums), the result rounded
+ * back. That gives bf16 numerics at f32 speed plus the conversions; a kernel
+ * on AVX512_BF16 dot products or AMX tiles is not written yet.
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
+#include "backends/cpu/vec.h"          // defines: kn_vec_bf16_to_f32 and the other 16-bit conversions
 #include "backends/quant/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +114,64 @@ static bool matmul_quant(const kn_exec *e) {
     return true;
 }
 
+/* ==== both operands bf16 or f16 ==============================================
+ * Each operand's whole storage span (offsets 0 .. sum (ne-1)*st) is widened
+ * in its own layout, so a transposed weight stays a transposed view of the
+ * f32 copy and the SGEMM reads it as before; C goes to a contiguous f32
+ * block [..., M, N] and is rounded into dst. */
+typedef struct { kn_dtype dt; const uint16_t *x; float *y; void *out16; int64_t n; } widen_job;
+static void widen_chunks(void *p, int64_t r0, int64_t r1) {
+    widen_job *j = p;
+    int64_t a = r0 * KN_CPU_CHUNK, b = kn_cpu_chunk_end(r1, j->n);
+    if (j->out16) {                             /* narrow: f32 y -> 16-bit out16 */
+        if (j->dt == KN_BF16) kn_vec_f32_to_bf16((uint16_t *)j->out16 + a, j->y + a, b - a);
+        else kn_vec_f32_to_f16((uint16_t *)j->out16 + a, j->y + a, b - a);
+    } else if (j->dt == KN_BF16) kn_vec_bf16_to_f32(j->y + a, j->x + a, b - a);
+    else kn_vec_f16_to_f32(j->y + a, j->x + a, b - a);
+}
+static int64_t span_of(const kn_tview *v) {
+    int64_t s = 1;
+    for (int d = 0; d < v->ndim; d++) {
+        if (v->ne[d] == 0) return 0;
+        if (v->st[d] < 0) return -1;
+        s += (v->ne[d] - 1) * v->st[d];
+    }
+    return s;
+}
+static float *widen(const kn_tview *v, kn_tview *out) {
+    int64_t n = span_of(v);
+    if (n < 0) return NULL;
+    float *y = malloc((size_t)(n ? n : 1) * sizeof *y);
+    if (!y) return NULL;
+    widen_job j = {v->dtype, v->data, y, NULL, n};
+    kn_cpu_par_rows(widen_chunks, &j, kn_cpu_chunks(n), n);
+    *out = *v; out->data = y; out->dtype = KN_F32;
+    return y;
+}
+static bool matmul_half(const kn_exec *e) {
+    const kn_tview *d = &e->dst;
+    if (!contig(d)) return false;
+    kn_exec f = *e;
+    float *a = widen(&e->src[0], &f.src[0]), *b = a ? widen(&e->src[1], &f.src[1]) : NULL;
+    int64_t n = kn_tview_numel(d);
+    float *c = b ? malloc((size_t)(n ? n : 1) * sizeof *c) : NULL;
+    bool ok = c != NULL;
+    if (ok) {
+        f.dst.data = c; f.dst.dtype = KN_F32;
+        ok = kn_cpu_matmul(&f);
+    }
+    if (ok) {
+        widen_job j = {d->dtype, NULL, c, d->data, n};
+        kn_cpu_par_rows(widen_chunks, &j, kn_cpu_chunks(n), n);
+    }
+    free(a); free(b); free(c);
+    return ok;
+}
+static bool is_half(kn_dtype t) { return t == KN_BF16 || t == KN_F16; }
+
 bool kn_cpu_matmul(const kn_exec *e) {
+    kn_dtype ht = e->src[0].dtype;
+    if (is_half(ht) && e->src[1].dtype == ht && e->dst.dtype == ht) return matmul_half(e);
     if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
         return matmul_quant(e);
     const kn_tview *d = &e->dst;
