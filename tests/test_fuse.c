@@ -271,6 +271,32 @@ TEST(symbolic_extents) {
     }
 }
 
+/* A group's value read only through a chain of views that the view_chain
+ * rewrite collapses (a biased projection split into heads): the read must
+ * keep the value stored (it was kept in registers: "input 0 of sdpa has no
+ * data"), found while adding mixed precision. */
+TEST(value_read_through_collapsed_views) {
+    kn_ctx *ctx = kn_ctx_new(NULL);
+    kn_tensor *x = kn_rand_normal(ctx, KN_F32, 3, (int64_t[]){2, 8, 96}, 0, 1, 1);
+    kn_tensor *b = kn_rand_normal(ctx, KN_F32, 1, (int64_t[]){96}, 0, 1, 2);
+    kn_tensor *w = kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){96, 96}, 0, 1, 3);
+    kn_tensor *h = kn_add(ctx, kn_mul_scalar(ctx, kn_matmul(ctx, x, w), 0.5), b);
+    kn_tensor *qkv[3];
+    static const int perm[4] = {0, 2, 1, 3};
+    for (int i = 0; i < 3; i++)
+        qkv[i] = kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, h, 2, 32 * i, 32), 4, (int64_t[]){2, 8, 2, 16}), perm);
+    kn_tensor *loss = kn_mean_all(ctx, kn_sdpa(ctx, qkv[0], qkv[1], qkv[2], true, 0));
+    kn_plan *p = kn_plan_new(ctx, 1, &loss, NULL);
+    CHECK(p && kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+    float fused = 0, plain = 0;
+    if (p) kn_tensor_read(loss, &fused, KN_F32);
+    kn_plan *q = kn_plan_new(ctx, 1, &loss, &(kn_plan_opts){.no_fuse = true, .no_rewrite = true});
+    CHECK(q && kn_plan_run(q) == KN_OK && kn_tensor_read(loss, &plain, KN_F32) == KN_OK, "%s", kn_last_error());
+    CHECK(fabsf(fused - plain) <= 1e-5f * (1 + fabsf(plain)), "fused %g, unfused %g", fused, plain);
+    kn_plan_free(p); kn_plan_free(q);
+    kn_ctx_free(ctx);
+}
+
 /* ---- rope and KV-cache writes (a decode step's attention inputs) ------------
  * qkv [T, (H + 2 Hkv) D] -> q, k, v as [heads, T, D] views; q and k roped at
  * positions pos[T], k and v written into the caches [Hkv, S, D] at those

@@ -70,14 +70,6 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
         k = kn_module_forward(kn__child(m, "k_proj"), x);
         v = kn_module_forward(kn__child(m, "v_proj"), x);
     }
-    /* Workaround for a compiler bug (src/compile/fuse.c): under a 16-bit
-     * policy a biased projection ends in a fused cast + add group, and when
-     * that value is read only through a chain of views (narrow, reshape,
-     * permute) that the view_chain rewrite collapses, the fuser does not see
-     * the read and keeps the value in registers ("input 0 of sdpa has no
-     * data"). A copy reading one view is seen. f32 is unaffected (there the
-     * projection's add is a lone, unfused node). Remove with the fix. */
-    if (m->prec != KN_PREC_F32 && c->bias) { q = kn_copy(ctx, q); k = kn_copy(ctx, k); v = kn_copy(ctx, v); }
     q = heads(ctx, q, B, T, H, D);
     k = heads(ctx, k, B, T, Hkv, D);
     v = heads(ctx, v, B, T, Hkv, D);
