@@ -41,6 +41,52 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     return true;
 }
 
+/* Matmul epilogues (src/compile/epilogue.c): a matmul's elementwise consumers
+ * folded into it, on a backend that says it can run them (epilogue_ok). Only
+ * kn_plan_new's plans; off with KN_NOFUSE=1 or opts->no_fuse. */
+static bool epi_ok(void *be_, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    kn_backend *be = be_;
+    return be->epilogue_ok(be, mm, epi, out);
+}
+static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
+    kn_backend *be = p->be;
+    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
+    if (be->version < 3 || !be->epilogue_ok) return true;
+    if (!kn__epilogue(p->order, &p->n, p->n_ids, nout, outs, p->rep, epi_ok, be, &p->epi, &p->nepi)) {
+        kn__plan_nomem(p->ctx, p, "the matmul epilogues");
+        return false;
+    }
+    if (!p->nepi) return true;
+    p->epi_of = malloc(sizeof *p->epi_of * (size_t)p->n_ids);
+    if (!p->epi_of) { kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
+    for (int32_t i = 0; i < p->n_ids; i++) p->epi_of[i] = -1;
+    p->epi_nodes = 0;
+    for (int r = 0; r < p->nepi; r++) { p->epi_of[p->epi[r].last->id] = r; p->epi_nodes += p->epi[r].nabs; }
+    count_kernels(p);
+    if (kn_env_get()->debug) fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues\n", p->nepi, p->epi_nodes);
+    return true;
+}
+
+/* Fusion does not see what a matmul epilogue reads (a, b, bias, res are
+ * operands of nodes that left the schedule): a group that computes one of
+ * them must store it and run before the node that runs the matmul, else it
+ * goes back to the hand kernels. */
+static bool epi_conflict(const kn_plan *p, const kn_fgroup *g) {
+    for (int r = 0; r < p->nepi; r++) {
+        const kn_epi_rec *e = &p->epi[r];
+        int at = 0;
+        while (at < p->n && p->order[at] != e->last) at++;
+        kn_tensor *ops[4] = {e->a, e->b, e->bias, e->res};
+        for (int k = 0; k < 4; k++) {
+            if (!ops[k]) continue;
+            kn_tensor *own = kn__storage_owner(ops[k]);
+            for (int m = 0; m < g->nnode; m++)
+                if ((g->node[m] == own || g->node[m] == ops[k]) && (!g->stored[m] || g->last > at)) return true;
+        }
+    }
+    return false;
+}
+
 /* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu */
 static void dump_source(const char *lang, const char *name, const char *src) {
     const char *dir = kn_env_get()->dump_kernels;
@@ -63,10 +109,31 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
     if (be->version < 2 || !be->kernel_lang || !be->kernel_build || !be->kernel_run) return true;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
-    if (!kn__fuse(be->kernel_lang, p->order, p->n, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups)) {
+    /* nodes that run a matmul's epilogue are not fused: fusion sees a schedule
+     * without them (their values are read like a leaf's), and each group's
+     * last index is mapped back to p->order */
+    kn_tensor **ord = p->order;
+    int nord = p->n;
+    if (p->nepi) {
+        ord = malloc(sizeof *ord * (size_t)p->n);
+        if (!ord) { kn__plan_nomem(p->ctx, p, "fusion"); return false; }
+        nord = 0;
+        for (int i = 0; i < p->n; i++) if (!kn__pepi(p, p->order[i])) ord[nord++] = p->order[i];
+    }
+    bool fused_ok = kn__fuse(be->kernel_lang, ord, nord, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups);
+    if (ord != p->order) {
+        free(ord);
+        for (int gi = 0; fused_ok && gi < p->ngroups; gi++)
+            for (int i = 0; i < p->n; i++)
+                if (p->order[i] == p->groups[gi].node[p->groups[gi].nnode - 1]) { p->groups[gi].last = i; break; }
+    }
+    if (!fused_ok) {
         kn__plan_nomem(p->ctx, p, "fusion");
         return false;
     }
+    int kept = 0;
+    for (int gi = 0; gi < p->ngroups; gi++) if (!epi_conflict(p, &p->groups[gi])) p->groups[kept++] = p->groups[gi];
+    p->ngroups = kept;
     if (!p->ngroups) return true;
     p->gid = malloc(sizeof *p->gid * (size_t)p->n_ids);
     p->kernel = calloc((size_t)p->ngroups, sizeof *p->kernel);
@@ -161,7 +228,7 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
     if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
-        !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
+        !epilogues(p, nout, outs, opts, stop_at_realized) || !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
         kn_plan_free(p);
         return NULL;
     }
@@ -192,6 +259,8 @@ void kn_plan_free(kn_plan *p) {
     free(p->groups);
     free(p->gid);
     free(p->kernel);
+    free(p->epi);
+    free(p->epi_of);
     free(p);
 }
 
@@ -201,8 +270,8 @@ int kn_plan_n_kernels(const kn_plan *p) { return p ? p->nkern : 0; }
 
 void kn_plan_print(const kn_plan *p, void *fp) {
     FILE *f = fp ? fp : stderr;
-    fprintf(f, "plan: %d nodes, %d kernels (%d generated, fusing %d nodes), backend %s, arena %zu bytes (no reuse: %zu)\n",
-            p->n, p->nkern, p->ngroups, p->nfused, p->be->name, p->peak, p->naive);
+    fprintf(f, "plan: %d nodes, %d kernels (%d generated, fusing %d nodes; %d matmul epilogues taking %d nodes), backend %s, arena %zu bytes (no reuse: %zu)\n",
+            p->n, p->nkern, p->ngroups, p->nfused, p->nepi, p->epi_nodes, p->be->name, p->peak, p->naive);
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         char s[160];
@@ -223,7 +292,10 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         else if (t->id < p->n_ids && p->off[t->id] >= 0) fprintf(f, " -> arena+%lld", (long long)p->off[t->id]);
         else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);
         fprintf(f, "  <-");
-        for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k]) fprintf(f, " #%d", kn__psrc(p, t, k)->id);
+        const kn_epi_rec *er = kn__pepi(p, t);
+        if (er) fprintf(f, " [matmul #%d%s%s%s%s%s]", er->mm->id, er->d.bias ? " +bias" : "", er->d.act ? " " : "",
+                        er->d.act ? kn_op_name(er->d.act) : "", er->d.res ? " +res" : "", t->dtype != er->d.dt ? " cast" : "");
+        for (int k = 0; k < KN_MAX_SRC; k++) if (kn__pread(p, t, k)) fprintf(f, " #%d", kn__pread(p, t, k)->id);
         fprintf(f, "  (#%d%s%s)\n", t->id, t->name[0] ? " " : "", t->name);
     }
 }
