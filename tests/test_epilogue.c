@@ -17,6 +17,7 @@
 #include "kn_test.h"
 #include "kiln.h"
 #include "runtime/runtime.h"
+#include "backends/quant/quant.h"   // defines: kn_quantize_row
 #include <stdint.h>
 
 #define NONE_DT ((kn_dtype)-1)
@@ -32,6 +33,7 @@ typedef struct {
     kn_dtype cast;        /* NONE_DT: no cast */
     int bad;              /* 0; 1 broadcasting residual [M, 1]; 2 the bias add is also an output; 3 the act is read by another node */
     int expect;           /* nodes (besides the matmul) the predicate takes */
+    int wk;               /* b (a weight, tb): 0 in dt; 1 f16, 2 bf16, 3 Q8_0, 4 Q4_0 (f32 activations) */
 } ecase;
 
 static uint32_t rnd(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return *s >> 8; }
@@ -58,11 +60,31 @@ static kn_tensor *operand(kn_ctx *ctx, const ecase *c, int64_t R, int64_t C, boo
     return trans ? kn_transpose(ctx, t, nd - 2, nd - 1) : t;
 }
 
+/* W [N, K] in dtype wt (f16, bf16 or a block type), viewed as W^T [K, N] */
+static kn_tensor *weight(kn_ctx *ctx, kn_dtype wt, int64_t K, int64_t N, uint32_t seed) {
+    int64_t sh[2] = {N, K};
+    kn_tensor *w;
+    if (!kn_dtype_get(wt)->is_quant) {
+        w = rand_t(ctx, wt, 2, sh, seed);
+    } else {
+        float *d = malloc(sizeof *d * (size_t)(N * K));
+        char *q = malloc(kn_dtype_nbytes(wt, N * K));
+        uint32_t s = seed;
+        for (int64_t i = 0; i < N * K; i++) d[i] = (float)rnd(&s) / (float)(1u << 24) * 2.0f - 1.0f;
+        for (int64_t r = 0; r < N; r++) kn_quantize_row(wt, d + r * K, q + kn_dtype_nbytes(wt, K) * r, K);
+        w = kn_from_data(ctx, wt, 2, sh, q);
+        free(d); free(q);
+    }
+    return kn_transpose(ctx, w, 0, 1);
+}
+
 /* the case's graph; returns the number of outputs */
 static int build(kn_ctx *ctx, const ecase *c, kn_tensor **outs) {
     int no = 1, nd = c->B ? 3 : 2;
     int64_t osh[3] = {c->B, c->M, c->N}, *sh = c->B ? osh : osh + 1;
-    kn_tensor *y = kn_matmul(ctx, operand(ctx, c, c->M, c->K, c->ta, 11), operand(ctx, c, c->K, c->N, c->tb, 12));
+    static const kn_dtype wts[] = {KN_F32, KN_F16, KN_BF16, KN_Q8_0, KN_Q4_0};
+    kn_tensor *b = c->wk ? weight(ctx, wts[c->wk], c->K, c->N, 12) : operand(ctx, c, c->K, c->N, c->tb, 12);
+    kn_tensor *y = kn_matmul(ctx, operand(ctx, c, c->M, c->K, c->ta, 11), b);
     if (c->bias) {
         int64_t bsh[2] = {1, c->N};
         kn_tensor *bias = c->bias == 2 ? rand_t(ctx, c->dt, 2, bsh, 13) : rand_t(ctx, c->bias == 3 ? KN_BF16 : c->dt, 1, bsh + 1, 13);
@@ -158,7 +180,8 @@ static void run_case(const ecase *c) {
         bad = differ(gff.v[o], gfp.v[o], n, host ? tight : tol_of(odt), &at);
         CHECK(!bad, "%s out %d: %s fused vs unfused: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, o, be,
               (long long)bad, (long long)n, (long long)at, bad ? gff.v[o][at] : 0, bad ? gfp.v[o][at] : 0);
-        bad = differ(gff.v[o], grf.v[o], n, tol_of(odt) * 4, &at);
+        /* quantized weights: the CPU quantizes the activations (decode) */
+        bad = differ(gff.v[o], grf.v[o], n, c->wk >= 3 ? 3e-2 : tol_of(odt) * 4, &at);
         CHECK(!bad, "%s out %d: %s fused vs reference: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, o, be,
               (long long)bad, (long long)n, (long long)at, bad ? gff.v[o][at] : 0, bad ? grf.v[o][at] : 0);
     }
@@ -196,6 +219,12 @@ static const ecase g_cases[] = {
     {"bf16",             KN_BF16, 0, 37, 29, 43, 0, 0, 1, KN_OP_GELU,     1, KN_F32,  0, 4},
     {"f16",              KN_F16, 0, 37, 29, 43, 0, 1, 1, KN_OP_SILU,      2, NONE_DT, 0, 3},
     {"f64",              KN_F64, 0, 19, 29, 23, 0, 0, 1, KN_OP_GELU_TANH, 1, NONE_DT, 0, 3},
+    /* weights in f16, bf16 and block types: the GEMV / quantized-dot / dequantize+SGEMM paths */
+    {"w_bf16_decode",    F32,    0, 1, 64, 77,  0, 1, 1, KN_OP_GELU,      1, NONE_DT, 0, 3, 2},
+    {"w_f16_rows",       F32,    0, 5, 64, 77,  0, 1, 1, KN_OP_SILU,      1, KN_BF16, 0, 4, 1},
+    {"w_q8_decode",      F32,    0, 1, 64, 77,  0, 1, 1, KN_OP_GELU,      1, NONE_DT, 0, 3, 3},
+    {"w_q8_rows",        F32,    0, 7, 64, 77,  0, 1, 1, KN_OP_RELU,      2, NONE_DT, 0, 3, 3},
+    {"w_q4_prefill",     F32,    0, 40, 64, 77, 0, 1, 1, KN_OP_GELU_TANH, 1, KN_F16,  0, 4, 4},
     /* must stop: a broadcasting residual is no residual (the cast after it stays too) */
     {"bcast_res",        F32,    0, 37, 29, 43, 0, 0, 1, KN_OP_RELU,      0, KN_BF16, 1, 2},
     /* an absorbed value read elsewhere: the bias add is an output, the act is read by a mul */
