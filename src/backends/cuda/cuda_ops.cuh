@@ -229,6 +229,12 @@ kn_status kn_cu_binary(const kn_exec *e);
 kn_status kn_cu_reduce(const kn_exec *e);
 kn_status kn_cu_scan(const kn_exec *e);
 kn_status kn_cu_matmul(const kn_exec *e);
+/* The product alone (e->epi ignored); bias (f32 [N] contiguous, device) is
+ * added by the kernel where it can (the GEMV's store): *bias_done says so. */
+kn_status kn_cu_matmul_bias(const kn_exec *e, const float *bias, bool *bias_done);
+/* cuda_epilogue.cu: a matmul with its epilogue (kn_epilogue) */
+kn_status kn_cu_matmul_epilogue(const kn_exec *e);
+bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 kn_status kn_cu_index(const kn_exec *e);     /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_cu_nn(const kn_exec *e);
 kn_status kn_cu_sdpa_bwd(const kn_exec *e);  /* SDPA_BWD (cuda_ops_attn.cu) */

@@ -412,7 +412,13 @@ static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 }
 
 kn_status kn_cu_matmul(const kn_exec *e) {
+    if (e->epi) return kn_cu_matmul_epilogue(e);    /* cuda_epilogue.cu */
+    return kn_cu_matmul_bias(e, NULL, NULL);
+}
+
+kn_status kn_cu_matmul_bias(const kn_exec *e, const float *bias, bool *bias_done) {
     const kn_tview *d = &e->dst;
+    if (bias_done) *bias_done = false;
     int nb = d->ndim - 2;
     kn_tview a = e->src[0], b = e->src[1];
     int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
@@ -442,11 +448,14 @@ kn_status kn_cu_matmul(const kn_exec *e) {
                 kn_aligned16(a.data) && kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX &&
                 K <= INT32_MAX && !kn_env_get()->cuda_no_gemv;
     if (gemv) {
+        /* the GEMV kernels add a bias in their store: y = dot + bias[n] (one
+         * float add, as the unfused add node rounds it) */
+        if (bias_done) *bias_done = bias != NULL;
         if (b.dtype == KN_F32)
-            return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+            return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
         if (b.dtype == KN_F16)
-            return kn_cuda_gemv_f16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
-        return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+            return kn_cuda_gemv_f16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
+        return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
     }
     if (gemm_layout && (f32 || tc || mixed)) {
         /* one batched launch: a loop of per-matrix launches left most of the
