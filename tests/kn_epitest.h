@@ -8,6 +8,7 @@
 #include "kn_test.h"
 #include "kiln.h"
 #include "runtime/runtime.h"
+#include "kiln_backend.h"         // defines: kn_store
 #include "backends/quant/quant.h"   // defines: kn_quantize_row
 #include <stdint.h>
 
@@ -29,15 +30,16 @@ typedef struct {
 
 static uint32_t rnd(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return *s >> 8; }
 
+/* a leaf of dtype dt (data, not a cast node: the plan keeps no copy of it) */
 static kn_tensor *rand_t(kn_ctx *ctx, kn_dtype dt, int ndim, const int64_t *shape, uint32_t seed) {
     int64_t n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
-    float *d = malloc(sizeof *d * (size_t)(n ? n : 1));
+    char *d = malloc(kn_dtype_nbytes(dt, n ? n : 1));
     uint32_t s = seed;
-    for (int64_t i = 0; i < n; i++) d[i] = (float)rnd(&s) / (float)(1u << 24) * 2.0f - 1.0f;
-    kn_tensor *t = kn_from_data(ctx, KN_F32, ndim, shape, d);
+    for (int64_t i = 0; i < n; i++) kn_store(dt, d, i, (float)rnd(&s) / (float)(1u << 24) * 2.0f - 1.0f);
+    kn_tensor *t = kn_from_data(ctx, dt, ndim, shape, d);
     free(d);
-    return dt == KN_F32 ? t : kn_cast(ctx, t, dt);
+    return t;
 }
 
 /* [B,] R x C, or its transpose viewed back to R x C */

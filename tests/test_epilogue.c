@@ -128,4 +128,34 @@ TEST(two_matmuls_one_add) {
     for (int k = 0; k < 3; k++) { free(v[k]); kn_plan_free(ps[k]); kn_ctx_free(cs[k]); }
 }
 
+/* Operands computed in the plan (casts): an epilogue keeps them alive to the
+ * chain's end; the planner leaves out epilogues that would raise the arena. */
+TEST(never_raises_arena) {
+    for (int k = 0; k < 6; k++) {
+        kn_ctx *cf = kn_ctx_new(NULL), *cp = kn_ctx_new(NULL);
+        kn_tensor *o[2];
+        kn_ctx *cs[2] = {cf, cp};
+        for (int j = 0; j < 2; j++) {
+            int64_t as[2] = {37 + k, 29}, bs[2] = {29, 43}, vs[1] = {43}, rs[2] = {37 + k, 43};
+            kn_dtype dt = k % 2 ? KN_BF16 : KN_F64;
+            kn_tensor *mm = kn_matmul(cs[j], kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, as, 1), dt), kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, bs, 2), dt));
+            kn_tensor *h = kn_unary(cs[j], KN_OP_GELU, kn_add(cs[j], mm, kn_cast(cs[j], rand_t(cs[j], KN_F32, 1, vs, 3), dt)));
+            o[j] = kn_add(cs[j], h, kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, rs, 4), dt));
+            if (k >= 4) o[j] = kn_cast(cs[j], o[j], KN_F32);
+        }
+        kn_plan *pf = kn_plan_new(cf, 1, &o[0], NULL), *pp = kn_plan_new(cp, 1, &o[1], &(kn_plan_opts){.no_fuse = true});
+        REQUIRE(pf && pp && !kn_plan_run(pf) && !kn_plan_run(pp), "run: %s", kn_last_error());
+        CHECK(kn_plan_peak_bytes(pf) <= kn_plan_peak_bytes(pp), "case %d: arena %zu with epilogues > %zu without", k,
+              kn_plan_peak_bytes(pf), kn_plan_peak_bytes(pp));
+        int64_t n, n2, at;
+        float *a = read_f32(o[0], &n), *b = read_f32(o[1], &n2);
+        REQUIRE(a && b && n == n2, "read");
+        /* within tolerance: without its epilogue the chain may run as a generated kernel (float math) */
+        CHECK(!differ(a, b, n, k % 2 ? 3e-2 : 1e-6, &at), "case %d: fused vs unfused differ at %lld", k, (long long)at);
+        free(a); free(b);
+        kn_plan_free(pf); kn_plan_free(pp);
+        kn_ctx_free(cf); kn_ctx_free(cp);
+    }
+}
+
 KN_TEST_MAIN()

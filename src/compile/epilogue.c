@@ -176,7 +176,9 @@ bool kn__epilogue(kn_tensor **order, int *n, int32_t n_ids, int nout, kn_tensor 
                 if (!g) { okm = false; break; }
                 r = g; cap = nc;
             }
-            r[nr++] = (kn_epi_rec){mm, s[ns - 1].node, src_of(&w, mm, 0), src_of(&w, mm, 1), bias, res, d, ns};
+            r[nr] = (kn_epi_rec){mm, s[ns - 1].node, src_of(&w, mm, 0), src_of(&w, mm, 1), bias, res, d, ns, {NULL}};
+            for (int k = 0; k < ns; k++) r[nr].chain[k] = s[k].node;
+            nr++;
             drop[mm->id] = w.taken[mm->id] = 1;
             for (int k = 0; k < ns; k++) w.taken[s[k].node->id] = 1;
             for (int k = 0; k < ns - 1; k++) drop[s[k].node->id] = 1;

@@ -21,6 +21,7 @@ typedef struct kn_epi_rec {
     kn_tensor *res;         /* mm's shape, or NULL */
     kn_epilogue d;          /* bias, act, res, dt; the views are the runtime's to fill */
     int nabs;               /* chain nodes taken (last included); as many left the schedule: the matmul and the chain before last */
+    kn_tensor *chain[4];    /* the chain in order, chain[nabs - 1] = last */
 } kn_epi_rec;
 
 /* May the backend run matmul mm with epilogue epi into a dst of dtype out? */

@@ -48,22 +48,65 @@ static bool epi_ok(void *be_, const kn_tensor *mm, const kn_epilogue *epi, kn_dt
     kn_backend *be = be_;
     return be->epilogue_ok(be, mm, epi, out);
 }
+/* p->order = orig without the nodes records 0..p->nepi-1 took out; p->epi_of */
+static void epi_apply(kn_plan *p, kn_tensor **orig, int n0, uint8_t *drop) {
+    memset(drop, 0, (size_t)p->n_ids);
+    for (int32_t i = 0; i < p->n_ids; i++) p->epi_of[i] = -1;
+    p->epi_nodes = 0;
+    for (int r = 0; r < p->nepi; r++) {
+        const kn_epi_rec *e = &p->epi[r];
+        drop[e->mm->id] = 1;
+        for (int k = 0; k < e->nabs - 1; k++) drop[e->chain[k]->id] = 1;
+        p->epi_of[e->last->id] = r;
+        p->epi_nodes += e->nabs;
+    }
+    p->n = 0;
+    for (int i = 0; i < n0; i++) if (!drop[orig[i]->id]) p->order[p->n++] = orig[i];
+}
+
 static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     kn_backend *be = p->be;
     if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
     if (be->version < 3 || !be->epilogue_ok) return true;
+    int n0 = p->n;
+    kn_tensor **orig = malloc(sizeof *orig * (size_t)n0);
+    if (!orig) { kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
+    memcpy(orig, p->order, sizeof *orig * (size_t)n0);
     if (!kn__epilogue(p->order, &p->n, p->n_ids, nout, outs, p->rep, epi_ok, be, &p->epi, &p->nepi)) {
+        free(orig);
         kn__plan_nomem(p->ctx, p, "the matmul epilogues");
         return false;
     }
-    if (!p->nepi) return true;
+    if (!p->nepi) { free(orig); return true; }
     p->epi_of = malloc(sizeof *p->epi_of * (size_t)p->n_ids);
-    if (!p->epi_of) { kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
-    for (int32_t i = 0; i < p->n_ids; i++) p->epi_of[i] = -1;
-    p->epi_nodes = 0;
-    for (int r = 0; r < p->nepi; r++) { p->epi_of[p->epi[r].last->id] = r; p->epi_nodes += p->epi[r].nabs; }
+    uint8_t *drop = malloc((size_t)p->n_ids);
+    if (!p->epi_of || !drop) { free(orig); free(drop); kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
+    epi_apply(p, orig, n0, drop);
+    /* Epilogues never raise the arena: they keep a matmul's operands alive up
+     * to the chain's end and plan its last node without in-place reuse, which
+     * can cost more than the values they save (or just place blocks worse).
+     * While the plan needs more than without them, the last one goes. */
+    kn_plan q = *p;
+    q.order = orig; q.n = n0; q.nepi = 0; q.epi_of = NULL;
+    size_t plain = 0, with = 0;
+    bool okm = kn__memplan_peak(&q, nout, outs, opts, false, &plain);
+    int dropped = 0;
+    while (okm && p->nepi) {
+        okm = kn__memplan_peak(p, nout, outs, opts, false, &with);
+        if (!okm || with <= plain) break;
+        p->nepi--;
+        dropped++;
+        epi_apply(p, orig, n0, drop);
+    }
+    free(orig); free(drop);
+    if (!okm) return false;   /* out of host memory: recorded */
+    if (!p->nepi) { free(p->epi); p->epi = NULL; free(p->epi_of); p->epi_of = NULL; p->epi_nodes = 0; }
     count_kernels(p);
-    if (kn_env_get()->debug) fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues\n", p->nepi, p->epi_nodes);
+    if (kn_env_get()->debug) {
+        fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues", p->nepi, p->epi_nodes);
+        if (dropped) fprintf(stderr, " (%d left out to keep the arena at most %zu bytes)", dropped, plain);
+        fprintf(stderr, "\n");
+    }
     return true;
 }
 
