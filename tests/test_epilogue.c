@@ -128,6 +128,39 @@ TEST(two_matmuls_one_add) {
     for (int k = 0; k < 3; k++) { free(v[k]); kn_plan_free(ps[k]); kn_ctx_free(cs[k]); }
 }
 
+/* The residual comes from an elementwise chain fusion would group: fusion
+ * does not see the epilogue's read, so a group that would keep it in
+ * registers, or compute it after the matmul runs, must go back to the hand
+ * kernels (plan.c, epi_conflict). */
+TEST(operand_from_fusable_chain) {
+    kn_ctx *cs[3] = {kn_ctx_new(NULL), kn_ctx_new(NULL), kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()})};
+    kn_tensor *o[3][2];
+    kn_plan *ps[3];
+    for (int j = 0; j < 3; j++) {
+        int64_t as[2] = {21, 30}, bs[2] = {30, 26}, rs[2] = {21, 26};
+        kn_tensor *x = rand_t(cs[j], KN_F32, 2, rs, 5);
+        kn_tensor *r = kn_mul(cs[j], kn_unary(cs[j], KN_OP_EXP, x), x);        /* r = exp(x) * x */
+        kn_tensor *mm = kn_matmul(cs[j], rand_t(cs[j], KN_F32, 2, as, 6), rand_t(cs[j], KN_F32, 2, bs, 7));
+        o[j][0] = kn_add(cs[j], kn_unary(cs[j], KN_OP_RELU, mm), r);
+        o[j][1] = kn_unary(cs[j], KN_OP_TANH, kn_mul(cs[j], r, x));            /* r also feeds a chain after it */
+        ps[j] = kn_plan_new(cs[j], 2, o[j], &(kn_plan_opts){.no_fuse = j == 1});
+        REQUIRE(ps[j] && !kn_plan_run(ps[j]), "plan/run %d: %s", j, kn_last_error());
+        if (getenv("KN_TEST_VERBOSE")) kn_plan_print(ps[j], stderr);
+    }
+    kn_plan_stats st;
+    kn_plan_get_stats(ps[0], &st);
+    if (kn_backend_default() == kn_backend_cpu()) CHECK(st.epilogues == 1 && st.epilogue_nodes == 2, "%d epilogues, %d nodes", st.epilogues, st.epilogue_nodes);
+    for (int k = 0; k < 2; k++) {
+        int64_t n, at;
+        float *v[3];
+        for (int j = 0; j < 3; j++) v[j] = read_f32(o[j][k], &n);
+        CHECK(!differ(v[0], v[1], n, 1e-6, &at), "output %d: fused vs unfused differ at %lld: %g vs %g", k, (long long)at, v[0][at], v[1][at]);
+        CHECK(!differ(v[0], v[2], n, 1e-5, &at), "output %d: fused vs ref differ at %lld", k, (long long)at);
+        for (int j = 0; j < 3; j++) free(v[j]);
+    }
+    for (int j = 0; j < 3; j++) { kn_plan_free(ps[j]); kn_ctx_free(cs[j]); }
+}
+
 /* Operands computed in the plan (casts): an epilogue keeps them alive to the
  * chain's end; the planner leaves out epilogues that would raise the arena. */
 TEST(never_raises_arena) {

@@ -113,21 +113,32 @@ static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts
 /* Fusion does not see what a matmul epilogue reads (a, b, bias, res are
  * operands of nodes that left the schedule): a group that computes one of
  * them must store it and run before the node that runs the matmul, else it
- * goes back to the hand kernels. */
-static bool epi_conflict(const kn_plan *p, const kn_fgroup *g) {
-    for (int r = 0; r < p->nepi; r++) {
-        const kn_epi_rec *e = &p->epi[r];
-        int at = 0;
-        while (at < p->n && p->order[at] != e->last) at++;
+ * goes back to the hand kernels. need[id]: the earliest schedule index at
+ * which an epilogue reads node id (or storage it owns), -1. */
+static bool epi_conflict(const kn_fgroup *g, const int32_t *need) {
+    for (int m = 0; m < g->nnode; m++) {
+        int32_t at = need[g->node[m]->id];
+        if (at >= 0 && (!g->stored[m] || g->last > at)) return true;
+    }
+    return false;
+}
+/* need (n_ids entries) for epi_conflict; NULL: out of host memory */
+static int32_t *epi_need(const kn_plan *p) {
+    int32_t *need = malloc(sizeof *need * (size_t)p->n_ids);
+    if (!need) return NULL;
+    for (int32_t i = 0; i < p->n_ids; i++) need[i] = -1;
+    for (int i = 0; i < p->n; i++) {
+        const kn_epi_rec *e = kn__pepi(p, p->order[i]);
+        if (!e) continue;
         kn_tensor *ops[4] = {e->a, e->b, e->bias, e->res};
         for (int k = 0; k < 4; k++) {
             if (!ops[k]) continue;
-            kn_tensor *own = kn__storage_owner(ops[k]);
-            for (int m = 0; m < g->nnode; m++)
-                if ((g->node[m] == own || g->node[m] == ops[k]) && (!g->stored[m] || g->last > at)) return true;
+            kn_tensor *ids[2] = {ops[k], kn__storage_owner(ops[k])};
+            for (int j = 0; j < 2; j++)
+                if (ids[j]->id < p->n_ids && (need[ids[j]->id] < 0 || need[ids[j]->id] > i)) need[ids[j]->id] = i;
         }
     }
-    return false;
+    return need;
 }
 
 /* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu */
@@ -174,9 +185,14 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
         kn__plan_nomem(p->ctx, p, "fusion");
         return false;
     }
-    int kept = 0;
-    for (int gi = 0; gi < p->ngroups; gi++) if (!epi_conflict(p, &p->groups[gi])) p->groups[kept++] = p->groups[gi];
-    p->ngroups = kept;
+    if (p->nepi && p->ngroups) {
+        int32_t *need = epi_need(p);
+        if (!need) { kn__plan_nomem(p->ctx, p, "fusion"); return false; }
+        int kept = 0;
+        for (int gi = 0; gi < p->ngroups; gi++) if (!epi_conflict(&p->groups[gi], need)) p->groups[kept++] = p->groups[gi];
+        p->ngroups = kept;
+        free(need);
+    }
     if (!p->ngroups) return true;
     p->gid = malloc(sizeof *p->gid * (size_t)p->n_ids);
     p->kernel = calloc((size_t)p->ngroups, sizeof *p->kernel);
