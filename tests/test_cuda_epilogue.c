@@ -1,5 +1,5 @@
 /* test_cuda_epilogue.c: matmul epilogues on the CUDA backend
- * (src/backends/cuda/cuda_epilogue.cu; the pass: src/compile/epilogue.c).
+ * (src/backends/cuda/cuda_ops_epilogue.cu; the pass: src/compile/epilogue.c).
  *
  * Every case of tests/kn_epitest.h whose weight the GPU takes (no block
  * types): fused and unfused plans on the GPU give the same bits where only

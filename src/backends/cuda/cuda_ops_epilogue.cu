@@ -1,10 +1,12 @@
-/* cuda_epilogue.cu: the CUDA backend's matmul epilogues (kn_epilogue,
+/* cuda_ops_epilogue.cu: the CUDA backend's matmul epilogues (kn_epilogue,
  * include/kiln_backend.h; docs/COMPILER.md "Matmul epilogues").
  *
  * The product runs on the kernel kn_cu_matmul would pick (into dst, or into
  * a pool scratch of the matmul's dtype when the epilogue ends in a cast).
- * In-kernel: the GEMV kernels (decode: one f32 row, f32/bf16/f16 W) add an
- * f32 bias in their store. Every other step runs in k_epilogue, one
+ * In-kernel: the GEMV kernels (decode: one f32 row, f32/bf16/f16 W) do
+ * bias, activation and residual in their store (gemv.cu, kn_cuda_gemv_epi;
+ * f32 bias and residual with unit stride; the v1 kernels: the bias only).
+ * Every other step (and the cast) runs in k_epilogue, one
  * elementwise pass over dst after the product, with the arithmetic of the
  * unfused nodes' kernels (the op table's scalar functions in double, each
  * step rounded to the matmul's dtype, the cast last), so a fused plan gives
@@ -58,17 +60,27 @@ kn_status kn_cu_matmul_epilogue(const kn_exec *e) {
         int64_t s = 1;
         for (int i = m.dst.ndim - 1; i >= 0; i--) { m.dst.st[i] = s; s *= m.dst.ne[i]; }
     }
-    bool gemv_bias = p->bias && p->dt == KN_F32 && p->vbias.dtype == KN_F32 && (p->vbias.st[0] == 1 || p->vbias.ne[0] == 1);
-    bool bias_done = false;
-    kn_status st = kn_cu_matmul_bias(&m, gemv_bias ? (const float *)p->vbias.data : NULL, &bias_done);
-    bool more = (p->bias && !bias_done) || p->act != KN_OP_NONE || p->res || tmp;
-    if (st == KN_OK && more && n > 0) {
+    /* what the GEMV (decode rows) can do in its store: f32 steps with an f32
+     * contiguous bias and residual */
+    bool f32v = p->dt == KN_F32;
+    bool bias_ok = p->bias && f32v && p->vbias.dtype == KN_F32 && (p->vbias.st[0] == 1 || p->vbias.ne[0] == 1);
+    int rl = p->vres.ndim - 1;
+    bool res_ok = p->res && f32v && p->vres.dtype == KN_F32 && rl >= 0 && (p->vres.st[rl] == 1 || p->vres.ne[rl] == 1);
+    kn_cu_gemv_epi ge = {bias_ok ? (const float *)p->vbias.data : NULL, 0, NULL};
+    if (f32v && (!p->bias || bias_ok) && (!p->res || res_ok)) {    /* all of it, or the bias alone */
+        ge.act = p->act == KN_OP_NONE ? 0 : (int)p->act;
+        ge.res = p->res ? (const float *)p->vres.data : NULL;
+    }
+    int done = 0;
+    kn_status st = kn_cu_matmul_gemv_epi(&m, &ge, &done);
+    bool bias_left = p->bias && done == 0, act_left = p->act != KN_OP_NONE && done < 2, res_left = p->res && done < 2;
+    if (st == KN_OK && (bias_left || act_left || res_left || tmp) && n > 0) {
         kn_tview none;
         memset(&none, 0, sizeof none);
         int64_t N = e->dst.ndim ? e->dst.ne[e->dst.ndim - 1] : 1;
         k_epilogue<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(
             kn_dv(&e->dst), kn_dv(&m.dst), kn_dv(p->bias ? &p->vbias : &none), kn_dv(p->res ? &p->vres : &none), n, N,
-            (int)p->dt, p->bias && !bias_done, (int)p->act, p->res);
+            (int)p->dt, bias_left, act_left ? (int)p->act : 0, res_left);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul epilogue: launch failed");
     }
     if (tmp) kn_cu_tmp_free(tmp);
