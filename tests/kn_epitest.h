@@ -25,8 +25,11 @@ typedef struct {
     kn_dtype cast;        /* NONE_DT: no cast */
     int bad;              /* 0; 1 broadcasting residual [M, 1]; 2 the bias add is also an output; 3 the act is read by another node */
     int expect;           /* nodes (besides the matmul) the predicate takes */
-    int wk;               /* b (a weight, tb): 0 in dt; 1 f16, 2 bf16, 3 Q8_0, 4 Q4_0 (f32 activations) */
+    int wk;               /* b (a weight, tb): 0 in dt; 1 f16, 2 bf16, 3 Q8_0, 4 Q4_0 (f32 activations); 5: b in dt, 2-d, shared by the batch */
 } ecase;
+
+/* block-type weights (Q8_0, Q4_0): host backends only */
+static bool quant_weight(const ecase *c) { return c->wk == 3 || c->wk == 4; }
 
 static uint32_t rnd(uint32_t *s) { *s = *s * 1664525u + 1013904223u; return *s >> 8; }
 
@@ -76,7 +79,10 @@ static int build(kn_ctx *ctx, const ecase *c, kn_tensor **outs) {
     int no = 1, nd = c->B ? 3 : 2;
     int64_t osh[3] = {c->B, c->M, c->N}, *sh = c->B ? osh : osh + 1;
     static const kn_dtype wts[] = {KN_F32, KN_F16, KN_BF16, KN_Q8_0, KN_Q4_0};
-    kn_tensor *b = c->wk ? weight(ctx, wts[c->wk], c->K, c->N, 12) : operand(ctx, c, c->K, c->N, c->tb, 12);
+    ecase c2 = *c;
+    c2.B = 0;
+    kn_tensor *b = c->wk == 5 ? operand(ctx, &c2, c->K, c->N, c->tb, 12)
+                 : c->wk ? weight(ctx, wts[c->wk], c->K, c->N, 12) : operand(ctx, c, c->K, c->N, c->tb, 12);
     kn_tensor *y = kn_matmul(ctx, operand(ctx, c, c->M, c->K, c->ta, 11), b);
     if (c->bias) {
         int64_t bsh[2] = {1, c->N};
@@ -177,7 +183,7 @@ static void run_case(const ecase *c, kn_backend *be, bool exact, bool all_taken)
         CHECK(!bad, "%s out %d: %s fused vs unfused: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, o, be->name,
               (long long)bad, (long long)n, (long long)at, bad ? gff.v[o][at] : 0, bad ? gfp.v[o][at] : 0);
         /* quantized weights: the CPU quantizes the activations (decode) */
-        bad = differ(gff.v[o], grf.v[o], n, c->wk >= 3 ? 3e-2 : tol_of(odt) * 4, &at);
+        bad = differ(gff.v[o], grf.v[o], n, quant_weight(c) ? 3e-2 : tol_of(odt) * 4, &at);
         CHECK(!bad, "%s out %d: %s fused vs reference: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, o, be->name,
               (long long)bad, (long long)n, (long long)at, bad ? gff.v[o][at] : 0, bad ? grf.v[o][at] : 0);
     }
@@ -211,6 +217,9 @@ static const ecase g_cases[] = {
     {"trans_b",          F32,    0, 37, 29, 43, 0, 1, 1, KN_OP_RELU,      1, NONE_DT, 0, 3},
     {"batched",          F32,    3, 17, 29, 21, 0, 0, 1, KN_OP_GELU,      1, NONE_DT, 0, 3},
     {"batched_trans",    F32,    2, 17, 29, 21, 1, 1, 1, KN_OP_SILU,      2, KN_BF16, 0, 4},
+    {"batch_shared_w",   F32,    3, 17, 29, 21, 0, 1, 1, KN_OP_GELU,      1, NONE_DT, 0, 3, 5},
+    {"batch_shared_w_ta",F32,    2, 17, 29, 21, 1, 0, 2, KN_OP_RELU,      2, KN_F16,  0, 4, 5},
+    {"batch_shared_bf16",KN_BF16,2, 17, 29, 21, 0, 1, 1, KN_OP_SILU,      1, NONE_DT, 0, 3, 5},
     {"big",              F32,    0, 203, 131, 517, 0, 1, 1, KN_OP_GELU,   1, NONE_DT, 0, 3},
     {"bf16",             KN_BF16, 0, 37, 29, 43, 0, 0, 1, KN_OP_GELU,     1, KN_F32,  0, 4},
     {"f16",              KN_F16, 0, 37, 29, 43, 0, 1, 1, KN_OP_SILU,      2, NONE_DT, 0, 3},
