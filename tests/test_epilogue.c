@@ -163,7 +163,8 @@ TEST(operand_from_fusable_chain) {
 }
 
 /* Operands computed in the plan (casts): an epilogue keeps them alive to the
- * chain's end; the planner leaves out epilogues that would raise the arena. */
+ * chain's end; the planner leaves out epilogues that would raise the arena,
+ * and never puts the result over the dying residual (in place). */
 TEST(never_raises_arena) {
     for (int k = 0; k < 6; k++) {
         kn_ctx *cf = kn_ctx_new(NULL), *cp = kn_ctx_new(NULL);
@@ -175,12 +176,19 @@ TEST(never_raises_arena) {
             kn_tensor *mm = kn_matmul(cs[j], kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, as, 1), dt), kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, bs, 2), dt));
             kn_tensor *h = kn_unary(cs[j], KN_OP_GELU, kn_add(cs[j], mm, kn_cast(cs[j], rand_t(cs[j], KN_F32, 1, vs, 3), dt)));
             o[j] = kn_add(cs[j], h, kn_cast(cs[j], rand_t(cs[j], KN_F32, 2, rs, 4), dt));
-            if (k >= 4) o[j] = kn_cast(cs[j], o[j], KN_F32);
+            o[j] = k >= 4 ? kn_cast(cs[j], o[j], KN_F32) : kn_unary(cs[j], KN_OP_EXP, o[j]);   /* the chain's end: an output, or an arena value */
         }
         kn_plan *pf = kn_plan_new(cf, 1, &o[0], NULL), *pp = kn_plan_new(cp, 1, &o[1], &(kn_plan_opts){.no_fuse = true});
         REQUIRE(pf && pp && !kn_plan_run(pf) && !kn_plan_run(pp), "run: %s", kn_last_error());
         CHECK(kn_plan_peak_bytes(pf) <= kn_plan_peak_bytes(pp), "case %d: arena %zu with epilogues > %zu without", k,
               kn_plan_peak_bytes(pf), kn_plan_peak_bytes(pp));
+        /* the residual (a cast dying at the chain's end) is never the destination's block */
+        for (int r = 0; r < pf->nepi; r++) {
+            const kn_epi_rec *e = &pf->epi[r];
+            kn_tensor *ro = e->res ? kn__storage_owner(e->res) : NULL;
+            if (ro && pf->off[ro->id] >= 0 && pf->off[e->last->id] >= 0)
+                CHECK(pf->off[ro->id] != pf->off[e->last->id], "case %d: the residual shares the destination's block", k);
+        }
         int64_t n, n2, at;
         float *a = read_f32(o[0], &n), *b = read_f32(o[1], &n2);
         REQUIRE(a && b && n == n2, "read");
@@ -190,6 +198,38 @@ TEST(never_raises_arena) {
         kn_plan_free(pf); kn_plan_free(pp);
         kn_ctx_free(cf); kn_ctx_free(cp);
     }
+}
+
+/* A residual computed in the plan that dies at the chain's end, the result an
+ * arena value: the add would take the residual's block in place unfused; with
+ * the epilogue it must not (backends never see an aliased residual). */
+TEST(residual_never_in_place) {
+    kn_ctx *cs[3] = {kn_ctx_new(NULL), kn_ctx_new(NULL), kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()})};
+    kn_tensor *o[3];
+    kn_plan *ps[3];
+    for (int j = 0; j < 3; j++) {
+        int64_t as[2] = {23, 31}, bs[2] = {31, 27}, rs[2] = {23, 27};
+        kn_tensor *res = kn_unary(cs[j], KN_OP_EXP, rand_t(cs[j], KN_F32, 2, rs, 9));
+        kn_tensor *y = kn_add(cs[j], kn_unary(cs[j], KN_OP_SILU, kn_matmul(cs[j], rand_t(cs[j], KN_F32, 2, as, 7), rand_t(cs[j], KN_F32, 2, bs, 8))), res);
+        o[j] = kn_unary(cs[j], KN_OP_TANH, y);
+        ps[j] = kn_plan_new(cs[j], 1, &o[j], &(kn_plan_opts){.no_fuse = j == 1});
+        REQUIRE(ps[j] && !kn_plan_run(ps[j]), "plan/run %d: %s", j, kn_last_error());
+    }
+    int seen = 0;
+    for (int j = 0; j < 3; j += 2)
+        for (int r = 0; r < ps[j]->nepi; r++) {
+            const kn_epi_rec *e = &ps[j]->epi[r];
+            REQUIRE(e->res && ps[j]->off[e->res->id] >= 0 && ps[j]->off[e->last->id] >= 0, "plan %d: residual or result not in the arena", j);
+            CHECK(ps[j]->off[e->res->id] != ps[j]->off[e->last->id], "plan %d: the residual shares the destination's block", j);
+            seen++;
+        }
+    CHECK(seen == (kn_backend_default() == kn_backend_cpu() ? 2 : 1), "%d epilogues", seen);
+    int64_t n, at;
+    float *v[3];
+    for (int j = 0; j < 3; j++) v[j] = read_f32(o[j], &n);
+    CHECK(!differ(v[0], v[1], n, 1e-6, &at), "fused vs unfused differ at %lld", (long long)at);
+    CHECK(!differ(v[0], v[2], n, 1e-5, &at), "fused vs ref differ at %lld", (long long)at);
+    for (int j = 0; j < 3; j++) { free(v[j]); kn_plan_free(ps[j]); kn_ctx_free(cs[j]); }
 }
 
 KN_TEST_MAIN()
