@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define KN_BACKEND_VERSION 2   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2) */
+#define KN_BACKEND_VERSION 3   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op */
 
 typedef enum { KN_DEVICE_HOST = 0, KN_DEVICE_CUDA = 1 } kn_device;
 
@@ -28,12 +28,33 @@ typedef struct kn_tview {
     int64_t st[KN_MAX_DIMS];   /* strides in elements              */
 } kn_tview;
 
+/* A matmul's epilogue (docs/COMPILER.md, "Matmul epilogues"): the elementwise
+ * consumers of a MATMUL node that the compiler folded into it. With
+ * mm = a @ b, every element of dst [..., M, N] is
+ *     dst = cast( res + act( mm + bias ) )
+ * each step optional, each rounded to dt (the matmul's dtype) as the unfused
+ * graph stores it, and the cast (to dst.dtype, when it differs from dt) last.
+ * Arithmetic is the op table's (add, relu, gelu, gelu_tanh, silu), so a
+ * backend is right when it matches its own unfused kernels. */
+typedef struct kn_epilogue {
+    kn_dtype dt;               /* the matmul's dtype: mm and each step before the cast round to it */
+    bool bias;                 /* vbias is read: a vector [N] along dst's last dim */
+    kn_op act;                 /* KN_OP_NONE, KN_OP_RELU, KN_OP_GELU (erf), KN_OP_GELU_TANH, KN_OP_SILU */
+    bool res;                  /* vres is read: dst's shape (never dst's storage) */
+    kn_tview vbias;            /* ndim 1, ne[0] = N, any stride; planning time: dtype only */
+    kn_tview vres;             /* dst's extents, any strides; planning time: dtype only */
+} kn_epilogue;
+
 typedef struct kn_exec {
     const kn_tensor *node;     /* op, params, max shapes           */
     kn_tview dst;
     kn_tview src[KN_MAX_SRC];
     int nsrc;
     const int64_t *syms;       /* symbol values, index 1..KN_MAX_SYMS */
+    /* MATMUL only, NULL otherwise: the epilogue to apply before dst is stored
+     * (dst is then the last folded node's storage, dtype epi's final one).
+     * Only a backend whose epilogue_ok accepted it at planning time gets one. */
+    const kn_epilogue *epi;
 } kn_exec;
 
 /* The one argument of every generated kernel, passed by value (CUDA) or by
@@ -123,6 +144,11 @@ struct kn_backend {
     kn_status (*capture_end)(kn_backend *be, bool keep, void **graph);
     kn_status (*graph_launch)(kn_backend *be, void *graph, const int64_t *syms, int n);
     void (*graph_free)(kn_backend *be, void *graph);
+    /* ---- (optional, version >= 3) matmul epilogues (kn_epilogue above):
+     * may compute() run MATMUL node mm with epilogue epi (its operand views
+     * carry dtypes only; dst will have dtype out)? NULL: never, and the
+     * compiler leaves the consumers as nodes of their own. */
+    bool (*epilogue_ok)(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 };
 
 /* Helpers shared by backends (src/core/tview.c) */

@@ -2,7 +2,8 @@
 # cuda_test.sh: on a GPU machine, build kiln with the CUDA backend and run
 # the CUDA op tests (tests/test_cuda_ops.c: every op kind, ref vs GPU), the
 # generated-kernel entries (tests/test_cuda_jit.c: NVRTC, kernel_run,
-# syms_upload, the cubin cache), CUDA graphs (test_cuda_graph.c) and LLM
+# syms_upload, the cubin cache), CUDA graphs (test_cuda_graph.c), matmul
+# epilogues (test_cuda_epilogue.c) and LLM
 # inference on the GPU (test_cuda_llm.c), then the core test binaries on the
 # default (cpu) backend with the CUDA build.
 #   sh scripts/cuda_test.sh [LOGDIR]     env: BUILD (default build-cuda), JOBS (16)
@@ -13,7 +14,7 @@ LOG=${1:-$BUILD/logs}
 mkdir -p "$LOG"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
-TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_llm test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
 TARGETS=""
 for t in $TESTS; do [ -f "tests/$t.c" ] && TARGETS="$TARGETS $BUILD/tests/$t"; done
 if ! make CUDA=1 BUILD="$BUILD" -j"$JOBS" lib $TARGETS > "$LOG/build.log" 2>&1; then

@@ -51,6 +51,38 @@ static kn_status run_group(kn_plan *p, const kn_fgroup *g, void *kernel) {
     return p->be->kernel_run(p->be, kernel, &l);
 }
 
+bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, int *bad) {
+    memset(e, 0, sizeof *e);
+    const kn_epi_rec *r = kn__pepi(p, t);
+    e->node = r ? r->mm : t;            /* a matmul with its epilogue writes t's storage */
+    e->syms = p->ctx->sym_val;
+    *bad = -1;
+    if (!kn__tview_of(p, t, &e->dst)) return false;
+    for (int k = 0; k < (r ? 2 : KN_MAX_SRC); k++) {
+        kn_tensor *s = kn__pread(p, t, k);
+        if (!s) continue;
+        *bad = k;
+        if (!kn__tview_of(p, s, &e->src[k])) return false;
+        e->nsrc = k + 1;
+    }
+    if (!r) return true;
+    *epi = r->d;
+    if (r->bias) {
+        /* [1, .., 1, N] as the vector [N] */
+        kn_tview v;
+        *bad = 2;
+        if (!kn__tview_of(p, r->bias, &v)) return false;
+        epi->vbias = v;
+        epi->vbias.ndim = 1;
+        epi->vbias.ne[0] = v.ne[v.ndim - 1];
+        epi->vbias.st[0] = v.st[v.ndim - 1];
+    }
+    *bad = 3;
+    if (r->res && !kn__tview_of(p, r->res, &epi->vres)) return false;
+    e->epi = epi;
+    return true;
+}
+
 kn_status kn__plan_run_steps(kn_plan *p) {
     int prof = kn__profile_mode();
     if (p->be->version >= 2 && p->be->syms_upload) {
@@ -71,17 +103,11 @@ kn_status kn__plan_run_steps(kn_plan *p) {
         }
         if (!kn__computes(t)) continue;
         kn_exec e;
-        memset(&e, 0, sizeof e);
-        e.node = t;
-        e.syms = p->ctx->sym_val;
-        if (!kn__tview_of(p, t, &e.dst))
-            return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
-        for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = kn__psrc(p, t, k);
-            if (!s) continue;
-            if (!kn__tview_of(p, s, &e.src[k]))
-                return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", k, kn_op_name(t->op));
-            e.nsrc = k + 1;
+        kn_epilogue epi;
+        int bad;
+        if (!kn__exec_of(p, t, &e, &epi, &bad)) {
+            if (bad < 0) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
+            return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", bad, kn_op_name(e.node->op));
         }
         double t0 = prof ? kn__profile_now() : 0;
         kn_status st = p->be->compute(p->be, &e);

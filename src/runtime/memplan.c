@@ -119,7 +119,7 @@ static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
         kn_tensor *t = p->order[i];
         int at = exec_at(p, t, i);
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = t->src[k] ? kn__psrc(p, t, k) : NULL;
+            kn_tensor *s = kn__pread(p, t, k);   /* a node that runs a matmul's epilogue: a, b, bias, res */
             if (!s || !reads_memory(p, t, s)) continue;
             int32_t *l = &last[kn__storage_owner(s)->id];
             if (*l < at) *l = at;
@@ -153,7 +153,9 @@ static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
             /* in place: over an input that dies here (in a group: dies at the
              * group, read at the item index alone, not read again after t is
              * written: kn__fuse_inplace_ok) */
-            if (inplace && kn_op_get(t->op)->inplace_ok) {
+            /* never for a node that runs a matmul with its epilogue: the residual
+             * must not be the destination (src/compile/epilogue.c) */
+            if (inplace && kn_op_get(t->op)->inplace_ok && !kn__pepi(p, t)) {
                 int at = exec_at(p, t, i);
                 /* candidates: t's operands; in a group, any operand of the group */
                 int nc = g ? g->k.nbuf : 2;

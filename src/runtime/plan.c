@@ -41,6 +41,106 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     return true;
 }
 
+/* Matmul epilogues (src/compile/epilogue.c): a matmul's elementwise consumers
+ * folded into it, on a backend that says it can run them (epilogue_ok). Only
+ * kn_plan_new's plans; off with KN_NOFUSE=1 or opts->no_fuse. */
+static bool epi_ok(void *be_, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    kn_backend *be = be_;
+    return be->epilogue_ok(be, mm, epi, out);
+}
+/* p->order = orig without the nodes records 0..p->nepi-1 took out; p->epi_of */
+static void epi_apply(kn_plan *p, kn_tensor **orig, int n0, uint8_t *drop) {
+    memset(drop, 0, (size_t)p->n_ids);
+    for (int32_t i = 0; i < p->n_ids; i++) p->epi_of[i] = -1;
+    p->epi_nodes = 0;
+    for (int r = 0; r < p->nepi; r++) {
+        const kn_epi_rec *e = &p->epi[r];
+        drop[e->mm->id] = 1;
+        for (int k = 0; k < e->nabs - 1; k++) drop[e->chain[k]->id] = 1;
+        p->epi_of[e->last->id] = r;
+        p->epi_nodes += e->nabs;
+    }
+    p->n = 0;
+    for (int i = 0; i < n0; i++) if (!drop[orig[i]->id]) p->order[p->n++] = orig[i];
+}
+
+static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
+    kn_backend *be = p->be;
+    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
+    if (be->version < 3 || !be->epilogue_ok) return true;
+    int n0 = p->n;
+    kn_tensor **orig = malloc(sizeof *orig * (size_t)n0);
+    if (!orig) { kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
+    memcpy(orig, p->order, sizeof *orig * (size_t)n0);
+    if (!kn__epilogue(p->order, &p->n, p->n_ids, nout, outs, p->rep, epi_ok, be, &p->epi, &p->nepi)) {
+        free(orig);
+        kn__plan_nomem(p->ctx, p, "the matmul epilogues");
+        return false;
+    }
+    if (!p->nepi) { free(orig); return true; }
+    p->epi_of = malloc(sizeof *p->epi_of * (size_t)p->n_ids);
+    uint8_t *drop = malloc((size_t)p->n_ids);
+    if (!p->epi_of || !drop) { free(orig); free(drop); kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
+    epi_apply(p, orig, n0, drop);
+    /* Epilogues never raise the arena: they keep a matmul's operands alive up
+     * to the chain's end and plan its last node without in-place reuse, which
+     * can cost more than the values they save (or just place blocks worse).
+     * While the plan needs more than without them, the last one goes. */
+    kn_plan q = *p;
+    q.order = orig; q.n = n0; q.nepi = 0; q.epi_of = NULL;
+    size_t plain = 0, with = 0;
+    bool okm = kn__memplan_peak(&q, nout, outs, opts, false, &plain);
+    int dropped = 0;
+    while (okm && p->nepi) {
+        okm = kn__memplan_peak(p, nout, outs, opts, false, &with);
+        if (!okm || with <= plain) break;
+        p->nepi--;
+        dropped++;
+        epi_apply(p, orig, n0, drop);
+    }
+    free(orig); free(drop);
+    if (!okm) return false;   /* out of host memory: recorded */
+    if (!p->nepi) { free(p->epi); p->epi = NULL; free(p->epi_of); p->epi_of = NULL; p->epi_nodes = 0; }
+    count_kernels(p);
+    if (kn_env_get()->debug) {
+        fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues", p->nepi, p->epi_nodes);
+        if (dropped) fprintf(stderr, " (%d left out to keep the arena at most %zu bytes)", dropped, plain);
+        fprintf(stderr, "\n");
+    }
+    return true;
+}
+
+/* Fusion does not see what a matmul epilogue reads (a, b, bias, res are
+ * operands of nodes that left the schedule): a group that computes one of
+ * them must store it and run before the node that runs the matmul, else it
+ * goes back to the hand kernels. need[id]: the earliest schedule index at
+ * which an epilogue reads node id (or storage it owns), -1. */
+static bool epi_conflict(const kn_fgroup *g, const int32_t *need) {
+    for (int m = 0; m < g->nnode; m++) {
+        int32_t at = need[g->node[m]->id];
+        if (at >= 0 && (!g->stored[m] || g->last > at)) return true;
+    }
+    return false;
+}
+/* need (n_ids entries) for epi_conflict; NULL: out of host memory */
+static int32_t *epi_need(const kn_plan *p) {
+    int32_t *need = malloc(sizeof *need * (size_t)p->n_ids);
+    if (!need) return NULL;
+    for (int32_t i = 0; i < p->n_ids; i++) need[i] = -1;
+    for (int i = 0; i < p->n; i++) {
+        const kn_epi_rec *e = kn__pepi(p, p->order[i]);
+        if (!e) continue;
+        kn_tensor *ops[4] = {e->a, e->b, e->bias, e->res};
+        for (int k = 0; k < 4; k++) {
+            if (!ops[k]) continue;
+            kn_tensor *ids[2] = {ops[k], kn__storage_owner(ops[k])};
+            for (int j = 0; j < 2; j++)
+                if (ids[j]->id < p->n_ids && (need[ids[j]->id] < 0 || need[ids[j]->id] > i)) need[ids[j]->id] = i;
+        }
+    }
+    return need;
+}
+
 /* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu */
 static void dump_source(const char *lang, const char *name, const char *src) {
     const char *dir = kn_env_get()->dump_kernels;
@@ -63,9 +163,35 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
     if (be->version < 2 || !be->kernel_lang || !be->kernel_build || !be->kernel_run) return true;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
-    if (!kn__fuse(be->kernel_lang, p->order, p->n, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups)) {
+    /* nodes that run a matmul's epilogue are not fused: fusion sees a schedule
+     * without them (their values are read like a leaf's), and each group's
+     * last index is mapped back to p->order */
+    kn_tensor **ord = p->order;
+    int nord = p->n;
+    if (p->nepi) {
+        ord = malloc(sizeof *ord * (size_t)p->n);
+        if (!ord) { kn__plan_nomem(p->ctx, p, "fusion"); return false; }
+        nord = 0;
+        for (int i = 0; i < p->n; i++) if (!kn__pepi(p, p->order[i])) ord[nord++] = p->order[i];
+    }
+    bool fused_ok = kn__fuse(be->kernel_lang, ord, nord, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups);
+    if (ord != p->order) {
+        free(ord);
+        for (int gi = 0; fused_ok && gi < p->ngroups; gi++)
+            for (int i = 0; i < p->n; i++)
+                if (p->order[i] == p->groups[gi].node[p->groups[gi].nnode - 1]) { p->groups[gi].last = i; break; }
+    }
+    if (!fused_ok) {
         kn__plan_nomem(p->ctx, p, "fusion");
         return false;
+    }
+    if (p->nepi && p->ngroups) {
+        int32_t *need = epi_need(p);
+        if (!need) { kn__plan_nomem(p->ctx, p, "fusion"); return false; }
+        int kept = 0;
+        for (int gi = 0; gi < p->ngroups; gi++) if (!epi_conflict(&p->groups[gi], need)) p->groups[kept++] = p->groups[gi];
+        p->ngroups = kept;
+        free(need);
     }
     if (!p->ngroups) return true;
     p->gid = malloc(sizeof *p->gid * (size_t)p->n_ids);
@@ -161,7 +287,7 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
     if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
-        !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
+        !epilogues(p, nout, outs, opts, stop_at_realized) || !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
         kn_plan_free(p);
         return NULL;
     }
@@ -192,6 +318,8 @@ void kn_plan_free(kn_plan *p) {
     free(p->groups);
     free(p->gid);
     free(p->kernel);
+    free(p->epi);
+    free(p->epi_of);
     free(p);
 }
 
@@ -201,8 +329,8 @@ int kn_plan_n_kernels(const kn_plan *p) { return p ? p->nkern : 0; }
 
 void kn_plan_print(const kn_plan *p, void *fp) {
     FILE *f = fp ? fp : stderr;
-    fprintf(f, "plan: %d nodes, %d kernels (%d generated, fusing %d nodes), backend %s, arena %zu bytes (no reuse: %zu)\n",
-            p->n, p->nkern, p->ngroups, p->nfused, p->be->name, p->peak, p->naive);
+    fprintf(f, "plan: %d nodes, %d kernels (%d generated, fusing %d nodes; %d matmul epilogues taking %d nodes), backend %s, arena %zu bytes (no reuse: %zu)\n",
+            p->n, p->nkern, p->ngroups, p->nfused, p->nepi, p->epi_nodes, p->be->name, p->peak, p->naive);
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         char s[160];
@@ -223,7 +351,10 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         else if (t->id < p->n_ids && p->off[t->id] >= 0) fprintf(f, " -> arena+%lld", (long long)p->off[t->id]);
         else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);
         fprintf(f, "  <-");
-        for (int k = 0; k < KN_MAX_SRC; k++) if (t->src[k]) fprintf(f, " #%d", kn__psrc(p, t, k)->id);
+        const kn_epi_rec *er = kn__pepi(p, t);
+        if (er) fprintf(f, " [matmul #%d%s%s%s%s%s]", er->mm->id, er->d.bias ? " +bias" : "", er->d.act ? " " : "",
+                        er->d.act ? kn_op_name(er->d.act) : "", er->d.res ? " +res" : "", t->dtype != er->d.dt ? " cast" : "");
+        for (int k = 0; k < KN_MAX_SRC; k++) if (kn__pread(p, t, k)) fprintf(f, " #%d", kn__pread(p, t, k)->id);
         fprintf(f, "  (#%d%s%s)\n", t->id, t->name[0] ? " " : "", t->name);
     }
 }

@@ -77,22 +77,15 @@ static bool dynamic_set(kn_plan *p, uint64_t *dyn) {
         if (!kn__computes(t)) continue;
         uint64_t m = syms_of(t);
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = kn__psrc(p, t, k);
+            kn_tensor *s = kn__pread(p, t, k);
             if (s) m |= syms_of(s);
         }
         if (!m) continue;
         if (kn__pgroup(p, t)) { used |= m; continue; }   /* generated kernels read every extent on the device */
         kn_exec e;
-        memset(&e, 0, sizeof e);
-        e.node = t;
-        e.syms = p->ctx->sym_val;
-        kn__tview_of(p, t, &e.dst);
-        for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = kn__psrc(p, t, k);
-            if (!s) continue;
-            kn__tview_of(p, s, &e.src[k]);
-            e.nsrc = k + 1;
-        }
+        kn_epilogue epi;
+        int bad;
+        kn__exec_of(p, t, &e, &epi, &bad);
         used |= m;
         fixed |= m & ~p->be->dynamic_syms(p->be, &e);
     }
@@ -209,5 +202,7 @@ void kn_plan_get_stats(const kn_plan *p, kn_plan_stats *out) {
     out->kernels = p->nkern;
     out->generated = p->ngroups;
     out->fused_nodes = p->nfused;
+    out->epilogues = p->nepi;
+    out->epilogue_nodes = p->epi_nodes;
     out->peak_bytes = p->peak;
 }

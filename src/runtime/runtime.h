@@ -21,6 +21,7 @@
 #ifndef KN_RUNTIME_H
 #define KN_RUNTIME_H
 #include "compile/kernel.h"
+#include "compile/epilogue.h"   // defines: kn_epi_rec, kn__epilogue
 
 struct kn_plan {
     kn_ctx *ctx;
@@ -41,6 +42,11 @@ struct kn_plan {
     int32_t *gid;          /* by tensor id: the node's group, -1; NULL when no groups */
     void **kernel;         /* by group: the backend's handle (kernels.c) */
     int nfused;            /* nodes that run inside a group */
+    /* matmul epilogues (src/compile/epilogue.c): a record's `last` node runs its matmul */
+    kn_epi_rec *epi;
+    int nepi;
+    int32_t *epi_of;       /* by tensor id: the record whose `last` the node is, -1; NULL when none */
+    int epi_nodes;         /* consumer nodes run in epilogues (as many left the schedule: the matmuls, and the chains but their last) */
     struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
 };
 
@@ -54,11 +60,24 @@ static inline bool kn__pstored(const kn_fgroup *g, const kn_tensor *t) {
     return true;
 }
 
+/* The epilogue record whose chain ends at t (t runs the matmul), or NULL. */
+static inline const kn_epi_rec *kn__pepi(const kn_plan *p, const kn_tensor *t) {
+    return (p->epi_of && t->id < p->n_ids && p->epi_of[t->id] >= 0) ? &p->epi[p->epi_of[t->id]] : NULL;
+}
+
 /* A node that runs a kernel; a view only describes its source's storage. */
 static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->op); }
 
 /* Source k of t as this plan reads it (after graph rewrites, src/compile/). */
 static inline kn_tensor *kn__psrc(const kn_plan *p, const kn_tensor *t, int k) { return kn__rw_src(p->rep, p->n_ids, t, k); }
+/* Operand k of what t runs: kn__psrc, except for a node that runs a matmul
+ * with its epilogue: a, b, bias, res (NULL where absent). Memory planning
+ * keeps these alive up to t. */
+static inline kn_tensor *kn__pread(const kn_plan *p, const kn_tensor *t, int k) {
+    const kn_epi_rec *r = kn__pepi(p, t);
+    if (!r) return kn__psrc(p, t, k);
+    return k == 0 ? r->a : k == 1 ? r->b : k == 2 ? r->bias : k == 3 ? r->res : NULL;
+}
 
 /* ---- plan.c ----------------------------------------------------------------- */
 /* kn_plan_new, and kn_realize's temporary plan. stop_at_realized: eager
@@ -77,6 +96,9 @@ static inline void kn__plan_nomem(kn_ctx *ctx, const kn_plan *p, const char *wha
 /* t as operand of this plan: address (NULL when it has no storage), extents
  * at the current symbol values, strides. */
 bool kn__tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v);
+/* The kn_exec of node t (epi: storage for the epilogue of a node that runs a
+ * matmul); false when an operand has no storage (*bad: which, -1 = dst). */
+bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, int *bad);
 /* Runs every step of p once, in order (kn_plan_run is this and a final wait). */
 kn_status kn__plan_run_steps(kn_plan *p);
 

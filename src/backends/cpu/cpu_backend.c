@@ -59,7 +59,13 @@ bool kn_cpu_fast(const kn_exec *e) {
 }
 
 static kn_status cpu_compute(kn_backend *be, const kn_exec *e) {
+    if (e->epi) return kn_cpu_matmul_epilogue(e);    /* a matmul with its epilogue (cpu_epilogue.c) */
     return kn_cpu_fast(e) ? KN_OK : kn__ref_compute(be, e);
+}
+
+static bool cpu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    (void)be;
+    return kn_cpu_epilogue_ok(mm, epi, out);
 }
 
 static kn_backend g_cpu = {
@@ -71,6 +77,7 @@ static kn_backend g_cpu = {
     .copy_in = kn__host_copy,
     .copy_out = kn__host_copy,
     .compute = cpu_compute,
+    .epilogue_ok = cpu_epilogue_ok,
     .kernel_lang = "c",
     .kernel_build = kn__cpu_kernel_build,
     .kernel_run = kn__cpu_kernel_run,

@@ -91,6 +91,15 @@ bool kn_cpu_reduce_last(const kn_exec *e);
 bool kn_cpu_reduce_leading(const kn_exec *e);
 /* cpu_matmul.c */
 bool kn_cpu_matmul(const kn_exec *e);
+/* kn_cpu_matmul, and post (gemm.h: struct kn_sgemm_post) on every piece of
+ * dst (contiguous, f32) once final; false: no fast path took it (nothing done) */
+struct kn_sgemm_post;
+bool kn_cpu_matmul_ep(const kn_exec *e, const struct kn_sgemm_post *post);
+/* cpu_epilogue.c: matmuls with an epilogue (e->epi) */
+bool kn_cpu_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
+kn_status kn_cpu_matmul_epilogue(const kn_exec *e);
+/* post on all of C [rows, N] (contiguous), rows split over the pool */
+void kn_cpu_post_whole(const struct kn_sgemm_post *post, float *C, int64_t rows, int64_t N);
 /* cpu_norm_softmax.c */
 bool kn_cpu_norm(const kn_exec *e);
 bool kn_cpu_softmax(const kn_exec *e);

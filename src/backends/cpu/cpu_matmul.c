@@ -6,6 +6,8 @@
  * SGEMM (exact products of the rounded inputs, f32 sums), the result rounded
  * back. That gives bf16 numerics at f32 speed plus the conversions; a kernel
  * on AVX512_BF16 dot products or AMX tiles is not written yet.
+ * kn_cpu_matmul_ep also runs a matmul
+ * epilogue's pieces (cpu_epilogue.c) as the SGEMM, GEMV or quantized rows finish them.
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
@@ -39,6 +41,7 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
 typedef struct {
     kn_vec_dot_fn dot; const char *W; size_t row_bytes; int64_t K, N, T;
     const char *xq; size_t xq_bytes; float *C; int64_t ldc;
+    const kn_sgemm_post *post;    /* NULL, or run on each token's finished block of outputs */
 } qmm_job;
 static void qmm_rows(void *p, int64_t r0, int64_t r1) {
     qmm_job *j = p;
@@ -50,6 +53,7 @@ static void qmm_rows(void *p, int64_t r0, int64_t r1) {
             float *y = j->C + t * j->ldc;
             /* no software prefetch: measured slower than the hardware prefetchers */
             for (int64_t n = n0; n < n1; n++) y[n] = j->dot(j->K, j->W + (size_t)n * j->row_bytes, x);
+            if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, t, t + 1, n0, n1);
         }
     }
 }
@@ -75,7 +79,7 @@ static void deq_rows(void *p, int64_t r0, int64_t r1) {
     deq_job *j = p;
     for (int64_t r = r0; r < r1; r++) kn_dequantize_row(j->wt, j->W + (size_t)r * j->row_bytes, j->out + r * j->K, j->K);
 }
-static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b) {
+static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, const kn_sgemm_post *post) {
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
     size_t need = (size_t)N * (size_t)K;
     if (need > g_wscratch_n) {
@@ -85,11 +89,11 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
     }
     deq_job dj = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, g_wscratch};
     kn_cpu_par_rows(deq_rows, &dj, N, N * K);
-    kn_sgemm(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0]);
+    kn_sgemm_ep(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0], post);
     return true;
 }
 
-static bool matmul_quant(const kn_exec *e) {
+static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
@@ -97,7 +101,7 @@ static bool matmul_quant(const kn_exec *e) {
     /* KN_QMM_ACT=f32 (or KN_QMM_EXACT=1) keeps activations in f32 at every
      * row count (slow decode; checks the pipeline against float references) */
     kn_qact mode = kn_quant_act_mode();
-    if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b)) return true;
+    if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b, post)) return true;
     kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
     bool q16 = dot != NULL;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
@@ -108,7 +112,7 @@ static bool matmul_quant(const kn_exec *e) {
     if (!xq) return false;
     qx_job qj = {q16, at, a->data, a->st[0], K, xq, xq_bytes};
     kn_cpu_par_rows(qx_rows, &qj, T, T * K);
-    qmm_job j = {dot, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0]};
+    qmm_job j = {dot, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0], post};
     kn_cpu_par_rows(qmm_rows, &j, N, N * K * (T ? T : 1));
     free(xq);
     return true;
@@ -172,8 +176,12 @@ static bool is_half(kn_dtype t) { return t == KN_BF16 || t == KN_F16; }
 bool kn_cpu_matmul(const kn_exec *e) {
     kn_dtype ht = e->src[0].dtype;
     if (is_half(ht) && e->src[1].dtype == ht && e->dst.dtype == ht) return matmul_half(e);
+    return kn_cpu_matmul_ep(e, NULL);
+}
+
+bool kn_cpu_matmul_ep(const kn_exec *e, const kn_sgemm_post *post) {
     if (kn_dtype_get(e->src[1].dtype)->is_quant || e->src[1].dtype == KN_F16 || e->src[1].dtype == KN_BF16)
-        return matmul_quant(e);
+        return matmul_quant(e, post);
     const kn_tview *d = &e->dst;
     if (!is_f32(d) || !is_f32(&e->src[0]) || !is_f32(&e->src[1])) return false;
     int nb = d->ndim - 2;
@@ -198,13 +206,18 @@ bool kn_cpu_matmul(const kn_exec *e) {
     bool shared_b = batch > 1 && !ta && contig(&a) && contig(d);
     for (int i = 0; i < nb && shared_b; i++) if (bb.st[i] != 0 && d->ne[i] != 1) shared_b = false;
     if (shared_b) {
-        kn_sgemm(false, tb, batch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+        kn_sgemm_ep(false, tb, batch * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, post);
+        return true;
+    }
+    if (batch == 1) {
+        kn_sgemm_ep(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, post);
         return true;
     }
     /* one uniform batch dim (after collapsing) goes to the batched entry point */
     if (nb == 1 || batch == 1) {
         int64_t sa = nb ? ab.st[0] : 0, sb = nb ? bb.st[0] : 0, sc = nb ? db.st[0] : 0;
         kn_sgemm_batched(batch, ta, tb, M, N, K, 1.0f, A, lda, sa, B, ldb, sb, 0.0f, C, ldc, sc);
+        if (post) kn_cpu_post_whole(post, C, batch * M, N);   /* dst is contiguous when there is a post */
         return true;
     }
     for (int64_t z = 0; z < batch; z++) {
@@ -215,5 +228,6 @@ bool kn_cpu_matmul(const kn_exec *e) {
         }
         kn_sgemm(ta, tb, M, N, K, 1.0f, A + ao, lda, B + bo, ldb, 0.0f, C + co, ldc);
     }
+    if (post) kn_cpu_post_whole(post, C, batch * M, N);
     return true;
 }

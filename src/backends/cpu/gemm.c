@@ -300,6 +300,7 @@ typedef struct {
     const float *A; int64_t lda;
     const float *B; int64_t ldb;
     float *C; int64_t ldc;
+    const kn_sgemm_post *post;  /* NULL, or run on each finished piece of C (kn_sgemm_ep) */
 } gemm_args;
 
 /* Plain loops for when pack buffers cannot be allocated: slow, correct. */
@@ -314,6 +315,7 @@ static void gemm_unpacked(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0
             float *c = g->C + i * g->ldc + j;
             *c = g->beta == 0.0f ? g->alpha * s : g->alpha * s + g->beta * *c;
         }
+    if (g->post) g->post->fn(g->post->ctx, g->C, g->ldc, m0, m1, n0, n1);
 }
 
 /* The whole blocked algorithm on the rectangle [m0,m1) x [n0,n1) of C. */
@@ -360,6 +362,8 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
                         }
                     }
                 }
+                /* the last K block of this mc x nc piece: it is final and still in cache */
+                if (g->post && pc + kc >= K) g->post->fn(g->post->ctx, g->C, ldc, ic, ic + mc, jc, jc + nc);
             }
         }
     }
@@ -439,6 +443,8 @@ typedef struct {
     int64_t grain;               /* outputs per piece, multiple of 16                 */
     int64_t pieces;              /* ceil(len / grain)                                 */
     atomic_llong next;           /* next unclaimed piece                              */
+    const kn_sgemm_post *post;   /* NULL, or run on each finished chunk of outputs    */
+    bool col;                    /* the outputs are C's column 0 (N == 1), else row 0 (M == 1) */
 } gemv_job;
 
 enum { GEMV_CHUNK = 1024 };      /* outputs per inner call: the axpy form keeps them in L1 */
@@ -455,6 +461,8 @@ static void gemv_piece(const gemv_job *j, int64_t o0, int64_t o1) {
             const float v = j->alpha * buf[i];
             y[i * j->incy] = j->beta == 0.0f ? v : v + j->beta * y[i * j->incy];
         }
+        if (j->post && j->col) j->post->fn(j->post->ctx, j->y, j->incy, c0, c0 + n, 0, 1);
+        else if (j->post) j->post->fn(j->post->ctx, j->y, 0, 0, 1, c0, c0 + n);
     }
 }
 
@@ -470,7 +478,8 @@ static void gemv_worker(void *ctx, int ith, int nth) {
 }
 
 static void gemv(const gemm_isa *I, bool dot, int64_t len, int64_t K, const float *X, int64_t ld,
-                 const float *x, int64_t incx, float alpha, float beta, float *y, int64_t incy, int nt) {
+                 const float *x, int64_t incx, float alpha, float beta, float *y, int64_t incy, int nt,
+                 const kn_sgemm_post *post, bool col) {
     float *xc = NULL;
     if (incx != 1) {
         xc = malloc(sizeof(float) * (size_t)K);
@@ -480,6 +489,8 @@ static void gemv(const gemm_isa *I, bool dot, int64_t len, int64_t K, const floa
                 for (int64_t k = 0; k < K; k++) s += (dot ? X[i * ld + k] : X[k * ld + i]) * x[k * incx];
                 y[i * incy] = beta == 0.0f ? alpha * s : alpha * s + beta * y[i * incy];
             }
+            if (post && col) post->fn(post->ctx, y, incy, 0, len, 0, 1);
+            else if (post) post->fn(post->ctx, y, 0, 0, 1, 0, len);
             return;
         }
         for (int64_t k = 0; k < K; k++) xc[k] = x[k * incx];
@@ -490,7 +501,7 @@ static void gemv(const gemm_isa *I, bool dot, int64_t len, int64_t K, const floa
     int64_t pieces = (len * K) / 32768;
     if (pieces > 4 * (int64_t)nt) pieces = 4 * (int64_t)nt;
     if (pieces < 1) pieces = 1;
-    gemv_job j = {I, dot, len, K, X, ld, x, y, incy, alpha, beta, 0, 0, 0};
+    gemv_job j = {I, dot, len, K, X, ld, x, y, incy, alpha, beta, 0, 0, 0, post, col};
     j.grain = ceil_to((len + pieces - 1) / pieces, 16);
     j.pieces = (len + j.grain - 1) / j.grain;
     atomic_init(&j.next, 0);
@@ -506,20 +517,24 @@ static void scale_c(int64_t M, int64_t N, float beta, float *C, int64_t ldc) {
 
 static void sgemm_nt(int nt, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                     float beta, float *C, int64_t ldc) {
+                     float beta, float *C, int64_t ldc, const kn_sgemm_post *post) {
     if (M <= 0 || N <= 0) return;
-    if (K <= 0 || alpha == 0.0f) { scale_c(M, N, beta, C, ldc); return; }
+    if (K <= 0 || alpha == 0.0f) {
+        scale_c(M, N, beta, C, ldc);
+        if (post) post->fn(post->ctx, C, ldc, 0, M, 0, N);
+        return;
+    }
     const gemm_isa *I = cur_isa();
     if (N == 1) {         /* C[:,0] = op(A) @ x,  x[k] = op(B)(k,0) */
         const int64_t incx = transB ? 1 : ldb;
-        if (!transA) gemv(I, true, M, K, A, lda, B, incx, alpha, beta, C, ldc, nt);
-        else         gemv(I, false, M, K, A, lda, B, incx, alpha, beta, C, ldc, nt);
+        if (!transA) gemv(I, true, M, K, A, lda, B, incx, alpha, beta, C, ldc, nt, post, true);
+        else         gemv(I, false, M, K, A, lda, B, incx, alpha, beta, C, ldc, nt, post, true);
         return;
     }
     if (M == 1) {         /* C[0,:] = x @ op(B),  x[k] = op(A)(0,k) */
         const int64_t incx = transA ? lda : 1;
-        if (transB) gemv(I, true, N, K, B, ldb, A, incx, alpha, beta, C, 1, nt);
-        else        gemv(I, false, N, K, B, ldb, A, incx, alpha, beta, C, 1, nt);
+        if (transB) gemv(I, true, N, K, B, ldb, A, incx, alpha, beta, C, 1, nt, post, false);
+        else        gemv(I, false, N, K, B, ldb, A, incx, alpha, beta, C, 1, nt, post, false);
         return;
     }
     /* 2-3 rows (or columns): one streaming matrix-vector pass each beats packing
@@ -527,16 +542,18 @@ static void sgemm_nt(int nt, bool transA, bool transB, int64_t M, int64_t N, int
     if (M <= 3 && N > 3) {
         for (int64_t m = 0; m < M; m++)
             sgemm_nt(nt, transA, transB, 1, N, K, alpha, A + m * (transA ? 1 : lda), lda, B, ldb,
-                     beta, C + m * ldc, ldc);
+                     beta, C + m * ldc, ldc, NULL);
+        if (post) post->fn(post->ctx, C, ldc, 0, M, 0, N);
         return;
     }
     if (N <= 3 && M > 3) {
         for (int64_t n = 0; n < N; n++)
             sgemm_nt(nt, transA, transB, M, 1, K, alpha, A, lda, B + n * (transB ? ldb : 1), ldb,
-                     beta, C + n, ldc);
+                     beta, C + n, ldc, NULL);
+        if (post) post->fn(post->ctx, C, ldc, 0, M, 0, N);
         return;
     }
-    gemm_args g = {I, transA, transB, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc};
+    gemm_args g = {I, transA, transB, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc, post};
     /* below ~2 MFLOP per thread, spreading out costs more than it saves */
     const double flops = 2.0 * M * N * K;
     int64_t maxnt = (int64_t)(flops / 2e6);
@@ -582,7 +599,14 @@ void kn_sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float a
               const float *A, int64_t lda, const float *B, int64_t ldb,
               float beta, float *C, int64_t ldc) {
     if (!args_ok("kn_sgemm", transA, transB, M, N, K, alpha, A, lda, B, ldb, C, ldc)) return;
-    sgemm_nt(gemm_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    sgemm_nt(gemm_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+void kn_sgemm_ep(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float beta, float *C, int64_t ldc, const kn_sgemm_post *post) {
+    if (!args_ok("kn_sgemm", transA, transB, M, N, K, alpha, A, lda, B, ldb, C, ldc)) return;
+    sgemm_nt(gemm_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, post);
 }
 
 /* Batches in parallel (each single-threaded) when each is small. */
@@ -596,7 +620,7 @@ static void batch_worker(void *ctx, int ith, int nth) {
     const int64_t b0 = j->batch * ith / nth, b1 = j->batch * (ith + 1) / nth;
     for (int64_t b = b0; b < b1; b++)
         sgemm_nt(1, j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + b * j->sA, j->lda,
-                 j->B + b * j->sB, j->ldb, j->beta, j->C + b * j->sC, j->ldc);
+                 j->B + b * j->sB, j->ldb, j->beta, j->C + b * j->sC, j->ldc, NULL);
 }
 
 void kn_sgemm_batched(int64_t batch, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
@@ -615,5 +639,5 @@ void kn_sgemm_batched(int64_t batch, bool transA, bool transB, int64_t M, int64_
     }
     for (int64_t b = 0; b < batch; b++)
         sgemm_nt(nt, transA, transB, M, N, K, alpha, A + b * strideA, lda,
-                 B + b * strideB, ldb, beta, C + b * strideC, ldc);
+                 B + b * strideB, ldb, beta, C + b * strideC, ldc, NULL);
 }

@@ -37,6 +37,19 @@ void kn_sgemm_batched(int64_t batch, bool transA, bool transB, int64_t M, int64_
               float alpha, const float *A, int64_t lda, int64_t strideA,
               const float *B, int64_t ldb, int64_t strideB, float beta,
               float *C, int64_t ldc, int64_t strideC);
+/* kn_sgemm with a hook on finished pieces of C: post->fn(ctx, C, ldc, m0, m1,
+   n0, n1) runs once on each rectangle [m0,m1) x [n0,n1) of C (rows and columns
+   relative to C) as soon as its sum over all of K is stored, on the thread
+   that computed it, while it is still in cache (the CPU backend's matmul
+   epilogues: cpu_epilogue.c). Every element of C is covered exactly once.
+   post NULL: kn_sgemm. */
+typedef struct kn_sgemm_post {
+    void (*fn)(void *ctx, float *C, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+    void *ctx;
+} kn_sgemm_post;
+void kn_sgemm_ep(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb,
+                 float beta, float *C, int64_t ldc, const kn_sgemm_post *post);
 /* Thread count used by kn_sgemm: the pool size unless capped by this (0 = no cap). */
 void kn_sgemm_set_max_threads(int n);
 

@@ -231,6 +231,18 @@ kn_status kn_cu_binary(const kn_exec *e);
 kn_status kn_cu_reduce(const kn_exec *e);
 kn_status kn_cu_scan(const kn_exec *e);
 kn_status kn_cu_matmul(const kn_exec *e);
+/* What the GEMV kernels can do in their store: y = res + act(dot + bias)
+ * (f32 [N] contiguous device vectors or NULL; act 0 or an activation op). */
+typedef struct { const float *bias; int act; const float *res; } kn_cu_gemv_epi;
+/* The product alone (e->epi ignored), with ge (NULL: none) done in the
+ * kernel where it can be: *done = 2 all of ge, 1 only its bias, 0 none. */
+kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
+/* gemv.cu: the GEMV with that epilogue; KN_ERR_UNSUPPORTED: not launched */
+extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
+                                      const float *res, int64_t N, int64_t K, void *stream);
+/* cuda_ops_epilogue.cu: a matmul with its epilogue (kn_epilogue) */
+kn_status kn_cu_matmul_epilogue(const kn_exec *e);
+bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 kn_status kn_cu_index(const kn_exec *e);     /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_cu_nn(const kn_exec *e);
 kn_status kn_cu_sdpa_bwd(const kn_exec *e);  /* SDPA_BWD (cuda_ops_attn.cu) */

@@ -412,7 +412,13 @@ static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 }
 
 kn_status kn_cu_matmul(const kn_exec *e) {
+    if (e->epi) return kn_cu_matmul_epilogue(e);    /* cuda_ops_epilogue.cu */
+    return kn_cu_matmul_gemv_epi(e, NULL, NULL);
+}
+
+kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done) {
     const kn_tview *d = &e->dst;
+    if (done) *done = 0;
     int nb = d->ndim - 2;
     kn_tview a = e->src[0], b = e->src[1];
     int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
@@ -442,11 +448,21 @@ kn_status kn_cu_matmul(const kn_exec *e) {
                 kn_aligned16(a.data) && kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX &&
                 K <= INT32_MAX && !kn_env_get()->cuda_no_gemv;
     if (gemv) {
+        /* a matmul epilogue in the GEMV's store (gemv.cu: every step rounded
+         * as the unfused f32 nodes round it); else at least the bias, which
+         * every GEMV kernel adds: y = dot + bias[n] */
+        const float *bias = ge ? ge->bias : NULL;
+        if (ge && (ge->act || ge->res)) {
+            kn_status st = kn_cuda_gemv_epi((int)b.dtype, (float *)d->data, b.data, (const float *)a.data, ge->bias, ge->act,
+                                            ge->res, N, K, kn_cu_stream());
+            if (st != KN_ERR_UNSUPPORTED) { *done = 2; return st; }
+        }
+        if (done && bias) *done = 1;
         if (b.dtype == KN_F32)
-            return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+            return kn_cuda_gemv_f32((float *)d->data, (const float *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
         if (b.dtype == KN_F16)
-            return kn_cuda_gemv_f16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
-        return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, NULL, N, K, kn_cu_stream());
+            return kn_cuda_gemv_f16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
+        return kn_cuda_gemv_bf16((float *)d->data, (const uint16_t *)b.data, (const float *)a.data, bias, N, K, kn_cu_stream());
     }
     if (gemm_layout && (f32 || tc || mixed)) {
         /* one batched launch: a loop of per-matrix launches left most of the

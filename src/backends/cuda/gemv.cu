@@ -9,6 +9,7 @@
  * KN_CUDA_TUNE=gemv_v=1 comparisons). */
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune
+#include "graph/scalar_ops.h"          // defines: kn_scalar_unary (matmul epilogues: the unfused kernels' math)
 #include <cuda_fp16.h>                 // defines: __half22float2
 
 #define KN_GV_WARPS 8
@@ -89,11 +90,14 @@ __device__ __forceinline__ float4 gv_load(const float4 *p) { return __ldcs(p); }
 __device__ __forceinline__ uint4 gv_load(const uint4 *p) { return __ldcs(p); }
 __device__ __forceinline__ gv_h8 gv_load(const gv_h8 *p) { gv_h8 r; r.u = __ldcs((const uint4 *)p); return r; }
 
-/* VT: float4 (f32 W), uint4 (8 bf16) or gv_h8 (8 f16); nv = K / elements per vector. */
-template <typename VT, int U>
+/* VT: float4 (f32 W), uint4 (8 bf16) or gv_h8 (8 f16); nv = K / elements per vector.
+ * A matmul epilogue in the store (kn_cuda_gemv_epi): y = res + act(dot + bias),
+ * ACT an op (0: none) applied as the unfused f32 unary kernel does (the op
+ * table's double function, rounded to float), res [N] f32 or NULL. */
+template <typename VT, int U, int ACT>
 __global__ void __launch_bounds__(256)
 gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
-                const float *__restrict__ bias, int nv) {
+                const float *__restrict__ bias, int nv, const float *__restrict__ res) {
     __shared__ float sh[8];
     const int row = blockIdx.x;
     const VT *w = W + (int64_t)row * nv;
@@ -118,23 +122,44 @@ gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
     if (threadIdx.x == 0) {
         float s = 0.f;
         for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += sh[i];
-        y[row] = s + (bias ? bias[row] : 0.f);
+        float v = s + (bias ? bias[row] : 0.f);
+        if (ACT) v = (float)kn_scalar_unary(ACT, (double)v, 0.0, 0.0);
+        if (res) v = res[row] + v;
+        y[row] = v;
     }
 }
 
 /* Threads per block: enough for U vectors each to cover the row, 32..256. */
-template <typename VT>
-static kn_status gemv_row_launch(float *y, const VT *W, const float *x, const float *bias, int64_t N,
-                                 int64_t nv, void *stream) {
+template <typename VT, int ACT>
+static kn_status gemv_row_launch_act(float *y, const VT *W, const float *x, const float *bias, int64_t N,
+                                     int64_t nv, const float *res, void *stream) {
     static const int U = kn_cuda_tune("gemv_u", 4);
     int64_t th = (nv + (U >= 8 ? 8 : 4) - 1) / (U >= 8 ? 8 : 4);
     th = th < 32 ? 32 : th > 256 ? 256 : (th + 31) / 32 * 32;
     if (U >= 8)
-        gemv_row_kernel<VT, 8><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv);
+        gemv_row_kernel<VT, 8, ACT><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv, res);
     else
-        gemv_row_kernel<VT, 4><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv);
+        gemv_row_kernel<VT, 4, ACT><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv, res);
     KN_CUDA_LAUNCHED();
     return KN_OK;
+}
+template <typename VT>
+static kn_status gemv_row_launch(float *y, const VT *W, const float *x, const float *bias, int64_t N,
+                                 int64_t nv, void *stream) {
+    return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, NULL, stream);
+}
+/* act: 0 or one of the four epilogue activations */
+template <typename VT>
+static kn_status gemv_row_launch_epi(float *y, const VT *W, const float *x, const float *bias, int64_t N,
+                                     int64_t nv, int act, const float *res, void *stream) {
+    switch (act) {
+    case 0: return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, res, stream);
+    case KN_OP_RELU: return gemv_row_launch_act<VT, KN_OP_RELU>(y, W, x, bias, N, nv, res, stream);
+    case KN_OP_GELU: return gemv_row_launch_act<VT, KN_OP_GELU>(y, W, x, bias, N, nv, res, stream);
+    case KN_OP_GELU_TANH: return gemv_row_launch_act<VT, KN_OP_GELU_TANH>(y, W, x, bias, N, nv, res, stream);
+    case KN_OP_SILU: return gemv_row_launch_act<VT, KN_OP_SILU>(y, W, x, bias, N, nv, res, stream);
+    default: return KN_ERR_UNSUPPORTED;
+    }
 }
 
 static kn_status gemv_check(const char *name, const void *y, const void *W, const void *x,
@@ -175,4 +200,24 @@ extern "C" kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *
     kn_status s = gemv_check("kn_cuda_gemv_f16", y, W, x, N, K, 8);
     if (s || N == 0) return s;
     return gemv_row_launch<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, stream);
+}
+
+/* The GEMV with a matmul epilogue in its store (the CUDA backend's
+ * cuda_ops_epilogue.cu): y[n] = res[n] + act(W[n,:] . x + bias[n]), each
+ * step rounded to float as the unfused f32 nodes round it. wt: KN_F32,
+ * KN_BF16 or KN_F16 W; act 0 or KN_OP_RELU / GELU / GELU_TANH / SILU; bias,
+ * res: f32 [N] or NULL. KN_ERR_UNSUPPORTED (nothing launched) for another
+ * act, W dtype, or the v1 kernels (KN_CUDA_TUNE=gemv_v=1): the caller then
+ * runs the epilogue after a plain GEMV. */
+extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
+                                      const float *res, int64_t N, int64_t K, void *stream) {
+    static const int ver = kn_cuda_tune("gemv_v", 2);
+    if ((ver == 1 && wt != KN_F16) || (act && act != KN_OP_RELU && act != KN_OP_GELU && act != KN_OP_GELU_TANH && act != KN_OP_SILU))
+        return KN_ERR_UNSUPPORTED;
+    kn_status s = gemv_check("kn_cuda_gemv_epi", y, W, x, N, K, wt == KN_F32 ? 4 : 8);
+    if (s || N == 0) return s;
+    if (wt == KN_F32) return gemv_row_launch_epi<float4>(y, (const float4 *)W, x, bias, N, K / 4, act, res, stream);
+    if (wt == KN_BF16) return gemv_row_launch_epi<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, act, res, stream);
+    if (wt == KN_F16) return gemv_row_launch_epi<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, act, res, stream);
+    return KN_ERR_UNSUPPORTED;
 }

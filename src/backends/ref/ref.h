@@ -33,4 +33,11 @@ kn_status kn_ref_scan(const kn_exec *e);
 kn_status kn_ref_matmul(const kn_exec *e);
 kn_status kn_ref_index(const kn_exec *e);      /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_ref_nn(const kn_exec *e);         /* softmax, norms, conv, pool, sdpa, rope */
+
+/* ref_epilogue.c: matmul epilogues (kn_epilogue), also the CPU backend's fallback */
+bool kn_ref_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
+/* dst = e->epi applied to mm (dst's extents, dtype epi->dt; may be dst itself) */
+void kn_ref_epilogue_apply(const kn_exec *e, const kn_tview *mm);
+/* matmul (which ignores e->epi) into dst or a scratch of the matmul's dtype, then the epilogue */
+kn_status kn_ref_matmul_epilogue(const kn_exec *e, kn_status (*matmul)(const kn_exec *));
 #endif

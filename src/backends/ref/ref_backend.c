@@ -12,6 +12,11 @@ kn_status kn__ref_compute(kn_backend *be, const kn_exec *e) {
     return kn__dispatch(&g_families, e);
 }
 
+static bool ref_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    (void)be;
+    return kn_ref_epilogue_ok(mm, epi, out);
+}
+
 static kn_backend g_ref = {
     .version = KN_BACKEND_VERSION,
     .name = "ref",
@@ -21,6 +26,7 @@ static kn_backend g_ref = {
     .copy_in = kn__host_copy,
     .copy_out = kn__host_copy,
     .compute = kn__ref_compute,
+    .epilogue_ok = ref_epilogue_ok,
 };
 
 kn_backend *kn_backend_ref(void) { return &g_ref; }

@@ -122,8 +122,9 @@ kn_status kn_ref_scan(const kn_exec *e) {
     return KN_OK;
 }
 
-/* dst [..., M, N] = a [..., M, K] @ b [..., K, N]; batch dims broadcast. */
+/* dst [..., M, N] = a [..., M, K] @ b [..., K, N]; batch dims broadcast; e->epi: then its epilogue. */
 kn_status kn_ref_matmul(const kn_exec *e) {
+    if (e->epi) return kn_ref_matmul_epilogue(e, kn_ref_matmul);   /* ref_epilogue.c: product, then the epilogue */
     const kn_tview *d = &e->dst;
     int nb = d->ndim - 2;
     kn_tview a, b;

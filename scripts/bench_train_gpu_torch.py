@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""bench_train_gpu_torch.py: the GPU training peer for `kiln train gpt2` on a GPU.
+
+The GPT-2 model of scripts/bench_train_torch.py (LayerNorm, fused qkv, causal
+SDPA, gelu-tanh MLP, learned positions, tied head) on the GPU, trained with
+AdamW on random tokens (values do not change the speed), timed in the modes
+a user would pick: f32 eager, and PyTorch at its best (bf16 autocast,
+torch.compile, flash SDPA, fused AdamW). Prints "torch <mode> <tok/s>" per
+mode; --kiln CMD (a shell command running `kiln train`) runs between the
+torch modes, so both see the same GPU state in the same run.
+
+    python3 scripts/bench_train_gpu_torch.py [--gpt V,T,C,L,H,B] [--steps 20] [--warmup 5] [--kiln CMD]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_train_torch import GPT as _GPT  # noqa: E402  (the same model as the CPU bench)
+
+
+class GPT(_GPT):
+    """positions on the tokens' device (the CPU bench makes them on the host)"""
+
+    def forward(self, ids):
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+        for b in self.h:
+            x = b(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def run(mode, v, t, c, n_layers, h, b, steps, warmup):
+    torch.manual_seed(0)
+    model = GPT(v, t, c, n_layers, h).cuda()
+    best = mode == "bf16-compiled"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=best)
+    fwd = torch.compile(model) if best else model
+    ids = torch.randint(0, v, (b, t + 1), device="cuda")
+
+    def step():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=best):
+            logits = fwd(ids[:, :-1])
+            loss = F.cross_entropy(logits.float().view(-1, v), ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return b * t * steps / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpt", default="50257,1024,768,12,12,8", help="V,T,C,L,H,B")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--kiln", action="append", default=[])
+    a = ap.parse_args()
+    v, t, c, n_layers, h, b = (int(x) for x in a.gpt.split(","))
+    print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, GPT V={v} T={t} C={c} L={n_layers} H={h} B={b}")
+    for mode in ("f32-eager", "bf16-compiled"):
+        print(f"torch {mode} {run(mode, v, t, c, n_layers, h, b, a.steps, a.warmup):.0f} tok/s", flush=True)
+        for cmd in a.kiln:
+            out = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+            lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "tok/s" in ln or "error" in ln.lower()]
+            print(f"kiln: {lines[-1] if lines else '(no rate line) ' + out.stderr[-300:]}   ({cmd})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
