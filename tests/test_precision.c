@@ -75,11 +75,12 @@ static double mlp_step(mlp *u) {
     return kn_item(u->loss);
 }
 
-/* matmul nodes of the plan's schedule by dtype */
+/* matmul nodes the plan runs, by dtype: in its schedule, and those an
+ * epilogue's last node runs (src/compile/epilogue.c takes them out of it) */
 static void count_matmuls(const kn_plan *p, int *n16, int *n32) {
     *n16 = *n32 = 0;
-    for (int i = 0; i < p->n; i++) {
-        const kn_tensor *t = p->order[i];
+    for (int i = 0; i < p->n + p->nepi; i++) {
+        const kn_tensor *t = i < p->n ? p->order[i] : p->epi[i - p->n].mm;
         if (t->op != KN_OP_MATMUL) continue;
         /* a matmul's dtype is the promotion of its operands': bf16 only when both are */
         if (t->dtype == KN_BF16 || t->dtype == KN_F16) (*n16)++;
