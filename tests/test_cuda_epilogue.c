@@ -14,6 +14,7 @@
  */
 #include "kn_test.h"
 #include "kiln_backend.h"
+#include "core/env.h"
 
 #ifndef KN_CUDA
 TEST(cuda_epilogue) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
@@ -86,4 +87,8 @@ TEST(cuda_epilogue_replay) {
 }
 #endif
 
-KN_TEST_MAIN()
+int main(void) {
+    setenv("KN_EPILOGUE", "1", 1);   /* epilogues are opt-in (docs/COMPILER.md, "Matmul epilogues") */
+    kn_env_reload();
+    return kn_test_main();
+}

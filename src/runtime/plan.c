@@ -66,7 +66,7 @@ static void epi_apply(kn_plan *p, kn_tensor **orig, int n0, uint8_t *drop) {
 
 static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     kn_backend *be = p->be;
-    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || kn_env_get()->no_epilogue || p->n == 0) return true;
+    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || !kn_env_get()->epilogue || p->n == 0) return true;
     if (be->version < 3 || !be->epilogue_ok) return true;
     int n0 = p->n;
     kn_tensor **orig = malloc(sizeof *orig * (size_t)n0);
