@@ -71,7 +71,7 @@ typedef struct kn_kargs {
     char *buf[KN_KERNEL_MAXBUF];   /* operand and output base addresses (element 0 of each view) */
     const int64_t *syms;           /* symbol values, index 1..KN_MAX_SYMS */
     int64_t n;                     /* items this launch runs */
-    void *err;                     /* kernels that check indices: the kn_kerr of kn_kernel_launch.err_op (set by kernel_run), else NULL */
+    void *err;                     /* kernels that check indices: the backend's kn_kerr slots, one per kn_op (set by kernel_run), else NULL */
 } kn_kargs;
 
 /* Where a kernel that checks indices records the first bad one (code 1:
@@ -90,7 +90,7 @@ typedef struct kn_kernel_launch {
     int64_t grain;                 /* C: fewest items worth a thread; CUDA: unused */
     int block;                     /* CUDA: threads per block (0: 256); C: unused */
     int waves;                     /* CUDA: grid capped at waves x SMs x (2048 / block) blocks (0: 8); C: unused */
-    kn_op err_op;                  /* KN_OP_NONE, or the op (index_copy) whose error slot a.err must point at */
+    kn_op err_op;                  /* KN_OP_NONE, or an op whose indices the kernel checks: a.err must point at the slots */
 } kn_kernel_launch;
 
 struct kn_backend {

@@ -399,6 +399,57 @@ static void rk_case(bool neox, bool ff) {
     for (int i = 0; i < 3; i++) rk_free(&g[i]);
 }
 
+/* Embedding gathers: token rows + position rows, fused (CUDA) vs unfused vs
+ * the reference at two symbol values, then a bad token id: the plan fails
+ * naming index_select. */
+static kn_tensor *emb_build(kn_ctx *c, kn_tensor **tok, kn_tensor **pos) {
+    int T = kn_sym_new(c, "T", 6);
+    *tok = kn_input(c, KN_I32, 1, (int64_t[]){6});
+    *pos = kn_input(c, KN_I32, 1, (int64_t[]){6});
+    kn_tensor *wte = rand_data(c, KN_F32, 2, (int64_t[]){37, 24}, 5), *wpe = rand_data(c, KN_F32, 2, (int64_t[]){8, 24}, 6);
+    kn_tensor *x = kn_add(c, kn_index_select(c, wte, 0, kn_slice_sym(c, *tok, 0, 0, T)),
+                          kn_index_select(c, wpe, 0, kn_slice_sym(c, *pos, 0, 0, T)));
+    return kn_mul_scalar(c, x, 0.5);
+}
+TEST(embedding_gathers) {
+    kn_ctx *cs[3] = {kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()}), kn_ctx_new(NULL), kn_ctx_new(NULL)};
+    kn_tensor *out[3], *tok[3], *pos[3];
+    kn_plan *p[3];
+    for (int i = 0; i < 3; i++) {
+        out[i] = emb_build(cs[i], &tok[i], &pos[i]);
+        p[i] = kn_plan_new(cs[i], 1, &out[i], &(kn_plan_opts){.no_fuse = i == 2});
+        REQUIRE(p[i], "plan %d: %s", i, kn_last_error());
+    }
+    bool cuda = kn_backend_default()->kernel_lang && !strcmp(kn_backend_default()->kernel_lang, "cuda");
+    if (cuda) CHECK(p[1]->ngroups == 1 && kn_plan_n_kernels(p[1]) == 1, "%d groups, %d kernels: the gathers, the add and the scale are one kernel",
+                    p[1]->ngroups, kn_plan_n_kernels(p[1]));
+    static const int32_t toks[][6] = {{3, 36, 0, 3, 17, 9}, {5, 1, 0, 0, 0, 0}, {2, 37, 1, 0, 0, 0}};
+    static const int Ts[] = {6, 2, 3};
+    for (int r = 0; r < 3; r++) {
+        int32_t ps[6] = {0, 1, 2, 3, 4, 5};
+        for (int i = 0; i < 3; i++) {
+            kn_sym_set(cs[i], 1, Ts[r]);
+            REQUIRE(kn_tensor_write(tok[i], toks[r], KN_I32) == KN_OK && kn_tensor_write(pos[i], ps, KN_I32) == KN_OK, "write");
+        }
+        if (r == 2) {   /* token 37 of a 37-row table */
+            for (int i = 0; i < 3; i++) {
+                kn_status st = kn_plan_run(p[i]);
+                CHECK(st != KN_OK && strstr(kn_last_error(), "index_select"), "plan %d ran with token 37: %s", i, kn_last_error());
+            }
+            continue;
+        }
+        for (int i = 0; i < 3; i++) REQUIRE(kn_plan_run(p[i]) == KN_OK, "run %d: %s", i, kn_last_error());
+        int64_t n[3], at;
+        float *v[3];
+        for (int i = 0; i < 3; i++) v[i] = read_f32(out[i], &n[i]);
+        REQUIRE(v[0] && v[1] && v[2] && n[0] == n[1] && n[1] == n[2], "read");
+        CHECK(!mismatches(v[1], v[2], n[1], 0, &at), "run %d: fused vs unfused differ at %lld", r, (long long)at);
+        CHECK(!mismatches(v[1], v[0], n[1], 1e-6, &at), "run %d: fused vs reference differ at %lld", r, (long long)at);
+        for (int i = 0; i < 3; i++) free(v[i]);
+    }
+    for (int i = 0; i < 3; i++) { kn_plan_free(p[i]); kn_ctx_free(cs[i]); }
+}
+
 TEST(rope_and_cache_writes) {
     rk_case(false, false);
     rk_case(true, false);
@@ -591,6 +642,17 @@ TEST(segments_keep_one_compute_type) {
         kn_ctx_free(ctx);
     }
 }
+/* GPT-2's input: token and position embedding rows gathered and added,
+ * [T<=1024, 768] (CUDA only) */
+static kn_tensor *g_embed(kn_ctx *ctx) {
+    int T = kn_sym_new(ctx, "T", 1024);
+    kn_tensor *tok = kn_slice_sym(ctx, kn_input(ctx, KN_I32, 1, (int64_t[]){1024}), 0, 0, T);
+    kn_tensor *pos = kn_slice_sym(ctx, kn_input(ctx, KN_I32, 1, (int64_t[]){1024}), 0, 0, T);
+    kn_tensor *wte = kn_input(ctx, KN_F32, 2, (int64_t[]){50257, 768}), *wpe = kn_input(ctx, KN_F32, 2, (int64_t[]){1024, 768});
+    return kn_add(ctx, kn_index_select(ctx, wte, 0, tok), kn_index_select(ctx, wpe, 0, pos));
+}
+TEST(golden_embedding_gather) { golden_in("embedding_gather", g_embed, "cuda"); }
+
 TEST(golden_rope_qkv_segments) { golden_in("rope_qkv_segments", g_ropeqkv, "cuda"); }
 
 int main(void) { return kn_test_main(); }

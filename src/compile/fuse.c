@@ -62,7 +62,7 @@ static bool is_cuda(const fz *f) { return f->lang && !strcmp(f->lang, "cuda"); }
  * kernel's all-or-nothing check and last-wins order without a second pass). */
 #define KN_FUSE_MAX_INDEX 1024
 
-/* rope and index_copy join groups on CUDA only: a fused rope computes its
+/* rope, index_copy and index_select (a gather) join groups on CUDA only: a fused rope computes its
  * angle per element (the hand kernels once per pair and position), cheap on
  * a GPU and not on two CPU cores, and a fused index_copy scans every index
  * per item, which a prefill of 512 rows on a CPU would feel. On the GPU they
@@ -73,6 +73,11 @@ static bool fusable_index(const fz *f, const kn_tensor *t) {
         kn_tensor *x = src_of(f, t, 0), *pos = src_of(f, t, 1), *ff = t->src[2] ? src_of(f, t, 2) : NULL;
         return x && pos && float_dt(t->dtype) && float_dt(x->dtype) && int_dt(pos->dtype) && pos->ndim == 1 &&
                (!ff || (float_dt(ff->dtype) && ff->ndim == 1)) && kn_is_contiguous(t) && t->ndim >= 2;
+    }
+    if (t->op == KN_OP_INDEX_SELECT) {   /* a gather: embedding rows, position rows */
+        kn_tensor *x = src_of(f, t, 0), *iv = src_of(f, t, 1);
+        return x && iv && float_dt(t->dtype) && x->dtype == t->dtype && int_dt(iv->dtype) && iv->ndim == 1 &&
+               kn_is_contiguous(t) && x->ndim == t->ndim && !x->sym[t->p.axis.dim];
     }
     if (t->op == KN_OP_INDEX_COPY) {
         kn_tensor *dst = src_of(f, t, 0), *iv = src_of(f, t, 1), *rows = src_of(f, t, 2);
@@ -96,7 +101,7 @@ static const kn_tensor *node_space(const fz *f, const kn_tensor *t) {
 
 static bool fusable(const fz *f, const kn_tensor *t) {
     const kn_op_info *oi = kn_op_get(t->op);
-    if (t->op == KN_OP_ROPE || t->op == KN_OP_INDEX_COPY) return fusable_index(f, t);
+    if (t->op == KN_OP_ROPE || t->op == KN_OP_INDEX_COPY || t->op == KN_OP_INDEX_SELECT) return fusable_index(f, t);
     if (!float_dt(t->dtype) || (t->flags & KN_FLAG_VIEW) || !kn_is_contiguous(t)) return false;
     if (oi->kind == KN_KIND_UNARY || oi->kind == KN_KIND_BINARY) {
         if (!oi->expr) return false;
@@ -175,8 +180,9 @@ static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_t
         if (!(x == t && space != t) && !same_space(node_space(f, x), space)) return false;
         if (f->pos[x->id] < first) first = f->pos[x->id];
         if (x != t && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
-        /* rope reads its input's pair partner, another item: from memory only */
-        if (x->op == KN_OP_ROPE && in_set(U, nu, src_of(f, x, 0))) return false;
+        /* rope reads its input's pair partner and a gather another row:
+         * other items, so from memory only */
+        if ((x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_SELECT) && in_set(U, nu, src_of(f, x, 0))) return false;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = x->src[k] ? src_of(f, x, k) : NULL;
             if (s && (s->flags & KN_FLAG_VIEW) && in_set(U, nu, kn__storage_owner(s))) return false;
@@ -252,7 +258,8 @@ static bool form_groups(fz *f) {
             kn_fgroup *g = &f->g[f->gid[x->id]];
             if (g->nnode + 1 > KN_KMAX_NODES) continue;
             bool indexed = false;   /* the reduction templates know no rope or scatter */
-            for (int m = 0; m < g->nnode; m++) indexed |= g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_COPY;
+            for (int m = 0; m < g->nnode; m++)
+                indexed |= g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_COPY || g->node[m]->op == KN_OP_INDEX_SELECT;
             if (indexed) continue;
             int nu = 0;
             for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
@@ -421,7 +428,8 @@ static void simplify_dims(kn_kernel *k) {
         if (kd) keep |= 1u << nd;
         nd++;
     }
-    for (int i = 0; i < k->ninst; i++) if (k->inst[i].kind == KN_KI_SCATTER) k->inst[i].dim = map[k->inst[i].dim];
+    for (int i = 0; i < k->ninst; i++)
+        if (k->inst[i].kind == KN_KI_SCATTER || k->inst[i].kind == KN_KI_GATHER) k->inst[i].dim = map[k->inst[i].dim];
     k->ndim = nd;
     k->keep = keep;
 }
@@ -477,6 +485,17 @@ static bool lower_index(fz *f, kn_fgroup *g, int m, int *val, int *loads, const 
         return (val[m] = rounded(k, v, x->dtype)) >= 0;
     }
     int d = x->p.axis.dim;
+    if (x->op == KN_OP_INDEX_SELECT) {
+        kn_tensor *xs = src_of(f, x, 0);
+        int li = index_load(g, src_of(f, x, 1), space, d, &bi, loads);
+        int bx = buffer_st(g, xs, false, xs->stride, nd);   /* the source's strides; dim d re-indexed */
+        if (li < 0 || bx < 0) return false;
+        int v = emit(k, (kn_kinst){.kind = KN_KI_GATHER, .dt = xs->dtype, .b = li, .buf = bx, .dim = d, .odim = d,
+                                   .bound = xs->shape[d]});
+        k->keep |= 1u << d;
+        if (k->err_op == KN_OP_NONE) k->err_op = KN_OP_INDEX_SELECT;
+        return (val[m] = v) >= 0;
+    }
     int v = operand(f, g, m, 2, val, loads, space);
     int li = index_load(g, src_of(f, x, 1), space, d, &bi, loads);
     int bd = buffer_st(g, x, true, x->stride, nd);   /* the destination's own strides; dim d re-indexed */
@@ -485,7 +504,7 @@ static bool lower_index(fz *f, kn_fgroup *g, int m, int *val, int *loads, const 
                            .aux = bi, .ast = src_of(f, x, 1)->stride[0], .bound = x->shape[d]}) < 0)
         return false;
     k->keep |= 1u << d;
-    k->err_op = KN_OP_INDEX_COPY;
+    if (k->err_op == KN_OP_NONE) k->err_op = KN_OP_INDEX_COPY;
     return true;
 }
 
@@ -545,7 +564,7 @@ static bool lower(fz *f, kn_fgroup *g) {
             if (k->red_buf < 0) return false;
             continue;
         }
-        if (x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_COPY) {
+        if (x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_COPY || x->op == KN_OP_INDEX_SELECT) {
             if (!lower_index(f, g, m, val, loads, space)) return false;
             continue;
         }
@@ -687,7 +706,7 @@ bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *c
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *x = g->node[m]->src[k] ? kn__rw_src(rep, n_ids, g->node[m], k) : NULL;
             if (!x || kn__storage_owner(x) != s) continue;
-            if (g->node[m]->op == KN_OP_ROPE) return false;   /* reads the pair partner: another item */
+            if (g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_SELECT) return false;   /* reads other items */
             if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
             if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
@@ -752,6 +771,7 @@ static bool append_segment(kn_fgroup *A, const kn_fgroup *B) {
         case KN_KI_STORE: in.a += io; in.buf += bo; break;
         case KN_KI_ROPE: in.b += io; in.buf += bo; if (in.aux >= 0) in.aux += bo; break;
         case KN_KI_SCATTER: in.a += io; in.b += io; in.buf += bo; in.aux += bo; break;
+        case KN_KI_GATHER: in.b += io; in.buf += bo; break;
         }
         a->inst[io + i] = in;
     }

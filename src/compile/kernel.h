@@ -36,6 +36,8 @@ typedef enum {
                              * along the last dim), position v[b] (an index load) */
     KN_KI_SCATTER,          /* buf at this item, dim `dim`'s coordinate replaced
                              * by v[b] (index_copy), = v[a]; every index checked */
+    KN_KI_GATHER,           /* v = buf at this item, dim `dim`'s coordinate replaced
+                             * by v[b] (index_select); a bad index reads 0 and is reported */
 } kn_kinst_kind;
 
 typedef struct kn_kinst {
@@ -50,7 +52,8 @@ typedef struct kn_kinst {
      * coordinate the index replaces, odim = that dim in the op (messages),
      * aux = the index buffer (scanned: all indices checked, the last of
      * equal ones wins), ast = its stride, bound = the destination's extent
-     * along dim. An integer LOAD (dt I32, I64) is only read by these two. */
+     * along dim. GATHER: dim, odim, bound (the source's extent along dim).
+     * An integer LOAD (dt I32, I64) is only read by these three. */
     int rot, aux, dim, odim;
     bool neox;
     int64_t ast, bound;
@@ -121,7 +124,8 @@ typedef struct kn_kernel {
         int64_t ext[KN_MAX_DIMS], mul[KN_MAX_DIMS];
         int8_t sym[KN_MAX_DIMS];
     } seg[KN_KMAX_SEG];
-    kn_op err_op;                   /* KN_OP_NONE, or the op whose error slot index checks report into (kn_kargs.err) */
+    kn_op err_op;                   /* KN_OP_NONE, or an op whose indices the kernel checks: kn_kargs.err is then
+                                     * the backend's kn_kerr slots, one per op (index_copy, index_select) */
 } kn_kernel;
 
 /* ld[i] = the buffer instruction i's value is stored to, -1 when none (the
@@ -143,9 +147,10 @@ static inline void kn__kernel_seg(const kn_kernel *k, int s, int *i0, int *i1, i
     if (s == 0) { *ndim = k->ndim; *ext = k->ext; *sym = k->sym; *mul = k->mul; }
     else { *ndim = k->seg[s].ndim; *ext = k->seg[s].ext; *sym = k->seg[s].sym; *mul = k->seg[s].mul; }
 }
-/* Does k rope or scatter (CUDA templates only, never unrolled)? */
+/* Does k rope, scatter or gather (CUDA templates only, never unrolled)? */
 static inline bool kn__kernel_indexed(const kn_kernel *k) {
-    for (int i = 0; i < k->ninst; i++) if (k->inst[i].kind == KN_KI_ROPE || k->inst[i].kind == KN_KI_SCATTER) return true;
+    for (int i = 0; i < k->ninst; i++)
+        if (k->inst[i].kind == KN_KI_ROPE || k->inst[i].kind == KN_KI_SCATTER || k->inst[i].kind == KN_KI_GATHER) return true;
     return false;
 }
 /* Items of a launch at the current symbol values (syms) and at their maxima. */

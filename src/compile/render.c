@@ -316,11 +316,29 @@ static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
     put(b, "%s{\n%s    const kn_i64 at = v%d;\n%s    bool ok = true;\n", ind, ind, in->b, ind);
     put(b, "%s    for (kn_i64 q = 0; q < E%d; q++) {\n", ind, d);
     put(b, "%s        const kn_i64 w = (kn_i64)b%d[q * %lld];\n", ind, in->aux, (long long)in->ast);
-    put(b, "%s        if (w < 0 || w >= %lld) { kn_kerr_set((kn_kerr *)a.err, %d, (double)w, %lld); ok = false; break; }\n",
-        ind, (long long)in->bound, in->odim, (long long)in->bound);
+    put(b, "%s        if (w < 0 || w >= %lld) { kn_kerr_set((kn_kerr *)a.err + %d, %d, (double)w, %lld); ok = false; break; }\n",
+        ind, (long long)in->bound, (int)KN_OP_INDEX_COPY, in->odim, (long long)in->bound);
     put(b, "%s        if (q > i%d && w == at) ok = false;\n%s    }\n", ind, d, ind);
     put(b, "%s    if (ok) b%d[%s + at * %lld] = %s(v%d);\n%s}\n", ind, in->buf, ob, (long long)k->buf[in->buf].st[d],
         store_fn(in->dt), in->a, ind);
+}
+
+/* index_select at this item: the source's element at the item's
+ * coordinates with dim d's replaced by the index value; a bad index reads
+ * 0 and is reported into index_select's slot (the hand kernel skips it and
+ * the plan fails at its end either way) */
+static void put_gather(sb *b, const kn_kernel *k, int i, const char *ind) {
+    const kn_kinst *in = &k->inst[i];
+    int d = in->dim;
+    char ob[256];
+    kn_kernel kk = *k;
+    kk.buf[in->buf].st[d] = 0;
+    offset_expr(ob, sizeof ob, &kk, in->buf, seg_ndim(k, i), "i");
+    put(b, "%skn_real v%d;\n%s{\n%s    const kn_i64 w = v%d;\n", ind, i, ind, ind, in->b);
+    put(b, "%s    if (w < 0 || w >= %lld) { kn_kerr_set((kn_kerr *)a.err + %d, %d, (double)w, %lld); v%d = 0; }\n", ind,
+        (long long)in->bound, (int)KN_OP_INDEX_SELECT, in->odim, (long long)in->bound, i);
+    put(b, "%s    else v%d = (kn_real)%s(b%d[%s + w * %lld]);\n%s}\n", ind, i, load_fn(in->dt), in->buf, ob,
+        (long long)k->buf[in->buf].st[d], ind);
 }
 
 /* The per-item program; idx(b) is the element offset expression of buffer b.
@@ -349,6 +367,9 @@ static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char
             break;
         case KN_KI_SCATTER:
             if (stores) put_scatter(b, k, i, ind);
+            break;
+        case KN_KI_GATHER:
+            put_gather(b, k, i, ind);
             break;
         case KN_KI_CONST:
             put(b, "%sconst kn_real v%d = ", ind, i); put_const(b, in->p0, k->f64); put(b, ";\n");
@@ -462,7 +483,7 @@ static void put_copy_inst(sb *b, const kn_kernel *k, int i, int u, const char *i
     case KN_KI_STORE:
         put(b, "        if (in%d) b%d[%s] = %s(v%d_%d);\n", u, in->buf, idx, store_fn(in->dt), in->a, u);
         break;
-    case KN_KI_ROPE: case KN_KI_SCATTER:   /* such kernels are never unrolled (kn__kernel_indexed) */
+    case KN_KI_ROPE: case KN_KI_SCATTER: case KN_KI_GATHER:   /* such kernels are never unrolled (kn__kernel_indexed) */
         break;
     }
 }

@@ -296,9 +296,10 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
     int64_t grid = (n + block - 1) / block, cap = waves * (g_dev.ok ? g_dev.sms : 1) * (2048 / block);
     if (grid > cap) grid = cap;   /* the kernel loops over the rest (grid stride) */
     kn_kargs a = l->a;
-    /* index checks report into the op's slot, read at the next synchronize
-     * like the hand kernels' (cuda_ops.cuh: kn_cu_err has kn_kerr's layout) */
-    a.err = l->err_op != KN_OP_NONE ? (void *)kn_cu_err_dev(l->err_op) : NULL;
+    /* index checks report into their op's slot (the kernel indexes the
+     * slots by kn_op), read at the next synchronize like the hand kernels'
+     * (cuda_ops.cuh: kn_cu_err has kn_kerr's layout) */
+    a.err = l->err_op != KN_OP_NONE ? (void *)kn_cu_err_dev(KN_OP_NONE) : NULL;
     pthread_mutex_lock(&g_sym_mu);
     kn_status st = syms_ready();
     a.syms = g_dsyms;
