@@ -236,6 +236,7 @@ TEST(residual_never_in_place) {
 
 int main(void) {
     setenv("KN_EPILOGUE", "1", 1);   /* epilogues are opt-in (docs/COMPILER.md, "Matmul epilogues") */
+    unsetenv("KN_NOFUSE");           /* a test of the compiler itself: it compares fused and no_fuse plans even in a KN_NOFUSE=1 suite run */
     kn_env_reload();
     return kn_test_main();
 }
