@@ -168,6 +168,8 @@ static bool jit_available(void) {
     kn_backend *be = kn_backend_default();
     return be->version >= 2 && be->kernel_lang && !kn_env_get()->nofuse;
 }
+/* the default backend renders CUDA: rope, gathers, scatters and segments fuse */
+static bool cuda_fuses(void) { return jit_available() && !strcmp(kn_backend_default()->kernel_lang, "cuda"); }
 
 /* Builds c three times, runs, compares. */
 static run_result run_case(const gcase *c) {
@@ -342,7 +344,7 @@ static void rk_case(bool neox, bool ff) {
     rk_graph g[3];   /* reference, fused, unfused */
     kn_backend *bes[3] = {kn_backend_ref(), kn_backend_default(), kn_backend_default()};
     for (int i = 0; i < 3; i++) REQUIRE(rk_build(&g[i], bes[i], i == 2, neox, ff), "build: %s", kn_last_error());
-    bool cuda = kn_backend_default()->kernel_lang && !strcmp(kn_backend_default()->kernel_lang, "cuda");
+    bool cuda = cuda_fuses();
     if (cuda) {   /* one kernel holds the key rope and both cache writes (the query's rope may fuse with its reader) */
         int both = 0;
         for (int gi = 0; gi < g[1].plan->ngroups; gi++) {
@@ -420,7 +422,7 @@ TEST(embedding_gathers) {
         p[i] = kn_plan_new(cs[i], 1, &out[i], &(kn_plan_opts){.no_fuse = i == 2});
         REQUIRE(p[i], "plan %d: %s", i, kn_last_error());
     }
-    bool cuda = kn_backend_default()->kernel_lang && !strcmp(kn_backend_default()->kernel_lang, "cuda");
+    bool cuda = cuda_fuses();
     if (cuda) CHECK(p[1]->ngroups == 1 && kn_plan_n_kernels(p[1]) == 1, "%d groups, %d kernels: the gathers, the add and the scale are one kernel",
                     p[1]->ngroups, kn_plan_n_kernels(p[1]));
     static const int32_t toks[][6] = {{3, 36, 0, 3, 17, 9}, {5, 1, 0, 0, 0, 0}, {2, 37, 1, 0, 0, 0}};

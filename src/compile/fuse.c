@@ -55,6 +55,9 @@ typedef struct {
 static kn_tensor *src_of(const fz *f, const kn_tensor *t, int k) { return kn__rw_src(f->rep, f->n_ids, t, k); }
 
 static bool int_dt(kn_dtype d) { return d == KN_I32 || d == KN_I64; }
+/* the ops that read or write other items than their own: rope (the pair
+ * partner), index_select (a gather), index_copy (a scatter) */
+static bool is_index_op(kn_op op) { return op == KN_OP_ROPE || op == KN_OP_INDEX_COPY || op == KN_OP_INDEX_SELECT; }
 static bool is_cuda(const fz *f) { return f->lang && !strcmp(f->lang, "cuda"); }
 
 /* Most indices a fused index_copy scans per item (each item checks every
@@ -101,7 +104,7 @@ static const kn_tensor *node_space(const fz *f, const kn_tensor *t) {
 
 static bool fusable(const fz *f, const kn_tensor *t) {
     const kn_op_info *oi = kn_op_get(t->op);
-    if (t->op == KN_OP_ROPE || t->op == KN_OP_INDEX_COPY || t->op == KN_OP_INDEX_SELECT) return fusable_index(f, t);
+    if (is_index_op(t->op)) return fusable_index(f, t);
     if (!float_dt(t->dtype) || (t->flags & KN_FLAG_VIEW) || !kn_is_contiguous(t)) return false;
     if (oi->kind == KN_KIND_UNARY || oi->kind == KN_KIND_BINARY) {
         if (!oi->expr) return false;
@@ -165,21 +168,50 @@ static int32_t read_at(const fz *f, const kn_tensor *r) {
     return (r->flags & KN_FLAG_VIEW) ? f->first_read[r->id] : f->pos[r->id];
 }
 
+/* U[0..n) (and stored flags st alongside, NULL: none) in schedule order:
+ * the members of merged groups interleave */
+static void sort_by_pos(const fz *f, kn_tensor **U, uint8_t *st, int n) {
+    for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && f->pos[U[b]->id] < f->pos[U[b - 1]->id]; b--) {
+            kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
+            if (st) { uint8_t y = st[b]; st[b] = st[b - 1]; st[b - 1] = y; }
+        }
+}
+
 static bool in_set(kn_tensor *const *set, int n, const kn_tensor *t) {
     for (int i = 0; i < n; i++) if (set[i] == t) return true;
     return false;
+}
+
+/* The predicate's point 4 for a node set U run at schedule index i (its
+ * last node's, or for merged groups the later one's): no reader outside U
+ * of a member runs before i (views at their first reader, a view the
+ * rewrites folded away included: view_read), and no effect but the
+ * members' own lies between U's first node and i. */
+static bool order_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
+    int first = i, own_effects = 0;
+    for (int m = 0; m < nu; m++) {
+        kn_tensor *x = U[m];
+        int p = f->pos[x->id];
+        if (p < first) first = p;
+        if (p < i && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
+        if (p == i) continue;
+        if (f->view_read[x->id] <= i) return false;
+        for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
+            kn_tensor *r = f->order[f->rnode[e]];
+            if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
+        }
+    }
+    return f->neff[i] - f->neff[first] - own_effects == 0;
 }
 
 /* The predicate's conditions 2-4 for the node set U (t last, at schedule
  * index i); every node but a final reduction has the shape of space. */
 static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_tensor *space) {
     kn_tensor *t = U[nu - 1];
-    int first = i, own_effects = 0;
     for (int m = 0; m < nu; m++) {
         kn_tensor *x = U[m];
         if (!(x == t && space != t) && !same_space(node_space(f, x), space)) return false;
-        if (f->pos[x->id] < first) first = f->pos[x->id];
-        if (x != t && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
         /* rope reads its input's pair partner and a gather another row:
          * other items, so from memory only */
         if ((x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_SELECT) && in_set(U, nu, src_of(f, x, 0))) return false;
@@ -189,16 +221,8 @@ static bool group_ok(const fz *f, kn_tensor *const *U, int nu, int i, const kn_t
             /* an index_copy's destination is written, not read, by the kernel */
             if (s && x->op != KN_OP_INDEX_COPY && in_set(U, nu, s) && s->op == KN_OP_INDEX_COPY) return false;
         }
-        if (x == t) continue;
-        /* read through a view (possibly of a view the rewrites folded away) */
-        if (f->view_read[x->id] <= i) return false;
-        for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
-            kn_tensor *r = f->order[f->rnode[e]];
-            if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
-        }
     }
-    /* effects strictly before i from first on, other than members' own */
-    return f->neff[i] - f->neff[first] - own_effects == 0;
+    return order_ok(f, U, nu, i);
 }
 
 /* An upper bound on the instructions U lowers to (op, a load per operand, a
@@ -230,11 +254,7 @@ static bool try_join(fz *f, kn_tensor *t, int i, const int *gs, int ngs, kn_tens
         if (nu + g->nnode + 1 > KN_KMAX_NODES) return false;
         for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
     }
-    /* schedule order (merged groups interleave) */
-    for (int a = 1; a < nu; a++)
-        for (int b = a; b > 0 && f->pos[U[b]->id] < f->pos[U[b - 1]->id]; b--) {
-            kn_tensor *x = U[b]; U[b] = U[b - 1]; U[b - 1] = x;
-        }
+    sort_by_pos(f, U, NULL, nu);
     U[nu++] = t;
     if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, t)) return false;
     kn_fgroup *g0 = &f->g[gs[0]];
@@ -258,8 +278,7 @@ static bool form_groups(fz *f) {
             kn_fgroup *g = &f->g[f->gid[x->id]];
             if (g->nnode + 1 > KN_KMAX_NODES) continue;
             bool indexed = false;   /* the reduction templates know no rope or scatter */
-            for (int m = 0; m < g->nnode; m++)
-                indexed |= g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_COPY || g->node[m]->op == KN_OP_INDEX_SELECT;
+            for (int m = 0; m < g->nnode; m++) indexed |= is_index_op(g->node[m]->op);
             if (indexed) continue;
             int nu = 0;
             for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
@@ -315,10 +334,7 @@ static void merge_siblings(fz *f) {
             int nu = 0;
             for (int m = 0; m < A->nnode; m++) U[nu++] = A->node[m];
             for (int m = 0; m < B->nnode; m++) U[nu++] = B->node[m];
-            for (int x = 1; x < nu; x++)   /* schedule order */
-                for (int y = x; y > 0 && f->pos[U[y]->id] < f->pos[U[y - 1]->id]; y--) {
-                    kn_tensor *t = U[y]; U[y] = U[y - 1]; U[y - 1] = t;
-                }
+            sort_by_pos(f, U, NULL, nu);
             int i = f->pos[U[nu - 1]->id];
             if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, space)) continue;
             memcpy(A->node, U, sizeof *U * (size_t)nu);
@@ -564,7 +580,7 @@ static bool lower(fz *f, kn_fgroup *g) {
             if (k->red_buf < 0) return false;
             continue;
         }
-        if (x->op == KN_OP_ROPE || x->op == KN_OP_INDEX_COPY || x->op == KN_OP_INDEX_SELECT) {
+        if (is_index_op(x->op)) {
             if (!lower_index(f, g, m, val, loads, space)) return false;
             continue;
         }
@@ -779,30 +795,10 @@ static bool append_segment(kn_fgroup *A, const kn_fgroup *B) {
     a->ninst += b->ninst;
     a->nseg = na + nb;
     if (a->err_op == KN_OP_NONE) a->err_op = b->err_op;
-    /* members in schedule order (A's and B's may interleave) */
+    /* B's members after A's (the caller sorts them into schedule order) */
     for (int y = 0; y < B->nnode; y++) { A->node[A->nnode] = B->node[y]; A->stored[A->nnode++] = B->stored[y]; }
     if (B->last > A->last) A->last = B->last;
     return true;
-}
-
-/* The predicate's point 4 for a union U of independent groups run at
- * schedule index i: no reader outside U of a member runs before i (views
- * at their first reader), no effect but the members' own lies between. */
-static bool order_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
-    int first = i, own_effects = 0;
-    for (int m = 0; m < nu; m++) {
-        kn_tensor *x = U[m];
-        int p = f->pos[x->id];
-        if (p < first) first = p;
-        if (p < i && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
-        if (p == i) continue;
-        if (f->view_read[x->id] <= i) return false;
-        for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
-            kn_tensor *r = f->order[f->rnode[e]];
-            if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
-        }
-    }
-    return f->neff[i] - f->neff[first] - own_effects == 0;
 }
 
 static void merge_segments(fz *f) {
@@ -821,21 +817,10 @@ static void merge_segments(fz *f) {
             int i = f->pos[B->node[B->nnode - 1]->id];
             if (!order_ok(f, U, nu, i)) continue;
             if (!append_segment(A, B)) continue;
-            B->nnode = 0;
-            for (int x = 1; x < A->nnode; x++)   /* members in schedule order */
-                for (int y = x; y > 0 && f->pos[A->node[y]->id] < f->pos[A->node[y - 1]->id]; y--) {
-                    kn_tensor *t = A->node[y]; A->node[y] = A->node[y - 1]; A->node[y - 1] = t;
-                    uint8_t s0 = A->stored[y]; A->stored[y] = A->stored[y - 1]; A->stored[y - 1] = s0;
-                }
+            B->nnode = 0;   /* dropped with the groups of one node after this */
+            sort_by_pos(f, A->node, A->stored, A->nnode);
         }
     }
-    int keep = 0;
-    for (int gi = 0; gi < f->ng; gi++) {
-        if (!f->g[gi].nnode) continue;
-        if (keep != gi) f->g[keep] = f->g[gi];
-        keep++;
-    }
-    f->ng = keep;
 }
 
 bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
@@ -917,7 +902,8 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
         }
         f.ng = keep2;
         merge_segments(&f);
-        /* groups of one node (fills aside) left: the hand kernel runs */
+        /* groups of one node (fills aside) left, and those merge_segments
+         * emptied: the hand kernel runs */
         int keep3 = 0;
         for (int gi = 0; gi < f.ng; gi++) {
             int real = 0;

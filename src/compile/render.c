@@ -256,11 +256,23 @@ static int64_t max_offset(const kn_kernel *k, int bi) {
     return o + 1;
 }
 
-static void put_extents(sb *b, const kn_kernel *k, const char *ity, const char *syms) {
-    for (int d = 0; d < k->ndim; d++) {
-        if (k->sym[d]) put(b, "    const %s E%d = (%s)%s[%d] * %lld;\n", ity, d, ity, syms, k->sym[d], (long long)k->mul[d]);
-        else put(b, "    const %s E%d = %lld;\n", ity, d, (long long)k->ext[d]);
+/* E<d> of dims [0, nd) (symbolic ones read from syms), one line each at indent ind */
+static void put_extents_of(sb *b, int nd, const int64_t *ext, const int8_t *sym, const int64_t *mul, const char *ity,
+                           const char *syms, const char *ind) {
+    for (int d = 0; d < nd; d++) {
+        if (sym[d]) put(b, "%sconst %s E%d = (%s)%s[%d] * %lld;\n", ind, ity, d, ity, syms, sym[d], (long long)mul[d]);
+        else put(b, "%sconst %s E%d = %lld;\n", ind, ity, d, (long long)ext[d]);
     }
+}
+static void put_extents(sb *b, const kn_kernel *k, const char *ity, const char *syms) {
+    put_extents_of(b, k->ndim, k->ext, k->sym, k->mul, ity, syms, "    ");
+}
+/* the coordinates i0..i<nd-1> of item i (row-major over E<d>) */
+static void put_item_coords(sb *b, int nd, const char *ity, const char *ind) {
+    if (nd == 1) { put(b, "%sconst %s i0 = i;\n", ind, ity); return; }
+    put(b, "%s%s r = i;\n", ind, ity);
+    for (int d = nd - 1; d >= 1; d--) put(b, "%sconst %s i%d = r %% E%d; r /= E%d;\n", ind, ity, d, d, d);
+    put(b, "%sconst %s i0 = r;\n", ind, ity);
 }
 
 static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
@@ -269,7 +281,7 @@ static void put_buffers(sb *b, const kn_kernel *k, const char *args) {
             k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), args, i);
 }
 
-static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre);
+static void offset_expr_skip(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre, int skip);
 
 /* the dims of the segment instruction i belongs to */
 static int seg_ndim(const kn_kernel *k, int i) {
@@ -309,10 +321,8 @@ static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const ch
 static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
     const kn_kinst *in = &k->inst[i];
     int d = in->dim;
-    char ob[256];
-    kn_kernel kk = *k;                       /* the destination's offset without dim d */
-    kk.buf[in->buf].st[d] = 0;
-    offset_expr(ob, sizeof ob, &kk, in->buf, seg_ndim(k, i), "i");
+    char ob[256];                            /* the destination's offset without dim d */
+    offset_expr_skip(ob, sizeof ob, k, in->buf, seg_ndim(k, i), "i", d);
     put(b, "%s{\n%s    const kn_i64 at = v%d;\n%s    bool ok = true;\n", ind, ind, in->b, ind);
     put(b, "%s    for (kn_i64 q = 0; q < E%d; q++) {\n", ind, d);
     put(b, "%s        const kn_i64 w = (kn_i64)b%d[q * %lld];\n", ind, in->aux, (long long)in->ast);
@@ -330,10 +340,8 @@ static void put_scatter(sb *b, const kn_kernel *k, int i, const char *ind) {
 static void put_gather(sb *b, const kn_kernel *k, int i, const char *ind) {
     const kn_kinst *in = &k->inst[i];
     int d = in->dim;
-    char ob[256];
-    kn_kernel kk = *k;
-    kk.buf[in->buf].st[d] = 0;
-    offset_expr(ob, sizeof ob, &kk, in->buf, seg_ndim(k, i), "i");
+    char ob[256];                            /* the source's offset without dim d */
+    offset_expr_skip(ob, sizeof ob, k, in->buf, seg_ndim(k, i), "i", d);
     put(b, "%skn_real v%d;\n%s{\n%s    const kn_i64 w = v%d;\n", ind, i, ind, ind, in->b);
     put(b, "%s    if (w < 0 || w >= %lld) { kn_kerr_set((kn_kerr *)a.err + %d, %d, (double)w, %lld); v%d = 0; }\n", ind,
         (long long)in->bound, (int)KN_OP_INDEX_SELECT, in->odim, (long long)in->bound, i);
@@ -393,18 +401,21 @@ static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char
 static void put_program(sb *b, const kn_kernel *k, const char *ind, const char *const *idx) { put_program_s(b, k, ind, idx, true); }
 
 /* "i0 * 96 + i1" for buffer bi over dims [0, nd) with index names i0..; "0" when all strides are 0 */
-static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre) {
+static void offset_expr_skip(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre, int skip) {
     size_t n = 0;
     out[0] = 0;
     for (int d = 0; d < nd; d++) {
         int64_t s = k->buf[bi].st[d];
-        if (!s) continue;
+        if (!s || d == skip) continue;
         int w = s == 1 ? snprintf(out + n, cap - n, "%s%s%d", n ? " + " : "", pre, d)
                        : snprintf(out + n, cap - n, "%s%s%d * %lld", n ? " + " : "", pre, d, (long long)s);
         if (w < 0 || (size_t)w >= cap - n) break;
         n += (size_t)w;
     }
     if (!n) snprintf(out, cap, "0");
+}
+static void offset_expr(char *out, size_t cap, const kn_kernel *k, int bi, int nd, const char *pre) {
+    offset_expr_skip(out, cap, k, bi, nd, pre, -1);
 }
 
 /* Every buffer's offset expression over all of k's dims (index names i<d>),
@@ -595,16 +606,8 @@ static void render_cuda_segments(sb *b, const kn_kernel *k) {
             put(b, "        %sif (it%s < n%d) {\n", s ? "else " : "", lo, s);
         } else put(b, "        else {\n");
         put(b, "            const %s i = it%s;\n", ity, lo);
-        for (int d = 0; d < nd; d++) {
-            if (sym[d]) put(b, "            const %s E%d = (%s)a.syms[%d] * %lld;\n", ity, d, ity, sym[d], (long long)mul[d]);
-            else put(b, "            const %s E%d = %lld;\n", ity, d, (long long)ext[d]);
-        }
-        if (nd == 1) put(b, "            const %s i0 = i;\n", ity);
-        else {
-            put(b, "            %s r = i;\n", ity);
-            for (int d = nd - 1; d >= 1; d--) put(b, "            const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
-            put(b, "            const %s i0 = r;\n", ity);
-        }
+        put_extents_of(b, nd, ext, sym, mul, ity, "a.syms", "            ");
+        put_item_coords(b, nd, ity, "            ");
         kidx x;
         for (int bi = 0; bi < k->nbuf; bi++) {
             if (k->buf[bi].seg == s) offset_expr(x.ix[bi], sizeof x.ix[bi], k, bi, nd, "i");
@@ -624,12 +627,7 @@ static void render_cuda(sb *b, const kn_kernel *k) {
     int nd = k->ndim;
     const char *ity = cuda_ew_head(b, k, (int64_t)1 << 31);
     put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
-    if (nd == 1) put(b, "        const %s i0 = i;\n", ity);
-    else {
-        put(b, "        %s r = i;\n", ity);
-        for (int d = nd - 1; d >= 1; d--) put(b, "        const %s i%d = r %% E%d; r /= E%d;\n", ity, d, d, d);
-        put(b, "        const %s i0 = r;\n", ity);
-    }
+    put_item_coords(b, nd, ity, "        ");
     kidx x;
     full_index(&x, k);
     put_program(b, k, "        ", x.idx);

@@ -42,7 +42,7 @@ void kn__kernel_launch_fill(const kn_backend *be, const kn_kernel *k, const int6
     l->a.syms = syms;
     kn__kernel_items(k, syms, &l->a.n, &l->n_max);
     l->grain = t.grain;
-    l->err_op = k->err_op;   /* index checks: the backend points a.err at that op's error slot */
+    l->err_op = k->err_op;   /* index checks: the backend points a.err at its per-op error slots */
     if (be->kernel_lang && !strcmp(be->kernel_lang, "cuda")) {
         l->block = t.block;
         l->waves = t.waves;
