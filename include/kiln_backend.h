@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define KN_BACKEND_VERSION 3   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op */
+#define KN_BACKEND_VERSION 4   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op; 4: kn_kargs.scratch */
 
 typedef enum { KN_DEVICE_HOST = 0, KN_DEVICE_CUDA = 1 } kn_device;
 
@@ -72,7 +72,18 @@ typedef struct kn_kargs {
     const int64_t *syms;           /* symbol values, index 1..KN_MAX_SYMS */
     int64_t n;                     /* items this launch runs */
     void *err;                     /* kernels that check indices: the backend's kn_kerr slots, one per kn_op (set by kernel_run), else NULL */
+    void *scratch;                 /* CUDA: KN_KSPLIT_BYTES of device memory, zero between launches (set by kernel_run): split reductions' partials and counters */
 } kn_kargs;
+
+/* A CUDA reduction with few outputs and long rows runs split (kn_kernel.split
+ * slices per output, at most KN_KSPLIT_MAX slices in all): each block writes
+ * its slice's partial to scratch[o * split + s] (8-byte slots), the last of an
+ * output's blocks to finish (a counter per output at byte KN_KSPLIT_CNT,
+ * reset to 0 by that block) combines them in slice order, so the result does
+ * not depend on which block ran first. */
+#define KN_KSPLIT_MAX 65536
+#define KN_KSPLIT_CNT ((size_t)KN_KSPLIT_MAX * 8)
+#define KN_KSPLIT_BYTES (KN_KSPLIT_CNT + (size_t)KN_KSPLIT_MAX * 4)
 
 /* Where a kernel that checks indices records the first bad one (code 1:
  * index `value` out of range for dim `dim` of extent `size`), in the

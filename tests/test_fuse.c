@@ -299,6 +299,87 @@ TEST(value_read_through_collapsed_views) {
     kn_ctx_free(ctx);
 }
 
+/* ---- split reductions (CUDA: few outputs over long rows) --------------------
+ * A gradient's squared norm, sum(square(cast(g))), is one output over
+ * millions of elements: on CUDA the fuser splits the row across blocks and
+ * the last block combines the partials in order (kiln_backend.h, KN_KSPLIT).
+ * Each case runs three times (the counters must be back at zero for the next
+ * launch) against the unfused plan and the reference; on CUDA the kernel
+ * must be split. Cases: the sum of squares of a bf16 gradient whose f32 cast
+ * is also an output; a mean over [3, 70001]; a max with a NaN in one slice
+ * (it must win); a min over the leading dim of [40000, 3] (columns); a
+ * column sum and a whole sum of a matmul's output (lone reductions); a sum
+ * over a symbolic row count run at several values. */
+static kn_tensor *split_case(kn_ctx *ctx, int c, kn_tensor **second) {
+    *second = NULL;
+    switch (c) {
+    case 0: {
+        kn_tensor *g = kn_cast(ctx, kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){1200, 1023}, 0, 1, 11), KN_BF16);
+        kn_tensor *g32 = kn_cast(ctx, g, KN_F32);
+        *second = kn_mul_scalar(ctx, g32, 1.0);
+        return kn_sum(ctx, kn_unary(ctx, KN_OP_SQUARE, g32), 0, NULL, false);
+    }
+    case 1: return kn_mean(ctx, kn_add_scalar(ctx, kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){3, 70001}, 0, 1, 12), 0.25), 1, (int[]){1}, false);
+    case 2: {
+        float *d = malloc(sizeof *d * 90000);
+        for (int i = 0; i < 90000; i++) d[i] = (float)((i * 7919) % 90000) / 90000.0f;
+        d[71234] = NAN;
+        kn_tensor *x = kn_from_data(ctx, KN_F32, 1, (int64_t[]){90000}, d);
+        free(d);
+        return kn_max(ctx, kn_mul_scalar(ctx, x, 2.0), 1, (int[]){0}, false);
+    }
+    case 3: return kn_min(ctx, kn_unary(ctx, KN_OP_EXP, kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){40000, 3}, 0, 1, 13)), 1, (int[]){0}, true);
+    case 5: {   /* lone reductions of a matmul's output: a bias gradient, a whole-tensor sum */
+        kn_tensor *y = kn_matmul(ctx, kn_rand_normal(ctx, KN_F32, 3, (int64_t[]){6, 500, 40}, 0, 1, 15),
+                                 kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){40, 70}, 0, 1, 16));
+        *second = kn_sum(ctx, y, 0, NULL, false);
+        return kn_sum(ctx, y, 2, (int[]){0, 1}, true);
+    }
+    default: {
+        int T = kn_sym_new(ctx, "T", 60000);
+        kn_tensor *x = kn_slice_sym(ctx, kn_rand_normal(ctx, KN_F32, 2, (int64_t[]){60000, 2}, 0, 1, 14), 0, 0, T);
+        return kn_sum(ctx, kn_unary(ctx, KN_OP_ABS, x), 1, (int[]){0}, false);
+    }
+    }
+}
+TEST(split_reductions) {
+    if (!jit_available()) SKIP("the %s backend builds no generated kernels (or KN_NOFUSE is set)", kn_backend_default()->name);
+    bool cuda = cuda_fuses();
+    for (int c = 0; c < 7; c++) {
+        kn_ctx *ctx[3] = {kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()}), kn_ctx_new(NULL), kn_ctx_new(NULL)};
+        kn_tensor *out[3][2];
+        kn_plan *p[3];
+        for (int i = 0; i < 3; i++) {
+            out[i][0] = split_case(ctx[i], c, &out[i][1]);
+            REQUIRE(out[i][0], "case %d: %s", c, kn_last_error());
+            p[i] = kn_plan_new(ctx[i], out[i][1] ? 2 : 1, out[i], &(kn_plan_opts){.no_fuse = i == 2});
+            REQUIRE(p[i], "case %d plan %d: %s", c, i, kn_last_error());
+        }
+        int split = 0;
+        for (int gi = 0; gi < p[1]->ngroups; gi++) if (p[1]->groups[gi].k.split > split) split = p[1]->groups[gi].k.split;
+        CHECK(!cuda || split > 1, "case %d: no split reduction on CUDA", c);
+        static const int64_t tv[3] = {60000, 37, 33333};
+        for (int run = 0; run < 3; run++) {
+            if (c == 6) for (int i = 0; i < 3; i++) kn_sym_set(ctx[i], 1, tv[run]);
+            for (int i = 0; i < 3; i++) REQUIRE(kn_plan_run(p[i]) == KN_OK, "case %d run %d: %s", c, run, kn_last_error());
+            for (int o = 0; o < 2 && out[0][o]; o++) {
+                int64_t n[3], at;
+                float *v[3];
+                for (int i = 0; i < 3; i++) v[i] = read_f32(out[i][o], &n[i]);
+                REQUIRE(v[0] && v[1] && v[2] && n[0] == n[1] && n[0] == n[2], "case %d: read", c);
+                int64_t bad = mismatches(v[1], v[2], n[0], 1e-5, &at);
+                CHECK(!bad, "case %d run %d output %d: fused vs unfused [%lld] %.9g vs %.9g", c, run, o, (long long)at,
+                      v[1][at], v[2][at]);
+                bad = mismatches(v[1], v[0], n[0], c == 5 ? 1e-4 : 1e-5, &at);   /* case 5: the reference's matmul is in double */
+                CHECK(!bad, "case %d run %d output %d: fused vs reference [%lld] %.9g vs %.9g", c, run, o, (long long)at,
+                      v[1][at], v[0][at]);
+                for (int i = 0; i < 3; i++) free(v[i]);
+            }
+        }
+        for (int i = 0; i < 3; i++) { kn_plan_free(p[i]); kn_ctx_free(ctx[i]); }
+    }
+}
+
 /* ---- rope and KV-cache writes (a decode step's attention inputs) ------------
  * qkv [T, (H + 2 Hkv) D] -> q, k, v as [heads, T, D] views; q and k roped at
  * positions pos[T], k and v written into the caches [Hkv, S, D] at those
@@ -584,6 +665,18 @@ static kn_tensor *g_colsum(kn_ctx *ctx) {
     return kn_sum(ctx, kn_mul(ctx, g, x), 2, (int[]){0, 1}, false);
 }
 TEST(golden_column_sum) { golden("colsum", g_colsum); }
+/* a GPT-2 bias gradient, [8192, 768] -> [768]: CUDA tiles of columns, split over the rows */
+static kn_tensor *g_colsum_split(kn_ctx *ctx) {
+    kn_tensor *g = kn_input(ctx, KN_BF16, 3, (int64_t[]){8, 1024, 768});
+    return kn_sum(ctx, kn_cast(ctx, g, KN_F32), 2, (int[]){0, 1}, false);
+}
+TEST(golden_column_sum_split) { golden_in("colsum_split", g_colsum_split, "cuda"); }
+/* a weight gradient's squared norm, split across blocks (CUDA only) */
+static kn_tensor *g_sumsq_split(kn_ctx *ctx) {
+    kn_tensor *g = kn_input(ctx, KN_BF16, 2, (int64_t[]){2304, 768});
+    return kn_sum(ctx, kn_unary(ctx, KN_OP_SQUARE, kn_cast(ctx, g, KN_F32)), 0, NULL, false);
+}
+TEST(golden_sum_of_squares_split) { golden_in("sumsq_split", g_sumsq_split, "cuda"); }
 /* a decode step's key rope and K, V cache writes: one kernel (CUDA only) */
 static kn_tensor *g_ropekv(kn_ctx *ctx) {
     int T = kn_sym_new(ctx, "T", 512);

@@ -33,11 +33,14 @@ static void g_softmax(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) 
  * dx = rstd * (dxhat - mean_A(dxhat) - xhat * mean_A(dxhat * xhat)). */
 typedef struct { kn_tensor *xhat, *rstd; } norm_stats;
 
+/* var as mean((x - mean)^2), the two-pass form var computes: an elementwise
+ * chain ending in a mean, which the compiler fuses into one row kernel (var
+ * itself is a hand kernel) */
 static norm_stats stats(kn_ctx *ctx, kn_tensor *x, int na, const int *axes, double eps) {
     norm_stats s;
-    kn_tensor *mu = kn_mean(ctx, x, na, axes, true);
-    s.rstd = kn_rsqrt(ctx, kn_add_scalar(ctx, kn_var(ctx, x, na, axes, 0, true), eps));
-    s.xhat = kn_mul(ctx, kn_sub(ctx, x, mu), s.rstd);
+    kn_tensor *xc = kn_sub(ctx, x, kn_mean(ctx, x, na, axes, true));
+    s.rstd = kn_rsqrt(ctx, kn_add_scalar(ctx, kn_mean(ctx, kn_square(ctx, xc), na, axes, true), eps));
+    s.xhat = kn_mul(ctx, xc, s.rstd);
     return s;
 }
 static kn_tensor *norm_dx(kn_ctx *ctx, norm_stats s, kn_tensor *dxhat, int na, const int *axes) {

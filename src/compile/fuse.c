@@ -129,9 +129,9 @@ static bool fusable_reduce(const fz *f, const kn_tensor *t) {
     if (!x || x->ndim == 0 || !float_dt(t->dtype) || x->dtype != t->dtype || !kn_is_contiguous(t)) return false;
     if ((t->p.reduce.axes >> (x->ndim - 1)) & 1) return true;
     /* the last dim kept (column sums: bias and norm-weight gradients): C
-     * walks tiles of columns, one vector step per row; no CUDA template yet
-     * (a thread per column would leave most of the GPU idle) */
-    return f->lang && !strcmp(f->lang, "c") && (t->p.reduce.axes & ((1u << x->ndim) - 1)) != 0;
+     * walks tiles of columns, one vector step per row; CUDA gives a block a
+     * tile of 32 columns and a slice of the rows (render.c) */
+    return f->lang && (t->p.reduce.axes & ((1u << x->ndim) - 1)) != 0;
 }
 
 /* A row normalisation a group may end in: rms_norm and layer_norm over their
@@ -266,28 +266,47 @@ static bool try_join(fz *f, kn_tensor *t, int i, const int *gs, int ngs, kn_tens
     return true;
 }
 
+/* t (a reduction or row normalisation at position i) ends the group of its
+ * input when that group is open, has room and admits it */
+static bool join_reduce(fz *f, kn_tensor *t, int i, kn_tensor **U) {
+    kn_tensor *x = src_of(f, t, 0);
+    if (x->id >= f->n_ids || f->gid[x->id] < 0 || f->g[f->gid[x->id]].closed) return false;
+    kn_fgroup *g = &f->g[f->gid[x->id]];
+    if (g->nnode + 1 > KN_KMAX_NODES) return false;
+    bool indexed = false;   /* the reduction templates know no rope or scatter */
+    for (int m = 0; m < g->nnode; m++) indexed |= is_index_op(g->node[m]->op);
+    if (indexed) return false;
+    int nu = 0;
+    for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
+    U[nu++] = t;
+    if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, x)) return false;
+    g->node[g->nnode++] = t;
+    g->last = i;
+    g->closed = true;
+    f->gid[t->id] = (int)(g - f->g);
+    return true;
+}
+
+/* A closed group of the one reduction t (position i); false: out of memory */
+static bool lone_reduce(fz *f, kn_tensor *t, int i) {
+    if (!add_group(f)) return false;
+    kn_fgroup *g = &f->g[f->ng - 1];
+    g->node[0] = t; g->nnode = 1; g->last = i; g->closed = true;
+    f->gid[t->id] = f->ng - 1;
+    return true;
+}
+
 /* Groups by the predicate; members in schedule order. */
 static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
     for (int i = 0; i < f->n; i++) {
         kn_tensor *t = f->order[i];
         if (fusable_reduce(f, t) || fusable_rownorm(f, t)) {
-            /* ends the group of its input, if that is open and has its shape */
-            kn_tensor *x = src_of(f, t, 0);
-            if (x->id >= f->n_ids || f->gid[x->id] < 0 || f->g[f->gid[x->id]].closed) continue;
-            kn_fgroup *g = &f->g[f->gid[x->id]];
-            if (g->nnode + 1 > KN_KMAX_NODES) continue;
-            bool indexed = false;   /* the reduction templates know no rope or scatter */
-            for (int m = 0; m < g->nnode; m++) indexed |= is_index_op(g->node[m]->op);
-            if (indexed) continue;
-            int nu = 0;
-            for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
-            U[nu++] = t;
-            if (instr_estimate(U, nu) > KN_KMAX_INST - 8 || !group_ok(f, U, nu, i, x)) continue;
-            g->node[g->nnode++] = t;
-            g->last = i;
-            g->closed = true;
-            f->gid[t->id] = (int)(g - f->g);
+            /* ends the group of its input, if that is open and has its shape;
+             * else, on CUDA, a reduction of its own (kept at the end only
+             * when it runs over columns or split: a bias gradient's column
+             * sum, a norm over one whole tensor) */
+            if (!join_reduce(f, t, i, U) && is_cuda(f) && fusable_reduce(f, t) && !lone_reduce(f, t, i)) return false;
             continue;
         }
         if (!fusable(f, t)) continue;
@@ -562,7 +581,14 @@ static bool lower(fz *f, kn_fgroup *g) {
         }
         if (red && x == last) {   /* the reduction: combined by the renderer's loop */
             kn_tensor *in = src_of(f, x, 0);
+            k->red_val = -1;
             for (int j = 0; j < m; j++) if (g->node[j] == in) k->red_val = val[j];
+            if (k->red_val < 0) {                 /* a lone reduction (form_groups): its input from memory */
+                int b = buffer_of(g, in, false, space);
+                if (b < 0) return false;
+                if (loads[b] < 0) loads[b] = emit(k, (kn_kinst){.kind = KN_KI_LOAD, .dt = in->dtype, .buf = b});
+                if ((k->red_val = loads[b]) < 0) return false;
+            }
             k->red = x->op;
             k->red_dt = x->dtype;
             if (kn__is_rownorm(x->op)) {
@@ -617,6 +643,31 @@ static bool lower(fz *f, kn_fgroup *g) {
         int64_t rn = 1;
         for (int d = 0; d < k->ndim; d++) if (k->redd[d]) rn *= k->ext[d];
         k->block = rn <= 32 ? 32 : rn <= 64 ? 64 : rn <= 128 ? 128 : 256;
+        /* CUDA: a block per output leaves most of the GPU idle when there are
+         * few outputs over long rows (a gradient's squared norm: one output
+         * over 2.4M elements; a bias gradient: 24 tiles of columns over 8192
+         * rows). Such rows are split into slices (kn_kernel.split) so that
+         * about 528 blocks run (4 per SM of an H100). */
+        int64_t nout = 1;
+        for (int d = 0; d < k->ndim; d++) if (!k->redd[d]) nout *= k->ext[d];
+        if (is_cuda(f) && k->ndim > 0 && !k->redd[k->ndim - 1]) {
+            if (k->sym[k->ndim - 1]) return false;      /* tiles of a symbolic run: not generated */
+            k->cols = true;
+            /* columns: a block per tile of 32 columns and slice of rows, slices
+             * of at least 64 rows */
+            int64_t tiles = nout / k->ext[k->ndim - 1] * ((k->ext[k->ndim - 1] + 31) / 32), s = (528 + tiles - 1) / tiles;
+            if (s > rn / 64) s = rn / 64;
+            if (s > 1024) s = 1024;
+            if (s * nout > KN_KSPLIT_MAX) s = KN_KSPLIT_MAX / nout;
+            k->split = s >= 2 && tiles <= KN_KSPLIT_MAX ? (int)s : 0;
+            k->block = 256;
+        } else if (is_cuda(f) && !kn__is_rownorm(k->red) && rn >= 16384 && nout < 264) {
+            int64_t s = 528 / nout;                     /* slices of at least 4096 elements */
+            if (s > rn / 4096) s = rn / 4096;
+            if (s > 1024) s = 1024;
+            if (s * nout > KN_KSPLIT_MAX) s = KN_KSPLIT_MAX / nout;
+            k->split = s >= 2 ? (int)s : 0;
+        }
     }
     return true;
 }
@@ -628,6 +679,12 @@ void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64
         *n *= k->sym[d] ? syms[k->sym[d]] * k->mul[d] : k->ext[d];
         *n_max *= k->ext[d];
     }
+    if (k->red != KN_OP_NONE && !kn__is_rownorm(k->red) && k->ndim > 0 && !k->redd[k->ndim - 1] && k->cols) {
+        /* CUDA columns: an item is a tile of 32 columns of one run of the last dim */
+        int64_t e = k->ext[k->ndim - 1], t = (e + 31) / 32;
+        *n = *n / e * t; *n_max = *n_max / e * t;
+    }
+    if (k->red != KN_OP_NONE && k->split > 1) { *n *= k->split; *n_max *= k->split; }   /* an item per slice */
     for (int s = 1; s < k->nseg; s++) {   /* more item spaces after the first */
         int64_t a = 1, b = 1;
         for (int d = 0; d < k->seg[s].ndim; d++) {
@@ -903,12 +960,14 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
         f.ng = keep2;
         merge_segments(&f);
         /* groups of one node (fills aside) left, and those merge_segments
-         * emptied: the hand kernel runs */
+         * emptied: the hand kernel runs -- except a lone CUDA reduction over
+         * columns or split across blocks (a bias gradient's column sum), which
+         * the generated kernel runs in one launch at copy speed */
         int keep3 = 0;
         for (int gi = 0; gi < f.ng; gi++) {
             int real = 0;
             for (int m = 0; m < f.g[gi].nnode; m++) real += f.g[gi].node[m]->op != KN_OP_FILL;
-            if (real < 2) continue;
+            if (real < 2 && !(real == 1 && (f.g[gi].k.cols || f.g[gi].k.split > 1))) continue;
             if (keep3 != gi) f.g[keep3] = f.g[gi];
             keep3++;
         }

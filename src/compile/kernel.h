@@ -109,6 +109,8 @@ typedef struct kn_kernel {
     int red_val, red_buf;
     kn_dtype red_dt;
     int block;
+    int split;                      /* CUDA sum/mean/max/min: slices per output (KN_KSPLIT_MAX in kiln_backend.h); 0: a block per output */
+    bool cols;                      /* CUDA, the last dim kept: an item is a tile of 32 columns (and a slice, with split) */
     int norm_w, norm_b;             /* normalisations: weight and bias buffers, -1 when absent */
     double eps;
     kn_ktune tune;                  /* launch and unroll choices (search.c); zeros: the heuristic */

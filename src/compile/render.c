@@ -51,7 +51,7 @@ static const char c_prelude[] =
     "typedef uint32_t kn_u32;\n"
     "typedef uint16_t kn_u16;\n"
     "typedef int64_t kn_i64;\n"
-    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; } kn_kargs;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; void *scratch; } kn_kargs;\n"
     "#define KN_FN static inline\n"
     "#define KN_NAN NAN\n"
     "#define KN_INF INFINITY\n"
@@ -62,7 +62,7 @@ static const char cuda_prelude[] =
     "typedef unsigned int kn_u32;\n"
     "typedef unsigned short kn_u16;\n"
     "typedef long long kn_i64;\n"
-    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; } kn_kargs;\n"
+    "typedef struct { char *buf[%d]; const kn_i64 *syms; kn_i64 n; void *err; void *scratch; } kn_kargs;\n"
     "#define KN_FN static __device__ __forceinline__\n"
     "#define KN_NAN __int_as_float(0x7fc00000)\n"
     "#define KN_INF __int_as_float(0x7f800000)\n"
@@ -687,8 +687,134 @@ static void cuda_item_head(sb *b, const kn_kernel *k, int nsh) {
     put_decompose(b, k, false, "kn_i64", "o", "        ");
 }
 
+/* The block's threads combine acc: within warps, then the warps' results
+ * (in thread 0's acc); ind is the indentation of the statements. */
+static void put_block_combine(sb *b, const kn_kernel *k, const char *ind) {
+    char i2[48], i3[48];
+    snprintf(i2, sizeof i2, "%s    ", ind);
+    snprintf(i3, sizeof i3, "%s        ", ind);
+    put(b, "%sfor (int d = 16; d > 0; d >>= 1) { const kn_acc w = __shfl_down_sync(0xffffffffu, acc, d);\n", ind);
+    put_combine(b, k->red, i2, "acc", "w");
+    put(b, "%s}\n%sif ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;\n%s__syncthreads();\n", ind, ind, ind);
+    put(b, "%sif (threadIdx.x < 32) {\n%sacc = threadIdx.x < (blockDim.x >> 5) ? sh[threadIdx.x] : %s;\n", ind, i2, red_ident(k->red));
+    put(b, "%sfor (int d = 16; d > 0; d >>= 1) { const kn_acc w = __shfl_down_sync(0xffffffffu, acc, d);\n", i2);
+    put_combine(b, k->red, i3, "acc", "w");
+    put(b, "%s}\n%s}\n", i2, ind);
+}
+
+/* A split reduction (kn_kernel.split = S, protocol in kiln_backend.h): an
+ * item is (output o, slice s) and reduces q in [s CH, (s+1) CH); the block's
+ * partial goes to scratch, and the output's last block combines the S
+ * partials (each thread a fixed stride of them, then the block's fixed
+ * tree: the same order every run) and stores. */
+static void render_cuda_reduce_split(sb *b, const kn_kernel *k) {
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a.syms");
+    put_counts(b, k, "kn_i64");
+    put_buffers(b, k, "a.");
+    put(b, "    __shared__ kn_acc sh[32];\n    __shared__ int last;\n");
+    put(b, "    const kn_i64 S = %d, CH = (RN + S - 1) / S;\n", k->split);
+    put(b, "    kn_acc *part = (kn_acc *)a.scratch;\n");
+    put(b, "    unsigned *cnt = (unsigned *)((char *)a.scratch + %zu);\n", KN_KSPLIT_CNT);
+    put(b, "    for (kn_i64 os = blockIdx.x; os < NOUT * S; os += gridDim.x) {\n");
+    put(b, "        const kn_i64 o = os / S, s = os %% S;\n");
+    put_decompose(b, k, false, "kn_i64", "o", "        ");
+    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
+    put(b, "        const kn_i64 q1 = (s + 1) * CH < RN ? (s + 1) * CH : RN;\n");
+    put(b, "        for (kn_i64 q = s * CH + threadIdx.x; q < q1; q += blockDim.x) {\n");
+    put_decompose(b, k, true, "kn_i64", "q", "            ");
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, "            ", x.idx);
+    char v[16];
+    snprintf(v, sizeof v, "v%d", k->red_val);
+    put_combine(b, k->red, "            ", "acc", v);
+    put(b, "        }\n");
+    put_block_combine(b, k, "        ");
+    /* publish the partial, then count: the fence orders the two for the
+     * block that sees the count complete */
+    put(b, "        if (threadIdx.x == 0) {\n            part[o * S + s] = acc;\n            __threadfence();\n");
+    put(b, "            last = atomicAdd(&cnt[o], 1u) == (unsigned)(S - 1);\n        }\n        __syncthreads();\n");
+    put(b, "        if (last) {\n            __threadfence();\n            acc = %s;\n", red_ident(k->red));
+    put(b, "            for (kn_i64 j = threadIdx.x; j < S; j += blockDim.x) {\n                const kn_acc w = __ldcg(&part[o * S + j]);\n");
+    put_combine(b, k->red, "                ", "acc", "w");
+    put(b, "            }\n            __syncthreads();\n");
+    put_block_combine(b, k, "            ");
+    put(b, "            if (threadIdx.x == 0) {\n");
+    put_red_store(b, k, "                ", "acc");
+    put(b, "                cnt[o] = 0;\n            }\n        }\n        __syncthreads();\n    }\n}\n");
+}
+
+/* A reduction that keeps the last dim (column sums: bias and norm-weight
+ * gradients), CUDA (kn_kernel.cols): an item is a tile of 32 consecutive
+ * columns of one run of the last dim (and a slice of the rows, with split).
+ * Lane l of each warp takes column j0 + l, so a warp reads 32 neighbours;
+ * the block's W warps take every W-th row of the slice; the warps' partials
+ * are combined in warp order through shared memory. Split: lane l of warp 0
+ * writes its column's partial, the tile's last block (a counter per tile)
+ * combines the slices in order, as render_cuda_reduce_split does. */
+static void render_cuda_reduce_cols(sb *b, const kn_kernel *k) {
+    int last = k->ndim - 1, S = k->split > 1 ? k->split : 1;
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put_extents(b, k, "kn_i64", "a.syms");
+    put_counts(b, k, "kn_i64");
+    put_buffers(b, k, "a.");
+    put(b, "    __shared__ kn_acc sh[32][33];\n");
+    if (S > 1) put(b, "    __shared__ int last;\n    kn_acc *part = (kn_acc *)a.scratch;\n"
+                      "    unsigned *cnt = (unsigned *)((char *)a.scratch + %zu);\n", KN_KSPLIT_CNT);
+    put(b, "    const kn_i64 S = %d, CH = (RN + S - 1) / S, TPR = (E%d + 31) / 32, NT = NOUT / E%d * TPR;\n", S, last, last);
+    put(b, "    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, W = blockDim.x >> 5;\n");
+    put(b, "    for (kn_i64 ts = blockIdx.x; ts < NT * S; ts += gridDim.x) {\n");
+    put(b, "        const kn_i64 t = ts / S, s = ts %% S;\n");
+    put(b, "        kn_i64 rr = t / TPR;\n        const kn_i64 i%d = (t - rr * TPR) * 32 + lane;\n", last);
+    int first = -1;
+    for (int d = 0; d < last; d++) if (!k->redd[d]) { first = d; break; }
+    for (int d = last - 1; d >= 0; d--) {
+        if (k->redd[d]) continue;
+        if (d > first) put(b, "        const kn_i64 i%d = rr %% E%d; rr /= E%d;\n", d, d, d);
+        else put(b, "        const kn_i64 i%d = rr;\n", d);
+    }
+    if (first < 0) put(b, "        (void)rr;\n");
+    put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
+    put(b, "        if (i%d < E%d) {\n", last, last);
+    put(b, "            const kn_i64 q1 = (s + 1) * CH < RN ? (s + 1) * CH : RN;\n");
+    put(b, "            for (kn_i64 q = s * CH + wp; q < q1; q += W) {\n");
+    put_decompose(b, k, true, "kn_i64", "q", "                ");
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, "                ", x.idx);
+    char v[16];
+    snprintf(v, sizeof v, "v%d", k->red_val);
+    put_combine(b, k->red, "                ", "acc", v);
+    put(b, "            }\n        }\n");
+    put(b, "        sh[wp][lane] = acc;\n        __syncthreads();\n");
+    put(b, "        if (wp == 0) {\n            for (int w = 1; w < W; w++) {\n                const kn_acc u = sh[w][lane];\n");
+    put_combine(b, k->red, "                ", "acc", "u");
+    put(b, "            }\n");
+    if (S == 1) {
+        put(b, "            if (i%d < E%d) {\n", last, last);
+        put_red_store(b, k, "                ", "acc");
+        put(b, "            }\n        }\n        __syncthreads();\n    }\n}\n");
+        return;
+    }
+    /* the output's number: its kept coordinates, row-major */
+    put(b, "            const kn_i64 o = t / TPR * E%d + i%d;\n", last, last);
+    put(b, "            if (i%d < E%d) part[o * S + s] = acc;\n            __threadfence();\n            __syncwarp();\n", last, last);
+    put(b, "            if (lane == 0) last = atomicAdd(&cnt[t], 1u) == (unsigned)(S - 1);\n        }\n        __syncthreads();\n");
+    put(b, "        if (last && wp == 0) {\n            __threadfence();\n");
+    put(b, "            if (i%d < E%d) {\n                const kn_i64 o = t / TPR * E%d + i%d;\n                acc = %s;\n", last, last, last,
+        last, red_ident(k->red));
+    put(b, "                for (kn_i64 j = 0; j < S; j++) {\n                    const kn_acc u = __ldcg(&part[o * S + j]);\n");
+    put_combine(b, k->red, "                    ", "acc", "u");
+    put(b, "                }\n");
+    put_red_store(b, k, "                ", "acc");
+    put(b, "            }\n            if (lane == 0) cnt[t] = 0;\n        }\n        __syncthreads();\n    }\n}\n");
+}
+
 static void render_cuda_reduce(sb *b, const kn_kernel *k) {
     put(b, "typedef kn_real kn_acc;\n");
+    if (k->cols) { render_cuda_reduce_cols(b, k); return; }
+    if (k->split > 1) { render_cuda_reduce_split(b, k); return; }
     cuda_item_head(b, k, 32);
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
     put(b, "        for (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n");

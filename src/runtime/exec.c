@@ -83,6 +83,15 @@ bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, i
     return true;
 }
 
+/* KN_PROFILE's clock: on an asynchronous (device) backend it first waits
+ * for the work queued so far, so each timed call is charged its own kernels
+ * (launch latency included), not its predecessors'. Profiling turns CUDA
+ * graphs off (replay.c), so this never runs inside a capture. */
+static double prof_mark(kn_plan *p) {
+    if (p->be->synchronize) p->be->synchronize(p->be);
+    return kn__profile_now();
+}
+
 kn_status kn__plan_run_steps(kn_plan *p) {
     int prof = kn__profile_mode();
     if (p->be->version >= 2 && p->be->syms_upload) {
@@ -95,9 +104,9 @@ kn_status kn__plan_run_steps(kn_plan *p) {
         kn_fgroup *g = kn__pgroup(p, t);
         if (g) {
             if (i != g->last) continue;
-            double t0 = prof ? kn__profile_now() : 0;
+            double t0 = prof ? prof_mark(p) : 0;
             kn_status st = run_group(p, g, p->kernel[p->gid[t->id]]);
-            if (prof) kn__profile_kernel(g->k.name, kn__profile_now() - t0);
+            if (prof) kn__profile_kernel(g->k.name, prof_mark(p) - t0);
             if (st != KN_OK) return st;
             continue;
         }
@@ -109,9 +118,9 @@ kn_status kn__plan_run_steps(kn_plan *p) {
             if (bad < 0) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
             return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", bad, kn_op_name(e.node->op));
         }
-        double t0 = prof ? kn__profile_now() : 0;
+        double t0 = prof ? prof_mark(p) : 0;
         kn_status st = p->be->compute(p->be, &e);
-        if (prof) kn__profile_node(prof, &e, kn__profile_now() - t0);
+        if (prof) kn__profile_node(prof, &e, prof_mark(p) - t0);
         if (st != KN_OK) return st;
     }
     return KN_OK;

@@ -119,6 +119,7 @@ typedef struct dev_info {
     int sms;
     char desc[320];      /* "sm_90 NVIDIA H100 80GB HBM3" */
     char err[256];
+    void *scratch;       /* KN_KSPLIT_BYTES for split reductions (kiln_backend.h) */
 } dev_info;
 static dev_info g_dev;
 static pthread_once_t g_dev_once = PTHREAD_ONCE_INIT;
@@ -157,6 +158,16 @@ static void dev_probe(void) {
     }
     d->target = exact ? d->arch : best;
     d->ptx = !exact;     /* a GPU newer than NVRTC: PTX for the newest it knows, compiled by the driver */
+    /* split reductions' partials and counters (kiln_backend.h, KN_KSPLIT_*):
+     * zeroed once here, kept zero by the kernels; allocated before any
+     * capture (cudaMalloc is not allowed inside one) */
+    if ((ce = cudaMalloc(&d->scratch, KN_KSPLIT_BYTES)) == cudaSuccess) ce = cudaMemset(d->scratch, 0, KN_KSPLIT_BYTES);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(d->err, sizeof d->err, "cannot allocate the generated kernels' %zu bytes of scratch (%s)", (size_t)KN_KSPLIT_BYTES,
+                 cudaGetErrorString(ce));
+        return;
+    }
     d->ok = true;
 }
 
@@ -300,6 +311,7 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
      * slots by kn_op), read at the next synchronize like the hand kernels'
      * (cuda_ops.cuh: kn_cu_err has kn_kerr's layout) */
     a.err = l->err_op != KN_OP_NONE ? (void *)kn_cu_err_dev(KN_OP_NONE) : NULL;
+    a.scratch = g_dev.scratch;
     pthread_mutex_lock(&g_sym_mu);
     kn_status st = syms_ready();
     a.syms = g_dsyms;
