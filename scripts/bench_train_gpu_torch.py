@@ -9,7 +9,8 @@ torch.compile, flash SDPA, fused AdamW). Prints "torch <mode> <tok/s>" per
 mode; --kiln CMD (a shell command running `kiln train`) runs between the
 torch modes, so both see the same GPU state in the same run.
 
-    python3 scripts/bench_train_gpu_torch.py [--gpt V,T,C,L,H,B] [--steps 20] [--warmup 5] [--kiln CMD]
+    python3 scripts/bench_train_gpu_torch.py [--gpt V,T,C,L,H,B] [--steps 20] [--warmup 5]
+        [--modes f32-eager,bf16-compiled] [--rounds 1] [--kiln CMD]
 """
 import argparse
 import os
@@ -34,7 +35,9 @@ class GPT(_GPT):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
-def run(mode, v, t, c, n_layers, h, b, steps, warmup):
+def make(mode, v, t, c, n_layers, h, b, steps, warmup):
+    """Builds (and warms: compiles) the model of mode; returns a function
+    that times `steps` steps and returns tok/s."""
     torch.manual_seed(0)
     model = GPT(v, t, c, n_layers, h).cuda()
     best = mode == "bf16-compiled"
@@ -52,12 +55,16 @@ def run(mode, v, t, c, n_layers, h, b, steps, warmup):
 
     for _ in range(warmup):
         step()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    return b * t * steps / (time.perf_counter() - t0)
+
+    def timed():
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+        return b * t * steps / (time.perf_counter() - t0)
+
+    return timed
 
 
 def main():
@@ -65,16 +72,22 @@ def main():
     ap.add_argument("--gpt", default="50257,1024,768,12,12,8", help="V,T,C,L,H,B")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--modes", default="f32-eager,bf16-compiled")
+    ap.add_argument("--rounds", type=int, default=1, help="timed rounds per mode, kiln after each")
     ap.add_argument("--kiln", action="append", default=[])
     a = ap.parse_args()
     v, t, c, n_layers, h, b = (int(x) for x in a.gpt.split(","))
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, GPT V={v} T={t} C={c} L={n_layers} H={h} B={b}")
-    for mode in ("f32-eager", "bf16-compiled"):
-        print(f"torch {mode} {run(mode, v, t, c, n_layers, h, b, a.steps, a.warmup):.0f} tok/s", flush=True)
-        for cmd in a.kiln:
-            out = subprocess.run(cmd, shell=True, capture_output=True, text=True)
-            lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "tok/s" in ln or "error" in ln.lower()]
-            print(f"kiln: {lines[-1] if lines else '(no rate line) ' + out.stderr[-300:]}   ({cmd})", flush=True)
+    for mode in a.modes.split(","):
+        timed = make(mode, v, t, c, n_layers, h, b, a.steps, a.warmup)
+        for _ in range(a.rounds):
+            print(f"torch {mode} {timed():.0f} tok/s", flush=True)
+            for cmd in a.kiln:
+                out = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+                lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "tok/s" in ln or "error" in ln.lower()]
+                print(f"kiln: {lines[-1] if lines else '(no rate line) ' + out.stderr[-300:]}   ({cmd})", flush=True)
+        del timed
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

@@ -47,10 +47,12 @@ static float val(int run, int i, int salt) {
     return (float)(x % 2001) / 1000.f - 1.f;
 }
 
-/* Builds the plan (with_sum: also the sum over the S rows of K) and runs it
- * NRUN times with S from sval(run); writes every run's outputs to out
+/* Builds the plan (with_sum: also a reduction over the S rows of K: 1 the
+ * variance, a hand kernel that takes S as a host argument; 2 the sum, a
+ * generated kernel that reads S on the device) and runs it NRUN times with
+ * S from sval(run); writes every run's outputs to out
  * [NRUN][H*D + (with_sum ? H*D : 0)] and the plan's counters to st. */
-static kn_status run_case_tq(int tq, bool with_sum, int (*sval)(int), float *out, kn_plan_stats *st) {
+static kn_status run_case_tq(int tq, int with_sum, int (*sval)(int), float *out, kn_plan_stats *st) {
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = gpu()});
     if (!ctx) return KN_ERR_NOMEM;
     int S = kn_sym_new(ctx, "S", SMAX);
@@ -60,7 +62,7 @@ static kn_status run_case_tq(int tq, bool with_sum, int (*sval)(int), float *out
     kn_tensor *K = kn_slice_sym(ctx, kc, 2, 0, S), *V = kn_slice_sym(ctx, vc, 2, 0, S);
     kn_tensor *outs[2];
     outs[0] = kn_mul_scalar(ctx, kn_sdpa(ctx, q, K, V, true, 0.25), 2.0);
-    outs[1] = with_sum ? kn_sum(ctx, K, 1, (int[]){2}, false) : NULL;
+    outs[1] = with_sum == 1 ? kn_var(ctx, K, 1, (int[]){2}, 0, false) : with_sum ? kn_sum(ctx, K, 1, (int[]){2}, false) : NULL;
     int nout = with_sum ? 2 : 1;
     kn_plan *p = outs[0] && (!with_sum || outs[1]) ? kn_plan_new(ctx, nout, outs, NULL) : NULL;
     kn_status rc = p ? KN_OK : (kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE);
@@ -81,7 +83,7 @@ static kn_status run_case_tq(int tq, bool with_sum, int (*sval)(int), float *out
     return rc;
 }
 
-static kn_status run_case(bool with_sum, int (*sval)(int), float *out, kn_plan_stats *st) {
+static kn_status run_case(int with_sum, int (*sval)(int), float *out, kn_plan_stats *st) {
     return run_case_tq(1, with_sum, sval, out, st);
 }
 
@@ -100,9 +102,9 @@ TEST(graph_decode_attention_one_graph_for_every_s) {
     float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n);
     kn_plan_stats s0, s1;
     graphs(false);
-    CHECK(run_case(false, s_grow, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
+    CHECK(run_case(0, s_grow, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
     graphs(true);
-    CHECK(run_case(false, s_grow, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
+    CHECK(run_case(0, s_grow, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
     CHECK(s0.replays == 0 && s0.captures == 0 && s0.runs == NRUN, "off: %llu runs, %llu replays", (unsigned long long)s0.runs,
           (unsigned long long)s0.replays);
     /* run 1 plain (key seen), run 2 captured and launched, then replays */
@@ -121,16 +123,35 @@ TEST(graph_keyed_by_fixed_symbols) {
     float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n);
     kn_plan_stats s0, s1;
     graphs(false);
-    CHECK(run_case(true, s_cycle, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
+    CHECK(run_case(1, s_cycle, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
     graphs(true);
-    CHECK(run_case(true, s_cycle, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
-    /* the sum reads S as a host argument: a graph per S, each captured at its second run */
+    CHECK(run_case(1, s_cycle, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
+    /* the variance reads S as a host argument: a graph per S, each captured at its second run */
     CHECK(s1.captures == 3 && s1.replays == NRUN - 3 && s1.graphs == 3, "on: %llu captures, %llu replays, %d graphs held",
           (unsigned long long)s1.captures, (unsigned long long)s1.replays, s1.graphs);
     int d = n_diff(on, off, n);
     CHECK(d == 0, "%d of %zu outputs differ with graphs on", d, n);
     fprintf(stderr, "  S in {5, 9, 13} read by a reduction: %llu captures, %llu replays, outputs bit-identical: %s\n",
             (unsigned long long)s1.captures, (unsigned long long)s1.replays, d ? "no" : "yes");
+    free(off); free(on);
+}
+
+/* the same S cycle with a generated column sum over the S rows: the kernel
+ * reads S on the device (and splits the rows over blocks), so one graph
+ * serves every S, and the outputs equal the plain runs' */
+TEST(graph_generated_reduction_one_graph) {
+    NEED_GPU();
+    size_t n = (size_t)NRUN * H * D * 2;
+    float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n);
+    kn_plan_stats s0, s1;
+    graphs(false);
+    CHECK(run_case(2, s_cycle, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
+    graphs(true);
+    CHECK(run_case(2, s_cycle, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
+    CHECK(s1.captures == 1 && s1.replays == NRUN - 1, "on: %llu captures, %llu replays", (unsigned long long)s1.captures,
+          (unsigned long long)s1.replays);
+    int d = n_diff(on, off, n);
+    CHECK(d == 0, "%d of %zu outputs differ with graphs on", d, n);
     free(off); free(on);
 }
 
@@ -144,9 +165,9 @@ TEST(graph_prefill_attention_keyed) {
     float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n);
     kn_plan_stats s0, s1;
     graphs(false);
-    CHECK(run_case_tq(TQ_MAX, false, s_cycle_big, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
+    CHECK(run_case_tq(TQ_MAX, 0, s_cycle_big, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
     graphs(true);
-    CHECK(run_case_tq(TQ_MAX, false, s_cycle_big, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
+    CHECK(run_case_tq(TQ_MAX, 0, s_cycle_big, on, &s1) == KN_OK, "graphs on: %s", kn_last_error());
     CHECK(s1.captures == 3 && s1.replays == NRUN - 3, "on: %llu captures, %llu replays", (unsigned long long)s1.captures,
           (unsigned long long)s1.replays);
     int d = n_diff(on, off, n);
@@ -162,11 +183,11 @@ TEST(graph_refused_runs_plainly) {
     float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n);
     kn_plan_stats s0, s1;
     graphs(false);
-    CHECK(run_case(false, s_grow, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
+    CHECK(run_case(0, s_grow, off, &s0) == KN_OK, "graphs off: %s", kn_last_error());
     graphs(true);
     setenv("KN_CUDA_SYNC", "1", 1);   /* a wait after every node: the backend refuses to capture */
     kn_env_reload();
-    CHECK(run_case(false, s_grow, on, &s1) == KN_OK, "graphs on, KN_CUDA_SYNC: %s", kn_last_error());
+    CHECK(run_case(0, s_grow, on, &s1) == KN_OK, "graphs on, KN_CUDA_SYNC: %s", kn_last_error());
     unsetenv("KN_CUDA_SYNC");
     kn_env_reload();
     CHECK(s1.captures == 0 && s1.replays == 0, "%llu captures", (unsigned long long)s1.captures);
