@@ -1,5 +1,7 @@
-/* dequant.cu: GGUF blocks to bf16 or f32 on the GPU, one thread a piece (32
- * weights, quant_blocks.cuh), stored as 16-byte vectors. The quantized
+/* dequant.cu: GGUF blocks to bf16 or f32 on the GPU, one thread a run of 8
+ * consecutive weights (quant_blocks.cuh kq_run), so that neighbouring threads
+ * read neighbouring bytes and store one contiguous span (16-byte bf16
+ * vectors). The quantized
  * matmul's GEMM path (prefill, M > 8) expands W [N, K] into pooled bf16
  * scratch for the tensor-core kernel; layouts the GEMV and that path do not
  * take expand to f32 for the generic kernels. Cost: one read of the blocks
@@ -7,7 +9,7 @@
  * fused dequantize-in-the-tile GEMM would save (not done yet).
  */
 #include "backends/cuda/cuda_ops.cuh"
-#include "backends/cuda/quant_blocks.cuh"   // defines: kq_piece, kn_qt
+#include "backends/cuda/quant_blocks.cuh"   // defines: kq_run, kn_qt
 
 __device__ __forceinline__ void dq_store8(uint16_t *o, const float *w) {
     uint4 v;
@@ -22,24 +24,21 @@ __device__ __forceinline__ void dq_store8(float *o, const float *w) {
     *(float4 *)(o + 4) = make_float4(w[4], w[5], w[6], w[7]);
 }
 
-/* out [npieces / PPB * QK] (16-byte aligned) from the blocks at W (2-byte aligned) */
+/* out [nruns * 8] (16-byte aligned) from the blocks at W (2-byte aligned) */
 template <int T, typename O>
-__global__ void dequant_kernel(O *out, const uint8_t *__restrict__ W, int64_t npieces) {
+__global__ void dequant_kernel(O *out, const uint8_t *__restrict__ W, int64_t nruns) {
     typedef kn_qt<T> Q;
-    KN_GRID_LOOP(i, npieces) {
-        int64_t blk = i / Q::PPB;
-        float w[32];
-        int off[4];
-        kq_piece<T>(W + blk * Q::BPB, (int)(i % Q::PPB), w, off);
-        O *o = out + blk * Q::QK;
-#pragma unroll
-        for (int u = 0; u < 4; u++) dq_store8(o + off[u], w + 8 * u);
+    constexpr int RPB = Q::QK / 8;
+    KN_GRID_LOOP(i, nruns) {
+        float w[8];
+        kq_run<T>(W + (i / RPB) * Q::BPB, (int)(i % RPB), w);
+        dq_store8(out + 8 * i, w);
     }
 }
 
 template <int T>
 static void dequant_go(void *out, int out_dt, const void *W, int64_t n, cudaStream_t s) {
-    int64_t np = n / kn_qt<T>::QK * kn_qt<T>::PPB;
+    int64_t np = n / 8;
     if (out_dt == KN_BF16) dequant_kernel<T, uint16_t><<<kn_blocks(np), KN_THREADS, 0, s>>>((uint16_t *)out, (const uint8_t *)W, np);
     else dequant_kernel<T, float><<<kn_blocks(np), KN_THREADS, 0, s>>>((float *)out, (const uint8_t *)W, np);
 }
