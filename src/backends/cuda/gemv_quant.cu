@@ -154,10 +154,10 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
 template <int T>
 static void qgemv_type(float *y, int64_t ldy, const void *W, const float *x, int64_t ldx, int M, int64_t N, int64_t K,
                        const float *bias, const float *res, cudaStream_t s) {
-    /* two rows a block where the matrix has rows to spare (measured in
-     * docs/PERF.md); KN_CUDA_TUNE=qgemv_r=1|2 forces one */
-    static const int rt = kn_cuda_tune("qgemv_r", 0);
-    int R = rt == 1 || rt == 2 ? rt : N >= 8192 ? 2 : 1;
+    /* two rows a block: the activations a lane loads serve both; faster on
+     * every shape measured (docs/PERF.md); KN_CUDA_TUNE=qgemv_r=1 for one */
+    static const int rt = kn_cuda_tune("qgemv_r", 2);
+    int R = rt == 1 ? 1 : 2;
     if (M == 1) {
         if (R == 2) qgemv_go<T, 2, 1>(y, ldy, W, x, ldx, M, N, K, bias, res, s);
         else qgemv_go<T, 1, 1>(y, ldy, W, x, ldx, M, N, K, bias, res, s);

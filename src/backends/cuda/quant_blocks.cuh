@@ -39,12 +39,17 @@ template <> struct kn_qt<KN_Q6_K> { enum { QK = 256, BPB = 210 }; };
 __device__ __forceinline__ uint32_t kq_u16(const uint8_t *p, int i) { return *(const uint16_t *)(p + i); }
 __device__ __forceinline__ float kq_h(const uint8_t *p, int i) { return __half2float(__ushort_as_half((unsigned short)kq_u16(p, i))); }
 
+/* q (< 2^23) as a float without I2F, a quarter-rate instruction on Hopper
+ * that bounded the decode: the float with exponent 2^23 and q in its
+ * mantissa is 2^23 + q, exactly; minus 2^23 leaves q (one OR, one FADD) */
+__device__ __forceinline__ float kq_f(uint32_t q) { return __uint_as_float(0x4B000000u | q) - 8388608.f; }
+
 /* Q4_K / Q5_K 6-bit scale and min of sub-block j (quant.h) */
 __device__ __forceinline__ void kq_sc_m(const uint8_t *s, int j, float &sc, float &m) {
-    if (j < 4) { sc = (float)(s[j] & 63); m = (float)(s[j + 4] & 63); }
+    if (j < 4) { sc = kq_f(s[j] & 63); m = kq_f(s[j + 4] & 63); }
     else {
-        sc = (float)((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
-        m = (float)((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+        sc = kq_f((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+        m = kq_f((s[j + 4] >> 4) | (s[j] >> 6) << 4);
     }
 }
 
@@ -59,8 +64,8 @@ __device__ __forceinline__ void kq_nib8(const uint8_t *q, int hi, float a, float
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint32_t v = kq_u16(q, 2 * k) >> sh;
-        w[2 * k] = (float)(v & 15) * a + c;
-        w[2 * k + 1] = (float)((v >> 8) & 15) * a + c;
+        w[2 * k] = kq_f(v & 15) * a + c;
+        w[2 * k + 1] = kq_f((v >> 8) & 15) * a + c;
     }
 }
 /* 5-bit: 5th bit of element e is bit e of qh; elements e0 .. e0+7 */
@@ -70,8 +75,8 @@ __device__ __forceinline__ void kq_nib8_h(const uint8_t *q, int hi, uint32_t qh,
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint32_t v = kq_u16(q, 2 * k) >> sh;
-        w[2 * k] = (float)((v & 15) | ((qh >> (2 * k)) & 1) << 4) * a + c;
-        w[2 * k + 1] = (float)(((v >> 8) & 15) | ((qh >> (2 * k + 1)) & 1) << 4) * a + c;
+        w[2 * k] = kq_f((v & 15) | ((qh >> (2 * k)) & 1) << 4) * a + c;
+        w[2 * k + 1] = kq_f(((v >> 8) & 15) | ((qh >> (2 * k + 1)) & 1) << 4) * a + c;
     }
 }
 /* simple types: run j: bytes 8(j&1) .. of qs, low nibbles for j < 2 */
@@ -90,13 +95,13 @@ template <> __device__ __forceinline__ void kq_run<KN_Q5_1>(const uint8_t *b, in
     kq_nib8_h(b + 8 + 8 * (j & 1), j >> 1, kq_u16(b, 4) | kq_u16(b, 6) << 16, 8 * j, kq_h(b, 0), kq_h(b, 2), w);
 }
 template <> __device__ __forceinline__ void kq_run<KN_Q8_0>(const uint8_t *b, int j, float *w) {
-    float d = kq_h(b, 0);
+    float d = kq_h(b, 0), c = -128.f * d;     /* int8 q = (q ^ 0x80) - 128; (u - 128) d in one FFMA */
     const uint8_t *q = b + 2 + 8 * j;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        uint32_t v = kq_u16(q, 2 * k);
-        w[2 * k] = (float)(int8_t)(v & 255) * d;
-        w[2 * k + 1] = (float)(int8_t)(v >> 8) * d;
+        uint32_t v = kq_u16(q, 2 * k) ^ 0x8080u;
+        w[2 * k] = kq_f(v & 255) * d + c;
+        w[2 * k + 1] = kq_f(v >> 8) * d + c;
     }
 }
 /* Q4_K / Q5_K run j: chunk c = j/8 of 64, i = j%8: i < 4 low nibbles of bytes
@@ -117,8 +122,8 @@ template <> __device__ __forceinline__ void kq_run<KN_Q5_K>(const uint8_t *b, in
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint32_t v = kq_u16(q, 2 * k) >> sh, h = kq_u16(qh, 2 * k) >> hb;
-        w[2 * k] = (float)((v & 15) | (h & 1) << 4) * a + cc;
-        w[2 * k + 1] = (float)(((v >> 8) & 15) | ((h >> 8) & 1) << 4) * a + cc;
+        w[2 * k] = kq_f((v & 15) | (h & 1) << 4) * a + cc;
+        w[2 * k + 1] = kq_f(((v >> 8) & 15) | ((h >> 8) & 1) << 4) * a + cc;
     }
 }
 /* Q6_K run j: half h = j/16, t = 8(j%16) within it, group g = t/32, l = t%32:
@@ -126,13 +131,13 @@ template <> __device__ __forceinline__ void kq_run<KN_Q5_K>(const uint8_t *b, in
 template <> __device__ __forceinline__ void kq_run<KN_Q6_K>(const uint8_t *b, int j, float *w) {
     int h = j >> 4, t = 8 * (j & 15), g = t >> 5, l = t & 31;
     const uint8_t *ql = b + 64 * h + l + 32 * (g & 1), *qh = b + 128 + 32 * h + l;
-    float a = kq_h(b, 208) * (float)((const int8_t *)b)[192 + 8 * h + t / 16];
+    float a = kq_h(b, 208) * (float)((const int8_t *)b)[192 + 8 * h + t / 16], c = -32.f * a;   /* (q - 32) a */
     int sl = 4 * (g >> 1), shh = 2 * g;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         uint32_t v = kq_u16(ql, 2 * k) >> sl, u = kq_u16(qh, 2 * k) >> shh;
-        w[2 * k] = (float)((int)((v & 15) | (u & 3) << 4) - 32) * a;
-        w[2 * k + 1] = (float)((int)(((v >> 8) & 15) | ((u >> 8) & 3) << 4) - 32) * a;
+        w[2 * k] = kq_f((v & 15) | (u & 3) << 4) * a + c;
+        w[2 * k + 1] = kq_f(((v >> 8) & 15) | ((u >> 8) & 3) << 4) * a + c;
     }
 }
 
