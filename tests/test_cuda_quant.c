@@ -9,10 +9,11 @@
  *     (A rounded to bf16 too): rel L2 < 1e-2;
  *   a batch of two x [2, 3, K]: the generic route (the weight's span expanded
  *     to f32, the f32 kernels): 1e-5.
- * N is odd (37, and 301 for a second warp row of the R = 2 kernels under
- * KN_CUDA_TUNE=qgemv_r=2), K a multiple of the block with a partial last warp
- * step (352 = 11 blocks of 32; 1280 = 5 super-blocks of 256, rows that start
- * off 16-byte boundaries). Outputs of a failed store would be NaN: checked.
+ * N is odd (37 and 301: the two-row blocks end on a missing row; run it
+ * with KN_CUDA_TUNE=qgemv_r=1 too for the one-row kernels), K a multiple of
+ * the block with a partial last step of 512 columns (352 = 11 blocks of 32;
+ * 1280 = 5 super-blocks of 256), so rows start off 16-byte boundaries.
+ * A NaN anywhere fails.
  *
  * KN_QBENCH=1 also times the GEMV on large shapes (4096x4096, 14336x4096
  * and 4096x14336 as Q4_0, Q8_0, Q4_K, Q6_K, and the bf16 GEMV) against a

@@ -39,9 +39,11 @@ template <> struct kn_qt<KN_Q6_K> { enum { QK = 256, BPB = 210 }; };
 __device__ __forceinline__ uint32_t kq_u16(const uint8_t *p, int i) { return *(const uint16_t *)(p + i); }
 __device__ __forceinline__ float kq_h(const uint8_t *p, int i) { return __half2float(__ushort_as_half((unsigned short)kq_u16(p, i))); }
 
-/* q (< 2^23) as a float without I2F, a quarter-rate instruction on Hopper
- * that bounded the decode: the float with exponent 2^23 and q in its
- * mantissa is 2^23 + q, exactly; minus 2^23 leaves q (one OR, one FADD) */
+/* q (< 2^23) as a float without I2F (a quarter-rate instruction on Hopper):
+ * the float with exponent 2^23 and q in its mantissa is 2^23 + q, exactly;
+ * minus 2^23 leaves q (one OR, one FADD). Exact either way; on the H200 the
+ * GEMV measured the same with I2F (v3) and with this (v4), so I2F was not
+ * what bounds it (docs/PERF.md). */
 __device__ __forceinline__ float kq_f(uint32_t q) { return __uint_as_float(0x4B000000u | q) - 8388608.f; }
 
 /* Q4_K / Q5_K 6-bit scale and min of sub-block j (quant.h) */
