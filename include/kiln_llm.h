@@ -28,7 +28,8 @@
  *   kn_model_opts o = {.backend = kn_backend_cuda(), .weight_dtype = KN_WEIGHTS_BF16};
  *   kn_model_load("SmolLM2-135M-Instruct.Q4_1.gguf", &o, &m);
  * uploads every weight matrix in weight_dtype (quantized blocks dequantized
- * on the host, a block of rows at a time); the graph runs on the device and
+ * on the host, a block of rows at a time; KN_WEIGHTS_FILE keeps them as
+ * stored); the graph runs on the device and
  * only token embeddings (looked up on the host), positions and the wanted
  * logits cross the bus.
  */
@@ -60,13 +61,22 @@ typedef struct kn_model_config {
     int64_t n_params;
     char name[128];
     kn_dtype run_weight_type; /* what the matmuls read: weight_type on a host
-                                 backend, the weight_dtype chosen on a device */
+                                 backend, the weight_dtype chosen on a device
+                                 (KN_WEIGHTS_FILE: weight_type, or bf16 where
+                                 the GPU does not decode that type) */
 } kn_model_config;
 
 /* Weight matrices on a device backend. AUTO: bf16 on a device; on a host
- * backend the file's weights are used in place (the only choice there). */
+ * backend the file's weights are used in place (the only choice there).
+ * FILE: each matrix as the file stores it: quantized blocks the GPU decodes
+ * (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) uploaded raw and
+ * multiplied by kernels that dequantize in registers (a decode step reads
+ * ~4.5-8.5 bits a weight instead of 16), f32/f16/bf16 matrices as they are,
+ * other quantized types (Q2_K, Q3_K, ...) as bf16. Prefill (more than 8 rows)
+ * expands each quantized matrix to bf16 scratch per matmul, so it rounds as
+ * BF16 does and is slower than BF16 (docs/PERF.md). */
 typedef enum kn_weight_dtype {
-    KN_WEIGHTS_AUTO = 0, KN_WEIGHTS_BF16, KN_WEIGHTS_F16, KN_WEIGHTS_F32
+    KN_WEIGHTS_AUTO = 0, KN_WEIGHTS_BF16, KN_WEIGHTS_F16, KN_WEIGHTS_F32, KN_WEIGHTS_FILE
 } kn_weight_dtype;
 
 typedef struct kn_model_opts {
@@ -83,7 +93,8 @@ typedef struct kn_model_opts {
      * the uploaded weight matrices (norms, biases and position tables stay
      * f32). bf16 and f16 halve the bytes each decode step reads; with them
      * the matmuls round their f32 activations to that dtype too (f16: range
-     * +-65504), accumulating in f32. f32 reproduces the CPU's exact path. */
+     * +-65504), accumulating in f32. f32 reproduces the CPU's exact path.
+     * FILE keeps the file's dtypes (see kn_weight_dtype). */
     kn_weight_dtype weight_dtype;
 } kn_model_opts;
 

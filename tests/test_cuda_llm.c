@@ -37,6 +37,7 @@
 #include "backends/quant/quant.h"      /* defines: kn_quant_force_act_mode */
 #include "core/fp16.h"      /* defines: kn_fp32_to_bf16, kn_fp32_to_fp16 and back */
 #include "formats/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
+#include "formats/gguf_write.h" /* defines: kn_gguf_writer (the quantized test models) */
 #include "core/env.h"           /* defines: kn_env_reload (KN_CUDA_GRAPH on and off) */
 #include <unistd.h>
 #ifdef KN_CUDA
@@ -74,10 +75,93 @@ static const char *tiny_gpt2(void) {
     return g_gpt2_path;
 }
 
+/* Tiny random llama GGUF files with quantized matrices (C 256, 2 layers, 4
+ * heads / 2 KV heads of 64, F 512, V 300, tied output, a placeholder "gpt2"
+ * vocabulary of V pieces "t0".. that tokenizes nothing): k = 0 every matrix
+ * Q4_0 and the embedding Q8_0; k = 1 the mix of a Q4_K_M file (Q4_K, with
+ * attn_v and ffn_down Q6_K, so wq|wk|wv are not stacked on KN_WEIGHTS_FILE;
+ * ffn_gate Q5_K, so w1|w3 are not either; the embedding Q6_K). Written once
+ * to /tmp. */
+static char g_q_path[2][64];
+static void rm_q(void) { for (int k = 0; k < 2; k++) if (g_q_path[k][0]) remove(g_q_path[k]); }
+static kn_status put_mat(kn_gguf_writer *w, const char *name, kn_dtype t, int64_t rows, int64_t cols, void **keep) {
+    float *f = malloc(sizeof(float) * (size_t)(rows * cols));
+    size_t rb = kn_dtype_nbytes(t, cols);
+    char *q = malloc(rb * (size_t)rows);
+    *keep = q;
+    if (!f || !q) { free(f); return KN_ERR_NOMEM; }
+    double a = 1.0 / sqrt((double)cols) * 1.7;     /* unit-ish activations through the layers */
+    for (int64_t i = 0; i < rows * cols; i++) f[i] = (float)kn_test_uniform(-a, a);
+    kn_status st = KN_OK;
+    for (int64_t r = 0; r < rows && !st; r++) st = kn_quantize_row(t, f + r * cols, q + rb * (size_t)r, cols);
+    free(f);
+    if (!st) kn_gguf_w_tensor(w, name, t, 2, (int64_t[]){cols, rows}, q);
+    return st;
+}
+static const char *tiny_quant(int k) {
+    if (g_q_path[k][0]) return g_q_path[k];
+    enum { C = 256, L = 2, H = 4, HKV = 2, F = 512, V = 300, NKEEP = 32 };
+    kn_gguf_writer *w = NULL;
+    if (kn_gguf_writer_new(&w)) return NULL;
+    kn_gguf_w_str(w, "general.architecture", "llama");
+    kn_gguf_w_str(w, "general.name", k ? "tiny-random-q4_k_m" : "tiny-random-q4_0");
+    kn_gguf_w_u32(w, "llama.context_length", 128);
+    kn_gguf_w_u32(w, "llama.embedding_length", C);
+    kn_gguf_w_u32(w, "llama.block_count", L);
+    kn_gguf_w_u32(w, "llama.feed_forward_length", F);
+    kn_gguf_w_u32(w, "llama.attention.head_count", H);
+    kn_gguf_w_u32(w, "llama.attention.head_count_kv", HKV);
+    kn_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    static char names[V][8];
+    const char *toks[V];
+    size_t lens[V];
+    for (int i = 0; i < V; i++) { snprintf(names[i], sizeof names[i], "t%d", i); toks[i] = names[i]; lens[i] = strlen(names[i]); }
+    kn_gguf_w_str(w, "tokenizer.ggml.model", "gpt2");
+    kn_gguf_w_arr_str(w, "tokenizer.ggml.tokens", V, toks, lens);
+    const char *mg[1] = {"t1 t2"};
+    size_t ml[1] = {5};
+    kn_gguf_w_arr_str(w, "tokenizer.ggml.merges", 1, mg, ml);
+    kn_test_seed(90 + (unsigned)k);
+    void *keep[NKEEP] = {0};
+    float *norms[2 * L + 1];
+    int nk = 0;
+    kn_dtype q = k ? KN_Q4_K : KN_Q4_0, qv = k ? KN_Q6_K : KN_Q4_0, q1 = k ? KN_Q5_K : KN_Q4_0;
+    kn_status st = put_mat(w, "token_embd.weight", k ? KN_Q6_K : KN_Q8_0, V, C, &keep[nk++]);
+    for (int i = 0; i < 2 * L + 1; i++) {
+        norms[i] = malloc(sizeof(float) * C);
+        for (int j = 0; j < C; j++) norms[i][j] = (float)kn_test_uniform(0.8, 1.2);
+    }
+    kn_gguf_w_tensor_f32(w, "output_norm.weight", 1, (int64_t[]){C}, norms[2 * L]);
+    char nm[64];
+    for (int l = 0; l < L && !st; l++) {
+#define M(suffix, t, r, c) snprintf(nm, sizeof nm, "blk.%d." suffix ".weight", l); if (!st) st = put_mat(w, nm, t, r, c, &keep[nk++]);
+        M("attn_q", q, C, C) M("attn_k", q, HKV * 64, C) M("attn_v", qv, HKV * 64, C) M("attn_output", q, C, C)
+        M("ffn_gate", q1, F, C) M("ffn_up", q, F, C) M("ffn_down", qv, C, F)
+#undef M
+        snprintf(nm, sizeof nm, "blk.%d.attn_norm.weight", l);
+        kn_gguf_w_tensor_f32(w, nm, 1, (int64_t[]){C}, norms[2 * l]);
+        snprintf(nm, sizeof nm, "blk.%d.ffn_norm.weight", l);
+        kn_gguf_w_tensor_f32(w, nm, 1, (int64_t[]){C}, norms[2 * l + 1]);
+    }
+    snprintf(g_q_path[k], sizeof g_q_path[k], "/tmp/kn_test_cuda_llm_q%d_%d.gguf", k, (int)getpid());
+    if (!st) st = kn_gguf_write_file(w, g_q_path[k]);
+    if (st) { fprintf(stderr, "  writing %s: %s\n", g_q_path[k], kn_last_error()); g_q_path[k][0] = 0; }
+    kn_gguf_writer_free(w);
+    for (int i = 0; i < nk; i++) free(keep[i]);
+    for (int i = 0; i < 2 * L + 1; i++) free(norms[i]);
+    static bool reg;
+    if (!reg) { reg = true; atexit(rm_q); }
+    return g_q_path[k][0] ? g_q_path[k] : NULL;
+}
+
 static int model_cases(model_case *mc) {
     int n = 0;
     const char *gp = tiny_gpt2();
     if (gp) mc[n++] = (model_case){"tiny-gpt2-llmc", gp, NULL};
+    for (int k = 0; k < 2; k++) {
+        const char *qp = tiny_quant(k);
+        if (qp) mc[n++] = (model_case){k ? "tiny-llama-q4_k_m" : "tiny-llama-q4_0", qp, NULL};
+    }
     const char *s = kn_asset("llama2c/stories260K.bin"), *t = kn_asset("llama2c/tok512.bin");
     if (s && t) mc[n++] = (model_case){"stories260K", s, t};
     const char *g = kn_asset("gguf/llama-2-tiny-random.gguf");
@@ -120,7 +204,9 @@ static double rel_l2(const float *a, const float *b, int n) {
     }
     return sqrt(num) / (den > 0 ? sqrt(den) : 1);
 }
-static const char *wd_name(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? "f32" : w == KN_WEIGHTS_F16 ? "f16" : "bf16"; }
+static const char *wd_name(kn_weight_dtype w) {
+    return w == KN_WEIGHTS_F32 ? "f32" : w == KN_WEIGHTS_F16 ? "f16" : w == KN_WEIGHTS_FILE ? "file" : "bf16";
+}
 
 /* Two f16 KV caches filled from K, V that differ by float rounding (1e-6)
  * round some elements to neighbouring f16 values, and SmolLM2 amplifies that:
@@ -144,6 +230,10 @@ TEST(weight_dtype_checked) {
     CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID, "ref backend: %s", kn_last_error());
     o = (kn_model_opts){.backend = kn_backend_cpu(), .weight_dtype = KN_WEIGHTS_AUTO};
     CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_IO, "AUTO on the cpu backend is valid: %s", kn_last_error());
+    o = (kn_model_opts){.backend = kn_backend_cpu(), .weight_dtype = KN_WEIGHTS_FILE};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_IO, "FILE (what a host backend does) is valid: %s", kn_last_error());
+    o = (kn_model_opts){.weight_dtype = (kn_weight_dtype)(KN_WEIGHTS_FILE + 1)};
+    CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID, "one past FILE: %s", kn_last_error());
 }
 
 /* host memory posing as a device: kn_from_ptr refuses it, so model.c takes
@@ -156,7 +246,7 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 TEST(fake_device_matches_host) {
-    model_case mc[4];
+    model_case mc[8];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512 and llama-2-tiny-random.gguf missing under KN_ASSETS");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -169,16 +259,20 @@ TEST(fake_device_matches_host) {
         int n = prompt_tokens(h, ids, 64);
         float *lh = malloc(sizeof(float) * (size_t)V), *ld = malloc(sizeof(float) * (size_t)V);
         CHECK(kn_model_eval(h, ids, n, 0, lh, false) == KN_OK, "%s", kn_last_error());
-        kn_weight_dtype wds[2] = {KN_WEIGHTS_F32, KN_WEIGHTS_BF16};
-        for (int w = 0; w < 2; w++) {
+        /* FILE: quantized blocks uploaded raw (stacked where the dtypes agree),
+         * multiplied by the cpu backend's quantized matmul as on the host */
+        kn_weight_dtype wds[3] = {KN_WEIGHTS_F32, KN_WEIGHTS_BF16, KN_WEIGHTS_FILE};
+        for (int w = 0; w < 3; w++) {
             if (w == 1 && strstr(mc[i].name, "SmolLM2")) continue;     /* the slow half-precision CPU matmuls */
             kn_model *d = load_on(&mc[i], &g_fake, wds[w], 5, false);  /* chunks of 5: staging with T < n_batch */
             CHECK(d, "fake-device load of %s", mc[i].name);
             if (!d) continue;
-            CHECK(kn_model_get_config(d)->run_weight_type == (w ? KN_BF16 : KN_F32), "run_weight_type");
+            kn_dtype rw = w == 2 ? kn_model_get_config(h)->weight_type : w ? KN_BF16 : KN_F32;
+            CHECK(kn_model_get_config(d)->run_weight_type == rw, "run_weight_type %s, want %s",
+                  kn_dtype_name(kn_model_get_config(d)->run_weight_type), kn_dtype_name(rw));
             for (int k = 0; k < V; k++) ld[k] = NAN;
             CHECK(kn_model_eval(d, ids, n, 0, ld, false) == KN_OK, "%s", kn_last_error());
-            double e = rel_l2(ld, lh, V), tol = w ? 1e-2 : 1e-5;
+            double e = rel_l2(ld, lh, V), tol = w == 1 ? 1e-2 : 1e-5;
             fprintf(stderr, "  fake device %-18s %-4s weights: logits rel L2 %.3g (tol %.0e)\n", mc[i].name, wd_name(wds[w]), e, tol);
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
             kn_model_free(d);
@@ -296,10 +390,12 @@ TEST(gpu_mixed_precision_kernels) {
  * dtype: f32 differs by summation order only; f16/bf16 round every weight and
  * every matmul input (11 / 8 significant bits) through all layers */
 static double TOL(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? 1e-4 : w == KN_WEIGHTS_F16 ? 2e-2 : 6e-2; }
+/* FILE: a prompt of more than 8 tokens takes the bf16 GEMM path (as BF16);
+ * the f16 test model keeps f16 weights, which round the activations to f16 */
 
 TEST(gpu_logits_and_greedy_match_cpu) {
     NEED_GPU();
-    model_case mc[4];
+    model_case mc[8];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512, llama-2-tiny-random.gguf (KN_ASSETS) or SmolLM2 (KN_SMOLLM2) missing");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -319,8 +415,8 @@ TEST(gpu_logits_and_greedy_match_cpu) {
             cg[s] = argmax2(lc, V, &margin[s]);
             if (kn_model_eval(c, &cg[s], 1, n + s, lc, false)) { CHECK(0, "%s", kn_last_error()); break; }
         }
-        kn_weight_dtype wds[3] = {KN_WEIGHTS_F32, KN_WEIGHTS_F16, KN_WEIGHTS_BF16};
-        for (int w = 0; w < 3; w++) {
+        kn_weight_dtype wds[4] = {KN_WEIGHTS_F32, KN_WEIGHTS_F16, KN_WEIGHTS_BF16, KN_WEIGHTS_FILE};
+        for (int w = 0; w < 4; w++) {
             kn_model *g = load_on(&mc[i], gpu(), wds[w], 64, false);
             CHECK(g, "gpu load");
             if (!g) continue;
@@ -351,11 +447,68 @@ TEST(gpu_logits_and_greedy_match_cpu) {
     kn_quant_force_act_mode(-1);
 }
 
+/* KN_WEIGHTS_FILE one token at a time: every matmul is then the quantized
+ * GEMV (f32 activations, f32 accumulation: only the summation order differs
+ * from the CPU's f32-exact path) or, for the file's f32/f16 matrices, the
+ * GEMV of that dtype; 2..8 tokens at once take the M <= 8 GEMV too. So the
+ * logits must match the CPU's to 1e-4 (f16 files: 2e-2, their 2..8 rows go
+ * through the tensor cores). The weights stay quantized on the device:
+ * run_weight_type is the file's. */
+TEST(gpu_file_weights_decode_matches_cpu) {
+    NEED_GPU();
+    model_case mc[8];
+    int nm = model_cases(mc);
+    if (!nm) SKIP("no model");
+    kn_quant_force_act_mode(KN_QACT_F32);
+    for (int i = 0; i < nm; i++) {
+        kn_model *c = load_on(&mc[i], kn_backend_cpu(), KN_WEIGHTS_AUTO, 64, false);
+        kn_model *g = load_on(&mc[i], gpu(), KN_WEIGHTS_FILE, 64, false);
+        CHECK(c && g, "load %s", mc[i].name);
+        if (c && g) {
+            const kn_model_config *cc = kn_model_get_config(c), *gc = kn_model_get_config(g);
+            CHECK(gc->run_weight_type == cc->weight_type, "%s: run_weight_type %s, file %s", mc[i].name,
+                  kn_dtype_name(gc->run_weight_type), kn_dtype_name(cc->weight_type));
+            int V = cc->n_vocab;
+            int32_t ids[64];
+            int n = prompt_tokens(c, ids, 64);
+            if (n > 12) n = 12;
+            float *lc = malloc(sizeof(float) * (size_t)V), *lg = malloc(sizeof(float) * (size_t)V);
+            double worst = 0;
+            /* the first 4 tokens one by one, then the next (up to 8) as one M <= 8 batch */
+            int pos = 0;
+            for (; pos < 4 && pos < n; pos++) {
+                for (int k = 0; k < V; k++) lg[k] = NAN;
+                if (kn_model_eval(c, &ids[pos], 1, pos, lc, false) || kn_model_eval(g, &ids[pos], 1, pos, lg, false)) {
+                    CHECK(0, "%s", kn_last_error()); break;
+                }
+                double e = rel_l2(lg, lc, V);
+                if (!(e <= worst)) worst = e;
+            }
+            int rest = n - pos < 8 ? n - pos : 8;
+            if (rest > 0) {
+                for (int k = 0; k < V; k++) lg[k] = NAN;
+                if (kn_model_eval(c, &ids[pos], rest, pos, lc, false) || kn_model_eval(g, &ids[pos], rest, pos, lg, false))
+                    CHECK(0, "%s", kn_last_error());
+                double e = rel_l2(lg, lc, V);
+                if (!(e <= worst)) worst = e;
+            }
+            fprintf(stderr, "  gpu %-18s file weights (%s): %d single tokens + %d rows, worst logits rel L2 %.3g\n", mc[i].name,
+                    kn_dtype_name(gc->run_weight_type), pos, rest, worst);
+            /* f16/bf16 matrices: 2..8 rows take the tensor-core path, which rounds x to the weight dtype */
+            double tol = cc->weight_type == KN_F16 || cc->weight_type == KN_BF16 ? 2e-2 : 1e-4;
+            CHECK(worst < tol, "%s file weights, decode rows: logits rel L2 %.3g >= %.0e", mc[i].name, worst, tol);
+            free(lc); free(lg);
+        }
+        kn_model_free(c); kn_model_free(g);
+    }
+    kn_quant_force_act_mode(-1);
+}
+
 /* chunks of 7 (several plan runs, S growing) == one prefill; with f16 KV
  * caches too (the sdpa path that widens half K/V) against the CPU's f16 cache */
 TEST(gpu_chunked_prefill_and_f16_cache) {
     NEED_GPU();
-    model_case mc[4];
+    model_case mc[8];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model under KN_ASSETS / KN_SMOLLM2");
     kn_quant_force_act_mode(KN_QACT_F32);
@@ -409,7 +562,7 @@ static kn_status greedy_run(kn_model *m, const int32_t *ids, int n, int ngen, in
 }
 TEST(gpu_graph_greedy_matches_plain) {
     NEED_GPU();
-    model_case mc[5];
+    model_case mc[8];
     int nm = model_cases(mc);
     const char *extra = getenv("KN_GRAPH_MODEL");   /* e.g. a random SmolLM2-shaped HF directory (scripts/make_random_smollm2.py) */
     if (extra) mc[nm++] = (model_case){"KN_GRAPH_MODEL", extra, NULL};
@@ -474,7 +627,7 @@ static bool log_tok(void *ud, int32_t t, const char *txt, size_t len) {
  * tokens and generates what a fresh model fed the whole conversation does */
 TEST(gpu_kv_reuse) {
     NEED_GPU();
-    model_case mc[4];
+    model_case mc[8];
     int nm = model_cases(mc);
     int k = 0;
     while (k < nm && !mc[k].tok) k++;                  /* stories260K: a model with a tokenizer */

@@ -133,8 +133,10 @@ static const cli_opt OPTS[] = {
      "keep the KV cache in f16 (half the memory)"},
     {"--backend", NULL, OPT_STR, G | C | B | P | T, F(backend), NO_FIELD, NULL, "KN_BACKEND, else cpu", 0, 0, false, "cpu|cuda", false,
      "NAME", "where the model runs: cpu or cuda"},
-    {"--gpu-dtype", NULL, OPT_STR, G | C | B | P | T, F(gpu_dtype), NO_FIELD, NULL, "bf16", 0, 0, false, "bf16|f16|f32", false,
-     "TYPE", "weight matrices on the GPU (--backend cuda): bf16, f16, or f32 (the CPU's exact path)"},
+    {"--gpu-dtype", NULL, OPT_STR, G | C | B | P | T, F(gpu_dtype), NO_FIELD, NULL, "bf16", 0, 0, false, "bf16|f16|f32|file", false,
+     "TYPE", "weight matrices on the GPU (--backend cuda): bf16, f16, f32 (the CPU's exact path), or file (as the "
+     "file stores them: GGUF Q4_0..Q8_0, Q4_K..Q6_K blocks stay quantized; less memory, faster decode of larger "
+     "models, slower prefill)"},
     {"-v", "--verbose", OPT_FLAG, G | C, F(verbose), NO_FIELD, NULL, NULL, 0, 0, false, NULL, false, NULL,
      "print the seed on stderr"},
 };

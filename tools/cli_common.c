@@ -38,7 +38,8 @@ kn_model *cli_load(const cli_args *a) {
         if (!strcmp(a->gpu_dtype, "bf16")) wd = KN_WEIGHTS_BF16;
         else if (!strcmp(a->gpu_dtype, "f16")) wd = KN_WEIGHTS_F16;
         else if (!strcmp(a->gpu_dtype, "f32")) wd = KN_WEIGHTS_F32;
-        else { fprintf(stderr, "kiln: --gpu-dtype must be bf16, f16 or f32, got '%s'\n", a->gpu_dtype); return NULL; }
+        else if (!strcmp(a->gpu_dtype, "file")) wd = KN_WEIGHTS_FILE;
+        else { fprintf(stderr, "kiln: --gpu-dtype must be bf16, f16, f32 or file, got '%s'\n", a->gpu_dtype); return NULL; }
         if (be->device == KN_DEVICE_HOST) {
             fprintf(stderr, "kiln: --gpu-dtype applies to --backend cuda; the %s backend uses the file's weights\n", kn_backend_name(be));
             return NULL;

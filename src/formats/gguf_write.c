@@ -10,7 +10,8 @@
  * Key/values are serialised into a byte buffer as they are added; tensors
  * are a list of references, written at the end. One sink (a FILE or a
  * growing buffer) takes every byte so that the file and memory outputs are
- * the same bytes. Non-goals: quantized tensor types, in-place editing.
+ * the same bytes. Tensors: f32, f16, bf16 and the GGUF block types kiln reads
+ * (the caller quantizes: kn_quantize_row). Non-goals: in-place editing.
  */
 #include "formats/gguf_write.h"
 #include "formats/gguf.h"          /* defines: kn_gguf_type */
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ALIGN = 32, GGML_TYPE_F32 = 0 };
+enum { ALIGN = 32 };
 
 typedef struct { char *p; size_t n, cap; } bytes;
 
@@ -27,7 +28,8 @@ typedef struct wtensor {
     char *name;
     int n_dims;
     int64_t ne[4];
-    const float *data;
+    const void *data;
+    uint32_t ggml_type;
     uint64_t nbytes, offset;
 } wtensor;
 
@@ -127,11 +129,32 @@ void kn_gguf_w_arr_i32(kn_gguf_writer *w, const char *key, uint64_t n, const int
     for (uint64_t i = 0; i < n; i++) put_u32(w, (uint32_t)values[i]);
 }
 
+/* kn_dtype -> GGML type id (gguf.c's table turned around); false: not written */
+static bool dtype_to_ggml(kn_dtype d, uint32_t *t) {
+    static const struct { kn_dtype d; uint32_t t; } map[] = {
+        {KN_F32, 0}, {KN_F16, 1}, {KN_Q4_0, 2}, {KN_Q4_1, 3}, {KN_Q5_0, 6}, {KN_Q5_1, 7}, {KN_Q8_0, 8},
+        {KN_Q4_K, 12}, {KN_Q5_K, 13}, {KN_Q6_K, 14}, {KN_BF16, 30}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].d == d) { *t = map[i].t; return true; }
+    return false;
+}
+
 void kn_gguf_w_tensor_f32(kn_gguf_writer *w, const char *name, int n_dims, const int64_t ne[], const float *data) {
+    kn_gguf_w_tensor(w, name, KN_F32, n_dims, ne, data);
+}
+
+void kn_gguf_w_tensor(kn_gguf_writer *w, const char *name, kn_dtype type, int n_dims, const int64_t ne[], const void *data) {
     if (w->st) return;
-    if (!name || !*name || n_dims < 1 || n_dims > 4 || !data) {
-        w->st = kn_set_error(KN_ERR_INVALID, "GGUF writer: tensor '%.100s' needs a name, 1..4 dims and data",
-                             name ? name : "(null)");
+    uint32_t gt = 0;
+    if (!name || !*name || n_dims < 1 || n_dims > 4 || !data || !dtype_to_ggml(type, &gt)) {
+        w->st = kn_set_error(KN_ERR_INVALID, "GGUF writer: tensor '%.100s' needs a name, 1..4 dims, data and a type of "
+                             "F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K", name ? name : "(null)");
+        return;
+    }
+    int64_t bs = kn_dtype_get(type)->block_size;
+    if (ne[0] % bs) {
+        w->st = kn_set_error(KN_ERR_INVALID, "GGUF writer: %s tensor '%.100s' has rows of %lld, not whole blocks of %lld",
+                             kn_dtype_name(type), name, (long long)ne[0], (long long)bs);
         return;
     }
     uint64_t nel = 1;
@@ -159,7 +182,8 @@ void kn_gguf_w_tensor_f32(kn_gguf_writer *w, const char *name, int n_dims, const
     t->n_dims = n_dims;
     for (int d = 0; d < n_dims; d++) t->ne[d] = ne[d];
     t->data = data;
-    t->nbytes = nel * 4;
+    t->ggml_type = gt;
+    t->nbytes = kn_dtype_nbytes(type, (int64_t)nel);
     w->n_ts++;
 }
 
@@ -194,7 +218,7 @@ static void emit_pad(sink *s) {
     if (r) emit(s, zeros, ALIGN - r);
 }
 
-/* Little-endian hosts only (as every kiln loader assumes): f32 data is
+/* Little-endian hosts only (as every kiln loader assumes): tensor data is
  * written as it lies in memory. */
 static void emit_all(kn_gguf_writer *w, sink *s) {
     uint64_t off = 0;
@@ -213,7 +237,7 @@ static void emit_all(kn_gguf_writer *w, sink *s) {
         emit(s, t->name, strlen(t->name));
         emit_u32(s, (uint32_t)t->n_dims);
         for (int d = 0; d < t->n_dims; d++) emit_u64(s, (uint64_t)t->ne[d]);
-        emit_u32(s, GGML_TYPE_F32);
+        emit_u32(s, t->ggml_type);
         emit_u64(s, t->offset);
     }
     emit_pad(s);

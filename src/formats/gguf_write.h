@@ -34,6 +34,10 @@ void kn_gguf_w_arr_str(kn_gguf_writer *w, const char *key, uint64_t n, const cha
 void kn_gguf_w_arr_i32(kn_gguf_writer *w, const char *key, uint64_t n, const int32_t *values);
 /* An f32 tensor with n_dims (1..4) sizes ne (ne[0] innermost, GGML order). */
 void kn_gguf_w_tensor_f32(kn_gguf_writer *w, const char *name, int n_dims, const int64_t ne[], const float *data);
+/* Any tensor type kiln reads from GGUF except integers (F32, F16, BF16, Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K): data holds its bytes as the file
+ * stores them (kn_dtype_nbytes(type, numel)); ne[0] a multiple of the block. */
+void kn_gguf_w_tensor(kn_gguf_writer *w, const char *name, kn_dtype type, int n_dims, const int64_t ne[], const void *data);
 
 /* The first error of the adds so far (KN_OK if none). */
 kn_status kn_gguf_writer_status(const kn_gguf_writer *w);

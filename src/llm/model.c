@@ -359,6 +359,12 @@ static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h)
                              hi->name);
         return;
     }
+    if (hi->is_quant && d->dtype == h->dtype) {   /* KN_WEIGHTS_FILE: the blocks as stored */
+        size_t qrow = kn_dtype_nbytes(h->dtype, cols);
+        u->st = u->be->copy_in(u->be, (char *)d->buf->data + qrow * (size_t)r0, base, qrow * (size_t)rows);
+        if (u->st) kn__model_err_prefix(u->st, h->name);
+        return;
+    }
     if (!up_reserve(u, cols, out_row)) { u->st = kn_set_error(KN_ERR_NOMEM, "out of host memory converting '%s'", h->name); return; }
     int64_t per = (int64_t)(u->blk_cap / out_row);
     size_t qrow = hi->is_quant ? kn_dtype_nbytes(h->dtype, cols) : 0;
@@ -383,16 +389,29 @@ static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h)
     if (u->st) kn__model_err_prefix(u->st, h->name);
 }
 
+/* Block types the CUDA backend multiplies by as stored (its
+ * kn_cuda_quant_supported; this layer does not call the backend). */
+static bool gpu_decodes(kn_dtype t) {
+    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K ||
+           t == KN_Q6_K;
+}
+/* The device dtype of a weight matrix stored as dt: dev_wdt, or with
+ * KN_WEIGHTS_FILE (keep_file) dt itself where the device takes it. */
+static kn_dtype mat_dtype(const kn_model *m, kn_dtype dt) {
+    return m->keep_file && (gpu_decodes(dt) || kn__model_half_or_f32(dt)) ? dt : m->dev_wdt;
+}
+
 /* Device copy of host tensors hs[0..n) stacked by rows (n = 1: a plain copy):
- * a matrix in the device weight dtype, else f32. NULL (u->st set) on failure,
- * NULL without error when hs[0] is NULL. */
+ * a matrix in its device dtype (mat_dtype; stacked matrices share it), else
+ * f32. NULL (u->st set) on failure, NULL without error when hs[0] is NULL. */
 static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, bool matrix) {
     if (u->st || !hs[0]) return NULL;
     int64_t rows = 0, r, cols;
     for (int i = 0; i < n; i++) { mat_dims(hs[i], &r, &cols); rows += r; }
     int64_t shape[2] = {rows, cols};
-    kn_tensor *d = n == 1 ? kn_empty(u->m->ctx, matrix ? u->m->dev_wdt : KN_F32, hs[0]->ndim, hs[0]->shape)
-                          : kn_empty(u->m->ctx, u->m->dev_wdt, 2, shape);
+    kn_dtype mdt = mat_dtype(u->m, hs[0]->dtype);
+    kn_tensor *d = n == 1 ? kn_empty(u->m->ctx, matrix ? mdt : KN_F32, hs[0]->ndim, hs[0]->shape)
+                          : kn_empty(u->m->ctx, mdt, 2, shape);
     if (!d) {
         char pre[96];
         snprintf(pre, sizeof pre, "uploading '%s' to the %s backend", hs[0]->name, u->be->name);
@@ -429,7 +448,9 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
         kn_tensor **vec[] = {&L->attn_norm, &L->attn_norm_b, &L->bq, &L->bk, &L->bv, &L->bqkv, &L->bo,
                              &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2};
         for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) *vec[i] = upload(&u, *vec[i], false);
-        if (fuse && L->wq && !L->bq && !L->bk && !L->bv) {
+        bool same_qkv = L->wq && mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wk->dtype) &&
+                        mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wv->dtype);      /* stacked rows share one dtype */
+        if (fuse && same_qkv && !L->bq && !L->bk && !L->bv) {
             kn_tensor *qkv[3] = {L->wq, L->wk, L->wv};
             L->wqkv = upload_stack(&u, qkv, 3, true);
             L->wq = L->wk = L->wv = NULL;
@@ -438,7 +459,7 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
             L->wqkv = upload(&u, L->wqkv, true);
         }
         L->wo = upload(&u, L->wo, true);
-        if (fuse && L->w3 && !L->b1) {
+        if (fuse && L->w3 && !L->b1 && mat_dtype(m, L->w1->dtype) == mat_dtype(m, L->w3->dtype)) {
             kn_tensor *gu[2] = {L->w1, L->w3};
             L->w13 = upload_stack(&u, gu, 2, true);
             L->w1 = L->w3 = NULL;
@@ -593,14 +614,14 @@ static bool ends_with(const char *s, const char *suf) {
 kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out) {
     *out = NULL;
     if (!path) return kn_set_error(KN_ERR_INVALID, "kn_model_load: no path");
-    static const char *const wd_names[] = {"auto", "bf16", "f16", "f32"};
+    static const char *const wd_names[] = {"auto", "bf16", "f16", "f32", "file"};
     kn_weight_dtype wd = opts ? opts->weight_dtype : KN_WEIGHTS_AUTO;
-    if ((unsigned)wd > (unsigned)KN_WEIGHTS_F32)
+    if ((unsigned)wd > (unsigned)KN_WEIGHTS_FILE)
         return kn_set_error(KN_ERR_INVALID, "kn_model_load: weight_dtype %d is not one of KN_WEIGHTS_AUTO, KN_WEIGHTS_BF16, "
-                            "KN_WEIGHTS_F16, KN_WEIGHTS_F32", (int)wd);
+                            "KN_WEIGHTS_F16, KN_WEIGHTS_F32, KN_WEIGHTS_FILE", (int)wd);
     kn_backend *be = opts && opts->backend ? opts->backend : kn_backend_default();
     bool dev = be->device != KN_DEVICE_HOST;
-    if (!dev && wd != KN_WEIGHTS_AUTO)
+    if (!dev && wd != KN_WEIGHTS_AUTO && wd != KN_WEIGHTS_FILE)     /* a host backend always uses the file's weights */
         return kn_set_error(KN_ERR_INVALID, "kn_model_load: weight_dtype %s applies to device backends; the %s backend "
                             "reads the file's weights in place (leave weight_dtype at KN_WEIGHTS_AUTO, or load onto a "
                             "device backend such as kn_backend_cuda())", wd_names[wd], be->name);
@@ -661,8 +682,9 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         if (!st && dev) {
             m->on_device = true;
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;
+            m->keep_file = wd == KN_WEIGHTS_FILE;
             m->cast_acts = kn_env_get()->llm_gpu_cast;
-            c->run_weight_type = m->dev_wdt;
+            c->run_weight_type = mat_dtype(m, c->weight_type);
             m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
             m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
             m->rows_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);

@@ -45,6 +45,9 @@ struct kn_model {
                                           (loaders fill it); NULL on a host backend */
     bool on_device;                    /* ctx's backend is not a host backend */
     kn_dtype dev_wdt;                  /* device runs: dtype of the uploaded matrices */
+    bool keep_file;                    /* device runs, KN_WEIGHTS_FILE: matrices keep the
+                                          file's dtype where the device takes it
+                                          (quantized blocks raw), else dev_wdt */
     bool cast_acts;                    /* device runs, KN_LLM_GPU_CAST=1: activations cast to
                                           dev_wdt around each matmul in the graph (to
                                           compare with the mixed-precision kernels) */

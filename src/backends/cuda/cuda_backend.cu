@@ -207,7 +207,13 @@ static kn_status cu_sync(kn_backend *be) {
     return kn_cu_err_collect();
 }
 
+/* A quantized operand the GPU cannot take: anything but a matmul whose right
+ * operand (a weight kept as stored, cuda_ops_quant.cu) is of a type the GPU
+ * decodes and whose left operand and output are not quantized. */
 static bool has_quant(const kn_exec *e) {
+    if (e->node->op == KN_OP_MATMUL && kn_cuda_quant_supported((int)e->src[1].dtype) &&
+        !kn_dtype_get(e->dst.dtype)->is_quant && !kn_dtype_get(e->src[0].dtype)->is_quant)
+        return false;
     if (kn_dtype_get(e->dst.dtype)->is_quant) return true;
     for (int k = 0; k < e->nsrc; k++)
         if (e->node->src[k] && kn_dtype_get(e->src[k].dtype)->is_quant) return true;
@@ -268,7 +274,8 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
         const char *q = kn_dtype_name(e->dst.dtype);
         for (int k = 0; k < e->nsrc; k++)
             if (e->node->src[k] && kn_dtype_get(e->src[k].dtype)->is_quant) q = kn_dtype_name(e->src[k].dtype);
-        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: %s with a quantized (%s) operand is not supported on the GPU; "
+        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: %s with a quantized (%s) operand is not supported on the GPU "
+                            "(it takes Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K weights as a matmul's right operand); "
                             "dequantize on the host (cast to f32/f16 on the cpu backend) before moving the tensor", kn_op_name(t->op), q);
     }
     if (kn_tview_numel(&e->dst) == 0 && t->op != KN_OP_INDEX_COPY && t->op != KN_OP_ASSIGN) return KN_OK;

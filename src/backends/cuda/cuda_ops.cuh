@@ -237,6 +237,9 @@ typedef struct { const float *bias; int act; const float *res; } kn_cu_gemv_epi;
 /* The product alone (e->epi ignored), with ge (NULL: none) done in the
  * kernel where it can be: *done = 2 all of ge, 1 only its bias, 0 none. */
 kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
+/* cuda_ops_quant.cu: the same for a GGUF-quantized right operand (a weight
+ * kept as stored): kn_cu_matmul_gemv_epi branches here */
+kn_status kn_cu_matmul_quant(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
 /* gemv.cu: the GEMV with that epilogue; KN_ERR_UNSUPPORTED: not launched */
 extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
                                       const float *res, int64_t N, int64_t K, void *stream);

@@ -8,7 +8,8 @@
  * weight dtype as it is loaded, f32 out), the GEMV kernels for one f32 row
  * times a dense f32, bf16 or f16 weight used transposed (decode), a generic
  * double kernel otherwise (f64, integers, other mixed operand dtypes, zero
- * strides). */
+ * strides). A GGUF-quantized right operand (a weight kept as stored) takes
+ * cuda_ops_quant.cu. */
 #include "backends/cuda/cuda_ops.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -464,6 +465,7 @@ kn_status kn_cu_matmul(const kn_exec *e) {
 kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done) {
     const kn_tview *d = &e->dst;
     if (done) *done = 0;
+    if (kn_dtype_get(e->src[1].dtype)->is_quant) return kn_cu_matmul_quant(e, ge, done);   /* cuda_ops_quant.cu */
     int nb = d->ndim - 2;
     kn_tview a = e->src[0], b = e->src[1];
     int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];

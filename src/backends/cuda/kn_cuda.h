@@ -153,6 +153,22 @@ kn_status kn_cuda_gemm_tc_f32a(kn_dtype b_dtype, bool trans_b, int64_t M, int64_
 kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *x, const float *bias,
                            int64_t N, int64_t K, void *stream);
 
+/* ---- GGUF-quantized weights (quant_blocks.cuh, gemv_quant.cu, dequant.cu) ----------
+ * Weights of a quantized type stay in their raw GGUF blocks in device memory
+ * (W [N, K]: N rows of K / block_size blocks back to back, 2-byte aligned).
+ * kn_cuda_quant_supported: 1 for the types the GPU decodes (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), else 0.
+ * kn_cuda_gemv_quant: y [M, ldy] = x [M, ldx] @ W^T (+ bias [N]) (+ res [N],
+ * M = 1 only), M in 1..8, x f32 16-byte aligned with ldx % 4 == 0, f32
+ * accumulation; KN_ERR_UNSUPPORTED (nothing launched) when those do not
+ * hold, KN_ERR_INVALID when K is not whole blocks.
+ * kn_cuda_dequant: n elements (whole blocks) of W expanded to bf16 or f32
+ * (out_dt KN_BF16 / KN_F32) at out (16-byte aligned). */
+int kn_cuda_quant_supported(int wt);
+kn_status kn_cuda_gemv_quant(int wt, float *y, int64_t ldy, const void *W, const float *x, int64_t ldx,
+                             int64_t M, int64_t N, int64_t K, const float *bias, const float *res, void *stream);
+kn_status kn_cuda_dequant(int wt, void *out, int out_dt, const void *W, int64_t n, void *stream);
+
 /* ---- general wgmma GEMM for bf16/f16 operands (gemm_bf16_sm90.cu, sm_90a) --------
  * Same contract as kn_cuda_gemm_tc with alpha = 1: C[z] = op(A[z]) @ op(B[z]),
  * trans_a: A stored K x M, trans_b: B stored N x K; C of dtype ab (f32 C:
