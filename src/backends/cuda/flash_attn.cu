@@ -36,6 +36,7 @@
  */
 #include "backends/cuda/cuda_ops.cuh"
 #include "backends/cuda/kn_cuda.h"
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune (KN_CUDA_TUNE=flash_mt=2,flash_minb=1)
 
 /* ---- PTX wrappers --------------------------------------------------------------- */
 __device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -75,6 +76,21 @@ template <bool BF> __device__ __forceinline__ uint32_t fa_pack(float lo, float h
     else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+/* 2^x on the SFU (flush to zero; 2^-inf = 0) */
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+/* dst[0..1] += (x, y) in global memory (8-byte aligned); one vector atomic on sm_90 */
+__device__ __forceinline__ void fa_atomic2(float *dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)dst, make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
 /* a store in the destination dtype (the reference's rounding: RNE) */
 __device__ __forceinline__ void fa_store(void *p, int dt, int64_t i, float x) {
     if (dt == KN_F32) ((float *)p)[i] = x;
@@ -109,12 +125,15 @@ struct fa_fwd_args {
     float sl2;                        /* scale * log2(e) */
 };
 
-/* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first */
-template <int D, bool BF, bool PRE>
-__global__ void __launch_bounds__(128) k_flash_fwd(fa_fwd_args a) {
-    constexpr int P = D + 8, BR = 64, BC = 64;
+/* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first.
+ * Warp w owns query rows 16 MT w .. 16 MT (w + 1) - 1 of the BR = 64 MT row
+ * tile: each K/V fragment read from shared memory feeds MT MMAs (MT = 2
+ * halves the ldmatrix traffic per MMA, at the price of registers). */
+template <int D, int MT, int MINB, bool BF, bool PRE>
+__global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
+    constexpr int P = D + 8, BR = 64 * MT, BC = 64;
     extern __shared__ __align__(16) uint16_t fa_sm[];
-    uint16_t *Qs = fa_sm, *Ks = Qs + BR * P, *Vs = Ks + 2 * BC * P;     /* Q [64][P], K, V [2][64][P] */
+    uint16_t *Qs = fa_sm, *Ks = Qs + BR * P, *Vs = Ks + 2 * BC * P;     /* Q [BR][P], K, V [2][64][P] */
     const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / a.G;
     const int i0 = tile * BR, w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int off = a.Tk - a.Tq;
@@ -129,11 +148,16 @@ __global__ void __launch_bounds__(128) k_flash_fwd(fa_fwd_args a) {
         fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk, a.v);
     }
     fa_commit();
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    uint32_t qf[D / 16][4];
-    const int ra = i0 + w * 16 + g, rb = ra + 8;         /* this thread's two query rows */
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    }
+    uint32_t qf[MT][D / 16][4];
+    const int r0 = i0 + w * 16 * MT + g;                 /* row of (mt, half e/2): r0 + 16 mt + 8 (e/2) */
     for (int kt = 0; kt < nkt; kt++) {
         if (kt + 1 < nkt) {
             int j1 = (kt + 1) * BC, buf = (kt + 1) & 1;
@@ -147,117 +171,142 @@ __global__ void __launch_bounds__(128) k_flash_fwd(fa_fwd_args a) {
         __syncthreads();
         if (kt == 0) {
 #pragma unroll
-            for (int kk = 0; kk < D / 16; kk++) fa_ldsm(qf[kk], Qs + (w * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    fa_ldsm(qf[mt][kk], Qs + (w * 16 * MT + mt * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
         }
         const uint16_t *K = Ks + (kt & 1) * BC * P, *V = Vs + (kt & 1) * BC * P;
-        float s[BC / 8][4];
+        float s[MT][BC / 8][4];
 #pragma unroll
-        for (int n = 0; n < BC / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
 #pragma unroll
             for (int n2 = 0; n2 < BC / 16; n2++) {
                 uint32_t r[4];
                 fa_ldsm(r, K + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
-                fa_mma<BF>(s[2 * n2], qf[kk], r[0], r[1]);
-                fa_mma<BF>(s[2 * n2 + 1], qf[kk], r[2], r[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    fa_mma<BF>(s[mt][2 * n2], qf[mt][kk], r[0], r[1]);
+                    fa_mma<BF>(s[mt][2 * n2 + 1], qf[mt][kk], r[2], r[3]);
+                }
             }
         }
         const int j0 = kt * BC;
         const bool edge = j0 + BC > a.Tk || (a.causal && j0 + BC - 1 > i0 + off);
-        float mx[2] = {m[0], m[1]};
 #pragma unroll
-        for (int n = 0; n < BC / 8; n++)
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {m[mt][0], m[mt][1]};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = s[n][e] * a.sl2;
-                if (edge) {
-                    int j = j0 + n * 8 + 2 * t + (e & 1), r = e >> 1 ? rb : ra;
-                    if (j >= a.Tk || (a.causal && j > r + off)) x = -INFINITY;
+            for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[mt][n][e] * a.sl2;
+                    if (edge) {
+                        int j = j0 + n * 8 + 2 * t + (e & 1), r = r0 + mt * 16 + (e >> 1) * 8;
+                        if (j >= a.Tk || (a.causal && j > r + off)) x = -INFINITY;
+                    }
+                    s[mt][n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            float al[2], ms[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                ms[r] = mx[r] == -INFINITY ? 0.f : mx[r];    /* a row with nothing visible yet: exp2(-inf) = 0 */
+                al[r] = fa_exp2(m[mt][r] - ms[r]);
+                m[mt][r] = mx[r];
+                l[mt][r] *= al[r];
             }
-        float al[2], ms[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            ms[r] = mx[r] == -INFINITY ? 0.f : mx[r];    /* a row with nothing visible yet: exp2(-inf) = 0 */
-            al[r] = exp2f(m[r] - ms[r]);
-            m[r] = mx[r];
-            l[r] *= al[r];
+            for (int n = 0; n < D / 8; n++) {
+                o[mt][n][0] *= al[0]; o[mt][n][1] *= al[0]; o[mt][n][2] *= al[1]; o[mt][n][3] *= al[1];
+            }
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) { float p = fa_exp2(s[mt][n][e] - ms[e >> 1]); s[mt][n][e] = p; l[mt][e >> 1] += p; }
         }
-#pragma unroll
-        for (int n = 0; n < D / 8; n++) { o[n][0] *= al[0]; o[n][1] *= al[0]; o[n][2] *= al[1]; o[n][3] *= al[1]; }
-#pragma unroll
-        for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) { float p = exp2f(s[n][e] - ms[e >> 1]); s[n][e] = p; l[e >> 1] += p; }
         /* O += P V: P's accumulators are already A fragments (keys 16kc.. = n-blocks 2kc, 2kc+1) */
 #pragma unroll
         for (int kc = 0; kc < BC / 16; kc++) {
-            uint32_t pa[4] = {fa_pack<BF>(s[2 * kc][0], s[2 * kc][1]), fa_pack<BF>(s[2 * kc][2], s[2 * kc][3]),
-                              fa_pack<BF>(s[2 * kc + 1][0], s[2 * kc + 1][1]), fa_pack<BF>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = fa_pack<BF>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pa[mt][1] = fa_pack<BF>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pa[mt][2] = fa_pack<BF>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pa[mt][3] = fa_pack<BF>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+            }
 #pragma unroll
             for (int n2 = 0; n2 < D / 16; n2++) {
                 uint32_t r[4];
                 fa_ldsm_t(r, V + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n2 * 16 + (lane >> 4) * 8);
-                fa_mma<BF>(o[2 * n2], pa, r[0], r[1]);
-                fa_mma<BF>(o[2 * n2 + 1], pa, r[2], r[3]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    fa_mma<BF>(o[mt][2 * n2], pa[mt], r[0], r[1]);
+                    fa_mma<BF>(o[mt][2 * n2 + 1], pa[mt], r[2], r[3]);
+                }
             }
         }
         __syncthreads();                                 /* the next iteration refills the other buffer */
     }
     fa_wait<0>();
-    float inv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = 1.f / l[r];                             /* no visible key: 0 * inf = NaN row */
-    }
-    if (!PRE) {
-        char *yb = (char *)a.y;
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
-                if (r < a.Tq) {
-                    float x = l[e >> 1] > 0.f ? o[n][e] * inv[e >> 1] : __int_as_float(0x7fc00000);
-                    fa_store(yb, a.ydt, b * a.ys[0] + h * a.ys[1] + r * a.ys[2] + c * a.ys[3], x);
-                }
-            }
-    } else {
-        /* D_i = dO_i . O_i over the quad's columns, then L_i = m + log2(l) */
-        float dsum[2] = {0.f, 0.f};
-        const uint16_t *gb = a.g + b * a.gs[0] + h * a.gs[1];
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
-                if (r < a.Tq) {
-                    uint16_t gv = gb[r * a.gs[2] + c];
-                    float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv);
-                    dsum[e >> 1] += gf * o[n][e] * inv[e >> 1];
-                }
-            }
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 1);
-            dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 2);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+            inv[r] = 1.f / l[mt][r];
         }
-        if (t == 0) {
-            int64_t base = ((int64_t)b * a.Hq + h) * a.Tq;
-            if (ra < a.Tq) {
-                a.lse[base + ra] = l[0] > 0.f ? m[0] + log2f(l[0]) : -INFINITY;
-                a.dd[base + ra] = l[0] > 0.f ? dsum[0] : 0.f;
+        const int ra = r0 + mt * 16, rb = ra + 8;
+        if (!PRE) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
+                    if (r < a.Tq) {                      /* no visible key: a NaN row */
+                        float x = l[mt][e >> 1] > 0.f ? o[mt][n][e] * inv[e >> 1] : __int_as_float(0x7fc00000);
+                        fa_store(a.y, a.ydt, b * a.ys[0] + h * a.ys[1] + r * a.ys[2] + c * a.ys[3], x);
+                    }
+                }
+        } else {
+            /* D_i = dO_i . O_i over the quad's columns, then L_i = m + log2(l) */
+            float dsum[2] = {0.f, 0.f};
+            const uint16_t *gb = a.g + b * a.gs[0] + h * a.gs[1];
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
+                    if (r < a.Tq) {
+                        uint16_t gv = gb[r * a.gs[2] + c];
+                        float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv);
+                        dsum[e >> 1] += gf * o[mt][n][e] * inv[e >> 1];
+                    }
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 1);
+                dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 2);
             }
-            if (rb < a.Tq) {
-                a.lse[base + rb] = l[1] > 0.f ? m[1] + log2f(l[1]) : -INFINITY;
-                a.dd[base + rb] = l[1] > 0.f ? dsum[1] : 0.f;
+            if (t == 0) {
+                int64_t base = ((int64_t)b * a.Hq + h) * a.Tq;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    int row = r ? rb : ra;
+                    if (row < a.Tq) {
+                        a.lse[base + row] = l[mt][r] > 0.f ? m[mt][r] + log2f(l[mt][r]) : -INFINITY;
+                        a.dd[base + row] = l[mt][r] > 0.f ? dsum[r] : 0.f;
+                    }
+                }
             }
         }
     }
@@ -359,7 +408,7 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
             for (int e = 0; e < 4; e++) {
                 int c = i0 + n * 8 + 2 * t + (e & 1), rk = e >> 1 ? rkb : rka;
                 bool ok = !edge || (rk < a.Tk && c < a.Tq && (!a.causal || rk <= c + off));
-                float p = ok ? exp2f(s[n][e] * a.sl2 - L[n][e & 1]) : 0.f;
+                float p = ok ? fa_exp2(s[n][e] * a.sl2 - L[n][e & 1]) : 0.f;
                 s[n][e] = p;
                 dp[n][e] = ok ? a.scale * p * (dp[n][e] - Dd[n][e & 1]) : 0.f;
             }
@@ -411,8 +460,8 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
 #pragma unroll
             for (int n = 0; n < 8; n++) {
                 int c = d0 + n * 8 + 2 * t;
-                if (i0 + qa < a.Tq) { atomicAdd(dqb + qa * D + c, acc[n][0]); atomicAdd(dqb + qa * D + c + 1, acc[n][1]); }
-                if (i0 + qb < a.Tq) { atomicAdd(dqb + qb * D + c, acc[n][2]); atomicAdd(dqb + qb * D + c + 1, acc[n][3]); }
+                if (i0 + qa < a.Tq) fa_atomic2(dqb + qa * D + c, acc[n][0], acc[n][1]);
+                if (i0 + qb < a.Tq) fa_atomic2(dqb + qb * D + c, acc[n][2], acc[n][3]);
             }
         }
         __syncthreads();                                 /* Ss and this Q/dO buffer are reused */
@@ -472,23 +521,36 @@ template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
     KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     return KN_OK;
 }
-static size_t fa_fwd_smem(int D) { return sizeof(uint16_t) * (size_t)(5 * 64 * (D + 8)); }
+static size_t fa_fwd_smem(int D, int MT) { return sizeof(uint16_t) * (size_t)((64 * MT + 4 * 64) * (D + 8)); }
 static size_t fa_bwd_smem(int D) {
     int BR = D == 128 ? 32 : 64;
     return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8));
 }
-template <int D, bool BF, bool PRE> static kn_status fa_launch_fwd(const fa_fwd_args &a, int B) {
-    size_t smem = fa_fwd_smem(D);
+template <int D, int MT, int MINB, bool BF, bool PRE> static kn_status fa_launch_fwd(const fa_fwd_args &a, int B) {
+    size_t smem = fa_fwd_smem(D, MT);
     static bool attr = false;              /* once per instantiation (the opt-in above 48 KiB) */
-    if (!attr) { kn_status st = fa_smem_attr(k_flash_fwd<D, BF, PRE>, smem); if (st) return st; attr = true; }
-    dim3 grid((unsigned)((a.Tq + 63) / 64), (unsigned)a.Hq, (unsigned)B);
-    k_flash_fwd<D, BF, PRE><<<grid, 128, smem, kn_cu_stream()>>>(a);
+    if (!attr) { kn_status st = fa_smem_attr(k_flash_fwd<D, MT, MINB, BF, PRE>, smem); if (st) return st; attr = true; }
+    dim3 grid((unsigned)((a.Tq + 64 * MT - 1) / (64 * MT)), (unsigned)a.Hq, (unsigned)B);
+    k_flash_fwd<D, MT, MINB, BF, PRE><<<grid, 128, smem, kn_cu_stream()>>>(a);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
+/* Variants for D = 64 (KN_CUDA_TUNE keys, read once): flash_mt=2 gives a
+ * warp two row tiles (half the ldmatrix traffic per MMA, but 243 registers:
+ * 2 blocks an SM); flash_minb=4 caps the registers at 128 so that 4 blocks
+ * (16 warps) share an SM, flash_minb=1 lets ptxas take 139 (3 blocks).
+ * D = 128 has one variant (178 registers and 87 KiB of shared memory: 2
+ * blocks an SM; two row tiles would not fit the registers). */
 template <bool PRE> static kn_status fa_fwd_dispatch(const fa_fwd_args &a, int D, bool bf, int B) {
-    if (D == 64) return bf ? fa_launch_fwd<64, true, PRE>(a, B) : fa_launch_fwd<64, false, PRE>(a, B);
-    return bf ? fa_launch_fwd<128, true, PRE>(a, B) : fa_launch_fwd<128, false, PRE>(a, B);
+    static int mt = 0, minb = 0;
+    if (!mt) {
+        mt = kn_cuda_tune("flash_mt", 1) == 2 ? 2 : 1;
+        minb = kn_cuda_tune("flash_minb", 4) == 1 ? 1 : 4;
+    }
+    if (D == 64 && mt == 2) return bf ? fa_launch_fwd<64, 2, 1, true, PRE>(a, B) : fa_launch_fwd<64, 2, 1, false, PRE>(a, B);
+    if (D == 64 && minb == 4) return bf ? fa_launch_fwd<64, 1, 4, true, PRE>(a, B) : fa_launch_fwd<64, 1, 4, false, PRE>(a, B);
+    if (D == 64) return bf ? fa_launch_fwd<64, 1, 1, true, PRE>(a, B) : fa_launch_fwd<64, 1, 1, false, PRE>(a, B);
+    return bf ? fa_launch_fwd<128, 1, 1, true, PRE>(a, B) : fa_launch_fwd<128, 1, 1, false, PRE>(a, B);
 }
 static fa_fwd_args fa_fwd_from(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2];
