@@ -14,7 +14,8 @@
  * takes its older path. Portable sm_80 code (mma.sync m16n8k16, ldmatrix,
  * cp.async), which the H100/H200 run as it is; no wgmma/TMA path yet.
  *
- * Forward, a block of 4 warps per 64 query rows of one (b, h): Q stays in
+ * Forward, a block of 4 warps per 64 query rows of one (b, h) (D = 64 has
+ * variants, see fa_fwd_dispatch): Q stays in
  * registers (A fragments), K/V tiles of 64 keys stream through shared memory
  * (cp.async, two buffers), S = Q K^T and O += P V on the tensor cores with
  * f32 accumulators, online softmax in f32 in the log2 domain (scores are
