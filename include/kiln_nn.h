@@ -365,9 +365,11 @@ void kn_grad_accum_free(kn_grad_accum *a);
  * Parameters (the master weights) and optimizer state stay f32. Each Linear
  * layer (and the tied LM heads of GPT-2 / Llama) casts its input and weight
  * to the compute dtype, multiplies there (the kernels accumulate in f32) and
- * casts the product back to f32 before the bias; everything else (embedding
- * lookups, norms, softmax, attention, activations, losses, reductions, the
- * optimizer) computes in f32. The gradient of a cast is the cast back, so
+ * casts the product back to f32 before the bias. On a GPU backend the
+ * Attention module also casts q, k, v to the compute dtype for sdpa (flash
+ * kernels: f32 softmax statistics and accumulators) and y back to f32.
+ * Everything else (embedding lookups, norms, softmax, activations, losses,
+ * reductions, the optimizer) computes in f32. The gradient of a cast is the cast back, so
  * the backward matmuls run in the compute dtype too and gradients land in f32
  * on the master weights. Set the precision before the forward that builds the
  * plan; kn_module_add_child hands a non-f32 precision down to the child.
@@ -376,7 +378,8 @@ void kn_grad_accum_free(kn_grad_accum *a);
  * Where each precision runs: CUDA: all three. CPU (host) backends: bf16
  * needs a CPU with AVX512_BF16, f16 one with F16C; today both widen the
  * operands to f32 for the CPU's SGEMM (the numerics of 16-bit inputs, no
- * speed-up), and attention and convolutions stay f32 on every backend. */
+ * speed-up), attention stays f32 on host backends and convolutions on
+ * every backend. */
 typedef enum { KN_PREC_F32, KN_PREC_BF16, KN_PREC_F16 } kn_precision;
 const char *kn_precision_name(kn_precision p);              /* "f32", "bf16", "f16" */
 /* "f32" | "bf16" | "f16" (also "fp32", "bfloat16", "fp16", "float16"); KN_ERR_INVALID otherwise */

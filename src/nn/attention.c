@@ -77,7 +77,15 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
         q = kn_rope(ctx, q, pos, (int)D, c->rope_theta, c->rope_neox, 1.0);
         k = kn_rope(ctx, k, pos, (int)D, c->rope_theta, c->rope_neox, 1.0);
     }
-    kn_tensor *y = kn_sdpa(ctx, q, k, v, c->causal, 0);                          /* [B,H,T,D] */
+    kn_dtype hd = kn__mod_attn_dtype(m, q);       /* bf16/f16 on a GPU under that policy */
+    kn_tensor *y;
+    if (q && hd != q->dtype) {
+        kn_dtype out = q->dtype;
+        y = kn_sdpa(ctx, kn_cast(ctx, q, hd), kn_cast(ctx, k, hd), kn_cast(ctx, v, hd), c->causal, 0);
+        y = kn_cast(ctx, y, out);
+    } else {
+        y = kn_sdpa(ctx, q, k, v, c->causal, 0);                                 /* [B,H,T,D] */
+    }
     static const int perm[4] = {0, 2, 1, 3};
     y = kn_reshape(ctx, kn_permute(ctx, y, perm), 3, (int64_t[]){B, T, C});
     y = kn_module_forward(kn__child(m, c->fused_qkv ? "c_proj" : "o_proj"), y);

@@ -48,6 +48,9 @@ kn_status kn__loss_scaler_write(kn_loss_scaler *s);
  * x's dtype before the bias, so everything after it (bias, norms, softmax,
  * losses) stays f32. With KN_PREC_F32 it is kn_linear. */
 kn_tensor *kn__mod_linear(const kn_module *m, kn_tensor *x, kn_tensor *w, kn_tensor *b);
+/* precision.c: the dtype sdpa runs in under m's policy (16-bit on device
+ * backends, q's dtype otherwise) */
+kn_dtype kn__mod_attn_dtype(const kn_module *m, const kn_tensor *q);
 
 /* "Linear 'h.0.attn.c_proj'" into buf (kind and dotted path from the root). */
 const char *kn__mod_path(const kn_module *m, char *buf, size_t n);

@@ -10,9 +10,15 @@
  * rule is the cast back (autograd/rules.c g_cast), so backward gives
  * dy (f32) -> cast to h -> two h matmuls -> dx, dw cast to f32: the master
  * weight's gradient is f32, as its optimizer state is.
- * Non-goals: no per-op allow/deny lists (only Linear layers and tied LM
- * heads change), no 16-bit attention or convolutions (their fast kernels on
- * the CPU and CUDA are f32 only; 16-bit inputs would run the reference). */
+ * Attention on a device backend (kn__mod_attn_dtype): q, k, v are cast to h
+ * before sdpa and y back to f32 after, so the GPU runs its 16-bit flash
+ * kernels (backends/cuda/flash_attn.cu; f32 softmax statistics and
+ * accumulators inside); the gradient flows back through the same casts.
+ * On host backends attention stays f32: the CPU's fast attention is f32
+ * only (16-bit operands would run the reference).
+ * Non-goals: no per-op allow/deny lists (only Linear layers, tied LM heads
+ * and device attention change), no 16-bit convolutions (their fast kernels
+ * are f32 only; 16-bit inputs would run the reference). */
 #include "nn-impl.h"
 #include "core/cpu.h"                   // defines: kn_cpu (the CPU's bf16 / f16c feature bits)
 #include <math.h>
@@ -88,6 +94,15 @@ kn_tensor *kn__mod_linear(const kn_module *m, kn_tensor *x, kn_tensor *w, kn_ten
     kn_tensor *y = kn_linear(ctx, kn_cast(ctx, x, h), kn_cast(ctx, w, h), NULL);   /* [..., out] in h */
     y = kn_cast(ctx, y, out);
     return b ? kn_add(ctx, y, b) : y;
+}
+
+/* The dtype attention runs in under m's policy: h for f32 q on a device
+ * backend, else q's own dtype (the CPU keeps f32, see the header). */
+kn_dtype kn__mod_attn_dtype(const kn_module *m, const kn_tensor *q) {
+    kn_dtype h = kn_precision_dtype(m->prec);
+    kn_backend *be = kn_ctx_backend(m->ctx);
+    if (!q || h == KN_F32 || q->dtype != KN_F32 || !be || be->device == KN_DEVICE_HOST) return q ? q->dtype : KN_F32;
+    return h;
 }
 
 /* ---- the loss scaler (host side) ---------------------------------------------------- */

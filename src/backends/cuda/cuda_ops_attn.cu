@@ -10,8 +10,10 @@
  *   S = scale Q K^T, dP = G V^T                  (GEMMs)
  *   P = softmax(S masked), dS = scale P (dP - rowsum(P dP))   (k_ds_rows_f32)
  *   dQ = dS K, dK = sum_g dS_g^T Q_g, dV = sum_g P_g^T G_g     (GEMMs)
- * Anything else (other dtypes, strided head dims, a query row with no key)
- * takes the generic pair of kernels, in double like the reference.
+ * 16-bit operands with head dim 64 or 128 take the flash kernels first
+ * (flash_attn.cu). Anything else (other dtypes, strided head dims, a query
+ * row with no key) takes the generic pair of kernels, in double like the
+ * reference.
  */
 #include "backends/cuda/cuda_ops.cuh"
 #include "backends/cuda/kn_cuda.h"
@@ -202,7 +204,8 @@ kn_status kn_cu_sdpa_bwd(const kn_exec *e) {
                                     kn_cu_stream()));
         if (q->ne[2] == 0 || k->ne[2] != 0) return KN_OK;
     }
-    kn_status st = sdpa_bwd_f32(e);
+    kn_status st = kn_cu_flash_bwd(e);             /* bf16/f16, D 64 or 128 (flash_attn.cu) */
+    if (st == KN_ERR_UNSUPPORTED) st = sdpa_bwd_f32(e);
     if (st != KN_ERR_UNSUPPORTED) return st;
     return sdpa_bwd_generic(e);
 }

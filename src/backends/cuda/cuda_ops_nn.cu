@@ -616,6 +616,7 @@ static kn_status cu_sdpa(const kn_exec *e) {
     if (nrows == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
     kn_status fst = sdpa_decode(e);
+    if (fst == KN_ERR_UNSUPPORTED) fst = kn_cu_flash_fwd(e);    /* bf16/f16, D 64 or 128 (flash_attn.cu) */
     if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_f32(e);
     if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_half_kv(e);
     if (fst != KN_ERR_UNSUPPORTED) return fst;

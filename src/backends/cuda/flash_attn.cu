@@ -1,0 +1,649 @@
+/* flash_attn.cu: FlashAttention-2 style sdpa on the tensor cores for 16-bit
+ * operands: the forward (KN_OP_SDPA) and the fused gradient (KN_OP_SDPA_BWD).
+ *
+ * Shapes (graph/ops_nn.c states the arithmetic): q [B,Hq,Tq,D], k [B,Hkv,Tk,D],
+ * v [B,Hkv,Tk,D], query head h reads key/value head h / G (G = Hq / Hkv);
+ * causal: key j is visible to query i iff j <= i + (Tk - Tq). A query row
+ * with no visible key gives a NaN output row and a NaN dq row.
+ *
+ * What fits: q, k, v (and g = dL/dy) all bf16 or all f16, D == Dv in {64, 128},
+ * unit stride along D, every other stride a multiple of 8 elements and the
+ * data 16-byte aligned (the head views of a fused [B,T,3C] projection fit:
+ * row stride 3C). y (or the packed dq|dk|dv) is the operand dtype or f32.
+ * Anything else returns KN_ERR_UNSUPPORTED without a message and the caller
+ * takes its older path. Portable sm_80 code (mma.sync m16n8k16, ldmatrix,
+ * cp.async), which the H100/H200 run as it is; no wgmma/TMA path yet.
+ *
+ * Forward, a block of 4 warps per 64 query rows of one (b, h) (D = 64 has
+ * variants, see fa_fwd_dispatch): Q stays in
+ * registers (A fragments), K/V tiles of 64 keys stream through shared memory
+ * (cp.async, two buffers), S = Q K^T and O += P V on the tensor cores with
+ * f32 accumulators, online softmax in f32 in the log2 domain (scores are
+ * pre-multiplied by scale * log2(e), so exp2 is one instruction).
+ *
+ * Backward (FlashAttention-2, Dao 2023, algorithm 2):
+ *   1. pre-pass = the forward kernel again with dO: per query row the log2
+ *      sum-exp L_i and D_i = dO_i . O_i (O in f32 registers, never stored;
+ *      the node has no y source, so O is recomputed);
+ *   2. a block per 64-key tile of one (b, kv head) loops over the group's
+ *      query heads and the query tiles that can see the keys:
+ *        S^T = K Q^T, P^T = exp2(S^T scale log2e - L), dP^T = V dO^T,
+ *        dS^T = scale P^T (dP^T - D), dV += P^T dO, dK += dS^T Q
+ *      (dK, dV in f32 registers, 16 keys a warp, summed over the group),
+ *      and dQ += dS K through shared memory into an f32 scratch with atomics;
+ *   3. dQ scratch -> the output dtype (NaN rows where L = -inf).
+ * P and dS are rounded to the operand dtype before their MMAs, as in the
+ * paper's kernels; everything else accumulates in f32.
+ */
+#include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/kn_cuda.h"
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune (KN_CUDA_TUNE=flash_mt=2,flash_minb=1)
+
+/* ---- PTX wrappers --------------------------------------------------------------- */
+__device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared; ok false writes 16 zero bytes (reads nothing) */
+__device__ __forceinline__ void fa_cp16(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+/* four 8x8 16-bit matrices; lane l gives the row address of matrix l/8 */
+__device__ __forceinline__ void fa_ldsm(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fa_smem(p)));
+}
+__device__ __forceinline__ void fa_ldsm_t(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(fa_smem(p)));
+}
+/* c[16x8] += a[16x16] b[16x8], f32 accumulators. Fragments (g = lane/4, t = lane%4):
+ * a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..);
+ * b0 (k 2t..2t+1, n g) b1 (k 2t+8.., n g); c0,c1 (g, 2t..2t+1) c2,c3 (g+8, 2t..). */
+template <bool BF>
+__device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if (BF)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* (lo, hi) -> two 16-bit values, round to nearest even; lo in the low half */
+template <bool BF> __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
+    uint32_t r;
+    if (BF) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+/* 2^x on the SFU (flush to zero; 2^-inf = 0) */
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+/* dst[0..1] += (x, y) in global memory (8-byte aligned); one vector atomic on sm_90 */
+__device__ __forceinline__ void fa_atomic2(float *dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)dst, make_float2(x, y));
+#else
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
+#endif
+}
+/* a store in the destination dtype (the reference's rounding: RNE) */
+__device__ __forceinline__ void fa_store(void *p, int dt, int64_t i, float x) {
+    if (dt == KN_F32) ((float *)p)[i] = x;
+    else if (dt == KN_BF16) ((uint16_t *)p)[i] = kn_f2bf(x);
+    else ((uint16_t *)p)[i] = kn_dev_f2h(x);
+}
+
+/* R rows x D columns of 16-bit data (row stride ld elements, rows >= n are
+ * zero-filled) into shared memory with row pitch D + 8: the 16-byte pad puts
+ * the 8 rows of an ldmatrix in 8 different bank groups. */
+template <int R, int D>
+__device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *g, int64_t ld, int n, const uint16_t *any) {
+    constexpr int CPR = D / 8, P = D + 8;
+    for (int c = threadIdx.x; c < R * CPR; c += 128) {
+        int r = c / CPR, col = (c % CPR) * 8;
+        bool ok = r < n;
+        fa_cp16(s + r * P + col, ok ? g + r * ld + col : any, ok);
+    }
+}
+
+/* ---- forward (and the backward's pre-pass) --------------------------------------- */
+struct fa_fwd_args {
+    const uint16_t *q, *k, *v;        /* element strides [b, h, t] below; unit along D */
+    int64_t qs[3], ks[3], vs[3];
+    void *y;                          /* [B,Hq,Tq,D] in ydt, strides ys (NULL in the pre-pass) */
+    int64_t ys[4];
+    int ydt;
+    const uint16_t *g;                /* pre-pass: dO [B,Hq,Tq,D], strides gs */
+    int64_t gs[3];
+    float *lse, *dd;                  /* pre-pass: L_i, D_i [B*Hq*Tq] */
+    int Hq, G, Tq, Tk, causal;
+    float sl2;                        /* scale * log2(e) */
+};
+
+/* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first.
+ * Warp w owns query rows 16 MT w .. 16 MT (w + 1) - 1 of the BR = 64 MT row
+ * tile: each K/V fragment read from shared memory feeds MT MMAs (MT = 2
+ * halves the ldmatrix traffic per MMA, at the price of registers). */
+template <int D, int MT, int MINB, bool BF, bool PRE>
+__global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
+    constexpr int P = D + 8, BR = 64 * MT, BC = 64;
+    extern __shared__ __align__(16) uint16_t fa_sm[];
+    uint16_t *Qs = fa_sm, *Ks = Qs + BR * P, *Vs = Ks + 2 * BC * P;     /* Q [BR][P], K, V [2][64][P] */
+    const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / a.G;
+    const int i0 = tile * BR, w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int off = a.Tk - a.Tq;
+    const uint16_t *qb = a.q + b * a.qs[0] + h * a.qs[1];
+    const uint16_t *kb = a.k + b * a.ks[0] + hk * a.ks[1], *vb = a.v + b * a.vs[0] + hk * a.vs[1];
+    int kend = a.Tk;                                     /* keys [0, kend) can be visible to this tile */
+    if (a.causal) kend = min(a.Tk, min(i0 + BR, a.Tq) + off);
+    const int nkt = kend > 0 ? (kend + BC - 1) / BC : 0;
+    fa_load_tile<BR, D>(Qs, qb + i0 * a.qs[2], a.qs[2], a.Tq - i0, a.q);
+    if (nkt > 0) {
+        fa_load_tile<BC, D>(Ks, kb, a.ks[2], a.Tk, a.k);
+        fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk, a.v);
+    }
+    fa_commit();
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.f;
+    }
+    uint32_t qf[MT][D / 16][4];
+    const int r0 = i0 + w * 16 * MT + g;                 /* row of (mt, half e/2): r0 + 16 mt + 8 (e/2) */
+    for (int kt = 0; kt < nkt; kt++) {
+        if (kt + 1 < nkt) {
+            int j1 = (kt + 1) * BC, buf = (kt + 1) & 1;
+            fa_load_tile<BC, D>(Ks + buf * BC * P, kb + j1 * a.ks[2], a.ks[2], a.Tk - j1, a.k);
+            fa_load_tile<BC, D>(Vs + buf * BC * P, vb + j1 * a.vs[2], a.vs[2], a.Tk - j1, a.v);
+            fa_commit();
+            fa_wait<1>();
+        } else {
+            fa_wait<0>();
+        }
+        __syncthreads();
+        if (kt == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; kk++)
+                    fa_ldsm(qf[mt][kk], Qs + (w * 16 * MT + mt * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+        }
+        const uint16_t *K = Ks + (kt & 1) * BC * P, *V = Vs + (kt & 1) * BC * P;
+        float s[MT][BC / 8][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+            for (int n2 = 0; n2 < BC / 16; n2++) {
+                uint32_t r[4];
+                fa_ldsm(r, K + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    fa_mma<BF>(s[mt][2 * n2], qf[mt][kk], r[0], r[1]);
+                    fa_mma<BF>(s[mt][2 * n2 + 1], qf[mt][kk], r[2], r[3]);
+                }
+            }
+        }
+        const int j0 = kt * BC;
+        const bool edge = j0 + BC > a.Tk || (a.causal && j0 + BC - 1 > i0 + off);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float mx[2] = {m[mt][0], m[mt][1]};
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = s[mt][n][e] * a.sl2;
+                    if (edge) {
+                        int j = j0 + n * 8 + 2 * t + (e & 1), r = r0 + mt * 16 + (e >> 1) * 8;
+                        if (j >= a.Tk || (a.causal && j > r + off)) x = -INFINITY;
+                    }
+                    s[mt][n][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
+                }
+            float al[2], ms[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                ms[r] = mx[r] == -INFINITY ? 0.f : mx[r];    /* a row with nothing visible yet: exp2(-inf) = 0 */
+                al[r] = fa_exp2(m[mt][r] - ms[r]);
+                m[mt][r] = mx[r];
+                l[mt][r] *= al[r];
+            }
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[mt][n][0] *= al[0]; o[mt][n][1] *= al[0]; o[mt][n][2] *= al[1]; o[mt][n][3] *= al[1];
+            }
+#pragma unroll
+            for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) { float p = fa_exp2(s[mt][n][e] - ms[e >> 1]); s[mt][n][e] = p; l[mt][e >> 1] += p; }
+        }
+        /* O += P V: P's accumulators are already A fragments (keys 16kc.. = n-blocks 2kc, 2kc+1) */
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            uint32_t pa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                pa[mt][0] = fa_pack<BF>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pa[mt][1] = fa_pack<BF>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pa[mt][2] = fa_pack<BF>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pa[mt][3] = fa_pack<BF>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+            }
+#pragma unroll
+            for (int n2 = 0; n2 < D / 16; n2++) {
+                uint32_t r[4];
+                fa_ldsm_t(r, V + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n2 * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    fa_mma<BF>(o[mt][2 * n2], pa[mt], r[0], r[1]);
+                    fa_mma<BF>(o[mt][2 * n2 + 1], pa[mt], r[2], r[3]);
+                }
+            }
+        }
+        __syncthreads();                                 /* the next iteration refills the other buffer */
+    }
+    fa_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 1);
+            l[mt][r] += __shfl_xor_sync(0xffffffffu, l[mt][r], 2);
+            inv[r] = 1.f / l[mt][r];
+        }
+        const int ra = r0 + mt * 16, rb = ra + 8;
+        if (!PRE) {
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
+                    if (r < a.Tq) {                      /* no visible key: a NaN row */
+                        float x = l[mt][e >> 1] > 0.f ? o[mt][n][e] * inv[e >> 1] : __int_as_float(0x7fc00000);
+                        fa_store(a.y, a.ydt, b * a.ys[0] + h * a.ys[1] + r * a.ys[2] + c * a.ys[3], x);
+                    }
+                }
+        } else {
+            /* D_i = dO_i . O_i over the quad's columns, then L_i = m + log2(l) */
+            float dsum[2] = {0.f, 0.f};
+            const uint16_t *gb = a.g + b * a.gs[0] + h * a.gs[1];
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
+                    if (r < a.Tq) {
+                        uint16_t gv = gb[r * a.gs[2] + c];
+                        float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv);
+                        dsum[e >> 1] += gf * o[mt][n][e] * inv[e >> 1];
+                    }
+                }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 1);
+                dsum[r] += __shfl_xor_sync(0xffffffffu, dsum[r], 2);
+            }
+            if (t == 0) {
+                int64_t base = ((int64_t)b * a.Hq + h) * a.Tq;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    int row = r ? rb : ra;
+                    if (row < a.Tq) {
+                        a.lse[base + row] = l[mt][r] > 0.f ? m[mt][r] + log2f(l[mt][r]) : -INFINITY;
+                        a.dd[base + row] = l[mt][r] > 0.f ? dsum[r] : 0.f;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* ---- backward: a block per 64-key tile ------------------------------------------- */
+struct fa_bwd_args {
+    const uint16_t *q, *k, *v, *g;    /* element strides [b, h, t]; unit along D */
+    int64_t qs[3], ks[3], vs[3], gs[3];
+    const float *lse, *dd;            /* [B*Hq*Tq] from the pre-pass */
+    float *dq;                        /* f32 scratch [B,Hq,Tq,D], zeroed */
+    void *dk, *dv;                    /* [B,Hkv,Tk,D] contiguous, in odt */
+    int odt;
+    int Hq, Hkv, G, Tq, Tk, causal;
+    float sl2, scale;
+};
+
+/* grid (key tiles, Hkv, B), 128 threads: warp w owns keys 16w..16w+15 of the
+ * tile for S^T, dP^T, dK, dV; for dQ = dS K the warps split the BR x D tile
+ * into (BR/16) row groups x 64 columns. BR = 64 query rows (D = 64) or 32
+ * (D = 128, to keep the f32 accumulators in registers). */
+template <int D, bool BF>
+__global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
+    constexpr int P = D + 8, BC = 64, BR = D == 128 ? 32 : 64, PS = BR + 8;
+    extern __shared__ __align__(16) uint16_t fa_sm[];
+    uint16_t *Ks = fa_sm, *Vs = Ks + BC * P, *Qs = Vs + BC * P, *Gs = Qs + 2 * BR * P, *Ss = Gs + 2 * BR * P;
+    /* K, V [64][P]; Q, dO [2][BR][P]; dS^T [64 keys][BR + 8] */
+    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, j0 = kt * BC;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int off = a.Tk - a.Tq;
+    const uint16_t *kb = a.k + b * a.ks[0] + hk * a.ks[1] + j0 * a.ks[2];
+    const uint16_t *vb = a.v + b * a.vs[0] + hk * a.vs[1] + j0 * a.vs[2];
+    int qt0 = 0;                                         /* the first query tile that sees a key of this tile */
+    if (a.causal) qt0 = max(0, j0 - off) / BR;
+    const int nqt = (a.Tq + BR - 1) / BR, per = nqt > qt0 ? nqt - qt0 : 0, nit = per * a.G;
+    fa_load_tile<BC, D>(Ks, kb, a.ks[2], a.Tk - j0, a.k);
+    fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk - j0, a.v);
+    auto load_q = [&](int it, int buf) {
+        int h = hk * a.G + it / per, i0 = (qt0 + it % per) * BR;
+        fa_load_tile<BR, D>(Qs + buf * BR * P, a.q + b * a.qs[0] + h * a.qs[1] + i0 * a.qs[2], a.qs[2], a.Tq - i0, a.q);
+        fa_load_tile<BR, D>(Gs + buf * BR * P, a.g + b * a.gs[0] + h * a.gs[1] + i0 * a.gs[2], a.gs[2], a.Tq - i0, a.g);
+    };
+    if (nit > 0) load_q(0, 0);
+    fa_commit();
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
+    const int rka = j0 + w * 16 + g, rkb = rka + 8;      /* this thread's two keys */
+    for (int it = 0; it < nit; it++) {
+        const int h = hk * a.G + it / per, i0 = (qt0 + it % per) * BR, buf = it & 1;
+        if (it + 1 < nit) {
+            load_q(it + 1, buf ^ 1);
+            fa_commit();
+            fa_wait<1>();
+        } else {
+            fa_wait<0>();
+        }
+        /* this thread's query columns: L and D (rows past Tq: P = 0) */
+        const int64_t rowb = ((int64_t)b * a.Hq + h) * a.Tq;
+        float L[BR / 8][2], Dd[BR / 8][2];
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int c = i0 + n * 8 + 2 * t + e;
+                L[n][e] = c < a.Tq ? __ldg(a.lse + rowb + c) : INFINITY;
+                Dd[n][e] = c < a.Tq ? __ldg(a.dd + rowb + c) : 0.f;
+            }
+        __syncthreads();
+        const uint16_t *Q = Qs + buf * BR * P, *G = Gs + buf * BR * P;
+        float s[BR / 8][4], dp[BR / 8][4];
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t ka[4], va[4];
+            fa_ldsm(ka, Ks + (w * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+            fa_ldsm(va, Vs + (w * 16 + (lane & 15)) * P + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+            for (int n2 = 0; n2 < BR / 16; n2++) {
+                uint32_t r[4];
+                fa_ldsm(r, Q + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+                fa_mma<BF>(s[2 * n2], ka, r[0], r[1]);
+                fa_mma<BF>(s[2 * n2 + 1], ka, r[2], r[3]);
+                fa_ldsm(r, G + (n2 * 16 + (lane & 7) + ((lane >> 4) << 3)) * P + kk * 16 + ((lane >> 3) & 1) * 8);
+                fa_mma<BF>(dp[2 * n2], va, r[0], r[1]);
+                fa_mma<BF>(dp[2 * n2 + 1], va, r[2], r[3]);
+            }
+        }
+        /* P^T and dS^T in place (s, dp); masked entries are exactly 0 */
+        const bool edge = j0 + BC > a.Tk || i0 + BR > a.Tq || (a.causal && j0 + BC - 1 > i0 + off);
+#pragma unroll
+        for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int c = i0 + n * 8 + 2 * t + (e & 1), rk = e >> 1 ? rkb : rka;
+                bool ok = !edge || (rk < a.Tk && c < a.Tq && (!a.causal || rk <= c + off));
+                float p = ok ? fa_exp2(s[n][e] * a.sl2 - L[n][e & 1]) : 0.f;
+                s[n][e] = p;
+                dp[n][e] = ok ? a.scale * p * (dp[n][e] - Dd[n][e & 1]) : 0.f;
+            }
+        /* dV += P^T dO, dK += dS^T Q: the accumulators are A fragments (queries 16kc..) */
+#pragma unroll
+        for (int kc = 0; kc < BR / 16; kc++) {
+            uint32_t pa[4] = {fa_pack<BF>(s[2 * kc][0], s[2 * kc][1]), fa_pack<BF>(s[2 * kc][2], s[2 * kc][3]),
+                              fa_pack<BF>(s[2 * kc + 1][0], s[2 * kc + 1][1]), fa_pack<BF>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            uint32_t da[4] = {fa_pack<BF>(dp[2 * kc][0], dp[2 * kc][1]), fa_pack<BF>(dp[2 * kc][2], dp[2 * kc][3]),
+                              fa_pack<BF>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]), fa_pack<BF>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+            /* dS^T to shared memory for dQ (rows: keys, columns: queries) */
+            *(uint32_t *)(Ss + (w * 16 + g) * PS + kc * 16 + 2 * t) = da[0];
+            *(uint32_t *)(Ss + (w * 16 + g + 8) * PS + kc * 16 + 2 * t) = da[1];
+            *(uint32_t *)(Ss + (w * 16 + g) * PS + kc * 16 + 8 + 2 * t) = da[2];
+            *(uint32_t *)(Ss + (w * 16 + g + 8) * PS + kc * 16 + 8 + 2 * t) = da[3];
+#pragma unroll
+            for (int n2 = 0; n2 < D / 16; n2++) {
+                uint32_t r[4];
+                fa_ldsm_t(r, G + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n2 * 16 + (lane >> 4) * 8);
+                fa_mma<BF>(dv[2 * n2], pa, r[0], r[1]);
+                fa_mma<BF>(dv[2 * n2 + 1], pa, r[2], r[3]);
+                fa_ldsm_t(r, Q + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + n2 * 16 + (lane >> 4) * 8);
+                fa_mma<BF>(dk[2 * n2], da, r[0], r[1]);
+                fa_mma<BF>(dk[2 * n2 + 1], da, r[2], r[3]);
+            }
+        }
+        __syncthreads();
+        /* dQ[BR x D] += dS K: warp w takes query rows 16 (w % (BR/16)).. and columns 64 (w / (BR/16)).. */
+        {
+            constexpr int NRG = BR / 16;
+            const int qr0 = (w % NRG) * 16, d0 = (w / NRG) * 64;
+            float acc[8][4];
+#pragma unroll
+            for (int n = 0; n < 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll
+            for (int kc = 0; kc < BC / 16; kc++) {
+                uint32_t sa[4];
+                fa_ldsm_t(sa, Ss + (kc * 16 + (lane & 7) + (lane >> 4) * 8) * PS + qr0 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                for (int n2 = 0; n2 < 4; n2++) {
+                    uint32_t r[4];
+                    fa_ldsm_t(r, Ks + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * P + d0 + n2 * 16 + (lane >> 4) * 8);
+                    fa_mma<BF>(acc[2 * n2], sa, r[0], r[1]);
+                    fa_mma<BF>(acc[2 * n2 + 1], sa, r[2], r[3]);
+                }
+            }
+            float *dqb = a.dq + (rowb + i0) * D;
+            const int qa = qr0 + g, qb = qa + 8;
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                int c = d0 + n * 8 + 2 * t;
+                if (i0 + qa < a.Tq) fa_atomic2(dqb + qa * D + c, acc[n][0], acc[n][1]);
+                if (i0 + qb < a.Tq) fa_atomic2(dqb + qb * D + c, acc[n][2], acc[n][3]);
+            }
+        }
+        __syncthreads();                                 /* Ss and this Q/dO buffer are reused */
+    }
+    fa_wait<0>();
+    /* dK, dV rows of this tile (zero where no query sees the key) */
+    const int64_t ob = ((int64_t)b * a.Hkv + hk) * a.Tk;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int rk = e >> 1 ? rkb : rka, c = n * 8 + 2 * t + (e & 1);
+            if (rk < a.Tk) {
+                fa_store(a.dk, a.odt, (ob + rk) * D + c, dk[n][e]);
+                fa_store(a.dv, a.odt, (ob + rk) * D + c, dv[n][e]);
+            }
+        }
+}
+
+/* dq (odt, contiguous) from the f32 scratch; rows with no visible key are NaN */
+__global__ void k_flash_dq(void *dq, int odt, const float *acc, const float *lse, int64_t n, int D) {
+    KN_GRID_LOOP(i, n) {
+        float x = lse[i / D] == -INFINITY ? __int_as_float(0x7fc00000) : acc[i];
+        fa_store(dq, odt, i, x);
+    }
+}
+
+/* ---- host side -------------------------------------------------------------------- */
+/* launches so far, forward and backward: tests check that a case took this
+ * path (a fallback would give right answers too) */
+static uint64_t fa_runs[2];
+extern "C" uint64_t kn_cu_flash_runs(int bwd) { return fa_runs[bwd != 0]; }
+
+/* a 16-bit [B,H,T,D] operand the tiles can read with 16-byte copies */
+static bool fa_view_ok(const kn_tview *v, kn_dtype dt, int64_t D) {
+    if (v->dtype != dt || v->ndim != 4 || v->ne[3] != D || v->st[3] != 1 || !kn_aligned16(v->data)) return false;
+    for (int d = 0; d < 3; d++)
+        if (v->ne[d] > 1 && (v->st[d] % 8 || v->st[d] < 0)) return false;
+    return true;
+}
+static void fa_strides(const kn_tview *v, int64_t s[3]) {
+    for (int d = 0; d < 3; d++) s[d] = v->ne[d] > 1 ? v->st[d] : 0;
+}
+/* the common conditions of both directions; *bf: bf16 (else f16) */
+static bool fa_fits(const kn_exec *e, bool *bf) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2];
+    kn_dtype dt = q->dtype;
+    int64_t D = q->ndim == 4 ? q->ne[3] : 0;
+    if ((dt != KN_BF16 && dt != KN_F16) || (D != 64 && D != 128) || kn_env_get()->cuda_generic) return false;
+    if (!fa_view_ok(q, dt, D) || !fa_view_ok(k, dt, D) || !fa_view_ok(v, dt, D)) return false;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], Hkv = k->ne[1], Tk = k->ne[2];
+    if (Hkv < 1 || Hq % Hkv || Tk < 1 || Tq < 1 || B > 65535 || Hq > 65535 || Tq > (1 << 30) || Tk > (1 << 30)) return false;
+    *bf = dt == KN_BF16;
+    return true;
+}
+template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
+    KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    return KN_OK;
+}
+static size_t fa_fwd_smem(int D, int MT) { return sizeof(uint16_t) * (size_t)((64 * MT + 4 * 64) * (D + 8)); }
+static size_t fa_bwd_smem(int D) {
+    int BR = D == 128 ? 32 : 64;
+    return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8));
+}
+template <int D, int MT, int MINB, bool BF, bool PRE> static kn_status fa_launch_fwd(const fa_fwd_args &a, int B) {
+    size_t smem = fa_fwd_smem(D, MT);
+    static bool attr = false;              /* once per instantiation (the opt-in above 48 KiB) */
+    if (!attr) { kn_status st = fa_smem_attr(k_flash_fwd<D, MT, MINB, BF, PRE>, smem); if (st) return st; attr = true; }
+    dim3 grid((unsigned)((a.Tq + 64 * MT - 1) / (64 * MT)), (unsigned)a.Hq, (unsigned)B);
+    k_flash_fwd<D, MT, MINB, BF, PRE><<<grid, 128, smem, kn_cu_stream()>>>(a);
+    KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+/* Variants for D = 64 (KN_CUDA_TUNE keys, read once): flash_mt=2 gives a
+ * warp two row tiles (half the ldmatrix traffic per MMA, but 243 registers:
+ * 2 blocks an SM); flash_minb=4 caps the registers at 128 so that 4 blocks
+ * (16 warps) share an SM, flash_minb=1 lets ptxas take 139 (3 blocks).
+ * D = 128 has one variant (178 registers and 87 KiB of shared memory: 2
+ * blocks an SM; two row tiles would not fit the registers). */
+template <bool PRE> static kn_status fa_fwd_dispatch(const fa_fwd_args &a, int D, bool bf, int B) {
+    static int mt = 0, minb = 0;
+    if (!mt) {
+        mt = kn_cuda_tune("flash_mt", 1) == 2 ? 2 : 1;
+        minb = kn_cuda_tune("flash_minb", 4) == 1 ? 1 : 4;
+    }
+    if (D == 64 && mt == 2) return bf ? fa_launch_fwd<64, 2, 1, true, PRE>(a, B) : fa_launch_fwd<64, 2, 1, false, PRE>(a, B);
+    if (D == 64 && minb == 4) return bf ? fa_launch_fwd<64, 1, 4, true, PRE>(a, B) : fa_launch_fwd<64, 1, 4, false, PRE>(a, B);
+    if (D == 64) return bf ? fa_launch_fwd<64, 1, 1, true, PRE>(a, B) : fa_launch_fwd<64, 1, 1, false, PRE>(a, B);
+    return bf ? fa_launch_fwd<128, 1, 1, true, PRE>(a, B) : fa_launch_fwd<128, 1, 1, false, PRE>(a, B);
+}
+static fa_fwd_args fa_fwd_from(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2];
+    fa_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (const uint16_t *)q->data; a.k = (const uint16_t *)k->data; a.v = (const uint16_t *)v->data;
+    fa_strides(q, a.qs); fa_strides(k, a.ks); fa_strides(v, a.vs);
+    a.Hq = (int)q->ne[1]; a.G = (int)(q->ne[1] / k->ne[1]); a.Tq = (int)q->ne[2]; a.Tk = (int)k->ne[2];
+    a.causal = e->node->p.sdpa.causal;
+    a.sl2 = (float)(e->node->p.sdpa.scale * 1.4426950408889634);
+    return a;
+}
+
+/* KN_OP_SDPA; KN_ERR_UNSUPPORTED (no message) when it does not fit */
+kn_status kn_cu_flash_fwd(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *y = &e->dst;
+    bool bf;
+    if (!fa_fits(e, &bf) || (y->dtype != q->dtype && y->dtype != KN_F32) || y->ndim != 4) return KN_ERR_UNSUPPORTED;
+    fa_fwd_args a = fa_fwd_from(e);
+    a.y = y->data;
+    for (int d = 0; d < 4; d++) a.ys[d] = y->st[d];
+    a.ydt = (int)y->dtype;
+    kn_status st = fa_fwd_dispatch<false>(a, (int)q->ne[3], bf, (int)q->ne[0]);
+    if (!st) fa_runs[0]++;
+    return st;
+}
+
+/* KN_OP_SDPA_BWD (sources q, k, v, g; output dq | dk | dv packed) */
+kn_status kn_cu_flash_bwd(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst;
+    bool bf;
+    if (!fa_fits(e, &bf) || !fa_view_ok(g, q->dtype, q->ne[3]) || (y->dtype != q->dtype && y->dtype != KN_F32) ||
+        y->ndim != 1 || y->st[0] != 1)
+        return KN_ERR_UNSUPPORTED;
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2];
+    int64_t rows = B * Hq * Tq, nq = rows * D, nk = B * Hkv * Tk * D;
+    float *lse = NULL, *dd = NULL, *acc = NULL;
+    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&lse);
+    if (!st) st = kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&dd);
+    if (!st) st = kn_cu_tmp(sizeof(float) * (size_t)nq, (void **)&acc);
+    if (!st && cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)nq, kn_cu_stream()) != cudaSuccess)
+        st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: memset of the dq scratch failed");
+    if (!st) {                                           /* 1. L_i and D_i */
+        fa_fwd_args a = fa_fwd_from(e);
+        a.g = (const uint16_t *)g->data;
+        fa_strides(g, a.gs);
+        a.lse = lse; a.dd = dd;
+        st = fa_fwd_dispatch<true>(a, (int)D, bf, (int)B);
+    }
+    if (!st) {                                           /* 2. dK, dV and the dQ scratch */
+        const kn_tview *v = &e->src[2];
+        fa_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = (const uint16_t *)q->data; a.k = (const uint16_t *)k->data; a.v = (const uint16_t *)v->data;
+        a.g = (const uint16_t *)g->data;
+        fa_strides(q, a.qs); fa_strides(k, a.ks); fa_strides(v, a.vs); fa_strides(g, a.gs);
+        a.lse = lse; a.dd = dd; a.dq = acc;
+        size_t es = y->dtype == KN_F32 ? 4 : 2;
+        a.dk = (char *)y->data + es * (size_t)nq;
+        a.dv = (char *)y->data + es * (size_t)(nq + nk);
+        a.odt = (int)y->dtype;
+        a.Hq = (int)Hq; a.Hkv = (int)Hkv; a.G = (int)(Hq / Hkv); a.Tq = (int)Tq; a.Tk = (int)Tk;
+        a.causal = e->node->p.sdpa.causal;
+        a.scale = (float)e->node->p.sdpa.scale;
+        a.sl2 = (float)(e->node->p.sdpa.scale * 1.4426950408889634);
+        dim3 grid((unsigned)((Tk + 63) / 64), (unsigned)Hkv, (unsigned)B);
+        size_t smem = fa_bwd_smem((int)D);
+        static bool attr[4];
+        int which = (D == 128) * 2 + bf;
+        if (!attr[which]) {
+            st = D == 64 ? (bf ? fa_smem_attr(k_flash_bwd<64, true>, smem) : fa_smem_attr(k_flash_bwd<64, false>, smem))
+                         : (bf ? fa_smem_attr(k_flash_bwd<128, true>, smem) : fa_smem_attr(k_flash_bwd<128, false>, smem));
+            attr[which] = !st;
+        }
+        if (!st) {
+            if (D == 64) {
+                if (bf) k_flash_bwd<64, true><<<grid, 128, smem, kn_cu_stream()>>>(a);
+                else k_flash_bwd<64, false><<<grid, 128, smem, kn_cu_stream()>>>(a);
+            } else {
+                if (bf) k_flash_bwd<128, true><<<grid, 128, smem, kn_cu_stream()>>>(a);
+                else k_flash_bwd<128, false><<<grid, 128, smem, kn_cu_stream()>>>(a);
+            }
+            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: flash kernel launch failed");
+        }
+    }
+    if (!st) {                                           /* 3. dq in the output dtype */
+        k_flash_dq<<<kn_blocks(nq), KN_THREADS, 0, kn_cu_stream()>>>(y->data, (int)y->dtype, acc, lse, nq, (int)D);
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: dq kernel launch failed");
+    }
+    kn_cu_tmp_free(lse);
+    kn_cu_tmp_free(dd);
+    kn_cu_tmp_free(acc);
+    if (!st) fa_runs[1]++;
+    return st;
+}
