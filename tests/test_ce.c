@@ -413,6 +413,35 @@ TEST(ce_cuda_bad_target_is_an_error) {
     bad_target(kn_backend_cuda(), "cuda", true);
     bad_target(kn_backend_cuda(), "cuda", false);
 }
+/* the classifier as in bf16 training: logits = h @ W^T in bf16, cast to
+ * f32, the loss; dh and dW come from matmuls that read dlogits through its
+ * [N, Cp] row stride (the tensor-core path on the GPU) */
+TEST(ce_cuda_classifier_gradients) {
+    NEED_GPU();
+    kn_test_seed(76);
+    int64_t N = 48, C = 4099, D = 64;
+    double *h = malloc(sizeof(double) * (size_t)(N * D)), *w = malloc(sizeof(double) * (size_t)(C * D)), *x; int64_t *t;
+    for (int64_t i = 0; i < N * D; i++) h[i] = kn_test_uniform(-1, 1);
+    for (int64_t i = 0; i < C * D; i++) w[i] = kn_test_uniform(-0.3, 0.3);
+    make_data(N, C, 1, -100, &x, &t);
+    double *g[2][2] = {{0}};
+    for (int b = 0; b < 2; b++) {
+        kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){b ? kn_backend_cuda() : kn_backend_ref()});
+        kn_tensor *ht = kn_empty(ctx, KN_BF16, 2, SH(N, D)), *wt = kn_empty(ctx, KN_BF16, 2, SH(C, D));
+        kn_tensor_write(ht, h, KN_F64); kn_tensor_write(wt, w, KN_F64);
+        kn_set_requires_grad(ht, true); kn_set_requires_grad(wt, true);
+        kn_tensor *tg = kn_from_data(ctx, KN_I64, 1, SH(N), t);
+        kn_tensor *loss = kn_cross_entropy(ctx, kn_cast(ctx, kn_linear(ctx, ht, wt, NULL), KN_F32), tg, NULL);
+        REQUIRE(loss && kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());
+        g[b][0] = rd(kn_grad(ht)); g[b][1] = rd(kn_grad(wt));
+        kn_ctx_free(ctx);
+    }
+    double e0 = rel(g[1][0], g[0][0], N * D), e1 = rel(g[1][1], g[0][1], C * D);
+    CHECK(e0 < 1e-2 && e1 < 1e-2, "cuda vs ref: dh rel err %g, dW rel err %g", e0, e1);
+    for (int b = 0; b < 2; b++) { free(g[b][0]); free(g[b][1]); }
+    free(h); free(w); free(x); free(t);
+}
+
 /* the generic kernel: f64 logits, i32 and u8 targets, transposed (strided) logits */
 TEST(ce_cuda_generic_layouts) {
     NEED_GPU();
