@@ -82,6 +82,7 @@ typedef union kn_op_params {
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
     struct { bool causal; double scale; } sdpa;
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;
+    struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
 } kn_op_params;
 
@@ -327,6 +328,15 @@ kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double 
  * or factors computed from a Hugging Face rope_scaling); ff = NULL is kn_rope. */
 kn_tensor *kn_rope_ff(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale,
                       kn_tensor *ff);
+/* Per-row classifier loss in one node (no probabilities in memory):
+ *   loss[i] = logsumexp(logits[i,:]) - (1-ls) logits[i,t_i] - ls/C sum_j logits[i,j]
+ * logits [N,C] f32/f16/bf16/f64 (read as stored), targets [N] integer class
+ * ids, ls = label_smoothing in [0, 1). Rows whose target is ignore_index give
+ * 0; any other target outside [0, C) is an error when the plan runs. Result
+ * [N] f32 (f64 for f64 logits). Its gradient is one CROSS_ENTROPY_BWD node.
+ * kn_cross_entropy (kiln_nn.h) adds the reductions and the [..., C] shapes. */
+kn_tensor *kn_cross_entropy_rows(kn_ctx *ctx, kn_tensor *logits, kn_tensor *targets, int64_t ignore_index,
+                                 double label_smoothing);
 
 /* ---- autograd ----------------------------------------------------------------- */
 void kn_set_requires_grad(kn_tensor *t, bool on);

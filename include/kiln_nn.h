@@ -266,8 +266,8 @@ kn_module *kn_rnn_new(kn_ctx *ctx, kn_rnn_kind kind, int64_t in, int64_t hidden,
 kn_tensor *kn_rnn_forward(kn_module *m, kn_tensor *x, kn_tensor *h0, kn_tensor *c0, kn_tensor **h_n, kn_tensor **c_n);
 
 /* ==== losses ==================================================================
- * Composites of core ops (gradients come from autograd). Reduction applies
- * to the per-element loss. */
+ * Composites of core ops (gradients come from autograd; cross-entropy has
+ * its own fused nodes). Reduction applies to the per-element loss. */
 typedef enum { KN_REDUCE_MEAN, KN_REDUCE_SUM, KN_REDUCE_NONE } kn_reduction;
 typedef struct kn_ce_opts {
     kn_reduction reduction;
@@ -275,7 +275,12 @@ typedef struct kn_ce_opts {
     double label_smoothing; /* in [0,1)                                              */
 } kn_ce_opts;
 kn_ce_opts kn_ce_defaults(void);
-/* logits [N,C] or [..., C] (class dim last), targets integer [N] / [...]; NULL opts = defaults */
+/* logits [N,C] or [..., C] (class dim last), targets integer [N] / [...]; NULL opts = defaults.
+ * One fused node per row and one gradient node (kn_cross_entropy_rows in
+ * kiln.h): logits are read as stored (a bf16/f16 tensor cast to f32 is read
+ * before the cast), the loss is f32 (f64 for f64 logits). A target outside
+ * [0, C) other than ignore_index is an error when the plan runs.
+ * KN_CE_COMPOSITE=1 builds the composite on log_softmax instead. */
 kn_tensor *kn_cross_entropy(kn_ctx *ctx, kn_tensor *logits, kn_tensor *targets, const kn_ce_opts *o);
 /* logp [..., C] log-probabilities */
 kn_tensor *kn_nll_loss(kn_ctx *ctx, kn_tensor *logp, kn_tensor *targets, const kn_ce_opts *o);

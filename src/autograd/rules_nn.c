@@ -7,8 +7,10 @@
  * weight; poolings use their *_BWD nodes; sdpa makes one SDPA_BWD node
  * (or, over a symbolic batch, rebuilds the probabilities and applies the
  * matmul chain rule with the key/value heads expanded over each query
- * group). Gradient-only nodes (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD) have
- * no rule: no second derivatives yet.
+ * group); cross_entropy makes one CROSS_ENTROPY_BWD node for the logits
+ * (the targets are class ids: no gradient). Gradient-only nodes
+ * (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD, CROSS_ENTROPY_BWD) have no rule:
+ * no second derivatives yet.
  */
 #include "autograd/autograd.h"
 #include <math.h>
@@ -218,6 +220,12 @@ static void g_rope(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
                         t->src[2]);
 }
 
+/* ---- cross_entropy: dlogits = g * (softmax - smoothed one-hot), one node
+ * (ops_loss.c states its arithmetic; it recomputes the row statistics) ---- */
+static void g_cross_entropy(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    if (rg(t->src[0])) gin[0] = kn__cross_entropy_bwd(ctx, t, g);
+}
+
 kn_grad_rule kn__grad_rule_nn(kn_op op) {
     switch (op) {
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return g_softmax;
@@ -229,6 +237,7 @@ kn_grad_rule kn__grad_rule_nn(kn_op op) {
     case KN_OP_MAX_POOL2D: case KN_OP_AVG_POOL2D: case KN_OP_ADAPTIVE_AVG_POOL2D: return g_pool;
     case KN_OP_SDPA: return g_sdpa;
     case KN_OP_ROPE: return g_rope;
+    case KN_OP_CROSS_ENTROPY: return g_cross_entropy;
     default: return NULL;
     }
 }

@@ -17,4 +17,16 @@ typedef struct kn_families {
 kn_status kn__dispatch(const kn_families *f, const kn_exec *e);
 /* KN_ERR_INVALID: "OP: index V out of range for dim D of size N (valid: ...)" */
 kn_status kn__index_error(const char *op, double value, int dim, int64_t size);
+/* KN_ERR_INVALID: "OP: target V out of range for C classes (valid: ...)" (cross_entropy) */
+kn_status kn__target_error(const char *op, double value, int64_t classes, int64_t ignore_index);
+/* A class id of an integer view (i8, i32, i64, u8; exact for i64) at element offset off. */
+static inline int64_t kn__load_id(const kn_tview *v, int64_t off) {
+    switch (v->dtype) {
+    case KN_I64: return ((const int64_t *)v->data)[off];
+    case KN_I32: return ((const int32_t *)v->data)[off];
+    case KN_I8: return ((const int8_t *)v->data)[off];
+    case KN_U8: return ((const uint8_t *)v->data)[off];
+    default: return (int64_t)kn_load(v->dtype, v->data, off);
+    }
+}
 #endif

@@ -39,3 +39,9 @@ kn_status kn__index_error(const char *op, double value, int dim, int64_t size) {
     return kn_set_error(KN_ERR_INVALID, "%s: index %.0f out of range for dim %d of size %lld (valid: 0..%lld; negative indices are not accepted)",
                         op, value, dim, (long long)size, (long long)size - 1);
 }
+
+kn_status kn__target_error(const char *op, double value, int64_t classes, int64_t ignore_index) {
+    return kn_set_error(KN_ERR_INVALID, "%s: target %.0f out of range for %lld classes (valid: 0..%lld, or the ignore_index %lld); "
+                        "check the labels against the classifier's width", op, value, (long long)classes, (long long)classes - 1,
+                        (long long)ignore_index);
+}

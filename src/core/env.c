@@ -31,6 +31,7 @@ static const var g_vars[] = {
     {"KN_EPILOGUE", IS1, F(epilogue)},
     {"KN_CC", STR, F(cc)},                    {"KN_BEAM", INT, F(beam)},
     {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},
+    {"KN_CE_COMPOSITE", FLAG, F(ce_composite)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

@@ -1,7 +1,11 @@
 /* loss.c: losses as composites of core ops, so autograd differentiates
- * them. Cross-entropy works on log_softmax (stable for large logits).
- * N rows, C classes; targets are integer class ids. */
+ * them. Cross-entropy is one fused node per row (CROSS_ENTROPY, its gradient
+ * CROSS_ENTROPY_BWD: src/graph/ops_loss.c) plus the [N]-sized masks and
+ * reductions; KN_CE_COMPOSITE=1 builds the older composite on log_softmax
+ * instead (the same values; kept for comparison). nll_loss is the
+ * composite's tail. N rows, C classes; targets are integer class ids. */
 #include "nn-impl.h"
+#include "core/env.h"          // defines: kn_env_get (KN_CE_COMPOSITE)
 #include <math.h>
 #include <string.h>
 
@@ -29,18 +33,30 @@ static bool is_int(const kn_tensor *t) {
 }
 
 /* shared by cross-entropy and NLL: logp [..., C] log-probabilities */
-static kn_tensor *nll_core(kn_ctx *ctx, const char *op, kn_tensor *logp, kn_tensor *targets, const kn_ce_opts *o, bool smoothing_ok) {
+/* the checks both paths share: integer targets of the logits' shape without the class dim */
+static bool ce_args_ok(kn_ctx *ctx, const char *op, kn_tensor *logp, kn_tensor *targets, const kn_ce_opts *d, bool smoothing_ok) {
     char a[160], b[160];
-    kn_ce_opts d = o ? *o : kn_ce_defaults();
-    if (!is_int(targets))
-        return kn__fail(ctx, KN_ERR_INVALID, "%s: targets must be integer class ids, got %s", op, kn_dtype_name(targets->dtype));
+    if (!is_int(targets)) {
+        kn__fail(ctx, KN_ERR_INVALID, "%s: targets must be integer class ids, got %s", op, kn_dtype_name(targets->dtype));
+        return false;
+    }
     bool ok = logp->ndim == targets->ndim + 1;
     for (int i = 0; ok && i < targets->ndim; i++) ok = logp->shape[i] == targets->shape[i];
-    if (!ok)
-        return kn__fail(ctx, KN_ERR_INVALID, "%s: logits %s (classes last) and targets %s do not match: targets must be the logits' shape without the class dim",
-                        op, kn__shape_str(logp, a, sizeof a), kn__shape_str(targets, b, sizeof b));
-    if (!(d.label_smoothing >= 0 && d.label_smoothing < 1) || (!smoothing_ok && d.label_smoothing != 0))
-        return kn__fail(ctx, KN_ERR_INVALID, "%s: label_smoothing %g must be in [0, 1) (and 0 for nll_loss)", op, d.label_smoothing);
+    if (!ok) {
+        kn__fail(ctx, KN_ERR_INVALID, "%s: logits %s (classes last) and targets %s do not match: targets must be the logits' shape without the class dim",
+                 op, kn__shape_str(logp, a, sizeof a), kn__shape_str(targets, b, sizeof b));
+        return false;
+    }
+    if (!(d->label_smoothing >= 0 && d->label_smoothing < 1) || (!smoothing_ok && d->label_smoothing != 0)) {
+        kn__fail(ctx, KN_ERR_INVALID, "%s: label_smoothing %g must be in [0, 1) (and 0 for nll_loss)", op, d->label_smoothing);
+        return false;
+    }
+    return true;
+}
+
+static kn_tensor *nll_core(kn_ctx *ctx, const char *op, kn_tensor *logp, kn_tensor *targets, const kn_ce_opts *o, bool smoothing_ok) {
+    kn_ce_opts d = o ? *o : kn_ce_defaults();
+    if (!ce_args_ok(ctx, op, logp, targets, &d, smoothing_ok)) return NULL;
     int64_t C = logp->shape[logp->ndim - 1], N = kn_numel(targets);
     kn_tensor *lp = kn_reshape(ctx, logp, 2, (int64_t[]){N, C});
     kn_tensor *t = kn_reshape(ctx, targets, 1, &N);
@@ -62,9 +78,38 @@ static kn_tensor *nll_core(kn_ctx *ctx, const char *op, kn_tensor *logp, kn_tens
     }
 }
 
+/* The fused path: per-row losses from one CROSS_ENTROPY node, then the
+ * reduction over [N]. Logits that are a widening cast of bf16/f16 (the
+ * mixed-precision classifier: kn__mod_linear casts its bf16 product to f32)
+ * are read before the cast: the values are the same, the [N, C] f32 copy is
+ * never made, and the gradient comes back in bf16/f16 directly (where the
+ * composite rounded its f32 gradient through the cast's rule). So no
+ * gradient is recorded for the cast node itself. */
+static kn_tensor *ce_fused(kn_ctx *ctx, kn_tensor *logits, kn_tensor *targets, const kn_ce_opts *o) {
+    kn_ce_opts d = o ? *o : kn_ce_defaults();
+    if (!ce_args_ok(ctx, "cross_entropy", logits, targets, &d, true)) return NULL;
+    kn_tensor *x = logits;
+    if (x->op == KN_OP_CAST && x->dtype == KN_F32 && x->src[0] && (x->src[0]->dtype == KN_BF16 || x->src[0]->dtype == KN_F16))
+        x = x->src[0];
+    int64_t C = x->shape[x->ndim - 1], N = kn_numel(targets);
+    kn_tensor *x2 = kn_reshape(ctx, x, 2, (int64_t[]){N, C});
+    kn_tensor *t = kn_reshape(ctx, targets, 1, &N);
+    kn_tensor *loss = kn_cross_entropy_rows(ctx, x2, t, d.ignore_index, d.label_smoothing);   /* [N], 0 where ignored */
+    if (!loss) return NULL;
+    switch (d.reduction) {
+    case KN_REDUCE_MEAN: {                 /* NaN if all ignored, like torch */
+        kn_tensor *vf = kn_cast(ctx, kn_ne(ctx, t, kn_scalar(ctx, t->dtype, (double)d.ignore_index)), loss->dtype);
+        return kn_div(ctx, kn_sum_all(ctx, loss), kn_sum_all(ctx, vf));
+    }
+    case KN_REDUCE_SUM: return kn_sum_all(ctx, loss);
+    default: return kn_reshape(ctx, loss, targets->ndim, targets->shape);
+    }
+}
+
 kn_tensor *kn_cross_entropy(kn_ctx *ctx, kn_tensor *logits, kn_tensor *targets, const kn_ce_opts *o) {
     if (!logits || !targets) return NULL;
     if (logits->ndim < 1) return kn__fail(ctx, KN_ERR_INVALID, "cross_entropy: logits must have a class dim");
+    if (!kn_env_get()->ce_composite) return ce_fused(ctx, logits, targets, o);
     return nll_core(ctx, "cross_entropy", kn_log_softmax(ctx, logits, -1), targets, o, true);
 }
 kn_tensor *kn_nll_loss(kn_ctx *ctx, kn_tensor *logp, kn_tensor *targets, const kn_ce_opts *o) {

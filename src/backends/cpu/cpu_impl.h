@@ -9,6 +9,7 @@
  *   cpu_matmul.c         MATMUL (f32, and quantized/f16/bf16 weights)
  *   cpu_norm_softmax.c   RMS_NORM, LAYER_NORM, SOFTMAX, LOG_SOFTMAX
  *   cpu_attention.c      ROPE, SDPA, SDPA_BWD
+ *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
  *   cpu_index.c          COPY, CAST, CAT, INDEX_SELECT/COPY/ADD,
  *                        SCATTER_ADD, PAD
  *   cpu_conv.c           CONV2D, CONV_TRANSPOSE2D, CONV2D_BWD_W, MAX_POOL2D(_BWD)
@@ -107,6 +108,8 @@ bool kn_cpu_softmax(const kn_exec *e);
 bool kn_cpu_rope(const kn_exec *e);
 bool kn_cpu_sdpa(const kn_exec *e);
 bool kn_cpu_sdpa_bwd(const kn_exec *e);
+/* cpu_loss.c */
+bool kn_cpu_cross_entropy(const kn_exec *e);
 /* Tests and benches: force the SIMD path of the attention kernels
  * (KN_ISA_* from core/cpu.h, capped at what the CPU allows); -1 = automatic. */
 void kn_cpu_attention_force_isa(int isa);

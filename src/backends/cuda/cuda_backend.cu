@@ -166,6 +166,7 @@ kn_status kn_cu_err_collect(void) {
         KN_CUDA_TRY(cudaMemsetAsync(g_err, 0, sizeof h, g_stream));
         const char *name = kn_op_name((kn_op)op);
         if (h[op].code == 2) return kn_set_error(KN_ERR_INVALID, "%s: integer division by zero", name);
+        if (h[op].code == 3) return kn__target_error(name, h[op].value, h[op].size, h[op].dim);   /* dim: the ignore_index */
         return kn__index_error(name, h[op].value, h[op].dim, h[op].size);
     }
     return KN_OK;

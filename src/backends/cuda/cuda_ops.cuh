@@ -194,7 +194,7 @@ uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e);
  * kernel skips the elements with bad indices (it never writes out of
  * bounds); index_copy writes nothing when its slot is set. */
 struct kn_cu_err {
-    int code;          /* 0 none, 1 index out of range, 2 integer division by zero */
+    int code;          /* 0 none, 1 index out of range, 2 integer division by zero, 3 class target out of range (dim: ignore_index) */
     int dim;
     double value;
     int64_t size;
@@ -253,3 +253,4 @@ kn_status kn_cu_sdpa_bwd(const kn_exec *e);  /* SDPA_BWD (cuda_ops_attn.cu) */
  * KN_ERR_UNSUPPORTED (no message) when the operands do not fit */
 kn_status kn_cu_flash_fwd(const kn_exec *e);
 kn_status kn_cu_flash_bwd(const kn_exec *e);
+kn_status kn_cu_cross_entropy(const kn_exec *e);  /* CROSS_ENTROPY(_BWD) (cuda_ops_loss.cu) */
