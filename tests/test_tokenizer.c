@@ -10,6 +10,7 @@
 #include "kiln_tokenizer.h"
 #include "kiln_chat.h"
 #include "formats/gguf.h"
+#include "llm/tokenizer_impl.h"   // defines: kn__utf8_encode
 #include <time.h>
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -521,9 +522,15 @@ static const char SMOLLM2_TEMPLATE[] =
     "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-static bb build_smollm_like(const kn_gguf *src, const char *pre) {
+/* drop_cp >= 0: the token that is exactly that code point (a byte's
+ * printable form) is renamed, so the vocabulary has no token for that byte,
+ * and unknown_token_id is 0 (SmolLM2's vocabulary lacks 21 bytes so) */
+static bb build_smollm_like_drop(const kn_gguf *src, const char *pre, int drop_cp) {
     bb b = {0};
-    bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, 0); bb_u64(&b, 6);
+    bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, 0); bb_u64(&b, drop_cp >= 0 ? 7 : 6);
+    if (drop_cp >= 0) { gb_key(&b, "tokenizer.ggml.unknown_token_id", KN_GGUF_U32); bb_u32(&b, 0); }
+    char dropped[8];
+    int nd = drop_cp >= 0 ? kn__utf8_encode((uint32_t)drop_cp, dropped) : 0;
     gb_kv_str(&b, "tokenizer.ggml.model", "gpt2");
     gb_kv_str(&b, "tokenizer.ggml.pre", pre);
     gb_kv_str(&b, "tokenizer.chat_template", SMOLLM2_TEMPLATE);
@@ -532,7 +539,11 @@ static bb build_smollm_like(const kn_gguf *src, const char *pre) {
         kn_gguf_type et; uint64_t n; const void *d;
         kn_gguf_get_arr(src, arrs[a], &et, &n, &d);
         gb_key(&b, arrs[a], KN_GGUF_ARRAY); bb_u32(&b, KN_GGUF_STRING); bb_u64(&b, n);
-        for (uint64_t i = 0; i < n; i++) { kn_gguf_str s = kn_gguf_arr_str(src, arrs[a], i); bb_strn(&b, s.ptr, s.len); }
+        for (uint64_t i = 0; i < n; i++) {
+            kn_gguf_str s = kn_gguf_arr_str(src, arrs[a], i);
+            if (a == 0 && nd && s.len == (uint64_t)nd && !memcmp(s.ptr, dropped, (size_t)nd)) bb_strn(&b, "<gone>", 6);
+            else bb_strn(&b, s.ptr, s.len);
+        }
     }
     {
         kn_gguf_type et; uint64_t n; const void *d;
@@ -542,6 +553,35 @@ static bb build_smollm_like(const kn_gguf *src, const char *pre) {
     }
     while (b.n % 32) bb_put(&b, "", 1);
     return b;
+}
+static bb build_smollm_like(const kn_gguf *src, const char *pre) { return build_smollm_like_drop(src, pre, -1); }
+
+/* A byte with no token in a byte-level vocabulary is dropped (Hugging
+ * Face's BPE model has no unknown token), not mapped to unknown_token_id:
+ * byte 0x04 (printable form U+0104) removed from the GPT-2 vocabulary,
+ * "a\x04b" must be "a" then "b" (64 65), with no id 0 between. */
+TEST(byte_without_token_is_dropped) {
+    kn_gguf *src = NULL;
+    kn_tokenizer *gpt2 = load_gguf_tok("gguf/ggml-vocab-gpt-2.gguf", &src);
+    if (!gpt2) { kn_gguf_close(src); SKIP("gguf/ggml-vocab-gpt-2.gguf missing or unreadable"); }
+    bb b = build_smollm_like_drop(src, "smollm", 0x104);
+    kn_gguf *g = NULL;
+    kn_tokenizer *tok = NULL;
+    REQUIRE(kn_gguf_open_memory(b.p, b.n, &g) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_tokenizer_from_gguf(g, &tok) == KN_OK, "%s", kn_last_error());
+    int32_t ids[64]; int n;
+    REQUIRE(encode(tok, "a\x04" "b", false, false, ids, &n), "%s", kn_last_error());
+    CHECK(n == 2 && ids[0] == 64 && ids[1] == 65, "'a\\x04b': %d ids (%d %d %d)", n, ids[0], n > 1 ? ids[1] : -1, n > 2 ? ids[2] : -1);
+    REQUIRE(encode(tok, "\x04", false, false, ids, &n), "%s", kn_last_error());
+    CHECK(n == 0, "a lone dropped byte gave %d ids", n);
+    /* the full vocabulary still has it: one token, not dropped */
+    REQUIRE(encode(gpt2, "a\x04" "b", false, false, ids, &n), "%s", kn_last_error());
+    CHECK(n == 3 && ids[1] != 0, "gpt2 'a\\x04b': %d ids", n);
+    kn_tokenizer_free(tok);
+    kn_gguf_close(g);
+    free(b.p);
+    kn_gguf_close(src);
+    kn_tokenizer_free(gpt2);
 }
 
 TEST(smollm_pretokenizer_and_template_from_gguf) {

@@ -354,15 +354,20 @@ static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
         int32_t id = kn__tok_lookup(t, mapped, m);
         if (id >= 0) return kn__idvec_push(c->out, id);
     }
+    /* A byte with no token in the vocabulary is dropped, as Hugging Face's
+     * byte-level BPE drops it (its model has no unknown token): mapping it
+     * to tokenizer.ggml.unknown_token_id injected <|endoftext|> (id 0) into
+     * SmolLM2 prompts. */
     bpe_sym *s = c->sym;
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[w[i]];
-        if (id < 0) id = t->unk;
-        if (id < 0)
-            return kn_set_error(KN_ERR_UNSUPPORTED, "tokenize: byte 0x%02x has no token in this byte-level "
-                                "vocabulary (and there is no <unk>)", w[i]);
-        s[i] = (bpe_sym){id, (int32_t)i - 1, (int32_t)i + 1};
+        if (id < 0) continue;
+        s[m] = (bpe_sym){id, (int32_t)m - 1, (int32_t)m + 1};
+        m++;
     }
+    if (m == 0) return KN_OK;
+    n = m;
     s[n - 1].next = -1;
     c->heap.n = 0;
     kn_status st = KN_OK;
