@@ -8,6 +8,7 @@
  *   cc -std=c11 -O1 -Iinclude -Isrc dev/cuda/ce/plan_cuda_nogpu.c build/libkiln.a -lm -lpthread -ldl -o /tmp/plan_nogpu
  *   KN_DEBUG=1 KN_CACHE=0 DUMP=/tmp/k /tmp/plan_nogpu 12 2> fused.txt      (DUMP: write each kernel's source there)
  *   KN_CE_COMPOSITE=1 KN_DEBUG=1 KN_CACHE=0 /tmp/plan_nogpu 12 2> composite.txt
+ * CLIP=0 builds the optimizer without gradient clipping (default 1, as kiln train).
  */
 #include "kiln.h"
 #include "kiln_nn.h"
@@ -36,6 +37,7 @@ int main(int argc, char **argv) {
     kn_tensor *loss = kn_cross_entropy(ctx, kn_gpt2_forward(m, x), y, NULL);
     if (!loss || kn_backward(ctx, loss)) { fprintf(stderr, "graph: %s\n", kn_last_error()); return 1; }
     kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
+    oc.clip_norm = getenv("CLIP") ? atof(getenv("CLIP")) : 1.0;   /* as `kiln train` (--clip 1): the norm's reductions are in the plan */
     kn_optim *opt = kn_optim_new_decay_groups(ctx, m, &oc);
     static kn_tensor *outs[KN_NN_MAX_OUTS];
     int n = 0;
