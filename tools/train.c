@@ -959,10 +959,10 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     if (a->out && check_space(a->out, kn_module_n_params(m))) goto done;
     fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
             "%lld train / %lld val tokens; batch %lld x %lld, %lld steps, AdamW lr %g (cosine, warmup %lld), "
-            "%d threads, %d kernels per step\n", kind, (int)a->layers, (long long)a->dim, (long long)a->heads,
-            (long long)r.T, (long long)r.V, (long long)kn_module_n_params(m), (long long)r.n_train,
-            (long long)r.n_val, (long long)r.B, (long long)r.T, (long long)r.total, a->lr, (long long)a->warmup,
-            kn_threads(), kn_plan_n_kernels(step));
+            "%d threads, %d kernels per step, %.0f MiB of activations and temporaries a step\n", kind, (int)a->layers,
+            (long long)a->dim, (long long)a->heads, (long long)r.T, (long long)r.V, (long long)kn_module_n_params(m),
+            (long long)r.n_train, (long long)r.n_val, (long long)r.B, (long long)r.T, (long long)r.total, a->lr,
+            (long long)a->warmup, kn_threads(), kn_plan_n_kernels(step), (double)kn_plan_peak_bytes(step) / (1 << 20));
 
     kn_trainer_cfg c = kn_trainer_defaults();
     c.step = step; c.loss = loss; c.opt = opt; c.model = m;
