@@ -326,6 +326,57 @@ static void count_fn(void *ctx, int ith, int nth) {
     else atomic_fetch_add(&c->hits[ith], 1);
 }
 
+/* ---- bf16 products (gemm_bf16.c) ----------------------------------------------
+ * Random bf16 operands in every layout, odd M, N and K (a zero-padded last
+ * k-pair), edge tiles, more than one K block (K > 512), against a double
+ * reference: each product of two bf16 values is exact in f32, so the only
+ * error is f32 rounding of the sums, bounded by K ulps of sum |a||b|. Both
+ * the CPU's kernel (AMX, when the CPU and OS offer it) and the scalar twin. */
+static uint16_t to_bf(float f) {
+    union { float f; uint32_t u; } x = {f};
+    return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
+}
+static double from_bf(uint16_t h) {
+    union { uint32_t u; float f; } x = {(uint32_t)h << 16};
+    return x.f;
+}
+TEST(bf16_products_all_layouts) {
+    static const int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {14, 32, 512}, {29, 65, 513}, {3, 200, 1031}, {170, 97, 40}, {5, 7, 0}};
+    kn_bgemm_ukr_fn ks[2] = {kn_bgemm_kernel(), kn_bgemm_ukr_generic};
+    if (!ks[0]) fprintf(stderr, "  (no AMX here: the scalar kernel only)\n");
+    uint32_t seed = 7;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int lay = 0; lay < 4; lay++) {
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const bool ta = lay & 1, tb = lay & 2;
+            const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+            uint16_t *A = malloc(sizeof *A * (size_t)((ta ? K : M) * lda + 1)), *B = malloc(sizeof *B * (size_t)((tb ? N : K) * ldb + 1));
+            float *C = malloc(sizeof *C * (size_t)(M * ldc));
+            REQUIRE(A && B && C, "out of memory");
+            for (int64_t i = 0; i < (ta ? K : M) * lda; i++) { seed = seed * 1664525u + 1013904223u; A[i] = to_bf((float)(seed >> 8) / (1 << 24) * 4 - 2); }
+            for (int64_t i = 0; i < (tb ? N : K) * ldb; i++) { seed = seed * 1664525u + 1013904223u; B[i] = to_bf((float)(seed >> 8) / (1 << 24) * 4 - 2); }
+            for (int k = 0; k < 2; k++) {
+                if (!ks[k]) continue;
+                for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN;   /* overwritten, never read */
+                kn_bgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ks[k]);
+                double worst = 0;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double r = 0, mag = 0;
+                        for (int64_t q = 0; q < K; q++) {
+                            double p = from_bf(ta ? A[q * lda + i] : A[i * lda + q]) * from_bf(tb ? B[j * ldb + q] : B[q * ldb + j]);
+                            r += p; mag += fabs(p);
+                        }
+                        double e = fabs(C[i * ldc + j] - r) / ((double)(K + 1) * 1.2e-7 * mag + 1e-30);
+                        if (!(e <= worst)) worst = e;    /* NaN sticks */
+                    }
+                CHECK(worst <= 1.0, "%s kernel %lldx%lldx%lld ta=%d tb=%d: error %.3g of the bound", k ? "scalar" : "cpu",
+                      (long long)M, (long long)N, (long long)K, ta, tb, worst);
+            }
+            free(A); free(B); free(C);
+        }
+}
+
 TEST(pool_runs_each_part_once) {
     static const int sizes[] = {1, 2, 3};
     for (int s = 0; s < 3; s++) {

@@ -2,10 +2,10 @@
  * SGEMM (gemm.h), and a quantized, f16 or bf16 right operand (a weight)
  * through the dot products of backends/quant/quant.h or, for many activation rows, a
  * dequantized copy and the SGEMM. Both operands bf16 (or both f16), as mixed
- * precision training makes them: widened to f32 and run through the same
- * SGEMM (exact products of the rounded inputs, f32 sums), the result rounded
- * back. That gives bf16 numerics at f32 speed plus the conversions; a kernel
- * on AVX512_BF16 dot products or AMX tiles is not written yet.
+ * precision training makes them: bf16 on a CPU with AMX through its tiles
+ * (gemm_bf16.c, 2-3.5x the widening path on this machine: docs/PERF.md);
+ * otherwise widened to f32 and run through the same SGEMM (exact products of
+ * the rounded inputs, f32 sums), the result rounded back.
  * kn_cpu_matmul_ep also runs a matmul
  * epilogue's pieces (cpu_epilogue.c) as the SGEMM, GEMV or quantized rows finish them.
  */
@@ -152,9 +152,57 @@ static float *widen(const kn_tview *v, kn_tview *out) {
     *out = *v; out->data = y; out->dtype = KN_F32;
     return y;
 }
+/* Both operands bf16 on a CPU with AMX: the products on its tiles
+ * (gemm_bf16.c: the operands are packed as stored, no f32 copies) into c, f32
+ * [batch, M, N] contiguous. false: no such CPU, or a layout it does not take
+ * (a stride-0 matrix dim): the widening path runs. */
+static bool matmul_bf16_native(const kn_exec *e, float *c) {
+    kn_bgemm_ukr_fn ukr = kn_bgemm_kernel();
+    const kn_tview *d = &e->dst;
+    kn_tview a = e->src[0], b = e->src[1];
+    if (!ukr || a.dtype != KN_BF16 || b.dtype != KN_BF16 || d->ndim < 2) return false;
+    int nb = d->ndim - 2;
+    int64_t M = d->ne[nb], N = d->ne[nb + 1], K = a.ne[a.ndim - 1];
+    bool ta, tb;
+    int64_t lda, ldb;
+    if (a.st[a.ndim - 1] == 0 || a.st[a.ndim - 2] == 0 || b.st[b.ndim - 1] == 0 || b.st[b.ndim - 2] == 0) return false;
+    if (!mat_layout(&a, &ta, &lda) || !mat_layout(&b, &tb, &ldb)) return false;
+    kn_tview ab = a, bb = b;
+    ab.ndim = a.ndim - 2; bb.ndim = b.ndim - 2;
+    ab = kn_tview_broadcast(&ab, nb, d->ne);
+    bb = kn_tview_broadcast(&bb, nb, d->ne);
+    int64_t batch = 1;
+    for (int i = 0; i < nb; i++) batch *= d->ne[i];
+    const uint16_t *A = a.data, *B = b.data;
+    /* a shared right operand and a row-major a (x [B,T,K] @ W^T): one product of batch * M rows */
+    bool shared_b = batch > 1 && !ta && contig(&a);
+    for (int i = 0; i < nb && shared_b; i++) if (bb.st[i] != 0 && d->ne[i] != 1) shared_b = false;
+    if (shared_b) { kn_bgemm(false, tb, batch * M, N, K, A, lda, B, ldb, c, N, ukr); return true; }
+    for (int64_t z = 0; z < batch; z++) {
+        int64_t ao = 0, bo = 0, lin = z;
+        for (int i = nb - 1; i >= 0; i--) {
+            int64_t q = lin % d->ne[i]; lin /= d->ne[i];
+            ao += q * ab.st[i]; bo += q * bb.st[i];
+        }
+        kn_bgemm(ta, tb, M, N, K, A + ao, lda, B + bo, ldb, c + z * M * N, N, ukr);
+    }
+    return true;
+}
+
 static bool matmul_half(const kn_exec *e) {
     const kn_tview *d = &e->dst;
     if (!contig(d)) return false;
+    if (d->dtype == KN_BF16 && kn_bgemm_kernel()) {          /* f32 products, rounded into dst */
+        int64_t n = kn_tview_numel(d);
+        float *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+        if (c && matmul_bf16_native(e, c)) {
+            widen_job j = {KN_BF16, NULL, c, d->data, n};
+            kn_cpu_par_rows(widen_chunks, &j, kn_cpu_chunks(n), n);
+            free(c);
+            return true;
+        }
+        free(c);
+    }
     kn_exec f = *e;
     float *a = widen(&e->src[0], &f.src[0]), *b = a ? widen(&e->src[1], &f.src[1]) : NULL;
     int64_t n = kn_tview_numel(d);
