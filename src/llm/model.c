@@ -13,6 +13,8 @@
  * Per layer (Llama): x += Wo · attn(rope(Wq·n(x)), cache_k, cache_v);
  * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
+ * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
+ * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
  * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
  * come from one fused matrix with bias (no rope), the MLP is
  * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
