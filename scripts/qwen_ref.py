@@ -12,6 +12,15 @@ For each model below it writes, under tests/fixtures/qwen/:
   NAME.ref     transformers' logits (float64 forward, stored f32) for the last
                rows of a few prompts and the greedy continuation; the KNLR v2
                format of scripts/llm_ref.py (read by tests/test_qwen.c)
+and, for the tokenizer:
+  qwen2_vocab.gguf  a vocabulary-only GGUF: a byte-level BPE trained by the
+               Hugging Face `tokenizers` library on a small built-in text with
+               GPT-2's split (so its merges join digits, leading spaces and
+               words across the boundaries Qwen2's split draws), pre "qwen2"
+  qwen2_vocab.tok   ids that `tokenizers` gives for a list of strings with
+               Qwen2's own pre-tokenizer (tokenizer.json of Qwen2/Qwen2.5/Qwen3:
+               Split(PATTERN, isolated) then ByteLevel without its regex):
+               "KNTK", u32 n; per string u32 n_bytes, bytes, u32 n_ids, i32 ids
 
 Weights are random and large enough to matter: every q/k/v bias, q/k norm gain
 and RMS norm gain is drawn far from 0 (biases) or 1 (gains), so a loader that
@@ -21,7 +30,7 @@ exactly the weights the files hold.
 
 usage: . scripts/torch_env.sh; python3 scripts/qwen_ref.py [OUT_DIR]
 """
-import copy, os, shutil, struct, sys
+import copy, json, os, shutil, struct, sys
 import numpy as np
 import torch
 
@@ -44,6 +53,60 @@ MODELS = [
 PROMPTS = [[5, 17, 42, 99, 250], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
            [299, 0, 150, 77, 77, 77, 31, 8, 200, 123, 45, 67, 89, 101, 222, 17, 3, 260, 9, 14, 55, 56, 57]]
 N_GEN, ROWS = 32, 8
+
+
+# Qwen2's pre-tokenizer pattern, as its tokenizer.json writes it
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+TOK_CORPUS = [
+    "The year 2024 had 365 days; 1999 and 2000 were years too, 12 12 123 1234 12345.",
+    "I'm sure they'll say it's what we've done, and you'd agree we're right. DON'T SHOUT, WE'LL HEAR.",
+    "    indented code: x = y + 42  # comment\n\tif (a && b) { return c; }\n\n\n",
+    "Prices: $100.50, 3,000 EUR, 99% off!!! ... ?!? --- ***",
+    "caf\u00e9 na\u00efve \u00fcber \u6771\u4eac \u0645\u0631\u062d\u0628\u0627 \u0663\u0664\u0665 \u00bd \u2167",
+    "the quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX. the the the then there",
+    "line one\r\nline two\r\n\r\n  spaced   out    words     here      ",
+]
+TOK_TESTS = [
+    "Hello world", "x123y", "12345", "in 2024, 365 days", " 12 123 1234", "I'm 42 and you're 7.",
+    "DON'T we'LL They'Ve", "  two leading", "trailing  ", "tabs\tand\nnewlines\n\n\nend", "a  b   c    d",
+    "$100.50 + 3,000 = ?", "!!! ... ---", "caf\u00e9 \u6771\u4eac \u0663\u0664 \u00bd\u2167", "line\r\nbreak\r\n",
+    "    indented code: x = y + 42", "the then there", "\n\n  \n x",
+]
+
+
+def write_vocab(out):
+    """A BPE trained with GPT-2's split, used with Qwen2's; the GGUF and the
+    ids `tokenizers` gives (see the module docstring)."""
+    import gguf
+    from tokenizers import Tokenizer, Regex, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)         # GPT-2's split, for training
+    tr = trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+                             special_tokens=["<|endoftext|>"])
+    tok.train_from_iterator(TOK_CORPUS * 4, tr)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([                                  # Qwen2's, for use
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    model = json.loads(tok.to_str())["model"]
+    vocab = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    assert [i for _, i in vocab] == list(range(len(vocab)))
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    w = gguf.GGUFWriter(os.path.join(out, "qwen2_vocab.gguf"), "qwen2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([gguf.TokenType.CONTROL if t == "<|endoftext|>" else gguf.TokenType.NORMAL for t, _ in vocab])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(model["vocab"]["<|endoftext|>"])
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+    with open(os.path.join(out, "qwen2_vocab.tok"), "wb") as f:
+        f.write(b"KNTK" + struct.pack("<I", len(TOK_TESTS)))
+        for s in TOK_TESTS:
+            b, ids = s.encode(), tok.encode(s, add_special_tokens=False).ids
+            f.write(struct.pack("<I", len(b)) + b + struct.pack(f"<I{len(ids)}i", len(ids), *ids))
+    print(f"vocab: {len(vocab)} tokens, {len(merges)} merges; e.g. {TOK_TESTS[1]!r} -> "
+          f"{tok.encode(TOK_TESTS[1]).tokens}", file=sys.stderr)
 
 
 def make_model(spec):
@@ -170,6 +233,7 @@ def write_ref(model, path):
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures/qwen"
     os.makedirs(out, exist_ok=True)
+    write_vocab(out)
     for spec in MODELS:
         print(spec["name"], file=sys.stderr)
         model = make_model(spec)

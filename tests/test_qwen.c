@@ -17,7 +17,11 @@
  *     model moves the logits by orders of magnitude more than the tolerance;
  *   - a config asking for sliding-window attention is refused with a message;
  *   - the GGUF vocabulary (tokenizer.ggml.pre = "qwen2") splits numbers into
- *     single digits, so its "1 2" merge never applies inside "123".
+ *     single digits, so its "1 2" merge never applies inside "123";
+ *   - a BPE vocabulary trained by Hugging Face `tokenizers` (merges across
+ *     the boundaries Qwen2's split draws: digits, spaces before digits,
+ *     words) encodes 18 strings to the ids `tokenizers` gives with Qwen2's
+ *     pre-tokenizer (tests/fixtures/qwen/qwen2_vocab.*).
  */
 #include "kn_test.h"
 #include "kiln.h"
@@ -183,6 +187,15 @@ TEST(qwen_matches_transformers) {
         if (m) {
             snprintf(what, sizeof what, "%s gguf n_batch 3", q->name);
             check_model(what, m, &r);
+            kn_model_free(m);
+        }
+        /* f16 KV cache: only the cached K, V are rounded */
+        kn_model_opts o16 = {.n_ctx = 128, .kv_f16 = true};
+        m = NULL;
+        CHECK(kn_model_load(dir, &o16, &m) == KN_OK, "%s f16 KV: %s", dir, kn_last_error());
+        if (m) {
+            snprintf(what, sizeof what, "%s st f16 KV", q->name);
+            check_model_tol(what, m, &r, 1e-3, 0.05);
             kn_model_free(m);
         }
         free_ref(&r);
@@ -358,12 +371,45 @@ TEST(qwen_gguf_tokenizer_splits_digits) {
     int n = 0;
     /* bytes are ids 0..255 in byte order; "12" is the first merge (256) */
     CHECK(kn_tokenize(t, "x123", 4, false, false, ids, 16, &n) == KN_OK && n == 4 && ids[0] == 'x' && ids[1] == '1' &&
-          ids[2] == '2' && ids[3] == '3', "\"x123\": %d ids (want 4 single bytes: qwen2 isolates each digit) %s", n, kn_last_error());
+          ids[2] == '2' && ids[3] == '3', "\"x123\": %d ids (want 4 single bytes: qwen2 isolates each digit)", n);
     CHECK(kn_tokenize(t, "a the", 5, false, false, ids, 16, &n) == KN_OK && n == 2 && ids[0] == 'a' && ids[1] == 259,
           "\"a the\": %d ids, second %d (want 2: 'a' and the merged \" the\" 259)", n, n > 1 ? ids[1] : -1);
     CHECK(kn_tokenize(t, "<|im_end|>", 10, false, true, ids, 16, &n) == KN_OK && n == 1 && ids[0] == 299,
           "control token: %d ids", n);
     kn_model_free(m);
+}
+
+/* "KNTK", u32 n; per string u32 n_bytes, bytes, u32 n_ids, i32 ids (scripts/qwen_ref.py) */
+TEST(qwen2_pretokenizer_matches_hf_tokenizers) {
+    kn_tokenizer *t = NULL;
+    REQUIRE(kn_tokenizer_load_gguf(FIX "qwen2_vocab.gguf", &t) == KN_OK, "%s", kn_last_error());
+    FILE *f = fopen(FIX "qwen2_vocab.tok", "rb");
+    char magic[4];
+    uint32_t n = 0;
+    bool ok = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNTK", 4) && fread(&n, 4, 1, f) == 1 && n > 0 && n < 100;
+    CHECK(ok, FIX "qwen2_vocab.tok unreadable");
+    for (uint32_t i = 0; ok && i < n; i++) {
+        char text[256];
+        int32_t want[256], got[256];
+        uint32_t nb = 0, nw = 0;
+        ok = fread(&nb, 4, 1, f) == 1 && nb < sizeof text && fread(text, 1, nb, f) == nb && fread(&nw, 4, 1, f) == 1 &&
+             nw <= 256 && fread(want, 4, nw, f) == nw;
+        if (!ok) { CHECK(0, "string %u: truncated fixture", i); break; }
+        text[nb] = 0;
+        int ng = 0;
+        kn_status st = kn_tokenize(t, text, nb, false, false, got, 256, &ng);
+        bool same = st == KN_OK && ng == (int)nw && !memcmp(got, want, 4 * (size_t)nw);
+        if (!same) {
+            fprintf(stderr, "  %-30s want", text);
+            for (uint32_t k = 0; k < nw; k++) fprintf(stderr, " %d", want[k]);
+            fprintf(stderr, "\n  %-30s got ", "");
+            for (int k = 0; k < ng && k < 256; k++) fprintf(stderr, " %d", got[k]);
+            fprintf(stderr, "\n");
+        }
+        CHECK(same, "string %u (%u bytes): %d ids vs %u from tokenizers: %s", i, nb, ng, nw, st ? kn_last_error() : "");
+    }
+    if (f) fclose(f);
+    kn_tokenizer_free(t);
 }
 
 KN_TEST_MAIN()
