@@ -16,6 +16,8 @@
  *     trivial, and zeroing the biases or resetting the norms to 1 in a loaded
  *     model moves the logits by orders of magnitude more than the tolerance;
  *   - a config asking for sliding-window attention is refused with a message;
+ *     ones that leave it off (transformers 4 style: rope_theta at the top
+ *     level) load and match;
  *   - the GGUF vocabulary (tokenizer.ggml.pre = "qwen2") splits numbers into
  *     single digits, so its "1 2" merge never applies inside "123";
  *   - a BPE vocabulary trained by Hugging Face `tokenizers` (merges across
@@ -335,6 +337,8 @@ TEST(qwen_sliding_window_refused) {
     snprintf(st, sizeof st, "%s/model.safetensors", dir);
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     REQUIRE(copy_file(FIX "qwen2_untied/model.safetensors", st), "copy the fixture");
+    ref_file r = {0};
+    REQUIRE(read_ref(FIX "qwen2_untied.ref", &r), FIX "qwen2_untied.ref unreadable");
     static const char *fmt =
         "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 64,\n"
         " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96,\n"
@@ -354,12 +358,15 @@ TEST(qwen_sliding_window_refused) {
         fclose(f);
         kn_model *m = NULL;
         kn_status s = kn_model_load(dir, NULL, &m);
-        if (cases[i].ok) CHECK(s == KN_OK && m, "config %zu: %s", i, kn_last_error());
+        /* written the transformers 4 way (rope_theta at the top level, no
+         * rope_parameters): the same model as the fixture's config */
+        if (cases[i].ok) CHECK(s == KN_OK && m && logits_err(m, &r) < 1e-4, "config %zu: %s", i, kn_last_error());
         else CHECK(s == KN_ERR_UNSUPPORTED && !m && strstr(kn_last_error(), "sliding-window") && strstr(kn_last_error(), "layer 1"),
                    "config %zu must be refused naming the sliding window: %s", i, kn_last_error());
         kn_model_free(m);
     }
     unlink(st); unlink(cfg); rmdir(dir);
+    free_ref(&r);
 }
 
 TEST(qwen_gguf_tokenizer_splits_digits) {
