@@ -9,9 +9,11 @@
  *     the prompts' last rows are within 1e-4 relative L2 of transformers';
  *     greedy decoding through the KV cache gives the reference's 32 tokens
  *     (up to a step where the reference's top two logits are a near tie);
- *   - the same with prefill in chunks of 3 (n_batch) and on a fake device
- *     (host memory posing as a GPU: model.c's upload path with q|k|v and
- *     their biases stacked, q/k norms uploaded);
+ *   - the same with prefill in chunks of 3 (n_batch), with an f16 KV cache
+ *     (to 1e-3), and on a fake device (host memory posing as a GPU: model.c's
+ *     upload path with q|k|v and their biases stacked, q/k norms uploaded);
+ *   - in a CUDA build on a GPU, the CUDA backend with f32 weights (1e-4) and
+ *     bf16 weights (3e-2); SKIP otherwise;
  *   - the fixtures can fail: their biases and q/k norm gains are far from
  *     trivial, and zeroing the biases or resetting the norms to 1 in a loaded
  *     model moves the logits by orders of magnitude more than the tolerance;
