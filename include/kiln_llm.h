@@ -45,7 +45,9 @@ extern "C" {
 
 typedef struct kn_model kn_model;
 
-typedef enum { KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1 } kn_arch;
+/* QWEN2: Llama with q/k/v biases; QWEN3: Llama with an RMS norm over each
+ * head's q and k (q_norm, k_norm [head_dim]) before rope. Both rotate halves. */
+typedef enum { KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1, KN_ARCH_QWEN2 = 2, KN_ARCH_QWEN3 = 3 } kn_arch;
 
 typedef struct kn_model_config {
     kn_arch arch;

@@ -13,6 +13,8 @@
  * Per layer (Llama): x += Wo · attn(rope(Wq·n(x)), cache_k, cache_v);
  * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
+ * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
+ * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
  * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
  * come from one fused matrix with bias (no rope), the MLP is
  * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
@@ -135,7 +137,7 @@ static kn_tensor *gguf_f32(kn_model *m, const char *name, int64_t rows, int64_t 
     if (!gt || numel != (rows ? rows : 1) * n) {
         *st = gt ? kn_set_error(KN_ERR_FORMAT, "tensor '%s' has %lld elements, expected %lld from the model's hyperparameters",
                                 name, (long long)numel, (long long)((rows ? rows : 1) * n))
-                 : kn_set_error(KN_ERR_FORMAT, "model file has no tensor '%s'; is it a gpt2-architecture GGUF?", name);
+                 : kn_set_error(KN_ERR_FORMAT, "model file has no tensor '%s'; is the GGUF complete and of the architecture it names?", name);
         return NULL;
     }
     kn_tensor *t = kn__model_f32(m, gt->type, rows, n, gt->data, name);
@@ -211,6 +213,14 @@ static kn_status load_gguf_gpt2(kn_model *m, const char *path) {
     return KN_OK;
 }
 
+/* Llama and the Llama-shaped architectures llama.cpp writes the same way:
+ *   llama: q/k rows permuted by the converter for paired (interleaved) rope;
+ *   qwen2: rows as in HF (rotate halves: llama.cpp's NEOX rope type), biases
+ *          attn_{q,k,v}.bias [H*D], [Hkv*D] x2 (none on attn_output);
+ *   qwen3: rows as in HF, no biases, attn_q_norm / attn_k_norm [D] (an RMS
+ *          norm over each head's q and k before rope), and a head dim
+ *          attention.key_length that need not be embedding_length / H.
+ * Biases are read wherever present (some llama files carry them too). */
 static kn_status load_gguf(kn_model *m, const char *path) {
     kn_status st = kn_gguf_open(path, &m->gguf);
     if (st) return st;
@@ -218,11 +228,13 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     char arch[64] = "llama";
     if (kn_gguf_get_str(m->gguf, "general.architecture", &s)) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
     if (!strcmp(arch, "gpt2")) return load_gguf_gpt2(m, path);
-    if (strcmp(arch, "llama"))
-        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, GPT-2)", path, arch);
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama', 'qwen2', "
+                            "'qwen3' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, Qwen2/2.5, Qwen3, GPT-2)", path, arch);
     if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(m->cfg.name, sizeof m->cfg.name, "%.*s", (int)s.len, s.ptr);
     kn_model_config *c = &m->cfg;
-    c->arch = KN_ARCH_LLAMA;
+    c->arch = qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA;
     c->dim = (int)gguf_int(m->gguf, arch, "embedding_length", 0);
     c->n_layers = (int)gguf_int(m->gguf, arch, "block_count", 0);
     c->ffn_dim = (int)gguf_int(m->gguf, arch, "feed_forward_length", 0);
@@ -232,33 +244,49 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     c->rope_theta = gguf_f64(m->gguf, arch, "rope.freq_base", 10000.0);
     c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_freq_scale = 1.0;
-    c->rope_neox = false;              /* GGUF llama Q/K rows are permuted for paired rotation */
+    c->rope_neox = qwen2 || qwen3;     /* GGUF llama Q/K rows are permuted for paired rotation; Qwen's are not */
     if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->ffn_dim <= 0 ||
-        c->dim % c->n_heads || c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20))
+        c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20) || c->n_heads > (1 << 16))
         return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent hyperparameters (dim %d, layers %d, heads %d/%d, ffn %d)",
                             path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim);
-    c->head_dim = c->dim / c->n_heads;
+    int64_t hd = gguf_int(m->gguf, arch, "attention.key_length", c->dim % c->n_heads ? 0 : c->dim / c->n_heads);
+    int64_t vd = gguf_int(m->gguf, arch, "attention.value_length", hd);
+    if (hd <= 0 || hd > (1 << 16) || vd != hd)
+        return kn_set_error(KN_ERR_FORMAT, "%s: head dim %lld (attention.key_length, else embedding_length %d / %d heads) "
+                            "must be a positive integer equal to attention.value_length (%lld)", path, (long long)hd,
+                            c->dim, c->n_heads, (long long)vd);
+    c->head_dim = (int)hd;
     c->n_rot = (int)gguf_int(m->gguf, arch, "rope.dimension_count", c->head_dim);
     if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2)
         return kn_set_error(KN_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
                             path, c->n_rot, c->head_dim);
     if ((st = gguf_rope_scaling(m, arch, path))) return st;
     if ((st = gguf_embd_head(m, path))) return st;
-    int64_t C = c->dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim;
+    int64_t C = c->dim, qd = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim;
+    int64_t D = c->head_dim;
     m->out_norm = gguf_w(m, "output_norm.weight", 1, C, true, &st);
     for (int l = 0; l < c->n_layers && !st; l++) {
         kn__layer_w *L = &m->layers[l];
         char n[96];
 #define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
-        W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", C, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
-        W(wo, "attn_output", C, C) W(ffn_norm, "ffn_norm", 1, C) W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F)
+        W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", qd, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
+        W(wo, "attn_output", C, qd) W(ffn_norm, "ffn_norm", 1, C) W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F)
         W(w3, "ffn_up", F, C)
 #undef W
+        /* vectors: required ones per architecture, else read when present */
+#define V(field, nm, len, req) snprintf(n, sizeof n, "blk.%d." nm, l); \
+        if ((req) || kn_gguf_find_tensor(m->gguf, n)) { L->field = gguf_f32(m, n, 0, len, &st); if (st) break; }
+        V(bq, "attn_q.bias", qd, qwen2) V(bk, "attn_k.bias", kv, qwen2) V(bv, "attn_v.bias", kv, qwen2)
+        V(q_norm, "attn_q_norm.weight", D, qwen3) V(k_norm, "attn_k_norm.weight", D, qwen3)
+#undef V
     }
-    if (st) return st;
+    if (st) return kn__model_err_prefix(st, path);
     c->weight_type = m->layers[0].wq->dtype;
-    st = kn_tokenizer_from_gguf(m->gguf, &m->tok);
-    if (st) return st;
+    /* a Llama GGUF must carry its vocabulary (chat and generate need it);
+     * for Qwen it is read when present, so id-only test models load too */
+    if ((!strcmp(arch, "llama") || kn_gguf_get_str(m->gguf, "tokenizer.ggml.model", &s)) &&
+        (st = kn_tokenizer_from_gguf(m->gguf, &m->tok)))
+        return st;
     if (kn_gguf_get_str(m->gguf, "tokenizer.chat_template", &s)) {
         m->chat_template = malloc(s.len + 1);
         if (m->chat_template) { memcpy(m->chat_template, s.ptr, s.len); m->chat_template[s.len] = 0; }
@@ -429,6 +457,25 @@ static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, boo
 }
 static kn_tensor *upload(kn__uploader *u, kn_tensor *h, bool matrix) { return upload_stack(u, &h, 1, matrix); }
 
+/* Host f32 vector a|b|c (the q, k, v biases, stacked like their matrices),
+ * in the host context; NULL when out of memory. */
+static kn_tensor *host_cat3(kn_model *m, kn_tensor *a, kn_tensor *b, kn_tensor *c) {
+    kn_tensor *v[3] = {a, b, c};
+    int64_t n = 0;
+    for (int i = 0; i < 3; i++) n += kn_numel(v[i]);
+    float *p = kn__model_alloc(m, sizeof(float) * (size_t)n);
+    if (!p) return NULL;
+    int64_t at = 0;
+    for (int i = 0; i < 3; i++) {        /* loaders made them contiguous f32 (kn__model_f32) */
+        memcpy(p + at, (const char *)kn__storage_owner(v[i])->buf->data + sizeof(float) * (size_t)v[i]->offset,
+               sizeof(float) * (size_t)kn_numel(v[i]));
+        at += kn_numel(v[i]);
+    }
+    kn_tensor *t = kn_from_ptr(m->hctx, KN_F32, 1, &n, p);
+    if (t) kn_set_name(t, "bqkv");
+    return t;
+}
+
 /* Replaces the model's host weights by device copies in a new context on be
  * (the host context stays as m->hctx: tok_embd, used by embed(), lives there).
  * KN_LLM_FUSE=0 keeps wq, wk, wv and w1, w3 as separate matrices. */
@@ -445,12 +492,15 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     m->wout = upload(&u, m->wout, true);          /* tied: a device copy of tok_embd */
     for (int l = 0; l < m->cfg.n_layers && !u.st; l++) {
         kn__layer_w *L = &m->layers[l];
-        kn_tensor **vec[] = {&L->attn_norm, &L->attn_norm_b, &L->bq, &L->bk, &L->bv, &L->bqkv, &L->bo,
-                             &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2};
-        for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) *vec[i] = upload(&u, *vec[i], false);
         bool same_qkv = L->wq && mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wk->dtype) &&
                         mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wv->dtype);      /* stacked rows share one dtype */
-        if (fuse && same_qkv && !L->bq && !L->bk && !L->bv) {
+        bool all_b = L->bq && L->bk && L->bv, no_b = !L->bq && !L->bk && !L->bv;
+        if (fuse && same_qkv && all_b && !(L->bqkv = host_cat3(m, L->bq, L->bk, L->bv))) u.st = KN_ERR_NOMEM;
+        if (L->bqkv && L->wq) L->bq = L->bk = L->bv = NULL;                     /* Qwen2: bq|bk|bv [QD + 2 KD] */
+        kn_tensor **vec[] = {&L->attn_norm, &L->attn_norm_b, &L->bq, &L->bk, &L->bv, &L->bqkv, &L->bo,
+                             &L->q_norm, &L->k_norm, &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2};
+        for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) *vec[i] = upload(&u, *vec[i], false);
+        if (fuse && same_qkv && (no_b || all_b)) {
             kn_tensor *qkv[3] = {L->wq, L->wk, L->wv};
             L->wqkv = upload_stack(&u, qkv, 3, true);
             L->wq = L->wk = L->wv = NULL;
@@ -541,8 +591,12 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
             v = lin_b(m, h, L->wv, L->bv);
         }
         int perm[3] = {1, 0, 2};
-        q = kn_permute(ctx, kn_reshape(ctx, q, 3, (int64_t[]){-1, H, D}), perm);     /* [H, T, D] */
-        k = kn_permute(ctx, kn_reshape(ctx, k, 3, (int64_t[]){-1, Hkv, D}), perm);   /* [Hkv, T, D] */
+        q = kn_reshape(ctx, q, 3, (int64_t[]){-1, H, D});                      /* [T, H, D] */
+        k = kn_reshape(ctx, k, 3, (int64_t[]){-1, Hkv, D});                    /* [T, Hkv, D] */
+        if (L->q_norm) q = kn_rms_norm(ctx, q, 1, L->q_norm, c->norm_eps);    /* Qwen3: each head's D, gain [D] */
+        if (L->k_norm) k = kn_rms_norm(ctx, k, 1, L->k_norm, c->norm_eps);
+        q = kn_permute(ctx, q, perm);                                          /* [H, T, D] */
+        k = kn_permute(ctx, k, perm);                                          /* [Hkv, T, D] */
         v = kn_permute(ctx, kn_reshape(ctx, v, 3, (int64_t[]){-1, Hkv, D}), perm);
         if (!gpt2) {
             q = kn_rope_ff(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);

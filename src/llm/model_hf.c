@@ -8,14 +8,18 @@
  *     gpt2_tokenizer.bin only decodes).
  *   - Hugging Face safetensors + config.json (a model directory, or a
  *     .safetensors path with config.json beside it): "LlamaForCausalLM"
- *     (q/k rows in HF order, so RoPE rotates halves: rope_neox) and
+ *     (q/k rows in HF order, so RoPE rotates halves: rope_neox),
+ *     "Qwen2ForCausalLM" (Llama with q/k/v biases), "Qwen3ForCausalLM"
+ *     (Llama with per-head q/k RMS norms, head_dim from the config) and
  *     "GPT2LMHeadModel" (Conv1D weights stored [in, out]). Dtypes F32, F16,
- *     BF16.
+ *     BF16. Rope settings are read from the top level (rope_theta,
+ *     rope_scaling: transformers 4) or from rope_parameters (transformers 5).
  *
  * Non-goals: sharded checkpoints (model.safetensors.index.json), tokenizer.json
  * (pass a GGUF vocabulary or a llama2.c tokenizer.bin as tokenizer_path),
- * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope), other
- * architectures (Mistral sliding windows, Qwen biases, ...).
+ * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope),
+ * sliding-window attention (Mistral, Qwen2 with use_sliding_window: refused),
+ * other architectures.
  *
  * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
  * P positions, L layers.
@@ -150,6 +154,8 @@ static const char *hf_arch(const kn_json *j) {
     const char *mt = kn_json_get_str(j, 0, "model_type");
     if (mt && !strcmp(mt, "llama")) return "LlamaForCausalLM";
     if (mt && !strcmp(mt, "gpt2")) return "GPT2LMHeadModel";
+    if (mt && !strcmp(mt, "qwen2")) return "Qwen2ForCausalLM";
+    if (mt && !strcmp(mt, "qwen3")) return "Qwen3ForCausalLM";
     return mt;
 }
 
@@ -226,10 +232,39 @@ static bool cfg_int(const kn_json *j, const char *key, int64_t def, int64_t lo, 
         dst = (int)v_;                                                                                         \
     } while (0)
 
-static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
+/* Qwen2 marks the layers that use a sliding window in layer_types (transformers
+ * 5), or implies them: use_sliding_window with a sliding_window, from layer
+ * max_window_layers on. kiln attends to the whole context, so such a config
+ * is refused rather than run differently from the model it describes. */
+static kn_status hf_no_sliding_window(const kn_json *j, const char *cfgp, int n_layers) {
+    int64_t lt = kn_json_get(j, 0, "layer_types");
+    int first = -1;
+    if (kn_json_kind(j, lt) == KN_JSON_ARRAY) {
+        for (int64_t i = 0; i < kn_json_count(j, lt) && first < 0; i++) {
+            const char *t = kn_json_str(j, kn_json_at(j, lt, i), NULL);
+            if (t && strcmp(t, "full_attention")) first = (int)i;
+        }
+    } else {
+        bool on = false;
+        int64_t sw = kn_json_get(j, 0, "sliding_window"), mwl = n_layers;
+        kn_json_get_bool(j, 0, "use_sliding_window", &on);
+        int64_t n = kn_json_get(j, 0, "max_window_layers");
+        if (n >= 0 && !kn_json_int(j, n, &mwl)) mwl = 0;
+        if (on && sw >= 0 && kn_json_kind(j, sw) != KN_JSON_NULL && mwl < n_layers) first = mwl < 0 ? 0 : (int)mwl;
+    }
+    if (first >= 0)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: layer %d uses sliding-window attention (use_sliding_window / "
+                            "layer_types), which kiln does not implement; only full attention is supported (set "
+                            "\"use_sliding_window\": false if the model was trained without it)", cfgp, first);
+    return KN_OK;
+}
+
+/* Llama, Qwen2 and Qwen3 (arch says which): the same blocks; Qwen2 adds
+ * q/k/v biases (always), Qwen3 q_norm / k_norm [D] and attention_bias. */
+static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch arch) {
     kn_model_config *c = &m->cfg;
     const char *cfgp = h->config;
-    c->arch = KN_ARCH_LLAMA;
+    c->arch = arch;
     CFG_INT("hidden_size", -1, 1, 1 << 20, c->dim);
     CFG_INT("num_hidden_layers", -1, 1, 1024, c->n_layers);
     CFG_INT("num_attention_heads", -1, 1, 1 << 16, c->n_heads);
@@ -243,7 +278,16 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
                             cfgp, c->n_heads, c->n_kv_heads, c->head_dim);
     double eps = 1e-6, theta = 10000.0;
     kn_json_get_f64(j, 0, "rms_norm_eps", &eps);
-    kn_json_get_f64(j, 0, "rope_theta", &theta);
+    /* transformers 5 writes rope_parameters {rope_theta, rope_type, factor, ...}
+     * where 4 wrote rope_theta and rope_scaling at the top level */
+    int64_t rp = kn_json_get(j, 0, "rope_parameters");
+    if (kn_json_kind(j, rp) != KN_JSON_OBJECT) rp = -1;
+    if (!kn_json_get_f64(j, 0, "rope_theta", &theta) && rp >= 0) kn_json_get_f64(j, rp, "rope_theta", &theta);
+    if (!(theta > 0) || isinf(theta)) return kn_set_error(KN_ERR_FORMAT, "%s: rope_theta %g must be positive", cfgp, theta);
+    if (arch != KN_ARCH_LLAMA) {
+        kn_status sw = hf_no_sliding_window(j, cfgp, c->n_layers);
+        if (sw) return sw;
+    }
     c->norm_eps = eps; c->rope_theta = theta; c->rope_freq_scale = 1.0;
     c->n_rot = c->head_dim;
     c->rope_neox = true;                 /* HF q/k rows are not permuted: rotate halves */
@@ -251,9 +295,12 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
     if (act && strcmp(act, "silu"))
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (Llama uses silu)", cfgp, act);
     int64_t rs = kn_json_get(j, 0, "rope_scaling");
+    if (kn_json_kind(j, rs) != KN_JSON_OBJECT) rs = rp;
+    const char *rtype = rs >= 0 ? kn_json_get_str(j, rs, "rope_type") : NULL;
+    if (rs >= 0 && !rtype) rtype = kn_json_get_str(j, rs, "type");
+    if (rs >= 0 && rtype && !strcmp(rtype, "default")) rs = -1;      /* plain rope */
     if (kn_json_kind(j, rs) == KN_JSON_OBJECT) {
-        const char *type = kn_json_get_str(j, rs, "rope_type");
-        if (!type) type = kn_json_get_str(j, rs, "type");
+        const char *type = rtype;
         double factor = 0;
         bool known = type && (!strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn"));
         if (!known || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0) || isinf(factor))
@@ -296,9 +343,9 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
             if (st) return st;
         }
     }
-    bool tied = false, bias = false;
+    bool tied = false, bias = arch == KN_ARCH_QWEN2, qk_norm = arch == KN_ARCH_QWEN3;
     kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);
-    kn_json_get_bool(j, 0, "attention_bias", &bias);
+    if (arch != KN_ARCH_QWEN2) kn_json_get_bool(j, 0, "attention_bias", &bias);   /* Qwen2: always biased */
     int64_t C = c->dim, QD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t F = c->ffn_dim, V = c->n_vocab;
     m->tok_embd = hf_mat(h, "model.embed_tokens.weight", V, C, false, true);
@@ -320,6 +367,10 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h) {
         L->bq = hf_vec(h, NM("self_attn.q_proj.bias"), 0, QD, bias);
         L->bk = hf_vec(h, NM("self_attn.k_proj.bias"), 0, KD, bias);
         L->bv = hf_vec(h, NM("self_attn.v_proj.bias"), 0, KD, bias);
+        if (qk_norm) {
+            L->q_norm = hf_vec(h, NM("self_attn.q_norm.weight"), 0, c->head_dim, true);
+            L->k_norm = hf_vec(h, NM("self_attn.k_norm.weight"), 0, c->head_dim, true);
+        }
         L->wo = hf_mat(h, NM("self_attn.o_proj.weight"), C, QD, false, true);
         L->ffn_norm = hf_vec(h, NM("post_attention_layernorm.weight"), 0, C, true);
         L->w1 = hf_mat(h, NM("mlp.gate_proj.weight"), F, C, false, true);
@@ -408,9 +459,11 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     }
     const char *arch = hf_arch(j);
     bool llama = arch && !strcmp(arch, "LlamaForCausalLM"), gpt2 = arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model"));
-    if (!llama && !gpt2) {
-        st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM and "
-                          "GPT2LMHeadModel safetensors models (or convert the model to GGUF)", p.config, arch ? arch : "(none given)");
+    bool qwen2 = arch && !strcmp(arch, "Qwen2ForCausalLM"), qwen3 = arch && !strcmp(arch, "Qwen3ForCausalLM");
+    if (!llama && !gpt2 && !qwen2 && !qwen3) {
+        st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM, "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel safetensors models (or convert the model "
+                          "to GGUF)", p.config, arch ? arch : "(none given)");
         kn_json_free(j);
         return st;
     }
@@ -421,7 +474,7 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     const char *nm = kn_json_get_str(j, 0, "_name_or_path");
     snprintf(m->cfg.name, sizeof m->cfg.name, "%.127s", nm && *nm ? nm : base_name(path));
     hf_loader h = {m, p.weights, p.config, "", KN_OK};
-    st = llama ? hf_llama(m, j, &h) : hf_gpt2(m, j, &h);
+    st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA);
     kn_json_free(j);
     if (st) return st;
     if (tok_path) return kn__model_load_tokenizer(m, tok_path);

@@ -27,7 +27,8 @@
 typedef struct {
     kn_tensor *attn_norm, *attn_norm_b;   /* [C]; bias: GPT-2 LayerNorm, else NULL    */
     kn_tensor *wq, *wk, *wv;              /* [H*D, C], [Hkv*D, C] x2; NULL when fused  */
-    kn_tensor *bq, *bk, *bv;              /* optional biases                          */
+    kn_tensor *bq, *bk, *bv;              /* optional biases (Qwen2)                  */
+    kn_tensor *q_norm, *k_norm;           /* [D] per-head RMS norm gains (Qwen3), NULL */
     kn_tensor *wqkv, *bqkv;               /* GPT-2 fused [3C, C], [3C] (q, k, v rows)  */
     kn_tensor *wo, *bo;                   /* [C, H*D], [C] or NULL                    */
     kn_tensor *ffn_norm, *ffn_norm_b;     /* [C]                                      */

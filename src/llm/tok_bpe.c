@@ -17,8 +17,10 @@
  *     emit maximal runs of equal k != 0 as {lo | k << 24, hi}
  * \s is the Unicode White_Space property (listed in is_space).
  * The Llama 3 ("llama-bpe") split is also written out (llama3_split), and
- * like llama.cpp it takes a whole word that is a vocabulary entry as is.
- * Non-goals: the Qwen, DeepSeek and other pre-tokenizers.
+ * like llama.cpp it takes a whole word that is a vocabulary entry as is;
+ * Qwen2/Qwen3's ("qwen2") is the same pattern with one digit per number
+ * (\p{N} instead of \p{N}{1,3}), so llama3_split takes the run length.
+ * Non-goals: DeepSeek and other pre-tokenizers.
  */
 #include "llm/tokenizer_impl.h"   /* defines: struct kn_tokenizer, kn__* helpers */
 #include "formats/gguf.h"             /* defines: kn_gguf_get_str/arr                */
@@ -428,9 +430,10 @@ static kn_status gpt2_split(bpe_ctx *c, const char *text, const uint32_t *cp, co
 /* Llama 3 split of cp[b..e) (llama.cpp's adaptation of the tiktoken pattern):
  *   (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
  *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- * Alternatives are tried in order at each position; the first that matches wins. */
+ * Alternatives are tried in order at each position; the first that matches wins.
+ * max_digits 3 is that pattern; 1 is Qwen2's (\p{N} alone, otherwise the same). */
 static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, const size_t *boff,
-                              size_t b, size_t e) {
+                              size_t b, size_t e, size_t max_digits) {
 #define FL(i) ((i) < e ? cp_flags(cp[i]) : 0u)
 #define LOW(i) ((i) < e && cp[i] < 0x80 ? (cp[i] | 0x20u) : 0u)
 #define NL(i) ((i) < e && (cp[i] == '\r' || cp[i] == '\n'))
@@ -449,8 +452,8 @@ static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, 
             pos++;
             while (FL(pos) & CF_LETTER) pos++;
         }
-        if (pos == start && (f & CF_NUMBER)) {                         /* \p{N}{1,3} */
-            while (pos < e && pos - start < 3 && (FL(pos) & CF_NUMBER)) pos++;
+        if (pos == start && (f & CF_NUMBER)) {                         /* \p{N}{1,max_digits} */
+            while (pos < e && pos - start < max_digits && (FL(pos) & CF_NUMBER)) pos++;
         }
         if (pos == start && ((f & CF_OTHER) || (ch == ' ' && (FL(pos + 1) & CF_OTHER)))) {
             pos += ch == ' ';                                          /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
@@ -498,8 +501,8 @@ kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn
             b = i + 1;
         }
         if (st == KN_OK && b < n) st = gpt2_split(&c, text, cp, boff, b, n);
-    } else if (t->pretok == KN_PRETOK_LLAMA3) {
-        st = llama3_split(&c, text, cp, boff, 0, n);
+    } else if (t->pretok == KN_PRETOK_LLAMA3 || t->pretok == KN_PRETOK_QWEN2) {
+        st = llama3_split(&c, text, cp, boff, 0, n, t->pretok == KN_PRETOK_QWEN2 ? 1 : 3);
     } else {
         st = gpt2_split(&c, text, cp, boff, 0, n);
     }
@@ -571,8 +574,15 @@ static kn_status pick_pretok(kn_tokenizer *t, const kn_gguf *g) {
             t->pretok = KN_PRETOK_DIGITS_GPT2;
             return KN_OK;
         }
+    static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen"};     /* Qwen2, Qwen2.5, Qwen3 */
+    for (size_t i = 0; i < sizeof qwen2 / sizeof *qwen2; i++)
+        if (pre.len == strlen(qwen2[i]) && memcmp(pre.ptr, qwen2[i], pre.len) == 0) {
+            t->pretok = KN_PRETOK_QWEN2;
+            return KN_OK;
+        }
     return kn_set_error(KN_ERR_UNSUPPORTED, "GGUF tokenizer.ggml.pre = \"%.*s\" is not supported; kiln "
-                        "implements the \"gpt2\"/\"default\", \"smollm\"/\"starcoder\" and \"llama-bpe\" (Llama 3) pre-tokenizers",
+                        "implements the \"gpt2\"/\"default\", \"smollm\"/\"starcoder\", \"llama-bpe\" (Llama 3) and "
+                        "\"qwen2\" pre-tokenizers",
                         (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 }
 

@@ -14,6 +14,7 @@ typedef enum kn_pretok {             /* GPT-2 style pre-tokenizer variants    */
     KN_PRETOK_GPT2 = 0,              /* 's|'t|...| ?\p{L}+| ?\p{N}+|...      */
     KN_PRETOK_DIGITS_GPT2 = 1,       /* \p{N} isolated first, then GPT-2      */
     KN_PRETOK_LLAMA3 = 2,            /* Llama 3 tiktoken-style pattern         */
+    KN_PRETOK_QWEN2 = 3,             /* Llama 3's with \p{N} (one digit)       */
 } kn_pretok;
 
 typedef struct kn_bpe_merge { uint64_t key; int32_t rank; int32_t id; } kn_bpe_merge;

@@ -1,0 +1,424 @@
+/* test_qwen.c: Qwen2 / Qwen2.5 and Qwen3 against Hugging Face transformers.
+ *
+ * scripts/qwen_ref.py builds three tiny random models with transformers
+ * itself (Qwen2 with a tied head, Qwen2 with a separate head, Qwen3 with
+ * head_dim 32 != hidden 64 / 4 heads), saves each as safetensors +
+ * config.json and as a llama.cpp-layout GGUF, and records transformers'
+ * logits and greedy continuations (tests/fixtures/qwen/). Here:
+ *   - each model loads both ways with the expected config, and the logits of
+ *     the prompts' last rows are within 1e-4 relative L2 of transformers';
+ *     greedy decoding through the KV cache gives the reference's 32 tokens
+ *     (up to a step where the reference's top two logits are a near tie);
+ *   - the same with prefill in chunks of 3 (n_batch), with an f16 KV cache
+ *     (to 1e-3), and on a fake device (host memory posing as a GPU: model.c's
+ *     upload path with q|k|v and their biases stacked, q/k norms uploaded);
+ *   - in a CUDA build on a GPU, the CUDA backend with f32 weights (1e-4) and
+ *     bf16 weights (3e-2); SKIP otherwise;
+ *   - the fixtures can fail: their biases and q/k norm gains are far from
+ *     trivial, and zeroing the biases or resetting the norms to 1 in a loaded
+ *     model moves the logits by orders of magnitude more than the tolerance;
+ *   - a config asking for sliding-window attention is refused with a message;
+ *     ones that leave it off (transformers 4 style: rope_theta at the top
+ *     level) load and match;
+ *   - the GGUF vocabulary (tokenizer.ggml.pre = "qwen2") splits numbers into
+ *     single digits, so its "1 2" merge never applies inside "123";
+ *   - a BPE vocabulary trained by Hugging Face `tokenizers` (merges across
+ *     the boundaries Qwen2's split draws: digits, spaces before digits,
+ *     words) encodes 18 strings to the ids `tokenizers` gives with Qwen2's
+ *     pre-tokenizer (tests/fixtures/qwen/qwen2_vocab.*).
+ */
+#include "kn_test.h"
+#include "kiln.h"
+#include "kiln_backend.h"
+#include "kiln_llm.h"
+#include "llm/model_impl.h"     /* defines: struct kn_model (the ablation reaches its biases and norms) */
+#include "graph/graph.h"        /* defines: kn__storage_owner, struct kn_buffer */
+#include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define FIX "tests/fixtures/qwen/"
+
+/* ---- reference fixtures (KNLR v2, scripts/llm_ref.py's format) ------------------------ */
+typedef struct { int n_prompt, n_gen, rows; int32_t *prompt, *gen; float *margin, *logits; } ref_case;
+typedef struct { int n, V; ref_case c[8]; } ref_file;
+
+static bool read_ref(const char *path, ref_file *r) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char magic[4]; uint32_t h[3];
+    bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNLR", 4) && fread(h, 4, 3, f) == 3 && h[0] == 2 && h[1] <= 8;
+    if (ok) { r->n = (int)h[1]; r->V = (int)h[2]; }
+    for (int i = 0; ok && i < r->n; i++) {
+        uint32_t k[3];
+        ref_case *c = &r->c[i];
+        if (!(ok = fread(k, 4, 3, f) == 3 && k[0] <= 64 && k[1] <= 64 && k[2] <= k[0])) break;
+        c->n_prompt = (int)k[0]; c->n_gen = (int)k[1]; c->rows = (int)k[2];
+        c->prompt = malloc(4 * (size_t)c->n_prompt); c->gen = malloc(4 * (size_t)c->n_gen + 4);
+        c->margin = malloc(4 * (size_t)c->n_gen + 4); c->logits = malloc(4 * (size_t)c->rows * (size_t)r->V);
+        ok = fread(c->prompt, 4, (size_t)c->n_prompt, f) == (size_t)c->n_prompt &&
+             fread(c->gen, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
+             fread(c->margin, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
+             fread(c->logits, 4, (size_t)c->rows * (size_t)r->V, f) == (size_t)c->rows * (size_t)r->V;
+    }
+    fclose(f);
+    return ok;
+}
+static void free_ref(ref_file *r) {
+    for (int i = 0; i < r->n; i++) { free(r->c[i].prompt); free(r->c[i].gen); free(r->c[i].margin); free(r->c[i].logits); }
+    r->n = 0;
+}
+
+/* The worst relative L2 error over the reference rows of every prompt. */
+static double logits_err(kn_model *m, const ref_file *r) {
+    int V = r->V;
+    double worst = 0;
+    for (int i = 0; i < r->n; i++) {
+        const ref_case *c = &r->c[i];
+        float *lg = malloc(sizeof(float) * (size_t)c->n_prompt * V);
+        if (kn_model_eval(m, c->prompt, c->n_prompt, 0, lg, true) != KN_OK) { free(lg); return INFINITY; }
+        for (int k = 0; k < c->rows; k++) {
+            const float *a = lg + (size_t)(c->n_prompt - c->rows + k) * V, *b = c->logits + (size_t)k * V;
+            double num = 0, den = 0;
+            for (int v = 0; v < V; v++) { num += ((double)a[v] - b[v]) * ((double)a[v] - b[v]); den += (double)b[v] * b[v]; }
+            worst = fmax(worst, isnan(num) ? INFINITY : sqrt(num / den));
+        }
+        free(lg);
+    }
+    return worst;
+}
+
+/* A reference step whose top-2 margin is below this is a near tie: f32
+ * rounding (kiln) against float64 (the reference) may pick either token, and
+ * past it the two continuations may legitimately differ. The logits agree to
+ * ~1e-6 of their size (a few 1e-6 absolute), far below it. */
+#define TIE_MARGIN 1e-3
+
+/* logits within tol (rel L2), greedy identical up to the first reference
+ * step whose margin is below tie */
+static void check_model_tol(const char *what, kn_model *m, const ref_file *r, double tol, double tie) {
+    int V = r->V;
+    REQUIRE(kn_model_get_config(m)->n_vocab == V, "%s: vocab %d vs %d", what, kn_model_get_config(m)->n_vocab, V);
+    double e = logits_err(m, r);
+    if (getenv("KN_VERBOSE")) fprintf(stderr, "  %-28s logits rel L2 %.3g\n", what, e);
+    CHECK(e < tol, "%s: logits rel L2 %.3g vs transformers (tol %.0e): %s", what, e, tol, kn_last_error());
+    for (int i = 0; i < r->n; i++) {
+        const ref_case *c = &r->c[i];
+        float *l1 = malloc(sizeof(float) * (size_t)V);
+        int32_t seq[128];
+        memcpy(seq, c->prompt, sizeof(int32_t) * (size_t)c->n_prompt);
+        int np = c->n_prompt, same = 0;
+        REQUIRE(kn_model_eval(m, seq, np, 0, l1, false) == KN_OK, "%s", kn_last_error());
+        for (int g = 0; g < c->n_gen; g++) {
+            int best = 0;
+            for (int v = 1; v < V; v++) if (l1[v] > l1[best]) best = v;
+            if (best != c->gen[g]) break;
+            same++;
+            seq[np] = best;
+            if (g + 1 < c->n_gen) REQUIRE(kn_model_eval(m, &seq[np], 1, np, l1, false) == KN_OK, "%s", kn_last_error());
+            np++;
+        }
+        int clear = 0;
+        while (clear < c->n_gen && c->margin[clear] >= tie) clear++;
+        if (getenv("KN_VERBOSE")) fprintf(stderr, "  %-28s case %d: greedy agrees %d of %d (%d before a near tie)\n", what, i, same, c->n_gen, clear);
+        CHECK(same >= clear, "%s case %d: greedy agrees for %d of %d tokens (%d required)", what, i, same, c->n_gen, clear);
+        free(l1);
+    }
+}
+static void check_model(const char *what, kn_model *m, const ref_file *r) { check_model_tol(what, m, r, 1e-4, TIE_MARGIN); }
+
+/* ---- the models ------------------------------------------------------------------------ */
+typedef struct {
+    const char *name;
+    kn_arch arch;
+    int head_dim;
+    bool tied;
+    double theta, eps;
+} qwen_case;
+static const qwen_case g_cases[] = {
+    {"qwen2_tied", KN_ARCH_QWEN2, 16, true, 1e6, 1e-6},
+    {"qwen2_untied", KN_ARCH_QWEN2, 16, false, 20000, 1e-5},
+    {"qwen3", KN_ARCH_QWEN3, 32, false, 1e6, 1e-6},
+};
+enum { N_CASES = sizeof g_cases / sizeof g_cases[0] };
+
+static void check_config(const char *what, const kn_model *m, const qwen_case *q) {
+    const kn_model_config *c = kn_model_get_config(m);
+    CHECK(c->arch == q->arch && c->head_dim == q->head_dim && c->n_heads == 4 && c->n_kv_heads == 2 && c->dim == 64 &&
+          c->n_layers == 2 && c->n_rot == q->head_dim && c->rope_neox && c->tied_output == q->tied &&
+          fabs(c->rope_theta - q->theta) < 1e-6 * q->theta && fabs(c->norm_eps - q->eps) < 1e-3 * q->eps,
+          "%s: config arch %d head_dim %d heads %d/%d dim %d rot %d neox %d tied %d theta %g eps %g", what, (int)c->arch,
+          c->head_dim, c->n_heads, c->n_kv_heads, c->dim, c->n_rot, c->rope_neox, c->tied_output, c->rope_theta, c->norm_eps);
+    for (int l = 0; l < c->n_layers; l++) {
+        const kn__layer_w *L = &m->layers[l];
+        bool q2 = q->arch == KN_ARCH_QWEN2;
+        CHECK(!L->bo && (q2 ? L->bq && L->bk && L->bv && !L->q_norm && !L->k_norm
+                            : !L->bq && !L->bk && !L->bv && L->q_norm && L->k_norm),
+              "%s layer %d: qwen2 has q/k/v biases and no q/k norms, qwen3 the reverse", what, l);
+    }
+}
+
+static kn_model *load(const char *path, int n_batch, kn_backend *be, kn_weight_dtype wd) {
+    kn_model_opts o = {.n_ctx = 128, .n_batch = n_batch, .backend = be, .weight_dtype = wd};
+    kn_model *m = NULL;
+    if (kn_model_load(path, &o, &m) != KN_OK) return NULL;
+    return m;
+}
+
+TEST(qwen_matches_transformers) {
+    for (int i = 0; i < N_CASES; i++) {
+        const qwen_case *q = &g_cases[i];
+        char ref[256], dir[256], gguf[256], what[96];
+        snprintf(ref, sizeof ref, FIX "%s.ref", q->name);
+        snprintf(dir, sizeof dir, FIX "%s", q->name);
+        snprintf(gguf, sizeof gguf, FIX "%s.gguf", q->name);
+        ref_file r = {0};
+        REQUIRE(read_ref(ref, &r), "%s unreadable (scripts/qwen_ref.py writes it)", ref);
+        const char *paths[2] = {dir, gguf}, *kinds[2] = {"safetensors", "gguf"};
+        for (int k = 0; k < 2; k++) {
+            kn_model *m = load(paths[k], 0, NULL, KN_WEIGHTS_AUTO);
+            CHECK(m, "%s: %s", paths[k], kn_last_error());
+            if (!m) continue;
+            snprintf(what, sizeof what, "%s %s", q->name, kinds[k]);
+            check_config(what, m, q);
+            CHECK(kn_model_get_config(m)->weight_type == KN_BF16, "%s: weights are bf16 in the file", what);
+            check_model(what, m, &r);
+            kn_model_free(m);
+        }
+        /* prefill in chunks of 3 (T < n_batch and several chunks per prompt) */
+        kn_model *m = load(gguf, 3, NULL, KN_WEIGHTS_AUTO);
+        CHECK(m, "%s n_batch 3: %s", gguf, kn_last_error());
+        if (m) {
+            snprintf(what, sizeof what, "%s gguf n_batch 3", q->name);
+            check_model(what, m, &r);
+            kn_model_free(m);
+        }
+        /* f16 KV cache: only the cached K, V are rounded */
+        kn_model_opts o16 = {.n_ctx = 128, .kv_f16 = true};
+        m = NULL;
+        CHECK(kn_model_load(dir, &o16, &m) == KN_OK, "%s f16 KV: %s", dir, kn_last_error());
+        if (m) {
+            snprintf(what, sizeof what, "%s st f16 KV", q->name);
+            check_model_tol(what, m, &r, 1e-3, 0.05);
+            kn_model_free(m);
+        }
+        free_ref(&r);
+    }
+}
+
+/* ---- the fixtures can fail ------------------------------------------------------------- */
+static void fill_f32(kn_tensor *t, float v) {
+    float *p = (float *)kn__storage_owner(t)->buf->data + t->offset;
+    for (int64_t i = 0; i < kn_numel(t); i++) p[i] = v;
+}
+static float max_abs_dev(const kn_tensor *t, float from) {
+    const float *p = (const float *)kn__storage_owner((kn_tensor *)t)->buf->data + t->offset;
+    float d = 0;
+    for (int64_t i = 0; i < kn_numel(t); i++) d = fmaxf(d, fabsf(p[i] - from));
+    return d;
+}
+
+/* Loaded from safetensors, the bf16 vectors are f32 copies the model owns,
+ * so they can be overwritten after the graph is built. */
+TEST(qwen_biases_and_qk_norms_matter) {
+    for (int i = 0; i < N_CASES; i++) {
+        const qwen_case *q = &g_cases[i];
+        char ref[256], dir[256];
+        snprintf(ref, sizeof ref, FIX "%s.ref", q->name);
+        snprintf(dir, sizeof dir, FIX "%s", q->name);
+        ref_file r = {0};
+        REQUIRE(read_ref(ref, &r), "%s unreadable", ref);
+        kn_model *m = load(dir, 0, NULL, KN_WEIGHTS_AUTO);
+        REQUIRE(m, "%s: %s", dir, kn_last_error());
+        double base = logits_err(m, &r);
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            kn__layer_w *L = &m->layers[l];
+            if (q->arch == KN_ARCH_QWEN2) {
+                CHECK(max_abs_dev(L->bq, 0) > 0.5f && max_abs_dev(L->bk, 0) > 0.5f && max_abs_dev(L->bv, 0) > 0.5f,
+                      "%s layer %d: the fixture's biases are near zero", q->name, l);
+                fill_f32(L->bq, 0); fill_f32(L->bk, 0);
+            } else {
+                CHECK(max_abs_dev(L->q_norm, 1) > 0.4f && max_abs_dev(L->k_norm, 1) > 0.4f,
+                      "%s layer %d: the fixture's q/k norm gains are near 1", q->name, l);
+                fill_f32(L->q_norm, 1); fill_f32(L->k_norm, 1);
+            }
+        }
+        double ablated = logits_err(m, &r);
+        if (getenv("KN_VERBOSE")) fprintf(stderr, "  %-14s rel L2 %.3g; without %s %.3g\n", q->name, base,
+                                          q->arch == KN_ARCH_QWEN2 ? "q/k biases" : "q/k norm gains", ablated);
+        CHECK(base < 1e-4 && ablated > 1e-2, "%s: rel L2 %.3g with, %.3g without the %s (want < 1e-4 and > 1e-2)",
+              q->name, base, ablated, q->arch == KN_ARCH_QWEN2 ? "q/k biases" : "q/k norm gains");
+        kn_model_free(m);
+        free_ref(&r);
+    }
+}
+
+/* ---- a device backend's upload path ------------------------------------------------------
+ * Host memory posing as a device (as tests/test_cuda_llm.c): kn_model_load
+ * then uploads every weight, stacks wq|wk|wv with bq|bk|bv, uploads q_norm
+ * and k_norm, and stages inputs and logits; compute is the cpu backend's. */
+static void *fd_alloc(kn_backend *be, size_t n) { (void)be; return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
+static void fd_free(kn_backend *be, void *p) { (void)be; kn_backend_cpu()->free(kn_backend_cpu(), p); }
+static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { (void)be; memcpy(d, s, n); return KN_OK; }
+static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
+static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
+                            fd_compute, NULL, NULL, NULL};
+
+TEST(qwen_device_upload_path) {
+    for (int i = 0; i < N_CASES; i++) {
+        const qwen_case *q = &g_cases[i];
+        char ref[256], path[256], what[96];
+        snprintf(ref, sizeof ref, FIX "%s.ref", q->name);
+        snprintf(path, sizeof path, FIX "%s%s", q->name, i == 1 ? "" : ".gguf");
+        ref_file r = {0};
+        REQUIRE(read_ref(ref, &r), "%s unreadable", ref);
+        kn_model *m = load(path, 5, &g_fake, KN_WEIGHTS_F32);
+        CHECK(m, "%s on the fake device: %s", path, kn_last_error());
+        if (m) {
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                CHECK(m->layers[l].wqkv && !m->layers[l].wq && (q->arch == KN_ARCH_QWEN2) == (m->layers[l].bqkv != NULL) &&
+                      !m->layers[l].bq && (q->arch == KN_ARCH_QWEN3) == (m->layers[l].q_norm != NULL),
+                      "%s layer %d: q|k|v (and their biases) stacked on the device", q->name, l);
+            snprintf(what, sizeof what, "%s fake device", q->name);
+            check_model(what, m, &r);
+            kn_model_free(m);
+        }
+        free_ref(&r);
+    }
+}
+
+/* ---- the CUDA backend (a GPU build on a GPU machine) ----------------------------------
+ * f32 weights: to 1e-4 as on the CPU. bf16 (the files' own values; the
+ * tensor-core GEMM rounds the activations to bf16 as its tiles load): to
+ * 3e-2, greedy identical up to a reference margin of 0.1. */
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+TEST(qwen_cuda_matches_transformers) {
+    kn_backend *g = kn_backend_cuda();
+    if (!g) SKIP("no GPU: %s", kn_last_error());
+    for (int i = 0; i < N_CASES; i++) {
+        const qwen_case *q = &g_cases[i];
+        char ref[256], what[96];
+        snprintf(ref, sizeof ref, FIX "%s.ref", q->name);
+        ref_file r = {0};
+        REQUIRE(read_ref(ref, &r), "%s unreadable", ref);
+        for (int k = 0; k < 4; k++) {
+            char path[256];
+            snprintf(path, sizeof path, FIX "%s%s", q->name, k & 1 ? ".gguf" : "");
+            bool f32 = k < 2;
+            kn_model *m = load(path, 0, g, f32 ? KN_WEIGHTS_F32 : KN_WEIGHTS_BF16);
+            CHECK(m, "%s on CUDA: %s", path, kn_last_error());
+            if (!m) continue;
+            snprintf(what, sizeof what, "%s %s cuda %s", q->name, k & 1 ? "gguf" : "st", f32 ? "f32" : "bf16");
+            check_model_tol(what, m, &r, f32 ? 1e-4 : 3e-2, f32 ? TIE_MARGIN : 0.1);
+            kn_model_free(m);
+        }
+        free_ref(&r);
+    }
+}
+#else
+TEST(qwen_cuda_matches_transformers) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#endif
+
+/* ---- refusals and the tokenizer --------------------------------------------------------- */
+static bool copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    bool ok = a && b;
+    char buf[1 << 14];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
+    if (a) fclose(a);
+    if (b && fclose(b)) ok = false;
+    return ok;
+}
+
+TEST(qwen_sliding_window_refused) {
+    char dir[] = "/tmp/kn_qwen_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char st[300], cfg[300];
+    snprintf(st, sizeof st, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    REQUIRE(copy_file(FIX "qwen2_untied/model.safetensors", st), "copy the fixture");
+    ref_file r = {0};
+    REQUIRE(read_ref(FIX "qwen2_untied.ref", &r), FIX "qwen2_untied.ref unreadable");
+    static const char *fmt =
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", \"hidden_size\": 64,\n"
+        " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"intermediate_size\": 96,\n"
+        " \"vocab_size\": 300, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-05, \"rope_theta\": 20000.0,\n"
+        " \"hidden_act\": \"silu\", \"tie_word_embeddings\": false, %s}\n";
+    static const struct { const char *extra; bool ok; } cases[] = {
+        {"\"use_sliding_window\": false, \"sliding_window\": 4, \"max_window_layers\": 0", true},    /* off */
+        {"\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": 2", true},     /* no layer past 2 */
+        {"\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": 1", false},
+        {"\"layer_types\": [\"full_attention\", \"sliding_attention\"], \"sliding_window\": 4", false},
+        {"\"layer_types\": [\"full_attention\", \"full_attention\"], \"use_sliding_window\": false", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(cfg, "w");
+        REQUIRE(f, "cannot write %s", cfg);
+        fprintf(f, fmt, cases[i].extra);
+        fclose(f);
+        kn_model *m = NULL;
+        kn_status s = kn_model_load(dir, NULL, &m);
+        /* written the transformers 4 way (rope_theta at the top level, no
+         * rope_parameters): the same model as the fixture's config */
+        if (cases[i].ok) CHECK(s == KN_OK && m && logits_err(m, &r) < 1e-4, "config %zu: %s", i, kn_last_error());
+        else CHECK(s == KN_ERR_UNSUPPORTED && !m && strstr(kn_last_error(), "sliding-window") && strstr(kn_last_error(), "layer 1"),
+                   "config %zu must be refused naming the sliding window: %s", i, kn_last_error());
+        kn_model_free(m);
+    }
+    unlink(st); unlink(cfg); rmdir(dir);
+    free_ref(&r);
+}
+
+TEST(qwen_gguf_tokenizer_splits_digits) {
+    kn_model *m = load(FIX "qwen2_tied.gguf", 0, NULL, KN_WEIGHTS_AUTO);
+    REQUIRE(m, "%s", kn_last_error());
+    const kn_tokenizer *t = kn_model_tokenizer(m);
+    REQUIRE(t, "the GGUF's qwen2 vocabulary was not loaded");
+    int32_t ids[16];
+    int n = 0;
+    /* bytes are ids 0..255 in byte order; "12" is the first merge (256) */
+    CHECK(kn_tokenize(t, "x123", 4, false, false, ids, 16, &n) == KN_OK && n == 4 && ids[0] == 'x' && ids[1] == '1' &&
+          ids[2] == '2' && ids[3] == '3', "\"x123\": %d ids (want 4 single bytes: qwen2 isolates each digit)", n);
+    CHECK(kn_tokenize(t, "a the", 5, false, false, ids, 16, &n) == KN_OK && n == 2 && ids[0] == 'a' && ids[1] == 259,
+          "\"a the\": %d ids, second %d (want 2: 'a' and the merged \" the\" 259)", n, n > 1 ? ids[1] : -1);
+    CHECK(kn_tokenize(t, "<|im_end|>", 10, false, true, ids, 16, &n) == KN_OK && n == 1 && ids[0] == 299,
+          "control token: %d ids", n);
+    kn_model_free(m);
+}
+
+/* "KNTK", u32 n; per string u32 n_bytes, bytes, u32 n_ids, i32 ids (scripts/qwen_ref.py) */
+TEST(qwen2_pretokenizer_matches_hf_tokenizers) {
+    kn_tokenizer *t = NULL;
+    REQUIRE(kn_tokenizer_load_gguf(FIX "qwen2_vocab.gguf", &t) == KN_OK, "%s", kn_last_error());
+    FILE *f = fopen(FIX "qwen2_vocab.tok", "rb");
+    char magic[4];
+    uint32_t n = 0;
+    bool ok = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNTK", 4) && fread(&n, 4, 1, f) == 1 && n > 0 && n < 100;
+    CHECK(ok, FIX "qwen2_vocab.tok unreadable");
+    for (uint32_t i = 0; ok && i < n; i++) {
+        char text[256];
+        int32_t want[256], got[256];
+        uint32_t nb = 0, nw = 0;
+        ok = fread(&nb, 4, 1, f) == 1 && nb < sizeof text && fread(text, 1, nb, f) == nb && fread(&nw, 4, 1, f) == 1 &&
+             nw <= 256 && fread(want, 4, nw, f) == nw;
+        if (!ok) { CHECK(0, "string %u: truncated fixture", i); break; }
+        text[nb] = 0;
+        int ng = 0;
+        kn_status st = kn_tokenize(t, text, nb, false, false, got, 256, &ng);
+        bool same = st == KN_OK && ng == (int)nw && !memcmp(got, want, 4 * (size_t)nw);
+        if (!same) {
+            fprintf(stderr, "  %-30s want", text);
+            for (uint32_t k = 0; k < nw; k++) fprintf(stderr, " %d", want[k]);
+            fprintf(stderr, "\n  %-30s got ", "");
+            for (int k = 0; k < ng && k < 256; k++) fprintf(stderr, " %d", got[k]);
+            fprintf(stderr, "\n");
+        }
+        CHECK(same, "string %u (%u bytes): %d ids vs %u from tokenizers: %s", i, nb, ng, nw, st ? kn_last_error() : "");
+    }
+    if (f) fclose(f);
+    kn_tokenizer_free(t);
+}
+
+KN_TEST_MAIN()
