@@ -3,9 +3,11 @@
 # the CUDA op tests (tests/test_cuda_ops.c: every op kind, ref vs GPU), the
 # generated-kernel entries (tests/test_cuda_jit.c: NVRTC, kernel_run,
 # syms_upload, the cubin cache), CUDA graphs (test_cuda_graph.c), matmul
-# epilogues (test_cuda_epilogue.c) and LLM
-# inference on the GPU (test_cuda_llm.c), then the core test binaries on the
-# default (cpu) backend with the CUDA build.
+# epilogues (test_cuda_epilogue.c), LLM inference on the GPU (test_cuda_llm.c,
+# test_qwen.c), flash attention, quantized weights and the fused loss
+# (test_cuda_flash.c, test_cuda_quant.c, test_ce.c), fusion and mixed precision
+# with the GPU as the default backend (test_fuse.c, test_precision.c), then
+# the core test binaries on the default (cpu) backend with the CUDA build.
 #   sh scripts/cuda_test.sh [LOGDIR]     env: BUILD (default build-cuda), JOBS (16)
 # Prints one line per test binary and exits non-zero if any failed.
 BUILD=${BUILD:-build-cuda}
@@ -14,9 +16,13 @@ LOG=${1:-$BUILD/logs}
 mkdir -p "$LOG"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
-TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_cuda_flash test_cuda_quant test_ce test_qwen test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+# these run on the default backend: with KN_BACKEND=cuda they test the
+# generated CUDA kernels (split reductions, column tiles, segments) and the
+# mixed-precision policy on the GPU
+ON_GPU="test_fuse test_precision"
 TARGETS=""
-for t in $TESTS; do [ -f "tests/$t.c" ] && TARGETS="$TARGETS $BUILD/tests/$t"; done
+for t in $TESTS $ON_GPU; do [ -f "tests/$t.c" ] && TARGETS="$TARGETS $BUILD/tests/$t"; done
 if ! make CUDA=1 BUILD="$BUILD" -j"$JOBS" lib $TARGETS > "$LOG/build.log" 2>&1; then
     grep -E "error|Error" "$LOG/build.log" | head -40
     echo "build failed (log: $LOG/build.log)"
@@ -24,10 +30,12 @@ if ! make CUDA=1 BUILD="$BUILD" -j"$JOBS" lib $TARGETS > "$LOG/build.log" 2>&1; 
 fi
 grep -i "warning" "$LOG/build.log" | head -20
 fail=0
-for t in $TESTS; do
+for t in $TESTS $ON_GPU; do
     [ -x "$BUILD/tests/$t" ] || continue
     start=$(date +%s)
-    KN_BACKEND=cpu timeout 300 "$BUILD/tests/$t" > "$LOG/$t.log" 2>&1
+    be=cpu
+    case " $ON_GPU " in *" $t "*) be=cuda ;; esac
+    KN_BACKEND=$be timeout 300 "$BUILD/tests/$t" > "$LOG/$t.log" 2>&1
     rc=$?
     echo "$t: rc=$rc $(tail -1 "$LOG/$t.log") ($(( $(date +%s) - start )) s)"
     [ $rc -ne 0 ] && fail=1
