@@ -97,6 +97,39 @@ TEST(binary_exact) {
     kn_vec_force_isa(-1);
 }
 
+/* The Adam step: every path gives the bits of the scalar sequence written
+ * out here (vec.h: no FMA contraction), over the sizes' tails; nothing past
+ * the row is written. */
+TEST(adam_step_same_bits) {
+    kn_vec_adam_k k = {0.999f, 1.25e-3f, 0.0316f, 0.1f, 0.999f, 1e-3f, 1e-8f, 0.01f};
+    FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) {
+        int64_t n = SIZES[s];
+        float *p = fbuf(n), *m = fbuf(n), *v = fbuf(n), *g = fbuf(n);
+        kn_test_seed(31 + (unsigned)n);
+        kn_test_fill_f32(p, n, -2, 2);
+        kn_test_fill_f32(m, n, -0.1, 0.1);
+        kn_test_fill_f32(g, n, -1, 1);
+        for (int64_t i = 0; i < n; i++) v[i] = (float)kn_test_uniform(0, 0.01);
+        float *pe = malloc(sizeof(float) * (size_t)(n + 1)), *me = malloc(sizeof(float) * (size_t)(n + 1)),
+              *ve = malloc(sizeof(float) * (size_t)(n + 1));
+        for (int64_t i = 0; i < n; i++) {
+            volatile float pi = p[i], gi = g[i] + k.l2 * pi;    /* volatile: one rounding per operation */
+            volatile float mi = m[i] + (gi - m[i]) * k.b1c;
+            volatile float t1 = v[i] * k.b2, t2 = (gi * gi) * k.b2c, vi = t1 + t2;
+            volatile float den = sqrtf(vi) / k.c2 + k.eps, q = mi / den, a = pi * k.c0, b = q * k.c1;
+            pe[i] = a - b; me[i] = mi; ve[i] = vi;
+        }
+        kn_vec_adam(p, m, v, g, n, &k);
+        int bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (!same_bits(p[i], pe[i]) || !same_bits(m[i], me[i]) || !same_bits(v[i], ve[i])) bad = (int)i;
+        CHECK(bad < 0, "%s adam n=%lld: element %d differs from the scalar sequence", ISA_NAME[isa], (long long)n, bad);
+        CHECK(guard_ok(p, n) && guard_ok(m, n) && guard_ok(v, n), "%s adam n=%lld wrote past the row", ISA_NAME[isa], (long long)n);
+        ffree(p); ffree(m); ffree(v); ffree(g); free(pe); free(me); free(ve);
+    }
+    kn_vec_force_isa(-1);
+}
+
 TEST(scalar_ops_copy) {
     FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) {
         int64_t n = SIZES[s];

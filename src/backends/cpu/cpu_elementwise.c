@@ -219,9 +219,18 @@ typedef struct {
 } adam_job;
 static void adam_rows(void *vp, int64_t r0, int64_t r1) {
     adam_job *j = vp;
-    int64_t i1 = kn_cpu_chunk_end(r1, j->n);
-    for (int64_t i = r0 * KN_CPU_CHUNK; i < i1; i++) {
-        float gi = j->gc ? j->g[i] : j->g[(i / j->C) * j->gs0 + (i % j->C) * j->gs1];
+    int64_t i0 = r0 * KN_CPU_CHUNK, i1 = kn_cpu_chunk_end(r1, j->n);
+    if (j->gc) {                     /* contiguous g: the SIMD row kernel (vec.h), the same bits */
+        kn_vec_adam_k k = {j->c0, j->c1, j->c2, j->b1c, j->b2, j->b2c, j->eps, j->l2};
+        kn_vec_adam(j->p + i0, j->m + i0, j->v + i0, j->g + i0, i1 - i0, &k);
+        return;
+    }
+    /* a strided g (a Linear weight's transposed gradient): the row and
+     * column advance with i, no division per element */
+    int64_t r = i0 / j->C, c = i0 % j->C;
+    for (int64_t i = i0; i < i1; i++) {
+        float gi = j->g[r * j->gs0 + c * j->gs1];
+        if (++c == j->C) { c = 0; r++; }
         float p = j->p[i], g = gi + j->l2 * p;
         float m = j->m[i] + (g - j->m[i]) * j->b1c;
         float v = j->v[i] * j->b2 + (g * g) * j->b2c;

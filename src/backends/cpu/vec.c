@@ -165,12 +165,22 @@ static void bf16_to_f32_generic(float *y, const uint16_t *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kn_bf16_to_fp32(x[i]);
 }
 
+static void adam_generic(float *p, float *m, float *v, const float *g, int64_t n, const kn_vec_adam_k *k) {
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i], gi = g[i] + k->l2 * pi;
+        float mi = m[i] + (gi - m[i]) * k->b1c;
+        float vi = v[i] * k->b2 + (gi * gi) * k->b2c;
+        m[i] = mi; v[i] = vi;
+        p[i] = pi * k->c0 - (mi / (sqrtf(vi) / k->c2 + k->eps)) * k->c1;
+    }
+}
+
 const kn_vec_impl kn_vec_impl_generic = {
     add_generic, sub_generic, mul_generic, div_generic,
     add_scalar_generic, mul_scalar_generic, fma_scalar_generic, copy_generic,
     unary_generic, sum_generic, max_generic, dot_generic,
     softmax_generic, log_softmax_generic, layer_norm_generic, rms_norm_generic,
-    f32_to_f16_generic, f16_to_f32_generic, f32_to_bf16_generic, bf16_to_f32_generic,
+    f32_to_f16_generic, f16_to_f32_generic, f32_to_bf16_generic, bf16_to_f32_generic, adam_generic,
 };
 
 /* ============================================================================
@@ -234,3 +244,6 @@ void kn_vec_f32_to_f16(uint16_t *y, const float *x, int64_t n) { impl()->f32_to_
 void kn_vec_f16_to_f32(float *y, const uint16_t *x, int64_t n) { impl()->f16_to_f32(y, x, n); }
 void kn_vec_f32_to_bf16(uint16_t *y, const float *x, int64_t n) { impl()->f32_to_bf16(y, x, n); }
 void kn_vec_bf16_to_f32(float *y, const uint16_t *x, int64_t n) { impl()->bf16_to_f32(y, x, n); }
+void kn_vec_adam(float *p, float *m, float *v, const float *g, int64_t n, const kn_vec_adam_k *k) {
+    if (n > 0) impl()->adam(p, m, v, g, n, k);
+}

@@ -89,6 +89,14 @@ void kn_vec_bf16_to_f32(float *y, const uint16_t *x, int64_t n);
 void kn_vec_force_isa(int isa);
 int  kn_vec_isa(void);           /* the path the next call will take */
 
+/* One Adam/AdamW step over n contiguous elements, the operation sequence of
+ * the CPU backend's fused update (cpu_elementwise.c; no FMA contraction, so
+ * every path gives the same bits):
+ *   g' = g + l2 p;  m = m + (g' - m) b1c;  v = v b2 + g'^2 b2c;
+ *   p = p c0 - (m / (sqrt(v) / c2 + eps)) c1                                  */
+typedef struct { float c0, c1, c2, b1c, b2, b2c, eps, l2; } kn_vec_adam_k;
+void kn_vec_adam(float *p, float *m, float *v, const float *g, int64_t n, const kn_vec_adam_k *k);
+
 /* ---- internal: one table per instruction set ------------------------------
  * vec.c holds the scalar `_generic` table and the dispatch; vec_avx2.c and
  * vec_avx512.c each define one table with the same contract. */
@@ -114,6 +122,7 @@ typedef struct kn_vec_impl {
     void (*f16_to_f32)(float *, const uint16_t *, int64_t);
     void (*f32_to_bf16)(uint16_t *, const float *, int64_t);
     void (*bf16_to_f32)(float *, const uint16_t *, int64_t);
+    void (*adam)(float *, float *, float *, const float *, int64_t, const kn_vec_adam_k *);
 } kn_vec_impl;
 
 extern const kn_vec_impl kn_vec_impl_generic;   /* vec.c        */

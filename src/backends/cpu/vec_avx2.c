@@ -586,6 +586,27 @@ static void f32_to_bf16_avx2(uint16_t *y, const float *x, int64_t n) {
     for (; i + 8 <= n; i += 8) _mm_storeu_si128((__m128i *)(y + i), f32_to_bf16_8(LD(x + i)));
     for (; i < n; i++) y[i] = kn_fp32_to_bf16(x[i]);
 }
+/* Adam: vec.h's sequence, 8 lanes (no FMA: the scalar twin's bits); the
+ * tail through the scalar loop of the same sequence */
+static void adam_avx2(float *p, float *m, float *v, const float *g, int64_t n, const kn_vec_adam_k *k) {
+    const __m256 c0 = _mm256_set1_ps(k->c0), c1 = _mm256_set1_ps(k->c1), c2 = _mm256_set1_ps(k->c2);
+    const __m256 b1c = _mm256_set1_ps(k->b1c), b2 = _mm256_set1_ps(k->b2), b2c = _mm256_set1_ps(k->b2c);
+    const __m256 eps = _mm256_set1_ps(k->eps), l2 = _mm256_set1_ps(k->l2);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pi = _mm256_loadu_ps(p + i), mi0 = _mm256_loadu_ps(m + i), vi0 = _mm256_loadu_ps(v + i);
+        const __m256 gi = _mm256_add_ps(_mm256_loadu_ps(g + i), _mm256_mul_ps(l2, pi));
+        const __m256 mi = _mm256_add_ps(mi0, _mm256_mul_ps(_mm256_sub_ps(gi, mi0), b1c));
+        const __m256 vi = _mm256_add_ps(_mm256_mul_ps(vi0, b2), _mm256_mul_ps(_mm256_mul_ps(gi, gi), b2c));
+        const __m256 den = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), c2), eps);
+        const __m256 pn = _mm256_sub_ps(_mm256_mul_ps(pi, c0), _mm256_mul_ps(_mm256_div_ps(mi, den), c1));
+        _mm256_storeu_ps(m + i, mi);
+        _mm256_storeu_ps(v + i, vi);
+        _mm256_storeu_ps(p + i, pn);
+    }
+    kn_vec_impl_generic.adam(p + i, m + i, v + i, g + i, n - i, k);
+}
+
 static void bf16_to_f32_avx2(float *y, const uint16_t *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -602,5 +623,5 @@ const kn_vec_impl kn_vec_impl_avx2 = {
     add_scalar_avx2, mul_scalar_avx2, fma_scalar_avx2, copy_avx2,
     unary_avx2, sum_avx2, max_avx2, dot_avx2,
     softmax_avx2, log_softmax_avx2, layer_norm_avx2, rms_norm_avx2,
-    f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2,
+    f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2, adam_avx2,
 };

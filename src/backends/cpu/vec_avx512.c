@@ -512,6 +512,27 @@ static void f32_to_bf16_avx512(uint16_t *y, const float *x, int64_t n) {
         _mm512_mask_cvtepi32_storeu_epi16(y + i, k, f32_to_bf16_16(MLD(k, x + i)));
     }
 }
+/* Adam: vec.h's sequence, 16 lanes; separate multiplies and adds (no FMA:
+ * the scalar twin's bits), IEEE sqrt and divide; a masked tail */
+static void adam_avx512(float *p, float *m, float *v, const float *g, int64_t n, const kn_vec_adam_k *k) {
+    const __m512 c0 = _mm512_set1_ps(k->c0), c1 = _mm512_set1_ps(k->c1), c2 = _mm512_set1_ps(k->c2);
+    const __m512 b1c = _mm512_set1_ps(k->b1c), b2 = _mm512_set1_ps(k->b2), b2c = _mm512_set1_ps(k->b2c);
+    const __m512 eps = _mm512_set1_ps(k->eps), l2 = _mm512_set1_ps(k->l2);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = n - i >= 16 ? (__mmask16)0xffff : tail_mask(n - i);
+        const __m512 pi = _mm512_maskz_loadu_ps(mk, p + i), mi0 = _mm512_maskz_loadu_ps(mk, m + i);
+        const __m512 vi0 = _mm512_maskz_loadu_ps(mk, v + i);
+        const __m512 gi = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, g + i), _mm512_mul_ps(l2, pi));
+        const __m512 mi = _mm512_add_ps(mi0, _mm512_mul_ps(_mm512_sub_ps(gi, mi0), b1c));
+        const __m512 vi = _mm512_add_ps(_mm512_mul_ps(vi0, b2), _mm512_mul_ps(_mm512_mul_ps(gi, gi), b2c));
+        const __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), c2), eps);
+        const __m512 pn = _mm512_sub_ps(_mm512_mul_ps(pi, c0), _mm512_mul_ps(_mm512_div_ps(mi, den), c1));
+        _mm512_mask_storeu_ps(m + i, mk, mi);
+        _mm512_mask_storeu_ps(v + i, mk, vi);
+        _mm512_mask_storeu_ps(p + i, mk, pn);
+    }
+}
+
 static void bf16_to_f32_avx512(float *y, const uint16_t *x, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -530,5 +551,5 @@ const kn_vec_impl kn_vec_impl_avx512 = {
     add_scalar_avx512, mul_scalar_avx512, fma_scalar_avx512, copy_avx512,
     unary_avx512, sum_avx512, max_avx512, dot_avx512,
     softmax_avx512, log_softmax_avx512, layer_norm_avx512, rms_norm_avx512,
-    f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512,
+    f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512, adam_avx512,
 };
