@@ -702,6 +702,23 @@ static void put_block_combine(sb *b, const kn_kernel *k, const char *ind) {
     put(b, "%s}\n%s}\n", i2, ind);
 }
 
+/* Slice s of the reduced elements, [s CH, min((s+1) CH, RN)), from q = s CH
+ * + start in steps of step: the program at each, combined into acc. */
+static void put_slice_loop(sb *b, const kn_kernel *k, const char *ind, const char *start, const char *step) {
+    char i2[48];
+    snprintf(i2, sizeof i2, "%s    ", ind);
+    put(b, "%sconst kn_i64 q1 = (s + 1) * CH < RN ? (s + 1) * CH : RN;\n", ind);
+    put(b, "%sfor (kn_i64 q = s * CH + %s; q < q1; q += %s) {\n", ind, start, step);
+    put_decompose(b, k, true, "kn_i64", "q", i2);
+    kidx x;
+    full_index(&x, k);
+    put_program(b, k, i2, x.idx);
+    char v[16];
+    snprintf(v, sizeof v, "v%d", k->red_val);
+    put_combine(b, k->red, i2, "acc", v);
+    put(b, "%s}\n", ind);
+}
+
 /* A split reduction (kn_kernel.split = S, protocol in kiln_backend.h): an
  * item is (output o, slice s) and reduces q in [s CH, (s+1) CH); the block's
  * partial goes to scratch, and the output's last block combines the S
@@ -720,16 +737,7 @@ static void render_cuda_reduce_split(sb *b, const kn_kernel *k) {
     put(b, "        const kn_i64 o = os / S, s = os %% S;\n");
     put_decompose(b, k, false, "kn_i64", "o", "        ");
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
-    put(b, "        const kn_i64 q1 = (s + 1) * CH < RN ? (s + 1) * CH : RN;\n");
-    put(b, "        for (kn_i64 q = s * CH + threadIdx.x; q < q1; q += blockDim.x) {\n");
-    put_decompose(b, k, true, "kn_i64", "q", "            ");
-    kidx x;
-    full_index(&x, k);
-    put_program(b, k, "            ", x.idx);
-    char v[16];
-    snprintf(v, sizeof v, "v%d", k->red_val);
-    put_combine(b, k->red, "            ", "acc", v);
-    put(b, "        }\n");
+    put_slice_loop(b, k, "        ", "threadIdx.x", "blockDim.x");
     put_block_combine(b, k, "        ");
     /* publish the partial, then count: the fence orders the two for the
      * block that sees the count complete */
@@ -777,16 +785,8 @@ static void render_cuda_reduce_cols(sb *b, const kn_kernel *k) {
     if (first < 0) put(b, "        (void)rr;\n");
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
     put(b, "        if (i%d < E%d) {\n", last, last);
-    put(b, "            const kn_i64 q1 = (s + 1) * CH < RN ? (s + 1) * CH : RN;\n");
-    put(b, "            for (kn_i64 q = s * CH + wp; q < q1; q += W) {\n");
-    put_decompose(b, k, true, "kn_i64", "q", "                ");
-    kidx x;
-    full_index(&x, k);
-    put_program(b, k, "                ", x.idx);
-    char v[16];
-    snprintf(v, sizeof v, "v%d", k->red_val);
-    put_combine(b, k->red, "                ", "acc", v);
-    put(b, "            }\n        }\n");
+    put_slice_loop(b, k, "            ", "wp", "W");
+    put(b, "        }\n");
     put(b, "        sh[wp][lane] = acc;\n        __syncthreads();\n");
     put(b, "        if (wp == 0) {\n            for (int w = 1; w < W; w++) {\n                const kn_acc u = sh[w][lane];\n");
     put_combine(b, k->red, "                ", "acc", "u");

@@ -332,46 +332,10 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
  * gradient: [384,1152] summed over 16384 token rows is 27 tiles of 128x128,
  * a fifth of the SMs, each running the whole K). The K range is cut into S
  * slices, run as one batched SGEMM into scratch partials [S,M,N] (the batch
- * dim steps A and B along K), then k_split_k_sum adds the slices in order. */
-__global__ void k_split_k_sum(const float *part, int S, int64_t M, int64_t N, float *c, int64_t ldc) {
-    KN_GRID_LOOP(i, M * N) {
-        float acc = 0.f;
-        for (int s = 0; s < S; s++) acc += part[(int64_t)s * M * N + i];
-        c[(i / N) * ldc + i % N] = acc;
-    }
-}
+ * dim steps A and B along K), then k_split_k_sum_cast adds the slices in order. */
 #define SPLITK_TILES 66             /* below half the SMs of an H100/H200 */
-static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                                const float *B, int64_t ldb, float *C, int64_t ldc) {
-    int64_t tiles = ((M + 127) / 128) * ((N + 127) / 128);
-    if (tiles >= SPLITK_TILES || K < 2048 || M % 4 || N % 4 || kn_env_get()->cuda_no_splitk) return KN_ERR_UNSUPPORTED;
-    /* about 4 blocks per SM in all, slices of at least 512 and a multiple of 8 */
-    int64_t S = (4 * 2 * SPLITK_TILES + tiles - 1) / tiles;
-    if (S > K / 512) S = K / 512;
-    while (S > 1 && (K % S || (K / S) % 8)) S--;
-    if (S < 2) return KN_ERR_UNSUPPORTED;
-    int64_t kc = K / S;
-    float *part = NULL;
-    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(S * M * N), (void **)&part);
-    if (st) return st;
-    /* slice s reads columns [s*kc, (s+1)*kc) of op(A) and rows of op(B) */
-    kn_cuda_gemm_batch bt = {1, {S}, {ta ? kc * lda : kc}, {tb ? kc : kc * ldb}, {M * N}};
-    st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, A, lda, B, ldb, 0.0f, part, N, &bt, kn_cu_stream());
-    if (!st) {
-        k_split_k_sum<<<kn_blocks(M * N), KN_THREADS, 0, kn_cu_stream()>>>(part, (int)S, M, N, C, ldc);
-        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul: split-K sum launch failed");
-    }
-    kn_cu_tmp_free(part);
-    return st;
-}
-
-/* The same for bf16/f16 operands on the tensor cores (a weight gradient
- * dW [768, 768] = dY^T X summed over 8192 token rows: 36 output tiles ran
- * at 49 TFLOP/s on an H200): the slices' products in f32 scratch from the
- * tensor-core kernel (a batch over K slices), then summed in slice order
- * into C's dtype, rounded once like the unsplit kernel's f32 accumulator.
- * Slices are a multiple of 64 so every slice's operands keep the 16-byte
- * alignment of the whole. */
+/* The slices' f32 partials [S, M, N] summed in slice order into C (f32, bf16
+ * or f16), rounded once */
 __global__ void k_split_k_sum_cast(const float *part, int S, int64_t M, int64_t N, void *c, int cdt, int64_t ldc) {
     KN_GRID_LOOP(i, M * N) {
         float acc = 0.f;
@@ -382,24 +346,43 @@ __global__ void k_split_k_sum_cast(const float *part, int S, int64_t M, int64_t 
         else ((uint16_t *)c)[o] = kn_dev_f2h(acc);
     }
 }
-static kn_status matmul_tc_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const kn_tview *a, int64_t lda,
-                                   const kn_tview *b, int64_t ldb, const kn_tview *d, int64_t ldc) {
+/* Slices for a product of few output tiles (fewer than SPLITK_TILES of
+ * 128 x 128) and a long K: about 4 blocks per SM in all, slices of at least
+ * 512 that divide K and are a multiple of mult; 0: do not split */
+static int64_t split_k_slices(int64_t M, int64_t N, int64_t K, int64_t mult) {
     int64_t tiles = ((M + 127) / 128) * ((N + 127) / 128);
-    if (tiles >= SPLITK_TILES || K < 2048 || kn_env_get()->cuda_no_splitk ||
-        (d->dtype != KN_F32 && d->dtype != KN_BF16 && d->dtype != KN_F16))
-        return KN_ERR_UNSUPPORTED;
+    if (tiles >= SPLITK_TILES || K < 2048 || kn_env_get()->cuda_no_splitk) return 0;
     int64_t S = (4 * 2 * SPLITK_TILES + tiles - 1) / tiles;
     if (S > K / 512) S = K / 512;
-    while (S > 1 && (K % S || (K / S) % 64)) S--;
-    if (S < 2) return KN_ERR_UNSUPPORTED;
+    while (S > 1 && (K % S || (K / S) % mult)) S--;
+    return S >= 2 ? S : 0;
+}
+/* f32 operands (SGEMM; M and N multiples of 4, slices a multiple of 8), or
+ * bf16/f16 on the tensor cores (a weight gradient dW [768, 768] = dY^T X over
+ * 8192 token rows: 36 output tiles ran at 49 TFLOP/s on an H200; slices a
+ * multiple of 64, so every slice keeps the 16-byte alignment of the whole),
+ * into C of dtype cdt (f32; for 16-bit operands also their dtype): the
+ * slices' products in f32 scratch, then summed in order and rounded once,
+ * like the unsplit kernel's f32 accumulator. */
+static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, kn_dtype ab, const void *A, int64_t lda,
+                                const void *B, int64_t ldb, void *C, kn_dtype cdt, int64_t ldc) {
+    bool f32 = ab == KN_F32;
+    if (cdt != KN_F32 && (f32 || cdt != ab)) return KN_ERR_UNSUPPORTED;
+    int64_t S = f32 && (M % 4 || N % 4) ? 0 : split_k_slices(M, N, K, f32 ? 8 : 64);
+    if (!S) return KN_ERR_UNSUPPORTED;
     int64_t kc = K / S;
     float *part = NULL;
     kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(S * M * N), (void **)&part);
     if (st) return st;
+    /* slice s reads columns [s*kc, (s+1)*kc) of op(A) and rows of op(B) */
     kn_cuda_gemm_batch bt = {1, {S}, {ta ? kc * lda : kc}, {tb ? kc : kc * ldb}, {M * N}};
-    st = kn_cuda_gemm_tc(a->dtype, ta, tb, M, N, kc, 1.0f, a->data, lda, b->data, ldb, part, KN_F32, N, &bt, kn_cu_stream());
+    if (f32)
+        st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, (const float *)A, lda, (const float *)B, ldb, 0.0f, part, N, &bt,
+                                   kn_cu_stream());
+    else
+        st = kn_cuda_gemm_tc(ab, ta, tb, M, N, kc, 1.0f, A, lda, B, ldb, part, KN_F32, N, &bt, kn_cu_stream());
     if (!st) {
-        k_split_k_sum_cast<<<kn_blocks(M * N), KN_THREADS, 0, kn_cu_stream()>>>(part, (int)S, M, N, d->data, (int)d->dtype, ldc);
+        k_split_k_sum_cast<<<kn_blocks(M * N), KN_THREADS, 0, kn_cu_stream()>>>(part, (int)S, M, N, C, (int)cdt, ldc);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul: split-K sum launch failed");
     }
     kn_cu_tmp_free(part);
@@ -439,7 +422,7 @@ static kn_status matmul_tc(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
                            const kn_tview *b, int64_t ldb, const kn_tview *d, int64_t ldc, const kn_cuda_gemm_batch *bt) {
     int64_t Mf = 0;
     if (bt->nb == 0) {
-        kn_status st = matmul_tc_split_k(ta, tb, M, N, K, a, lda, b, ldb, d, ldc);
+        kn_status st = matmul_split_k(ta, tb, M, N, K, a->dtype, a->data, lda, b->data, ldb, d->data, d->dtype, ldc);
         if (st != KN_ERR_UNSUPPORTED) return st;
     }
     if (K > 64 && ((WG_LAYOUTS >> ((ta ? 2 : 0) | (tb ? 0 : 1))) & 1) && !kn_env_get()->cuda_no_wgmma) {
@@ -527,8 +510,7 @@ kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int 
             return kn_cuda_gemm_tc_f32a(b.dtype, tb, M, N, K, 1.0f, (const float *)a.data, lda, b.data, ldb, d->data, KN_F32,
                                         ldc, &bt, kn_cu_stream());
         if (bt.nb == 0) {
-            kn_status st = matmul_split_k(ta, tb, M, N, K, (const float *)a.data, lda, (const float *)b.data, ldb,
-                                          (float *)d->data, ldc);
+            kn_status st = matmul_split_k(ta, tb, M, N, K, KN_F32, a.data, lda, b.data, ldb, d->data, KN_F32, ldc);
             if (st != KN_ERR_UNSUPPORTED) return st;
         }
         return kn_cuda_sgemm_batched(ta, tb, M, N, K, 1.0f, (const float *)a.data, lda, (const float *)b.data, ldb,
