@@ -6,8 +6,10 @@
  *   rand_gguf /tmp/smol.gguf q4_0 576 30 9 3 1536 49152     # SmolLM2-135M's shape
  *   rand_gguf /tmp/l1b.gguf q4_k_m 2048 16 32 8 8192 32000  # a Llama-3.2-1B-like shape
  *
- * TYPE: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k (every matrix), or
- * q4_k_m (llama.cpp's mix: Q4_K, attn_v / ffn_down / embedding Q6_K). Norms
+ * TYPE: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, bf16, f16 (every
+ * matrix), or q4_k_m (llama.cpp's mix: Q4_K, attn_v / ffn_down / embedding
+ * Q6_K). scripts/make_random_llm_gguf.sh names the shapes (Llama-2-7B,
+ * Llama-3-8B, ...). Norms
  * f32, tied output, a placeholder "gpt2" vocabulary ("t0".."tV-1") that
  * `kiln bench` does not need. Weights uniform in +-1.7/sqrt(in): the numbers
  * mean nothing, the bytes read per token are a real model's.
@@ -17,6 +19,7 @@
 #include "kiln.h"
 #include "backends/quant/quant.h"    // defines: kn_quantize_row
 #include "formats/gguf_write.h"      // defines: kn_gguf_writer
+#include "core/fp16.h"               // defines: kn_fp32_to_bf16, kn_fp32_to_fp16
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +47,10 @@ static int put_mat(kn_gguf_writer *w, const char *name, kn_dtype t, int64_t rows
         uint64_t s = h ^ ((uint64_t)r * 0x9E3779B97F4A7C15ull) ^ 0x5851F42D4C957F2Dull;
         if (!f) { bad = 1; continue; }
         for (int64_t i = 0; i < cols; i++) f[i] = a * urand(&s);
-        if (kn_quantize_row(t, f, q + rb * (size_t)r, cols)) bad = 1;
+        if (t == KN_BF16 || t == KN_F16) {        /* 16-bit matrices: rounded, not quantized */
+            uint16_t *d = (uint16_t *)(q + rb * (size_t)r);
+            for (int64_t i = 0; i < cols; i++) d[i] = t == KN_BF16 ? kn_fp32_to_bf16(f[i]) : kn_fp32_to_fp16(f[i]);
+        } else if (kn_quantize_row(t, f, q + rb * (size_t)r, cols)) bad = 1;
         free(f);
     }
     if (bad) { fprintf(stderr, "quantizing %s failed: %s\n", name, kn_last_error()); return 1; }
@@ -58,7 +64,7 @@ int main(int argc, char **argv) {
     int C = atoi(argv[3]), L = atoi(argv[4]), H = atoi(argv[5]), HKV = atoi(argv[6]), F = atoi(argv[7]), V = atoi(argv[8]);
     static const struct { const char *n; kn_dtype t; } types[] = {
         {"q4_0", KN_Q4_0}, {"q4_1", KN_Q4_1}, {"q5_0", KN_Q5_0}, {"q5_1", KN_Q5_1}, {"q8_0", KN_Q8_0},
-        {"q4_k", KN_Q4_K}, {"q5_k", KN_Q5_K}, {"q6_k", KN_Q6_K}, {"q4_k_m", KN_Q4_K}};
+        {"q4_k", KN_Q4_K}, {"q5_k", KN_Q5_K}, {"q6_k", KN_Q6_K}, {"q4_k_m", KN_Q4_K}, {"bf16", KN_BF16}, {"f16", KN_F16}};
     kn_dtype q = KN_F32;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) if (!strcmp(ty, types[i].n)) q = types[i].t;
     if (q == KN_F32 || C <= 0 || L <= 0 || H <= 0 || HKV <= 0 || F <= 0 || V <= 0 || C % H || H % HKV) {
