@@ -14,6 +14,7 @@ typedef enum kn_pretok {             /* GPT-2 style pre-tokenizer variants    */
     KN_PRETOK_GPT2 = 0,              /* 's|'t|...| ?\p{L}+| ?\p{N}+|...      */
     KN_PRETOK_DIGITS_GPT2 = 1,       /* \p{N} isolated first, then GPT-2      */
     KN_PRETOK_LLAMA3 = 2,            /* Llama 3 tiktoken-style pattern         */
+    KN_PRETOK_QWEN2 = 3,             /* Llama 3's with \p{N} (not \p{N}{1,3})    */
 } kn_pretok;
 
 typedef struct kn_bpe_merge { uint64_t key; int32_t rank; int32_t id; } kn_bpe_merge;
@@ -75,6 +76,16 @@ typedef struct kn_heap_item { double key; int32_t pos, a, b, aux; } kn_heap_item
 typedef struct kn_heap { kn_heap_item *v; size_t n, cap; } kn_heap;
 kn_status kn__heap_push(kn_heap *h, kn_heap_item it);
 kn_heap_item kn__heap_pop(kn_heap *h);
+
+/* ---- tok_bpe.c: Unicode classes, GPT-2 byte map, regex-free pre-tokenizers ---- */
+enum { KN_CF_LETTER = 1, KN_CF_NUMBER = 2, KN_CF_SPACE = 4, KN_CF_OTHER = 8 };
+unsigned kn__cp_class(uint32_t c);          /* one KN_CF_* flag (\s, \p{L}, \p{N}, else) */
+uint32_t kn__byte_to_cp(unsigned b);        /* GPT-2 printable stand-in of a byte       */
+int kn__cp_to_byte(uint32_t cp);            /* inverse, or -1                            */
+/* Split text[0..len) (valid UTF-8) with the pattern kind, calling emit for
+ * each piece (byte offset and length, in order, covering the whole text). */
+typedef kn_status (*kn__span_fn)(void *ctx, size_t off, size_t len);
+kn_status kn__pretok_split(kn_pretok kind, const char *text, size_t len, kn__span_fn emit, void *ctx);
 
 /* ---- per kind ---- */
 kn_status kn__spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space,
