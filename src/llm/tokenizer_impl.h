@@ -41,6 +41,8 @@ struct kn_tokenizer {
     kn_pretok pretok;
     kn_bpe_merge *merges;/* [merge_cap] open addressing on key = left<<32|right   */
     size_t merge_cap;    /* power of two, 0 when no merges                       */
+    /* Hugging Face tokenizer.json only (tok_hf.h) */
+    struct kn_hf *hf;
 };
 
 /* ---- tokenizer.c ---- */
@@ -87,10 +89,15 @@ int kn__cp_to_byte(uint32_t cp);            /* inverse, or -1                   
 typedef kn_status (*kn__span_fn)(void *ctx, size_t off, size_t len);
 kn_status kn__pretok_split(kn_pretok kind, const char *text, size_t len, kn__span_fn emit, void *ctx);
 
+/* ---- tok_hfjson.c ---- */
+void kn__hf_free(struct kn_hf *hf);   /* NULL is a no-op */
+
 /* ---- per kind ---- */
 kn_status kn__spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space,
                          kn_idvec *out);
 kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn_idvec *out);
+/* tok_hf.c; at_start: the run begins the text (Metaspace prepend_scheme "first") */
+kn_status kn__hf_encode(const kn_tokenizer *t, const char *text, size_t len, bool at_start, kn_idvec *out);
 size_t kn__spm_piece(const kn_tokenizer *t, int32_t id, char *dst);
 size_t kn__bpe_piece(const kn_tokenizer *t, int32_t id, char *dst);
 /* Tokens (SPM: U+2581 stored as ' '), scores, types, special ids, add_bos
