@@ -367,7 +367,9 @@ static kn_status wordpiece_piece(enc *e, const char *s, size_t n) {
     if ((int64_t)nch <= hf->max_chars) {
         size_t start = 0;
         while (start < n) {
-            int32_t found = -1; size_t end = n;
+            int32_t found = -1;
+            size_t end = n - start > hf->max_piece ? start + hf->max_piece : n;   /* longer: in no entry */
+            while (end < n && ((unsigned char)s[end] & 0xC0) == 0x80) end--;
             while (end > start) {
                 e->tmp.n = 0;
                 kn_status st = start > 0 ? sb_put(&e->tmp, hf->prefix, hf->nprefix) : KN_OK;
@@ -447,7 +449,10 @@ static kn_status unigram_piece(enc *e, const char *s, size_t n) {
     }
     /* back-track into (start, end) pairs, then emit in order, fusing unknowns */
     size_t cnt = 0;
-    for (size_t end = n; end > 0; end = vfrom[end]) cnt++;
+    for (size_t end = n; end > 0; end = vfrom[end]) {
+        if (vfrom[end] == NONE) return kn_set_error(KN_ERR_INVALID, "tokenize: Unigram found no path over the text");
+        cnt++;
+    }
     size_t *cut = malloc((cnt + 1) * sizeof *cut);
     if (!cut) return nomem();
     size_t j = cnt;

@@ -66,7 +66,7 @@ struct kn_hf {
     int64_t max_chars;                   /* WordPiece max_input_chars_per_word  */
     double *score;                       /* [n_vocab] Unigram log-probabilities */
     double unk_score;                    /* Unigram: min score - 10             */
-    size_t max_piece;                    /* Unigram: longest piece in bytes     */
+    size_t max_piece;                    /* longest model entry in bytes        */
     char *chat_template;                 /* tokenizer_config.json's, or NULL    */
 };
 

@@ -388,11 +388,13 @@ typedef struct vocab_ctx {
     uint8_t *type;                     /* [n_vocab] kn_token_type, 0 = no token yet */
     double *score;                     /* [n_vocab] Unigram                         */
     int32_t n;
+    int64_t id_limit;                  /* ids are dense: below 2 x entries + 1024   */
 } vocab_ctx;
 
 static kn_status grow_vocab(vocab_ctx *v, int64_t id) {
-    if (id < 0 || id >= MAX_ID)
-        return kn_set_error(KN_ERR_FORMAT, "tokenizer.json: token id %lld is out of range (0..%d)", (long long)id, MAX_ID - 1);
+    if (id < 0 || id >= MAX_ID || id >= v->id_limit)
+        return kn_set_error(KN_ERR_FORMAT, "tokenizer.json: token id %lld is out of range (0..%lld: ids are "
+                            "dense and below 2^24)", (long long)id, (long long)(v->id_limit < MAX_ID ? v->id_limit : MAX_ID) - 1);
     if (id < v->n) return KN_OK;
     int32_t nn = v->n ? v->n : 256;
     while (nn <= id) nn *= 2;
@@ -614,14 +616,16 @@ static kn_status build(const kn_json *j, const char *cfg, size_t cfg_len, kn_tok
     steps ns = {NULL, 0, 0, sizeof(kn_hf_norm)}, ps = {NULL, 0, 0, sizeof(kn_hf_pre)},
           ds = {NULL, 0, 0, sizeof(kn_hf_dec)};
     bool strip_first = false;
-    kn_status st = read_model(j, kn_json_get(j, 0, "model"), hf, &v, &in_model, &max_id, &mi);
+    int64_t model = kn_json_get(j, 0, "model"), at = kn_json_get(j, 0, "added_tokens");
+    int64_t voc = kn_json_kind(j, model) == KN_JSON_OBJECT ? kn_json_get(j, model, "vocab") : -1;
+    v.id_limit = 2 * ((voc >= 0 ? kn_json_count(j, voc) : 0) + (at >= 0 ? kn_json_count(j, at) : 0)) + 1024;
+    kn_status st = read_model(j, model, hf, &v, &in_model, &max_id, &mi);
     if (st == KN_OK) st = read_norm(j, kn_json_get(j, 0, "normalizer"), &ns, 0);
     if (st == KN_OK) st = read_pre(j, kn_json_get(j, 0, "pre_tokenizer"), &ps, 0);
     if (st == KN_OK) st = read_dec(j, kn_json_get(j, 0, "decoder"), &ds, &strip_first, 0);
     /* the steps go into hf even after an error, so kn__hf_free releases them */
     hf->norm = ns.v; hf->n_norm = ns.n; hf->pre = ps.v; hf->n_pre = ps.n; hf->dec = ds.v; hf->n_dec = ds.n;
     /* added tokens */
-    int64_t at = kn_json_get(j, 0, "added_tokens");
     if (st == KN_OK && at >= 0 && kn_json_kind(j, at) != KN_JSON_ARRAY && kn_json_kind(j, at) != KN_JSON_NULL)
         st = bad("added_tokens is not an array");
     for (int64_t e = at >= 0 ? kn_json_first(j, at) : -1; st == KN_OK && e >= 0; e = kn_json_next(j, e)) {
@@ -647,6 +651,8 @@ static kn_status build(const kn_json *j, const char *cfg, size_t cfg_len, kn_tok
     }
     if ((st = kn__tok_set_texts(t, v.txt, v.len)) != KN_OK) goto fail;
     /* the unknown token and the byte tokens, then lookups need the hash: */
+    for (int32_t i = 0; i < t->n_vocab; i++)
+        if (hf->in_model[i] && v.len[i] > hf->max_piece) hf->max_piece = v.len[i];
     if (mi.kind == KN_HFM_UNIGRAM) {
         hf->unk = (int32_t)mi.unk_id;
         hf->score = malloc((size_t)t->n_vocab * sizeof *hf->score);
@@ -657,7 +663,6 @@ static kn_status build(const kn_json *j, const char *cfg, size_t cfg_len, kn_tok
             if (!hf->in_model[i]) continue;
             if (!any || v.score[i] < mn) mn = v.score[i];
             any = true;
-            if (v.len[i] > hf->max_piece) hf->max_piece = v.len[i];
         }
         hf->unk_score = mn - 10.0;
     }
