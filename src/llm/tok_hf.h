@@ -43,6 +43,7 @@ typedef struct kn_hf_pre {
 
 typedef enum kn_hf_dec_type {
     KN_HFD_BYTELEVEL, KN_HFD_REPLACE, KN_HFD_BYTEFALLBACK, KN_HFD_WORDPIECE,
+    KN_HFD_JOIN,                         /* no decoder: tokens joined by spaces */
 } kn_hf_dec_type;
 
 typedef struct kn_hf_dec {              /* decoders that act on each token alone */

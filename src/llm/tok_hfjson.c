@@ -16,7 +16,8 @@
  *                  Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer,
  *                  Digits, Punctuation (Isolated), Sequence;
  *   decoder        ByteLevel, Replace, ByteFallback, Fuse, Strip (one leading
- *                  space), Metaspace, WordPiece, Sequence;
+ *                  space), Metaspace, WordPiece, Sequence; none: tokens
+ *                  joined by spaces, as the library does;
  *   added_tokens   special -> KN_TOKEN_CONTROL, others -> USER_DEFINED; both
  *                  are cut out of the text before the pipeline, longest first.
  *                  Their lstrip/rstrip/single_word/normalized flags are not
@@ -361,6 +362,9 @@ static size_t hf_piece(const kn_tokenizer *t, int32_t id, char *dst) {
             }
             n = o;
             break;
+        case KN_HFD_JOIN:
+            memmove(dst + 1, dst, n); dst[0] = ' '; n++;
+            break;
         case KN_HFD_WORDPIECE:
             if (n >= d->na && !memcmp(dst, d->a, d->na)) { memmove(dst, dst + d->na, n - d->na); n -= d->na; }
             else { memmove(dst + 1, dst, n); dst[0] = ' '; n++; }
@@ -623,6 +627,12 @@ static kn_status build(const kn_json *j, const char *cfg, size_t cfg_len, kn_tok
     if (st == KN_OK) st = read_norm(j, kn_json_get(j, 0, "normalizer"), &ns, 0);
     if (st == KN_OK) st = read_pre(j, kn_json_get(j, 0, "pre_tokenizer"), &ps, 0);
     if (st == KN_OK) st = read_dec(j, kn_json_get(j, 0, "decoder"), &ds, &strip_first, 0);
+    int64_t dnode = kn_json_get(j, 0, "decoder");
+    if (st == KN_OK && (dnode < 0 || kn_json_kind(j, dnode) == KN_JSON_NULL)) {   /* none: joined with " " */
+        kn_hf_dec *d = step_new(&ds);
+        if (!d) st = step_fail();
+        else { d->type = KN_HFD_JOIN; strip_first = true; }
+    }
     /* the steps go into hf even after an error, so kn__hf_free releases them */
     hf->norm = ns.v; hf->n_norm = ns.n; hf->pre = ps.v; hf->n_pre = ps.n; hf->dec = ds.v; hf->n_dec = ds.n;
     /* added tokens */
