@@ -125,6 +125,8 @@ def train(kind, shakes):
             tok.pre_tokenizer = pre_tokenizers.Sequence([
                 pre_tokenizers.Split(Regex(LLAMA3_RE if kind == "llama3" else QWEN2_RE), "isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        if kind == "qwen2":                   # as Qwen2's own tokenizer.json
+            tok.normalizer = normalizers.NFC()
         tok.decoder = decoders.ByteLevel()
         specials = {"gpt2": ["<|endoftext|>"], "smollm": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
                     "llama3": ["<|begin_of_text|>", "<|eot_id|>"], "qwen2": ["<|endoftext|>", "<|im_end|>"]}[kind]

@@ -1,7 +1,8 @@
 /* test_hftok.c: kn_tokenizer_load_hf against the Hugging Face `tokenizers`
- * library. scripts/hftok_ref.py trains eight small tokenizers (GPT-2,
- * Llama 3, Qwen2 and SmolLM-style byte-level BPE, Llama 2-style byte-fallback
- * BPE, BERT WordPiece, Unigram with and without byte fallback), saves their
+ * library. scripts/hftok_ref.py trains ten small tokenizers (GPT-2,
+ * Llama 3, Qwen2 (with NFC) and SmolLM-style byte-level BPE, Llama 2-style byte-fallback
+ * BPE, BERT WordPiece, Whitespace/Punctuation/Digits BPE and WordPiece, Unigram
+ * with and without byte fallback), saves their
  * tokenizer.json under tests/fixtures/hftok/ and records, for 1,068 strings
  * (all scripts, emoji, whitespace runs, control bytes, code, added tokens in
  * the text, the empty string), the library's ids and decodings in
@@ -80,7 +81,8 @@ TEST(reference_encodings) {
         kn_status st = kn_tokenizer_load_hf(path, &tok);
         REQUIRE(st == KN_OK, "%s: %s", path, kn_last_error());
         CHECK(kn_tokenizer_get_kind(tok) == KN_TOKENIZER_HF, "%s: kind", name);
-        int bad_enc = 0, bad_dec = 0;
+        int bad_enc = 0, bad_dec = 0, refused = 0;
+        bool nfc = !strcmp(name, "qwen2");
         long nids = 0;
         for (uint32_t i = 0; i < ns; i++) {
             uint32_t m = rd_u32(&r);
@@ -92,8 +94,11 @@ TEST(reference_encodings) {
             if (!*same) { want_n = rd_u32(&r); want = rd_bytes(&r, want_n); REQUIRE(want, "%s: truncated", name); }
             int got = 0;
             st = kn_tokenize(tok, (const char *)str[i], len[i], false, true, ids, 1 << 18, &got);
-            bool ok = st == KN_OK && (uint32_t)got == m;
-            for (uint32_t j = 0; ok && j < m; j++) ok = ids[j] == (int32_t)(rid[2 * j] | rid[2 * j + 1] << 8);
+            /* qwen2 has an NFC normalizer: text NFC might change is refused, not guessed */
+            bool refuse = st == KN_ERR_UNSUPPORTED && nfc && strstr(kn_last_error(), "NFC");
+            refused += refuse;
+            bool ok = refuse || (st == KN_OK && (uint32_t)got == m);
+            for (uint32_t j = 0; ok && !refuse && j < m; j++) ok = ids[j] == (int32_t)(rid[2 * j] | rid[2 * j + 1] << 8);
             nids += m;
             if (!ok) {
                 if (bad_enc++ < 3) {
@@ -119,7 +124,10 @@ TEST(reference_encodings) {
                 }
             }
         }
-        printf("  %-10s %4u strings, %6ld ids: %d encodings and %d decodings differ\n", name, ns, nids, bad_enc, bad_dec);
+        printf("  %-10s %4u strings, %6ld ids: %d encodings and %d decodings differ", name, ns, nids, bad_enc, bad_dec);
+        if (nfc) printf(" (%d strings refused: NFC might change them)", refused);
+        printf("\n");
+        CHECK(refused * 10 < (int)ns, "%s: %d of %u strings refused", name, refused, ns);
         CHECK(bad_enc == 0 && bad_dec == 0, "%s: %d encodings, %d decodings differ from the tokenizers library",
               name, bad_enc, bad_dec);
         total_ids += nids; total_bad += bad_enc + bad_dec;

@@ -19,8 +19,9 @@
  *               candidate. Consecutive unknowns fuse; with byte_fallback an
  *               unknown run becomes its <0xNN> tokens.
  * Non-goals: offsets, truncation, padding, post-processors (pairs, templates),
- * BPE dropout. NFC/NFKC are identities on the characters where that is
- * certain (see nf_stable); other input is refused with KN_ERR_UNSUPPORTED.
+ * BPE dropout. NFC/NFKC are applied only to text they leave unchanged (no
+ * character that normalization may alter or combine, tok_hfuni.c); other
+ * input is refused with KN_ERR_UNSUPPORTED naming the character.
  */
 #include "llm/tok_hf.h"   /* defines: struct kn_hf, kn__hf_* helpers */
 #include <stdlib.h>
@@ -82,30 +83,17 @@ static bool is_ws(uint32_t c) { return kn__cp_class(c) == KN_CF_SPACE; }
 /* normalizers: src -> dst                                                    */
 /* ========================================================================== */
 
-/* Characters NFC (and, for nfkc, NFKC) leave alone whatever surrounds them:
- * no decomposition, never composing with a neighbour. A conservative list of
- * the common scripts; anything else is refused rather than guessed. */
-static bool nf_stable(uint32_t c, bool nfkc) {
-    if (c < 0xA0) return true;
-    if (!nfkc && c < 0x300) return true;                     /* Latin-1, Latin Extended A/B */
-    if (c >= 0x410 && c <= 0x44F) return true;               /* basic Cyrillic              */
-    if (c >= 0x4E00 && c <= 0x9FFF) return true;             /* CJK unified ideographs      */
-    if (c >= 0x3041 && c <= 0x3096) return true;             /* Hiragana                    */
-    if (c >= 0x30A1 && c <= 0x30FA) return true;             /* Katakana                    */
-    if (c >= 0xAC00 && c <= 0xD7A3) return true;             /* Hangul syllables            */
-    if (c >= 0x1F300 && c <= 0x1FAFF) return true;           /* emoji                       */
-    if (c >= 0x2010 && c <= 0x2027 && !nfkc) return true;    /* dashes, quotes, bullets     */
-    return false;
-}
-
 static kn_status norm_one(const kn_hf_norm *nm, const char *s, size_t n, sbuf *d) {
     kn_status st = KN_OK;
     int k;
+    bool prev_ccc = false;
     switch (nm->type) {
     case KN_HFN_NFC: case KN_HFN_NFKC:
         for (size_t i = 0; i < n; i += (size_t)k) {
             uint32_t c = cp_at(s, n, i, &k);
-            if (!nf_stable(c, nm->type == KN_HFN_NFKC))
+            bool ccc = kn__hf_is_ccc(c), two = ccc && prev_ccc;
+            prev_ccc = ccc;
+            if (two || kn__hf_nf_unsafe(c, nm->type == KN_HFN_NFKC))
                 return kn_set_error(KN_ERR_UNSUPPORTED, "tokenize: the tokenizer's %s normalizer is only "
                                     "implemented for text that it leaves unchanged, and U+%04X (byte offset "
                                     "%zu of the run) may change; normalize the text to %s before tokenizing",

@@ -79,6 +79,8 @@ const kn_bpe_merge *kn__hf_merge_find(const kn_tokenizer *t, int32_t l, int32_t 
 bool kn__hf_is_punct(uint32_t c);
 bool kn__hf_is_other(uint32_t c);
 bool kn__hf_is_mark(uint32_t c);
+bool kn__hf_nf_unsafe(uint32_t c, bool nfkc);   /* may NFC/NFKC change or compose c?   */
+bool kn__hf_is_ccc(uint32_t c);                  /* canonical combining class != 0      */
 bool kn__hf_is_chinese(uint32_t c);
 int kn__hf_lower(uint32_t c, uint32_t out[3]);   /* count of code points written */
 #endif
