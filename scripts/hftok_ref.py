@@ -144,10 +144,11 @@ def train(kind, shakes):
                                  limit_alphabet=120, show_progress=False)
         tok.train_from_iterator(corpus(shakes), tr)
         return with_bytes_in_vocab(tok, 3)
-    if kind == "bert":
+    if kind in ("bert", "bert_uncased"):    # bert_uncased: strip_accents follows lowercase
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=24))
         tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
-                                                    strip_accents=False, lowercase=True)
+                                                    strip_accents=None if kind == "bert_uncased" else False,
+                                                    lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece(prefix="##")
         tr = trainers.WordPieceTrainer(vocab_size=700, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
@@ -184,7 +185,7 @@ def train(kind, shakes):
         return tok
     raise ValueError(kind)
 
-NAMES = ["gpt2", "llama3", "qwen2", "smollm", "llama2", "bert", "misc_bpe", "misc_wp", "unigram", "unigram_bf"]
+NAMES = ["gpt2", "llama3", "qwen2", "smollm", "llama2", "bert", "bert_uncased", "misc_bpe", "misc_wp", "unigram", "unigram_bf"]
 
 def main():
     shakes = open(SHAKES, encoding="utf-8").read()[:300000]

@@ -1,7 +1,7 @@
 /* test_hftok.c: kn_tokenizer_load_hf against the Hugging Face `tokenizers`
- * library. scripts/hftok_ref.py trains ten small tokenizers (GPT-2,
+ * library. scripts/hftok_ref.py trains eleven small tokenizers (GPT-2,
  * Llama 3, Qwen2 (with NFC) and SmolLM-style byte-level BPE, Llama 2-style byte-fallback
- * BPE, BERT WordPiece, Whitespace/Punctuation/Digits BPE and WordPiece, Unigram
+ * BPE, BERT WordPiece (cased, and uncased with strip_accents), Whitespace/Punctuation/Digits BPE and WordPiece, Unigram
  * with and without byte fallback), saves their
  * tokenizer.json under tests/fixtures/hftok/ and records, for 1,068 strings
  * (all scripts, emoji, whitespace runs, control bytes, code, added tokens in
@@ -208,7 +208,7 @@ TEST(errors) {
     EXPECT(load_edited(DIR "llama2.json", "\"type\":\"Prepend\"", "\"type\":\"Precompiled\""), KN_ERR_UNSUPPORTED, "Precompiled");
     EXPECT(load_edited(DIR "llama3/tokenizer.json", "\\\\p{N}{1,3}", "\\\\p{N}{1,4}"), KN_ERR_UNSUPPORTED, "\\p{N}{1,4}");
     EXPECT(load_edited(DIR "gpt2.json", "\"type\":\"ByteLevel\"", "\"type\":\"UnicodeScripts\""), KN_ERR_UNSUPPORTED, "UnicodeScripts");
-    EXPECT(load_edited(DIR "bert.json", "\"strip_accents\":false", "\"strip_accents\":null"), KN_ERR_UNSUPPORTED, "strip_accents");
+    EXPECT(load_edited(DIR "bert.json", "\"type\":\"BertNormalizer\"", "\"type\":\"NFD\""), KN_ERR_UNSUPPORTED, "NFD");
     EXPECT(load_edited(DIR "gpt2.json", "\"<|endoftext|>\":0", "\"<|endoftext|>\":99999999999"), KN_ERR_FORMAT, "out of range");
     EXPECT(load_edited(DIR "gpt2.json", "\"<|endoftext|>\":0", "\"<|endoftext|>\":1e400"), KN_ERR_FORMAT, "");
     EXPECT(load_edited(DIR "gpt2.json", "\"<|endoftext|>\":0", "\"<|endoftext|>\":-1"), KN_ERR_FORMAT, "out of range");

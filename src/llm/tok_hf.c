@@ -19,7 +19,10 @@
  *               candidate. Consecutive unknowns fuse; with byte_fallback an
  *               unknown run becomes its <0xNN> tokens.
  * Non-goals: offsets, truncation, padding, post-processors (pairs, templates),
- * BPE dropout. NFC/NFKC are applied only to text they leave unchanged (no
+ * BPE dropout. BertNormalizer's strip_accents is NFD then dropping Mn marks,
+ * done per character here: the canonical reordering of NFD can only move
+ * marks, and the Mn ones are dropped anyway (kept Mc/Me marks are not
+ * reordered). NFC/NFKC are applied only to text they leave unchanged (no
  * character that normalization may alter or combine, tok_hfuni.c); other
  * input is refused with KN_ERR_UNSUPPORTED naming the character.
  */
@@ -139,10 +142,15 @@ static kn_status norm_one(const kn_hf_norm *nm, const char *s, size_t n, sbuf *d
             }
             bool cjk = nm->chinese && kn__hf_is_chinese(c);
             if (cjk) st = sb_put(d, " ", 1);
-            if (nm->lower) {
-                uint32_t lo[3]; int m = kn__hf_lower(c, lo);
-                for (int j = 0; j < m && st == KN_OK; j++) st = sb_cp(d, lo[j]);
-            } else if (st == KN_OK) st = sb_cp(d, c);
+            uint32_t sa[3]; int ns = 1;
+            sa[0] = c;
+            if (nm->strip) ns = kn__hf_strip_accents(c, sa);   /* per character: see the header */
+            for (int q = 0; q < ns && st == KN_OK; q++) {
+                if (nm->lower) {
+                    uint32_t lo[3]; int m = kn__hf_lower(sa[q], lo);
+                    for (int j = 0; j < m && st == KN_OK; j++) st = sb_cp(d, lo[j]);
+                } else st = sb_cp(d, sa[q]);
+            }
             if (cjk && st == KN_OK) st = sb_put(d, " ", 1);
         }
         return st;

@@ -21,7 +21,7 @@ typedef enum kn_hf_norm_type {
 typedef struct kn_hf_norm {
     kn_hf_norm_type type;
     bool left, right;                    /* Strip                               */
-    bool clean, chinese, lower;          /* BertNormalizer                      */
+    bool clean, chinese, lower, strip;   /* BertNormalizer                      */
     char *a, *b; size_t na, nb;          /* Replace: a -> b; Prepend: a         */
 } kn_hf_norm;
 
@@ -83,4 +83,6 @@ bool kn__hf_nf_unsafe(uint32_t c, bool nfkc);   /* may NFC/NFKC change or compos
 bool kn__hf_is_ccc(uint32_t c);                  /* canonical combining class != 0      */
 bool kn__hf_is_chinese(uint32_t c);
 int kn__hf_lower(uint32_t c, uint32_t out[3]);   /* count of code points written */
+/* NFD of c without non-spacing marks (BertNormalizer strip_accents): count */
+int kn__hf_strip_accents(uint32_t c, uint32_t out[3]);
 #endif

@@ -10,7 +10,7 @@
  *                  fuse_unk, ignore_merges), WordPiece, Unigram;
  *   normalizer     Lowercase, Strip, Replace (string patterns), Prepend, NFC and
  *                  NFKC (only text they leave unchanged; see tok_hf.c),
- *                  BertNormalizer (not strip_accents), Sequence;
+ *                  BertNormalizer, Sequence;
  *   pre_tokenizer  ByteLevel, Split with the GPT-2, Llama 3 or Qwen2 regex
  *                  (tok_bpe.c's hand-written splits; other regexes refused),
  *                  Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer,
@@ -158,10 +158,7 @@ static kn_status read_norm(const kn_json *j, int64_t o, steps *out, int depth) {
         int64_t sa = kn_json_get(j, o, "strip_accents");
         bool strip = n->lower;                    /* null: follows lowercase */
         if (sa >= 0 && kn_json_kind(j, sa) == KN_JSON_BOOL) kn_json_bool(j, sa, &strip);
-        if (strip)
-            return kn_set_error(KN_ERR_UNSUPPORTED, "tokenizer.json: BertNormalizer with strip_accents (which "
-                                "needs Unicode NFD; on by default when lowercase is) is not supported; set "
-                                "\"strip_accents\": false only if the model was trained that way");
+        n->strip = strip;
     } else {
         out->n--;
         return unsupported("normalizer", ty);
