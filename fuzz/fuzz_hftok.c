@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static kn_tokenizer *g_tok[10];
-static int g_lossless[10];
+static kn_tokenizer *g_tok[11];
+static int g_lossless[11];
 
 static void load_fixtures(void) {
     static int done;
@@ -30,8 +30,8 @@ static void load_fixtures(void) {
     done = 1;
     static const char *const names[] = {"gpt2.json", "llama3", "qwen2.json", "smollm.json", "llama2.json",
                                         "bert.json", "unigram.json", "unigram_bf.json",
-                                        "misc_bpe.json", "misc_wp.json"};
-    for (int i = 0; i < 10; i++) {
+                                        "misc_bpe.json", "misc_wp.json", "bert_uncased.json"};
+    for (int i = 0; i < 11; i++) {
         char p[256];
         snprintf(p, sizeof p, "tests/fixtures/hftok/%s", names[i]);
         if (kn_tokenizer_load_hf(p, &g_tok[i]) != KN_OK) g_tok[i] = NULL;
@@ -89,6 +89,6 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         for (int32_t id = 0; id < nv && id < 4096; id++) { size_t l; kn_token_to_piece(tok, id, true, &l); }
         kn_tokenizer_free(tok);
     }
-    for (int i = 0; i < 10; i++) if (g_tok[i]) exercise(g_tok[i], d, size, g_lossless[i]);
+    for (int i = 0; i < 11; i++) if (g_tok[i]) exercise(g_tok[i], d, size, g_lossless[i]);
     return 0;
 }
