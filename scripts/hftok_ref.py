@@ -144,6 +144,16 @@ def train(kind, shakes):
                                  limit_alphabet=120, show_progress=False)
         tok.train_from_iterator(corpus(shakes), tr)
         return with_bytes_in_vocab(tok, 3)
+    if kind == "mistral":                     # newer Llama 2 / Mistral files: Metaspace "first", no split
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        tr = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<s>", "</s>"],
+                                 limit_alphabet=120, show_progress=False)
+        tok.train_from_iterator(shakes.split("\n") + corpus(shakes)[1:], tr)
+        tok = with_bytes_in_vocab(tok, 3)
+        tok.add_tokens([AddedToken("<|custom|>", normalized=False)])
+        return tok
     if kind in ("bert", "bert_uncased"):    # bert_uncased: strip_accents follows lowercase
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=24))
         tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
@@ -185,7 +195,7 @@ def train(kind, shakes):
         return tok
     raise ValueError(kind)
 
-NAMES = ["gpt2", "llama3", "qwen2", "smollm", "llama2", "bert", "bert_uncased", "misc_bpe", "misc_wp", "unigram", "unigram_bf"]
+NAMES = ["gpt2", "llama3", "qwen2", "smollm", "llama2", "mistral", "bert", "bert_uncased", "misc_bpe", "misc_wp", "unigram", "unigram_bf"]
 
 def main():
     shakes = open(SHAKES, encoding="utf-8").read()[:300000]

@@ -1,6 +1,7 @@
 /* test_hftok.c: kn_tokenizer_load_hf against the Hugging Face `tokenizers`
- * library. scripts/hftok_ref.py trains eleven small tokenizers (GPT-2,
- * Llama 3, Qwen2 (with NFC) and SmolLM-style byte-level BPE, Llama 2-style byte-fallback
+ * library. scripts/hftok_ref.py trains twelve small tokenizers (GPT-2,
+ * Llama 3, Qwen2 (with NFC) and SmolLM-style byte-level BPE, Llama 2 and Mistral-style
+ * (Metaspace "first") byte-fallback
  * BPE, BERT WordPiece (cased, and uncased with strip_accents), Whitespace/Punctuation/Digits BPE and WordPiece, Unigram
  * with and without byte fallback), saves their
  * tokenizer.json under tests/fixtures/hftok/ and records, for 1,068 strings

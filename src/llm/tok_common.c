@@ -288,6 +288,7 @@ void kn_tokenizer_free(kn_tokenizer *t) {
     free(t->scores); free(t->types); free(t->hash); free(t->special); free(t->eog);
     free(t->merges);
     kn__hf_free(t->hf);
+    free(t->piece0); free(t->piece0_off);
     free(t);
 }
 

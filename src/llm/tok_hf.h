@@ -50,6 +50,7 @@ typedef struct kn_hf_dec {              /* decoders that act on each token alone
     kn_hf_dec_type type;
     char *a, *b; size_t na, nb;          /* Replace a -> b (nb <= na); WordPiece prefix a */
     bool cleanup;                        /* WordPiece: " ." -> "." and the like */
+    bool meta;                           /* Replace from a Metaspace decoder    */
 } kn_hf_dec;
 
 typedef enum kn_hf_model { KN_HFM_BPE, KN_HFM_WORDPIECE, KN_HFM_UNIGRAM } kn_hf_model;

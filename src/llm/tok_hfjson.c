@@ -289,7 +289,7 @@ static kn_status read_dec(const kn_json *j, int64_t o, steps *out, bool *strip_f
             const char *ps = kn_json_get_str(j, o, "prepend_scheme");
             bool aps;
             if (!opt_bool(j, o, "add_prefix_space", true, &aps)) return bad("Metaspace: add_prefix_space must be a boolean");
-            if (ps ? strcmp(ps, "never") != 0 : aps) *strip_first = true;
+            if (ps ? strcmp(ps, "never") != 0 : aps) { *strip_first = true; d->meta = true; }
         }
         if (rx) return kn_set_error(KN_ERR_UNSUPPORTED, "tokenizer.json: Replace decoder with a regex is not supported");
         if (!a || !b || l1 == 0) return bad("Replace/Metaspace decoder needs a non-empty pattern and content");
@@ -299,6 +299,11 @@ static kn_status read_dec(const kn_json *j, int64_t o, steps *out, bool *strip_f
         d->a = dup_n(a, l1); d->b = dup_n(b, l2); d->na = l1; d->nb = l2;
         if (!d->a || !d->b) return step_fail();
     } else if (!strcmp(ty, "WordPiece")) {
+        for (int k = 0; k < out->n - 1; k++)     /* each adds a byte: pieces must stay within text + 1 */
+            if (((kn_hf_dec *)out->v)[k].type == KN_HFD_WORDPIECE) {
+                out->n--;
+                return kn_set_error(KN_ERR_UNSUPPORTED, "tokenizer.json: more than one WordPiece decoder is not supported");
+            }
         const char *a = opt_str(j, o, "prefix", &l1);
         d->type = KN_HFD_WORDPIECE;
         d->a = a ? dup_n(a, l1) : dup_n("##", 2); d->na = a ? l1 : 2;
@@ -320,9 +325,10 @@ static int hexval(char c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-/* Each decoder step rewrites the token in place; none lengthens it by more
- * than one byte (WordPiece's space), so dst's 4x capacity holds. */
-static size_t hf_piece(const kn_tokenizer *t, int32_t id, char *dst) {
+/* Each decoder step rewrites the token in place; only WordPiece (at most one,
+ * read_dec checks) or the no-decoder join lengthen it, by one byte, so dst's
+ * 4 x length + 4 capacity holds. */
+static size_t hf_piece_as(const kn_tokenizer *t, int32_t id, char *dst, bool first) {
     const struct kn_hf *hf = t->hf;
     size_t n; const char *s = kn__tok_text(t, id, &n);
     memcpy(dst, s, n);
@@ -354,7 +360,10 @@ static size_t hf_piece(const kn_tokenizer *t, int32_t id, char *dst) {
             break;
         case KN_HFD_REPLACE:
             for (size_t i = 0; i < n;) {
-                if (i + d->na <= n && !memcmp(dst + i, d->a, d->na)) { memcpy(dst + o, d->b, d->nb); o += d->nb; i += d->na; }
+                if (i + d->na <= n && !memcmp(dst + i, d->a, d->na)) {
+                    size_t nb = first && d->meta ? 0 : d->nb;   /* first token: the library drops them */
+                    memcpy(dst + o, d->b, nb); o += nb; i += d->na;
+                }
                 else dst[o++] = dst[i++];
             }
             n = o;
@@ -378,6 +387,36 @@ static size_t hf_piece(const kn_tokenizer *t, int32_t id, char *dst) {
         }
     }
     return n;
+}
+
+static size_t hf_piece(const kn_tokenizer *t, int32_t id, char *dst) { return hf_piece_as(t, id, dst, false); }
+
+/* The pieces as the first token of an output: only Metaspace decoders differ
+ * (every replacement character of the first token is dropped, not just one
+ * leading space). */
+static kn_status first_pieces(kn_tokenizer *t) {
+    bool meta = false;
+    for (int k = 0; k < t->hf->n_dec; k++) meta = meta || t->hf->dec[k].meta;
+    if (!meta) return KN_OK;
+    size_t maxlen = 0, total = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        size_t l = t->text_off[id + 1] - t->text_off[id];
+        total += l; if (l > maxlen) maxlen = l;
+    }
+    char *tmp = malloc(4 * maxlen + 4);
+    t->piece0 = malloc(total + (size_t)t->n_vocab + 4);   /* a piece is at most its text + 1 byte */
+    t->piece0_off = malloc(((size_t)t->n_vocab + 1) * sizeof *t->piece0_off);
+    if (!tmp || !t->piece0 || !t->piece0_off) { free(tmp); return kn_set_error(KN_ERR_NOMEM, "tokenizer.json: out of memory"); }
+    size_t o = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        size_t l = hf_piece_as(t, id, tmp, true);
+        t->piece0_off[id] = o;
+        memcpy(t->piece0 + o, tmp, l);
+        o += l;
+    }
+    t->piece0_off[t->n_vocab] = o;
+    free(tmp);
+    return KN_OK;
 }
 
 /* ========================================================================== */
@@ -689,6 +728,7 @@ static kn_status build(const kn_json *j, const char *cfg, size_t cfg_len, kn_tok
         }
     if (mi.kind == KN_HFM_BPE && (st = read_merges(j, mi.merges, t)) != KN_OK) goto fail;
     t->add_space_prefix = strip_first;
+    if ((st = first_pieces(t)) != KN_OK) goto fail;
     read_post(j, kn_json_get(j, 0, "post_processor"), t);
     if (cfg && (st = read_config(cfg, cfg_len, t)) != KN_OK) goto fail;
     free(v.txt); free(v.len); free(v.type); free(v.score); free(in_model);

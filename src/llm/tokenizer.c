@@ -172,7 +172,10 @@ static const char *piece_for(const kn_tokenizer *t, int32_t id, unsigned flags, 
                              size_t *len) {
     const char *p = kn_token_to_piece(t, id, (flags & KN_DETOK_SPECIAL) != 0, len);
     if (*len > 0) {
-        if (*strip_next && p[0] == ' ') { p++; (*len)--; }
+        if (*strip_next && t->piece0) {           /* tokenizer.json Metaspace: its own first form */
+            p = t->piece0 + t->piece0_off[id];
+            *len = t->piece0_off[id + 1] - t->piece0_off[id];
+        } else if (*strip_next && p[0] == ' ') { p++; (*len)--; }
         *strip_next = false;
     }
     if (strips_space(t) && id == t->bos) *strip_next = true;

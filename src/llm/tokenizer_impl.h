@@ -43,6 +43,9 @@ struct kn_tokenizer {
     size_t merge_cap;    /* power of two, 0 when no merges                       */
     /* Hugging Face tokenizer.json only (tok_hf.h) */
     struct kn_hf *hf;
+    char *piece0;        /* [..] pieces as the first token of an output (Metaspace
+                            decoders drop every U+2581 there), or NULL            */
+    size_t *piece0_off;  /* [n_vocab + 1]                                         */
 };
 
 /* ---- tokenizer.c ---- */
