@@ -15,9 +15,14 @@
  *     characters, then merged by rank.
  *   - llm.c gpt2_tokenizer.bin: decode only (the file has no merges).
  *
- * Non-goals: WordPiece/Unigram (BERT, T5) vocabularies, Unicode normalization
- * (NFC/NFKC) and other pre-tokenizers (Qwen, DeepSeek, ...); loading such a GGUF
- * returns KN_ERR_UNSUPPORTED with a message naming the missing piece.
+ *   - Hugging Face tokenizer.json (kn_tokenizer_load_hf): BPE, WordPiece and
+ *     Unigram models run through the file's normalizer, pre-tokenizer and
+ *     decoder steps (src/llm/tok_hf*.c).
+ *
+ * Non-goals: WordPiece/Unigram vocabularies in GGUF, full Unicode
+ * normalization (NFC/NFKC only where they change nothing), other
+ * pre-tokenizer regexes (DeepSeek, ...); loading such a file returns
+ * KN_ERR_UNSUPPORTED with a message naming the missing piece.
  *
  * Encoding input must be valid UTF-8 (KN_ERR_INVALID otherwise). Decoding
  * gives raw bytes; the streaming decoder gives only complete, valid UTF-8.
@@ -74,6 +79,7 @@ typedef enum kn_tokenizer_kind {
     KN_TOKENIZER_SPM = 1,             /* SentencePiece-style, scores             */
     KN_TOKENIZER_BPE = 2,             /* GPT-2 byte-level, merge ranks           */
     KN_TOKENIZER_DECODE_ONLY = 3,     /* llm.c gpt2_tokenizer.bin                */
+    KN_TOKENIZER_HF = 4,              /* Hugging Face tokenizer.json pipeline    */
 } kn_tokenizer_kind;
 
 /* ---- loading ---------------------------------------------------------------
@@ -96,6 +102,21 @@ kn_status kn_tokenizer_load_gguf(const char *path, kn_tokenizer **out);
 /* llm.c gpt2_tokenizer.bin (magic 20240328, version 1 or 2): decode only. */
 kn_status kn_tokenizer_load_llmc(const char *path, kn_tokenizer **out);
 kn_status kn_tokenizer_load_llmc_memory(const void *data, size_t size, kn_tokenizer **out);
+/* Hugging Face tokenizer.json: path_or_dir is the file or the directory
+ * holding it; tokenizer_config.json beside it (optional) gives bos_token,
+ * eos_token, add_bos_token and chat_template. Models BPE (byte-level or with
+ * byte_fallback), WordPiece and Unigram with the common normalizers,
+ * pre-tokenizers and decoders (list in src/llm/tok_hfjson.c); anything else
+ * that would change the ids is refused with KN_ERR_UNSUPPORTED naming it.
+ * Added tokens are matched as kn_tokenize's special tokens (special ones
+ * only with parse_special). Decode with KN_DETOK_STRIP_SPACE to drop the
+ * leading space that Metaspace/WordPiece/Llama 2-style decoders drop. */
+kn_status kn_tokenizer_load_hf(const char *path_or_dir, kn_tokenizer **out);
+/* Same from memory (config may be NULL; both copied as needed). */
+kn_status kn_tokenizer_load_hf_memory(const char *json, size_t len, const char *config, size_t config_len,
+                                      kn_tokenizer **out);
+/* tokenizer_config.json's chat_template (a Jinja string, for kn_chat), or NULL. */
+const char *kn_tokenizer_chat_template(const kn_tokenizer *tok);
 void kn_tokenizer_free(kn_tokenizer *tok);
 
 /* ---- queries ---------------------------------------------------------------- */

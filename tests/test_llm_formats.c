@@ -328,6 +328,21 @@ TEST(gpt2_hf_safetensors_match_pytorch) {
         check_model(what, m, &r, 1e-5, 0);
         kn_model_free(m);
     }
+    /* tokenizer.json beside config.json is the model's tokenizer (issue 15) */
+    char tj[300];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    write_text(tj, "{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\",\"vocab\":{\"[UNK]\":0,"
+                   "\"hello\":1,\"world\":2,\"##s\":3}},\"normalizer\":{\"type\":\"Lowercase\"},"
+                   "\"pre_tokenizer\":{\"type\":\"WhitespaceSplit\"},\"decoder\":{\"type\":\"WordPiece\"}}");
+    kn_model *mt = load(dir, NULL);
+    const kn_tokenizer *tk = mt ? kn_model_tokenizer(mt) : NULL;
+    int32_t tid[8]; int ntid = 0;
+    CHECK(tk && kn_tokenize(tk, "Hello worlds", 12, false, false, tid, 8, &ntid) == KN_OK && ntid == 3 &&
+          tid[0] == 1 && tid[1] == 2 && tid[2] == 3, "tokenizer.json in the model directory: %s", kn_last_error());
+    kn_model_free(mt);
+    write_text(tj, "{\"model\":{\"type\":\"WordLevel\"}}");   /* unusable: a clear error, not ids-only */
+    CHECK(!load(dir, NULL) && strstr(kn_last_error(), "WordLevel") && strstr(kn_last_error(), "-z"), "%s", kn_last_error());
+    unlink(tj);
     /* recognised by its header, whatever the file is called */
     char other[300];
     snprintf(other, sizeof other, "%s/weights.bin", dir);

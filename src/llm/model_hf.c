@@ -15,8 +15,9 @@
  *     BF16. Rope settings are read from the top level (rope_theta,
  *     rope_scaling: transformers 4) or from rope_parameters (transformers 5).
  *
- * Non-goals: sharded checkpoints (model.safetensors.index.json), tokenizer.json
- * (pass a GGUF vocabulary or a llama2.c tokenizer.bin as tokenizer_path),
+ * The tokenizer is tokenizer.json beside config.json when there is one
+ * (kn_tokenizer_load_hf), unless tokenizer_path names another.
+ * Non-goals: sharded checkpoints (model.safetensors.index.json),
  * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope),
  * sliding-window attention (Mistral, Qwen2 with use_sliding_window: refused),
  * other architectures.
@@ -447,6 +448,30 @@ static kn_status hf_gpt2(kn_model *m, const kn_json *j, hf_loader *h) {
     return KN_OK;
 }
 
+/* tokenizer.json beside config.json, as Hugging Face downloads ship it
+ * (absent: the model works on ids). An explicit tok_path takes precedence. */
+static kn_status hf_tokenizer_json(kn_model *m, const char *config) {
+    char tj[4200];
+    const char *slash = strrchr(config, '/');
+    snprintf(tj, sizeof tj, "%.*stokenizer.json", slash ? (int)(slash - config + 1) : 0, config);
+    if (!exists(tj)) return KN_OK;
+    kn_status st = kn_tokenizer_load_hf(tj, &m->tok);
+    if (st) {
+        char msg[900];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        return kn_set_error(st, "%s (pass -z with another tokenizer to skip tokenizer.json)", msg);
+    }
+    const char *ct = kn_tokenizer_chat_template(m->tok);
+    if (ct && !m->chat_template && (m->chat_template = malloc(strlen(ct) + 1))) strcpy(m->chat_template, ct);
+    if (kn_tokenizer_n_vocab(m->tok) > m->cfg.n_vocab) {
+        st = kn_set_error(KN_ERR_FORMAT, "%s has %d tokens but the model's vocabulary has only %d; pass the "
+                          "tokenizer that belongs to this model with -z", tj, kn_tokenizer_n_vocab(m->tok), m->cfg.n_vocab);
+        kn_tokenizer_free(m->tok);
+        m->tok = NULL;
+    }
+    return st;
+}
+
 kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     hf_paths p;
     kn_status st = hf_resolve(path, &p);
@@ -478,7 +503,7 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     kn_json_free(j);
     if (st) return st;
     if (tok_path) return kn__model_load_tokenizer(m, tok_path);
-    return KN_OK;   /* no tokenizer: kn_model_eval works on ids; tokenizer.json is not read */
+    return hf_tokenizer_json(m, p.config);
 }
 
 kn_status kn__print_info_hf(const char *path, void *fp) {
@@ -510,8 +535,8 @@ kn_status kn__print_info_hf(const char *path, void *fp) {
         fprintf(f, "]\n");
         total += ne;
     }
-    fprintf(f, "  %lld parameters\ntokenizer: not read from Hugging Face files (tokenizer.json is not supported); "
-            "pass -z with a GGUF vocabulary or a llama2.c tokenizer.bin\n", (long long)total);
+    fprintf(f, "  %lld parameters\ntokenizer: tokenizer.json beside config.json when present "
+            "(or pass -z with a GGUF vocabulary or a llama2.c tokenizer.bin)\n", (long long)total);
     kn_safetensors_close(s);
     return KN_OK;
 }

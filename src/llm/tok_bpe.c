@@ -230,7 +230,7 @@ static const uint32_t uni_ranges[782][2] = {
     {0x102f800,0x2fa1d}, {0x1030000,0x3134a},
 };
 
-enum { CF_LETTER = 1, CF_NUMBER = 2, CF_SPACE = 4, CF_OTHER = 8 };
+enum { CF_LETTER = KN_CF_LETTER, CF_NUMBER = KN_CF_NUMBER, CF_SPACE = KN_CF_SPACE, CF_OTHER = KN_CF_OTHER };
 
 static bool is_space(uint32_t c) {
     return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
@@ -239,7 +239,7 @@ static bool is_space(uint32_t c) {
 }
 
 /* CF_* flags of one code point (never 0). */
-static unsigned cp_flags(uint32_t c) {
+unsigned kn__cp_class(uint32_t c) {
     if (is_space(c)) return CF_SPACE;
     if (c < 0x80) {
         if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return CF_LETTER;
@@ -262,7 +262,7 @@ static unsigned cp_flags(uint32_t c) {
 
 /* Bytes that are printable Latin-1 stand for themselves; the other 68 get
  * code points 256, 257, ... in byte order. */
-static uint32_t byte_to_cp(unsigned b) {
+uint32_t kn__byte_to_cp(unsigned b) {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174) return b;
     unsigned k = 0;
     for (unsigned x = 0; x < b; x++)
@@ -270,7 +270,7 @@ static uint32_t byte_to_cp(unsigned b) {
     return 256 + k;
 }
 
-static int cp_to_byte(uint32_t cp) {
+int kn__cp_to_byte(uint32_t cp) {
     if (cp < 256) return ((cp >= 33 && cp <= 126) || (cp >= 161 && cp <= 172) || cp >= 174) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1;
     unsigned k = 0;
@@ -292,7 +292,7 @@ size_t kn__bpe_piece(const kn_tokenizer *t, int32_t id, char *dst) {
         uint32_t cp; int k;
         if (kn_utf8_valid_prefix(s + i, n - i) == 0) { dst[o++] = s[i++]; continue; }  /* junk: keep raw */
         k = kn__utf8_decode(u, n - i, &cp);
-        int b = cp_to_byte(cp);
+        int b = kn__cp_to_byte(cp);
         if (b >= 0) dst[o++] = (char)b;
         else { memcpy(dst + o, u, (size_t)k); o += (size_t)k; }
         i += (size_t)k;
@@ -330,6 +330,7 @@ typedef struct bpe_ctx {
     kn_idvec *out;
     bpe_sym *sym; size_t sym_cap;
     kn_heap heap;
+    const char *text;    /* the run being split (bpe_span's offsets are into it) */
 } bpe_ctx;
 
 static kn_status push_pair(bpe_ctx *c, int32_t l, int32_t r) {
@@ -352,7 +353,7 @@ static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
         /* Llama 3 (as llama.cpp: ignore_merges): a word that is a vocabulary
          * entry as a whole is that entry, even where merges would not reach it */
         char mapped[512]; size_t m = 0;
-        for (size_t i = 0; i < n; i++) m += (size_t)kn__utf8_encode(byte_to_cp(w[i]), mapped + m);
+        for (size_t i = 0; i < n; i++) m += (size_t)kn__utf8_encode(kn__byte_to_cp(w[i]), mapped + m);
         int32_t id = kn__tok_lookup(t, mapped, m);
         if (id >= 0) return kn__idvec_push(c->out, id);
     }
@@ -392,9 +393,9 @@ static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
 /* GPT-2 split of code points cp[b..e) (one segment; nothing outside it is
  * seen, as with llama.cpp's sequential regexes). boff maps code point index
  * to byte offset in text. */
-static kn_status gpt2_split(bpe_ctx *c, const char *text, const uint32_t *cp, const size_t *boff,
+static kn_status gpt2_split(kn__span_fn emit, void *c, const uint32_t *cp, const size_t *boff,
                             size_t b, size_t e) {
-#define FL(i) ((i) < e ? cp_flags(cp[i]) : 0u)
+#define FL(i) ((i) < e ? kn__cp_class(cp[i]) : 0u)
     size_t pos = b;
     while (pos < e) {
         size_t start = pos;
@@ -420,7 +421,7 @@ static kn_status gpt2_split(bpe_ctx *c, const char *text, const uint32_t *cp, co
                 else pos++;
             }
         }
-        kn_status st = bpe_word(c, (const unsigned char *)text + boff[start], boff[pos] - boff[start]);
+        kn_status st = emit(c, boff[start], boff[pos] - boff[start]);
         if (st != KN_OK) return st;
     }
 #undef FL
@@ -432,9 +433,9 @@ static kn_status gpt2_split(bpe_ctx *c, const char *text, const uint32_t *cp, co
  *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * Alternatives are tried in order at each position; the first that matches wins.
  * max_digits 3 is that pattern; 1 is Qwen2's (\p{N} alone, otherwise the same). */
-static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, const size_t *boff,
+static kn_status llama3_split(kn__span_fn emit, void *c, const uint32_t *cp, const size_t *boff,
                               size_t b, size_t e, size_t max_digits) {
-#define FL(i) ((i) < e ? cp_flags(cp[i]) : 0u)
+#define FL(i) ((i) < e ? kn__cp_class(cp[i]) : 0u)
 #define LOW(i) ((i) < e && cp[i] < 0x80 ? (cp[i] | 0x20u) : 0u)
 #define NL(i) ((i) < e && (cp[i] == '\r' || cp[i] == '\n'))
     size_t pos = b;
@@ -468,7 +469,7 @@ static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, 
             else if (q > pos) pos = q;                                 /* \s+ */
             else pos++;
         }
-        kn_status st = bpe_word(c, (const unsigned char *)text + boff[start], boff[pos] - boff[start]);
+        kn_status st = emit(c, boff[start], boff[pos] - boff[start]);
         if (st != KN_OK) return st;
     }
 #undef FL
@@ -477,11 +478,10 @@ static kn_status llama3_split(bpe_ctx *c, const char *text, const uint32_t *cp, 
     return KN_OK;
 }
 
-kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn_idvec *out) {
+kn_status kn__pretok_split(kn_pretok kind, const char *text, size_t len, kn__span_fn emit, void *ctx) {
     if (len == 0) return KN_OK;
     uint32_t *cp = malloc(len * sizeof *cp);
     size_t *boff = malloc((len + 1) * sizeof *boff);
-    bpe_ctx c = {t, out, NULL, 0, {0}};
     kn_status st = KN_OK;
     if (!cp || !boff) { st = kn_set_error(KN_ERR_NOMEM, "tokenize: out of memory for %zu bytes", len); goto done; }
     size_t n = 0;
@@ -491,23 +491,37 @@ kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn
         n++;
     }
     boff[n] = len;
-    if (t->pretok == KN_PRETOK_DIGITS_GPT2) {
+    if (kind == KN_PRETOK_DIGITS_GPT2) {
         /* \p{N} first: every number character is its own segment */
         size_t b = 0;
         for (size_t i = 0; i < n && st == KN_OK; i++) {
-            if (cp_flags(cp[i]) != CF_NUMBER) continue;
-            if (b < i) st = gpt2_split(&c, text, cp, boff, b, i);
-            if (st == KN_OK) st = gpt2_split(&c, text, cp, boff, i, i + 1);
+            if (kn__cp_class(cp[i]) != CF_NUMBER) continue;
+            if (b < i) st = gpt2_split(emit, ctx, cp, boff, b, i);
+            if (st == KN_OK) st = gpt2_split(emit, ctx, cp, boff, i, i + 1);
             b = i + 1;
         }
-        if (st == KN_OK && b < n) st = gpt2_split(&c, text, cp, boff, b, n);
-    } else if (t->pretok == KN_PRETOK_LLAMA3 || t->pretok == KN_PRETOK_QWEN2) {
-        st = llama3_split(&c, text, cp, boff, 0, n, t->pretok == KN_PRETOK_QWEN2 ? 1 : 3);
+        if (st == KN_OK && b < n) st = gpt2_split(emit, ctx, cp, boff, b, n);
+    } else if (kind == KN_PRETOK_LLAMA3) {
+        st = llama3_split(emit, ctx, cp, boff, 0, n, 3);
+    } else if (kind == KN_PRETOK_QWEN2) {
+        st = llama3_split(emit, ctx, cp, boff, 0, n, 1);
     } else {
-        st = gpt2_split(&c, text, cp, boff, 0, n);
+        st = gpt2_split(emit, ctx, cp, boff, 0, n);
     }
 done:
-    free(cp); free(boff); free(c.sym); free(c.heap.v);
+    free(cp); free(boff);
+    return st;
+}
+
+static kn_status bpe_span(void *ctx, size_t off, size_t len) {
+    bpe_ctx *c = ctx;
+    return bpe_word(c, (const unsigned char *)c->text + off, len);
+}
+
+kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn_idvec *out) {
+    bpe_ctx c = {t, out, NULL, 0, {0}, text};
+    kn_status st = kn__pretok_split(t->pretok, text, len, bpe_span, &c);
+    free(c.sym); free(c.heap.v);
     return st;
 }
 
@@ -596,7 +610,7 @@ kn_status kn__bpe_from_gguf(const kn_gguf *g, kn_tokenizer **out) {
     if (st != KN_OK) { kn_tokenizer_free(t); return st; }
     for (int b = 0; b < 256; b++) {
         char u[4];
-        int k = kn__utf8_encode(byte_to_cp((unsigned)b), u);
+        int k = kn__utf8_encode(kn__byte_to_cp((unsigned)b), u);
         t->byte_id[b] = kn__tok_lookup(t, u, (size_t)k);
     }
     *out = t;

@@ -287,6 +287,8 @@ void kn_tokenizer_free(kn_tokenizer *t) {
     free(t->text); free(t->text_off); free(t->piece); free(t->piece_off);
     free(t->scores); free(t->types); free(t->hash); free(t->special); free(t->eog);
     free(t->merges);
+    kn__hf_free(t->hf);
+    free(t->piece0); free(t->piece0_off);
     free(t);
 }
 

@@ -126,6 +126,8 @@ kn_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool 
         if (f[i].id >= 0) { st = kn__idvec_push(&iv, f[i].id); prev_special = true; continue; }
         if (t->kind == KN_TOKENIZER_SPM)
             st = kn__spm_encode(t, text + f[i].off, f[i].len, t->add_space_prefix && prev_special, &iv);
+        else if (t->kind == KN_TOKENIZER_HF)
+            st = kn__hf_encode(t, text + f[i].off, f[i].len, f[i].off == 0, &iv);
         else
             st = kn__bpe_encode(t, text + f[i].off, f[i].len, &iv);
         prev_special = false;
@@ -148,6 +150,12 @@ kn_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool 
 /* decoding                                                                   */
 /* ========================================================================== */
 
+/* Vocabularies whose decoding drops the first leading space: SPM with a
+ * dummy prefix; tokenizer.json with a Metaspace/WordPiece/Strip decoder. */
+static bool strips_space(const kn_tokenizer *t) {
+    return (t->kind == KN_TOKENIZER_SPM || t->kind == KN_TOKENIZER_HF) && t->add_space_prefix;
+}
+
 static bool is_hidden_type(int ty) {
     return ty == KN_TOKEN_CONTROL || ty == KN_TOKEN_UNKNOWN || ty == KN_TOKEN_UNUSED;
 }
@@ -164,10 +172,13 @@ static const char *piece_for(const kn_tokenizer *t, int32_t id, unsigned flags, 
                              size_t *len) {
     const char *p = kn_token_to_piece(t, id, (flags & KN_DETOK_SPECIAL) != 0, len);
     if (*len > 0) {
-        if (*strip_next && p[0] == ' ') { p++; (*len)--; }
+        if (*strip_next && t->piece0) {           /* tokenizer.json Metaspace: its own first form */
+            p = t->piece0 + t->piece0_off[id];
+            *len = t->piece0_off[id + 1] - t->piece0_off[id];
+        } else if (*strip_next && p[0] == ' ') { p++; (*len)--; }
         *strip_next = false;
     }
-    if (t->kind == KN_TOKENIZER_SPM && t->add_space_prefix && id == t->bos) *strip_next = true;
+    if (strips_space(t) && id == t->bos) *strip_next = true;
     return p;
 }
 
@@ -176,7 +187,7 @@ kn_status kn_detokenize(const kn_tokenizer *t, const int32_t *ids, int n_ids, un
     if (needed) *needed = 0;
     if (!t || !needed || n_ids < 0 || (n_ids > 0 && !ids) || (cap > 0 && !buf))
         return kn_set_error(KN_ERR_INVALID, "kn_detokenize: NULL tokenizer, ids, buf or needed");
-    bool strip = (flags & KN_DETOK_STRIP_SPACE) && t->kind == KN_TOKENIZER_SPM && t->add_space_prefix;
+    bool strip = (flags & KN_DETOK_STRIP_SPACE) && strips_space(t);
     size_t o = 0;
     for (int i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab)
@@ -213,7 +224,7 @@ kn_status kn_detok_stream_new(const kn_tokenizer *t, unsigned flags, kn_detok_st
     kn_detok_stream *s = calloc(1, sizeof *s);
     if (!s) return kn_set_error(KN_ERR_NOMEM, "kn_detok_stream_new: out of memory");
     s->tok = t; s->flags = flags;
-    s->strip_next = (flags & KN_DETOK_STRIP_SPACE) && t->kind == KN_TOKENIZER_SPM && t->add_space_prefix;
+    s->strip_next = (flags & KN_DETOK_STRIP_SPACE) && strips_space(t);
     *out = s;
     return KN_OK;
 }
@@ -269,8 +280,7 @@ kn_status kn_detok_stream_push(kn_detok_stream *s, int32_t id, const char **text
 kn_status kn_detok_stream_flush(kn_detok_stream *s, const char **text, size_t *len) {
     if (!s || !text || !len) return kn_set_error(KN_ERR_INVALID, "kn_detok_stream_flush: NULL argument");
     kn_status st = stream_emit(s, NULL, 0, true, text, len);
-    s->strip_next = (s->flags & KN_DETOK_STRIP_SPACE) && s->tok->kind == KN_TOKENIZER_SPM &&
-                    s->tok->add_space_prefix;
+    s->strip_next = (s->flags & KN_DETOK_STRIP_SPACE) && strips_space(s->tok);
     return st;
 }
 

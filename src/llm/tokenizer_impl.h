@@ -41,6 +41,11 @@ struct kn_tokenizer {
     kn_pretok pretok;
     kn_bpe_merge *merges;/* [merge_cap] open addressing on key = left<<32|right   */
     size_t merge_cap;    /* power of two, 0 when no merges                       */
+    /* Hugging Face tokenizer.json only (tok_hf.h) */
+    struct kn_hf *hf;
+    char *piece0;        /* [..] pieces as the first token of an output (Metaspace
+                            decoders drop every U+2581 there), or NULL            */
+    size_t *piece0_off;  /* [n_vocab + 1]                                         */
 };
 
 /* ---- tokenizer.c ---- */
@@ -77,10 +82,25 @@ typedef struct kn_heap { kn_heap_item *v; size_t n, cap; } kn_heap;
 kn_status kn__heap_push(kn_heap *h, kn_heap_item it);
 kn_heap_item kn__heap_pop(kn_heap *h);
 
+/* ---- tok_bpe.c: Unicode classes, GPT-2 byte map, regex-free pre-tokenizers ---- */
+enum { KN_CF_LETTER = 1, KN_CF_NUMBER = 2, KN_CF_SPACE = 4, KN_CF_OTHER = 8 };
+unsigned kn__cp_class(uint32_t c);          /* one KN_CF_* flag (\s, \p{L}, \p{N}, else) */
+uint32_t kn__byte_to_cp(unsigned b);        /* GPT-2 printable stand-in of a byte       */
+int kn__cp_to_byte(uint32_t cp);            /* inverse, or -1                            */
+/* Split text[0..len) (valid UTF-8) with the pattern kind, calling emit for
+ * each piece (byte offset and length, in order, covering the whole text). */
+typedef kn_status (*kn__span_fn)(void *ctx, size_t off, size_t len);
+kn_status kn__pretok_split(kn_pretok kind, const char *text, size_t len, kn__span_fn emit, void *ctx);
+
+/* ---- tok_hfjson.c ---- */
+void kn__hf_free(struct kn_hf *hf);   /* NULL is a no-op */
+
 /* ---- per kind ---- */
 kn_status kn__spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space,
                          kn_idvec *out);
 kn_status kn__bpe_encode(const kn_tokenizer *t, const char *text, size_t len, kn_idvec *out);
+/* tok_hf.c; at_start: the run begins the text (Metaspace prepend_scheme "first") */
+kn_status kn__hf_encode(const kn_tokenizer *t, const char *text, size_t len, bool at_start, kn_idvec *out);
 size_t kn__spm_piece(const kn_tokenizer *t, int32_t id, char *dst);
 size_t kn__bpe_piece(const kn_tokenizer *t, int32_t id, char *dst);
 /* Tokens (SPM: U+2581 stored as ' '), scores, types, special ids, add_bos
