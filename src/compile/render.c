@@ -753,6 +753,19 @@ static void render_cuda_reduce_split(sb *b, const kn_kernel *k) {
     put(b, "                cnt[o] = 0;\n            }\n        }\n        __syncthreads();\n    }\n}\n");
 }
 
+/* Column templates: the kept coordinates before the last dim, i<d>, from
+ * rr (the run of the last dim an item lies in), at the item loop's indent */
+static void put_kept_rows(sb *b, const kn_kernel *k) {
+    int last = k->ndim - 1, first = -1;
+    for (int d = 0; d < last; d++) if (!k->redd[d]) { first = d; break; }
+    for (int d = last - 1; d >= 0; d--) {
+        if (k->redd[d]) continue;
+        if (d > first) put(b, "        const kn_i64 i%d = rr %% E%d; rr /= E%d;\n", d, d, d);
+        else put(b, "        const kn_i64 i%d = rr;\n", d);
+    }
+    if (first < 0) put(b, "        (void)rr;\n");
+}
+
 /* A reduction that keeps the last dim (column sums: bias and norm-weight
  * gradients), CUDA (kn_kernel.cols): an item is a tile of 32 consecutive
  * columns of one run of the last dim (and a slice of the rows, with split).
@@ -775,14 +788,7 @@ static void render_cuda_reduce_cols(sb *b, const kn_kernel *k) {
     put(b, "    for (kn_i64 ts = blockIdx.x; ts < NT * S; ts += gridDim.x) {\n");
     put(b, "        const kn_i64 t = ts / S, s = ts %% S;\n");
     put(b, "        kn_i64 rr = t / TPR;\n        const kn_i64 i%d = (t - rr * TPR) * 32 + lane;\n", last);
-    int first = -1;
-    for (int d = 0; d < last; d++) if (!k->redd[d]) { first = d; break; }
-    for (int d = last - 1; d >= 0; d--) {
-        if (k->redd[d]) continue;
-        if (d > first) put(b, "        const kn_i64 i%d = rr %% E%d; rr /= E%d;\n", d, d, d);
-        else put(b, "        const kn_i64 i%d = rr;\n", d);
-    }
-    if (first < 0) put(b, "        (void)rr;\n");
+    put_kept_rows(b, k);
     put(b, "        kn_acc acc = %s;\n", red_ident(k->red));
     put(b, "        if (i%d < E%d) {\n", last, last);
     put_slice_loop(b, k, "            ", "wp", "W");
@@ -1041,14 +1047,7 @@ static void render_c_reduce_cols(sb *b, const kn_kernel *k) {
     put(b, "    for (kn_i64 o0 = begin; o0 < end;) {\n");
     put(b, "        kn_i64 rr = o0 / E%d;\n        const kn_i64 j0 = o0 - rr * E%d;\n", last, last);
     put(b, "        kn_i64 nt = E%d - j0;\n        if (nt > end - o0) nt = end - o0;\n        if (nt > 256) nt = 256;\n", last);
-    int first = -1;
-    for (int d = 0; d < last; d++) if (!k->redd[d]) { first = d; break; }
-    for (int d = last - 1; d >= 0; d--) {
-        if (k->redd[d]) continue;
-        if (d > first) put(b, "        const kn_i64 i%d = rr %% E%d; rr /= E%d;\n", d, d, d);
-        else put(b, "        const kn_i64 i%d = rr;\n", d);
-    }
-    if (first < 0) put(b, "        (void)rr;\n");
+    put_kept_rows(b, k);
     put(b, "        for (kn_i64 l = 0; l < nt; l++) acc[l] = %s;\n", red_ident(k->red));
     put(b, "        for (kn_i64 q = 0; q < RN; q++) {\n");
     put_decompose(b, k, true, "kn_i64", "q", "            ");
