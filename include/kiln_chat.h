@@ -69,6 +69,11 @@ kn_status kn_chat_template_from_gguf(const struct kn_gguf *g, kn_chat_tmpl *out)
  * "Assistant:"). */
 kn_status kn_chat_template_from_name(const char *name, kn_chat_tmpl *out);
 
+/* Releases what a template owns (nothing for the built-in families; a
+ * compiled Jinja program once the interpreter lands). Always call it when
+ * done; a zeroed or freed template is safe to free again. */
+void kn_chat_tmpl_free(kn_chat_tmpl *tmpl);
+
 /* Render n messages. add_generation_prompt appends the opening of the
  * assistant's turn. Writes a NUL-terminated string when it fits; *needed
  * gets the length without the NUL. Returns KN_ERR_LIMIT if cap < *needed + 1

@@ -208,3 +208,7 @@ kn_status kn_chat_apply(const kn_chat_tmpl *tmpl, const kn_chat_msg *msgs, size_
     buf[b.n] = 0;
     return KN_OK;
 }
+
+void kn_chat_tmpl_free(kn_chat_tmpl *tmpl) {
+    (void)tmpl;   /* the built-in families own no memory */
+}
