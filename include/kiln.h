@@ -214,7 +214,7 @@ kn_tensor *kn_as_strided(kn_ctx *ctx, kn_tensor *x, int ndim, const int64_t *sha
 /* ---- copies ------------------------------------------------------------------- */
 kn_tensor *kn_contiguous(kn_ctx *ctx, kn_tensor *x);   /* x itself if already contiguous */
 kn_tensor *kn_copy(kn_ctx *ctx, kn_tensor *x);         /* always a new contiguous tensor */
-kn_tensor *kn_cast(kn_ctx *ctx, kn_tensor *x, kn_dtype t);  /* floats round to nearest even */
+kn_tensor *kn_cast(kn_ctx *ctx, kn_tensor *x, kn_dtype t);  /* floats round to nearest even; x itself when t is its dtype, y when x = kn_cast(y, w) widened y exactly and t is y's dtype (bf16/f16 -> f32/f64 -> back) */
 kn_tensor *kn_cat(kn_ctx *ctx, kn_tensor **xs, int n, int dim);
 kn_tensor *kn_stack(kn_ctx *ctx, kn_tensor **xs, int n, int dim);
 /* split into pieces of `size` along dim (last may be smaller); returns count, fills out[] (views) */

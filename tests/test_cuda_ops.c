@@ -412,7 +412,7 @@ TEST(matmul_tensor_cores_bf16_f16) {
 }
 
 /* Products big enough (>= 66 block tiles of 128 x 256, or 128 x 128 for
- * N <= 128), with K > 64, for the wgmma kernel of gemm_bf16_sm90.cu on an sm_90a GPU, in
+ * N <= 128 or where 128 x 256 tiles fill less than a wave), with K > 64, for the wgmma kernel of gemm_bf16_sm90.cu on an sm_90a GPU, in
  * each operand layout: A stored [M,K] or [K,M] ("transposed" a), B stored
  * [K,N] or [N,K] ("transposed" b); partial tiles in M, N and K (K % 64 !=
  * 0); batches with one stride per operand (attention [B,H,T,D]), a shared
@@ -431,6 +431,12 @@ TEST(matmul_wgmma_layouts_bf16_f16) {
         {IN(3, SH(34, 200, 72), -1, 1, 0, true), IN(3, SH(34, 72, 72), -1, 1, 0, false)},        /* P^T @ dO, narrow */
         {IN(3, SH(12, 264, 88), -1, 1, 0, true), IN(2, SH(88, 520), -1, 1, 0, false)},           /* shared B, no fold */
         {IN(3, SH(3, 400, 72), -1, 1, 0, false), IN(2, SH(72, 2000), -1, 1, 0, false)},          /* folds into M */
+        /* an odd N (rows of C not 16-byte aligned: the logits of a 50257 vocabulary) */
+        {IN(2, SH(1030, 72), -1, 1, 0, false), IN(2, SH(72, 2001), -1, 1, 0, true)},
+        /* under a wave of 128 x 256 tiles but a wave of 128 x 128 (a weight gradient
+         * dW [2304, 768] = dY^T X): 128-wide tiles, even and odd N */
+        {IN(2, SH(2200, 200), -1, 1, 0, true), IN(2, SH(200, 600), -1, 1, 0, false)},
+        {IN(2, SH(2200, 200), -1, 1, 0, true), IN(2, SH(200, 601), -1, 1, 0, false)},
     };
     half_matmul_cases(C, sizeof C / sizeof C[0], "wgmma-size matmul");
 }

@@ -287,6 +287,33 @@ TEST(dtype_casts_round_to_nearest_even) {
     kn_ctx_free(ctx);
 }
 
+/* kn_cast folds a widening round trip: bf16 -> f32 -> bf16 is the bf16 tensor
+ * itself (forward and gradient); a narrowing one rounds and stays */
+TEST(cast_round_trip_folds) {
+    kn_ctx_opts o = {kn_backend_ref()};
+    kn_ctx *ctx = kn_ctx_new(&o);
+    float in[3] = {1.0f + 1.0f / 256, -3.5f, 1e-3f};
+    kn_tensor *x = kn_from_data(ctx, KN_F32, 1, (int64_t[]){3}, in);
+    kn_set_requires_grad(x, true);
+    kn_tensor *b = kn_cast(ctx, x, KN_BF16), *h = kn_cast(ctx, x, KN_F16);
+    CHECK(kn_cast(ctx, kn_cast(ctx, b, KN_F32), KN_BF16) == b, "bf16 -> f32 -> bf16 is not folded");
+    CHECK(kn_cast(ctx, kn_cast(ctx, b, KN_F64), KN_BF16) == b, "bf16 -> f64 -> bf16 is not folded");
+    CHECK(kn_cast(ctx, kn_cast(ctx, h, KN_F32), KN_F16) == h, "f16 -> f32 -> f16 is not folded");
+    kn_tensor *r = kn_cast(ctx, kn_cast(ctx, x, KN_BF16), KN_F32);             /* rounds */
+    kn_tensor *r2 = kn_cast(ctx, kn_cast(ctx, b, KN_F16), KN_BF16);            /* f16 lacks bf16's range */
+    CHECK(r != x && r->op == KN_OP_CAST && r2 != b && r2->op == KN_OP_CAST, "a rounding round trip was folded");
+    float v[3];
+    REQUIRE(kn_tensor_read(r, v, KN_F32) == KN_OK, "%s", kn_last_error());
+    CHECK(v[0] == 1.0f && v[1] == -3.5f, "f32 -> bf16 -> f32 must round: %g", v[0]);
+    /* the gradient through a folded pair: d/dx sum(cast(cast(cast(x, bf16), f32), bf16) * 2) = 2 */
+    kn_tensor *f = kn_cast(ctx, kn_cast(ctx, b, KN_F32), KN_BF16);
+    kn_tensor *loss = kn_sum(ctx, kn_cast(ctx, kn_mul(ctx, f, kn_scalar(ctx, KN_BF16, 2)), KN_F32), 0, NULL, false);
+    REQUIRE(loss && kn_backward(ctx, loss) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_tensor_read(kn_grad(x), v, KN_F32) == KN_OK, "%s", kn_last_error());
+    CHECK(v[0] == 2 && v[1] == 2 && v[2] == 2, "grad %g %g %g", v[0], v[1], v[2]);
+    kn_ctx_free(ctx);
+}
+
 TEST(where_tri_assign) {
     kn_ctx_opts o = {kn_backend_ref()};
     kn_ctx *ctx = kn_ctx_new(&o);

@@ -14,10 +14,27 @@ kn_tensor *kn_contiguous(kn_ctx *ctx, kn_tensor *x) {
     for (int i = 1; i < x->ndim; i++) if (x->sym[i]) padded = true;
     return (kn_is_contiguous(x) && !padded) ? x : kn_copy(ctx, x);
 }
+/* Does dtype w hold every value of dtype n exactly? */
+static bool widens_exactly(kn_dtype n, kn_dtype w) {
+    if (w == KN_F64) return n == KN_F32 || n == KN_F16 || n == KN_BF16;
+    if (w == KN_F32) return n == KN_F16 || n == KN_BF16;
+    return false;
+}
+
 kn_tensor *kn_cast(kn_ctx *ctx, kn_tensor *x, kn_dtype dt) {
     if (!x) return NULL;
     if (!kn_dtype_get(dt)) return kn__fail(ctx, KN_ERR_INVALID, "cast: unknown dtype %d", (int)dt);
     if (dt == x->dtype) return x;
+    /* cast(cast(y, w), dtype of y) with w exact for y's values is y, forward
+     * and backward (both casts' gradients are casts of the same pair).
+     * Mixed precision makes these at every module seam: a bf16 attention
+     * output widened to f32 for the graph and narrowed again by the next
+     * Linear, and the same pair in reverse in the backward. Folded here, at
+     * construction, because the plan's rewrites may not remove the outer
+     * cast once other nodes view it (a weight gradient reads it reshaped). */
+    if (x->op == KN_OP_CAST && !(x->flags & KN_FLAG_VIEW) && x->src[0] && x->src[0]->dtype == dt &&
+        widens_exactly(dt, x->dtype))
+        return x->src[0];
     return kn__node(ctx, KN_OP_CAST, dt, x->ndim, x->shape, x->sym, &x, 1);
 }
 

@@ -60,8 +60,17 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
     if (c->rope && !pos) return kn__mod_fail(m, "rope is on: pass positions pos (i32 [T])");
     int64_t B = x->shape[0], T = x->shape[1], C = c->dim, H = c->n_heads, Hkv = c->n_kv_heads, D = C / H;
     kn_tensor *q, *k, *v;
+    kn_dtype hd = KN_F32;
     if (c->fused_qkv) {
         kn_tensor *qkv = kn_module_forward(kn__child(m, "c_attn"), x);           /* [B,T,3C] */
+        /* 16-bit attention (a GPU under a bf16/f16 policy): one cast of the
+         * whole projection before the split when nothing else (rope) needs
+         * f32 q, k: the heads are strided views the flash kernels read as
+         * they are, and in the backward the three head gradients meet in
+         * one 16-bit [B,T,3C] that the projection's own cast back cancels
+         * (the cast round trip rewrite) */
+        hd = kn__mod_attn_dtype(m, qkv);
+        if (qkv && hd != qkv->dtype && !c->rope) qkv = kn_cast(ctx, qkv, hd);
         q = kn_narrow(ctx, qkv, 2, 0, C);
         k = kn_narrow(ctx, qkv, 2, C, C);
         v = kn_narrow(ctx, qkv, 2, 2 * C, C);
@@ -69,6 +78,7 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
         q = kn_module_forward(kn__child(m, "q_proj"), x);
         k = kn_module_forward(kn__child(m, "k_proj"), x);
         v = kn_module_forward(kn__child(m, "v_proj"), x);
+        hd = kn__mod_attn_dtype(m, q);
     }
     q = heads(ctx, q, B, T, H, D);
     k = heads(ctx, k, B, T, Hkv, D);
@@ -77,17 +87,14 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
         q = kn_rope(ctx, q, pos, (int)D, c->rope_theta, c->rope_neox, 1.0);
         k = kn_rope(ctx, k, pos, (int)D, c->rope_theta, c->rope_neox, 1.0);
     }
-    kn_dtype hd = kn__mod_attn_dtype(m, q);       /* bf16/f16 on a GPU under that policy */
-    kn_tensor *y;
-    if (q && hd != q->dtype) {
-        kn_dtype out = q->dtype;
-        y = kn_sdpa(ctx, kn_cast(ctx, q, hd), kn_cast(ctx, k, hd), kn_cast(ctx, v, hd), c->causal, 0);
-        y = kn_cast(ctx, y, out);
-    } else {
-        y = kn_sdpa(ctx, q, k, v, c->causal, 0);                                 /* [B,H,T,D] */
-    }
+    kn_dtype out = x->dtype;
+    if (q && hd != q->dtype) { q = kn_cast(ctx, q, hd); k = kn_cast(ctx, k, hd); v = kn_cast(ctx, v, hd); }
+    kn_tensor *y = kn_sdpa(ctx, q, k, v, c->causal, 0);                          /* [B,H,T,D] */
     static const int perm[4] = {0, 2, 1, 3};
-    y = kn_reshape(ctx, kn_permute(ctx, y, perm), 3, (int64_t[]){B, T, C});
+    y = kn_reshape(ctx, kn_permute(ctx, y, perm), 3, (int64_t[]){B, T, C});    /* [B,T,C] */
+    /* back to the graph's dtype after the layout copy (half the bytes in
+     * 16 bits); the projection's cast to its compute dtype then cancels */
+    if (y && y->dtype != out) y = kn_cast(ctx, y, out);
     y = kn_module_forward(kn__child(m, c->fused_qkv ? "c_proj" : "o_proj"), y);
     return kn__mod_dropout(m, y, c->dropout, a->drop_seed);
 }

@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     int L = argc > 1 ? atoi(argv[1]) : 1;
     static kn_backend fake;
     fake = *kn_backend_cpu();
-    fake.name = "fakecuda"; fake.kernel_lang = "cuda"; fake.kernel_build = kb; fake.kernel_run = kr; fake.kernel_free = kf;
+    fake.name = "fakecuda"; if (getenv("DEVICE")) fake.device = KN_DEVICE_CUDA; fake.kernel_lang = "cuda"; fake.kernel_build = kb; fake.kernel_run = kr; fake.kernel_free = kf;
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){&fake});
     kn_gpt2_cfg gc = {.vocab = 50257, .max_seq = 1024, .dim = 768, .n_layers = L, .n_heads = 12, .dropout = 0};
     kn_module *m = kn_gpt2_new(ctx, &gc);

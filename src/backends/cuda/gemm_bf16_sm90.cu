@@ -245,9 +245,27 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
             *(float2 *)(stg + rl * SROW + cl * 4) = make_float2(v0, v1);
         }
         asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-        /* chunks of 8 columns: 32 bytes of f32 or 16 of bf16/f16 */
         const int esz = p.c_out == G_OUT_F32 ? 4 : 2;
         uint8_t *cz = (uint8_t *)p.C + (int64_t)z * p.sc * esz;
+        if (!p.vec_out) {
+            /* rows not 16-byte aligned (an odd N such as a vocabulary of
+             * 50257): one element per thread, neighbouring threads on
+             * neighbouring columns, so a warp's stores cover 64 or 128
+             * contiguous bytes (per-thread chunks of 8 took 8 scattered
+             * 2-byte stores per warp instruction: the [8192, 50257] logits
+             * ran at half the aligned speed) */
+            for (int e = tid; e < 64 * BN; e += 128) {
+                int rl = e / BN, cl = e % BN;
+                int row = m0 + cw * 64 + rl, col = n0 + cl;
+                if (row >= p.M || col >= p.N) continue;
+                float v = *(const float *)(stg + rl * SROW + cl * 4);
+                uint8_t *cp = cz + ((int64_t)row * p.ldc + col) * esz;
+                if (esz == 4) *(float *)cp = v;
+                else *(uint16_t *)cp = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
+            }
+            return;
+        }
+        /* chunks of 8 columns: 32 bytes of f32 or 16 of bf16/f16 */
         for (int c = tid; c < 64 * (BN / 8); c += 128) {
             int rl = c / (BN / 8), ch = c % (BN / 8);
             int row = m0 + cw * 64 + rl, col = n0 + ch * 8;
@@ -450,13 +468,22 @@ static int64_t batch_stride(const kn_cuda_gemm_batch *bt, const int64_t *s) {
     return s[bt->nb - 1] > 0 ? s[bt->nb - 1] : -1;
 }
 
-/* Tile width: 128 for narrow products (N <= 128: attention's P @ V with a
- * head dim of 64), else 256. */
-static int wg_bn(int64_t N) { return N <= 128 ? 128 : 256; }
-
 /* Fewer block tiles than this leave most of the 132 SMs idle; mma.sync's
  * 128 x 128 tiles (2 blocks per SM) do better there. */
 #define WG_MIN_TILES 66
+#define WG_SMS 132                  /* H100 / H200 SXM */
+
+/* Tile width: 128 for narrow products (N <= 128: attention's P @ V with a
+ * head dim of 64), else 256, except where 256-wide tiles would fill less
+ * than one wave of the SMs and 128-wide ones still fit in one: there the
+ * narrow tiles halve the time of the only wave (a weight gradient
+ * dW [2304, 768] over 8192 rows: 54 tiles of 128 x 256 left it on the
+ * mma.sync kernel at 142 TFLOP/s on an H200; 108 of 128 x 128 fit a wave). */
+static int wg_bn(int64_t M, int64_t N, int64_t nz) {
+    if (N <= 128) return 128;
+    int64_t mt = nz * ((M + G_BM - 1) / G_BM);
+    return mt * ((N + 255) / 256) < WG_SMS && mt * ((N + 127) / 128) <= WG_SMS ? 128 : 256;
+}
 
 extern "C" int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                        const void *A, int64_t lda, const void *B, int64_t ldb, const void *C,
@@ -482,7 +509,8 @@ extern "C" int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, 
         if (sa && sa < (trans_a ? K : M) * lda) return 0;
         if (sb && sb < (trans_b ? N : K) * ldb) return 0;
     }
-    int64_t tiles = nz * ((M + G_BM - 1) / G_BM) * ((N + wg_bn(N) - 1) / wg_bn(N));
+    const int64_t bn = wg_bn(M, N, nz);
+    int64_t tiles = nz * ((M + G_BM - 1) / G_BM) * ((N + bn - 1) / bn);
     if ((M + G_BM - 1) / G_BM > 65535 || tiles < WG_MIN_TILES) return 0;
     return wgmma_available();
 }
@@ -499,7 +527,7 @@ extern "C" kn_status kn_cuda_gemm_wgmma(kn_dtype ab, bool trans_a, bool trans_b,
         if (nz > 1) { sa = batch_stride(batch, batch->sa); sb = batch_stride(batch, batch->sb); sc = batch_stride(batch, batch->sc); }
     }
     const bool f16 = ab == KN_F16, amn = trans_a, bmn = !trans_b;
-    const int bn = wg_bn(N);
+    const int bn = wg_bn(M, N, nz);
     CUtensorMap ma, mb;
     kn_status s;
     /* stored shapes: A [M,K] or [K,M]; B [N,K] or [K,N] */
