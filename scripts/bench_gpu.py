@@ -7,7 +7,7 @@ its best, one table with ratios at the end (docs/PERF.md records it).
 
 Rows (each pair measured in the same process run, on the same GPU, kiln and
 the peer alternating):
-  train   GPT-2 124M, T=1024, B=8, vocabulary 50257: `kiln train gpt2
+  train   GPT-2 124M, T=1024, B=8 (train16: B=16), vocabulary 50257: `kiln train gpt2
           --precision bf16` vs PyTorch bf16 autocast + torch.compile + fused
           AdamW (scripts/bench_train_gpu_torch.py, random tokens)
   char    the char GPT shape (6 x 384, 6 heads, T=256, B=64, vocabulary 65)
@@ -83,6 +83,8 @@ def main():
     rows = []
     if "train" in want:
         rows.append(("GPT-2 124M train, B=8 T=1024 (tok/s)",) + train_row(a, "train", "50257,1024,768,12,12,8", ""))
+    if "train16" in want:
+        rows.append(("GPT-2 124M train, B=16 T=1024 (tok/s)",) + train_row(a, "train", "50257,1024,768,12,12,16", ""))
     if "char" in want:
         rows.append(("char GPT 6x384 train, B=64 T=256 (tok/s)",) + train_row(a, "char", "65,256,384,6,6,64", ""))
     if "decode" in want:

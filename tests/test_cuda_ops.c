@@ -624,16 +624,22 @@ static kn_tensor *b_index(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 8: return kn_index_add(ctx, in[0], 1, idx_t(ctx, s, 1, SH(3), KN_I64), kn_narrow(ctx, in[1], 1, 0, 3));
     case 9: return kn_index_copy(ctx, in[0], 1, idx_t(ctx, s, 1, SH(3), KN_I64), kn_narrow(ctx, in[1], 1, 0, 3));
     case 10: return kn_embedding(ctx, in[0], idx_t(ctx, s, 2, SH(2, 3), KN_I32));
+    /* whole rows of a contiguous x (the row-copy kernel): 16-byte f32 rows,
+     * 6-byte bf16 rows (2-byte copies), a 3-d x */
+    case 11: return kn_index_select(ctx, in[0], 0, idx_t(ctx, s, 1, SH(7), KN_I32));
+    case 12: return kn_cast(ctx, kn_index_select(ctx, kn_cast(ctx, kn_narrow(ctx, in[0], 1, 0, 3), KN_BF16), 0,
+                                                 idx_t(ctx, s, 1, SH(9), KN_I64)), KN_F32);
+    case 13: return kn_index_select(ctx, kn_reshape(ctx, in[0], 3, SH(5, 2, 2)), 0, idx_t(ctx, s, 1, SH(4), KN_I64));
     }
     return NULL;
 }
 TEST(index_family) {
     NEED_GPU();
     kn_test_seed(16);
-    for (int w = 0; w <= 10; w++) {
+    for (int w = 0; w <= 13; w++) {
         ispec s = {w, {0}, 15};
         for (int i = 0; i < 15; i++) s.idx[i] = (int64_t)(kn_test_u64() % 4);
-        kn_opin in[2] = {IN(2, SH(5, 4), -2, 2, KN_F32, true), IN(2, SH(5, 4), -2, 2, w == 6 ? KN_F64 : KN_F32, false)};
+        kn_opin in[2] = {IN(2, SH(5, 4), -2, 2, KN_F32, w < 11), IN(2, SH(5, 4), -2, 2, w == 6 ? KN_F64 : KN_F32, false)};
         if (w == 8 || w == 9) { in[0].transposed = false; s.idx[0] = 2; s.idx[1] = 0; s.idx[2] = 2; }  /* a repeat */
         double e = cu_cmp(b_index, &s, 2, in);
         CHECK(e <= (w == 6 || w == 8 ? 1e-12 : 0), "index case %d: %g", w, e);
@@ -692,6 +698,9 @@ TEST(bad_index_reports_the_op) {
     kn_tensor *i = kn_from_data(ctx, KN_I64, 1, SH(3), bad);
     float out[12];
     CHECK(kn_tensor_read(kn_index_select(ctx, x, 1, i), out, KN_F32) == KN_ERR_INVALID, "bad index accepted");
+    CHECK(strstr(kn_last_error(), "index_select") && strstr(kn_last_error(), "7"), "message: %s", kn_last_error());
+    /* the same along dim 0 of a contiguous x (the row-copy kernel) */
+    CHECK(kn_tensor_read(kn_index_select(ctx, x, 0, i), out, KN_F32) == KN_ERR_INVALID, "bad row index accepted");
     CHECK(strstr(kn_last_error(), "index_select") && strstr(kn_last_error(), "7"), "message: %s", kn_last_error());
     /* index_copy (the KV cache write) with one bad index: reported at the
      * plan's end, naming the op, and nothing of the buffer changed */

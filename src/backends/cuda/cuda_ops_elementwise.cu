@@ -125,6 +125,15 @@ kn_status kn_cu_create(const kn_exec *e) {
     int64_t n = kn_tview_numel(&e->dst);
     switch (t->op) {
     case KN_OP_FILL: case KN_OP_ARANGE: case KN_OP_EYE:
+        /* zeros (+0.0 is all zero bits in every dtype) of a contiguous tensor:
+         * a memset (gradient buffers: [50257, 768] f32 took 0.2 ms in the
+         * double kernel below on an H200) */
+        if (t->op == KN_OP_FILL && t->p.scalar.a == 0 && !signbit(t->p.scalar.a) && kn_tview_is_contiguous(&e->dst) &&
+            !kn_dtype_get(e->dst.dtype)->is_quant && !kn_env_get()->cuda_generic) {
+            if (n > 0 && cudaMemsetAsync(e->dst.data, 0, kn_dtype_nbytes(e->dst.dtype, n), kn_cu_stream()) != cudaSuccess)
+                return kn_set_error(KN_ERR_BACKEND, "fill: cudaMemsetAsync failed");
+            return KN_OK;
+        }
         k_create<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), n, (int)t->op, t->p.scalar.a, t->p.scalar.b);
         KN_CUDA_LAUNCHED();
         return KN_OK;

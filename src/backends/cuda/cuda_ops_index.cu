@@ -206,7 +206,41 @@ __global__ void k_index_select(kn_dview y, kn_dview x, kn_dview iv, int d, int64
         kn_dput(y, kn_doff(y, i), kn_dget(x, off_of(x, c)));
     }
 }
+/* Whole rows (dim 0 of contiguous x and y of one dtype: embedding lookups):
+ * a block per output row, copies of V (16, 4 or 2 bytes) where the row
+ * bytes and the bases allow. The generic kernel below took 0.65 ms for a
+ * [8192, 768] f32 gather of GPT-2 training on an H200 (10 us here). */
+template <typename V>
+__global__ void k_index_rows(char *y, const char *x, kn_dview iv, int64_t nrows, int64_t nsrc, int64_t rb, kn_cu_err *err) {
+    for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+        int64_t j = load_index(iv, r * iv.st[0], 0, nsrc, err);
+        if (j < 0) continue;
+        const V *s = (const V *)(x + j * rb);
+        V *d = (V *)(y + r * rb);
+        for (int64_t k = threadIdx.x; k < rb / (int64_t)sizeof(V); k += blockDim.x) d[k] = s[k];
+    }
+}
+static bool index_rows(const kn_exec *e) {
+    const kn_tview *y = &e->dst, *x = &e->src[0], *iv = &e->src[1];
+    if (e->node->p.axis.dim != 0 || x->dtype != y->dtype || kn_dtype_get(x->dtype)->is_quant || !kn_tview_is_contiguous(x) ||
+        !kn_tview_is_contiguous(y) || x->ndim < 1 || y->ndim != x->ndim || kn_env_get()->cuda_generic)
+        return false;
+    int64_t nrows = y->ne[0], nsrc = x->ne[0];
+    if (nrows == 0) return true;
+    int64_t rb = (int64_t)kn_dtype_nbytes(x->dtype, kn_tview_numel(y) / nrows);
+    uintptr_t al = (uintptr_t)x->data | (uintptr_t)y->data | (uintptr_t)rb;
+    unsigned nb = nrows > 65535 ? 65535u : (unsigned)nrows;
+    char *yp = (char *)y->data;
+    const char *xp = (const char *)x->data;
+    kn_cu_err *err = kn_cu_err_dev(KN_OP_INDEX_SELECT);
+    if (al % 16 == 0) k_index_rows<uint4><<<nb, 128, 0, kn_cu_stream()>>>(yp, xp, kn_dv(iv), nrows, nsrc, rb, err);
+    else if (al % 4 == 0) k_index_rows<uint32_t><<<nb, 128, 0, kn_cu_stream()>>>(yp, xp, kn_dv(iv), nrows, nsrc, rb, err);
+    else if (al % 2 == 0) k_index_rows<uint16_t><<<nb, 128, 0, kn_cu_stream()>>>(yp, xp, kn_dv(iv), nrows, nsrc, rb, err);
+    else k_index_rows<uint8_t><<<nb, 128, 0, kn_cu_stream()>>>(yp, xp, kn_dv(iv), nrows, nsrc, rb, err);
+    return true;
+}
 static kn_status cu_index_select(const kn_exec *e) {
+    if (index_rows(e)) { KN_CUDA_LAUNCHED(); return KN_OK; }
     int64_t n = kn_tview_numel(&e->dst);
     k_index_select<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[0]), kn_dv(&e->src[1]),
                                                   e->node->p.axis.dim, n, kn_cu_err_dev(KN_OP_INDEX_SELECT));
