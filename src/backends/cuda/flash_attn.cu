@@ -583,7 +583,7 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     return st;
 }
 
-/* KN_OP_SDPA_BWD (sources q, k, v, g; output dq | dk | dv packed) */
+/* KN_OP_SDPA_BWD (sources q, k, v, g, y; output dq | dk | dv packed) */
 kn_status kn_cu_flash_bwd(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst, *yf = e->nsrc > 4 ? &e->src[4] : NULL;
     bool bf;
