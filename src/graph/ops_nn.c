@@ -435,14 +435,17 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
  *   dq_i = sum_j ds_j k_j,  dk_j += ds_j q_i,  dv_j += p_j g_i
  * (the key/value gradients summed over each query group). A query row with
  * no key (causal, Tq > Tk: its output is NaN) gets a NaN dq row and adds
- * nothing to dk, dv. Fixed sizes only (no symbolic dims). */
+ * nothing to dk, dv. Fixed sizes only (no symbolic dims).
+ * Sources q, k, v, g and y = t (the forward's output): the flash kernels
+ * take sum_l p_l dp_l = g_i . y_i from it instead of recomputing P V; the
+ * other kernels ignore it. */
 kn_status kn__sdpa_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **dq, kn_tensor **dk, kn_tensor **dv) {
     *dq = *dk = *dv = NULL;
     kn_tensor *q = t->src[0], *k = t->src[1], *v = t->src[2];
     int64_t nq = kn_numel(q), nk = kn_numel(k), nv = kn_numel(v), n = nq + nk + nv;
-    kn_tensor *src[4] = {q, k, v, g};
+    kn_tensor *src[5] = {q, k, v, g, t};
     kn_dtype dt = kn__promote(t->dtype, g->dtype);
-    kn_tensor *d = kn__node(ctx, KN_OP_SDPA_BWD, dt, 1, &n, NULL, src, 4);
+    kn_tensor *d = kn__node(ctx, KN_OP_SDPA_BWD, dt, 1, &n, NULL, src, 5);
     if (!d) return kn_ctx_status(ctx);
     d->p.sdpa = t->p.sdpa;
     *dq = kn_reshape(ctx, kn_narrow(ctx, d, 0, 0, nq), 4, q->shape);

@@ -2,7 +2,8 @@
  *
  * The node (graph/ops_nn.c states the arithmetic) packs dq [B,Hq,Tq,D],
  * dk [B,Hkv,Tk,D] and dv [B,Hkv,Tk,Dv] one after the other in its output;
- * its sources are q, k, v and g = dL/dy [B,Hq,Tq,Dv].
+ * its sources are q, k, v, g = dL/dy [B,Hq,Tq,Dv] and y (the forward's
+ * output, read by the flash kernels only).
  *
  * f32 with unit-stride rows: five batched SGEMMs over (b, kv head, group
  * member) and one warp-per-row kernel, a chunk of sequences at a time so the

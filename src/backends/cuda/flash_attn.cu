@@ -22,9 +22,9 @@
  * pre-multiplied by scale * log2(e), so exp2 is one instruction).
  *
  * Backward (FlashAttention-2, Dao 2023, algorithm 2):
- *   1. pre-pass = the forward kernel again with dO: per query row the log2
- *      sum-exp L_i and D_i = dO_i . O_i (O in f32 registers, never stored;
- *      the node has no y source, so O is recomputed);
+ *   1. pre-pass = the forward kernel's S = Q K^T and online max/sum only (no
+ *      V, no P V): per query row the log2 sum-exp L_i, and D_i = dO_i . y_i
+ *      from the forward's y (SDPA_BWD's fifth source);
  *   2. a block per 64-key tile of one (b, kv head) loops over the group's
  *      query heads and the query tiles that can see the keys:
  *        S^T = K Q^T, P^T = exp2(S^T scale log2e - L), dP^T = V dO^T,
@@ -121,6 +121,8 @@ struct fa_fwd_args {
     int ydt;
     const uint16_t *g;                /* pre-pass: dO [B,Hq,Tq,D], strides gs */
     int64_t gs[3];
+    const uint16_t *yin;              /* pre-pass: the forward's y [B,Hq,Tq,D] (q's dtype), strides yis */
+    int64_t yis[4];
     float *lse, *dd;                  /* pre-pass: L_i, D_i [B*Hq*Tq] */
     int Hq, G, Tq, Tk, causal;
     float sl2;                        /* scale * log2(e) */
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
     fa_load_tile<BR, D>(Qs, qb + i0 * a.qs[2], a.qs[2], a.Tq - i0, a.q);
     if (nkt > 0) {
         fa_load_tile<BC, D>(Ks, kb, a.ks[2], a.Tk, a.k);
-        fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk, a.v);
+        if (!PRE) fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk, a.v);
     }
     fa_commit();
     float o[MT][D / 8][4], m[MT][2], l[MT][2];
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
         if (kt + 1 < nkt) {
             int j1 = (kt + 1) * BC, buf = (kt + 1) & 1;
             fa_load_tile<BC, D>(Ks + buf * BC * P, kb + j1 * a.ks[2], a.ks[2], a.Tk - j1, a.k);
-            fa_load_tile<BC, D>(Vs + buf * BC * P, vb + j1 * a.vs[2], a.vs[2], a.Tk - j1, a.v);
+            if (!PRE) fa_load_tile<BC, D>(Vs + buf * BC * P, vb + j1 * a.vs[2], a.vs[2], a.Tk - j1, a.v);
             fa_commit();
             fa_wait<1>();
         } else {
@@ -232,9 +234,10 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) { float p = fa_exp2(s[mt][n][e] - ms[e >> 1]); s[mt][n][e] = p; l[mt][e >> 1] += p; }
         }
-        /* O += P V: P's accumulators are already A fragments (keys 16kc.. = n-blocks 2kc, 2kc+1) */
+        /* O += P V: P's accumulators are already A fragments (keys 16kc.. = n-blocks 2kc, 2kc+1);
+         * the pre-pass needs only m and l */
 #pragma unroll
-        for (int kc = 0; kc < BC / 16; kc++) {
+        for (int kc = 0; kc < (PRE ? 0 : BC / 16); kc++) {
             uint32_t pa[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
@@ -279,18 +282,19 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
                     }
                 }
         } else {
-            /* D_i = dO_i . O_i over the quad's columns, then L_i = m + log2(l) */
+            /* D_i = dO_i . y_i over the quad's columns (y as the forward stored
+             * it, as in FlashAttention-2), then L_i = m + log2(l) */
             float dsum[2] = {0.f, 0.f};
-            const uint16_t *gb = a.g + b * a.gs[0] + h * a.gs[1];
+            const uint16_t *gb = a.g + b * a.gs[0] + h * a.gs[1], *yb = a.yin + b * a.yis[0] + h * a.yis[1];
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
                     if (r < a.Tq) {
-                        uint16_t gv = gb[r * a.gs[2] + c];
-                        float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv);
-                        dsum[e >> 1] += gf * o[mt][n][e] * inv[e >> 1];
+                        uint16_t gv = gb[r * a.gs[2] + c], yv = yb[r * a.yis[2] + c * a.yis[3]];
+                        float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv), yf = BF ? kn_bf2f(yv) : kn_dev_h2f(yv);
+                        dsum[e >> 1] += gf * yf;
                     }
                 }
 #pragma unroll
@@ -579,12 +583,13 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     return st;
 }
 
-/* KN_OP_SDPA_BWD (sources q, k, v, g; output dq | dk | dv packed) */
+/* KN_OP_SDPA_BWD (sources q, k, v, g, y; output dq | dk | dv packed) */
 kn_status kn_cu_flash_bwd(const kn_exec *e) {
-    const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst;
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst, *yf = e->nsrc > 4 ? &e->src[4] : NULL;
     bool bf;
     if (!fa_fits(e, &bf) || !fa_view_ok(g, q->dtype, q->ne[3]) || (y->dtype != q->dtype && y->dtype != KN_F32) ||
-        y->ndim != 1 || y->st[0] != 1)
+        y->ndim != 1 || y->st[0] != 1 || !yf || yf->dtype != q->dtype || yf->ndim != 4 || yf->ne[0] != q->ne[0] ||
+        yf->ne[1] != q->ne[1] || yf->ne[2] != q->ne[2] || yf->ne[3] != q->ne[3])
         return KN_ERR_UNSUPPORTED;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2];
     int64_t rows = B * Hq * Tq, nq = rows * D, nk = B * Hkv * Tk * D;
@@ -598,6 +603,8 @@ kn_status kn_cu_flash_bwd(const kn_exec *e) {
         fa_fwd_args a = fa_fwd_from(e);
         a.g = (const uint16_t *)g->data;
         fa_strides(g, a.gs);
+        a.yin = (const uint16_t *)yf->data;
+        for (int d = 0; d < 4; d++) a.yis[d] = yf->ne[d] > 1 ? yf->st[d] : 0;
         a.lse = lse; a.dd = dd;
         st = fa_fwd_dispatch<true>(a, (int)D, bf, (int)B);
     }
