@@ -58,7 +58,9 @@ static float frand(void) {
 
 typedef struct { const char *name; kn_dtype dt; int64_t Z, M, N, K; bool nt; bool no_wgmma; bool ta; } bcase;
 
-static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
+/* returns cuBLAS time / kn time (above 1: kn faster), or -1 when kn failed */
+static double run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
+    double ratio = -1;
     int64_t Z = c->Z, M = c->M, N = c->N, K = c->K;
     size_t na = (size_t)(Z * M * K), nb = (size_t)(Z * K * N), nc = (size_t)(Z * M * N);
     float *ha = malloc(na * 4), *hb = malloc(nb * 4), *hk = malloc(nc * 4), *hcb = malloc(nc * 4);
@@ -132,12 +134,14 @@ static void run_case(cublasHandle_t h, kn_backend *gpu, const bcase *c) {
     printf("%-30s %-5s %5lld %6lld %6lld %6lld %9.1f %9.1f %8.1f %8.1f %6.3f %9.2e %s\n", c->name, kn_dtype_name(c->dt),
            (long long)Z, (long long)M, (long long)N, (long long)K, mk * 1e6, mb * 1e6, fl / mk * 1e-12, fl / mb * 1e-12, mb / mk,
            rel, rel < 1e-2 && !isnan(rel) ? "ok" : "FAIL");
+    ratio = rel < 1e-2 && !isnan(rel) ? mb / mk : -1;
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
     CK(cudaFree(da)); CK(cudaFree(db)); CK(cudaFree(dc));
 done:
     kn_plan_free(p);
     kn_ctx_free(g);
     free(ha); free(hb); free(hk); free(hcb); free(h16);
+    return ratio;
 }
 
 int main(void) {
@@ -186,6 +190,53 @@ int main(void) {
     printf("%-30s %-5s %5s %6s %6s %6s %9s %9s %8s %8s %6s %9s\n", "case", "dtype", "Z", "M", "N", "K", "kn_us", "cublas_us",
            "kn_TF/s", "cub_TF/s", "kn/cub", "relerr");
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) run_case(h, gpu, &C[i]);
+    /* The sweep (issue 12): every product of GPT-2 124M training (B=8, T=1024:
+     * M = 8192 token rows; forward x@W^T "NT", input gradient dy@W "NN",
+     * weight gradient dy^T@x "TN"), with the vocabulary of 50257 (odd N or
+     * K), and Llama 2 7B / Llama 3 8B / Qwen2 projections at prefill (512
+     * rows) and decode (1 row), with their vocabularies (32000, 128256,
+     * 151936) and an odd one (32001). Target: kn/cub >= 0.85 everywhere. */
+    const bcase S[] = {
+        {"gpt2 qkv fwd NT", KN_BF16, 1, 8192, 2304, 768, true, false},
+        {"gpt2 qkv dx NN", KN_BF16, 1, 8192, 768, 2304, false, false},
+        {"gpt2 qkv dW TN", KN_BF16, 1, 2304, 768, 8192, false, false, true},
+        {"gpt2 proj fwd NT", KN_BF16, 1, 8192, 768, 768, true, false},
+        {"gpt2 proj dx NN", KN_BF16, 1, 8192, 768, 768, false, false},
+        {"gpt2 proj dW TN", KN_BF16, 1, 768, 768, 8192, false, false, true},
+        {"gpt2 fc fwd NT", KN_BF16, 1, 8192, 3072, 768, true, false},
+        {"gpt2 fc dx NN", KN_BF16, 1, 8192, 768, 3072, false, false},
+        {"gpt2 fc dW TN", KN_BF16, 1, 3072, 768, 8192, false, false, true},
+        {"gpt2 fc2 fwd NT", KN_BF16, 1, 8192, 768, 3072, true, false},
+        {"gpt2 fc2 dx NN", KN_BF16, 1, 8192, 3072, 768, false, false},
+        {"gpt2 fc2 dW TN", KN_BF16, 1, 768, 3072, 8192, false, false, true},
+        {"gpt2 logits fwd NT V=50257", KN_BF16, 1, 8192, 50257, 768, true, false},
+        {"gpt2 logits dx NN", KN_BF16, 1, 8192, 768, 50257, false, false},
+        {"gpt2 logits dW TN", KN_BF16, 1, 50257, 768, 8192, false, false, true},
+        {"llama7b qkv prefill NT", KN_BF16, 1, 512, 12288, 4096, true, false},
+        {"llama7b o prefill NT", KN_BF16, 1, 512, 4096, 4096, true, false},
+        {"llama7b gate|up prefill NT", KN_BF16, 1, 512, 22016, 4096, true, false},
+        {"llama7b down prefill NT", KN_BF16, 1, 512, 4096, 11008, true, false},
+        {"llama7b logits V=32000", KN_BF16, 1, 512, 32000, 4096, true, false},
+        {"llama odd logits V=32001", KN_BF16, 1, 512, 32001, 4096, true, false},
+        {"llama3-8b qkv prefill NT", KN_BF16, 1, 512, 6144, 4096, true, false},
+        {"llama3-8b gate|up prefill NT", KN_BF16, 1, 512, 28672, 4096, true, false},
+        {"llama3-8b down prefill NT", KN_BF16, 1, 512, 4096, 14336, true, false},
+        {"llama3-8b logits V=128256", KN_BF16, 1, 512, 128256, 4096, true, false},
+        {"qwen2 logits V=151936", KN_BF16, 1, 512, 151936, 896, true, false},
+        {"llama3-8b qkv decode NT", KN_BF16, 1, 1, 6144, 4096, true, false},
+        {"llama3-8b down decode NT", KN_BF16, 1, 1, 4096, 14336, true, false},
+        {"llama3-8b logits decode", KN_BF16, 1, 1, 128256, 4096, true, false},
+    };
+    printf("\nsweep (target kn/cub >= 0.85):\n");
+    int below = 0, n = (int)(sizeof S / sizeof S[0]);
+    double worst = 1e9;
+    const char *wname = "";
+    for (int i = 0; i < n; i++) {
+        double r = run_case(h, gpu, &S[i]);
+        if (r < 0.85) below++;
+        if (r < worst) { worst = r; wname = S[i].name; }
+    }
+    printf("sweep: %d of %d products below 0.85x cuBLAS (or failed); lowest %.3f (%s)\n", below, n, worst, wname);
     cublasDestroy(h);
     return 0;
 }
