@@ -877,6 +877,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
         kn_status st = kn_gguf_open(path, &g);
         if (st) return st;
         kn_gguf_print(g, f);
+        kn__moe_print_info(g, f);              /* model_moe.c: experts, when the file has them */
         kn_tokenizer *tok = NULL;
         if (kn_tokenizer_from_gguf(g, &tok) == KN_OK) {
             fprintf(f, "tokenizer: %d tokens, bos %d, eos %d\n", kn_tokenizer_n_vocab(tok), kn_tokenizer_bos(tok), kn_tokenizer_eos(tok));

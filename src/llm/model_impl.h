@@ -131,6 +131,7 @@ kn_status kn__model_load_tokenizer(kn_model *m, const char *path);
  * Hugging Face ones (prefix "model.layers.l.mlp." or ".block_sparse_moe.") */
 kn_tensor *kn__moe_ffn(kn_model *m, const kn__layer_w *L, kn_tensor *h);
 kn_status kn__moe_gguf_layer(kn_model *m, int l, const char *arch);
+void kn__moe_print_info(const kn_gguf *g, void *FILE_ptr);
 /* the data of tensor `name`, file shape [rows, cols] ([cols] when rows is 1)
  * and dtype *dt; NULL with *st set when it is missing (and required) or wrong */
 typedef const void *(*kn__moe_get_fn)(void *ud, const char *name, int64_t rows, int64_t cols, bool required, kn_dtype *dt,

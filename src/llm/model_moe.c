@@ -131,6 +131,29 @@ kn_status kn__moe_gguf_layer(kn_model *m, int l, const char *arch) {
     return st;
 }
 
+/* kiln info: one line naming a GGUF's mixture of experts (nothing for a dense model) */
+void kn__moe_print_info(const kn_gguf *g, void *fp) {
+    kn_gguf_str s;
+    char arch[64] = "llama", key[128];
+    if (kn_gguf_get_str(g, "general.architecture", &s)) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
+    int64_t E = 0, K = 0, Fe = 0, Fs = 0;
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    if (!kn_gguf_get_i64(g, key, &E) || E <= 0) return;
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    kn_gguf_get_i64(g, key, &K);
+    snprintf(key, sizeof key, "%s.expert_feed_forward_length", arch);
+    if (!kn_gguf_get_i64(g, key, &Fe)) {
+        snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+        kn_gguf_get_i64(g, key, &Fe);
+    }
+    snprintf(key, sizeof key, "%s.expert_shared_feed_forward_length", arch);
+    kn_gguf_get_i64(g, key, &Fs);
+    fprintf(fp, "mixture of experts (%s): %lld experts, %lld per token, expert FFN %lld", !strcmp(arch, "llama") ? "Mixtral" : arch,
+            (long long)E, (long long)K, (long long)Fe);
+    if (Fs > 0) fprintf(fp, ", shared expert FFN %lld", (long long)Fs);
+    fprintf(fp, "\n");
+}
+
 /* ---- Hugging Face ------------------------------------------------------------------------ */
 /* E per-expert matrices [rows, cols] (fmt: "%s%d.w1.weight" with prefix and
  * expert) copied into one [E*rows, cols] matrix of their dtype */
