@@ -524,8 +524,9 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
             L->w1 = upload(&u, L->w1, true); L->w3 = upload(&u, L->w3, true);
         }
         L->w2 = upload(&u, L->w2, true);
-        kn_tensor **moe[] = {&L->gate_inp, &L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+        kn_tensor **moe[] = {&L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
         for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) *moe[i] = upload(&u, *moe[i], true);
+        L->gate_inp = upload(&u, L->gate_inp, false);            /* the router stays f32: it picks the experts */
         L->gate_inp_shexp = upload(&u, L->gate_inp_shexp, false);
     }
     free(u.row);

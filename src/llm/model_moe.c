@@ -105,10 +105,14 @@ kn_status kn__moe_gguf_layer(kn_model *m, int l, const char *arch) {
         const kn_gguf_tensor *t = kn_gguf_find_tensor(m->gguf, key);
         if (!t || t->n_dims != 3)
             return kn_set_error(KN_ERR_FORMAT, "'%s' must be a 3-d tensor {n_embd, expert_ffn, expert_count}", key);
+        if (t->ne[1] < 1 || t->ne[1] > (1 << 24))
+            return kn_set_error(KN_ERR_FORMAT, "'%s': expert FFN width %lld is out of range", key, (long long)t->ne[1]);
         c->expert_ffn_dim = (int)t->ne[1];
         snprintf(key, sizeof key, "blk.%d.ffn_gate_shexp.weight", l);
         t = kn_gguf_find_tensor(m->gguf, key);
-        c->shared_ffn_dim = t && t->n_dims == 2 ? (int)t->ne[1] : 0;
+        if (t && (t->n_dims != 2 || t->ne[1] < 1 || t->ne[1] > (1 << 24)))
+            return kn_set_error(KN_ERR_FORMAT, "'%s' must be a 2-d tensor {n_embd, shared_expert_ffn}", key);
+        c->shared_ffn_dim = t ? (int)t->ne[1] : 0;
         /* llama.cpp renormalises the chosen weights for Mixtral and Qwen3-MoE,
          * not for Qwen2-MoE and OLMoE (their configs' norm_topk_prob) */
         bool norm = !strcmp(arch, "llama") || !strcmp(arch, "qwen3moe");
