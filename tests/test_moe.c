@@ -20,7 +20,8 @@
  *   - the fixtures can fail: routing every token to the same experts (a
  *     zero router), or dropping Qwen2-MoE's shared expert, moves the logits
  *     far past the tolerance;
- *   - a config with more experts per token than experts is refused by name;
+ *   - a config with more experts per token than experts is refused by name,
+ *     and so are GGUF files with bad expert counts or a missing expert tensor;
  *   - in a CUDA build on a GPU, the CUDA backend (f32 weights to 1e-4, bf16
  *     to 3e-2); SKIP otherwise.
  */
@@ -221,6 +222,48 @@ TEST(moe_bad_configs_refused) {
         kn_model_free(m);
     }
     unlink(st); unlink(cfg); rmdir(dir);
+}
+
+/* The Mixtral GGUF fixture patched in a temporary copy: a key's u32 value
+ * (after its name: u32 type 4, then the value) or a tensor's name. */
+static bool patch_gguf(const char *to, const char *find, const char *repl, int32_t u32_value) {
+    FILE *f = fopen(FIX "mixtral.gguf", "rb");
+    if (!f) return false;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    size_t fl = strlen(find);
+    char *at = NULL;
+    for (size_t i = 0; i + fl <= n && !at; i++) if (!memcmp(buf + i, find, fl)) at = buf + i;
+    if (!at) return false;
+    if (repl) memcpy(at, repl, strlen(repl));
+    else memcpy(at + fl + 4, &u32_value, 4);
+    f = fopen(to, "wb");
+    bool ok = f && fwrite(buf, 1, n, f) == n;
+    if (f && fclose(f)) ok = false;
+    return ok;
+}
+
+TEST(moe_bad_gguf_refused) {
+    char path[] = "/tmp/kn_moe_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0, "mkstemp");
+    close(fd);
+    static const struct { const char *find, *repl; int32_t v; const char *msg; } cases[] = {
+        {"llama.expert_used_count", NULL, 6, "expert_used_count 6"},
+        {"llama.expert_count", NULL, 0, "expert_count 0"},
+        {"llama.expert_count", NULL, 4, "expert_count 4"},          /* tensors of 5 experts */
+        {"blk.1.ffn_down_exps", "blk.1.ffn_down_expz", 0, "blk.1.ffn_down_exps"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        REQUIRE(patch_gguf(path, cases[i].find, cases[i].repl, cases[i].v), "patch the fixture (%s)", cases[i].find);
+        kn_model *m = NULL;
+        kn_status st = kn_model_load(path, NULL, &m);
+        CHECK(st != KN_OK && !m && strstr(kn_last_error(), cases[i].msg), "case %zu must be refused naming '%s': %s", i,
+              cases[i].msg, kn_last_error());
+        kn_model_free(m);
+    }
+    unlink(path);
 }
 
 /* ---- the CUDA backend (a GPU build on a GPU machine) --------------------------------------- */
