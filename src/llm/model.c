@@ -15,6 +15,9 @@
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
  * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
  * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
+ * Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) replace the FFN
+ * of their MoE layers by model_moe.c's (router, top-k, batched experts);
+ * OLMoE RMS-normalises the whole q [T, H*D] and k [T, Hkv*D] instead.
  * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
  * come from one fused matrix with bias (no rope), the MLP is
  * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
