@@ -10,7 +10,8 @@
  *    quantization's error by default); an id out of range is an error; the
  *    backward says the op is not differentiable.
  *  - TOPK: values and indices against a sort in this file (largest and
- *    smallest, k = 1 .. n, ties to the lower index, leading dims), the
+ *    smallest, k = 1 .. n, ties to the lower index, leading dims, x
+ *    contiguous and a transposed view), the
  *    gradient to the values by finite differences, bad k refused.
  * Letters: T tokens, K slots per token, C input width, E experts, N output width.
  */
@@ -269,12 +270,15 @@ static void sort_idx(const double *v, int64_t n, bool largest, int64_t *idx) {
         }
 }
 
-static void topk_case(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n, int64_t k, bool largest, bool ties) {
+/* strided: x is a transposed view (the last dim has stride rows_b) */
+static void topk_case_s(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n, int64_t k, bool largest, bool ties,
+                        bool strided) {
     int64_t R = rows_a * rows_b, nx = R * n;
     double *x = malloc(sizeof(double) * (size_t)nx);
     for (int64_t i = 0; i < nx; i++) x[i] = ties ? floor(kn_test_uniform(0, 3)) : kn_test_uniform(-2, 2);
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
-    kn_tensor *xt = kn_empty(ctx, KN_F32, 3, SH(rows_a, rows_b, n));
+    kn_tensor *xt = strided ? kn_transpose(ctx, kn_empty(ctx, KN_F32, 3, SH(rows_a, n, rows_b)), 1, 2)
+                            : kn_empty(ctx, KN_F32, 3, SH(rows_a, rows_b, n));
     kn_tensor_write(xt, x, KN_F64);
     kn_tensor *idx = NULL, *val = kn_topk(ctx, xt, k, largest, &idx);
     REQUIRE(val && idx && idx->dtype == KN_I32 && val->shape[2] == k && idx->shape[2] == k, "topk: %s", kn_last_error());
@@ -293,6 +297,10 @@ static void topk_case(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n,
           ties ? " (ties)" : "", bad);
     free(want); free(gv); free(gi); free(x);
     kn_ctx_free(ctx);
+}
+static void topk_case(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n, int64_t k, bool largest, bool ties) {
+    topk_case_s(be, rows_a, rows_b, n, k, largest, ties, false);
+    topk_case_s(be, rows_a, rows_b, n, k, largest, ties, true);
 }
 
 TEST(topk_against_sort) {
