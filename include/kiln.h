@@ -351,7 +351,9 @@ kn_tensor *kn_topk(kn_ctx *ctx, kn_tensor *x, int64_t k, bool largest, kn_tensor
  * expert ids in [0, E)), y [T, k, N] f32 with
  *     y[t, j, :] = W[ids[t, j]] . x[t, j or 0, :]
  * Backends group the rows by expert, so each expert's weights are read once
- * per call. Not differentiable yet (backward reports it). */
+ * per call. f64 x and W run on the reference backend (gradient checks).
+ * Differentiable in x and W (not through a quantized W); the W gradient is
+ * built through a one-hot [T*k, E, N] spread, fine for small models only. */
 kn_tensor *kn_mul_mat_id(kn_ctx *ctx, kn_tensor *x, kn_tensor *W, kn_tensor *ids);
 
 /* ---- autograd ----------------------------------------------------------------- */

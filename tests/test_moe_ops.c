@@ -7,8 +7,10 @@
  *    and quantized dots) to 70 (the dequantize-once SGEMM), experts that get
  *    no row, i32 and i64 ids, W f32, f16, bf16 and GGUF blocks (Q4_0, Q8_0,
  *    Q4_K, Q6_K; exact with f32 activations, within the activation
- *    quantization's error by default); an id out of range is an error; the
- *    backward says the op is not differentiable.
+ *    quantization's error by default); an id out of range is an error;
+ *  - its gradient (to x and W) by finite differences in f64 for every x
+ *    layout, and the CPU backend's f32 gradient against the reference's; a
+ *    quantized W has none (backward says so).
  *  - TOPK: values and indices against a sort in this file (largest and
  *    smallest, k = 1 .. n, ties to the lower index, leading dims, x
  *    contiguous and a transposed view), the
@@ -229,7 +231,7 @@ TEST(mul_mat_id_bad_id_is_an_error) {
     mm_free(&d);
 }
 
-TEST(mul_mat_id_shape_errors_and_no_backward) {
+TEST(mul_mat_id_shape_errors_and_quantized_backward) {
     kn_ctx *ctx = kn_ctx_new(NULL);
     kn_tensor *x = kn_zeros(ctx, KN_F32, 2, SH(3, 8));
     kn_tensor *w = kn_zeros(ctx, KN_F32, 3, SH(4, 5, 8));
@@ -247,15 +249,75 @@ TEST(mul_mat_id_shape_errors_and_no_backward) {
           strstr(kn_last_error(), "integer"), "float ids");
     kn_ctx_free(ctx);
     ctx = kn_ctx_new(NULL);
-    x = kn_zeros(ctx, KN_F32, 2, SH(3, 8));
-    w = kn_zeros(ctx, KN_F32, 3, SH(4, 5, 8));
+    x = kn_zeros(ctx, KN_F32, 2, SH(3, 32));
+    w = kn_zeros(ctx, KN_Q8_0, 3, SH(4, 5, 32));
     ids = kn_zeros(ctx, KN_I32, 2, SH(3, 2));
     kn_set_requires_grad(x, true);
     kn_tensor *y = kn_mul_mat_id(ctx, x, w, ids);
     kn_status st = kn_backward(ctx, kn_sum_all(ctx, y));
-    CHECK(st == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "mul_mat_id is not differentiable"), "backward: %d %s", st,
-          kn_last_error());
+    CHECK(st == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "quantized (q8_0) W"), "backward: %d %s", st, kn_last_error());
     kn_ctx_free(ctx);
+}
+
+/* ---- mul_mat_id's gradient ------------------------------------------------------- */
+typedef struct { int xmode; int64_t K; } mmg_ud;    /* xmode as mm_case */
+static kn_tensor *build_mmid(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const mmg_ud *u = ud;
+    kn_tensor *x = in[0];
+    if (u->xmode == 3) x = kn_transpose(ctx, x, 1, 2);        /* stored [T, C, K] */
+    return kn_mul_mat_id(ctx, x, in[1], kn_cast(ctx, in[2], KN_I32));   /* gradcheck makes every input f64 */
+}
+/* finite differences in f64 (reference), with ids hitting a few experts twice
+ * per token and some experts never */
+TEST(mul_mat_id_gradient) {
+    kn_test_seed(15);
+    for (int xm = 0; xm < 4; xm++) {
+        int64_t T = 3, K = 2, E = 5, N = 4, C = 6;
+        mmg_ud u = {xm, K};
+        kn_opin in[3] = {
+            {xm == 1 ? 2 : 3, {0}, -1, 1, KN_F64},
+            {3, {E, N, C}, -1, 1, KN_F64},
+            {2, {T, K}, 0, 4, KN_I32, false, true},                 /* experts 0..3: expert 4 gets nothing */
+        };
+        if (xm == 1) { in[0].shape[0] = T; in[0].shape[1] = C; }
+        else if (xm == 2) { in[0].shape[0] = T; in[0].shape[1] = 1; in[0].shape[2] = C; }
+        else if (xm == 0) { in[0].shape[0] = T; in[0].shape[1] = K; in[0].shape[2] = C; }
+        else { in[0].shape[0] = T; in[0].shape[1] = C; in[0].shape[2] = K; }
+        bool req[3] = {true, true, false};
+        double e = kn_gradcheck(build_mmid, &u, 3, in, req);
+        CHECK(e < 1e-6, "x mode %d: gradient rel err %g", xm, e);
+    }
+}
+
+/* the f32 gradients the CPU backend computes (W^T through the SGEMM) against
+ * the reference's */
+TEST(mul_mat_id_gradient_cpu_vs_reference) {
+    kn_test_seed(16);
+    int64_t T = 37, K = 2, E = 7, N = 19, C = 23;
+    double *xv = malloc(sizeof(double) * (size_t)(T * C)), *wv = malloc(sizeof(double) * (size_t)(E * N * C));
+    double *iv = malloc(sizeof(double) * (size_t)(T * K));
+    for (int64_t i = 0; i < T * C; i++) xv[i] = kn_test_uniform(-1, 1);
+    for (int64_t i = 0; i < E * N * C; i++) wv[i] = kn_test_uniform(-1, 1);
+    for (int64_t t = 0; t < T; t++) { iv[t * K] = (double)(t % E); iv[t * K + 1] = (double)((t + 3) % E); }
+    double *g[2][2] = {{0}};
+    for (int b = 0; b < 2; b++) {
+        kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){b ? kn_backend_cpu() : kn_backend_ref()});
+        kn_tensor *x = kn_empty(ctx, KN_F32, 2, SH(T, C)), *w = kn_empty(ctx, KN_F32, 3, SH(E, N, C));
+        kn_tensor *ids = kn_empty(ctx, KN_I32, 2, SH(T, K));
+        kn_tensor_write(x, xv, KN_F64); kn_tensor_write(w, wv, KN_F64); kn_tensor_write(ids, iv, KN_F64);
+        kn_set_requires_grad(x, true); kn_set_requires_grad(w, true);
+        kn_tensor *y = kn_mul_mat_id(ctx, x, w, ids);
+        kn_tensor *loss = kn_sum_all(ctx, kn_mul(ctx, y, y));
+        kn_status st = kn_backward(ctx, loss);
+        CHECK(!st, "%s", kn_last_error());
+        g[b][0] = malloc(sizeof(double) * (size_t)(T * C)); g[b][1] = malloc(sizeof(double) * (size_t)(E * N * C));
+        if (!st) { kn_tensor_read(x->grad, g[b][0], KN_F64); kn_tensor_read(w->grad, g[b][1], KN_F64); }
+        kn_ctx_free(ctx);
+    }
+    double ex = kn_rel_err(g[1][0], g[0][0], (long)(T * C)), ew = kn_rel_err(g[1][1], g[0][1], (long)(E * N * C));
+    CHECK(ex < 1e-5 && ew < 1e-5, "cpu vs ref: dx rel err %g, dW rel err %g", ex, ew);
+    for (int b = 0; b < 2; b++) { free(g[b][0]); free(g[b][1]); }
+    free(xv); free(wv); free(iv);
 }
 
 /* ---- topk ----------------------------------------------------------------------- */

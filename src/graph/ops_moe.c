@@ -12,8 +12,12 @@
  * MUL_MAT_ID: y[t, j, :] = W[ids[t, j]] . x[t, j, :] (x [T, C] or
  * [T, 1, C] shares one row across the k slots). The backends read ids at
  * run time and group the (t, j) rows of each expert, so each expert's
- * weights are read once per call whatever T is. No gradient yet (MoE
- * training is not supported): backward says so by name.
+ * weights are read once per call whatever T is.
+ * Gradient (src/autograd/rules_nn.c): dx = mul_mat_id(dy, W^T, ids) (summed
+ * over the slots where x is shared), dW[e] = sum over the rows routed to e
+ * of dy_r^T x_r, built as a one-hot [T*k, E] spread of dy times x: memory
+ * T*k*E*N, fine for tests and small models, not for training large MoEs
+ * (which kiln does not do); ids get none. Quantized W: no gradient.
  */
 #include "graph/graph.h"
 
@@ -48,12 +52,14 @@ kn_tensor *kn_topk(kn_ctx *ctx, kn_tensor *x, int64_t k, bool largest, kn_tensor
 kn_tensor *kn_mul_mat_id(kn_ctx *ctx, kn_tensor *x, kn_tensor *W, kn_tensor *ids) {
     if (!x || !W || !ids) return NULL;
     char a[160], b[160], c[160];
-    if (x->dtype != KN_F32)
-        return kn__fail(ctx, KN_ERR_INVALID, "mul_mat_id: x must be f32, got %s (cast it first)", kn_dtype_name(x->dtype));
+    /* f64 (x and W both): the reference only, for gradient checks */
+    if (x->dtype != KN_F32 && x->dtype != KN_F64)
+        return kn__fail(ctx, KN_ERR_INVALID, "mul_mat_id: x must be f32 (or f64), got %s (cast it first)", kn_dtype_name(x->dtype));
     const kn_dtype_info *wi = kn_dtype_get(W->dtype);
-    if (!(wi->is_quant || W->dtype == KN_F32 || W->dtype == KN_F16 || W->dtype == KN_BF16))
-        return kn__fail(ctx, KN_ERR_INVALID, "mul_mat_id: W must be f32, f16, bf16 or a GGUF block type, got %s",
-                        kn_dtype_name(W->dtype));
+    if (x->dtype == KN_F64 ? W->dtype != KN_F64
+                           : !(wi->is_quant || W->dtype == KN_F32 || W->dtype == KN_F16 || W->dtype == KN_BF16))
+        return kn__fail(ctx, KN_ERR_INVALID, "mul_mat_id: W must be f32, f16, bf16 or a GGUF block type (f64 with an f64 x), "
+                        "got %s with a %s x", kn_dtype_name(W->dtype), kn_dtype_name(x->dtype));
     if (!int_ids(ids->dtype))
         return kn__fail(ctx, KN_ERR_INVALID, "mul_mat_id: ids must be integer expert ids (i8/i32/i64/u8), got %s",
                         kn_dtype_name(ids->dtype));
@@ -71,5 +77,5 @@ kn_tensor *kn_mul_mat_id(kn_ctx *ctx, kn_tensor *x, kn_tensor *W, kn_tensor *ids
     kn_tensor *src[3] = {x, W, ids};
     int64_t shape[3] = {x->shape[0], ids->shape[1], W->shape[1]};
     int8_t sym[3] = {x->sym[0], 0, 0};
-    return kn__node(ctx, KN_OP_MUL_MAT_ID, KN_F32, 3, shape, sym, src, 3);
+    return kn__node(ctx, KN_OP_MUL_MAT_ID, x->dtype, 3, shape, sym, src, 3);
 }

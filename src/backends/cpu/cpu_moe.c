@@ -7,8 +7,10 @@
  * So each expert's weights are read once per call, and an expert with no
  * row costs nothing.
  *
- * Layouts: x f32 with any strides, W with unit stride along C (whole rows;
- * for block types rows of C elements one after another), ids any integer
+ * Layouts: x f32 with any strides, W f32 with a unit stride in one of its
+ * last two dims (W^T, as the gradient uses it, takes the SGEMM's transposed
+ * path), f16/bf16 with a unit stride along C, block types as whole rows of C
+ * elements one after another (else the reference runs), ids any integer
  * view, dst f32 contiguous (as kn__node makes it). An id out of range sends
  * the node to the reference, which reports it.
  *
@@ -20,10 +22,10 @@
 
 bool kn_cpu_mul_mat_id(const kn_exec *e) {
     const kn_tview *x = &e->src[0], *w = &e->src[1], *ids = &e->src[2], *y = &e->dst;
-    if (!is_f32(x) || !is_f32(y) || !contig(y) || w->st[2] != 1) return false;
+    if (!is_f32(x) || !is_f32(y) || !contig(y)) return false;
     int64_t T = y->ne[0], K = y->ne[1], N = y->ne[2], E = w->ne[0], C = w->ne[2], R = T * K;
     const kn_dtype_info *wi = kn_dtype_get(w->dtype);
-    if (wi->is_quant && (w->st[1] != C || w->st[0] != N * C)) return false;
+    if (wi->is_quant && (w->st[2] != 1 || w->st[1] != C || w->st[0] != N * C)) return false;
     if (R == 0) return true;
     bool x3 = x->ndim == 3, bcast = x3 && x->ne[1] == 1;
     int64_t xc = x->st[x->ndim - 1];
@@ -69,7 +71,7 @@ bool kn_cpu_mul_mat_id(const kn_exec *e) {
         f.syms = e->syms;
         f.src[0] = (kn_tview){xg + start[ex] * C, KN_F32, 2, {n, C}, {C, 1}};
         const char *wb = (const char *)w->data + kn_dtype_nbytes(w->dtype, ex * w->st[0]);
-        f.src[1] = (kn_tview){(void *)wb, w->dtype, 2, {C, N}, {1, w->st[1]}};
+        f.src[1] = (kn_tview){(void *)wb, w->dtype, 2, {C, N}, {w->st[2], w->st[1]}};   /* W[ex]^T, any layout MATMUL takes */
         f.dst = (kn_tview){yg + start[ex] * N, KN_F32, 2, {n, N}, {N, 1}};
         ok = kn_cpu_matmul(&f);
     }

@@ -138,6 +138,8 @@ static kn_status cu_mul_mat_id(const kn_exec *e) {
     bool x3 = x->ndim == 3;
     int64_t xs0 = x->st[0], xs1 = x3 && x->ne[1] != 1 ? x->st[1] : 0;
     const kn_dtype_info *wi = kn_dtype_get(w->dtype);
+    if (x->dtype != KN_F32 || y->dtype != KN_F32)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id takes f32 x (f64 runs on the reference backend)");
     if (x->st[x->ndim - 1] != 1 || !kn_tview_is_contiguous(y) || w->st[2] != 1 || w->st[1] != C || w->st[0] != N * C)
         return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id takes x with unit stride along C, a contiguous "
                             "W [E, N, C] and y (make them contiguous first)");
