@@ -84,6 +84,7 @@ typedef union kn_op_params {
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;
     struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
+    struct { bool largest; } topk;           /* TOPK: the k largest (true) or smallest */
 } kn_op_params;
 
 /* Node flags */
@@ -337,6 +338,23 @@ kn_tensor *kn_rope_ff(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, doub
  * kn_cross_entropy (kiln_nn.h) adds the reductions and the [..., C] shapes. */
 kn_tensor *kn_cross_entropy_rows(kn_ctx *ctx, kn_tensor *logits, kn_tensor *targets, int64_t ignore_index,
                                  double label_smoothing);
+
+/* Top-k along the last dim of x [..., n] (float; 1 <= k <= n): returns the
+ * values [..., k] in x's dtype, sorted (largest first, or smallest first with
+ * largest = false; ties: the lower index first; NaN counts as largest), and
+ * when indices is non-NULL the i32 indices [..., k] into it. The values are
+ * gather(x, -1, indices), so the gradient flows to x at the chosen places. */
+kn_tensor *kn_topk(kn_ctx *ctx, kn_tensor *x, int64_t k, bool largest, kn_tensor **indices);
+/* Indexed matmul (mixture of experts; ggml's mul_mat_id): with x [T, C] or
+ * [T, k or 1, C] (f32), stacked expert weights W [E, N, C] (f32, f16, bf16 or
+ * a GGUF block type with C a whole number of blocks) and ids [T, k] (integer
+ * expert ids in [0, E)), y [T, k, N] f32 with
+ *     y[t, j, :] = W[ids[t, j]] . x[t, j or 0, :]
+ * Backends group the rows by expert, so each expert's weights are read once
+ * per call. f64 x and W run on the reference backend (gradient checks).
+ * Differentiable in x and W (not through a quantized W); the W gradient is
+ * built through a one-hot [T*k, E, N] spread, fine for small models only. */
+kn_tensor *kn_mul_mat_id(kn_ctx *ctx, kn_tensor *x, kn_tensor *W, kn_tensor *ids);
 
 /* ---- autograd ----------------------------------------------------------------- */
 void kn_set_requires_grad(kn_tensor *t, bool on);

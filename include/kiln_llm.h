@@ -46,8 +46,16 @@ extern "C" {
 typedef struct kn_model kn_model;
 
 /* QWEN2: Llama with q/k/v biases; QWEN3: Llama with an RMS norm over each
- * head's q and k (q_norm, k_norm [head_dim]) before rope. Both rotate halves. */
-typedef enum { KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1, KN_ARCH_QWEN2 = 2, KN_ARCH_QWEN3 = 3 } kn_arch;
+ * head's q and k (q_norm, k_norm [head_dim]) before rope. Both rotate halves.
+ * Mixtures of experts (n_expert > 0; the FFN routes each token to
+ * n_expert_used of n_expert SwiGLU experts): MIXTRAL (Llama attention),
+ * QWEN2MOE (Qwen2 attention, plus a shared expert behind a sigmoid gate),
+ * QWEN3MOE (Qwen3 attention), OLMOE (RMS norms over the whole q and k
+ * projections, [H*D] and [Hkv*D]). */
+typedef enum {
+    KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1, KN_ARCH_QWEN2 = 2, KN_ARCH_QWEN3 = 3,
+    KN_ARCH_MIXTRAL = 8, KN_ARCH_QWEN2MOE = 9, KN_ARCH_QWEN3MOE = 10, KN_ARCH_OLMOE = 11
+} kn_arch;
 
 typedef struct kn_model_config {
     kn_arch arch;
@@ -66,6 +74,11 @@ typedef struct kn_model_config {
                                  backend, the weight_dtype chosen on a device
                                  (KN_WEIGHTS_FILE: weight_type, or bf16 where
                                  the GPU does not decode that type) */
+    /* mixture of experts (0 experts: a dense FFN of ffn_dim) */
+    int n_expert, n_expert_used;   /* experts per MoE layer, experts a token uses  */
+    int expert_ffn_dim;            /* each expert's hidden width                    */
+    int shared_ffn_dim;            /* the shared expert's (Qwen2-MoE), 0 = none     */
+    bool expert_norm;              /* the chosen experts' weights renormalised to 1 */
 } kn_model_config;
 
 /* Weight matrices on a device backend. AUTO: bf16 on a device; on a host

@@ -226,6 +226,35 @@ static void g_cross_entropy(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor *
     if (rg(t->src[0])) gin[0] = kn__cross_entropy_bwd(ctx, t, g);
 }
 
+/* ---- mul_mat_id: y[t, j] = W[ids[t, j]] . x[t, j'] (src/graph/ops_moe.c
+ * states the rule and its cost) ---- */
+static void g_mul_mat_id(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = t->src[0], *W = t->src[1], *ids = t->src[2];
+    int64_t T = g->shape[0], K = g->shape[1], N = g->shape[2], E = W->shape[0], C = W->shape[2];
+    if (kn_dtype_get(W->dtype)->is_quant && (rg(x) || rg(W))) {
+        kn__fail(ctx, KN_ERR_UNSUPPORTED, "backward: mul_mat_id has no gradient through a quantized (%s) W; use f32 "
+                 "weights to train", kn_dtype_name(W->dtype));
+        return;
+    }
+    if (rg(x)) {
+        /* W^T [E, C, N] made contiguous: every backend's kernel takes that layout */
+        kn_tensor *dx = kn_mul_mat_id(ctx, g, kn_contiguous(ctx, kn_transpose(ctx, W, 1, 2)), ids);   /* [T, K, C] */
+        if (x->ndim == 2) dx = kn_sum(ctx, dx, 1, (int[]){1}, false);                 /* x shared by the slots */
+        else if (x->shape[1] == 1 && K > 1) dx = kn_sum(ctx, dx, 1, (int[]){1}, true);
+        gin[0] = dx;
+    }
+    if (rg(W)) {
+        kn_tensor *xr = x->ndim == 2 ? kn_unsqueeze(ctx, x, 1) : x;                    /* [T, K or 1, C] */
+        xr = kn_reshape(ctx, kn_contiguous(ctx, kn_expand(ctx, xr, 3, (int64_t[]){T, K, C})), 2, (int64_t[]){T * K, C});
+        kn_tensor *oh = kn_cast(ctx, kn_eq(ctx, kn_unsqueeze(ctx, ids, 2), kn_arange(ctx, ids->dtype, 0, (double)E, 1)),
+                                g->dtype);                                              /* [T, K, E] */
+        kn_tensor *z = kn_mul(ctx, kn_unsqueeze(ctx, oh, 3), kn_unsqueeze(ctx, g, 2));  /* [T, K, E, N] */
+        z = kn_reshape(ctx, kn_contiguous(ctx, z), 2, (int64_t[]){T * K, E * N});
+        kn_tensor *dw = kn_matmul(ctx, kn_transpose(ctx, z, 0, 1), xr);                  /* [E*N, C] */
+        gin[1] = kn_cast(ctx, kn_reshape(ctx, dw, 3, (int64_t[]){E, N, C}), W->dtype);
+    }
+}
+
 kn_grad_rule kn__grad_rule_nn(kn_op op) {
     switch (op) {
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return g_softmax;
@@ -238,6 +267,7 @@ kn_grad_rule kn__grad_rule_nn(kn_op op) {
     case KN_OP_SDPA: return g_sdpa;
     case KN_OP_ROPE: return g_rope;
     case KN_OP_CROSS_ENTROPY: return g_cross_entropy;
+    case KN_OP_MUL_MAT_ID: return g_mul_mat_id;
     default: return NULL;
     }
 }

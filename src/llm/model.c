@@ -15,6 +15,9 @@
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
  * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
  * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
+ * Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) replace the FFN
+ * of their MoE layers by model_moe.c's (router, top-k, batched experts);
+ * OLMoE RMS-normalises the whole q [T, H*D] and k [T, Hkv*D] instead.
  * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
  * come from one fused matrix with bias (no rope), the MLP is
  * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
@@ -228,13 +231,16 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     char arch[64] = "llama";
     if (kn_gguf_get_str(m->gguf, "general.architecture", &s)) snprintf(arch, sizeof arch, "%.*s", (int)s.len, s.ptr);
     if (!strcmp(arch, "gpt2")) return load_gguf_gpt2(m, path);
-    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3");
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3)
+    bool qwen2moe = !strcmp(arch, "qwen2moe"), qwen3moe = !strcmp(arch, "qwen3moe"), olmoe = !strcmp(arch, "olmoe");
+    bool qwen2 = !strcmp(arch, "qwen2") || qwen2moe, qwen3 = !strcmp(arch, "qwen3") || qwen3moe;   /* their attention */
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !olmoe)
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama', 'qwen2', "
-                            "'qwen3' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, Qwen2/2.5, Qwen3, GPT-2)", path, arch);
+                            "'qwen3', 'qwen2moe', 'qwen3moe', 'olmoe' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, "
+                            "Mixtral, Qwen2/2.5, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, GPT-2)", path, arch);
     if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(m->cfg.name, sizeof m->cfg.name, "%.*s", (int)s.len, s.ptr);
     kn_model_config *c = &m->cfg;
-    c->arch = qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA;
+    c->arch = qwen2moe ? KN_ARCH_QWEN2MOE : qwen3moe ? KN_ARCH_QWEN3MOE : olmoe ? KN_ARCH_OLMOE : qwen2 ? KN_ARCH_QWEN2
+            : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA;
     c->dim = (int)gguf_int(m->gguf, arch, "embedding_length", 0);
     c->n_layers = (int)gguf_int(m->gguf, arch, "block_count", 0);
     c->ffn_dim = (int)gguf_int(m->gguf, arch, "feed_forward_length", 0);
@@ -244,7 +250,7 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     c->rope_theta = gguf_f64(m->gguf, arch, "rope.freq_base", 10000.0);
     c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_freq_scale = 1.0;
-    c->rope_neox = qwen2 || qwen3;     /* GGUF llama Q/K rows are permuted for paired rotation; Qwen's are not */
+    c->rope_neox = qwen2 || qwen3 || olmoe;   /* GGUF llama Q/K rows are permuted for paired rotation; the others' are not */
     if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->ffn_dim <= 0 ||
         c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20) || c->n_heads > (1 << 16))
         return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent hyperparameters (dim %d, layers %d, heads %d/%d, ffn %d)",
@@ -270,14 +276,18 @@ static kn_status load_gguf(kn_model *m, const char *path) {
         char n[96];
 #define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
         W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", qd, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
-        W(wo, "attn_output", C, qd) W(ffn_norm, "ffn_norm", 1, C) W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F)
-        W(w3, "ffn_up", F, C)
+        W(wo, "attn_output", C, qd) W(ffn_norm, "ffn_norm", 1, C)
+        snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", l);
+        if (kn_gguf_find_tensor(m->gguf, n)) {      /* mixture of experts (Mixtral is a llama file with them) */
+            if ((st = kn__moe_gguf_layer(m, l, arch))) break;
+            if (!strcmp(arch, "llama")) c->arch = KN_ARCH_MIXTRAL;
+        } else { W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F) W(w3, "ffn_up", F, C) }
 #undef W
         /* vectors: required ones per architecture, else read when present */
 #define V(field, nm, len, req) snprintf(n, sizeof n, "blk.%d." nm, l); \
         if ((req) || kn_gguf_find_tensor(m->gguf, n)) { L->field = gguf_f32(m, n, 0, len, &st); if (st) break; }
         V(bq, "attn_q.bias", qd, qwen2) V(bk, "attn_k.bias", kv, qwen2) V(bv, "attn_v.bias", kv, qwen2)
-        V(q_norm, "attn_q_norm.weight", D, qwen3) V(k_norm, "attn_k_norm.weight", D, qwen3)
+        V(q_norm, "attn_q_norm.weight", olmoe ? qd : D, qwen3 || olmoe) V(k_norm, "attn_k_norm.weight", olmoe ? kv : D, qwen3 || olmoe)
 #undef V
     }
     if (st) return kn__model_err_prefix(st, path);
@@ -517,6 +527,10 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
             L->w1 = upload(&u, L->w1, true); L->w3 = upload(&u, L->w3, true);
         }
         L->w2 = upload(&u, L->w2, true);
+        kn_tensor **moe[] = {&L->gate_exps, &L->up_exps, &L->down_exps, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) *moe[i] = upload(&u, *moe[i], true);
+        L->gate_inp = upload(&u, L->gate_inp, false);            /* the router stays f32: it picks the experts */
+        L->gate_inp_shexp = upload(&u, L->gate_inp_shexp, false);
     }
     free(u.row);
     free(u.blk);
@@ -591,10 +605,14 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
             v = lin_b(m, h, L->wv, L->bv);
         }
         int perm[3] = {1, 0, 2};
+        if (c->arch == KN_ARCH_OLMOE) {                                        /* OLMoE: over all of q [QD], k [KD] */
+            q = kn_rms_norm(ctx, q, 1, L->q_norm, c->norm_eps);
+            k = kn_rms_norm(ctx, k, 1, L->k_norm, c->norm_eps);
+        }
         q = kn_reshape(ctx, q, 3, (int64_t[]){-1, H, D});                      /* [T, H, D] */
         k = kn_reshape(ctx, k, 3, (int64_t[]){-1, Hkv, D});                    /* [T, Hkv, D] */
-        if (L->q_norm) q = kn_rms_norm(ctx, q, 1, L->q_norm, c->norm_eps);    /* Qwen3: each head's D, gain [D] */
-        if (L->k_norm) k = kn_rms_norm(ctx, k, 1, L->k_norm, c->norm_eps);
+        if (L->q_norm && c->arch != KN_ARCH_OLMOE) q = kn_rms_norm(ctx, q, 1, L->q_norm, c->norm_eps);  /* Qwen3: each head's D */
+        if (L->k_norm && c->arch != KN_ARCH_OLMOE) k = kn_rms_norm(ctx, k, 1, L->k_norm, c->norm_eps);
         q = kn_permute(ctx, q, perm);                                          /* [H, T, D] */
         k = kn_permute(ctx, k, perm);                                          /* [Hkv, T, D] */
         v = kn_permute(ctx, kn_reshape(ctx, v, 3, (int64_t[]){-1, Hkv, D}), perm);
@@ -614,11 +632,12 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
         kn_tensor *f;
         if (gpt2) f = kn_gelu_tanh(ctx, lin_b(m, h, L->w1, L->b1));
+        else if (L->gate_inp) f = kn__moe_ffn(m, L, h);                   /* model_moe.c: experts, [T, C] */
         else if (L->w13) {                                                  /* [T, 2F]: gate | up */
             kn_tensor *gu = lin(m, h, L->w13);
             f = kn_mul(ctx, kn_silu(ctx, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
         } else f = kn_mul(ctx, kn_silu(ctx, lin(m, h, L->w1)), lin(m, h, L->w3));
-        x = kn_add(ctx, x, lin_b(m, f, L->w2, L->b2));
+        x = kn_add(ctx, x, L->gate_inp ? f : lin_b(m, f, L->w2, L->b2));
         if (!x) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE; return NULL; }
     }
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
@@ -862,6 +881,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
         kn_status st = kn_gguf_open(path, &g);
         if (st) return st;
         kn_gguf_print(g, f);
+        kn__moe_print_info(g, f);              /* model_moe.c: experts, when the file has them */
         kn_tokenizer *tok = NULL;
         if (kn_tokenizer_from_gguf(g, &tok) == KN_OK) {
             fprintf(f, "tokenizer: %d tokens, bos %d, eos %d\n", kn_tokenizer_n_vocab(tok), kn_tokenizer_bos(tok), kn_tokenizer_eos(tok));

@@ -157,6 +157,10 @@ static const char *hf_arch(const kn_json *j) {
     if (mt && !strcmp(mt, "gpt2")) return "GPT2LMHeadModel";
     if (mt && !strcmp(mt, "qwen2")) return "Qwen2ForCausalLM";
     if (mt && !strcmp(mt, "qwen3")) return "Qwen3ForCausalLM";
+    if (mt && !strcmp(mt, "mixtral")) return "MixtralForCausalLM";
+    if (mt && !strcmp(mt, "qwen2_moe")) return "Qwen2MoeForCausalLM";
+    if (mt && !strcmp(mt, "qwen3_moe")) return "Qwen3MoeForCausalLM";
+    if (mt && !strcmp(mt, "olmoe")) return "OlmoeForCausalLM";
     return mt;
 }
 
@@ -216,6 +220,16 @@ static kn_tensor *hf_vec(hf_loader *h, const char *name, int64_t rows, int64_t n
     return v;
 }
 
+/* kn__moe_get_fn over hf_get (model_moe.c stacks the experts' matrices) */
+static const void *hf_moe_get(void *ud, const char *name, int64_t rows, int64_t cols, bool required, kn_dtype *dt,
+                              kn_status *st) {
+    hf_loader *h = ud;
+    const kn_st_tensor *t = hf_get(h, name, rows, cols, required);
+    *st = h->st;
+    if (t) *dt = t->dtype;
+    return t ? t->data : NULL;
+}
+
 static bool cfg_int(const kn_json *j, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out) {
     int64_t v = def;
     int64_t n = kn_json_get(j, 0, key);
@@ -257,6 +271,46 @@ static kn_status hf_no_sliding_window(const kn_json *j, const char *cfgp, int n_
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: layer %d uses sliding-window attention (use_sliding_window / "
                             "layer_types), which kiln does not implement; only full attention is supported (set "
                             "\"use_sliding_window\": false if the model was trained without it)", cfgp, first);
+    return KN_OK;
+}
+
+/* l is in the integer array `key` of the config */
+static bool hf_in_list(const kn_json *j, const char *key, int l) {
+    int64_t a = kn_json_get(j, 0, key), v;
+    if (kn_json_kind(j, a) != KN_JSON_ARRAY) return false;
+    for (int64_t i = 0; i < kn_json_count(j, a); i++)
+        if (kn_json_int(j, kn_json_at(j, a, i), &v) && v == l) return true;
+    return false;
+}
+
+/* Mixture-of-experts hyperparameters (none for the dense architectures):
+ * Mixtral num_local_experts and intermediate_size (the experts' width), the
+ * weights always renormalised; Qwen2-MoE / Qwen3-MoE num_experts,
+ * moe_intermediate_size, norm_topk_prob, decoder_sparse_step and
+ * mlp_only_layers (dense layers of intermediate_size), Qwen2-MoE's
+ * shared_expert_intermediate_size; OLMoE num_experts, intermediate_size,
+ * norm_topk_prob. */
+static kn_status hf_moe_config(kn_model *m, const kn_json *j, const char *cfgp, int *sparse_step) {
+    kn_model_config *c = &m->cfg;
+    kn_arch a = c->arch;
+    if (a != KN_ARCH_MIXTRAL && a != KN_ARCH_QWEN2MOE && a != KN_ARCH_QWEN3MOE && a != KN_ARCH_OLMOE) return KN_OK;
+    bool qmoe = a == KN_ARCH_QWEN2MOE || a == KN_ARCH_QWEN3MOE;
+    /* Mixtral and transformers 5's Qwen3-MoE write num_local_experts, the Hub's Qwen/OLMoE configs num_experts */
+    const char *ne = kn_json_get(j, 0, "num_experts") >= 0 ? "num_experts" : "num_local_experts";
+    CFG_INT(ne, -1, 1, 4096, c->n_expert);
+    CFG_INT("num_experts_per_tok", -1, 1, c->n_expert, c->n_expert_used);
+    CFG_INT(qmoe ? "moe_intermediate_size" : "intermediate_size", -1, 1, 1 << 24, c->expert_ffn_dim);
+    if (a == KN_ARCH_QWEN2MOE) CFG_INT("shared_expert_intermediate_size", 0, 0, 1 << 24, c->shared_ffn_dim);
+    if (qmoe) CFG_INT("decoder_sparse_step", 1, 1, 1024, *sparse_step);
+    bool norm = a == KN_ARCH_MIXTRAL;
+    if (a != KN_ARCH_MIXTRAL) kn_json_get_bool(j, 0, "norm_topk_prob", &norm);
+    c->expert_norm = norm;
+    int64_t sw = kn_json_get(j, 0, "sliding_window"), cq = kn_json_get(j, 0, "clip_qkv");
+    if (a == KN_ARCH_MIXTRAL && sw >= 0 && kn_json_kind(j, sw) != KN_JSON_NULL)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: sliding_window is set; kiln attends to the whole context and does "
+                            "not implement Mixtral's sliding-window attention (set it to null if the model does not use it)", cfgp);
+    if (a == KN_ARCH_OLMOE && cq >= 0 && kn_json_kind(j, cq) != KN_JSON_NULL)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: clip_qkv is not supported (OLMoE without it only)", cfgp);
     return KN_OK;
 }
 
@@ -344,9 +398,13 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
             if (st) return st;
         }
     }
-    bool tied = false, bias = arch == KN_ARCH_QWEN2, qk_norm = arch == KN_ARCH_QWEN3;
+    bool q2 = arch == KN_ARCH_QWEN2 || arch == KN_ARCH_QWEN2MOE, olmoe = arch == KN_ARCH_OLMOE;
+    bool tied = false, bias = q2, qk_norm = arch == KN_ARCH_QWEN3 || arch == KN_ARCH_QWEN3MOE || olmoe;
     kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);
-    if (arch != KN_ARCH_QWEN2) kn_json_get_bool(j, 0, "attention_bias", &bias);   /* Qwen2: always biased */
+    if (!q2) kn_json_get_bool(j, 0, "attention_bias", &bias);   /* Qwen2: always biased */
+    int sparse_step = 1;
+    kn_status mst = hf_moe_config(m, j, cfgp, &sparse_step);
+    if (mst) return mst;
     int64_t C = c->dim, QD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t F = c->ffn_dim, V = c->n_vocab;
     m->tok_embd = hf_mat(h, "model.embed_tokens.weight", V, C, false, true);
@@ -368,12 +426,17 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
         L->bq = hf_vec(h, NM("self_attn.q_proj.bias"), 0, QD, bias);
         L->bk = hf_vec(h, NM("self_attn.k_proj.bias"), 0, KD, bias);
         L->bv = hf_vec(h, NM("self_attn.v_proj.bias"), 0, KD, bias);
-        if (qk_norm) {
-            L->q_norm = hf_vec(h, NM("self_attn.q_norm.weight"), 0, c->head_dim, true);
-            L->k_norm = hf_vec(h, NM("self_attn.k_norm.weight"), 0, c->head_dim, true);
+        if (qk_norm) {       /* OLMoE: over the whole projection */
+            L->q_norm = hf_vec(h, NM("self_attn.q_norm.weight"), 0, olmoe ? QD : c->head_dim, true);
+            L->k_norm = hf_vec(h, NM("self_attn.k_norm.weight"), 0, olmoe ? KD : c->head_dim, true);
         }
         L->wo = hf_mat(h, NM("self_attn.o_proj.weight"), C, QD, false, true);
         L->ffn_norm = hf_vec(h, NM("post_attention_layernorm.weight"), 0, C, true);
+        if (c->n_expert && (l + 1) % sparse_step == 0 && !hf_in_list(j, "mlp_only_layers", l)) {   /* model_moe.c */
+            if (!h->st) h->st = kn__moe_hf_layer(m, l, arch == KN_ARCH_MIXTRAL ? NM("block_sparse_moe.") : NM("mlp."),
+                                                 "experts", hf_moe_get, h);
+            continue;
+        }
         L->w1 = hf_mat(h, NM("mlp.gate_proj.weight"), F, C, false, true);
         L->w3 = hf_mat(h, NM("mlp.up_proj.weight"), F, C, false, true);
         L->w2 = hf_mat(h, NM("mlp.down_proj.weight"), C, F, false, true);
@@ -485,9 +548,13 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     const char *arch = hf_arch(j);
     bool llama = arch && !strcmp(arch, "LlamaForCausalLM"), gpt2 = arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model"));
     bool qwen2 = arch && !strcmp(arch, "Qwen2ForCausalLM"), qwen3 = arch && !strcmp(arch, "Qwen3ForCausalLM");
-    if (!llama && !gpt2 && !qwen2 && !qwen3) {
+    kn_arch moe = !arch ? KN_ARCH_LLAMA : !strcmp(arch, "MixtralForCausalLM") ? KN_ARCH_MIXTRAL
+                : !strcmp(arch, "Qwen2MoeForCausalLM") ? KN_ARCH_QWEN2MOE : !strcmp(arch, "Qwen3MoeForCausalLM") ? KN_ARCH_QWEN3MOE
+                : !strcmp(arch, "OlmoeForCausalLM") ? KN_ARCH_OLMOE : KN_ARCH_LLAMA;
+    if (!llama && !gpt2 && !qwen2 && !qwen3 && moe == KN_ARCH_LLAMA) {
         st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM and GPT2LMHeadModel safetensors models (or convert the model "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+                          "OlmoeForCausalLM and GPT2LMHeadModel safetensors models (or convert the model "
                           "to GGUF)", p.config, arch ? arch : "(none given)");
         kn_json_free(j);
         return st;
@@ -499,7 +566,7 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     const char *nm = kn_json_get_str(j, 0, "_name_or_path");
     snprintf(m->cfg.name, sizeof m->cfg.name, "%.127s", nm && *nm ? nm : base_name(path));
     hf_loader h = {m, p.weights, p.config, "", KN_OK};
-    st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA);
+    st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : moe);
     kn_json_free(j);
     if (st) return st;
     if (tok_path) return kn__model_load_tokenizer(m, tok_path);

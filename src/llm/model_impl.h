@@ -37,6 +37,16 @@ typedef struct {
     kn_tensor *w3;                        /* [F, C]: Llama up; NULL for GPT-2         */
     kn_tensor *w13;                       /* [2F, C]: w1 and w3 stacked (device runs) */
     kn_tensor *k_cache, *v_cache;         /* [Hkv, n_ctx, D] f32 or f16               */
+    /* mixture of experts (model_moe.c; NULL in a dense layer). Letters: E experts,
+     * Fe an expert's width, Fs the shared expert's. The stacked matrices are
+     * 2-D here (the device upload takes them as matrices) and viewed as
+     * [E, Fe, C] / [E, C, Fe] by the graph. */
+    kn_tensor *gate_inp;                  /* [E, C] router                             */
+    kn_tensor *gate_exps, *up_exps;       /* [E*Fe, C] each expert's gate / up rows     */
+    kn_tensor *down_exps;                 /* [E*C, Fe]                                 */
+    kn_tensor *gate_shexp, *up_shexp;     /* [Fs, C] shared expert (Qwen2-MoE) or NULL */
+    kn_tensor *down_shexp;                /* [C, Fs]                                   */
+    kn_tensor *gate_inp_shexp;            /* [C] f32: the shared expert's sigmoid gate */
 } kn__layer_w;
 
 struct kn_model {
@@ -114,6 +124,19 @@ kn_status kn__model_err_prefix(kn_status st, const char *prefix);
 /* Tokenizer from a file: GGUF vocabulary, llm.c gpt2_tokenizer.bin (decode
  * only) or llama2.c tokenizer.bin; checked against the model's vocabulary. */
 kn_status kn__model_load_tokenizer(kn_model *m, const char *path);
+
+/* model_moe.c: the mixture-of-experts FFN over h [T, C] -> [T, C] (router
+ * softmax, top-k, experts through mul_mat_id, shared expert); the GGUF
+ * expert tensors and keys of layer l (blk.l.ffn_gate_inp present); the
+ * Hugging Face ones (prefix "model.layers.l.mlp." or ".block_sparse_moe.") */
+kn_tensor *kn__moe_ffn(kn_model *m, const kn__layer_w *L, kn_tensor *h);
+kn_status kn__moe_gguf_layer(kn_model *m, int l, const char *arch);
+void kn__moe_print_info(const kn_gguf *g, void *FILE_ptr);
+/* the data of tensor `name`, file shape [rows, cols] ([cols] when rows is 1)
+ * and dtype *dt; NULL with *st set when it is missing (and required) or wrong */
+typedef const void *(*kn__moe_get_fn)(void *ud, const char *name, int64_t rows, int64_t cols, bool required, kn_dtype *dt,
+                                      kn_status *st);
+kn_status kn__moe_hf_layer(kn_model *m, int l, const char *prefix, const char *expert_fmt, kn__moe_get_fn get, void *ud);
 
 /* model_hf.c */
 kn_status kn__load_llmc_gpt2(kn_model *m, const char *path, const char *tok_path);

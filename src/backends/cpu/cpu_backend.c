@@ -41,6 +41,8 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_SDPA_BWD: return kn_cpu_sdpa_bwd(e);
     /* cpu_loss.c */
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cpu_cross_entropy(e);
+    /* cpu_moe.c */
+    case KN_OP_MUL_MAT_ID: return kn_cpu_mul_mat_id(e);
     /* cpu_index.c */
     case KN_OP_COPY: return kn_cpu_copy_contig(e) || kn_cpu_copy_strided(e);
     case KN_OP_CAST: return kn_cpu_copy_contig(e);

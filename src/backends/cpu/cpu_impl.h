@@ -10,6 +10,7 @@
  *   cpu_norm_softmax.c   RMS_NORM, LAYER_NORM, SOFTMAX, LOG_SOFTMAX
  *   cpu_attention.c      ROPE, SDPA, SDPA_BWD
  *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
+ *   cpu_moe.c            MUL_MAT_ID (per-expert groups through cpu_matmul.c)
  *   cpu_index.c          COPY, CAST, CAT, INDEX_SELECT/COPY/ADD,
  *                        SCATTER_ADD, PAD
  *   cpu_conv.c           CONV2D, CONV_TRANSPOSE2D, CONV2D_BWD_W, MAX_POOL2D(_BWD)
@@ -110,6 +111,7 @@ bool kn_cpu_sdpa(const kn_exec *e);
 bool kn_cpu_sdpa_bwd(const kn_exec *e);
 /* cpu_loss.c */
 bool kn_cpu_cross_entropy(const kn_exec *e);
+bool kn_cpu_mul_mat_id(const kn_exec *e);       /* cpu_moe.c */
 /* Tests and benches: force the SIMD path of the attention kernels
  * (KN_ISA_* from core/cpu.h, capped at what the CPU allows); -1 = automatic. */
 void kn_cpu_attention_force_isa(int isa);

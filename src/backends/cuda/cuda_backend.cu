@@ -209,10 +209,10 @@ static kn_status cu_sync(kn_backend *be) {
 }
 
 /* A quantized operand the GPU cannot take: anything but a matmul whose right
- * operand (a weight kept as stored, cuda_ops_quant.cu) is of a type the GPU
+ * (or mul_mat_id's) operand (a weight kept as stored, cuda_ops_quant.cu) is of a type the GPU
  * decodes and whose left operand and output are not quantized. */
 static bool has_quant(const kn_exec *e) {
-    if (e->node->op == KN_OP_MATMUL && kn_cuda_quant_supported((int)e->src[1].dtype) &&
+    if ((e->node->op == KN_OP_MATMUL || e->node->op == KN_OP_MUL_MAT_ID) && kn_cuda_quant_supported((int)e->src[1].dtype) &&
         !kn_dtype_get(e->dst.dtype)->is_quant && !kn_dtype_get(e->src[0].dtype)->is_quant)
         return false;
     if (kn_dtype_get(e->dst.dtype)->is_quant) return true;

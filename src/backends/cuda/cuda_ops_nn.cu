@@ -720,6 +720,7 @@ kn_status kn_cu_nn(const kn_exec *e) {
     case KN_OP_SDPA_BWD: return kn_cu_sdpa_bwd(e);   /* cuda_ops_attn.cu */
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cu_cross_entropy(e);   /* cuda_ops_loss.cu */
     case KN_OP_ROPE: return cu_rope(e);
+    case KN_OP_TOPK: case KN_OP_MUL_MAT_ID: return kn_cu_moe(e);   /* cuda_ops_moe.cu */
     default: break;
     }
     return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no nn kernel for %s", kn_op_name(e->node->op));
