@@ -23,7 +23,9 @@
  *     taken out of config.json move the logits by > 1e-2;
  *   - in a CUDA build on a GPU, the CUDA backend with f32 weights (1e-4) and
  *     bf16 weights (3e-2); SKIP otherwise;
- *   - configs kiln cannot run are refused with a message.
+ *   - configs kiln cannot run are refused with a message; kiln info ends
+ *     with what kiln runs (architecture, window layers, caps, rope) or why
+ *     it cannot.
  */
 #include "kn_test.h"
 #include "kiln.h"
@@ -346,6 +348,39 @@ TEST(arch_refusals) {
         kn_model_free(m);
         remove_model(dir);
     }
+}
+
+/* kiln info's last line: what kiln runs (or why it cannot) */
+static char *info_of(const char *path) {
+    FILE *f = tmpfile();
+    if (!f) return NULL;
+    kn_status st = kn_model_print_info(path, f);
+    long n = ftell(f);
+    char *s = calloc(1, (size_t)(n > 0 ? n : 0) + 1);
+    rewind(f);
+    if (st || !s || fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
+    fclose(f);
+    return s;
+}
+TEST(arch_info_summary) {
+    static const struct { const char *path, *want[3]; } cs[] = {
+        {FIX "gemma2", {"kiln runs it as: gemma2", "sliding window 8 on 1 of 2 layers", "final logit softcap 4"}},
+        {FIX "gemma3.gguf", {"kiln runs it as: gemma3", "sliding window 8 on 2 of 3 layers (rope base 10000 there)", "linear"}},
+        {FIX "phi3.gguf", {"kiln runs it as: phi3", "on 8 of 16 dims", "scaling longrope"}},
+        {FIX "mistral", {"kiln runs it as: mistral", "sliding window 8 on 2 of 2 layers", "separate head"}},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char *s = info_of(cs[i].path);
+        REQUIRE(s, "%s: %s", cs[i].path, kn_last_error());
+        for (int k = 0; k < 3; k++) CHECK(strstr(s, cs[i].want[k]), "%s: info lacks \"%s\":\n%s", cs[i].path, cs[i].want[k], s);
+        free(s);
+    }
+    char dir[64];
+    REQUIRE(edited_model("gemma2", "\"gelu_pytorch_tanh\"", "\"relu\"", dir), "edit");
+    char *s = info_of(dir);
+    CHECK(s && strstr(s, "kiln cannot run it:") && strstr(s, "hidden_activation"), "info of an unsupported config: %s", s ? s : "");
+    free(s);
+    remove_model(dir);
 }
 
 /* ---- the CUDA backend (a GPU build on a GPU machine) ---------------------------------- */

@@ -885,9 +885,28 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
     return KN_OK;
 }
 
+/* kiln info's last line: what kiln makes of the file, by loading it with a
+ * 16-token context on the CPU (weights stay in the file's mapping), or why
+ * it cannot run it */
+static void print_summary(const char *path, FILE *f) {
+    kn_model_opts o = {.n_ctx = 16, .n_batch = 1, .backend = kn_backend_cpu()};
+    kn_model *m = NULL;
+    if (kn_model_load(path, &o, &m) != KN_OK) { fprintf(f, "kiln cannot run it: %s\n", kn_last_error()); return; }
+    char d[640];
+    kn__arch_describe(m, d, sizeof d);
+    fprintf(f, "kiln runs it as: %s\n", d);
+    kn_model_free(m);
+}
+
+static kn_status print_info_hf(const char *path, FILE *f) {
+    kn_status st = kn__print_info_hf(path, f);
+    if (!st) print_summary(path, f);
+    return st;
+}
+
 kn_status kn_model_print_info(const char *path, void *fp) {
     FILE *f = fp ? fp : stdout;
-    if (kn__is_dir(path)) return kn__print_info_hf(path, f);
+    if (kn__is_dir(path)) return print_info_hf(path, f);
     unsigned char mg[12];
     size_t got;
     kn_status fst = kn__model_file_magic(path, "model file", mg, &got);
@@ -895,7 +914,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     int32_t magic;
     memcpy(&magic, mg, 4);
     if (kn__is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
-    if (kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
+    if (kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
@@ -910,6 +929,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
         kn_gguf_str s;
         if (kn_gguf_get_str(g, "tokenizer.chat_template", &s)) fprintf(f, "chat template:\n%.*s\n", (int)s.len, s.ptr);
         kn_gguf_close(g);
+        print_summary(path, f);
         return KN_OK;
     }
     kn_llama2c *l;

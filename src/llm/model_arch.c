@@ -395,3 +395,31 @@ kn_status kn__gguf_arch_config(kn_model *m, const char *arch, const char *path) 
     if (c->arch == KN_ARCH_GEMMA2 && c->sliding_window <= 0) c->sliding_window = 4096;   /* llama.cpp's default */
     return gguf_pattern(m, arch, path, c->arch == KN_ARCH_GEMMA2 ? 2 : 6);
 }
+
+/* ---- kiln info ----------------------------------------------------------------------------- */
+static const char *arch_name(kn_arch a) {
+    static const char *const names[] = {"llama", "gpt2", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3"};
+    return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "?";
+}
+
+void kn__arch_describe(const kn_model *m, char *buf, size_t n) {
+    const kn_model_config *c = &m->cfg;
+    size_t o = 0;
+#define PUT(...) do { if (o < n) o += (size_t)snprintf(buf + o, n - o, __VA_ARGS__); } while (0)
+    PUT("%s, %d layers, dim %d, heads %d/%d x %d, ffn %d, vocab %d, %s head", arch_name(c->arch), c->n_layers, c->dim,
+        c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim, c->n_vocab, c->tied_output ? "tied" : "separate");
+    if (c->n_rot)
+        PUT("; rope base %g on %d of %d dims (%s)%s%s", c->rope_theta, c->n_rot, c->head_dim,
+            c->rope_neox ? "halves" : "pairs", c->rope_scaling[0] ? ", scaling " : "", c->rope_scaling);
+    if (c->attn_scale > 0) PUT("; attention scale %.6g", c->attn_scale);
+    if (c->sliding_window > 0 && m->layer_swa) {
+        int k = 0;
+        for (int l = 0; l < c->n_layers; l++) k += m->layer_swa[l];
+        PUT("; sliding window %d on %d of %d layers", c->sliding_window, k, c->n_layers);
+        if (c->rope_theta_local > 0) PUT(" (rope base %g there)", c->rope_theta_local);
+    }
+    if (c->attn_softcap > 0) PUT("; attention softcap %g", c->attn_softcap);
+    if (c->final_softcap > 0) PUT("; final logit softcap %g", c->final_softcap);
+    if (c->embd_scale > 0) PUT("; embeddings x %.6g", c->embd_scale);
+#undef PUT
+}

@@ -147,6 +147,8 @@ kn_tensor *kn__arch_attn(kn_model *m, int layer, kn_tensor *q, kn_tensor *k, kn_
 kn_tensor *kn__arch_post_norm(kn_model *m, kn_tensor *x, kn_tensor *w);  /* Gemma; w NULL: x      */
 kn_tensor *kn__arch_gate_act(kn_model *m, kn_tensor *x);                 /* silu, Gemma gelu_tanh */
 kn_tensor *kn__arch_logits(kn_model *m, kn_tensor *logits);              /* final softcap          */
+/* One line of what kiln runs (kiln info): architecture, shapes, rope, window, caps. */
+void kn__arch_describe(const kn_model *m, char *buf, size_t n);
 
 /* rope_scaling.c: frequency divisors ff[n_rot/2] for kn_rope_ff. Llama 3
  * (factor, low/high_freq_factor, original context); YaRN (factor, original
