@@ -14,7 +14,11 @@
  * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
  * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
- * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
+ * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope. Mistral, Gemma
+ * 2/3 and Phi-3 enter through model_arch.c's pieces (kn__arch_*: embedding
+ * scale, rope per layer type, windowed and soft-capped attention, post-norms,
+ * the gate activation, final soft-cap), which are the plain ops for the
+ * other architectures.
  * GPT-2: x starts as wte[token] + wpe[pos]; n is LayerNorm with bias, q/k/v
  * come from one fused matrix with bias (no rope), the MLP is
  * W2 · gelu_tanh(W1·n(x) + b1) + b2, every projection has a bias.
@@ -30,7 +34,8 @@
  * looked up on the host; inputs and logits go through host staging buffers.
  *
  * This file: the GGUF and llama2.c loaders, device upload, the graph and
- * the public entry points; model_weights.c has the weight and tokenizer
+ * the public entry points; model_arch.c the Mistral / Gemma / Phi-3
+ * additions; model_weights.c has the weight and tokenizer
  * helpers every loader shares; model_hf.c loads llm.c GPT-2 and Hugging Face
  * safetensors models, model_ckpt.c kiln's own checkpoints (struct in
  * model_impl.h).
@@ -236,7 +241,11 @@ static kn_status load_gguf_gpt2(kn_model *m, const char *path) {
  *          attn_{q,k,v}.bias [H*D], [Hkv*D] x2 (none on attn_output);
  *   qwen3: rows as in HF, no biases, attn_q_norm / attn_k_norm [D] (an RMS
  *          norm over each head's q and k before rope), and a head dim
- *          attention.key_length that need not be embedding_length / H.
+ *          attention.key_length that need not be embedding_length / H;
+ *   gemma2/gemma3: rows as in HF, post_attention_norm / post_ffw_norm and
+ *          (gemma3) attn_q_norm / attn_k_norm, gains stored as 1 + w;
+ *   phi3:  attn_qkv and ffn_up [2F, C] (gate | up) split by rows in place.
+ * Windows, caps and LongRoPE: model_arch.c (kn__gguf_arch_config).
  * Biases are read wherever present (some llama files carry them too). */
 static kn_status load_gguf(kn_model *m, const char *path) {
     kn_status st = kn_gguf_open(path, &m->gguf);

@@ -10,7 +10,11 @@
  *     .safetensors path with config.json beside it): "LlamaForCausalLM"
  *     (q/k rows in HF order, so RoPE rotates halves: rope_neox),
  *     "Qwen2ForCausalLM" (Llama with q/k/v biases), "Qwen3ForCausalLM"
- *     (Llama with per-head q/k RMS norms, head_dim from the config) and
+ *     (Llama with per-head q/k RMS norms, head_dim from the config),
+ *     "MistralForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+ *     "Phi3ForCausalLM" (what they add is read by model_arch.c; here the
+ *     tensor names: Gemma's four norms per layer with (1 + w) gains, Phi-3's
+ *     fused qkv_proj / gate_up_proj split by rows in place) and
  *     "GPT2LMHeadModel" (Conv1D weights stored [in, out]). Dtypes F32, F16,
  *     BF16. Rope settings are read from the top level (rope_theta,
  *     rope_scaling: transformers 4) or from rope_parameters (transformers 5).
@@ -18,9 +22,8 @@
  * The tokenizer is tokenizer.json beside config.json when there is one
  * (kn_tokenizer_load_hf), unless tokenizer_path names another.
  * Non-goals: sharded checkpoints (model.safetensors.index.json),
- * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope),
- * sliding-window attention (Mistral, Qwen2 with use_sliding_window: refused),
- * other architectures.
+ * RoPE scaling other than "linear", "llama3", "yarn" and Phi-3's "longrope"
+ * (dynamic), Qwen2's use_sliding_window (refused), other architectures.
  *
  * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
  * P positions, L layers.
