@@ -23,7 +23,8 @@
  *     taken out of config.json move the logits by > 1e-2;
  *   - in a CUDA build on a GPU, the CUDA backend with f32 weights (1e-4) and
  *     bf16 weights (3e-2); SKIP otherwise;
- *   - configs kiln cannot run are refused with a message; kiln info ends
+ *   - configs kiln cannot run are refused with a message, and so are GGUF
+ *     files with a tensor or a value of these architectures wrong; kiln info ends
  *     with what kiln runs (architecture, window layers, caps, rope) or why
  *     it cannot.
  */
@@ -347,6 +348,51 @@ TEST(arch_refusals) {
               cs[i].to, (int)s, kn_last_error());
         kn_model_free(m);
         remove_model(dir);
+    }
+}
+
+/* GGUF files of these architectures with one thing wrong: a clear error
+ * naming it. The fixture's bytes with a name or a value patched in place. */
+static bool patched_gguf(const char *name, const char *find, size_t nfind, const char *repl, char out[64]) {
+    char src[256];
+    snprintf(src, sizeof src, FIX "%s.gguf", name);
+    FILE *f = fopen(src, "rb");
+    if (!f) return false;
+    static char buf[1 << 19];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    char *at = NULL;
+    for (size_t i = 0; i + nfind <= n && !at; i++)
+        if (!memcmp(buf + i, find, nfind)) at = buf + i;
+    if (!at || n == sizeof buf) return false;
+    memcpy(at, repl, nfind);
+    snprintf(out, 64, "/tmp/kn_arch_%d_%s.gguf", (int)getpid(), name);
+    f = fopen(out, "wb");
+    bool ok = f && fwrite(buf, 1, n, f) == n;
+    if (f && fclose(f)) ok = false;
+    return ok;
+}
+TEST(arch_gguf_errors) {
+    /* the u32 after the key's name and its type (4 = u32) */
+    static const char pat[] = "gemma3.attention.sliding_window_pattern\x04\x00\x00\x00\x03\x00\x00\x00";
+    static const struct { const char *name, *find; size_t n; const char *repl, *needle; } cs[] = {
+        {"gemma3", pat, sizeof pat - 1, "gemma3.attention.sliding_window_pattern\x04\x00\x00\x00\x00\x00\x00\x00",
+         "sliding_window_pattern"},
+        {"gemma2", "blk.1.post_ffw_norm", 19, "blk.1.post_ffw_nora", "blk.1.post_ffw_norm.weight"},
+        {"gemma3", "blk.0.attn_k_norm", 17, "blk.0.attn_k_nora", "blk.0.attn_k_norm.weight"},
+        {"phi3", "rope_factors_long", 17, "rope_factors_lonX", "rope_factors_long.weight"},
+        {"phi3", "blk.1.attn_qkv", 14, "blk.1.attn_qkX", "blk.1.attn_q.weight"},
+        {"gemma2", "gemma2", 6, "gemma9", "'gemma9' is not supported"},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        char path[64];
+        REQUIRE(patched_gguf(cs[i].name, cs[i].find, cs[i].n, cs[i].repl, path), "%s: cannot patch %s", cs[i].name, cs[i].repl);
+        kn_model *m = NULL;
+        kn_status s = kn_model_load(path, NULL, &m);
+        CHECK(s != KN_OK && !m && strstr(kn_last_error(), cs[i].needle), "%s with %s: status %d, message: %s", cs[i].name,
+              cs[i].repl, (int)s, kn_last_error());
+        kn_model_free(m);
+        unlink(path);
     }
 }
 

@@ -336,7 +336,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
         bool known = type && (!strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn"));
         if (!known || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0) || isinf(factor))
             return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported; kiln implements "
-                                "\"linear\", \"llama3\" and \"yarn\" with a positive factor", cfgp, type ? type : "?");
+                                "\"linear\", \"llama3\" and \"yarn\" with a positive factor (and Phi-3's \"longrope\")", cfgp, type ? type : "?");
         snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", type);
         if (!strcmp(type, "linear")) c->rope_freq_scale = 1.0 / factor;
         else {
