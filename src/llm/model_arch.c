@@ -267,12 +267,10 @@ kn_status kn__hf_arch_config(kn_model *m, const kn_json *j, const char *cfgp, bo
     kn_model_config *c = &m->cfg;
     *rope_done = false;
     bool gemma = is_gemma(m);
-    int64_t w = 0;
-    if (json_pos_int(j, 0, "sliding_window", &w)) {
-        if (w > (1 << 30)) return kn_set_error(KN_ERR_FORMAT, "%s: sliding_window %lld is too large", cfgp, (long long)w);
-        c->sliding_window = (int)w;
-    } else if (kn_json_kind(j, kn_json_get(j, 0, "sliding_window")) == KN_JSON_NUMBER)
-        return kn_set_error(KN_ERR_FORMAT, "%s: sliding_window must be a positive integer or null", cfgp);
+    int64_t w = 0, wv = kn_json_get(j, 0, "sliding_window");      /* absent, null or 0: no window */
+    if (wv >= 0 && kn_json_kind(j, wv) != KN_JSON_NULL && (!kn_json_int(j, wv, &w) || w < 0 || w > (1 << 30)))
+        return kn_set_error(KN_ERR_FORMAT, "%s: sliding_window must be a window length (an integer >= 0) or null", cfgp);
+    c->sliding_window = (int)w;
     kn_status st = KN_OK;
     if (c->arch == KN_ARCH_MISTRAL || c->arch == KN_ARCH_PHI3) st = swa_period(m, 1);
     if (!st && c->arch == KN_ARCH_PHI3) {
