@@ -18,6 +18,8 @@ For each model below it writes, under tests/fixtures/arch/:
   NAME.ref     transformers' logits (float64 forward, stored f32) for the last
                rows of a few prompts and the greedy continuation (full forward
                each step); the KNLR v2 format of scripts/llm_ref.py
+  gemma3_vl/ + gemma3_vl.ref  a Gemma3ForConditionalGeneration (gemma3's text
+               settings, a tiny vision tower): its language model, from safetensors
   phi3_long.ref  the phi3 model on a prompt longer than its original context
                (64), where LongRoPE switches to the long factors
 
@@ -51,6 +53,12 @@ MODELS = [
          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
                           "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}, seed=13),
+    # Gemma 3 with vision (Gemma3ForConditionalGeneration): gemma3's text settings, a tiny SigLIP tower that
+    # kiln ignores; safetensors only (llama.cpp writes its text part as a "gemma3" GGUF)
+    dict(name="gemma3_vl", arch="gemma3_vl", sliding_window=8, num_hidden_layers=3, query_pre_attn_scalar=16,
+         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}, seed=15),
     dict(name="phi3", arch="phi3", sliding_window=16, max_position_embeddings=256, original_max_position_embeddings=64,
          tie_word_embeddings=False, rms_norm_eps=1e-5, seed=14),
 ]
@@ -72,6 +80,13 @@ def make_model(spec):
     elif spec["arch"] == "gemma2":
         cfg = tf.Gemma2Config(max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh", **kw)
         Model = tf.Gemma2ForCausalLM
+    elif spec["arch"] == "gemma3_vl":
+        vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                      patch_size=14)
+        cfg = tf.Gemma3Config(text_config=dict(max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh", **kw),
+                              vision_config=vision, mm_tokens_per_image=4, image_token_index=299, boi_token_index=297,
+                              eoi_token_index=298)
+        Model = tf.Gemma3ForConditionalGeneration
     elif spec["arch"] == "gemma3":
         cfg = tf.Gemma3TextConfig(max_position_embeddings=256, hidden_activation="gelu_pytorch_tanh", **kw)
         Model = tf.Gemma3ForCausalLM
@@ -88,12 +103,14 @@ def make_model(spec):
     model = Model(cfg).eval()
     gemma = spec["arch"].startswith("gemma")
     for name, p in model.named_parameters():
-        if gemma and name == "model.norm.weight":      # final gain 1 + w in [6, 11): logits of a few units,
+        if gemma and name.endswith(("model.norm.weight", "language_model.norm.weight")) and "layers" not in name:      # final gain 1 + w in [6, 11): logits of a few units,
             d = torch.rand(p.shape) * 5 + 5              # where gemma2's final cap of 4 bends them
         elif name.endswith("norm.weight"):               # every RMS gain (Gemma: the gain is 1 + w)
             d = torch.rand(p.shape) * 1.5 + (-0.5 if gemma else 0.5)
         elif "embed_tokens" in name:                     # Gemma scales it by sqrt(64) = 8; small next to the
             d = torch.randn(p.shape) * (0.05 if gemma else 0.5)   # layers' output, so the tied head does not echo
+        elif p.dim() != 2:                               # the vision tower's biases, patch kernels, ...
+            d = torch.randn(p.shape) * 0.1
         else:                                            # [out, in]
             d = torch.randn(p.shape) * (2.0 if "lm_head" in name else 1.0) / p.shape[1] ** 0.5
         p.copy_(d.to(torch.bfloat16).to(torch.float32))  # the reference uses the bf16 values the files hold
@@ -214,7 +231,7 @@ def write_gguf(model, spec, path):
 
 
 def write_ref(m64, prompts, path):
-    V = m64.config.vocab_size
+    V = m64.config.get_text_config().vocab_size
     with open(path, "wb") as f:
         f.write(b"KNLR" + struct.pack("<III", 2, len(prompts), V))
         for p in prompts:
@@ -248,7 +265,8 @@ def main():
         for extra in os.listdir(d):                      # only what kiln reads
             if extra not in ("config.json", "model.safetensors"):
                 os.remove(os.path.join(d, extra))
-        write_gguf(model, spec, os.path.join(out, spec["name"] + ".gguf"))
+        if spec["arch"] != "gemma3_vl":
+            write_gguf(model, spec, os.path.join(out, spec["name"] + ".gguf"))
         m64 = model.to(torch.float64)
         write_ref(m64, PROMPTS, os.path.join(out, spec["name"] + ".ref"))
         if spec["arch"] == "phi3":

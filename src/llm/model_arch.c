@@ -48,15 +48,21 @@
  *   (gate | up), rope_factors_short / rope_factors_long.weight,
  *   rope.scaling.original_context_length, rope.scaling.attn_factor.
  *
+ * Gemma3ForConditionalGeneration (Gemma 3 4B and up on Hugging Face): its
+ * language model, from text_config with Gemma3TextConfig's defaults filled
+ * in (kn__hf_gemma3_text_config) and the tensors language_model.model.*;
+ * the vision tower and projector are not read (text in, text out).
+ *
  * Non-goals: a KV cache that keeps only the window (windowed layers cache
- * every position and the mask skips the old ones), Gemma 3 with vision
- * (Gemma3ForConditionalGeneration), Gemma 2/3 "bidirectional" attention.
+ * every position and the mask skips the old ones), images, Gemma 2/3
+ * "bidirectional" attention.
  */
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__model_alloc, kn__model_set_rope_ff */
 #include "formats/hfconfig.h"   /* defines: kn_json */
 #include "graph/graph.h"        /* defines: kn__storage_owner, struct kn_buffer */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool is_gemma(const kn_model *m) { return m->cfg.arch == KN_ARCH_GEMMA2 || m->cfg.arch == KN_ARCH_GEMMA3; }
@@ -420,4 +426,95 @@ void kn__arch_describe(const kn_model *m, char *buf, size_t n) {
     if (c->final_softcap > 0) PUT("; final logit softcap %g", c->final_softcap);
     if (c->embd_scale > 0) PUT("; embeddings x %.6g", c->embd_scale);
 #undef PUT
+}
+
+/* ---- Gemma 3 with vision: its language model's config ---------------------------------- */
+typedef struct { char *p; size_t n, cap; bool oom; } jbuf;
+static void jput(jbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 4096;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->p, c);
+        if (!q) { b->oom = true; return; }
+        b->p = q; b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+static void jputs(jbuf *b, const char *s) { jput(b, s, strlen(s)); }
+static void jstr(jbuf *b, const char *s, size_t n) {
+    jputs(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char e[8];
+        if (ch == '"' || ch == '\\') { e[0] = '\\'; e[1] = (char)ch; jput(b, e, 2); }
+        else if (ch < 0x20) { snprintf(e, sizeof e, "\\u%04x", ch); jputs(b, e); }
+        else jput(b, (const char *)&ch, 1);
+    }
+    jputs(b, "\"");
+}
+/* the JSON text of node v (numbers as exact integers or %.17g) */
+static void jval(jbuf *b, const kn_json *j, int64_t v) {
+    size_t len;
+    double d;
+    int64_t iv;
+    bool bo;
+    const char *s;
+    switch (kn_json_kind(j, v)) {
+    case KN_JSON_NULL: jputs(b, "null"); break;
+    case KN_JSON_BOOL: kn_json_bool(j, v, &bo); jputs(b, bo ? "true" : "false"); break;
+    case KN_JSON_NUMBER: {
+        char t[40];
+        if (kn_json_int(j, v, &iv)) snprintf(t, sizeof t, "%lld", (long long)iv);
+        else { kn_json_num(j, v, &d); snprintf(t, sizeof t, "%.17g", d); }
+        jputs(b, t);
+        break;
+    }
+    case KN_JSON_STRING: s = kn_json_str(j, v, &len); jstr(b, s, len); break;
+    case KN_JSON_ARRAY: case KN_JSON_OBJECT: {
+        bool obj = kn_json_kind(j, v) == KN_JSON_OBJECT;
+        jputs(b, obj ? "{" : "[");
+        for (int64_t c = kn_json_first(j, v); c >= 0; c = kn_json_next(j, c)) {
+            if (c != kn_json_first(j, v)) jputs(b, ", ");
+            if (obj) { s = kn_json_key(j, c, &len); jstr(b, s, len); jputs(b, ": "); }
+            jval(b, j, c);
+        }
+        jputs(b, obj ? "}" : "]");
+        break;
+    }
+    }
+}
+
+kn_status kn__hf_gemma3_text_config(const kn_json *j, const char *cfgp, kn_json **out) {
+    *out = NULL;
+    int64_t tc = kn_json_get(j, 0, "text_config");
+    if (kn_json_kind(j, tc) != KN_JSON_OBJECT)
+        return kn_set_error(KN_ERR_FORMAT, "%s: a Gemma3ForConditionalGeneration config needs a \"text_config\" object", cfgp);
+    /* Gemma3TextConfig's defaults for the keys kiln needs and has no default for */
+    static const struct { const char *key, *val; } defs[] = {
+        {"vocab_size", "262208"}, {"hidden_size", "2304"}, {"intermediate_size", "9216"}, {"num_hidden_layers", "26"},
+        {"num_attention_heads", "8"}, {"num_key_value_heads", "4"}, {"head_dim", "256"},
+        {"max_position_embeddings", "131072"}, {"sliding_window", "4096"}, {"rms_norm_eps", "1e-06"}};
+    jbuf b = {0};
+    jputs(&b, "{\"architectures\": [\"Gemma3ForCausalLM\"], \"model_type\": \"gemma3_text\"");
+    for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
+        if (kn_json_get(j, tc, defs[i].key) < 0) { jputs(&b, ", \""); jputs(&b, defs[i].key); jputs(&b, "\": "); jputs(&b, defs[i].val); }
+    int64_t tie = kn_json_get(j, 0, "tie_word_embeddings");       /* a top-level setting the text part inherits */
+    if (tie >= 0 && kn_json_get(j, tc, "tie_word_embeddings") < 0) { jputs(&b, ", \"tie_word_embeddings\": "); jval(&b, j, tie); }
+    for (int64_t c = kn_json_first(j, tc); c >= 0; c = kn_json_next(j, c)) {
+        size_t len;
+        const char *k = kn_json_key(j, c, &len);
+        if ((len == 13 && !memcmp(k, "architectures", 13)) || (len == 10 && !memcmp(k, "model_type", 10))) continue;
+        jputs(&b, ", ");
+        jstr(&b, k, len);
+        jputs(&b, ": ");
+        jval(&b, j, c);
+    }
+    jputs(&b, "}");
+    if (b.oom) { free(b.p); return kn_set_error(KN_ERR_NOMEM, "out of memory"); }
+    kn_status st = kn_json_parse(b.p, b.n, out);
+    free(b.p);
+    return st ? kn__model_err_prefix(st, cfgp) : KN_OK;
 }

@@ -11,7 +11,9 @@
  *     (q/k rows in HF order, so RoPE rotates halves: rope_neox),
  *     "Qwen2ForCausalLM" (Llama with q/k/v biases), "Qwen3ForCausalLM"
  *     (Llama with per-head q/k RMS norms, head_dim from the config),
- *     "MistralForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",
+ *     "MistralForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM" (and the
+ *     language model of "Gemma3ForConditionalGeneration": text_config, tensors
+ *     language_model.model.*; the vision tower is ignored),
  *     "Phi3ForCausalLM" (what they add is read by model_arch.c; here the
  *     tensor names: Gemma's four norms per layer with (1 + w) gains, Phi-3's
  *     fused qkv_proj / gate_up_proj split by rows in place) and
@@ -172,7 +174,7 @@ typedef struct {
     kn_model *m;
     const char *file;        /* the .safetensors path, for messages */
     const char *config;
-    const char *prefix;      /* GPT-2: "transformer." or "" */
+    const char *prefix;      /* GPT-2: "transformer." or ""; others "model." (Gemma 3 with vision: its language model's) */
     kn_status st;
 } hf_loader;
 
@@ -379,8 +381,11 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
     if (arch != KN_ARCH_QWEN2) kn_json_get_bool(j, 0, "attention_bias", &bias);   /* Qwen2: always biased */
     int64_t C = c->dim, QD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t F = c->ffn_dim, V = c->n_vocab;
-    m->tok_embd = hf_mat(h, "model.embed_tokens.weight", V, C, false, true);
-    m->out_norm = hf_gain(h, "model.norm.weight", C, gemma);
+    char n[200];                         /* tensor names: h->prefix is "model." (Gemma 3 with vision: its text part's) */
+#define NMP(s) (snprintf(n, sizeof n, "%s" s, h->prefix), n)
+    m->tok_embd = hf_mat(h, NMP("embed_tokens.weight"), V, C, false, true);
+    m->out_norm = hf_gain(h, NMP("norm.weight"), C, gemma);
+#undef NMP
     m->wout = hf_mat(h, "lm_head.weight", V, C, false, !tied);
     if (h->st) return h->st;
     c->tied_output = m->wout == NULL;
@@ -389,8 +394,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
     if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers && !h->st; l++) {
         kn__layer_w *L = &m->layers[l];
-        char n[160];
-#define NM(s) (snprintf(n, sizeof n, "model.layers.%d." s, l), n)
+#define NM(s) (snprintf(n, sizeof n, "%slayers.%d." s, h->prefix, l), n)
         L->attn_norm = hf_gain(h, NM("input_layernorm.weight"), C, gemma);
         if (phi3) {                      /* q|k|v rows in one matrix, split in place */
             L->wq = hf_mat_rows(h, NM("self_attn.qkv_proj.weight"), QD + 2 * KD, C, 0, QD);
@@ -534,15 +538,22 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
         {"MistralForCausalLM", KN_ARCH_MISTRAL}, {"Gemma2ForCausalLM", KN_ARCH_GEMMA2},
         {"Gemma3ForCausalLM", KN_ARCH_GEMMA3}, {"Phi3ForCausalLM", KN_ARCH_PHI3}};
     int ai = -1;
+    bool gemma3_vl = arch && !strcmp(arch, "Gemma3ForConditionalGeneration");
+    if (gemma3_vl) {                     /* its language model: text_config with Gemma 3's defaults filled in */
+        kn_json *t = NULL;
+        st = kn__hf_gemma3_text_config(j, p.config, &t);
+        kn_json_free(j);
+        if (st) return st;
+        j = t;
+        arch = "Gemma3ForCausalLM";
+    }
     for (int i = 0; arch && i < (int)(sizeof archs / sizeof archs[0]); i++)
         if (!strcmp(arch, archs[i].name)) ai = i;
     if (ai < 0 && !gpt2) {
-        const char *hint = arch && !strcmp(arch, "Gemma3ForConditionalGeneration")
-                               ? " (a Gemma 3 with vision: kiln runs the text-only Gemma3ForCausalLM checkpoints)" : "";
-        st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported%s; kiln loads LlamaForCausalLM, "
+        st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM, "
                           "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
-                          "Phi3ForCausalLM and GPT2LMHeadModel safetensors models (or convert the model to GGUF)", p.config,
-                          arch ? arch : "(none given)", hint);
+                          "Gemma3ForConditionalGeneration (its text part), Phi3ForCausalLM and GPT2LMHeadModel safetensors "
+                          "models (or convert the model to GGUF)", p.config, arch ? arch : "(none given)");
         kn_json_free(j);
         return st;
     }
@@ -552,7 +563,9 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     }
     const char *nm = kn_json_get_str(j, 0, "_name_or_path");
     snprintf(m->cfg.name, sizeof m->cfg.name, "%.127s", nm && *nm ? nm : base_name(path));
-    hf_loader h = {m, p.weights, p.config, "", KN_OK};
+    hf_loader h = {m, p.weights, p.config, gpt2 ? "" : "model.", KN_OK};
+    if (gemma3_vl) h.prefix = kn_safetensors_find(m->st, "model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                                                  : "language_model.model.";
     st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, archs[ai].arch);
     kn_json_free(j);
     if (st) return st;

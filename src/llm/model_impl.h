@@ -138,6 +138,10 @@ struct kn_json;
 kn_status kn__hf_arch_config(kn_model *m, const struct kn_json *j, const char *cfgp, bool *rope_done);
 kn_status kn__gguf_arch_config(kn_model *m, const char *arch, const char *path);
 kn_status kn__arch_finish(kn_model *m);
+/* Gemma3ForConditionalGeneration's config.json -> a config of its language
+ * model alone (text_config, with Gemma3TextConfig's defaults for what it
+ * leaves out, as Google's files do), parsed into *out. */
+kn_status kn__hf_gemma3_text_config(const struct kn_json *j, const char *cfgp, struct kn_json **out);
 /* Gemma's RMS norms scale by (1 + w): Hugging Face stores w, GGUF 1 + w. */
 kn_tensor *kn__arch_gain_plus1(kn_model *m, kn_tensor *w);
 /* graph pieces (build_forward): NULL in, NULL out */
