@@ -80,7 +80,7 @@ typedef union kn_op_params {
     struct { double eps; int64_t n_norm; int groups; } norm; /* n_norm: trailing dims normalised (layer norm) */
     struct { int stride[2], padding[2], dilation[2], output_padding[2], groups; } conv;
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
-    struct { bool causal; double scale; } sdpa;
+    struct { bool causal; double scale; int64_t window; double softcap; } sdpa; /* window, softcap: 0 = off (kn_sdpa_ex) */
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;
     struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
@@ -320,6 +320,15 @@ kn_tensor *kn_adaptive_avg_pool2d(kn_ctx *ctx, kn_tensor *x, int64_t out_h, int6
 /* q [B,Hq,Tq,D], k,v [B,Hkv,Tk,D] with Hq % Hkv == 0 (grouped-query);
  * causal masks key j > query i + (Tk - Tq); scale 0 means 1/sqrt(D). */
 kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale);
+/* kn_sdpa with a sliding window and logit soft-capping (each 0 = off):
+ *   window W > 0 (needs causal): query row i, at key position p = i + (Tk - Tq),
+ *     sees keys j with p - W < j <= p (the W most recent keys, itself included:
+ *     transformers' sliding_window, Mistral / Gemma local layers);
+ *   softcap c > 0: each score s = scale * q.k becomes c * tanh(s / c) before the
+ *     mask and softmax (Gemma 2's attn_logit_softcapping).
+ * Differentiable like kn_sdpa. */
+kn_tensor *kn_sdpa_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale, int64_t window,
+                      double softcap);
 /* x [..., T, D]: rotates the first n_rot dims of D by position pos[t] (i32 [T]);
  * neox=false rotates interleaved pairs (llama2.c/GGUF llama), true rotates halves. */
 kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale);

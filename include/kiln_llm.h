@@ -47,6 +47,13 @@ typedef struct kn_model kn_model;
 
 /* QWEN2: Llama with q/k/v biases; QWEN3: Llama with an RMS norm over each
  * head's q and k (q_norm, k_norm [head_dim]) before rope. Both rotate halves.
+ * MISTRAL: Llama with a sliding window on every layer; GEMMA2: embeddings
+ * times sqrt(dim), RMS norms before and after attention and MLP, GeGLU
+ * (gelu_tanh gate), attention and final logit soft-capping, sliding-window
+ * and global layers alternating; GEMMA3: Gemma 2 with q/k norms, no caps by
+ * default, five local layers a global one, a rope base per layer type;
+ * PHI3: Llama with fused qkv and gate|up matrices, LongRoPE, partial rotary
+ * (model_arch.c).
  * Mixtures of experts (n_expert > 0; the FFN routes each token to
  * n_expert_used of n_expert SwiGLU experts): MIXTRAL (Llama attention),
  * QWEN2MOE (Qwen2 attention, plus a shared expert behind a sigmoid gate),
@@ -54,6 +61,7 @@ typedef struct kn_model kn_model;
  * projections, [H*D] and [Hkv*D]). */
 typedef enum {
     KN_ARCH_LLAMA = 0, KN_ARCH_GPT2 = 1, KN_ARCH_QWEN2 = 2, KN_ARCH_QWEN3 = 3,
+    KN_ARCH_MISTRAL = 4, KN_ARCH_GEMMA2 = 5, KN_ARCH_GEMMA3 = 6, KN_ARCH_PHI3 = 7,
     KN_ARCH_MIXTRAL = 8, KN_ARCH_QWEN2MOE = 9, KN_ARCH_QWEN3MOE = 10, KN_ARCH_OLMOE = 11
 } kn_arch;
 
@@ -63,13 +71,20 @@ typedef struct kn_model_config {
     int n_rot;              /* rotated dims per head                     */
     double rope_theta, rope_freq_scale, norm_eps;
     bool rope_neox;         /* rotate halves (true) or interleaved pairs */
-    char rope_scaling[8];   /* "", "linear", "llama3" or "yarn"          */
+    char rope_scaling[16];  /* "", "linear", "llama3", "yarn", "longrope"  */
     double attn_scale;      /* sdpa logit scale; 0 = 1/sqrt(head_dim)    */
                             /* GPT-2: no rope (n_rot 0), learned positions, LayerNorm */
     bool tied_output;       /* output matrix is the token embedding      */
     kn_dtype weight_type;   /* dtype of most matrices in the file        */
     int64_t n_params;
     char name[128];
+    /* Mistral, Gemma 2/3, Phi-3 (0 = off each) */
+    int sliding_window;     /* a windowed layer's query at position i sees keys
+                               i - sliding_window < j <= i (transformers' rule)  */
+    double attn_softcap;    /* attention scores s -> c tanh(s / c)             */
+    double final_softcap;   /* output logits, the same                         */
+    double embd_scale;      /* token embeddings times this (Gemma: sqrt(dim))  */
+    double rope_theta_local;/* rope base of the windowed layers (Gemma 3)      */
     kn_dtype run_weight_type; /* what the matmuls read: weight_type on a host
                                  backend, the weight_dtype chosen on a device
                                  (KN_WEIGHTS_FILE: weight_type, or bf16 where

@@ -172,7 +172,7 @@ TEST(rope_modes) {
 }
 
 /* ---- sdpa ------------------------------------------------------------------------- */
-typedef struct { bool causal; double scale; bool perm, f16kv; } sdpa_ud;
+typedef struct { bool causal; double scale; bool perm, f16kv; int64_t window; double softcap; } sdpa_ud;
 static kn_tensor *b_sdpa(kn_ctx *ctx, kn_tensor **in, void *ud) {
     sdpa_ud *u = ud;
     kn_tensor *q = in[0], *k = in[1], *v = in[2];
@@ -181,7 +181,7 @@ static kn_tensor *b_sdpa(kn_ctx *ctx, kn_tensor **in, void *ud) {
         q = kn_permute(ctx, q, p); k = kn_permute(ctx, k, p); v = kn_permute(ctx, v, p);
     }
     if (u->f16kv) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }   /* an f16 KV cache */
-    return kn_sdpa(ctx, q, k, v, u->causal, u->scale);
+    return kn_sdpa_ex(ctx, q, k, v, u->causal, u->scale, u->window, u->softcap);
 }
 TEST(sdpa_gqa_causal) {
     struct { int64_t B, Hq, Tq, D, Hkv, Tk, Dv; bool causal, perm; double scale; } cs[] = {
@@ -211,6 +211,32 @@ TEST(sdpa_gqa_causal) {
     kn_opin a[3] = {TR(IN(4, q, -1, 1)), IN(4, k, -1, 1), IN(4, k, -1, 1)};   /* D strided: reference */
     BOTH(false, b_sdpa, &u, 3, a, KN_OP_SDPA);
 }
+static kn_tensor *b_sdpa_grad(kn_ctx *ctx, kn_tensor **in, void *ud);
+/* sliding window and soft-capping (kn_sdpa_ex), forward and gradient */
+TEST(sdpa_window_softcap) {
+    struct { int64_t B, Hq, Tq, D, Hkv, Tk, Dv, W; double cap; bool perm; } cs[] = {
+        {1, 4, 1, 16, 2, 90, 16, 17, 0, false},        /* decode past the window */
+        {2, 6, 5, 8, 3, 12, 8, 4, 0, false},           /* rows after a cache, GQA */
+        {1, 4, 48, 32, 2, 48, 32, 16, 50, false},      /* prefill, window and softcap */
+        {1, 3, 7, 5, 3, 7, 12, 3, 0.9, true},          /* odd D, Dv != D, permuted, small cap */
+        {1, 2, 6, 8, 1, 6, 8, 1, 0, false},            /* window 1 */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        sdpa_ud u = {true, 0, cs[i].perm, false, cs[i].W, cs[i].cap};
+        int64_t q[4] = {cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].D}, k[4] = {cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].D};
+        int64_t v[4] = {cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].Dv}, y[4] = {cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].Dv};
+        if (cs[i].perm) {
+            int64_t t;
+            t = q[1]; q[1] = q[2]; q[2] = t; t = k[1]; k[1] = k[2]; k[2] = t; t = v[1]; v[1] = v[2]; v[2] = t;
+            t = y[1]; y[1] = y[2]; y[2] = t;
+        }
+        kn_opin a[4] = {IN(4, q, -2, 2), IN(4, k, -2, 2), IN(4, v, -1, 1), IN(4, y, -1, 1)};
+        BOTH(true, b_sdpa, &u, 3, a, KN_OP_SDPA);
+        if (!cs[i].perm) BOTH(true, b_sdpa_grad, &u, 4, a, KN_OP_SDPA_BWD);
+        u.f16kv = true;
+        BOTH(true, b_sdpa, &u, 3, a, KN_OP_SDPA);
+    }
+}
 
 /* gradients of sum(sdpa(q, k, v) * dy) w.r.t. q, k, v: one SDPA_BWD node */
 static kn_tensor *b_sdpa_grad(kn_ctx *ctx, kn_tensor **in, void *ud) {
@@ -222,7 +248,7 @@ static kn_tensor *b_sdpa_grad(kn_ctx *ctx, kn_tensor **in, void *ud) {
         int p[4] = {0, 2, 1, 3};
         q = kn_permute(ctx, q, p); k = kn_permute(ctx, k, p); v = kn_permute(ctx, v, p);
     }
-    kn_tensor *y = kn_sdpa(ctx, q, k, v, u->causal, u->scale), *gr[3] = {0};
+    kn_tensor *y = kn_sdpa_ex(ctx, q, k, v, u->causal, u->scale, u->window, u->softcap), *gr[3] = {0};
     if (!y || kn_gradients(ctx, 1, &y, &in[3], 3, leaf, gr) != KN_OK || !gr[0] || !gr[1] || !gr[2]) return NULL;
     kn_tensor *parts[3];
     for (int i = 0; i < 3; i++) { int64_t n = kn_numel(gr[i]); parts[i] = kn_reshape(ctx, gr[i], 1, &n); }

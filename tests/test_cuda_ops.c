@@ -916,6 +916,54 @@ TEST(sdpa_backward) {
         CHECK(e <= C[i].tol, "sdpa backward case %zu: rel err %g", i, e);
     }
 }
+/* kn_sdpa_ex: sliding window and softcap through every forward path (decode
+ * kernel with f32/f16 K/V, the f32 GEMM path, bf16 operands: flash refuses,
+ * the generic kernel runs, f64) and the gradient (f32 GEMM path with a window,
+ * generic kernels with a softcap, f64) */
+typedef struct { int64_t window; double cap; kn_dtype kv; int grad; } swc_ud;
+static kn_tensor *b_sdpa_swc(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    const swc_ud *u = ud;
+    if (u->grad) {
+        kn_tensor *leaf[3] = {in[0], in[1], in[2]}, *gr[3] = {0};
+        for (int i = 0; i < 3; i++) kn_set_requires_grad(leaf[i], true);
+        kn_tensor *y = kn_sdpa_ex(ctx, in[0], in[1], in[2], true, 0, u->window, u->cap);
+        if (!y || kn_gradients(ctx, 1, &y, &in[3], 3, leaf, gr) != KN_OK) return NULL;
+        kn_tensor *parts[3];
+        for (int i = 0; i < 3; i++) { int64_t n = kn_numel(gr[i]); parts[i] = kn_reshape(ctx, gr[i], 1, &n); }
+        return kn_cat(ctx, parts, 3, 0);
+    }
+    kn_tensor *q = in[0], *k = in[1], *v = in[2];
+    if (u->kv != KN_F32 && u->kv != KN_F64) { k = kn_cast(ctx, k, u->kv); v = kn_cast(ctx, v, u->kv); }
+    if (u->kv == KN_BF16) q = kn_cast(ctx, q, KN_BF16);
+    kn_tensor *y = kn_sdpa_ex(ctx, q, k, v, true, 0, u->window, u->cap);
+    return u->kv == KN_BF16 ? kn_cast(ctx, y, KN_F32) : y;
+}
+TEST(sdpa_window_softcap) {
+    NEED_GPU();
+    kn_test_seed(31);
+    struct { swc_ud u; kn_opin in[4]; double tol; } C[] = {
+        {{17, 0, KN_F32, 0}, {IN(4, SH(1, 4, 1, 64), -1, 1, KN_F32, false), IN(4, SH(1, 2, 90, 64), -1, 1, KN_F32, false),
+                              IN(4, SH(1, 2, 90, 64), -1, 1, KN_F32, false)}, 2e-6},               /* decode past the window */
+        {{17, 30, KN_F16, 0}, {IN(4, SH(1, 4, 2, 64), -2, 2, KN_F32, false), IN(4, SH(1, 2, 90, 64), -2, 2, KN_F32, false),
+                               IN(4, SH(1, 2, 90, 64), -1, 1, KN_F32, false)}, 2e-6},              /* decode, f16 cache, softcap */
+        {{8, 0.9, KN_F32, 0}, {IN(4, SH(2, 4, 40, 16), -2, 2, KN_F32, false), IN(4, SH(2, 2, 45, 16), -2, 2, KN_F32, false),
+                               IN(4, SH(2, 2, 45, 16), -1, 1, KN_F32, false)}, 2e-5},              /* prefill: GEMM path */
+        {{8, 50, KN_BF16, 0}, {IN(4, SH(1, 4, 70, 64), -1, 1, KN_F32, false), IN(4, SH(1, 2, 70, 64), -1, 1, KN_F32, false),
+                               IN(4, SH(1, 2, 70, 64), -1, 1, KN_F32, false)}, 2e-2},              /* bf16: not flash */
+        {{3, 1.5, KN_F64, 0}, {IN(4, SH(1, 3, 6, 5), -1, 1, KN_F64, false), IN(4, SH(1, 1, 8, 5), -1, 1, KN_F64, false),
+                               IN(4, SH(1, 1, 8, 7), -1, 1, KN_F64, false)}, 1e-12},               /* generic, f64 */
+        {{4, 0, KN_F32, 1}, {IN(4, SH(2, 4, 9, 8), -1, 1, KN_F32, false), IN(4, SH(2, 2, 12, 8), -1, 1, KN_F32, false),
+                             IN(4, SH(2, 2, 12, 3), -1, 1, KN_F32, false), IN(4, SH(2, 4, 9, 3), -1, 1, KN_F32, false)}, 2e-5},
+        {{4, 0.8, KN_F32, 1}, {IN(4, SH(1, 4, 9, 8), -2, 2, KN_F32, false), IN(4, SH(1, 2, 9, 8), -2, 2, KN_F32, false),
+                               IN(4, SH(1, 2, 9, 8), -1, 1, KN_F32, false), IN(4, SH(1, 4, 9, 8), -1, 1, KN_F32, false)}, 2e-5},
+        {{2, 1.2, KN_F64, 1}, {IN(4, SH(1, 2, 5, 4), -2, 2, KN_F64, false), IN(4, SH(1, 1, 6, 4), -2, 2, KN_F64, false),
+                               IN(4, SH(1, 1, 6, 3), -1, 1, KN_F64, false), IN(4, SH(1, 2, 5, 3), -1, 1, KN_F64, false)}, 1e-12},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        double e = cu_cmp(b_sdpa_swc, &C[i].u, C[i].u.grad ? 4 : 3, C[i].in);
+        CHECK(e <= C[i].tol, "sdpa window/softcap case %zu: rel err %g", i, e);
+    }
+}
 #endif
 
 KN_TEST_MAIN()

@@ -370,7 +370,14 @@ TEST(pool_values) {
 
 /* ---- attention ------------------------------------------------------------------------ */
 /* softmax(q k^T * scale + mask) v with k/v heads repeated, from lazy ops */
+/* window W > 0 also masks keys j <= i + (Tk - Tq) - W; softcap c: c tanh(s / c) */
+static kn_tensor *sdpa_composite_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale,
+                                    int64_t window, double softcap);
 static kn_tensor *sdpa_composite(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale) {
+    return sdpa_composite_ex(ctx, q, k, v, causal, scale, 0, 0);
+}
+static kn_tensor *sdpa_composite_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale,
+                                    int64_t window, double softcap) {
     int64_t B = q->shape[0], Hq = q->shape[1], Tq = q->shape[2], Hkv = k->shape[1], Tk = k->shape[2], G = Hq / Hkv;
     kn_tensor *kv[2] = {k, v};
     for (int i = 0; i < 2; i++) {
@@ -379,9 +386,11 @@ static kn_tensor *sdpa_composite(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_ten
         kv[i] = kn_reshape(ctx, e, 4, (int64_t[]){B, Hq, Tk, D});
     }
     kn_tensor *s = kn_mul_scalar(ctx, kn_matmul(ctx, q, kn_transpose(ctx, kv[0], -1, -2)), scale);
+    if (softcap > 0) s = kn_mul_scalar(ctx, kn_tanh(ctx, kn_mul_scalar(ctx, s, 1 / softcap)), softcap);
     if (causal) {
         double *m = malloc(sizeof(double) * (size_t)(Tq * Tk));
-        for (int64_t i = 0; i < Tq; i++) for (int64_t j = 0; j < Tk; j++) m[i * Tk + j] = j > i + (Tk - Tq);
+        for (int64_t i = 0; i < Tq; i++)
+            for (int64_t j = 0; j < Tk; j++) m[i * Tk + j] = j > i + (Tk - Tq) || (window > 0 && j <= i + (Tk - Tq) - window);
         s = kn_masked_fill(ctx, s, kn_cast(ctx, fromd(ctx, KN_F64, 2, (int64_t[]){Tq, Tk}, m), KN_BOOL), -INFINITY);
         free(m);
     }
@@ -446,6 +455,48 @@ TEST(sdpa_backward_vs_composite) {
         CHECK(g1[0] && g1[0]->view_src && g1[0]->view_src->op == KN_OP_SDPA_BWD, "case %zu: one SDPA_BWD node", i);
         for (int j = 0; j < 3; j++) CHECK(cmp(g1[j], g2[j]) < 1e-13, "case %zu grad %d", i, j);
     }
+    kn_ctx_free(ctx);
+}
+
+/* sliding window and soft-capping (kn_sdpa_ex) against the composite, values
+ * and gradients (f64), plus the argument checks */
+TEST(sdpa_window_softcap) {
+    kn_ctx *ctx = ref_ctx();
+    kn_test_seed(32);
+    struct { int64_t B, Hq, Hkv, Tq, Tk, D, Dv, W; double cap; } cs[] = {
+        {1, 2, 1, 7, 7, 4, 4, 3, 0},     /* prefill, window 3 */
+        {2, 4, 2, 3, 9, 5, 3, 4, 0},     /* rows after a cache (offset 6), GQA */
+        {1, 2, 2, 5, 5, 4, 4, 0, 0.7},   /* softcap only (scores reach the cap) */
+        {1, 3, 1, 6, 8, 3, 5, 2, 1.5},   /* both, multi-query, Dv != D */
+        {1, 1, 1, 4, 4, 2, 2, 1, 0},     /* window 1: each row sees itself */
+        {1, 2, 1, 4, 4, 3, 3, 50, 0},    /* window longer than the keys: plain causal */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        kn_tensor *in[3] = {rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].D}, -2, 2),
+                            rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].D}, -2, 2),
+                            rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hkv, cs[i].Tk, cs[i].Dv}, -1, 1)};
+        for (int j = 0; j < 3; j++) kn_set_requires_grad(in[j], true);
+        kn_tensor *dy = rnd(ctx, KN_F64, 4, (int64_t[]){cs[i].B, cs[i].Hq, cs[i].Tq, cs[i].Dv}, -1, 1);
+        kn_tensor *y1 = kn_sdpa_ex(ctx, in[0], in[1], in[2], true, 0, cs[i].W, cs[i].cap);
+        kn_tensor *y2 = sdpa_composite_ex(ctx, in[0], in[1], in[2], true, 1 / sqrt((double)cs[i].D), cs[i].W, cs[i].cap);
+        CHECK(cmp(y1, y2) < 1e-13, "case %zu values", i);
+        if (cs[i].W) CHECK(cmp(y1, sdpa_composite(ctx, in[0], in[1], in[2], true, 1 / sqrt((double)cs[i].D))) > (cs[i].W < cs[i].Tk ? 1e-3 : -1),
+                           "case %zu: the window changes the result (when shorter than the keys)", i);
+        kn_tensor *g1[3] = {0}, *g2[3] = {0};
+        REQUIRE(kn_gradients(ctx, 1, &y1, &dy, 3, in, g1) == KN_OK && kn_gradients(ctx, 1, &y2, &dy, 3, in, g2) == KN_OK,
+                "%s", kn_last_error());
+        for (int j = 0; j < 3; j++) CHECK(cmp(g1[j], g2[j]) < 1e-12, "case %zu grad %d", i, j);
+    }
+    kn_tensor *q = rnd(ctx, KN_F64, 4, (int64_t[]){1, 1, 2, 2}, -1, 1);
+    CHECK(!kn_sdpa_ex(ctx, q, q, q, false, 0, 2, 0) && strstr(kn_last_error(), "causal"), "a window needs causal");
+    kn_ctx_free(ctx);
+    ctx = ref_ctx();
+    q = rnd(ctx, KN_F64, 4, (int64_t[]){1, 1, 2, 2}, -1, 1);
+    CHECK(!kn_sdpa_ex(ctx, q, q, q, true, 0, -1, 0) && strstr(kn_last_error(), "window"), "negative window");
+    kn_ctx_free(ctx);
+    ctx = ref_ctx();
+    q = rnd(ctx, KN_F64, 4, (int64_t[]){1, 1, 2, 2}, -1, 1);
+    CHECK(!kn_sdpa_ex(ctx, q, q, q, true, 0, 0, -3) && strstr(kn_last_error(), "softcap"), "negative softcap");
     kn_ctx_free(ctx);
 }
 

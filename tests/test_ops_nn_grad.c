@@ -2,7 +2,7 @@
  * differentiable input of the nn ops: softmax, norms, dropout, embedding,
  * conv1d/conv2d/conv_transpose2d (groups, stride, padding, dilation,
  * output_padding), poolings (padding, dilation, ceil_mode, count_include_pad),
- * sdpa (causal, grouped-query, Tq != Tk) and rope. Shapes stay tiny: each
+ * sdpa (causal, grouped-query, Tq != Tk, sliding window, softcap) and rope. Shapes stay tiny: each
  * element costs two graph builds. */
 #include "kn_optest.h"
 #include <math.h>
@@ -35,7 +35,7 @@ static kn_tensor *build(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case MAX_POOL: return kn_max_pool2d(ctx, in[0], c->k, c->s, c->p, c->d, c->flag);
     case AVG_POOL: return kn_avg_pool2d(ctx, in[0], c->k, c->s, c->p, c->flag, c->flag2);
     case ADAPTIVE: return kn_adaptive_avg_pool2d(ctx, in[0], c->a, c->b);
-    case SDPA: return kn_sdpa(ctx, in[0], in[1], in[2], c->flag, c->a ? 0.3 : 0);
+    case SDPA: return kn_sdpa_ex(ctx, in[0], in[1], in[2], c->flag, c->a ? 0.3 : 0, c->b, c->flag2 ? 0.8 : 0);
     case ROPE: return kn_rope_ff(ctx, in[0], kn_cast(ctx, in[1], KN_I32), c->a, 100, c->flag, 0.75, c->flag2 ? in[2] : NULL);
     }
     return NULL;
@@ -137,6 +137,12 @@ TEST(grad_sdpa) {
                 (kn_opin[]){IN(4, 2, 2, 3, 2), TR(4, 2, 2, 3, 2), IN(4, 2, 2, 3, 2)}, ALL5) < 1e-6, "plain, explicit scale, transposed k");
     CHECK(check((nn_case){.op = SDPA, .flag = true}, 3,
                 (kn_opin[]){IN(4, 1, 3, 4, 2), IN(4, 1, 1, 4, 2), IN(4, 1, 1, 4, 2)}, ALL5) < 1e-6, "causal multi-query");
+    CHECK(check((nn_case){.op = SDPA, .flag = true, .b = 2}, 3,
+                (kn_opin[]){IN(4, 1, 2, 5, 3), IN(4, 1, 1, 6, 3), IN(4, 1, 1, 6, 2)}, ALL5) < 1e-6, "sliding window 2, Tq < Tk");
+    CHECK(check((nn_case){.op = SDPA, .flag = true, .flag2 = true, .a = 1}, 3,
+                (kn_opin[]){IN(4, 1, 2, 4, 3), TR(4, 1, 2, 4, 3), IN(4, 1, 2, 4, 3)}, ALL5) < 1e-6, "softcap, transposed k");
+    CHECK(check((nn_case){.op = SDPA, .flag = true, .flag2 = true, .b = 3}, 3,
+                (kn_opin[]){IN(4, 1, 4, 5, 2), IN(4, 1, 2, 5, 2), IN(4, 1, 2, 5, 2)}, ALL5) < 1e-6, "window 3 and softcap, GQA");
 }
 
 TEST(grad_rope) {

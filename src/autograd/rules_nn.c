@@ -195,12 +195,17 @@ static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     int64_t G = q->shape[1] / k->shape[1], Tq = q->shape[2], Tk = k->shape[2];
     double scale = t->p.sdpa.scale;
     kn_tensor *ke = repeat_heads(ctx, k, G), *ve = repeat_heads(ctx, v, G);
+    double cap = t->p.sdpa.softcap;
     kn_tensor *s = kn_mul_scalar(ctx, kn_matmul(ctx, q, kn_transpose(ctx, ke, -1, -2)), scale);  /* [B,Hq,Tq,Tk] */
+    kn_tensor *th = cap > 0 ? kn_tanh(ctx, kn_mul_scalar(ctx, s, 1 / cap)) : NULL;            /* softcap */
+    if (th) s = kn_mul_scalar(ctx, th, cap);
     if (t->p.sdpa.causal) {
         int64_t r[2] = {Tq, 1}, c[2] = {1, Tk};
         kn_tensor *qi = kn_reshape(ctx, kn_add_scalar(ctx, kn_arange(ctx, KN_I64, 0, (double)Tq, 1), (double)(Tk - Tq)), 2, r);
         kn_tensor *kj = kn_reshape(ctx, kn_arange(ctx, KN_I64, 0, (double)Tk, 1), 2, c);
         s = kn_masked_fill(ctx, s, kn_gt(ctx, kj, qi), -INFINITY);
+        if (t->p.sdpa.window > 0)             /* keys j <= i' - W are outside the window */
+            s = kn_masked_fill(ctx, s, kn_le(ctx, kj, kn_add_scalar(ctx, qi, -(double)t->p.sdpa.window)), -INFINITY);
     }
     kn_tensor *p = kn_softmax(ctx, s, -1);
     if (rg(v)) gin[2] = sum_heads(ctx, kn_matmul(ctx, kn_transpose(ctx, p, -1, -2), g), G);
@@ -208,6 +213,7 @@ static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
         kn_tensor *dp = kn_matmul(ctx, g, kn_transpose(ctx, ve, -1, -2));
         int ax = 3;
         kn_tensor *ds = kn_mul(ctx, p, kn_sub(ctx, dp, kn_sum(ctx, kn_mul(ctx, dp, p), 1, &ax, true)));
+        if (th) ds = kn_mul(ctx, ds, kn_add_scalar(ctx, kn_mul_scalar(ctx, kn_mul(ctx, th, th), -1), 1));   /* cap' = 1 - tanh^2 */
         ds = kn_mul_scalar(ctx, ds, scale);
         if (rg(q)) gin[0] = kn_matmul(ctx, ds, ke);
         if (rg(k)) gin[1] = sum_heads(ctx, kn_matmul(ctx, kn_transpose(ctx, ds, -1, -2), q), G);

@@ -402,6 +402,10 @@ kn_tensor *kn_adaptive_avg_pool2d(kn_ctx *ctx, kn_tensor *x, int64_t out_h, int6
 
 /* ---- attention ------------------------------------------------------------------ */
 kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale) {
+    return kn_sdpa_ex(ctx, q, k, v, causal, scale, 0, 0);
+}
+kn_tensor *kn_sdpa_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale, int64_t window,
+                      double softcap) {
     if (!q || !k || !v) return NULL;
     char s1[160], s2[160], s3[160];
     if (!need_float(ctx, "sdpa", q, "q") || !need_float(ctx, "sdpa", k, "k") || !need_float(ctx, "sdpa", v, "v")) return NULL;
@@ -416,13 +420,21 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
         return kn__fail(ctx, KN_ERR_INVALID, "sdpa: the %lld query heads must be a multiple of the %lld key/value heads (grouped-query); q %s, k %s",
                         (long long)q->shape[1], (long long)k->shape[1], kn__shape_str(q, s1, sizeof s1), kn__shape_str(k, s2, sizeof s2));
     if (!(scale >= 0) || isinf(scale)) return kn__fail(ctx, KN_ERR_INVALID, "sdpa: scale = %g must be finite and >= 0 (0 means 1/sqrt(D))", scale);
+    if (window < 0 || (window > 0 && !causal))
+        return kn__fail(ctx, KN_ERR_INVALID, "sdpa: window = %lld must be 0 (off) or positive with causal attention",
+                        (long long)window);
+    if (!(softcap >= 0) || isinf(softcap))
+        return kn__fail(ctx, KN_ERR_INVALID, "sdpa: softcap = %g must be finite and >= 0 (0 = off)", softcap);
     if (scale == 0) scale = q->shape[3] > 0 ? 1.0 / sqrt((double)q->shape[3]) : 1.0;
     int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], v->shape[3]};
     int8_t sym[4] = {q->sym[0], 0, q->sym[2], 0};
     kn_tensor *src[3] = {q, k, v};
     kn_dtype dt = kn__promote(kn__promote(q->dtype, k->dtype), v->dtype);
     kn_tensor *t = kn__node(ctx, KN_OP_SDPA, dt, 4, shape, sym, src, 3);
-    if (t) { t->p.sdpa.causal = causal; t->p.sdpa.scale = scale; }
+    if (t) {
+        t->p.sdpa.causal = causal; t->p.sdpa.scale = scale;
+        t->p.sdpa.window = window; t->p.sdpa.softcap = softcap;
+    }
     return t;
 }
 
@@ -433,6 +445,8 @@ kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool c
  * views of it. Per query row i (p = softmax of the masked scores):
  *   dp_j = g_i . v_j,  ds_j = scale * p_j (dp_j - sum_l p_l dp_l),
  *   dq_i = sum_j ds_j k_j,  dk_j += ds_j q_i,  dv_j += p_j g_i
+ * (with a softcap c, ds_j is also multiplied by 1 - tanh^2(scale q_i.k_j / c),
+ * the derivative of the cap; a window only narrows the keys j)
  * (the key/value gradients summed over each query group). A query row with
  * no key (causal, Tq > Tk: its output is NaN) gets a NaN dq row and adds
  * nothing to dk, dv. Fixed sizes only (no symbolic dims).

@@ -14,7 +14,11 @@
  * x += W2 · (silu(W1·n(x)) * W3·n(x)); the new K, V rows are written into
  * the caches [Hkv, n_ctx, D] with index_copy at their positions.
  * Qwen2 adds biases to Wq, Wk, Wv; Qwen3 RMS-normalises each head's q and k
- * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope.
+ * ([T, H, D] over D, gains q_norm / k_norm [D]) before rope. Mistral, Gemma
+ * 2/3 and Phi-3 enter through model_arch.c's pieces (kn__arch_*: embedding
+ * scale, rope per layer type, windowed and soft-capped attention, post-norms,
+ * the gate activation, final soft-cap), which are the plain ops for the
+ * other architectures.
  * Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) replace the FFN
  * of their MoE layers by model_moe.c's (router, top-k, batched experts);
  * OLMoE RMS-normalises the whole q [T, H*D] and k [T, Hkv*D] instead.
@@ -33,7 +37,8 @@
  * looked up on the host; inputs and logits go through host staging buffers.
  *
  * This file: the GGUF and llama2.c loaders, device upload, the graph and
- * the public entry points; model_weights.c has the weight and tokenizer
+ * the public entry points; model_arch.c the Mistral / Gemma / Phi-3
+ * additions; model_weights.c has the weight and tokenizer
  * helpers every loader shares; model_hf.c loads llm.c GPT-2 and Hugging Face
  * safetensors models, model_ckpt.c kiln's own checkpoints (struct in
  * model_impl.h).
@@ -65,6 +70,23 @@ static kn_tensor *gguf_w(kn_model *m, const char *name, int64_t rows, int64_t co
     }
     kn_tensor *t = kn__model_wrap(m, gt->type, rows, cols, gt->data, name);
     if (!t) *st = kn_ctx_status(m->ctx);
+    return t;
+}
+
+/* rows [r0, r0 + rows) of the GGUF matrix `name` [total, cols] (a fused
+ * projection split in place: the rows of a quantized matrix are whole blocks) */
+static kn_tensor *gguf_rows(kn_model *m, const char *name, int64_t total, int64_t cols, int64_t r0, int64_t rows,
+                            kn_status *st) {
+    if (*st) return NULL;
+    const kn_gguf_tensor *gt = kn_gguf_find_tensor(m->gguf, name);
+    if (!gt || gt->n_dims != 2 || gt->ne[0] != cols || gt->ne[1] != total) {
+        *st = kn_set_error(KN_ERR_FORMAT, "tensor '%s' %s, expected a [%lld, %lld] matrix from the model's hyperparameters",
+                           name, gt ? "has another shape" : "is missing", (long long)total, (long long)cols);
+        return NULL;
+    }
+    kn_tensor *t = kn__model_wrap(m, gt->type, rows, cols, (const char *)gt->data + kn_dtype_nbytes(gt->type, cols) * (size_t)r0,
+                                  name);
+    if (!t) *st = kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_FORMAT;
     return t;
 }
 
@@ -222,7 +244,11 @@ static kn_status load_gguf_gpt2(kn_model *m, const char *path) {
  *          attn_{q,k,v}.bias [H*D], [Hkv*D] x2 (none on attn_output);
  *   qwen3: rows as in HF, no biases, attn_q_norm / attn_k_norm [D] (an RMS
  *          norm over each head's q and k before rope), and a head dim
- *          attention.key_length that need not be embedding_length / H.
+ *          attention.key_length that need not be embedding_length / H;
+ *   gemma2/gemma3: rows as in HF, post_attention_norm / post_ffw_norm and
+ *          (gemma3) attn_q_norm / attn_k_norm, gains stored as 1 + w;
+ *   phi3:  attn_qkv and ffn_up [2F, C] (gate | up) split by rows in place.
+ * Windows, caps and LongRoPE: model_arch.c (kn__gguf_arch_config).
  * Biases are read wherever present (some llama files carry them too). */
 static kn_status load_gguf(kn_model *m, const char *path) {
     kn_status st = kn_gguf_open(path, &m->gguf);
@@ -233,14 +259,16 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     if (!strcmp(arch, "gpt2")) return load_gguf_gpt2(m, path);
     bool qwen2moe = !strcmp(arch, "qwen2moe"), qwen3moe = !strcmp(arch, "qwen3moe"), olmoe = !strcmp(arch, "olmoe");
     bool qwen2 = !strcmp(arch, "qwen2") || qwen2moe, qwen3 = !strcmp(arch, "qwen3") || qwen3moe;   /* their attention */
-    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !olmoe)
+    bool gemma2 = !strcmp(arch, "gemma2"), gemma3 = !strcmp(arch, "gemma3"), phi3 = !strcmp(arch, "phi3");
+    if (strcmp(arch, "llama") && !qwen2 && !qwen3 && !olmoe && !gemma2 && !gemma3 && !phi3)
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported yet (kiln runs 'llama', 'qwen2', "
-                            "'qwen3', 'qwen2moe', 'qwen3moe', 'olmoe' and 'gpt2' GGUF models: Llama 2/3, SmolLM, TinyLlama, "
-                            "Mixtral, Qwen2/2.5, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, GPT-2)", path, arch);
+                            "'qwen3', 'qwen2moe', 'qwen3moe', 'olmoe', 'gemma2', 'gemma3', 'phi3' and 'gpt2' GGUF models: "
+                            "Llama 2/3, Mistral, Mixtral, SmolLM, TinyLlama, Qwen2/2.5, Qwen3, Qwen2-MoE, Qwen3-MoE, OLMoE, "
+                            "Gemma 2/3, Phi-3, GPT-2)", path, arch);
     if (kn_gguf_get_str(m->gguf, "general.name", &s)) snprintf(m->cfg.name, sizeof m->cfg.name, "%.*s", (int)s.len, s.ptr);
     kn_model_config *c = &m->cfg;
     c->arch = qwen2moe ? KN_ARCH_QWEN2MOE : qwen3moe ? KN_ARCH_QWEN3MOE : olmoe ? KN_ARCH_OLMOE : qwen2 ? KN_ARCH_QWEN2
-            : qwen3 ? KN_ARCH_QWEN3 : KN_ARCH_LLAMA;
+            : qwen3 ? KN_ARCH_QWEN3 : gemma2 ? KN_ARCH_GEMMA2 : gemma3 ? KN_ARCH_GEMMA3 : phi3 ? KN_ARCH_PHI3 : KN_ARCH_LLAMA;
     c->dim = (int)gguf_int(m->gguf, arch, "embedding_length", 0);
     c->n_layers = (int)gguf_int(m->gguf, arch, "block_count", 0);
     c->ffn_dim = (int)gguf_int(m->gguf, arch, "feed_forward_length", 0);
@@ -250,7 +278,8 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     c->rope_theta = gguf_f64(m->gguf, arch, "rope.freq_base", 10000.0);
     c->norm_eps = gguf_f64(m->gguf, arch, "attention.layer_norm_rms_epsilon", 1e-5);
     c->rope_freq_scale = 1.0;
-    c->rope_neox = qwen2 || qwen3 || olmoe;   /* GGUF llama Q/K rows are permuted for paired rotation; the others' are not */
+    c->rope_neox = !strcmp(arch, "llama") ? false : true;   /* GGUF llama Q/K rows are permuted for paired
+                                                              rotation; the others' are not (NEOX rope) */
     if (c->dim <= 0 || c->n_layers <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->ffn_dim <= 0 ||
         c->n_heads % c->n_kv_heads || c->n_layers > 1024 || c->dim > (1 << 20) || c->n_heads > (1 << 16))
         return kn_set_error(KN_ERR_FORMAT, "%s: inconsistent hyperparameters (dim %d, layers %d, heads %d/%d, ffn %d)",
@@ -266,7 +295,8 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     if (c->n_rot < 2 || c->n_rot > c->head_dim || c->n_rot % 2)
         return kn_set_error(KN_ERR_FORMAT, "%s: rope.dimension_count %d must be even and in [2, head_dim %d]",
                             path, c->n_rot, c->head_dim);
-    if ((st = gguf_rope_scaling(m, arch, path))) return st;
+    if ((st = kn__gguf_arch_config(m, arch, path))) return st;     /* window, caps, LongRoPE (model_arch.c) */
+    if (!m->rope_ff_short && (st = gguf_rope_scaling(m, arch, path))) return st;
     if ((st = gguf_embd_head(m, path))) return st;
     int64_t C = c->dim, qd = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim, F = c->ffn_dim;
     int64_t D = c->head_dim;
@@ -275,19 +305,34 @@ static kn_status load_gguf(kn_model *m, const char *path) {
         kn__layer_w *L = &m->layers[l];
         char n[96];
 #define W(field, nm, r, cc) snprintf(n, sizeof n, "blk.%d." nm ".weight", l); L->field = gguf_w(m, n, r, cc, true, &st); if (st) break;
-        W(attn_norm, "attn_norm", 1, C) W(wq, "attn_q", qd, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C)
-        W(wo, "attn_output", C, qd) W(ffn_norm, "ffn_norm", 1, C)
+        W(attn_norm, "attn_norm", 1, C) W(wo, "attn_output", C, qd) W(ffn_norm, "ffn_norm", 1, C)
+        /* Phi-3: q|k|v in one attn_qkv, gate|up in one ffn_up [2F, C]; split by rows */
+        snprintf(n, sizeof n, "blk.%d.attn_qkv.weight", l);
+        if (phi3 && kn_gguf_find_tensor(m->gguf, n)) {
+            L->wq = gguf_rows(m, n, qd + 2 * kv, C, 0, qd, &st);
+            L->wk = gguf_rows(m, n, qd + 2 * kv, C, qd, kv, &st);
+            L->wv = gguf_rows(m, n, qd + 2 * kv, C, qd + kv, kv, &st);
+            if (st) break;
+        } else { W(wq, "attn_q", qd, C) W(wk, "attn_k", kv, C) W(wv, "attn_v", kv, C) }
         snprintf(n, sizeof n, "blk.%d.ffn_gate_inp.weight", l);
         if (kn_gguf_find_tensor(m->gguf, n)) {      /* mixture of experts (Mixtral is a llama file with them) */
             if ((st = kn__moe_gguf_layer(m, l, arch))) break;
             if (!strcmp(arch, "llama")) c->arch = KN_ARCH_MIXTRAL;
+        } else if (phi3) {
+            W(w2, "ffn_down", C, F)
+            snprintf(n, sizeof n, "blk.%d.ffn_up.weight", l);
+            L->w1 = gguf_rows(m, n, 2 * F, C, 0, F, &st);
+            L->w3 = gguf_rows(m, n, 2 * F, C, F, F, &st);
+            if (st) break;
         } else { W(w1, "ffn_gate", F, C) W(w2, "ffn_down", C, F) W(w3, "ffn_up", F, C) }
 #undef W
         /* vectors: required ones per architecture, else read when present */
 #define V(field, nm, len, req) snprintf(n, sizeof n, "blk.%d." nm, l); \
         if ((req) || kn_gguf_find_tensor(m->gguf, n)) { L->field = gguf_f32(m, n, 0, len, &st); if (st) break; }
         V(bq, "attn_q.bias", qd, qwen2) V(bk, "attn_k.bias", kv, qwen2) V(bv, "attn_v.bias", kv, qwen2)
-        V(q_norm, "attn_q_norm.weight", olmoe ? qd : D, qwen3 || olmoe) V(k_norm, "attn_k_norm.weight", olmoe ? kv : D, qwen3 || olmoe)
+        V(q_norm, "attn_q_norm.weight", olmoe ? qd : D, qwen3 || olmoe || gemma3) V(k_norm, "attn_k_norm.weight", olmoe ? kv : D, qwen3 || olmoe || gemma3)
+        V(attn_post_norm, "post_attention_norm.weight", C, gemma2 || gemma3)       /* Gemma: gains 1 + w as stored */
+        V(ffn_post_norm, "post_ffw_norm.weight", C, gemma2 || gemma3)
 #undef V
     }
     if (st) return kn__model_err_prefix(st, path);
@@ -499,6 +544,7 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     m->out_norm = upload(&u, m->out_norm, false);
     m->out_norm_b = upload(&u, m->out_norm_b, false);
     m->rope_ff = upload(&u, m->rope_ff, false);
+    m->rope_mag = upload(&u, m->rope_mag, false);
     m->wout = upload(&u, m->wout, true);          /* tied: a device copy of tok_embd */
     for (int l = 0; l < m->cfg.n_layers && !u.st; l++) {
         kn__layer_w *L = &m->layers[l];
@@ -508,7 +554,8 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
         if (fuse && same_qkv && all_b && !(L->bqkv = host_cat3(m, L->bq, L->bk, L->bv))) u.st = KN_ERR_NOMEM;
         if (L->bqkv && L->wq) L->bq = L->bk = L->bv = NULL;                     /* Qwen2: bq|bk|bv [QD + 2 KD] */
         kn_tensor **vec[] = {&L->attn_norm, &L->attn_norm_b, &L->bq, &L->bk, &L->bv, &L->bqkv, &L->bo,
-                             &L->q_norm, &L->k_norm, &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2};
+                             &L->q_norm, &L->k_norm, &L->ffn_norm, &L->ffn_norm_b, &L->b1, &L->b2,
+                             &L->attn_post_norm, &L->ffn_post_norm};
         for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) *vec[i] = upload(&u, *vec[i], false);
         if (fuse && same_qkv && (no_b || all_b)) {
             kn_tensor *qkv[3] = {L->wq, L->wk, L->wv};
@@ -584,6 +631,7 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
     kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
     *zst = KN_OK;
     if (m->pos_embd) x = kn_add(ctx, x, kn_index_select(ctx, m->pos_embd, 0, pos));   /* + wpe[pos] */
+    x = kn__arch_embed(m, x);                                              /* Gemma: * sqrt(C) */
     for (int l = 0; l < c->n_layers; l++) {
         kn__layer_w *L = &m->layers[l];
         if (!L->k_cache) {
@@ -617,32 +665,32 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         k = kn_permute(ctx, k, perm);                                          /* [Hkv, T, D] */
         v = kn_permute(ctx, kn_reshape(ctx, v, 3, (int64_t[]){-1, Hkv, D}), perm);
         if (!gpt2) {
-            q = kn_rope_ff(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
-            k = kn_rope_ff(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
+            q = kn__arch_rope(m, l, q, pos);                                   /* model_arch.c: per layer type */
+            k = kn__arch_rope(m, l, k, pos);
         }
         if (m->kv_f16) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }
         kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
         kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
         kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
         kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
-        kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, c->attn_scale);
+        kn_tensor *a = kn__arch_attn(m, l, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0));
         a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
         a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});                        /* a view when T = 1 */
-        x = kn_add(ctx, x, lin_b(m, a, L->wo, L->bo));
+        x = kn_add(ctx, x, kn__arch_post_norm(m, lin_b(m, a, L->wo, L->bo), L->attn_post_norm));
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
         kn_tensor *f;
         if (gpt2) f = kn_gelu_tanh(ctx, lin_b(m, h, L->w1, L->b1));
         else if (L->gate_inp) f = kn__moe_ffn(m, L, h);                   /* model_moe.c: experts, [T, C] */
         else if (L->w13) {                                                  /* [T, 2F]: gate | up */
             kn_tensor *gu = lin(m, h, L->w13);
-            f = kn_mul(ctx, kn_silu(ctx, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
-        } else f = kn_mul(ctx, kn_silu(ctx, lin(m, h, L->w1)), lin(m, h, L->w3));
-        x = kn_add(ctx, x, L->gate_inp ? f : lin_b(m, f, L->w2, L->b2));
+            f = kn_mul(ctx, kn__arch_gate_act(m, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
+        } else f = kn_mul(ctx, kn__arch_gate_act(m, lin(m, h, L->w1)), lin(m, h, L->w3));
+        x = kn_add(ctx, x, kn__arch_post_norm(m, L->gate_inp ? f : lin_b(m, f, L->w2, L->b2), L->ffn_post_norm));
         if (!x) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE; return NULL; }
     }
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
     xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
-    kn_tensor *logits = lin(m, xl, m->wout);                               /* [R, V] */
+    kn_tensor *logits = kn__arch_logits(m, lin(m, xl, m->wout));          /* [R, V] */
     if (!logits) *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     return logits;
 }
@@ -743,6 +791,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         if (m->pos_embd && m->n_ctx > c->n_ctx_train)
             st = kn_set_error(KN_ERR_INVALID, "context length %d exceeds the %d learned positions of this GPT-2 model; use --ctx %d or less",
                               m->n_ctx, c->n_ctx_train, c->n_ctx_train);
+        if (!st) st = kn__arch_finish(m);          /* LongRoPE: factors for this context */
         m->n_batch = opts && opts->n_batch > 0 ? opts->n_batch : 512;
         if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
         /* every weight leaf once (a tied output matrix is the embedding itself);
@@ -864,9 +913,28 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
     return KN_OK;
 }
 
+/* kiln info's last line: what kiln makes of the file, by loading it with a
+ * 16-token context on the CPU (weights stay in the file's mapping), or why
+ * it cannot run it */
+static void print_summary(const char *path, FILE *f) {
+    kn_model_opts o = {.n_ctx = 16, .n_batch = 1, .backend = kn_backend_cpu()};
+    kn_model *m = NULL;
+    if (kn_model_load(path, &o, &m) != KN_OK) { fprintf(f, "kiln cannot run it: %s\n", kn_last_error()); return; }
+    char d[640];
+    kn__arch_describe(m, d, sizeof d);
+    fprintf(f, "kiln runs it as: %s\n", d);
+    kn_model_free(m);
+}
+
+static kn_status print_info_hf(const char *path, FILE *f) {
+    kn_status st = kn__print_info_hf(path, f);
+    if (!st) print_summary(path, f);
+    return st;
+}
+
 kn_status kn_model_print_info(const char *path, void *fp) {
     FILE *f = fp ? fp : stdout;
-    if (kn__is_dir(path)) return kn__print_info_hf(path, f);
+    if (kn__is_dir(path)) return print_info_hf(path, f);
     unsigned char mg[12];
     size_t got;
     kn_status fst = kn__model_file_magic(path, "model file", mg, &got);
@@ -874,7 +942,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
     int32_t magic;
     memcpy(&magic, mg, 4);
     if (kn__is_safetensors_magic(mg, got) && kn__is_kiln_gpt_ckpt(path)) return kn__print_info_kiln_ckpt(path, f);
-    if (kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return kn__print_info_hf(path, f);
+    if (kn__is_safetensors_magic(mg, got) || ends_with(path, ".safetensors")) return print_info_hf(path, f);
     if (got >= 4 && magic == KN_LLMC_GPT2_MAGIC) return kn__print_info_llmc(path, f);
     if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
@@ -890,6 +958,7 @@ kn_status kn_model_print_info(const char *path, void *fp) {
         kn_gguf_str s;
         if (kn_gguf_get_str(g, "tokenizer.chat_template", &s)) fprintf(f, "chat template:\n%.*s\n", (int)s.len, s.ptr);
         kn_gguf_close(g);
+        print_summary(path, f);
         return KN_OK;
     }
     kn_llama2c *l;

@@ -10,7 +10,13 @@
  *     .safetensors path with config.json beside it): "LlamaForCausalLM"
  *     (q/k rows in HF order, so RoPE rotates halves: rope_neox),
  *     "Qwen2ForCausalLM" (Llama with q/k/v biases), "Qwen3ForCausalLM"
- *     (Llama with per-head q/k RMS norms, head_dim from the config) and
+ *     (Llama with per-head q/k RMS norms, head_dim from the config),
+ *     "MistralForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM" (and the
+ *     language model of "Gemma3ForConditionalGeneration": text_config, tensors
+ *     language_model.model.*; the vision tower is ignored),
+ *     "Phi3ForCausalLM" (what they add is read by model_arch.c; here the
+ *     tensor names: Gemma's four norms per layer with (1 + w) gains, Phi-3's
+ *     fused qkv_proj / gate_up_proj split by rows in place) and
  *     "GPT2LMHeadModel" (Conv1D weights stored [in, out]). Dtypes F32, F16,
  *     BF16. Rope settings are read from the top level (rope_theta,
  *     rope_scaling: transformers 4) or from rope_parameters (transformers 5).
@@ -18,9 +24,8 @@
  * The tokenizer is tokenizer.json beside config.json when there is one
  * (kn_tokenizer_load_hf), unless tokenizer_path names another.
  * Non-goals: sharded checkpoints (model.safetensors.index.json),
- * RoPE scaling other than "linear", "llama3" and "yarn" (dynamic, longrope),
- * sliding-window attention (Mistral, Qwen2 with use_sliding_window: refused),
- * other architectures.
+ * RoPE scaling other than "linear", "llama3", "yarn" and Phi-3's "longrope"
+ * (dynamic), Qwen2's use_sliding_window (refused), other architectures.
  *
  * Letters: C width, H heads, Hkv kv heads, D head dim, F ffn width, V vocab,
  * P positions, L layers.
@@ -161,6 +166,10 @@ static const char *hf_arch(const kn_json *j) {
     if (mt && !strcmp(mt, "qwen2_moe")) return "Qwen2MoeForCausalLM";
     if (mt && !strcmp(mt, "qwen3_moe")) return "Qwen3MoeForCausalLM";
     if (mt && !strcmp(mt, "olmoe")) return "OlmoeForCausalLM";
+    if (mt && !strcmp(mt, "mistral")) return "MistralForCausalLM";
+    if (mt && !strcmp(mt, "gemma2")) return "Gemma2ForCausalLM";
+    if (mt && !strcmp(mt, "gemma3_text")) return "Gemma3ForCausalLM";
+    if (mt && !strcmp(mt, "phi3")) return "Phi3ForCausalLM";
     return mt;
 }
 
@@ -169,7 +178,7 @@ typedef struct {
     kn_model *m;
     const char *file;        /* the .safetensors path, for messages */
     const char *config;
-    const char *prefix;      /* GPT-2: "transformer." or "" */
+    const char *prefix;      /* GPT-2: "transformer." or ""; others "model." (Gemma 3 with vision: its language model's) */
     kn_status st;
 } hf_loader;
 
@@ -228,6 +237,24 @@ static const void *hf_moe_get(void *ud, const char *name, int64_t rows, int64_t 
     *st = h->st;
     if (t) *dt = t->dtype;
     return t ? t->data : NULL;
+}
+
+/* rows [r0, r0 + rows) of the matrix `name` [total, in] (Phi-3's fused
+ * projections), wrapped in place like hf_mat */
+static kn_tensor *hf_mat_rows(hf_loader *h, const char *name, int64_t total, int64_t in, int64_t r0, int64_t rows) {
+    const kn_st_tensor *t = hf_get(h, name, total, in, true);
+    if (!t) return NULL;
+    size_t es = kn_dtype_get(t->dtype)->type_size;
+    kn_tensor *w = kn__model_mat(h->m, t->dtype, rows, in, (const char *)t->data + es * (size_t)(r0 * in), false, name);
+    if (!w) h->st = kn__model_err_prefix(KN_ERR_NOMEM, h->file);
+    return w;
+}
+
+/* an RMS norm gain [n]; plus1: Gemma's (1 + w), made an f32 copy */
+static kn_tensor *hf_gain(hf_loader *h, const char *name, int64_t n, bool plus1) {
+    kn_tensor *v = hf_vec(h, name, 0, n, true);
+    if (v && plus1 && !(v = kn__arch_gain_plus1(h->m, v))) h->st = kn__model_err_prefix(KN_ERR_NOMEM, h->file);
+    return v;
 }
 
 static bool cfg_int(const kn_json *j, const char *key, int64_t def, int64_t lo, int64_t hi, int64_t *out) {
@@ -339,18 +366,23 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
     if (kn_json_kind(j, rp) != KN_JSON_OBJECT) rp = -1;
     if (!kn_json_get_f64(j, 0, "rope_theta", &theta) && rp >= 0) kn_json_get_f64(j, rp, "rope_theta", &theta);
     if (!(theta > 0) || isinf(theta)) return kn_set_error(KN_ERR_FORMAT, "%s: rope_theta %g must be positive", cfgp, theta);
-    if (arch != KN_ARCH_LLAMA) {
+    if (arch == KN_ARCH_QWEN2 || arch == KN_ARCH_QWEN3) {
         kn_status sw = hf_no_sliding_window(j, cfgp, c->n_layers);
         if (sw) return sw;
     }
     c->norm_eps = eps; c->rope_theta = theta; c->rope_freq_scale = 1.0;
     c->n_rot = c->head_dim;
     c->rope_neox = true;                 /* HF q/k rows are not permuted: rotate halves */
+    bool gemma = arch == KN_ARCH_GEMMA2 || arch == KN_ARCH_GEMMA3, phi3 = arch == KN_ARCH_PHI3, rope_done = false;
+    if (arch >= KN_ARCH_MISTRAL) {       /* window, caps, scales, rope per layer type (model_arch.c) */
+        kn_status ac = kn__hf_arch_config(m, j, cfgp, &rope_done);
+        if (ac) return ac;
+    }
     const char *act = kn_json_get_str(j, 0, "hidden_act");
-    if (act && strcmp(act, "silu"))
+    if (act && strcmp(act, "silu") && !gemma)
         return kn_set_error(KN_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (Llama uses silu)", cfgp, act);
-    int64_t rs = kn_json_get(j, 0, "rope_scaling");
-    if (kn_json_kind(j, rs) != KN_JSON_OBJECT) rs = rp;
+    int64_t rs = rope_done ? -1 : kn_json_get(j, 0, "rope_scaling");
+    if (kn_json_kind(j, rs) != KN_JSON_OBJECT && !rope_done) rs = rp;
     const char *rtype = rs >= 0 ? kn_json_get_str(j, rs, "rope_type") : NULL;
     if (rs >= 0 && !rtype) rtype = kn_json_get_str(j, rs, "type");
     if (rs >= 0 && rtype && !strcmp(rtype, "default")) rs = -1;      /* plain rope */
@@ -360,7 +392,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
         bool known = type && (!strcmp(type, "linear") || !strcmp(type, "llama3") || !strcmp(type, "yarn"));
         if (!known || !kn_json_get_f64(j, rs, "factor", &factor) || !(factor > 0) || isinf(factor))
             return kn_set_error(KN_ERR_UNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported; kiln implements "
-                                "\"linear\", \"llama3\" and \"yarn\" with a positive factor", cfgp, type ? type : "?");
+                                "\"linear\", \"llama3\" and \"yarn\" with a positive factor (and Phi-3's \"longrope\")", cfgp, type ? type : "?");
         snprintf(c->rope_scaling, sizeof c->rope_scaling, "%s", type);
         if (!strcmp(type, "linear")) c->rope_freq_scale = 1.0 / factor;
         else {
@@ -399,7 +431,7 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
         }
     }
     bool q2 = arch == KN_ARCH_QWEN2 || arch == KN_ARCH_QWEN2MOE, olmoe = arch == KN_ARCH_OLMOE;
-    bool tied = false, bias = q2, qk_norm = arch == KN_ARCH_QWEN3 || arch == KN_ARCH_QWEN3MOE || olmoe;
+    bool tied = gemma, bias = q2, qk_norm = arch == KN_ARCH_QWEN3 || arch == KN_ARCH_QWEN3MOE || olmoe || arch == KN_ARCH_GEMMA3;
     kn_json_get_bool(j, 0, "tie_word_embeddings", &tied);
     if (!q2) kn_json_get_bool(j, 0, "attention_bias", &bias);   /* Qwen2: always biased */
     int sparse_step = 1;
@@ -407,8 +439,11 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
     if (mst) return mst;
     int64_t C = c->dim, QD = (int64_t)c->n_heads * c->head_dim, KD = (int64_t)c->n_kv_heads * c->head_dim;
     int64_t F = c->ffn_dim, V = c->n_vocab;
-    m->tok_embd = hf_mat(h, "model.embed_tokens.weight", V, C, false, true);
-    m->out_norm = hf_vec(h, "model.norm.weight", 0, C, true);
+    char n[200];                         /* tensor names: h->prefix is "model." (Gemma 3 with vision: its text part's) */
+#define NMP(s) (snprintf(n, sizeof n, "%s" s, h->prefix), n)
+    m->tok_embd = hf_mat(h, NMP("embed_tokens.weight"), V, C, false, true);
+    m->out_norm = hf_gain(h, NMP("norm.weight"), C, gemma);
+#undef NMP
     m->wout = hf_mat(h, "lm_head.weight", V, C, false, !tied);
     if (h->st) return h->st;
     c->tied_output = m->wout == NULL;
@@ -417,28 +452,42 @@ static kn_status hf_llama(kn_model *m, const kn_json *j, hf_loader *h, kn_arch a
     if (!m->layers) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     for (int l = 0; l < c->n_layers && !h->st; l++) {
         kn__layer_w *L = &m->layers[l];
-        char n[160];
-#define NM(s) (snprintf(n, sizeof n, "model.layers.%d." s, l), n)
-        L->attn_norm = hf_vec(h, NM("input_layernorm.weight"), 0, C, true);
-        L->wq = hf_mat(h, NM("self_attn.q_proj.weight"), QD, C, false, true);
-        L->wk = hf_mat(h, NM("self_attn.k_proj.weight"), KD, C, false, true);
-        L->wv = hf_mat(h, NM("self_attn.v_proj.weight"), KD, C, false, true);
+#define NM(s) (snprintf(n, sizeof n, "%slayers.%d." s, h->prefix, l), n)
+        L->attn_norm = hf_gain(h, NM("input_layernorm.weight"), C, gemma);
+        if (phi3) {                      /* q|k|v rows in one matrix, split in place */
+            L->wq = hf_mat_rows(h, NM("self_attn.qkv_proj.weight"), QD + 2 * KD, C, 0, QD);
+            L->wk = hf_mat_rows(h, n, QD + 2 * KD, C, QD, KD);
+            L->wv = hf_mat_rows(h, n, QD + 2 * KD, C, QD + KD, KD);
+        } else {
+            L->wq = hf_mat(h, NM("self_attn.q_proj.weight"), QD, C, false, true);
+            L->wk = hf_mat(h, NM("self_attn.k_proj.weight"), KD, C, false, true);
+            L->wv = hf_mat(h, NM("self_attn.v_proj.weight"), KD, C, false, true);
+        }
         L->bq = hf_vec(h, NM("self_attn.q_proj.bias"), 0, QD, bias);
         L->bk = hf_vec(h, NM("self_attn.k_proj.bias"), 0, KD, bias);
         L->bv = hf_vec(h, NM("self_attn.v_proj.bias"), 0, KD, bias);
         if (qk_norm) {       /* OLMoE: over the whole projection */
-            L->q_norm = hf_vec(h, NM("self_attn.q_norm.weight"), 0, olmoe ? QD : c->head_dim, true);
-            L->k_norm = hf_vec(h, NM("self_attn.k_norm.weight"), 0, olmoe ? KD : c->head_dim, true);
+            L->q_norm = hf_gain(h, NM("self_attn.q_norm.weight"), olmoe ? QD : c->head_dim, gemma);
+            L->k_norm = hf_gain(h, NM("self_attn.k_norm.weight"), olmoe ? KD : c->head_dim, gemma);
         }
         L->wo = hf_mat(h, NM("self_attn.o_proj.weight"), C, QD, false, true);
-        L->ffn_norm = hf_vec(h, NM("post_attention_layernorm.weight"), 0, C, true);
+        if (gemma) {                     /* norms around both blocks */
+            L->attn_post_norm = hf_gain(h, NM("post_attention_layernorm.weight"), C, true);
+            L->ffn_norm = hf_gain(h, NM("pre_feedforward_layernorm.weight"), C, true);
+            L->ffn_post_norm = hf_gain(h, NM("post_feedforward_layernorm.weight"), C, true);
+        } else L->ffn_norm = hf_vec(h, NM("post_attention_layernorm.weight"), 0, C, true);
         if (c->n_expert && (l + 1) % sparse_step == 0 && !hf_in_list(j, "mlp_only_layers", l)) {   /* model_moe.c */
             if (!h->st) h->st = kn__moe_hf_layer(m, l, arch == KN_ARCH_MIXTRAL ? NM("block_sparse_moe.") : NM("mlp."),
                                                  "experts", hf_moe_get, h);
             continue;
         }
-        L->w1 = hf_mat(h, NM("mlp.gate_proj.weight"), F, C, false, true);
-        L->w3 = hf_mat(h, NM("mlp.up_proj.weight"), F, C, false, true);
+        if (phi3) {                      /* gate|up rows in one matrix */
+            L->w1 = hf_mat_rows(h, NM("mlp.gate_up_proj.weight"), 2 * F, C, 0, F);
+            L->w3 = hf_mat_rows(h, n, 2 * F, C, F, F);
+        } else {
+            L->w1 = hf_mat(h, NM("mlp.gate_proj.weight"), F, C, false, true);
+            L->w3 = hf_mat(h, NM("mlp.up_proj.weight"), F, C, false, true);
+        }
         L->w2 = hf_mat(h, NM("mlp.down_proj.weight"), C, F, false, true);
 #undef NM
     }
@@ -546,16 +595,31 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
         return kn_set_error(KN_ERR_FORMAT, "%s: expected a JSON object", p.config);
     }
     const char *arch = hf_arch(j);
-    bool llama = arch && !strcmp(arch, "LlamaForCausalLM"), gpt2 = arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model"));
-    bool qwen2 = arch && !strcmp(arch, "Qwen2ForCausalLM"), qwen3 = arch && !strcmp(arch, "Qwen3ForCausalLM");
-    kn_arch moe = !arch ? KN_ARCH_LLAMA : !strcmp(arch, "MixtralForCausalLM") ? KN_ARCH_MIXTRAL
-                : !strcmp(arch, "Qwen2MoeForCausalLM") ? KN_ARCH_QWEN2MOE : !strcmp(arch, "Qwen3MoeForCausalLM") ? KN_ARCH_QWEN3MOE
-                : !strcmp(arch, "OlmoeForCausalLM") ? KN_ARCH_OLMOE : KN_ARCH_LLAMA;
-    if (!llama && !gpt2 && !qwen2 && !qwen3 && moe == KN_ARCH_LLAMA) {
+    bool gpt2 = arch && (!strcmp(arch, "GPT2LMHeadModel") || !strcmp(arch, "GPT2Model"));
+    static const struct { const char *name; kn_arch arch; } archs[] = {
+        {"LlamaForCausalLM", KN_ARCH_LLAMA}, {"Qwen2ForCausalLM", KN_ARCH_QWEN2}, {"Qwen3ForCausalLM", KN_ARCH_QWEN3},
+        {"MistralForCausalLM", KN_ARCH_MISTRAL}, {"Gemma2ForCausalLM", KN_ARCH_GEMMA2},
+        {"Gemma3ForCausalLM", KN_ARCH_GEMMA3}, {"Phi3ForCausalLM", KN_ARCH_PHI3},
+        {"MixtralForCausalLM", KN_ARCH_MIXTRAL}, {"Qwen2MoeForCausalLM", KN_ARCH_QWEN2MOE},
+        {"Qwen3MoeForCausalLM", KN_ARCH_QWEN3MOE}, {"OlmoeForCausalLM", KN_ARCH_OLMOE}};
+    int ai = -1;
+    bool gemma3_vl = arch && !strcmp(arch, "Gemma3ForConditionalGeneration");
+    if (gemma3_vl) {                     /* its language model: text_config with Gemma 3's defaults filled in */
+        kn_json *t = NULL;
+        st = kn__hf_gemma3_text_config(j, p.config, &t);
+        kn_json_free(j);
+        if (st) return st;
+        j = t;
+        arch = "Gemma3ForCausalLM";
+    }
+    for (int i = 0; arch && i < (int)(sizeof archs / sizeof archs[0]); i++)
+        if (!strcmp(arch, archs[i].name)) ai = i;
+    if (ai < 0 && !gpt2) {
         st = kn_set_error(KN_ERR_UNSUPPORTED, "%s: architecture \"%s\" is not supported; kiln loads LlamaForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-                          "OlmoeForCausalLM and GPT2LMHeadModel safetensors models (or convert the model "
-                          "to GGUF)", p.config, arch ? arch : "(none given)");
+                          "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+                          "Gemma3ForConditionalGeneration (its text part), Phi3ForCausalLM, MixtralForCausalLM, "
+                          "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OlmoeForCausalLM and GPT2LMHeadModel safetensors "
+                          "models (or convert the model to GGUF)", p.config, arch ? arch : "(none given)");
         kn_json_free(j);
         return st;
     }
@@ -565,8 +629,10 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path) {
     }
     const char *nm = kn_json_get_str(j, 0, "_name_or_path");
     snprintf(m->cfg.name, sizeof m->cfg.name, "%.127s", nm && *nm ? nm : base_name(path));
-    hf_loader h = {m, p.weights, p.config, "", KN_OK};
-    st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, qwen2 ? KN_ARCH_QWEN2 : qwen3 ? KN_ARCH_QWEN3 : moe);
+    hf_loader h = {m, p.weights, p.config, gpt2 ? "" : "model.", KN_OK};
+    if (gemma3_vl) h.prefix = kn_safetensors_find(m->st, "model.language_model.embed_tokens.weight") ? "model.language_model."
+                                                                                                  : "language_model.model.";
+    st = gpt2 ? hf_gpt2(m, j, &h) : hf_llama(m, j, &h, archs[ai].arch);
     kn_json_free(j);
     if (st) return st;
     if (tok_path) return kn__model_load_tokenizer(m, tok_path);

@@ -47,6 +47,8 @@ typedef struct {
     kn_tensor *gate_shexp, *up_shexp;     /* [Fs, C] shared expert (Qwen2-MoE) or NULL */
     kn_tensor *down_shexp;                /* [C, Fs]                                   */
     kn_tensor *gate_inp_shexp;            /* [C] f32: the shared expert's sigmoid gate */
+    kn_tensor *attn_post_norm, *ffn_post_norm; /* [C] Gemma: norms of the attention and
+                                             MLP outputs before the residual add, NULL */
 } kn__layer_w;
 
 struct kn_model {
@@ -92,6 +94,12 @@ struct kn_model {
     float *x_stage;                    /* device runs: host copies of the inputs */
     int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */
     uint64_t n_evals;                  /* kn_model_eval calls so far (kv reuse records) */
+    uint8_t *layer_swa;                /* [n_layers] 1 = sliding-window layer, or NULL */
+    const float *rope_ff_short, *rope_ff_long;  /* Phi-3 LongRoPE divisors [n_rot/2]: */
+    int rope_orig_ctx;                 /* the long ones when n_ctx > rope_orig_ctx   */
+    double rope_mscale;                /* LongRoPE attention factor                  */
+    kn_tensor *rope_mag;               /* [D] f32: the factor on the rotated dims, 1 on the
+                                          others (partial rotary with LongRoPE), or NULL */
 };
 
 /* ---- model_weights.c: helpers every loader shares ---- */
@@ -144,6 +152,30 @@ kn_status kn__load_hf(kn_model *m, const char *path, const char *tok_path);
 kn_status kn__print_info_llmc(const char *path, void *FILE_ptr);
 kn_status kn__print_info_hf(const char *path, void *FILE_ptr);
 bool kn__is_dir(const char *path);
+
+/* model_arch.c: Mistral, Gemma 2/3, Phi-3 (what they add to the Llama blocks).
+ * Config: from config.json (after hf_llama's common fields; *rope_done: it
+ * set the rope itself) or GGUF metadata (after load_gguf's); then, once
+ * n_ctx is known, kn__arch_finish picks LongRoPE's factors. */
+struct kn_json;
+kn_status kn__hf_arch_config(kn_model *m, const struct kn_json *j, const char *cfgp, bool *rope_done);
+kn_status kn__gguf_arch_config(kn_model *m, const char *arch, const char *path);
+kn_status kn__arch_finish(kn_model *m);
+/* Gemma3ForConditionalGeneration's config.json -> a config of its language
+ * model alone (text_config, with Gemma3TextConfig's defaults for what it
+ * leaves out, as Google's files do), parsed into *out. */
+kn_status kn__hf_gemma3_text_config(const struct kn_json *j, const char *cfgp, struct kn_json **out);
+/* Gemma's RMS norms scale by (1 + w): Hugging Face stores w, GGUF 1 + w. */
+kn_tensor *kn__arch_gain_plus1(kn_model *m, kn_tensor *w);
+/* graph pieces (build_forward): NULL in, NULL out */
+kn_tensor *kn__arch_embed(kn_model *m, kn_tensor *x);                    /* Gemma: x sqrt(C)        */
+kn_tensor *kn__arch_rope(kn_model *m, int layer, kn_tensor *x, kn_tensor *pos); /* the layer's rope */
+kn_tensor *kn__arch_attn(kn_model *m, int layer, kn_tensor *q, kn_tensor *k, kn_tensor *v); /* sdpa */
+kn_tensor *kn__arch_post_norm(kn_model *m, kn_tensor *x, kn_tensor *w);  /* Gemma; w NULL: x      */
+kn_tensor *kn__arch_gate_act(kn_model *m, kn_tensor *x);                 /* silu, Gemma gelu_tanh */
+kn_tensor *kn__arch_logits(kn_model *m, kn_tensor *logits);              /* final softcap          */
+/* One line of what kiln runs (kiln info): architecture, shapes, rope, window, caps. */
+void kn__arch_describe(const kn_model *m, char *buf, size_t n);
 
 /* rope_scaling.c: frequency divisors ff[n_rot/2] for kn_rope_ff. Llama 3
  * (factor, low/high_freq_factor, original context); YaRN (factor, original

@@ -100,14 +100,26 @@ bool kn_cpu_rope(const kn_exec *e) {
  * One job row = one query row (b, h, i): scores s = scale * K q over the
  * unmasked keys (gemv "dot" form), softmax, y = s V (gemv "axpy" form).
  * K and V may be f16 (an f16 KV cache): blocks of SDPA_KB rows are widened
- * to f32 in a scratch buffer and go through the same kernels. */
+ * to f32 in a scratch buffer and go through the same kernels. A sliding
+ * window starts the key range later (sdpa_range); a softcap c maps each scaled
+ * score to c tanh(s / c) (tanhf, in f32). */
 #define SDPA_KB 64
+/* the keys [*lo, *hi) query row i sees (graph/ops_nn.c: kn_sdpa_ex) */
+static void sdpa_range(bool causal, int64_t window, int64_t i, int64_t Tq, int64_t Tk, int64_t *lo, int64_t *hi) {
+    int64_t p = i + (Tk - Tq);            /* the query's position among the keys */
+    *hi = causal && p + 1 < Tk ? p + 1 : Tk;
+    *lo = window > 0 && p + 1 - window > 0 ? p + 1 - window : 0;
+}
+static void softcap_rows(float *s, float cap, int64_t n) {
+    for (int64_t j = 0; j < n; j++) s[j] = cap * tanhf(s[j] / cap);
+}
 typedef struct {
     const kn_tview *q, *k, *v, *y;
     int64_t Hq, Tq, Tk, D, Dv, G;
     bool causal, f16kv; float scale;
     kn_sgemv_dot_fn dot; kn_sgemv_axpy_fn axpy;
     atomic_int failed;
+    int64_t window; float softcap;
 } sdpa_job;
 static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
     sdpa_job *j = p;
@@ -120,11 +132,12 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; r++) {
         int64_t i = r % j->Tq, h = (r / j->Tq) % j->Hq, b = r / (j->Tq * j->Hq), hk = h / j->G;
         const float *qr = (const float *)q->data + b * q->st[0] + h * q->st[1] + i * q->st[2];
-        const char *kb = (const char *)k->data + (b * k->st[0] + hk * k->st[1]) * es;
-        const char *vb = (const char *)v->data + (b * v->st[0] + hk * v->st[1]) * es;
+        int64_t lo, n;
+        sdpa_range(j->causal, j->window, i, j->Tq, j->Tk, &lo, &n);
+        const char *kb = (const char *)k->data + (b * k->st[0] + hk * k->st[1] + lo * k->st[2]) * es;
+        const char *vb = (const char *)v->data + (b * v->st[0] + hk * v->st[1] + lo * v->st[2]) * es;
         float *yr = (float *)y->data + b * y->st[0] + h * y->st[1] + i * y->st[2];
-        int64_t n = j->Tk;
-        if (j->causal && i + (j->Tk - j->Tq) + 1 < n) n = i + (j->Tk - j->Tq) + 1;
+        n -= lo;                                 /* keys lo .. lo + n - 1 */
         if (n <= 0) {                            /* no key left: NaN, like the reference */
             for (int64_t d = 0; d < j->Dv; d++) yr[d] = NAN;
             continue;
@@ -139,6 +152,7 @@ static void sdpa_rows(void *p, int64_t r0, int64_t r1) {
                 j->dot(cn, j->D, wb, j->D, qr, s + c0);
             }
         kn_vec_mul_scalar(s, s, j->scale, n);
+        if (j->softcap > 0) softcap_rows(s, j->softcap, n);
         kn_vec_softmax(s, s, n);
         /* y = s V (f16: block by block, accumulated) */
         if (!j->f16kv) { j->axpy(n, j->Dv, (const float *)vb, v->st[2], s, yr); continue; }
@@ -164,7 +178,8 @@ bool kn_cpu_sdpa(const kn_exec *e) {
     if (Hkv < 1 || Hq % Hkv || B * Hq * Tq == 0 || Dv == 0) return false;
     if ((D > 1 && (q->st[3] != 1 || k->st[3] != 1)) || (Dv > 1 && (v->st[3] != 1 || y->st[3] != 1))) return false;
     if (kn_cpu_overlap(y, q) || kn_cpu_overlap(y, k) || kn_cpu_overlap(y, v)) return false;
-    sdpa_job j = {q, k, v, y, Hq, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal, f16kv, (float)t->p.sdpa.scale, NULL, NULL, 0};
+    sdpa_job j = {q, k, v, y, Hq, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal, f16kv, (float)t->p.sdpa.scale, NULL, NULL, 0,
+                  t->p.sdpa.window, (float)t->p.sdpa.softcap};
     pick_gemv(&j.dot, &j.axpy);
     int64_t rows = B * Hq * Tq;
     kn_cpu_par_rows(sdpa_rows, &j, rows, rows * (Tk > 0 ? Tk : 1) * (D + Dv));
@@ -188,14 +203,16 @@ typedef struct {
     bool causal; float scale;
     kn_sgemv_dot_fn dot; kn_sgemv_axpy_fn axpy;
     atomic_int failed;
+    int64_t window; float softcap;
 } sdpab_job;
 #define ROW(v, b, h, i) ((const float *)(v)->data + (b) * (v)->st[0] + (h) * (v)->st[1] + (i) * (v)->st[2])
 static void sdpab_heads(void *p, int64_t r0, int64_t r1) {
     sdpab_job *j = p;
     int64_t Tq = j->Tq, Tk = j->Tk, D = j->D, Dv = j->Dv, off = Tk - Tq, wmax = D > Dv ? D : Dv;
-    float *buf = malloc(sizeof(float) * (size_t)(2 * Tk * Tq + 2 * Tk + wmax + 1));
+    float *buf = malloc(sizeof(float) * (size_t)(2 * Tk * Tq + 3 * Tk + wmax + 1));
     if (!buf) { atomic_store(&j->failed, 1); return; }
-    float *PT = buf, *DST = PT + Tk * Tq, *s = DST + Tk * Tq, *ds = s + Tk, *tmp = ds + Tk;
+    float *PT = buf, *DST = PT + Tk * Tq, *s = DST + Tk * Tq, *ds = s + Tk, *dcap = ds + Tk, *tmp = dcap + Tk;
+    float cap = j->softcap;
     for (int64_t r = r0; r < r1; r++) {
         int64_t b = r / j->Hkv, hk = r % j->Hkv;
         const float *K = ROW(j->k, b, hk, 0), *V = ROW(j->v, b, hk, 0);
@@ -206,25 +223,35 @@ static void sdpab_heads(void *p, int64_t r0, int64_t r1) {
             for (int64_t i = 0; i < Tq; i++) {
                 const float *qi = ROW(j->q, b, h, i), *gr = ROW(j->g, b, h, i);
                 float *dqi = j->dq + ((b * j->Hq + h) * Tq + i) * D;
-                int64_t n = Tk;
-                if (j->causal && i + off + 1 < n) n = i + off + 1;
+                int64_t lo, hi;
+                sdpa_range(j->causal, j->window, i, Tq, Tk, &lo, &hi);
+                int64_t n = hi - lo;                 /* keys lo .. hi - 1 */
                 if (n <= 0) { for (int64_t d = 0; d < D; d++) dqi[d] = NAN; continue; }
-                j->dot(n, D, K, ldk, qi, s);
+                j->dot(n, D, K + lo * ldk, ldk, qi, s);
                 kn_vec_mul_scalar(s, s, j->scale, n);
+                if (cap > 0)
+                    for (int64_t c = 0; c < n; c++) {
+                        float th = tanhf(s[c] / cap);
+                        s[c] = cap * th;
+                        dcap[c] = 1 - th * th;       /* d(capped) / d(score) */
+                    }
                 kn_vec_softmax(s, s, n);
-                j->dot(n, Dv, V, ldv, gr, ds);
+                j->dot(n, Dv, V + lo * ldv, ldv, gr, ds);
                 float di = kn_vec_dot(s, ds, n);
                 kn_vec_add_scalar(ds, ds, -di, n);
                 kn_vec_mul(ds, ds, s, n);
+                if (cap > 0) kn_vec_mul(ds, ds, dcap, n);
                 kn_vec_mul_scalar(ds, ds, j->scale, n);
-                j->axpy(n, D, K, ldk, ds, dqi);
-                for (int64_t c = 0; c < n; c++) { PT[c * Tq + i] = s[c]; DST[c * Tq + i] = ds[c]; }
+                j->axpy(n, D, K + lo * ldk, ldk, ds, dqi);
+                for (int64_t c = 0; c < n; c++) { PT[(lo + c) * Tq + i] = s[c]; DST[(lo + c) * Tq + i] = ds[c]; }
             }
             const float *Q = ROW(j->q, b, h, 0), *Gm = ROW(j->g, b, h, 0);
             for (int64_t c = 0; c < Tk; c++) {
                 int64_t i0 = j->causal && c - off > 0 ? c - off : 0;
                 if (i0 < 0) i0 = 0;
-                int64_t m = Tq - i0;
+                int64_t i1 = Tq;                     /* a window: rows i < c - off + W see key c */
+                if (j->window > 0 && c - off + j->window < i1) i1 = c - off + j->window;
+                int64_t m = i1 - i0;
                 float *dkc = dk + c * D, *dvc = dv + c * Dv;
                 if (m <= 0) {                    /* no query row sees key c */
                     if (gi == 0) { for (int64_t d = 0; d < D; d++) dkc[d] = 0; for (int64_t d = 0; d < Dv; d++) dvc[d] = 0; }
@@ -257,7 +284,7 @@ bool kn_cpu_sdpa_bwd(const kn_exec *e) {
     float *dq = y->data;
     int64_t nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D;
     sdpab_job j = {q, k, v, g, dq, dq + nq, dq + nq + nk, Hq, Hkv, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal,
-                   (float)t->p.sdpa.scale, NULL, NULL, 0};
+                   (float)t->p.sdpa.scale, NULL, NULL, 0, t->p.sdpa.window, (float)t->p.sdpa.softcap};
     pick_gemv(&j.dot, &j.axpy);
     kn_cpu_par_rows(sdpab_heads, &j, B * Hkv, B * Hq * Tq * Tk * (2 * D + 2 * Dv));
     return !atomic_load(&j.failed);

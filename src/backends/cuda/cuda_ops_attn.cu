@@ -13,8 +13,8 @@
  *   dQ = dS K, dK = sum_g dS_g^T Q_g, dV = sum_g P_g^T G_g     (GEMMs)
  * 16-bit operands with head dim 64 or 128 take the flash kernels first
  * (flash_attn.cu). Anything else (other dtypes, strided head dims, a query
- * row with no key) takes the generic pair of kernels, in double like the
- * reference.
+ * row with no key, a softcap) takes the generic pair of kernels, in double
+ * like the reference. A sliding window narrows the keys of every path.
  */
 #include "backends/cuda/cuda_ops.cuh"
 #include "backends/cuda/kn_cuda.h"
@@ -24,16 +24,17 @@
 /* ---- generic: a block per query row, then a thread per dk/dv element ---- */
 /* P and DS rows (double, [rows, Tk]) for the chunk's query rows r0.. */
 __global__ void __launch_bounds__(KN_THREADS) k_sdpa_bwd_rows(kn_dview q, kn_dview k, kn_dview v, kn_dview g, kn_dview y,
-                                                            int causal, double scale, double *P, double *DS, int64_t r0,
-                                                            int64_t nrows) {
+                                                            int causal, double scale, int64_t window, double cap,
+                                                            double *P, double *DS, int64_t r0, int64_t nrows) {
     __shared__ double sh[32];
     int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2], Dv = v.ne[3], G = Hq / Hkv;
     for (int64_t rr = blockIdx.x; rr < nrows; rr += gridDim.x) {
         int64_t row = r0 + rr, i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
         double *p = P + rr * Tk, *ds = DS + rr * Tk;
-        int64_t n = Tk;
-        if (causal && i + (Tk - Tq) + 1 < n) n = i + (Tk - Tq) + 1;
-        if (n <= 0) {                        /* no key: NaN dq, nothing to dk/dv */
+        int64_t n = Tk, lo = 0, pi = i + (Tk - Tq);   /* keys lo <= j < n (kn_sdpa_ex) */
+        if (causal && pi + 1 < n) n = pi + 1;
+        if (window > 0 && pi + 1 - window > 0) lo = pi + 1 - window;
+        if (n <= lo) {                       /* no key: NaN dq, nothing to dk/dv */
             for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) p[j] = ds[j] = 0;
             for (int64_t d = threadIdx.x; d < D; d += blockDim.x) kn_dput(y, (row * D + d) * y.st[0], NAN);
             __syncthreads();
@@ -42,27 +43,32 @@ __global__ void __launch_bounds__(KN_THREADS) k_sdpa_bwd_rows(kn_dview q, kn_dvi
         double m = -INFINITY;
         for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
             double s = -INFINITY, dp = 0;
-            if (j < n) {
+            if (j >= lo && j < n) {
                 double a = 0, c = 0;
                 for (int64_t d = 0; d < D; d++) a += kn_dget(q, AOFF(q, b, h, i, d)) * kn_dget(k, AOFF(k, b, hk, j, d));
                 for (int64_t d = 0; d < Dv; d++) c += kn_dget(g, AOFF(g, b, h, i, d)) * kn_dget(v, AOFF(v, b, hk, j, d));
-                s = a * scale; dp = c;
+                s = cap > 0 ? cap * tanh(a * scale / cap) : a * scale; dp = c;
                 if (s > m) m = s;
             }
             p[j] = s; ds[j] = dp;
         }
         m = kn_dblock_max(m, sh);
         double sum = 0;
-        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) { double e = j < n ? exp(p[j] - m) : 0; p[j] = e; sum += e; }
+        for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) { double e = j >= lo && j < n ? exp(p[j] - m) : 0; p[j] = e; sum += e; }
         sum = kn_dblock_sum(sum, sh);
         double di = 0;
         for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) { p[j] /= sum; di += p[j] * ds[j]; }
         di = kn_dblock_sum(di, sh);
+        if (cap > 0)   /* ds gets the cap's derivative 1 - tanh^2; the capped score is log(p sum) + m */
+            for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
+                double t = p[j] > 0 ? (log(p[j] * sum) + m) / cap : 0;
+                ds[j] = (ds[j] - di) * (1 - t * t) + di;
+            }
         for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) ds[j] = scale * p[j] * (ds[j] - di);
         __syncthreads();
         for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
             double acc = 0;
-            for (int64_t j = 0; j < n; j++) acc += ds[j] * kn_dget(k, AOFF(k, b, hk, j, d));
+            for (int64_t j = lo; j < n; j++) acc += ds[j] * kn_dget(k, AOFF(k, b, hk, j, d));
             kn_dput(y, (row * D + d) * y.st[0], acc);
         }
         __syncthreads();
@@ -104,7 +110,8 @@ static kn_status sdpa_bwd_generic(const kn_exec *e) {
     for (int64_t b0 = 0; b0 < B && !st; b0 += chunk) {
         int64_t nb = B - b0 < chunk ? B - b0 : chunk, rows = nb * per_seq_rows;
         unsigned blocks = rows > 65536 ? 65536u : (unsigned)rows;
-        k_sdpa_bwd_rows<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(dq, dk, dvv, dg, dy, e->node->p.sdpa.causal, e->node->p.sdpa.scale, P, DS,
+        k_sdpa_bwd_rows<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(dq, dk, dvv, dg, dy, e->node->p.sdpa.causal, e->node->p.sdpa.scale,
+                                                e->node->p.sdpa.window, e->node->p.sdpa.softcap, P, DS,
                                                 b0 * per_seq_rows, rows);
         if (cudaGetLastError() != cudaSuccess) { st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: kernel launch failed"); break; }
         int64_t n = nb * k->ne[1] * k->ne[2] * (q->ne[3] + e->src[2].ne[3]);
@@ -119,23 +126,25 @@ static kn_status sdpa_bwd_generic(const kn_exec *e) {
 /* ---- f32: batched SGEMMs around one row kernel ---- */
 /* s holds scale*QK^T rows, dp holds G V^T rows; afterwards s = P and dp = dS
  * (both zero past the visible keys). A warp per row. */
-__global__ void k_ds_rows_f32(float *s, float *dp, int64_t rows, int64_t Tq, int64_t Tk, int causal, float scale) {
+__global__ void k_ds_rows_f32(float *s, float *dp, int64_t rows, int64_t Tq, int64_t Tk, int causal, int64_t window,
+                              float scale) {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     float *sr = s + r * Tk, *dr = dp + r * Tk;
-    int64_t lim = Tk;
-    if (causal) { int64_t i = r % Tq; lim = i + (Tk - Tq) + 1; if (lim > Tk) lim = Tk; }
+    int64_t lo = 0, lim = Tk, pi = r % Tq + (Tk - Tq);   /* keys lo <= j < lim (kn_sdpa_ex) */
+    if (causal && pi + 1 < lim) lim = pi + 1;
+    if (window > 0 && pi + 1 - window > 0) lo = pi + 1 - window;
     float m = -INFINITY;
-    for (int64_t j = lane; j < lim; j += 32) m = fmaxf(m, sr[j]);
+    for (int64_t j = lo + lane; j < lim; j += 32) m = fmaxf(m, sr[j]);
     m = kn_warp_max(m);
     float sum = 0.f;
-    for (int64_t j = lane; j < lim; j += 32) { float p = expf(sr[j] - m); sr[j] = p; sum += p; }
+    for (int64_t j = lo + lane; j < lim; j += 32) { float p = expf(sr[j] - m); sr[j] = p; sum += p; }
     float inv = 1.f / kn_warp_sum(sum), di = 0.f;
-    for (int64_t j = lane; j < lim; j += 32) { float p = sr[j] * inv; sr[j] = p; di += p * dr[j]; }
+    for (int64_t j = lo + lane; j < lim; j += 32) { float p = sr[j] * inv; sr[j] = p; di += p * dr[j]; }
     di = kn_warp_sum(di);
     for (int64_t j = lane; j < Tk; j += 32) {
-        if (j < lim) dr[j] = scale * sr[j] * (dr[j] - di);
+        if (j >= lo && j < lim) dr[j] = scale * sr[j] * (dr[j] - di);
         else { sr[j] = 0.f; dr[j] = 0.f; }
     }
 }
@@ -147,8 +156,8 @@ static kn_status sdpa_bwd_f32(const kn_exec *e) {
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     bool causal = e->node->p.sdpa.causal;
     if (!rows_f32(q) || !rows_f32(k) || !rows_f32(v) || !rows_f32(g) || y->dtype != KN_F32 || y->st[0] != 1 ||
-        kn_env_get()->cuda_generic || Tk == 0 || Tq == 0 || (causal && Tq > Tk) || Hq % Hkv)
-        return KN_ERR_UNSUPPORTED;
+        kn_env_get()->cuda_generic || Tk == 0 || Tq == 0 || (causal && Tq > Tk) || Hq % Hkv || e->node->p.sdpa.softcap > 0)
+        return KN_ERR_UNSUPPORTED;              /* a softcap: the generic kernels */
     int64_t ldq = Tq > 1 ? q->st[2] : D, ldg = Tq > 1 ? g->st[2] : Dv, ldk = Tk > 1 ? k->st[2] : D, ldv = Tk > 1 ? v->st[2] : Dv;
     if (ldq < D || ldk < D || ldv < Dv || ldg < Dv) return KN_ERR_UNSUPPORTED;
     int64_t G = Hq / Hkv, per_seq = Hq * Tq * Tk;
@@ -179,7 +188,7 @@ static kn_status sdpa_bwd_f32(const kn_exec *e) {
         st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, kn_cu_stream());
         if (!st) st = kn_cuda_sgemm_batched(false, true, Tq, Tk, Dv, 1.f, gp, ldg, vp, ldv, 0.f, dp, Tk, &gv, kn_cu_stream());
         if (!st) {
-            k_ds_rows_f32<<<(unsigned)((rows + 7) / 8), 256, 0, kn_cu_stream()>>>(s, dp, rows, Tq, Tk, causal, scale);
+            k_ds_rows_f32<<<(unsigned)((rows + 7) / 8), 256, 0, kn_cu_stream()>>>(s, dp, rows, Tq, Tk, causal, e->node->p.sdpa.window, scale);
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: row kernel launch failed");
         }
         if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, D, Tk, 1.f, dp, Tk, kp, ldk, 0.f, dqp, D, &dsk, kn_cu_stream());

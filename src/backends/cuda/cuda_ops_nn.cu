@@ -375,8 +375,16 @@ static kn_status cu_pool(const kn_exec *e) {
 }
 
 /* ---- attention: one block per (b, h, i) query row; scores in scratch s ---- */
+/* keys lo <= j < hi of query row i (graph/ops_nn.c: kn_sdpa_ex): causal stops
+ * at its position p = i + (Tk - Tq), a window W > 0 starts at p - W + 1 */
+__device__ __forceinline__ void sdpa_range(int causal, int64_t window, int64_t i, int64_t Tq, int64_t Tk, int64_t *lo,
+                                           int64_t *hi) {
+    int64_t p = i + (Tk - Tq);
+    *hi = causal && p + 1 < Tk ? p + 1 : Tk;
+    *lo = window > 0 && p + 1 - window > 0 ? p + 1 - window : 0;
+}
 __global__ void __launch_bounds__(KN_THREADS) k_sdpa(kn_dview q, kn_dview k, kn_dview v, kn_dview y, int causal, double scale,
-                                                     double *s_all, int64_t nrows) {
+                                                     int64_t window, double cap, double *s_all, int64_t nrows) {
     __shared__ double sh[32];
     int64_t Hq = q.ne[1], Tq = q.ne[2], D = q.ne[3], Hkv = k.ne[1], Tk = k.ne[2], Dv = v.ne[3];
     int64_t G = Hq / Hkv;
@@ -384,13 +392,15 @@ __global__ void __launch_bounds__(KN_THREADS) k_sdpa(kn_dview q, kn_dview k, kn_
         int64_t i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
         double *s = s_all + (int64_t)blockIdx.x * Tk;
         double m = -INFINITY;
+        int64_t lo, hi;
+        sdpa_range(causal, window, i, Tq, Tk, &lo, &hi);
         for (int64_t j = threadIdx.x; j < Tk; j += blockDim.x) {
             double sc;
-            if (causal && j > i + (Tk - Tq)) sc = -INFINITY;
+            if (j < lo || j >= hi) sc = -INFINITY;
             else {
                 double dot = 0;
                 for (int64_t d = 0; d < D; d++) dot += kn_dget(q, OFF4(q, b, h, i, d)) * kn_dget(k, OFF4(k, b, hk, j, d));
-                sc = dot * scale;
+                sc = cap > 0 ? cap * tanh(dot * scale / cap) : dot * scale;
             }
             s[j] = sc;
             if (sc > m) m = sc;
@@ -413,20 +423,23 @@ __global__ void __launch_bounds__(KN_THREADS) k_sdpa(kn_dview q, kn_dview k, kn_
  * causal mask and the softmax in place. Scores live in pooled scratch, a
  * chunk of sequences at a time. k_sdpa above (a block per query row, double)
  * stays for other dtypes and layouts. */
-__global__ void k_softmax_rows_f32(float *s, int64_t rows, int64_t Tq, int64_t Tk, int causal) {
+__global__ void k_softmax_rows_f32(float *s, int64_t rows, int64_t Tq, int64_t Tk, int causal, int64_t window, float cap) {
     int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     float *row = s + r * Tk;
-    int64_t lim = Tk;                        /* keys j < lim are visible */
-    if (causal) { int64_t i = r % Tq; lim = i + (Tk - Tq) + 1; if (lim > Tk) lim = Tk; }
+    int64_t lo, lim;                         /* keys lo <= j < lim are visible */
+    sdpa_range(causal, window, r % Tq, Tq, Tk, &lo, &lim);
     float m = -INFINITY;
-    for (int64_t j = lane; j < lim; j += 32) m = fmaxf(m, row[j]);
+    for (int64_t j = lo + lane; j < lim; j += 32) {
+        if (cap > 0.f) row[j] = cap * tanhf(row[j] / cap);
+        m = fmaxf(m, row[j]);
+    }
     m = kn_warp_max(m);
     float sum = 0.f;
-    for (int64_t j = lane; j < lim; j += 32) { float p = expf(row[j] - m); row[j] = p; sum += p; }
+    for (int64_t j = lo + lane; j < lim; j += 32) { float p = expf(row[j] - m); row[j] = p; sum += p; }
     float inv = 1.f / kn_warp_sum(sum);
-    for (int64_t j = lane; j < Tk; j += 32) row[j] = j < lim ? row[j] * inv : 0.f;
+    for (int64_t j = lane; j < Tk; j += 32) row[j] = j >= lo && j < lim ? row[j] * inv : 0.f;
 }
 
 static bool rows_f32(const kn_tview *v) { return v->dtype == KN_F32 && v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
@@ -467,7 +480,8 @@ static kn_status sdpa_f32(const kn_exec *e) {
         st = kn_cuda_sgemm_batched(false, true, Tq, Tk, D, scale, qp, ldq, kp, ldk, 0.f, s, Tk, &qk, kn_cu_stream());
         if (!st) {
             int64_t blocks = (rows + 7) / 8;            /* 8 warps a block, a warp a row */
-            k_softmax_rows_f32<<<(unsigned)blocks, 256, 0, kn_cu_stream()>>>(s, rows, Tq, Tk, causal);
+            k_softmax_rows_f32<<<(unsigned)blocks, 256, 0, kn_cu_stream()>>>(s, rows, Tq, Tk, causal, e->node->p.sdpa.window,
+                                                                             (float)e->node->p.sdpa.softcap);
             if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: softmax launch failed");
         }
         if (!st) st = kn_cuda_sgemm_batched(false, false, Tq, Dv, Tk, 1.f, s, Tk, vp, ldv, 0.f, yp, ldy, &pv, kn_cu_stream());
@@ -527,7 +541,7 @@ template <> __device__ __forceinline__ float kv_ld<kv_bf16>(const kv_bf16 *p, in
 template <typename KV>
 __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v, kn_dview vv, float *y,
                               kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
-                              float scale, const int64_t *dsyms, int tk_sym) {
+                              float scale, int64_t window, float cap, const int64_t *dsyms, int tk_sym) {
     extern __shared__ float sm[];                     /* q [D], scores [Tk] */
     if (dsyms) Tk = dsyms[tk_sym];                    /* a captured launch: the key count of this replay */
     __shared__ float red[32];
@@ -537,27 +551,28 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
     const KV *kb = k + b * kv.st[0] + hk * kv.st[1];
     const KV *vb = v + b * vv.st[0] + hk * vv.st[1];
     float *yr = y + b * yv.st[0] + h * yv.st[1] + i * yv.st[2];
-    int64_t lim = Tk;
-    if (causal && i + (Tk - Tq) + 1 < lim) lim = i + (Tk - Tq) + 1;
+    int64_t lo, lim;                                  /* keys lo <= j < lim */
+    sdpa_range(causal, window, i, Tq, Tk, &lo, &lim);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
     __syncthreads();
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) {
+    for (int64_t j = lo + threadIdx.x; j < lim; j += blockDim.x) {
         const KV *kr = kb + j * kv.st[2];
         float a = 0.f;
         for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
         a *= scale;
+        if (cap > 0.f) a = cap * tanhf(a / cap);
         sc[j] = a;
         m = fmaxf(m, a);
     }
     m = kn_block_max(m, red);
     float sum = 0.f;
-    for (int64_t j = threadIdx.x; j < lim; j += blockDim.x) { float p = __expf(sc[j] - m); sc[j] = p; sum += p; }
+    for (int64_t j = lo + threadIdx.x; j < lim; j += blockDim.x) { float p = __expf(sc[j] - m); sc[j] = p; sum += p; }
     sum = kn_block_sum(sum, red);                     /* its barriers also publish sc[] */
-    float inv = lim > 0 ? 1.f / sum : NAN;            /* no key: NaN, like the reference */
+    float inv = lim > lo ? 1.f / sum : NAN;           /* no key: NaN, like the reference */
     for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
         float acc = 0.f;
-        for (int64_t j = 0; j < lim; j++) acc += sc[j] * kv_ld<KV>(vb + j * vv.st[2], d);
+        for (int64_t j = lo; j < lim; j++) acc += sc[j] * kv_ld<KV>(vb + j * vv.st[2], d);
         yr[d] = acc * inv;
     }
 }
@@ -596,17 +611,18 @@ static kn_status sdpa_decode(const kn_exec *e) {
     if (!tk_sym) ds = NULL;
     size_t smem = sizeof(float) * (size_t)(D + (ds ? e->node->src[1]->shape[2] : Tk));
     unsigned blocks = (unsigned)(B * Hq * Tq);
-    float scale = (float)e->node->p.sdpa.scale;
+    float scale = (float)e->node->p.sdpa.scale, cap = (float)e->node->p.sdpa.softcap;
     int causal = e->node->p.sdpa.causal;
+    int64_t W = e->node->p.sdpa.window;
     if (k->dtype == KN_F32)
         k_sdpa_decode<float><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
-            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
+            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
     else if (k->dtype == KN_F16)
         k_sdpa_decode<kv_f16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
-            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
+            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
     else
         k_sdpa_decode<kv_bf16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
-            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, ds, tk_sym);
+            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
     LAUNCHED_OK();
 }
 
@@ -616,7 +632,7 @@ static kn_status cu_sdpa(const kn_exec *e) {
     if (nrows == 0) return KN_OK;
     if (k->ne[1] == 0) return kn_set_error(KN_ERR_INVALID, "sdpa: key/value have 0 heads");
     kn_status fst = sdpa_decode(e);
-    if (fst == KN_ERR_UNSUPPORTED) fst = kn_cu_flash_fwd(e);    /* bf16/f16, D 64 or 128 (flash_attn.cu) */
+    if (fst == KN_ERR_UNSUPPORTED) fst = kn_cu_flash_fwd(e);    /* bf16/f16, D 64 or 128, no window/softcap (flash_attn.cu) */
     if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_f32(e);
     if (fst == KN_ERR_UNSUPPORTED) fst = sdpa_half_kv(e);
     if (fst != KN_ERR_UNSUPPORTED) return fst;
@@ -626,7 +642,7 @@ static kn_status cu_sdpa(const kn_exec *e) {
     kn_status st = kn_cu_tmp(sizeof(double) * (size_t)blocks * (size_t)(Tk ? Tk : 1), (void **)&s);
     if (st) return st;
     k_sdpa<<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(q), kn_dv(k), kn_dv(&e->src[2]), kn_dv(&e->dst), e->node->p.sdpa.causal,
-                                    e->node->p.sdpa.scale, s, nrows);
+                                    e->node->p.sdpa.scale, e->node->p.sdpa.window, e->node->p.sdpa.softcap, s, nrows);
     if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa: kernel launch failed");
     kn_cu_tmp_free(s);
     return st;

@@ -10,6 +10,7 @@
  * unit stride along D, every other stride a multiple of 8 elements and the
  * data 16-byte aligned (the head views of a fused [B,T,3C] projection fit:
  * row stride 3C). y (or the packed dq|dk|dv) is the operand dtype or f32.
+ * A sliding window or a softcap (kn_sdpa_ex) is not handled here yet.
  * Anything else returns KN_ERR_UNSUPPORTED without a message and the caller
  * takes its older path. Portable sm_80 code (mma.sync m16n8k16, ldmatrix,
  * cp.async), which the H100/H200 run as it is; no wgmma/TMA path yet.
@@ -512,6 +513,7 @@ static void fa_strides(const kn_tview *v, int64_t s[3]) {
 }
 /* the common conditions of both directions; *bf: bf16 (else f16) */
 static bool fa_fits(const kn_exec *e, bool *bf) {
+    if (e->node->p.sdpa.window > 0 || e->node->p.sdpa.softcap > 0) return false;   /* kn_sdpa_ex: the other paths */
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2];
     kn_dtype dt = q->dtype;
     int64_t D = q->ndim == 4 ? q->ne[3] : 0;

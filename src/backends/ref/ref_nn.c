@@ -375,7 +375,14 @@ static kn_status adaptive_avg_pool2d(const kn_exec *e, bool bwd) {
 
 /* ---- attention --------------------------------------------------------------------
  * y[b,h,i] = sum_j softmax_j(scale * q[b,h,i] . k[b,h/G,j]) v[b,h/G,j], G = Hq/Hkv;
- * causal drops keys j > i + (Tk - Tq) (a row with no key left is NaN). */
+ * causal drops keys j > i + (Tk - Tq) (a row with no key left is NaN); a
+ * window W also drops keys j <= i + (Tk - Tq) - W; a softcap c maps each
+ * score s to c tanh(s / c). */
+static void sdpa_keys(const kn_tensor *t, int64_t i, int64_t Tq, int64_t Tk, int64_t *lo, int64_t *hi) {
+    *lo = 0; *hi = Tk;
+    if (t->p.sdpa.causal && i + (Tk - Tq) + 1 < *hi) *hi = i + (Tk - Tq) + 1;
+    if (t->p.sdpa.window > 0 && i + (Tk - Tq) + 1 - t->p.sdpa.window > 0) *lo = i + (Tk - Tq) + 1 - t->p.sdpa.window;
+}
 static kn_status sdpa(const kn_exec *e) {
     const kn_tensor *t = e->node;
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
@@ -388,12 +395,14 @@ static kn_status sdpa(const kn_exec *e) {
         for (int64_t h = 0; h < Hq; h++) {
             int64_t hk = h / G;
             for (int64_t i = 0; i < Tq; i++) {
-                double m = -INFINITY, sum = 0;
+                double m = -INFINITY, sum = 0, cap = t->p.sdpa.softcap;
+                int64_t lo, hi;
+                sdpa_keys(t, i, Tq, Tk, &lo, &hi);
                 for (int64_t j = 0; j < Tk; j++) {
-                    if (t->p.sdpa.causal && j > i + (Tk - Tq)) { s[j] = -INFINITY; continue; }
+                    if (j < lo || j >= hi) { s[j] = -INFINITY; continue; }
                     double dot = 0;
                     for (int64_t d = 0; d < D; d++) dot += LD(q, OFF4(q, b, h, i, d)) * LD(k, OFF4(k, b, hk, j, d));
-                    s[j] = dot * scale;
+                    s[j] = cap > 0 ? cap * tanh(dot * scale / cap) : dot * scale;
                     if (s[j] > m) m = s[j];
                 }
                 for (int64_t j = 0; j < Tk; j++) { s[j] = exp(s[j] - m); sum += s[j]; }
@@ -417,37 +426,39 @@ static kn_status sdpa_bwd(const kn_exec *e) {
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
     int64_t G = Hq / Hkv, nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D, nv = B * Hkv * Tk * Dv;
     double scale = t->p.sdpa.scale;
-    double *s = malloc(sizeof(double) * (size_t)(2 * Tk + 1)), *dkv = calloc((size_t)(nk + nv) + 1, sizeof(double));
+    double *s = malloc(sizeof(double) * (size_t)(3 * Tk + 1)), *dkv = calloc((size_t)(nk + nv) + 1, sizeof(double));
     if (!s || !dkv) { free(s); free(dkv); return kn_set_error(KN_ERR_NOMEM, "sdpa backward: out of memory"); }
-    double *dp = s + Tk, *dk = dkv, *dv = dkv + nk;
+    double *dp = s + Tk, *dcap = dp + Tk, *dk = dkv, *dv = dkv + nk, cap = t->p.sdpa.softcap;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < Hq; h++) {
             int64_t hk = h / G;
             for (int64_t i = 0; i < Tq; i++) {
-                int64_t n = Tk, qo = ((b * Hq + h) * Tq + i) * D;
-                if (t->p.sdpa.causal && i + (Tk - Tq) + 1 < n) n = i + (Tk - Tq) + 1;
-                if (n <= 0) {                    /* no key: the output row is NaN */
+                int64_t lo, n, qo = ((b * Hq + h) * Tq + i) * D;
+                sdpa_keys(t, i, Tq, Tk, &lo, &n);     /* keys lo <= j < n */
+                if (n <= lo) {                   /* no key: the output row is NaN */
                     for (int64_t d = 0; d < D; d++) ST(y, (qo + d) * y->st[0], NAN);
                     continue;
                 }
                 double m = -INFINITY, sum = 0, di = 0;
-                for (int64_t j = 0; j < n; j++) {
+                for (int64_t j = lo; j < n; j++) {
                     double dot = 0, dg = 0;
                     for (int64_t d = 0; d < D; d++) dot += LD(q, OFF4(q, b, h, i, d)) * LD(k, OFF4(k, b, hk, j, d));
                     for (int64_t d = 0; d < Dv; d++) dg += LD(g, OFF4(g, b, h, i, d)) * LD(v, OFF4(v, b, hk, j, d));
-                    s[j] = dot * scale;
+                    double th = cap > 0 ? tanh(dot * scale / cap) : 0;
+                    s[j] = cap > 0 ? cap * th : dot * scale;
+                    dcap[j] = cap > 0 ? 1 - th * th : 1;      /* d(capped score) / d(score) */
                     dp[j] = dg;
                     if (s[j] > m) m = s[j];
                 }
-                for (int64_t j = 0; j < n; j++) { s[j] = exp(s[j] - m); sum += s[j]; }
-                for (int64_t j = 0; j < n; j++) { s[j] /= sum; di += s[j] * dp[j]; }
+                for (int64_t j = lo; j < n; j++) { s[j] = exp(s[j] - m); sum += s[j]; }
+                for (int64_t j = lo; j < n; j++) { s[j] /= sum; di += s[j] * dp[j]; }
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
-                    for (int64_t j = 0; j < n; j++) acc += scale * s[j] * (dp[j] - di) * LD(k, OFF4(k, b, hk, j, d));
+                    for (int64_t j = lo; j < n; j++) acc += scale * s[j] * (dp[j] - di) * dcap[j] * LD(k, OFF4(k, b, hk, j, d));
                     ST(y, (qo + d) * y->st[0], acc);
                 }
-                for (int64_t j = 0; j < n; j++) {
-                    double ds = scale * s[j] * (dp[j] - di);
+                for (int64_t j = lo; j < n; j++) {
+                    double ds = scale * s[j] * (dp[j] - di) * dcap[j];
                     int64_t ko = ((b * Hkv + hk) * Tk + j) * D, vo = ((b * Hkv + hk) * Tk + j) * Dv;
                     for (int64_t d = 0; d < D; d++) dk[ko + d] += ds * LD(q, OFF4(q, b, h, i, d));
                     for (int64_t d = 0; d < Dv; d++) dv[vo + d] += s[j] * LD(g, OFF4(g, b, h, i, d));
