@@ -55,10 +55,11 @@ static const char *gpt2_path(void) {
     return path[0] ? path : NULL;
 }
 
-typedef struct { const char *name, *path, *tok; bool kv_f16; double tol; } model_case;
+typedef struct { const char *name, *path, *tok; bool kv_f16; double tol; kn_backend *be; } model_case;
 
 static kn_model *load(const model_case *mc, int n_ctx) {
-    kn_model_opts o = {.n_ctx = n_ctx, .kv_f16 = mc->kv_f16, .tokenizer_path = mc->tok};
+    kn_model_opts o = {.n_ctx = n_ctx, .kv_f16 = mc->kv_f16, .tokenizer_path = mc->tok, .backend = mc->be,
+                       .weight_dtype = mc->be ? KN_WEIGHTS_F32 : KN_WEIGHTS_AUTO};
     kn_model *m = NULL;
     if (kn_model_load(mc->path, &o, &m) != KN_OK) { fprintf(stderr, "  %s: %s\n", mc->name, kn_last_error()); return NULL; }
     return m;
@@ -488,5 +489,42 @@ TEST(batch_greedy_equals_single) {
     }
     if (!ran) SKIP("neither stories260K (KN_ASSETS) nor SmolLM2 (models/, KN_SMOLLM2) is present");
 }
+
+/* ---- device backends ----------------------------------------------------------
+ * Host memory posing as a device (as tests/test_qwen.c): the engine's device
+ * path (pool allocated and zeroed through copy_in, inputs staged, logits
+ * copied out) with the cpu backend's kernels. */
+static void *fd_alloc(kn_backend *be, size_t n) { (void)be; return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
+static void fd_free(kn_backend *be, void *p) { (void)be; kn_backend_cpu()->free(kn_backend_cpu(), p); }
+static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { (void)be; memcpy(d, s, n); return KN_OK; }
+static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
+static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
+                            fd_compute, NULL, NULL, NULL};
+
+TEST(batch_device_path) {
+    model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
+    schedule(&mc, 31, 4, 16, 96 * 4, 64);
+    mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
+    schedule(&mc, 32, 4, 8, 200, 48);
+}
+
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+/* the CUDA backend (scripts/cuda_test.sh on a GPU machine): the schedules on
+ * the GPU against the GPU's own kn_model_eval, f32 weights */
+TEST(batch_cuda) {
+    kn_backend *g = kn_backend_cuda();
+    if (!g) SKIP("no GPU: %s", kn_last_error());
+    model_case mc[16];
+    int n = model_cases(mc);
+    for (int i = 0; i < n; i++) {
+        mc[i].be = g;
+        schedule(&mc[i], 3000 + (uint64_t)i, 4, 16, 96 * 4, 64);
+        schedule(&mc[i], 4000 + (uint64_t)i, 6, 4, 160, 48);
+    }
+}
+#else
+TEST(batch_cuda) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#endif
 
 int main(void) { return kn_test_main(); }
