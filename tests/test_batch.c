@@ -381,6 +381,27 @@ TEST(batch_prefix_sharing_and_eviction) {
     CHECK(kn_batch_seq_reuse_prefix(b, e, p, 40) <= 8, "p's blocks mostly gone");
     kn_batch_seq_free(b, e);
     kn_batch_seq_free(b, d);
+    /* twins: two sequences evaluate the same prompt in one step (neither can
+     * reuse the other's blocks yet); the second's full blocks stay private,
+     * and its own later blocks chain to the first's, so a third sequence
+     * reuses the prompt and the second's continuation */
+    int32_t w[48];
+    for (int i = 0; i < 48; i++) w[i] = (p[i % 40] + (i < 24 ? 5 : 9)) % V;
+    a = kn_batch_seq_new(b); c = kn_batch_seq_new(b);
+    it[0] = (kn_batch_item){a, w, 24, false};
+    it[1] = (kn_batch_item){c, w, 24, false};
+    REQUIRE(kn_batch_step(b, it, 2, lg) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_batch_step(b, &(kn_batch_item){c, w + 24, 16, false}, 1, lg) == KN_OK, "%s", kn_last_error());
+    kn_batch_seq_free(b, a);
+    kn_batch_seq_free(b, c);
+    d = kn_batch_seq_new(b);
+    CHECK(kn_batch_seq_reuse_prefix(b, d, w, 48) == 40, "the twin's continuation is reachable: %d", kn_batch_seq_len(b, d));
+    float *wref = malloc(sizeof(float) * (size_t)V * 48);
+    REQUIRE(kn_model_eval(m, w, 48, 0, wref, true) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_batch_step(b, &(kn_batch_item){d, w + 40, 8, true}, 1, lg) == KN_OK, "%s", kn_last_error());
+    CHECK(row_err(lg, wref + 47 * V, V) < 1e-4, "logits after reusing a twin chain");
+    free(wref);
+    kn_batch_seq_free(b, d);
     /* the prefix cache off */
     kn_batch_free(b);
     o.prefix_cache = false;
