@@ -83,6 +83,8 @@ kn_tensor *kn__arch_rope(kn_model *m, int l, kn_tensor *x, kn_tensor *pos) {
 }
 
 /* q [1, H, T, D], k, v [1, Hkv, S, D]: causal, the layer's window, the cap */
+int kn__arch_window(const kn_model *m, int l) { return windowed(m, l) ? m->cfg.sliding_window : 0; }
+
 kn_tensor *kn__arch_attn(kn_model *m, int l, kn_tensor *q, kn_tensor *k, kn_tensor *v) {
     const kn_model_config *c = &m->cfg;
     return kn_sdpa_ex(m->ctx, q, k, v, true, c->attn_scale, windowed(m, l) ? c->sliding_window : 0, c->attn_softcap);
