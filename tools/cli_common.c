@@ -70,6 +70,18 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t) {
         st = kn_chat_template_from_name("plain", t);
     }
     if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
+    /* the model's template sees its tokenizer's bos_token / eos_token */
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    if (st == KN_OK && t->format == KN_CHAT_JINJA && tok) {
+        char bos[128] = "", eos[128] = "";
+        size_t n;
+        const char *p;
+        if (kn_tokenizer_bos(tok) >= 0 && (p = kn_tokenizer_token_text(tok, kn_tokenizer_bos(tok), &n)) && n < sizeof bos)
+            { memcpy(bos, p, n); bos[n] = 0; }
+        if (kn_tokenizer_eos(tok) >= 0 && (p = kn_tokenizer_token_text(tok, kn_tokenizer_eos(tok), &n)) && n < sizeof eos)
+            { memcpy(eos, p, n); eos[n] = 0; }
+        kn_chat_template_set_tokens(t, bos, eos);
+    }
     return st == KN_OK;
 }
 
