@@ -14,8 +14,10 @@
  * A template using something else (macros, includes, an unknown filter) is
  * refused when compiled, with its line:column and the feature's name; a
  * template's raise_exception("...") becomes a KN_ERR_INVALID whose message
- * is the template's. Limits (nesting depth, steps, memory, output size)
- * stop hostile templates with KN_ERR_LIMIT.
+ * is the template's. Limits (nesting depth 200, 2M loop iterations and
+ * calls, 128 MiB of values, 16 MiB of output, 4 MiB of template) stop
+ * hostile templates with KN_ERR_INVALID naming the limit (KN_ERR_LIMIT
+ * always means "the buffer is too small").
  *
  * Built-in families (kn_chat_template_from_name; `--chat-template`) are
  * written in C, for models without a template:

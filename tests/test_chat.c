@@ -15,9 +15,11 @@
 #include "kn_test.h"
 #include "kiln.h"
 #include "kiln_chat.h"
+#include "kiln_llm.h"
 #include "formats/hfconfig.h"
 #include "formats/gguf.h"
 #include <pthread.h>
+#include <unistd.h>
 
 #define DIR "tests/fixtures/chat_templates/"
 #define MAX_T 16
@@ -199,7 +201,7 @@ TEST(chat_threads) {
     for (int i = 0; i < 4; i++) CHECK(w[i].bad == 0, "thread %d: %d renders differ", i, w[i].bad);
 }
 
-/* ---- errors ------------------------------------------------------------------------ */
+/* ---- errors (a template past a limit is KN_ERR_INVALID: KN_ERR_LIMIT means "buffer too small") ------------------------------------------------------------------------ */
 
 static kn_status render_text(const char *tmpl, char *buf, size_t cap) {
     kn_chat_tmpl t;
@@ -248,7 +250,8 @@ TEST(chat_errors) {
     CHECK(render_text("{{ 'a' + 1 }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("'str' and 'int'", NULL), "%s", kn_last_error());
     CHECK(render_text("{{ nope.x }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("'nope' is undefined", NULL), "%s", kn_last_error());
     CHECK(render_text("{{ 1 // 0 }}", buf, sizeof buf) == KN_ERR_INVALID, "%s", kn_last_error());
-    CHECK(render_text("{{ 9223372036854775807 + 1 }}", buf, sizeof buf) == KN_ERR_LIMIT, "%s", kn_last_error());
+    CHECK(render_text("{{ 9223372036854775807 + 1 }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("overflow", NULL),
+          "%s", kn_last_error());
     CHECK(render_text("{% break %}", buf, sizeof buf) != KN_OK, "break outside a loop");
 }
 
@@ -256,14 +259,14 @@ TEST(chat_limits) {
     static char buf[1 << 16];
     /* steps: a loop that would run 10^10 times stops at once */
     CHECK(render_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", buf, sizeof buf)
-          == KN_ERR_LIMIT && msg_has("limit", NULL), "steps: %s", kn_last_error());
+          == KN_ERR_INVALID && msg_has("limit", NULL), "steps: %s", kn_last_error());
     /* output size */
-    CHECK(render_text("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", buf, sizeof buf) == KN_ERR_LIMIT,
+    CHECK(render_text("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", buf, sizeof buf) == KN_ERR_INVALID,
           "output: %s", kn_last_error());
     /* memory: values growing without output */
     CHECK(render_text("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                      buf, sizeof buf) == KN_ERR_LIMIT, "memory: %s", kn_last_error());
-    CHECK(render_text("{{ 'x' * 9000000000000000000 }}", buf, sizeof buf) == KN_ERR_LIMIT, "repeat: %s", kn_last_error());
+                      buf, sizeof buf) == KN_ERR_INVALID, "memory: %s", kn_last_error());
+    CHECK(render_text("{{ 'x' * 9000000000000000000 }}", buf, sizeof buf) == KN_ERR_INVALID, "repeat: %s", kn_last_error());
     /* nesting depth: parser recursion is bounded */
     size_t depth = 100000;
     char *deep = malloc(depth * 2 + 16);
@@ -286,7 +289,7 @@ TEST(chat_limits) {
     char *huge = malloc(big + 1);
     REQUIRE(huge, "oom");
     memset(huge, 'a', big); huge[big] = 0;
-    CHECK(kn_chat_template_from_string(huge, &t) == KN_ERR_LIMIT, "source size: %s", kn_last_error());
+    CHECK(kn_chat_template_from_string(huge, &t) == KN_ERR_INVALID, "source size: %s", kn_last_error());
     free(huge);
 }
 
@@ -353,6 +356,55 @@ TEST(chat_smollm2_gguf) {
                        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"), "%s", out);
     kn_chat_tmpl_free(&t);
     kn_gguf_close(g);
+}
+
+/* a Hugging Face model directory: chat_template.jinja beside config.json wins
+ * over tokenizer_config.json's chat_template (newer downloads ship it so) */
+static bool write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fwrite(text, 1, strlen(text), f) == strlen(text);
+    return fclose(f) == 0 && ok;
+}
+
+TEST(chat_template_jinja_file) {
+    char dir[] = "/tmp/kn_chat_XXXXXX";
+    REQUIRE(mkdtemp(dir), "mkdtemp");
+    char p[256], *cfg = slurp("tests/fixtures/qwen/qwen3/config.json");
+    REQUIRE(cfg, "qwen3 fixture missing");
+    snprintf(p, sizeof p, "%s/config.json", dir); REQUIRE(write_file(p, cfg), "write");
+    free(cfg);
+    char *abs = realpath("tests/fixtures/qwen/qwen3/model.safetensors", NULL);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    REQUIRE(abs && symlink(abs, p) == 0, "symlink");
+    free(abs);
+    /* a three-token BPE vocabulary: enough to load */
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    REQUIRE(write_file(p, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<s>\": 2}, \"merges\": []},"
+                          " \"added_tokens\": [{\"id\": 2, \"content\": \"<s>\", \"special\": true}]}"), "write");
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    REQUIRE(write_file(p, "{\"bos_token\": \"<s>\", \"chat_template\": \"from the config\"}"), "write");
+    kn_model_opts o = {.n_ctx = 32};
+    kn_model *m = NULL;
+    if (kn_model_load(dir, &o, &m) != KN_OK) { CHECK(0, "load: %s", kn_last_error()); }
+    else {
+        CHECK(kn_model_chat_template(m) && !strcmp(kn_model_chat_template(m), "from the config"), "tokenizer_config: '%s'",
+              kn_model_chat_template(m) ? kn_model_chat_template(m) : "(null)");
+        kn_model_free(m);
+    }
+    snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
+    REQUIRE(write_file(p, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}\n"), "write");
+    m = NULL;
+    if (kn_model_load(dir, &o, &m) != KN_OK) { CHECK(0, "load: %s", kn_last_error()); }
+    else {
+        const char *ct = kn_model_chat_template(m);
+        CHECK(ct && !strcmp(ct, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}\n"), "chat_template.jinja: '%s'",
+              ct ? ct : "(null)");
+        kn_model_free(m);
+    }
+    const char *names[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"};
+    for (int i = 0; i < 5; i++) { snprintf(p, sizeof p, "%s/%s", dir, names[i]); unlink(p); }
+    rmdir(dir);
 }
 
 KN_TEST_MAIN()

@@ -30,7 +30,7 @@ kn_status kn_chat_template_from_string(const char *jinja, kn_chat_tmpl *out) {
     if (st != KN_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", kn_last_error());
-        return kn_set_error(st, "%s; %s", msg, HINT);
+        return kn_set_error(st == KN_ERR_LIMIT ? KN_ERR_INVALID : st, "%s; %s", msg, HINT);
     }
     out->format = KN_CHAT_JINJA;
     out->prog = p;
@@ -213,7 +213,7 @@ static kn_status finish(sbuf *b, char *buf, size_t cap, size_t *needed) {
 /* the interpreter's variables                                                */
 /* ========================================================================== */
 
-#define OOM_T() kn_set_error(KN_ERR_LIMIT, "chat template: out of template memory")
+#define OOM_T() kn_set_error(KN_ERR_INVALID, "chat request: the conversation needs more than the template memory limit")
 
 static bool set_str(jarena *a, jdict *d, const char *k, const char *v) {
     return jd_set(a, d, jv_str(k, strlen(k)), jv_str(v, strlen(v)));
@@ -229,6 +229,13 @@ static kn_status render_prog(const kn_chat_tmpl *t, jarena *a, jdict *ctx, bool 
     if (t->eos_token[0] && !jd_get(ctx, "eos_token", 9) && !set_str(a, ctx, "eos_token", t->eos_token)) return OOM_T();
     jbuf out = {.a = a};
     kn_status st = jinja_render(t->prog, a, ctx, &out);
+    if (st == KN_ERR_LIMIT) {
+        /* KN_ERR_LIMIT from kn_chat_apply means "buffer too small": a template
+         * that exceeds the interpreter's limits is an invalid template */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kn_last_error());
+        return kn_set_error(KN_ERR_INVALID, "%s", msg);
+    }
     if (st != KN_OK) return st;
     const char *p = out.p ? out.p : "";
     size_t n = out.n;
@@ -398,6 +405,7 @@ kn_status kn_chat_apply_json(const kn_chat_tmpl *tmpl, const kn_chat_request *re
     kn_status st = load_json(&a, "messages", req->messages_json, KN_JSON_ARRAY, &msgs);
     if (st == KN_OK && req->tools_json) st = load_json(&a, "tools", req->tools_json, KN_JSON_ARRAY, &tools);
     if (st == KN_OK && req->extra_json) st = load_json(&a, "extra", req->extra_json, KN_JSON_OBJECT, &extra);
+    if (st == KN_ERR_LIMIT) st = KN_ERR_INVALID;   /* KN_ERR_LIMIT is kept for "buffer too small" */
     if (st != KN_OK) goto done;
     if (tmpl->format != KN_CHAT_JINJA || !tmpl->prog) { st = apply_family_json(tmpl, msgs, req, &b); goto done; }
     for (size_t i = 0; i < msgs.l->n && st == KN_OK; i++)

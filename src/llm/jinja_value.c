@@ -66,7 +66,8 @@ void jb_putc(jbuf *b, char c) { jb_put(b, &c, 1); }
 jlist *jl_new(jarena *a, size_t cap) {
     jlist *l = ja_alloc(a, sizeof *l);
     if (!l) return NULL;
-    if (cap && !(l->v = ja_alloc(a, cap * sizeof(jv)))) return NULL;
+    if (cap == 0) cap = 1;   /* never a NULL array: memcpy of 0 items from it stays defined */
+    if (!(l->v = ja_alloc(a, cap * sizeof(jv)))) return NULL;
     l->cap = cap;
     return l;
 }
@@ -86,7 +87,8 @@ bool jl_push(jarena *a, jlist *l, jv v) {
 jdict *jd_new(jarena *a, size_t cap) {
     jdict *d = ja_alloc(a, sizeof *d);
     if (!d) return NULL;
-    if (cap && (!(d->k = ja_alloc(a, cap * sizeof(jv))) || !(d->v = ja_alloc(a, cap * sizeof(jv))))) return NULL;
+    if (cap == 0) cap = 1;
+    if (!(d->k = ja_alloc(a, cap * sizeof(jv))) || !(d->v = ja_alloc(a, cap * sizeof(jv)))) return NULL;
     d->cap = cap;
     return d;
 }
