@@ -9,10 +9,11 @@
  *            eq equalto ne lt le gt ge in sameas lower upper
  *   methods: str.strip lstrip rstrip startswith endswith split rsplit lower
  *            upper title capitalize replace find count join splitlines;
- *            dict.get items keys values
+ *            dict.get items keys values; list.count index
  *   globals: raise_exception strftime_now namespace range dict
- * Anything else is an error that names it. Case mapping is ASCII only; strip
- * and split use Python's Unicode whitespace.
+ * Anything else is an error that names it. Case mapping covers ASCII, Latin-1,
+ * Latin Extended-A, Greek and Cyrillic; strip and split use Python's
+ * Unicode whitespace.
  */
 #include "llm/jinja_impl.h"
 #include <math.h>
@@ -78,21 +79,81 @@ static kn_status to_str(jctx *c, const jnode *n, jv v, jv *out) {
     return KN_OK;
 }
 
-enum { CASE_LOWER, CASE_UPPER, CASE_TITLE, CASE_CAP };
+/* Simple case mappings: ASCII, Latin-1, Latin Extended-A, Greek and
+ * Cyrillic (what Python's str.lower/upper do there, one code point to one;
+ * ß, ŉ and other expanding mappings are left as they are). */
+static uint32_t cp_lower(uint32_t c) {
+    if (c >= 'A' && c <= 'Z') return c + 32;
+    if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;
+    if (c >= 0x100 && c <= 0x137 && !(c & 1) && c != 0x130) return c + 1;   /* İ lowers to two code points */
+    if (c >= 0x139 && c <= 0x148 && (c & 1)) return c + 1;
+    if (c >= 0x14A && c <= 0x177 && !(c & 1)) return c + 1;
+    if (c == 0x178) return 0xFF;
+    if (c >= 0x179 && c <= 0x17E && (c & 1)) return c + 1;
+    if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
+    if (c >= 0x410 && c <= 0x42F) return c + 32;
+    if (c >= 0x400 && c <= 0x40F) return c + 80;
+    return c;
+}
+static uint32_t cp_upper(uint32_t c) {
+    if (c >= 'a' && c <= 'z') return c - 32;
+    if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
+    if (c == 0xFF) return 0x178;
+    if (c == 0xB5) return 0x39C;
+    if (c == 0x131) return 'I';
+    if (c >= 0x101 && c <= 0x137 && (c & 1)) return c - 1;
+    if (c >= 0x13A && c <= 0x148 && !(c & 1)) return c - 1;
+    if (c >= 0x14B && c <= 0x177 && (c & 1)) return c - 1;
+    if (c >= 0x17A && c <= 0x17E && !(c & 1)) return c - 1;
+    if (c == 0x3C2) return 0x3A3;
+    if (c >= 0x3B1 && c <= 0x3CB) return c - 32;
+    if (c >= 0x430 && c <= 0x44F) return c - 32;
+    if (c >= 0x450 && c <= 0x45F) return c - 80;
+    return c;
+}
+static bool cp_cased(uint32_t c) { return cp_lower(c) != c || cp_upper(c) != c; }
+static size_t put_u8(char *d, uint32_t cp) {
+    if (cp < 0x80) { d[0] = (char)cp; return 1; }
+    if (cp < 0x800) { d[0] = (char)(0xC0 | cp >> 6); d[1] = (char)(0x80 | (cp & 63)); return 2; }
+    if (cp < 0x10000) { d[0] = (char)(0xE0 | cp >> 12); d[1] = (char)(0x80 | (cp >> 6 & 63)); d[2] = (char)(0x80 | (cp & 63)); return 3; }
+    d[0] = (char)(0xF0 | cp >> 18); d[1] = (char)(0x80 | (cp >> 12 & 63)); d[2] = (char)(0x80 | (cp >> 6 & 63)); d[3] = (char)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* CASE_TITLE is Python's str.title (a cased letter after an uncased
+ * character starts a word); CASE_JTITLE is Jinja's title filter (words start
+ * after whitespace, '-', '(', '{', '[' or '<'; the first character of each
+ * is upper-cased, the rest lower-cased); CASE_CAP is str.capitalize. */
+enum { CASE_LOWER, CASE_UPPER, CASE_TITLE, CASE_CAP, CASE_JTITLE };
+static bool jtitle_sep(uint32_t c) { return c == ' ' || (c >= 9 && c <= 13) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<'; }
+
 static kn_status change_case(jctx *c, const jnode *n, jv s, int mode, jv *out) {
     char *p = ja_alloc(c->a, s.s.n + 1);
     if (!p) return jinja_oom(n);
-    bool prev_cased = false;
-    for (size_t i = 0; i < s.s.n; i++) {
-        char ch = s.s.p[i];
-        bool lo = ch >= 'a' && ch <= 'z', up = ch >= 'A' && ch <= 'Z';
-        bool make_up = mode == CASE_UPPER || (mode == CASE_TITLE && !prev_cased) || (mode == CASE_CAP && i == 0);
-        if (make_up && lo) ch = (char)(ch - 32);
-        else if (!make_up && up) ch = (char)(ch + 32);
-        p[i] = ch;
-        prev_cased = lo || up || ((unsigned char)ch >= 0x80 && mode == CASE_TITLE && prev_cased);
+    size_t o = 0, len;
+    bool prev_cased = false, prev_sep = true;
+    for (size_t i = 0; i < s.s.n; i += len) {
+        uint32_t ch = cp_at(s.s.p, s.s.n, i, &len), r;
+        bool start;
+        if (len == 1 && ch >= 0x80) { p[o++] = s.s.p[i]; prev_cased = false; prev_sep = false; continue; }   /* malformed: kept */
+        switch (mode) {
+        case CASE_LOWER: r = cp_lower(ch); break;
+        case CASE_UPPER: r = cp_upper(ch); break;
+        case CASE_CAP: r = i == 0 ? cp_upper(ch) : cp_lower(ch); break;
+        case CASE_TITLE: r = prev_cased ? cp_lower(ch) : cp_upper(ch); break;
+        default:
+            start = prev_sep && !jtitle_sep(ch);
+            r = start ? cp_upper(ch) : cp_lower(ch);
+            break;
+        }
+        prev_cased = cp_cased(ch);
+        prev_sep = jtitle_sep(ch);
+        /* one byte maps to one (ASCII), longer sequences to at most two bytes: never grows */
+        if (r == ch) { memcpy(p + o, s.s.p + i, len); o += len; }
+        else o += put_u8(p + o, r);
     }
-    *out = jv_str(p, s.s.n);
+    p[o] = 0;
+    *out = jv_str(p, o);
     return KN_OK;
 }
 
@@ -315,6 +376,16 @@ static kn_status str_method(jctx *c, const jnode *n, jv s, const char *m, size_t
 kn_status jinja_method(jctx *c, const jnode *n, jv obj, const char *m, size_t mn, const jv *a, int na, jv *out, bool *found) {
     if (obj.t == JV_STR) return str_method(c, n, obj, m, mn, a, na, out, found);
     *found = false;
+    if (obj.t == JV_LIST && (name_is(m, mn, "count") || name_is(m, mn, "index"))) {
+        *found = true;
+        TRY(nargs_ok(n, m[0] == 'c' ? "count" : "index", na, 1, 1));
+        int64_t cnt = 0, at = -1;
+        for (size_t i = 0; i < obj.l->n; i++)
+            if (jv_equal(obj.l->v[i], a[0])) { if (at < 0) at = (int64_t)i; cnt++; }
+        if (m[0] == 'i' && at < 0) return jinja_error(n, KN_ERR_INVALID, "index(): the value is not in the list");
+        *out = jv_int(m[0] == 'c' ? cnt : at);
+        return KN_OK;
+    }
     if (obj.t != JV_DICT || obj.d->ns) return KN_OK;
     *found = true;
     if (name_is(m, mn, "get")) {
@@ -342,7 +413,6 @@ kn_status jinja_method(jctx *c, const jnode *n, jv obj, const char *m, size_t mn
 /* ========================================================================== */
 
 kn_status jinja_test(jctx *c, const jnode *n, jv v, const jv *a, int na, bool *out) {
-    (void)c;
     const char *t = n->name; size_t tn = n->name_n;
     bool num = v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL;
     if (name_is(t, tn, "defined")) *out = v.t != JV_UNDEF;
@@ -361,14 +431,28 @@ kn_status jinja_test(jctx *c, const jnode *n, jv v, const jv *a, int na, bool *o
         *out = v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.d->ns) || v.t == JV_UNDEF;
     else if (name_is(t, tn, "callable")) *out = v.t == JV_FUNC;
     else if (name_is(t, tn, "odd") || name_is(t, tn, "even") || name_is(t, tn, "divisibleby")) {
-        if (v.t != JV_INT && v.t != JV_BOOL) return jinja_error(n, KN_ERR_INVALID, "test '%.*s' needs an integer, not '%s'", (int)tn, t, jv_type_name(v));
-        int64_t x = v.t == JV_INT ? v.i : v.b, d = 2;
+        /* Python's value % d == 1 (odd) or == 0, on ints or floats */
+        if (!num) return jinja_error(n, KN_ERR_INVALID, "test '%.*s' needs a number, not '%s'", (int)tn, t, jv_type_name(v));
+        jv d = jv_int(2);
         if (t[0] == 'd') {
             if (na != 1) return jinja_error(n, KN_ERR_INVALID, "divisibleby takes one argument");
-            TRY(want_int(n, "divisibleby", a[0], &d));
-            if (d == 0) return jinja_error(n, KN_ERR_INVALID, "divisibleby(0)");
-            *out = x % d == 0;
-        } else *out = (x % 2 != 0) == (t[0] == 'o');
+            d = a[0];
+            if (d.t != JV_INT && d.t != JV_FLOAT && d.t != JV_BOOL) return jinja_error(n, KN_ERR_INVALID, "divisibleby: needs a number");
+        }
+        double m;
+        if (v.t == JV_FLOAT || d.t == JV_FLOAT) {
+            double x = v.t == JV_FLOAT ? v.f : (double)(v.t == JV_INT ? v.i : v.b), y = d.t == JV_FLOAT ? d.f : (double)(d.t == JV_INT ? d.i : d.b);
+            if (y == 0) return jinja_error(n, KN_ERR_INVALID, "modulo by zero in test '%.*s'", (int)tn, t);
+            m = fmod(x, y);
+            if (m != 0 && ((m < 0) != (y < 0))) m += y;
+        } else {
+            int64_t xi = v.t == JV_INT ? v.i : v.b, yi = d.t == JV_INT ? d.i : d.b;
+            if (yi == 0) return jinja_error(n, KN_ERR_INVALID, "modulo by zero in test '%.*s'", (int)tn, t);
+            int64_t mi = yi == -1 ? 0 : xi % yi;
+            if (mi != 0 && ((mi < 0) != (yi < 0))) mi += yi;
+            m = (double)mi;
+        }
+        *out = t[0] == 'o' ? m == 1 : m == 0;
     } else if (name_is(t, tn, "eq") || name_is(t, tn, "equalto") || name_is(t, tn, "==") || name_is(t, tn, "sameas") ||
                name_is(t, tn, "ne") || name_is(t, tn, "!=")) {
         if (na != 1) return jinja_error(n, KN_ERR_INVALID, "test '%.*s' takes one argument", (int)tn, t);
@@ -391,7 +475,7 @@ kn_status jinja_test(jctx *c, const jnode *n, jv v, const jv *a, int na, bool *o
         } else if (seq.t == JV_DICT) *out = jd_getv(seq.d, v) != NULL;
         else return jinja_error(n, KN_ERR_INVALID, "test 'in': '%s' is not a container", jv_type_name(seq));
     } else if (name_is(t, tn, "lower") || name_is(t, tn, "upper")) {
-        if (v.t != JV_STR) { *out = false; return KN_OK; }
+        if (v.t != JV_STR) TRY(to_str(c, n, v, &v));   /* Jinja: str(value).islower() */
         bool any = false, ok = true;
         for (size_t i = 0; i < v.s.n; i++) {
             char ch = v.s.p[i];
@@ -483,6 +567,7 @@ static kn_status as_list(jctx *c, const jnode *n, jv v, jlist **out) {
 static kn_status select_items(jctx *c, const jnode *n, jv in, const jv *a, int na, bool by_attr, bool keep_if, jv *out) {
     jlist *src, *l = jl_new(c->a, 0);
     if (!l) return jinja_oom(n);
+    if (!jv_truthy(in)) { out->t = JV_LIST; out->l = l; return KN_OK; }   /* Jinja: `if value:` first */
     TRY(as_list(c, n, in, &src));
     int first_test = by_attr ? 1 : 0;
     if (by_attr && (na < 1 || a[0].t != JV_STR)) return jinja_error(n, KN_ERR_INVALID, "filter '%.*s' needs an attribute name", (int)n->name_n, n->name);
@@ -503,21 +588,28 @@ static kn_status select_items(jctx *c, const jnode *n, jv in, const jv *a, int n
     return KN_OK;
 }
 
-static int sort_cmp_err;
-static kn_status sort_list(jctx *c, const jnode *n, jlist *l, bool rev, const jv *attr) {
+/* Jinja's sort, unique and dictsort ignore case unless case_sensitive: strings
+ * compare lower-cased (ASCII here) */
+static kn_status fold(jctx *c, const jnode *n, jv v, bool cs, jv *out) {
+    if (cs || v.t != JV_STR) { *out = v; return KN_OK; }
+    return change_case(c, n, v, CASE_LOWER, out);
+}
+
+static kn_status sort_list(jctx *c, const jnode *n, jlist *l, bool rev, const jv *attr, bool cs) {
     /* insertion sort (stable), comparing with Python ordering */
     for (size_t i = 1; i < l->n; i++) {
         TRY(jinja_step(c, n));
         for (size_t j = i; j > 0; j--) {
             jv x = l->v[j - 1], y = l->v[j];
             if (attr) { x = attr_get(x, attr->s.p, attr->s.n); y = attr_get(y, attr->s.p, attr->s.n); }
+            TRY(fold(c, n, x, cs, &x));
+            TRY(fold(c, n, y, cs, &y));
             int cmp;
             if (!jv_order(x, y, &cmp)) return jinja_error(n, KN_ERR_INVALID, "sort: cannot order '%s' and '%s'", jv_type_name(x), jv_type_name(y));
             if (rev ? cmp >= 0 : cmp <= 0) break;
             jv t = l->v[j]; l->v[j] = l->v[j - 1]; l->v[j - 1] = t;
         }
     }
-    (void)sort_cmp_err;
     return KN_OK;
 }
 
@@ -574,6 +666,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
     if (name_is(f, fn, "map")) {
         TRY(check_kw(n, kw, kw_n, na, (const char *const[]){"attribute", "default", NULL}));
         jlist *src, *l;
+        if (!jv_truthy(in)) { if (!(l = jl_new(c->a, 0))) return jinja_oom(n); out->t = JV_LIST; out->l = l; return KN_OK; }
         TRY(as_list(c, n, in, &src));
         if (!(l = jl_new(c->a, src->n))) return jinja_oom(n);
         const jv *attr = farg(a, kw, kw_n, na, 99, "attribute"), *def = farg(a, kw, kw_n, na, 99, "default");
@@ -613,7 +706,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
     }
     if (name_is(f, fn, "upper") || name_is(f, fn, "lower") || name_is(f, fn, "capitalize") || name_is(f, fn, "title")) {
         jv s; TRY(to_str(c, n, in, &s));
-        int mode = f[0] == 'u' ? CASE_UPPER : f[0] == 'l' ? CASE_LOWER : f[0] == 'c' ? CASE_CAP : CASE_TITLE;
+        int mode = f[0] == 'u' ? CASE_UPPER : f[0] == 'l' ? CASE_LOWER : f[0] == 'c' ? CASE_CAP : CASE_JTITLE;
         return change_case(c, n, s, mode, out);
     }
     if (name_is(f, fn, "default") || name_is(f, fn, "d")) {
@@ -642,6 +735,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
     if (name_is(f, fn, "int") || name_is(f, fn, "float")) {
         const jv *dv = farg(a, kw, kw_n, na, 0, "default");
         bool want_int_ = f[0] == 'i';
+        if (in.t == JV_UNDEF) return jinja_error(n, KN_ERR_INVALID, "'%.*s' is undefined", (int)in.s.n, in.s.p ? in.s.p : "");
         double d = 0; bool ok = true;
         if (in.t == JV_INT || in.t == JV_BOOL) d = (double)(in.t == JV_INT ? in.i : in.b);
         else if (in.t == JV_FLOAT) d = in.f;
@@ -677,6 +771,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
         if (in.t != JV_INT && in.t != JV_FLOAT && in.t != JV_BOOL) return jinja_error(n, KN_ERR_INVALID, "round: expected a number");
         double x = in.t == JV_FLOAT ? in.f : (double)(in.t == JV_INT ? in.i : in.b), s = pow(10.0, (double)p);
         const char *m = me && me->t == JV_STR ? me->s.p : "common";
+        if (m[0] == 'c' && m[1] == 'o' && in.t != JV_FLOAT && p >= 0) { *out = jv_int(in.t == JV_INT ? in.i : in.b); return KN_OK; }
         double r = m[0] == 'c' && m[1] == 'e' ? ceil(x * s) / s : m[0] == 'f' ? floor(x * s) / s : round(x * s) / s;
         *out = jv_float(r);
         return KN_OK;
@@ -701,10 +796,17 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
         jlist *l, *r;
         TRY(as_list(c, n, in, &l));
         if (!(r = jl_new(c->a, l->n))) return jinja_oom(n);
+        const jv *cs = farg(a, kw, kw_n, na, 0, "case_sensitive");
         for (size_t i = 0; i < l->n; i++) {
             TRY(jinja_step(c, n));
             bool seen = false;
-            for (size_t j = 0; j < r->n && !seen; j++) seen = jv_equal(r->v[j], l->v[i]);
+            jv x;
+            TRY(fold(c, n, l->v[i], cs && jv_truthy(*cs), &x));
+            for (size_t j = 0; j < r->n && !seen; j++) {
+                jv y;
+                TRY(fold(c, n, r->v[j], cs && jv_truthy(*cs), &y));
+                seen = jv_equal(y, x);
+            }
             if (!seen) r->v[r->n++] = l->v[i];
         }
         out->t = JV_LIST; out->l = r;
@@ -713,12 +815,14 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
     if (name_is(f, fn, "sort") || name_is(f, fn, "dictsort")) {
         TRY(check_kw(n, kw, kw_n, na, (const char *const[]){"reverse", "case_sensitive", "attribute", "by", NULL}));
         const jv *rev = farg(a, kw, kw_n, na, 0, "reverse"), *attr = farg(a, kw, kw_n, na, 2, "attribute");
+        const jv *cs = farg(a, kw, kw_n, na, 1, "case_sensitive");
         jlist *l, *cp;
         jv tmp;
         if (f[0] == 'd') {
             if (in.t != JV_DICT) return jinja_error(n, KN_ERR_INVALID, "dictsort: expected a dict");
             TRY(items_of(c, n, in.d, &tmp));
             l = tmp.l;
+            cs = farg(a, kw, kw_n, na, 0, "case_sensitive");
             rev = farg(a, kw, kw_n, na, 2, "reverse");
             attr = NULL;
             static const jv zero_path = {.t = JV_STR, .s = {"0", 1}};
@@ -726,7 +830,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
         } else TRY(as_list(c, n, in, &l));
         if (!(cp = jl_new(c->a, l->n))) return jinja_oom(n);
         memcpy(cp->v, l->v, l->n * sizeof(jv)); cp->n = l->n;
-        TRY(sort_list(c, n, cp, rev && jv_truthy(*rev), attr && attr->t == JV_STR ? attr : NULL));
+        TRY(sort_list(c, n, cp, rev && jv_truthy(*rev), attr && attr->t == JV_STR ? attr : NULL, cs && jv_truthy(*cs)));
         out->t = JV_LIST; out->l = cp;
         return KN_OK;
     }

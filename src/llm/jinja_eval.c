@@ -211,7 +211,7 @@ static kn_status contains(const jnode *n, jv item, jv seq, bool *out) {
         for (size_t i = 0; i < seq.l->n; i++) if (jv_equal(seq.l->v[i], item)) { *out = true; break; }
         return KN_OK;
     case JV_DICT: *out = jd_getv(seq.d, item) != NULL; return KN_OK;
-    case JV_UNDEF: return undefined_error(n, seq);
+    case JV_UNDEF: *out = false; return KN_OK;   /* Jinja's Undefined iterates as empty */
     default:
         return jinja_error(n, KN_ERR_INVALID, "argument of type '%s' is not iterable", jv_type_name(seq));
     }
@@ -261,6 +261,7 @@ static kn_status eval_slice(jctx *c, const jnode *n, jv *out) {
     jv obj;
     TRY(eval(c, n->a, &obj));
     if (obj.t == JV_UNDEF) return undefined_error(n, obj);
+    /* Jinja emits a Python slice here: other types are a TypeError */
     if (obj.t != JV_STR && obj.t != JV_LIST) return jinja_error(n, KN_ERR_INVALID, "'%s' object is not subscriptable with a slice", jv_type_name(obj));
     int64_t start = 0, stop = 0, step = 1; bool hs, he, hp;
     TRY(get_int(c, n->b, "start", &start, &hs));
@@ -277,6 +278,7 @@ static kn_status eval_slice(jctx *c, const jnode *n, jv *out) {
         if (!l) return jinja_oom(n);
         for (int64_t i = start; neg ? i > stop : i < stop; i += step)
             if (!jl_push(c->a, l, obj.l->v[i])) return jinja_oom(n);
+        l->tuple = obj.l->tuple;
         out->t = JV_LIST; out->l = l;
         return KN_OK;
     }
@@ -492,9 +494,10 @@ static kn_status iter_items(jctx *c, const jnode *n, jv seq, jlist **out) {
     case JV_LIST: *out = seq.l; return KN_OK;
     case JV_UNDEF: *out = jl_new(c->a, 0); return *out ? KN_OK : jinja_oom(n);
     case JV_DICT: {
+        if (seq.d->ns) return jinja_error(n, KN_ERR_INVALID, "'Namespace' object is not iterable");
         jlist *l = jl_new(c->a, seq.d->n);
         if (!l) return jinja_oom(n);
-        if (!seq.d->ns) { memcpy(l->v, seq.d->k, seq.d->n * sizeof(jv)); l->n = seq.d->n; }
+        memcpy(l->v, seq.d->k, seq.d->n * sizeof(jv)); l->n = seq.d->n;
         *out = l;
         return KN_OK;
     }

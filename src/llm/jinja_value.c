@@ -313,6 +313,7 @@ static bool put_repr(jv v, jbuf *o, int depth) {
         }
         jb_putc(o, '}');
         return true;
+    case JV_UNDEF: jb_puts(o, "Undefined"); return true;   /* repr() of Jinja's Undefined */
     default:
         return jv_to_str(NULL, v, o);
     }
