@@ -1,12 +1,15 @@
 /* kiln_chat.h: chat templates: turn a conversation into the prompt text a
  * chat model was trained on.
  *
- * A model's own template (GGUF tokenizer.chat_template, or chat_template in
- * a Hugging Face tokenizer_config.json) runs through kiln's Jinja-subset
+ * A model's own template (GGUF tokenizer.chat_template; in a Hugging Face
+ * directory chat_template.jinja or tokenizer_config.json's chat_template)
+ * runs through kiln's Jinja-subset
  * interpreter (src/llm/jinja_*.c), which renders what transformers'
  * apply_chat_template renders, byte for byte (tests/test_chat.c checks the
- * real templates of Llama 3.x, Qwen2.5, Qwen3, Mistral, Gemma 2/3, Phi-3 and
- * SmolLM2: system prompts, several turns, tools and tool calls). It knows
+ * real templates of Llama 3.2, Qwen3, Mistral Nemo, Gemma 2, Phi-3.5 and
+ * SmolLM2: system prompts, several turns, tools, tool calls and results,
+ * reasoning; scripts/chat_template_diff.py compares random conversations
+ * and random template snippets with jinja2). It knows
  * if/elif/else, for (loop.*, `if` filters, else, break/continue), set (also
  * namespace() attributes), expressions with Python semantics (slices, `in`,
  * ~, conditional expressions), the filters, tests and string/dict methods
@@ -29,8 +32,10 @@
  *
  * BOS: templates usually write {{ bos_token }} first. kn_chat_apply (and
  * kn_chat_apply_json unless keep_bos) drops a leading bos_token from the
- * output, so tokenize the prompt with add_bos = kn_tokenizer_add_bos(tok)
- * and parse_special = true. bos_token/eos_token come from the GGUF
+ * output when the template mentions bos_token (SmolLM2's bos_token is
+ * <|im_start|>, which its template writes literally: that stays), so
+ * tokenize the prompt with add_bos = kn_tokenizer_add_bos(tok) and
+ * parse_special = true. bos_token/eos_token come from the GGUF
  * (kn_chat_template_from_gguf) or kn_chat_template_set_tokens.
  *
  * Thread safety: a template is immutable after it is made; kn_chat_apply and
