@@ -11,10 +11,10 @@
  * reasoning; scripts/chat_template_diff.py compares random conversations
  * and random template snippets with jinja2). It knows
  * if/elif/else, for (loop.*, `if` filters, else, break/continue), set (also
- * namespace() attributes), expressions with Python semantics (slices, `in`,
+ * namespace() attributes), macros (parameters with defaults), expressions with Python semantics (slices, `in`,
  * ~, conditional expressions), the filters, tests and string/dict methods
  * chat templates use, raise_exception, strftime_now, namespace, range.
- * A template using something else (macros, includes, an unknown filter) is
+ * A template using something else (call blocks, includes, an unknown filter) is
  * refused when compiled, with its line:column and the feature's name; a
  * template's raise_exception("...") becomes a KN_ERR_INVALID whose message
  * is the template's. Limits (nesting depth 200, 2M loop iterations and
@@ -39,7 +39,9 @@
  * (kn_chat_template_from_gguf) or kn_chat_template_set_tokens.
  *
  * Thread safety: a template is immutable after it is made; kn_chat_apply and
- * kn_chat_apply_json may run on one template from many threads at once.
+ * kn_chat_apply_json may run on one template from many threads at once. A
+ * render at the evaluator's depth limit uses about 0.5 MiB of stack (the
+ * default thread stack is 8 MiB).
  *
  * Usage:
  *   kn_chat_tmpl tmpl;

@@ -205,6 +205,13 @@ SNIPPETS = [
     "{{ messages|map(attribute='role')|unique|join('|') }} {{ messages|selectattr('content')|list|length }} "
     "{{ [{'a': {'b': 1}}, {'a': {'b': 0}}]|selectattr('a.b')|list|length }}",
     "{% generation %}gen {{ 1 }}{% endgeneration %}|{{ raise_exception is defined }}|{{ strftime_now is defined }}",
+    "{% macro f(x, y='d') %}[{{ x }}|{{ y }}]{% endmacro %}{{ f(1) }}{{ f(2, 3) }}{{ f(y=4, x=5) }}{{ f() }}",
+    "{% macro rec(n) %}{% if n > 0 %}{{ n }}{{ rec(n - 1) }}{% endif %}{% endmacro %}{{ rec(5) }}|"
+    "{% set x = 'outer' %}{% macro g() %}{{ x }}{% set x = 'inner' %}{{ x }}{% endmacro %}{{ g() }}{{ x }}|"
+    "{% macro h(a, b=a ~ '!') %}{{ b }}{% endmacro %}{{ h('hi') }}",
+    "{%- macro render(c) -%}{%- if c is string -%}{{ c }}{%- else -%}{%- for i in c -%}{{ i.text }}{%- endfor -%}"
+    "{%- endif -%}{%- endmacro -%}{% for m in messages %}{{ render(m.content)|trim }};{% endfor %}"
+    "{{ render([{'text': 'a'}, {'text': 'b'}]) }}",
 ]
 
 

@@ -223,8 +223,8 @@ TEST(chat_errors) {
     static char buf[1 << 16];
     kn_chat_tmpl t;
     /* unsupported features are refused when compiled, by name and position */
-    CHECK(kn_chat_template_from_string("ok\n  {% macro m() %}x{% endmacro %}", &t) == KN_ERR_UNSUPPORTED &&
-          msg_has("line 2 column 6", "macro"), "%s", kn_last_error());
+    CHECK(kn_chat_template_from_string("ok\n  {% call m() %}x{% endcall %}", &t) == KN_ERR_UNSUPPORTED &&
+          msg_has("line 2 column 6", "call"), "%s", kn_last_error());
     CHECK(msg_has("--chat-template", NULL), "hint: %s", kn_last_error());
     CHECK(kn_chat_template_from_string("{% include 'x.j2' %}", &t) != KN_OK && msg_has("include", "not supported"), "%s", kn_last_error());
     CHECK(kn_chat_template_from_string("{% raw %}{{ x }}{% endraw %}", &t) != KN_OK && msg_has("raw", NULL), "%s", kn_last_error());
@@ -253,6 +253,10 @@ TEST(chat_errors) {
     CHECK(render_text("{{ 9223372036854775807 + 1 }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("overflow", NULL),
           "%s", kn_last_error());
     CHECK(render_text("{% break %}", buf, sizeof buf) != KN_OK, "break outside a loop");
+    CHECK(render_text("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", buf, sizeof buf) == KN_ERR_INVALID &&
+          msg_has("not more than 1", NULL), "%s", kn_last_error());
+    CHECK(render_text("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", buf, sizeof buf) == KN_ERR_INVALID &&
+          msg_has("no argument 'b'", NULL), "%s", kn_last_error());
 }
 
 TEST(chat_limits) {
@@ -260,6 +264,29 @@ TEST(chat_limits) {
     /* steps: a loop that would run 10^10 times stops at once */
     CHECK(render_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", buf, sizeof buf)
           == KN_ERR_INVALID && msg_has("limit", NULL), "steps: %s", kn_last_error());
+    /* deep evaluations from shallow parses: long operator and filter chains */
+    size_t nchain = 200000;
+    char *chain = malloc(nchain * 8 + 32);
+    REQUIRE(chain, "oom");
+    char *q = chain + sprintf(chain, "{{ 1");
+    for (size_t i = 0; i < nchain; i++) q += sprintf(q, " + 1");
+    sprintf(q, " }}");
+    CHECK(render_text(chain, buf, sizeof buf) == KN_ERR_INVALID && msg_has("deep", NULL), "+ chain: %s", kn_last_error());
+    q = chain + sprintf(chain, "{{ 'x'");
+    for (size_t i = 0; i < nchain; i++) q += sprintf(q, "|trim");
+    sprintf(q, " }}");
+    CHECK(render_text(chain, buf, sizeof buf) == KN_ERR_INVALID && msg_has("deep", NULL), "filter chain: %s", kn_last_error());
+    free(chain);
+    /* values nested deeply by a loop: ==, tojson and printing stay bounded */
+    CHECK(render_text("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                      "{{ ns.x == ns.x }}", buf, sizeof buf) == KN_OK && !strcmp(buf, "False"), "deep ==: %s", buf);
+    CHECK(render_text("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                      "{{ ns.x|tojson }}", buf, sizeof buf) == KN_ERR_INVALID, "deep tojson: %s", kn_last_error());
+    CHECK(render_text("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"
+                      "{{ ns.x }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("nested", NULL), "deep print: %s", kn_last_error());
+    /* macro recursion */
+    CHECK(render_text("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", buf, sizeof buf) == KN_ERR_INVALID &&
+          msg_has("nested", NULL), "macro recursion: %s", kn_last_error());
     /* output size */
     CHECK(render_text("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", buf, sizeof buf) == KN_ERR_INVALID,
           "output: %s", kn_last_error());

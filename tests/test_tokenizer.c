@@ -781,7 +781,7 @@ TEST(chat_unknown_template) {
     kn_status st = kn_chat_template_from_string("{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}", &t);
     CHECK(st == KN_OK, "status %d: %s", (int)st, kn_last_error());
     kn_chat_tmpl_free(&t);
-    st = kn_chat_template_from_string("{% macro f() %}{% endmacro %}", &t);
+    st = kn_chat_template_from_string("{% call f() %}{% endcall %}", &t);
     CHECK(st == KN_ERR_UNSUPPORTED, "status %d", (int)st);
     CHECK(strstr(kn_last_error(), "--chat-template chatml|llama2|llama3") != NULL, "hint: %s", kn_last_error());
     CHECK(kn_chat_template_from_name("vicuna", &t) == KN_ERR_UNSUPPORTED, "name");

@@ -74,7 +74,8 @@ static jv strip(jv s, const jv *chars, bool left, bool right) {
 static kn_status to_str(jctx *c, const jnode *n, jv v, jv *out) {
     if (v.t == JV_STR) { *out = v; return KN_OK; }
     jbuf o = {.a = c->a, .limit = JINJA_MAX_OUTPUT};
-    if (!jv_to_str(c->a, v, &o) || o.oom) return jinja_oom(n);
+    if (!jv_to_str(c->a, v, &o)) return jinja_error(n, KN_ERR_INVALID, "a value nested more than %d deep cannot be printed", JINJA_MAX_DEPTH);
+    if (o.oom) return jinja_oom(n);
     *out = jv_str(o.p ? o.p : "", o.n);
     return KN_OK;
 }

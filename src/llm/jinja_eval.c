@@ -50,7 +50,7 @@ static bool lookup(const jctx *c, const char *nm, size_t n, jv *out) {
         {"range", JF_RANGE}, {"dict", JF_DICT},
     };
     for (size_t i = 0; i < sizeof G / sizeof *G; i++)
-        if (strlen(G[i].name) == n && memcmp(G[i].name, nm, n) == 0) { jv f = {0}; f.t = JV_FUNC; f.fn = G[i].fn; *out = f; return true; }
+        if (strlen(G[i].name) == n && memcmp(G[i].name, nm, n) == 0) { jv f = {0}; f.t = JV_FUNC; f.fn.id = G[i].fn; *out = f; return true; }
     return false;
 }
 
@@ -333,6 +333,47 @@ static kn_status eval_args(jctx *c, const jnode *n, jv **args) {
     return KN_OK;
 }
 
+static kn_status exec_list(jctx *c, const jnlist *l);
+
+/* a macro call: parameters bound in a new scope (positional, then by name,
+ * then defaults, else undefined), the body rendered into a string */
+static kn_status call_macro(jctx *c, const jnode *call, const jnode *m, const jv *args, int nargs, jv *out) {
+    int npos = 0;
+    for (int i = 0; i < nargs; i++) {
+        if (call->kw && call->kw[i]) {
+            bool known = false;
+            for (int k = 0; k < m->n_targets; k++)
+                if (m->target_n[k] == call->kw_n[i] && !memcmp(m->targets[k], call->kw[i], call->kw_n[i])) known = true;
+            if (!known) return jinja_error(call, KN_ERR_INVALID, "macro '%.*s' has no argument '%.*s'", (int)m->name_n, m->name,
+                                           (int)call->kw_n[i], call->kw[i]);
+        } else npos++;
+    }
+    if (npos > m->n_targets)
+        return jinja_error(call, KN_ERR_INVALID, "macro '%.*s' takes not more than %d argument(s)", (int)m->name_n, m->name, m->n_targets);
+    size_t saved_frame = c->frame, saved_n = c->n_vars;
+    jbuf *saved_out = c->out;
+    jbuf o = {.a = c->a, .limit = JINJA_MAX_OUTPUT};
+    c->frame = c->n_vars;
+    kn_status st = KN_OK;
+    for (int k = 0; k < m->n_targets && st == KN_OK; k++) {
+        jv v = jv_undef(m->targets[k], m->target_n[k]);
+        bool set = false;
+        for (int i = 0, seen = 0; i < nargs && !set; i++) {
+            bool is_kw = call->kw && call->kw[i];
+            if (!is_kw && seen++ == k) { v = args[i]; set = true; }
+            else if (is_kw && call->kw_n[i] == m->target_n[k] && !memcmp(call->kw[i], m->targets[k], m->target_n[k])) { v = args[i]; set = true; }
+        }
+        if (!set && m->args.v[k]) st = eval(c, m->args.v[k], &v);   /* defaults see the earlier parameters */
+        if (st == KN_OK) st = set_var(c, m, m->targets[k], m->target_n[k], v);
+    }
+    if (st == KN_OK) { c->out = &o; st = exec_list(c, &m->body); c->out = saved_out; }
+    c->brk = 0;
+    c->n_vars = saved_n; c->frame = saved_frame;
+    if (st != KN_OK) return st;
+    *out = jv_str(o.p ? o.p : "", o.n);
+    return KN_OK;
+}
+
 static kn_status eval_call(jctx *c, const jnode *n, jv *out) {
     jv *args;
     const jnode *f = n->a;
@@ -349,7 +390,7 @@ static kn_status eval_call(jctx *c, const jnode *n, jv *out) {
         if (found) return KN_OK;
         if (obj.t == JV_DICT) {
             const jv *v = jd_get(obj.d, f->name, f->name_n);
-            if (v && v->t == JV_FUNC) return jinja_call_func(c, n, v->fn, args, n->kw, n->kw_n, n->args.n, out);
+            if (v && v->t == JV_FUNC && v->fn.id != JF_MACRO) return jinja_call_func(c, n, v->fn.id, args, n->kw, n->kw_n, n->args.n, out);
         }
         return jinja_error(n, KN_ERR_UNSUPPORTED, "'%s' object has no method '%.*s' that kiln's template interpreter knows",
                            jv_type_name(obj), (int)f->name_n, f->name);
@@ -364,10 +405,26 @@ static kn_status eval_call(jctx *c, const jnode *n, jv *out) {
     if (fn.t != JV_FUNC) return jinja_error(n, KN_ERR_INVALID, "'%s' object is not callable", jv_type_name(fn));
     TRY(eval_args(c, n, &args));
     TRY(jinja_step(c, n));
-    return jinja_call_func(c, n, fn.fn, args, n->kw, n->kw_n, n->args.n, out);
+    if (fn.fn.id == JF_MACRO) return call_macro(c, n, fn.fn.node, args, n->args.n, out);
+    return jinja_call_func(c, n, fn.fn.id, args, n->kw, n->kw_n, n->args.n, out);
 }
 
+static kn_status eval_node(jctx *c, const jnode *n, jv *out);
+
+/* Every evaluation and statement list counts against one depth budget: the
+ * parser bounds nesting, but left-associative chains (a + a + a ..., x|f|f
+ * ...) and macro recursion build deep evaluations from shallow parses. */
 static kn_status eval(jctx *c, const jnode *n, jv *out) {
+    if (c->depth >= JINJA_MAX_EVAL_DEPTH)
+        return jinja_error(n, KN_ERR_LIMIT, "expressions, statements and macro calls nested more than %d deep (limit)",
+                           JINJA_MAX_EVAL_DEPTH);
+    c->depth++;
+    kn_status st = eval_node(c, n, out);
+    c->depth--;
+    return st;
+}
+
+static kn_status eval_node(jctx *c, const jnode *n, jv *out) {
     jv a, b;
     switch (n->k) {
     case E_LIT: *out = n->lit; return KN_OK;
@@ -470,8 +527,6 @@ static kn_status eval(jctx *c, const jnode *n, jv *out) {
 /* ========================================================================== */
 /* statements                                                                 */
 /* ========================================================================== */
-
-static kn_status exec_list(jctx *c, const jnlist *l);
 
 static kn_status emit(jctx *c, const jnode *n, const char *p, size_t len) {
     jb_put(c->out, p, len);
@@ -583,7 +638,20 @@ static kn_status exec_set(jctx *c, const jnode *n) {
     return bind_targets(c, n, v);
 }
 
+static kn_status exec_nodes(jctx *c, const jnlist *l);
+
 static kn_status exec_list(jctx *c, const jnlist *l) {
+    if (c->depth >= JINJA_MAX_EVAL_DEPTH)
+        return l->n ? jinja_error(l->v[0], KN_ERR_LIMIT, "statements and macro calls nested more than %d deep (limit)",
+                                  JINJA_MAX_EVAL_DEPTH)
+                    : KN_OK;
+    c->depth++;
+    kn_status st = exec_nodes(c, l);
+    c->depth--;
+    return st;
+}
+
+static kn_status exec_nodes(jctx *c, const jnlist *l) {
     for (int i = 0; i < l->n && !c->brk; i++) {
         const jnode *n = l->v[i];
         jv v;
@@ -593,7 +661,8 @@ static kn_status exec_list(jctx *c, const jnlist *l) {
             TRY(eval(c, n->a, &v));
             if (v.t == JV_STR) { TRY(emit(c, n, v.s.p, v.s.n)); break; }
             jbuf o = {.a = c->a, .limit = JINJA_MAX_OUTPUT};
-            if (!jv_to_str(c->a, v, &o) || o.oom) return jinja_oom(n);
+            if (!jv_to_str(c->a, v, &o)) return jinja_error(n, KN_ERR_INVALID, "a value nested more than %d deep cannot be printed", JINJA_MAX_DEPTH);
+            if (o.oom) return jinja_oom(n);
             TRY(emit(c, n, o.p ? o.p : "", o.n));
             break;
         }
@@ -603,6 +672,12 @@ static kn_status exec_list(jctx *c, const jnlist *l) {
             break;
         case N_FOR: TRY(exec_for(c, n)); break;
         case N_SET: TRY(exec_set(c, n)); break;
+        case N_MACRO: {
+            jv f = {0};
+            f.t = JV_FUNC; f.fn.id = JF_MACRO; f.fn.node = n;
+            TRY(set_var(c, n, n->name, n->name_n, f));
+            break;
+        }
         case N_BREAK: c->brk = 1; break;
         case N_CONTINUE: c->brk = 2; break;
         default: return jinja_error(n, KN_ERR_STATE, "internal: node kind %d is not a statement", (int)n->k);

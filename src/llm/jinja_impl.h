@@ -14,8 +14,8 @@
  * missing variable, key or attribute gives: falsy, renders as "", an error
  * when used in arithmetic or asked for an attribute).
  *
- * Non-goals: macros, template inheritance/includes, `{% raw %}`, autoescape,
- * Unicode-aware lower()/upper() beyond ASCII. Each is refused by name.
+ * Non-goals: call blocks, template inheritance/includes, `{% raw %}`,
+ * autoescape, block set. Each is refused by name.
  */
 #ifndef KN_JINJA_IMPL_H
 #define KN_JINJA_IMPL_H
@@ -25,7 +25,8 @@
 #include <stdint.h>
 
 /* Resource limits: a hostile template can neither hang nor exhaust memory. */
-#define JINJA_MAX_DEPTH      200          /* parser nesting and evaluator recursion */
+#define JINJA_MAX_DEPTH      200          /* parser nesting; value nesting in repr/json/== */
+#define JINJA_MAX_EVAL_DEPTH 1000         /* evaluator recursion (chains, macro calls): ~0.5 MiB of stack */
 #define JINJA_MAX_OUTPUT     (16u << 20)  /* bytes of rendered text                  */
 #define JINJA_MAX_MEMORY     (128u << 20) /* bytes of values one render may allocate */
 #define JINJA_MAX_STEPS      2000000      /* loop iterations + filter/method calls   */
@@ -56,13 +57,13 @@ typedef struct jv {
         struct { const char *p; size_t n; } s;   /* JV_STR; JV_UNDEF: the missing name */
         jlist *l;
         jdict *d;
-        int fn;                                  /* JV_FUNC: a jfunc id               */
+        struct { int id; const struct jnode *node; } fn;   /* JV_FUNC: a jfunc id; JF_MACRO: its node */
     };
 } jv;
 struct jlist { jv *v; size_t n, cap; bool tuple; };   /* tuple: printed as (a, b) */
 struct jdict { jv *k, *v; size_t n, cap; bool ns; };   /* ns: a namespace() object */
 
-enum jfunc { JF_RAISE = 1, JF_STRFTIME, JF_NAMESPACE, JF_RANGE, JF_DICT };
+enum jfunc { JF_RAISE = 1, JF_STRFTIME, JF_NAMESPACE, JF_RANGE, JF_DICT, JF_MACRO };
 
 static inline jv jv_undef(const char *name, size_t n) { jv v = {0}; v.t = JV_UNDEF; v.s.p = name; v.s.n = n; return v; }
 static inline jv jv_none(void) { jv v = {0}; v.t = JV_NONE; return v; }
@@ -111,7 +112,7 @@ typedef struct jtok {
 
 typedef enum jnk {
     /* statements */
-    N_TEXT = 1, N_OUTPUT, N_IF, N_FOR, N_SET, N_BREAK, N_CONTINUE,
+    N_TEXT = 1, N_OUTPUT, N_IF, N_FOR, N_SET, N_BREAK, N_CONTINUE, N_MACRO,
     /* expressions */
     E_LIT, E_NAME, E_LIST, E_DICT, E_ATTR, E_ITEM, E_SLICE, E_CALL, E_FILTER, E_TEST,
     E_NEG, E_POS, E_NOT, E_AND, E_OR, E_BIN, E_CMP, E_COND,

@@ -4,9 +4,10 @@
  *   * / // %;  **;  unary - +;  then postfix .attr [i] [a:b:c] (args),
  *   and last |filter(args) and `is [not] test(args)` on the unary result.
  * Statements: if/elif/else, for (targets, `if` filter, else), set (name or
- * ns.attr), break, continue, and transformers' {% generation %} marker
- * (rendered as its body). Anything else (macro, call, block, include, raw,
- * filter blocks, set blocks) is refused with its name and position.
+ * ns.attr), break, continue, macro (parameters with defaults; no caller,
+ * varargs or kwargs), and transformers' {% generation %} marker (rendered
+ * as its body). Anything else (call, block, include, raw, filter blocks,
+ * set blocks) is refused with its name and position.
  * Children by kind: E_ATTR a; E_ITEM a[b]; E_SLICE a[b:c:d]; E_CALL a(args);
  * E_FILTER/E_TEST a|name(args); E_COND b if a else c; E_BIN/E_CMP/E_AND/E_OR
  * a op b; E_NEG/E_POS/E_NOT a; N_OUTPUT a; N_IF a body else_body;
@@ -558,6 +559,33 @@ static kn_status parse_stmt(ps *p, jnlist *out) {
     else if (is_name(kw, "break") || is_name(kw, "continue")) {
         NEW(n, is_name(kw, "break") ? N_BREAK : N_CONTINUE, kw);
         TRY(end_tag(p));
+    } else if (is_name(kw, "macro")) {
+        /* {% macro name(a, b=default) %}body{% endmacro %}: targets are the
+         * parameters, args their defaults (NULL: none) */
+        static const char *const ends[] = {"endmacro"};
+        NEW(n, N_MACRO, kw);
+        if (cur(p)->k != TK_NAME) return perr(cur(p), "expected the macro's name%s", "");
+        n->name = cur(p)->p; n->name_n = cur(p)->n; p->i++;
+        TRY(expect_op(p, "("));
+        const char *nm[32]; size_t nn[32]; int k = 0;
+        while (!accept_op(p, ")")) {
+            if (k > 0) TRY(expect_op(p, ","));
+            if (cur(p)->k != TK_NAME) return perr(cur(p), "expected a parameter name%s", "");
+            if (k == 32) return perr(cur(p), "more than 32 macro parameters%s", "");
+            nm[k] = cur(p)->p; nn[k] = cur(p)->n; k++; p->i++;
+            jnode *def = NULL;
+            if (accept_op(p, "=")) TRY(parse_expr(p, &def));
+            if (!nl_push(p->a, &n->args, def)) return oom();
+        }
+        n->targets = ja_alloc(p->a, (size_t)(k ? k : 1) * sizeof *n->targets);
+        n->target_n = ja_alloc(p->a, (size_t)(k ? k : 1) * sizeof *n->target_n);
+        if (!n->targets || !n->target_n) return oom();
+        if (k) { memcpy(n->targets, nm, (size_t)k * sizeof *nm); memcpy(n->target_n, nn, (size_t)k * sizeof *nn); }
+        n->n_targets = k;
+        TRY(end_tag(p));
+        TRY(parse_body(p, &n->body, ends, 1, "macro", kw));
+        p->i += 2;
+        TRY(end_tag(p));
     } else if (is_name(kw, "generation")) {
         /* transformers' assistant-mask marker: renders as its body */
         static const char *const ends[] = {"endgeneration"};
@@ -571,8 +599,8 @@ static kn_status parse_stmt(ps *p, jnlist *out) {
         char name[48];
         size_t k = kw->n < sizeof name - 1 ? kw->n : sizeof name - 1;
         memcpy(name, kw->p, k); name[k] = 0;
-        static const char *const known[] = {"macro", "call", "filter", "block", "extends", "include", "import", "from",
-                                            "with", "autoescape", "do", "endmacro", "endcall", "endfilter", "endblock"};
+        static const char *const known[] = {"call", "filter", "block", "extends", "include", "import", "from",
+                                            "with", "autoescape", "do", "endcall", "endfilter", "endblock"};
         for (size_t i = 0; i < sizeof known / sizeof *known; i++)
             if (strcmp(name, known[i]) == 0) {
                 perr(kw, "'{%% %s %%}' is not supported by kiln's template interpreter (it runs chat templates: "

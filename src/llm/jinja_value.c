@@ -140,7 +140,13 @@ static bool is_num(jv v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_
 static double num_f(jv v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (double)v.i : (double)v.b; }
 static int64_t num_i(jv v) { return v.t == JV_INT ? v.i : (int64_t)v.b; }
 
-bool jv_equal(jv a, jv b) {
+/* deeper than JINJA_MAX_DEPTH (lists built in a loop can be): unequal,
+ * rather than recursing without bound */
+static bool eq(jv a, jv b, int depth);
+bool jv_equal(jv a, jv b) { return eq(a, b, 0); }
+
+static bool eq(jv a, jv b, int depth) {
+    if (depth > JINJA_MAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) return num_i(a) == num_i(b);
         return num_f(a) == num_f(b);
@@ -151,22 +157,26 @@ bool jv_equal(jv a, jv b) {
     case JV_STR: return a.s.n == b.s.n && memcmp(a.s.p, b.s.p, a.s.n) == 0;
     case JV_LIST:
         if (a.l->n != b.l->n) return false;
-        for (size_t i = 0; i < a.l->n; i++) if (!jv_equal(a.l->v[i], b.l->v[i])) return false;
+        for (size_t i = 0; i < a.l->n; i++) if (!eq(a.l->v[i], b.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.d == b.d) return true;
         if (a.d->n != b.d->n || a.d->ns || b.d->ns) return false;
         for (size_t i = 0; i < a.d->n; i++) {
             const jv *o = jd_getv(b.d, a.d->k[i]);
-            if (!o || !jv_equal(a.d->v[i], *o)) return false;
+            if (!o || !eq(a.d->v[i], *o, depth + 1)) return false;
         }
         return true;
-    case JV_FUNC: return a.fn == b.fn;
+    case JV_FUNC: return a.fn.id == b.fn.id && a.fn.node == b.fn.node;
     default: return false;
     }
 }
 
-bool jv_order(jv a, jv b, int *cmp) {
+static bool order(jv a, jv b, int *cmp, int depth);
+bool jv_order(jv a, jv b, int *cmp) { return order(a, b, cmp, 0); }
+
+static bool order(jv a, jv b, int *cmp, int depth) {
+    if (depth > JINJA_MAX_DEPTH) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT) { int64_t x = num_i(a), y = num_i(b); *cmp = (x > y) - (x < y); }
         else { double x = num_f(a), y = num_f(b); if (isnan(x) || isnan(y)) { *cmp = 2; return true; } *cmp = (x > y) - (x < y); }
@@ -180,8 +190,8 @@ bool jv_order(jv a, jv b, int *cmp) {
     }
     if (a.t == JV_LIST && b.t == JV_LIST) {
         for (size_t i = 0; i < a.l->n && i < b.l->n; i++) {
-            if (jv_equal(a.l->v[i], b.l->v[i])) continue;
-            return jv_order(a.l->v[i], b.l->v[i], cmp);
+            if (eq(a.l->v[i], b.l->v[i], depth + 1)) continue;
+            return order(a.l->v[i], b.l->v[i], cmp, depth + 1);
         }
         *cmp = (a.l->n > b.l->n) - (a.l->n < b.l->n);
         return true;
@@ -328,7 +338,7 @@ bool jv_to_str(jarena *a, jv v, jbuf *o) {
     case JV_INT: put_int(o, v.i); return true;
     case JV_FLOAT: put_float(o, v.f, false); return true;
     case JV_STR: jb_put(o, v.s.p, v.s.n); return true;
-    case JV_FUNC: jb_puts(o, "<function>"); return true;
+    case JV_FUNC: jb_puts(o, v.fn.id == JF_MACRO ? "<Macro>" : "<function>"); return true;
     default: return put_repr(v, o, 0);
     }
 }
