@@ -120,9 +120,10 @@ def conversation(r, tmpl):
 LITS = ["0", "1", "-3", "2.5", "0.1", "1e3", "'a'", "'héllo wörld'", "''", "' x '", "\"q'\"", "none", "true", "false",
         "[1, 2, 3]", "[]", "['b', 'a']", "{'k': 1, 'j': [2]}", "{}", "(1, 'x')", "messages", "messages[0].role",
         "messages[-1].content", "m", "undefined_var", "'a,b,,c'", "'  pad  '", "'MiXeD Case'", "ns.v"]
+SLICEABLE = ["'a'", "'héllo wörld'", "''", "[1, 2, 3]", "[]", "(1, 'x')", "messages", "messages[0].role", "'a,b,,c'"]
 BIN = ["+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "and", "or"]
 FILTERS = ["trim", "length", "tojson", "upper", "lower", "title", "capitalize", "first", "last", "list", "string",
-           "int", "float", "abs", "unique", "sort", "join(',')", "default('d')", "tojson(indent=2)",
+           "int", "float", "abs", "unique|list", "sort", "join(',')", "default('d')", "tojson(indent=2)",
            "map(attribute='role')|list", "selectattr('role', 'equalto', 'user')|list", "replace('a', 'b')",
            "round(1)", "count", "dictsort", "select|list", "reject|list", "tojson(sort_keys=true)"]
 TESTS = ["defined", "none", "string", "number", "integer", "float", "mapping", "iterable", "sequence", "odd",
@@ -146,8 +147,11 @@ def expr(r, d=0):
     if k < 0.8:
         return f"{r.choice(LITS)}.{r.choice(METHODS)}"
     if k < 0.88:
+        # slices of constants that cannot be sliced are folded into Undefined by jinja2's compiler
+        # (a Python TypeError at run time): only sliceable values get slices here
         sl = r.choice(["[0]", "[-1]", "[1:]", "[:-1]", "[::-1]", "[::2]", "[1:3]", "['k']", "[5]"])
-        return f"{r.choice(LITS)}{sl}"
+        base = r.choice(SLICEABLE) if ":" in sl else r.choice(LITS)
+        return f"{base}{sl}"
     if k < 0.94:
         return f"({expr(r, d + 1)} if {expr(r, d + 1)} else {expr(r, d + 1)})"
     return f"(not {expr(r, d + 1)})"
