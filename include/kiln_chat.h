@@ -101,6 +101,12 @@ kn_status kn_chat_template_from_gguf(const struct kn_gguf *g, kn_chat_tmpl *out)
  * message as "Role: content" on its own line, the turn opened with
  * "Assistant:"). */
 kn_status kn_chat_template_from_name(const char *name, kn_chat_tmpl *out);
+/* The built-in family a template's marker tokens point to ("<|im_start|>":
+ * chatml, "<|start_header_id|>": llama3, "[INST]": llama2), for a fallback
+ * when kn_chat_template_from_string refuses the template; KN_ERR_UNSUPPORTED
+ * when there is none. The family renders plain text turns only and knows no
+ * default system prompt. */
+kn_status kn_chat_template_family_of(const char *jinja, kn_chat_tmpl *out);
 /* Set the bos_token / eos_token a template sees (NULL or "" = undefined);
  * KN_ERR_LIMIT if one is longer than 127 bytes. */
 kn_status kn_chat_template_set_tokens(kn_chat_tmpl *tmpl, const char *bos, const char *eos);

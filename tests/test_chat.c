@@ -253,6 +253,11 @@ TEST(chat_errors) {
     CHECK(render_text("{{ 9223372036854775807 + 1 }}", buf, sizeof buf) == KN_ERR_INVALID && msg_has("overflow", NULL),
           "%s", kn_last_error());
     CHECK(render_text("{% break %}", buf, sizeof buf) != KN_OK, "break outside a loop");
+    /* the family fallback for templates the interpreter refuses */
+    CHECK(kn_chat_template_family_of("{% call x() %}<|im_start|>{% endcall %}", &t) == KN_OK && t.format == KN_CHAT_CHATML, "chatml");
+    CHECK(kn_chat_template_family_of("<|start_header_id|>", &t) == KN_OK && t.format == KN_CHAT_LLAMA3, "llama3");
+    CHECK(kn_chat_template_family_of("[INST]", &t) == KN_OK && t.format == KN_CHAT_LLAMA2, "llama2");
+    CHECK(kn_chat_template_family_of("<start_of_turn>", &t) == KN_ERR_UNSUPPORTED && msg_has("--chat-template", NULL), "none");
     CHECK(render_text("{% macro f(a) %}{% endmacro %}{{ f(1, 2) }}", buf, sizeof buf) == KN_ERR_INVALID &&
           msg_has("not more than 1", NULL), "%s", kn_last_error());
     CHECK(render_text("{% macro f(a) %}{% endmacro %}{{ f(b=1) }}", buf, sizeof buf) == KN_ERR_INVALID &&

@@ -62,7 +62,20 @@ bool cli_print_token(void *ud, int32_t tok, const char *text, size_t len) {
 bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t) {
     kn_status st;
     if (a->tmpl) st = kn_chat_template_from_name(a->tmpl, t);
-    else if (kn_model_chat_template(m)) st = kn_chat_template_from_string(kn_model_chat_template(m), t);
+    else if (kn_model_chat_template(m)) {
+        st = kn_chat_template_from_string(kn_model_chat_template(m), t);
+        /* a template the interpreter refuses: its family, when its markers show one */
+        if (st != KN_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", kn_last_error());
+            if (kn_chat_template_family_of(kn_model_chat_template(m), t) == KN_OK) {
+                static const char *const names[] = {"", "chatml", "llama2", "llama3", "plain"};
+                fprintf(stderr, "kiln: the model's chat template cannot run here (%s); rendering the %s format instead\n",
+                        why, names[t->format]);
+                st = KN_OK;
+            } else st = kn_set_error(st, "%s", why);
+        }
+    }
     else {
         /* base models and the ones kiln train makes carry none: plain text turns */
         fprintf(stderr, "kiln: the model has no chat template; using the plain one (\"User: ...\" lines; "

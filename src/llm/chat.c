@@ -65,6 +65,16 @@ kn_status kn_chat_template_from_gguf(const struct kn_gguf *g, kn_chat_tmpl *out)
     return KN_OK;
 }
 
+kn_status kn_chat_template_family_of(const char *jinja, kn_chat_tmpl *out) {
+    if (!out) return kn_set_error(KN_ERR_INVALID, "kn_chat_template_family_of: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (jinja && strstr(jinja, "<|im_start|>")) out->format = KN_CHAT_CHATML;
+    else if (jinja && strstr(jinja, "<|start_header_id|>")) out->format = KN_CHAT_LLAMA3;
+    else if (jinja && strstr(jinja, "[INST]")) out->format = KN_CHAT_LLAMA2;
+    else return kn_set_error(KN_ERR_UNSUPPORTED, "the chat template is none of the built-in families; %s", HINT);
+    return KN_OK;
+}
+
 kn_status kn_chat_template_set_tokens(kn_chat_tmpl *t, const char *bos, const char *eos) {
     if (!t) return kn_set_error(KN_ERR_INVALID, "kn_chat_template_set_tokens: template is NULL");
     if ((bos && strlen(bos) >= sizeof t->bos_token) || (eos && strlen(eos) >= sizeof t->eos_token))
