@@ -40,6 +40,9 @@ TEMPLATES = {
     "gemma2.jinja": ("<bos>", "<eos>"),
     "phi3.5.jinja": ("<s>", "<|endoftext|>"),
     "smollm2.jinja": ("<|im_start|>", "<|im_end|>"),
+    "mistral-v0.2.jinja": ("<s>", "</s>"),
+    "deepseek-coder.jinja": ("<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<|EOT|>"),
+    "command-r-plus.jinja": ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
 }
 
 U = lambda c: {"role": "user", "content": c}
