@@ -299,6 +299,8 @@ TEST(chat_limits) {
     CHECK(render_text("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
                       buf, sizeof buf) == KN_ERR_INVALID, "memory: %s", kn_last_error());
     CHECK(render_text("{{ 'x' * 9000000000000000000 }}", buf, sizeof buf) == KN_ERR_INVALID, "repeat: %s", kn_last_error());
+    CHECK(render_text("{{ 5555555555553 * []|list }}{{ '' * 9000000000000000000 }}", buf, sizeof buf) == KN_OK && !strcmp(buf, "[]"),
+          "empty repeats: %s", buf);
     /* nesting depth: parser recursion is bounded */
     size_t depth = 100000;
     char *deep = malloc(depth * 2 + 16);

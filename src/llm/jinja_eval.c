@@ -99,6 +99,8 @@ static kn_status concat_str(jctx *c, const jnode *n, jv a, jv b, jv *out) {
 
 static kn_status repeat(jctx *c, const jnode *n, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
+    /* an empty sequence repeated any number of times is empty: no loop over `times` (found by fuzz_jinja) */
+    if ((seq.t == JV_STR && seq.s.n == 0) || (seq.t == JV_LIST && seq.l->n == 0)) times = 0;
     if (seq.t == JV_STR) {
         if (seq.s.n && (uint64_t)times > JINJA_MAX_OUTPUT / seq.s.n) return jinja_oom(n);
         size_t total = seq.s.n * (size_t)times;
