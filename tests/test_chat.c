@@ -292,6 +292,11 @@ TEST(chat_limits) {
     /* macro recursion */
     CHECK(render_text("{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", buf, sizeof buf) == KN_ERR_INVALID &&
           msg_has("nested", NULL), "macro recursion: %s", kn_last_error());
+    /* work on long strings counts: a loop over a cheap-looking expression on 10 MB stops */
+    CHECK(render_text("{% set s = 'x' * 10000000 %}{% for i in range(100000) %}{% if s|length %}{% endif %}{% endfor %}",
+                      buf, sizeof buf) == KN_ERR_INVALID && msg_has("limit", NULL), "string work: %s", kn_last_error());
+    CHECK(render_text("{% set s = 'a' * 4000000 %}{% set t = 'a' * 2000000 ~ 'b' %}{{ t in s }}{{ s.find(t) }}{{ s.split(t)|length }}",
+                      buf, sizeof buf) == KN_OK && !strcmp(buf, "False-11"), "memmem: %s", buf);
     /* output size */
     CHECK(render_text("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}", buf, sizeof buf) == KN_ERR_INVALID,
           "output: %s", kn_last_error());

@@ -171,9 +171,11 @@ static kn_status replace(jctx *c, const jnode *n, jv s, jv old, jv new_, int64_t
         if (count < 0 || done < count) jb_put(&o, new_.s.p, new_.s.n);
     } else {
         while (i < s.s.n) {
-            if ((count < 0 || done < count) && i + old.s.n <= s.s.n && memcmp(s.s.p + i, old.s.p, old.s.n) == 0) {
-                jb_put(&o, new_.s.p, new_.s.n); i += old.s.n; done++;
-            } else jb_putc(&o, s.s.p[i++]);
+            const char *hit = count < 0 || done < count ? jfind(s.s.p + i, s.s.n - i, old.s.p, old.s.n) : NULL;
+            if (!hit) { jb_put(&o, s.s.p + i, s.s.n - i); break; }
+            jb_put(&o, s.s.p + i, (size_t)(hit - (s.s.p + i)));
+            jb_put(&o, new_.s.p, new_.s.n);
+            i = (size_t)(hit - s.s.p) + old.s.n; done++;
         }
     }
     if (o.oom) return jinja_oom(n);
@@ -188,6 +190,7 @@ static kn_status split(jctx *c, const jnode *n, jv s, const jv *sep, int64_t max
     const char *p = s.s.p; size_t len = s.s.n, ln;
     if (sep && sep->s.n == 0) return jinja_error(n, KN_ERR_INVALID, "split(): empty separator");
     if (from_right && maxsplit >= 0) {
+        if (sep) TRY(jinja_work(c, n, len * sep->s.n));   /* the backward scan compares up to |sep| bytes per position */
         /* rsplit with a limit: collect from the end, then reverse */
         jlist *r = jl_new(c->a, 0);
         if (!r) return jinja_oom(n);
@@ -236,11 +239,12 @@ static kn_status split(jctx *c, const jnode *n, jv s, const jv *sep, int64_t max
         return KN_OK;
     }
     size_t b = 0; int64_t done = 0;
-    for (size_t i = 0; i + sep->s.n <= len;) {
-        if ((maxsplit < 0 || done < maxsplit) && memcmp(p + i, sep->s.p, sep->s.n) == 0) {
-            if (!jl_push(c->a, l, jv_str(p + b, i - b))) return jinja_oom(n);
-            i += sep->s.n; b = i; done++;
-        } else i++;
+    while (maxsplit < 0 || done < maxsplit) {
+        const char *hit = jfind(p + b, len - b, sep->s.p, sep->s.n);
+        if (!hit) break;
+        size_t i = (size_t)(hit - p);
+        if (!jl_push(c->a, l, jv_str(p + b, i - b))) return jinja_oom(n);
+        b = i + sep->s.n; done++;
     }
     if (!jl_push(c->a, l, jv_str(p + b, len - b))) return jinja_oom(n);
     return KN_OK;
@@ -287,6 +291,7 @@ static kn_status items_of(jctx *c, const jnode *n, jdict *d, jv *out) {
 
 static kn_status str_method(jctx *c, const jnode *n, jv s, const char *m, size_t mn, const jv *a, int na, jv *out, bool *found) {
     *found = true;
+    TRY(jinja_work(c, n, s.s.n));
     char fn[32];
     snprintf(fn, sizeof fn, "%.*s", (int)(mn < 31 ? mn : 31), m);
     if (name_is(m, mn, "strip") || name_is(m, mn, "lstrip") || name_is(m, mn, "rstrip")) {
@@ -330,15 +335,14 @@ static kn_status str_method(jctx *c, const jnode *n, jv s, const char *m, size_t
         TRY(nargs_ok(n, fn, na, 1, 1));
         TRY(want_str(n, fn, a, 0));
         int64_t cnt = 0, at = -1;
-        for (size_t i = 0; i + a[0].s.n <= s.s.n;) {
-            if (memcmp(s.s.p + i, a[0].s.p, a[0].s.n) == 0) {
-                if (at < 0) at = (int64_t)u8_len(s.s.p, i);
-                cnt++;
-                i += a[0].s.n ? a[0].s.n : 1;
-                if (a[0].s.n == 0 && i > s.s.n) break;
-            } else i++;
+        if (a[0].s.n == 0) { cnt = (int64_t)u8_len(s.s.p, s.s.n) + 1; at = 0; }
+        else for (size_t i = 0; i < s.s.n;) {
+            const char *hit = jfind(s.s.p + i, s.s.n - i, a[0].s.p, a[0].s.n);
+            if (!hit) break;
+            if (at < 0) at = (int64_t)u8_len(s.s.p, (size_t)(hit - s.s.p));
+            cnt++;
+            i = (size_t)(hit - s.s.p) + a[0].s.n;
         }
-        if (a[0].s.n == 0) cnt = (int64_t)u8_len(s.s.p, s.s.n) + 1;
         *out = jv_int(m[0] == 'f' ? at : cnt);
         return KN_OK;
     }
@@ -470,7 +474,8 @@ kn_status jinja_test(jctx *c, const jnode *n, jv v, const jv *a, int na, bool *o
         jv seq = a[0];
         *out = false;
         if (seq.t == JV_STR && v.t == JV_STR) {
-            for (size_t i = 0; i + v.s.n <= seq.s.n; i++) if (memcmp(seq.s.p + i, v.s.p, v.s.n) == 0) { *out = true; break; }
+            TRY(jinja_work(c, n, seq.s.n));
+            *out = jfind(seq.s.p, seq.s.n, v.s.p, v.s.n) != NULL;
         } else if (seq.t == JV_LIST) {
             for (size_t i = 0; i < seq.l->n; i++) if (jv_equal(seq.l->v[i], v)) { *out = true; break; }
         } else if (seq.t == JV_DICT) *out = jd_getv(seq.d, v) != NULL;
@@ -600,6 +605,7 @@ static kn_status sort_list(jctx *c, const jnode *n, jlist *l, bool rev, const jv
     /* insertion sort (stable), comparing with Python ordering */
     for (size_t i = 1; i < l->n; i++) {
         TRY(jinja_step(c, n));
+        TRY(jinja_work(c, n, i * sizeof(jv)));
         for (size_t j = i; j > 0; j--) {
             jv x = l->v[j - 1], y = l->v[j];
             if (attr) { x = attr_get(x, attr->s.p, attr->s.n); y = attr_get(y, attr->s.p, attr->s.n); }
@@ -616,6 +622,7 @@ static kn_status sort_list(jctx *c, const jnode *n, jlist *l, bool rev, const jv
 
 kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *const *kw, const size_t *kw_n, int na, jv *out) {
     const char *f = n->name; size_t fn = n->name_n;
+    TRY(jinja_work(c, n, in.t == JV_STR ? in.s.n : in.t == JV_LIST ? in.l->n * sizeof(jv) : in.t == JV_DICT ? in.d->n * sizeof(jv) : 0));
     static const char *const none_kw[] = {NULL};
     if (name_is(f, fn, "trim") || name_is(f, fn, "strip")) {
         TRY(check_kw(n, kw, kw_n, na, (const char *const[]){"chars", NULL}));
@@ -803,6 +810,7 @@ kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *a, const char *
             bool seen = false;
             jv x;
             TRY(fold(c, n, l->v[i], cs && jv_truthy(*cs), &x));
+            TRY(jinja_work(c, n, r->n * sizeof(jv)));
             for (size_t j = 0; j < r->n && !seen; j++) {
                 jv y;
                 TRY(fold(c, n, r->v[j], cs && jv_truthy(*cs), &y));

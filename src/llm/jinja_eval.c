@@ -28,6 +28,14 @@ kn_status jinja_oom(const jnode *n) {
                        (unsigned)(JINJA_MAX_MEMORY >> 20));
 }
 
+kn_status jinja_work(jctx *c, const jnode *n, size_t bytes) {
+    c->steps += (int64_t)(bytes >> 8);
+    if (c->steps > JINJA_MAX_STEPS)
+        return jinja_error(n, KN_ERR_LIMIT, "rendering took more than %d steps of work (loop iterations, calls, 256-byte blocks of "
+                           "text processed; limit)", JINJA_MAX_STEPS);
+    return KN_OK;
+}
+
 kn_status jinja_step(jctx *c, const jnode *n) {
     if (++c->steps > JINJA_MAX_STEPS)
         return jinja_error(n, KN_ERR_LIMIT, "rendering took more than %d loop iterations and calls (limit)", JINJA_MAX_STEPS);
@@ -89,6 +97,7 @@ static double fnum(jv v) { return v.t == JV_FLOAT ? v.f : v.t == JV_INT ? (doubl
 static int64_t inum(jv v) { return v.t == JV_INT ? v.i : (int64_t)v.b; }
 
 static kn_status concat_str(jctx *c, const jnode *n, jv a, jv b, jv *out) {
+    TRY(jinja_work(c, n, (a.t == JV_STR ? a.s.n : 0) + (b.t == JV_STR ? b.s.n : 0)));
     jbuf o = {.a = c->a, .limit = JINJA_MAX_OUTPUT};
     jv_to_str(c->a, a, &o);
     jv_to_str(c->a, b, &o);
@@ -199,16 +208,15 @@ ovf:
     return jinja_error(n, KN_ERR_LIMIT, "integer overflow in '%s' (kiln's integers are 64-bit)", names[op]);
 }
 
-static kn_status contains(const jnode *n, jv item, jv seq, bool *out) {
+static kn_status contains(jctx *c, const jnode *n, jv item, jv seq, bool *out) {
     switch (seq.t) {
     case JV_STR:
         if (item.t != JV_STR) return jinja_error(n, KN_ERR_INVALID, "'in <string>' requires a string as the left operand, not '%s'", jv_type_name(item));
-        if (item.s.n == 0) { *out = true; return KN_OK; }
-        *out = false;
-        for (size_t i = 0; i + item.s.n <= seq.s.n; i++)
-            if (memcmp(seq.s.p + i, item.s.p, item.s.n) == 0) { *out = true; break; }
+        TRY(jinja_work(c, n, seq.s.n));
+        *out = jfind(seq.s.p, seq.s.n, item.s.p, item.s.n) != NULL;
         return KN_OK;
     case JV_LIST:
+        TRY(jinja_work(c, n, seq.l->n * sizeof(jv)));
         *out = false;
         for (size_t i = 0; i < seq.l->n; i++) if (jv_equal(seq.l->v[i], item)) { *out = true; break; }
         return KN_OK;
@@ -219,11 +227,14 @@ static kn_status contains(const jnode *n, jv item, jv seq, bool *out) {
     }
 }
 
-static kn_status compare(const jnode *n, int op, jv a, jv b, jv *out) {
+static kn_status compare(jctx *c, const jnode *n, int op, jv a, jv b, jv *out) {
+    if (a.t == JV_STR && b.t == JV_STR) TRY(jinja_work(c, n, a.s.n < b.s.n ? a.s.n : b.s.n));
+    if (a.t == JV_LIST && b.t == JV_LIST) TRY(jinja_work(c, n, (a.l->n < b.l->n ? a.l->n : b.l->n) * sizeof(jv)));
+    if (a.t == JV_DICT && b.t == JV_DICT) TRY(jinja_work(c, n, a.d->n * b.d->n * sizeof(jv)));
     if (op == JOP_EQ || op == JOP_NE) { bool e = jv_equal(a, b); *out = jv_bool(op == JOP_EQ ? e : !e); return KN_OK; }
     if (op == JOP_IN || op == JOP_NOTIN) {
         bool in = false;
-        TRY(contains(n, a, b, &in));
+        TRY(contains(c, n, a, b, &in));
         *out = jv_bool(op == JOP_IN ? in : !in);
         return KN_OK;
     }
@@ -271,6 +282,7 @@ static kn_status eval_slice(jctx *c, const jnode *n, jv *out) {
     TRY(get_int(c, n->d, "step", &step, &hp));
     if (!hp) step = 1;
     if (step == 0) return jinja_error(n, KN_ERR_INVALID, "slice step cannot be zero");
+    if (obj.t == JV_STR) TRY(jinja_work(c, n, obj.s.n));
     int64_t len = obj.t == JV_STR ? (int64_t)u8_len(obj.s.p, obj.s.n) : (int64_t)obj.l->n;
     bool neg = step < 0;
     start = hs ? slice_ix(start, len, neg, true) : (neg ? len - 1 : 0);
@@ -302,7 +314,6 @@ static kn_status eval_slice(jctx *c, const jnode *n, jv *out) {
 }
 
 static kn_status get_item(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
-    (void)c;
     switch (obj.t) {
     case JV_DICT: {
         const jv *v = jd_getv(obj.d, key);
@@ -311,6 +322,7 @@ static kn_status get_item(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
     }
     case JV_LIST: case JV_STR: {
         if (key.t != JV_INT && key.t != JV_BOOL) { *out = jv_undef(NULL, 0); return KN_OK; }
+        if (obj.t == JV_STR) TRY(jinja_work(c, n, obj.s.n));
         int64_t len = obj.t == JV_LIST ? (int64_t)obj.l->n : (int64_t)u8_len(obj.s.p, obj.s.n);
         int64_t i = inum(key);
         if (i < 0) i += len;
@@ -514,7 +526,7 @@ static kn_status eval_node(jctx *c, const jnode *n, jv *out) {
     case E_CMP:
         TRY(eval(c, n->a, &a));
         TRY(eval(c, n->b, &b));
-        return compare(n, n->op, a, b, out);
+        return compare(c, n, n->op, a, b, out);
     case E_COND:
         TRY(eval(c, n->a, &a));
         if (jv_truthy(a)) return eval(c, n->b, out);
@@ -559,6 +571,7 @@ static kn_status iter_items(jctx *c, const jnode *n, jv seq, jlist **out) {
         return KN_OK;
     }
     case JV_STR: {
+        TRY(jinja_work(c, n, seq.s.n));
         jlist *l = jl_new(c->a, u8_len(seq.s.p, seq.s.n));
         if (!l) return jinja_oom(n);
         for (size_t i = 0; i < seq.s.n;) {

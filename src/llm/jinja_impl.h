@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>   /* memmem (_GNU_SOURCE) */
 
 /* Resource limits: a hostile template can neither hang nor exhaust memory. */
 #define JINJA_MAX_DEPTH      200          /* parser nesting; value nesting in repr/json/== */
@@ -171,6 +172,13 @@ kn_status jinja_error(const jnode *n, kn_status st, const char *fmt, ...)
     ;
 kn_status jinja_oom(const jnode *n);
 kn_status jinja_step(jctx *c, const jnode *n);        /* count work; error past the limit */
+/* count work on `bytes` bytes of data (1 step per 256 bytes): long strings cannot
+ * multiply a loop's cost without bound */
+kn_status jinja_work(jctx *c, const jnode *n, size_t bytes);
+/* first occurrence of needle in hay (linear: memmem), or NULL */
+static inline const char *jfind(const char *hay, size_t hn, const char *nd, size_t nn) {
+    return nn == 0 ? hay : (const char *)memmem(hay, hn, nd, nn);
+}
 kn_status jinja_filter(jctx *c, const jnode *n, jv in, const jv *args, const char *const *kw,
                        const size_t *kw_n, int nargs, jv *out);
 kn_status jinja_test(jctx *c, const jnode *n, jv in, const jv *args, int nargs, bool *out);
