@@ -316,6 +316,7 @@ static kn_status eval_slice(jctx *c, const jnode *n, jv *out) {
 static kn_status get_item(jctx *c, const jnode *n, jv obj, jv key, jv *out) {
     switch (obj.t) {
     case JV_DICT: {
+        TRY(jinja_work(c, n, obj.d->n * sizeof(jv)));   /* lookups are linear */
         const jv *v = jd_getv(obj.d, key);
         *out = v ? *v : (key.t == JV_STR ? jv_undef(key.s.p, key.s.n) : jv_undef(NULL, 0));
         return KN_OK;
@@ -469,6 +470,7 @@ static kn_status eval_node(jctx *c, const jnode *n, jv *out) {
         TRY(eval(c, n->a, &a));
         if (a.t == JV_UNDEF) return undefined_error(n, a);
         if (a.t == JV_DICT) {
+            TRY(jinja_work(c, n, a.d->n * sizeof(jv)));   /* lookups are linear */
             const jv *v = jd_get(a.d, n->name, n->name_n);
             *out = v ? *v : jv_undef(n->name, n->name_n);
             return KN_OK;

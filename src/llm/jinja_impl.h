@@ -82,7 +82,8 @@ void jb_putc(jbuf *b, char c);
 jlist *jl_new(jarena *a, size_t cap);
 bool   jl_push(jarena *a, jlist *l, jv v);
 jdict *jd_new(jarena *a, size_t cap);
-bool   jd_set(jarena *a, jdict *d, jv key, jv val);          /* insert or replace */
+bool   jd_set(jarena *a, jdict *d, jv key, jv val);          /* insert or replace: O(n) */
+bool   jd_append(jarena *a, jdict *d, jv key, jv val);       /* no duplicate check  */
 const jv *jd_get(const jdict *d, const char *key, size_t n);  /* string key lookup */
 const jv *jd_getv(const jdict *d, jv key);
 

@@ -2,7 +2,7 @@
  * values, as Python's json.loads gives them to a template: integers written
  * without fraction or exponent become int, other numbers float, objects keep
  * their member order (duplicate keys: the last value wins, in the first
- * one's place). Strings are copied into the arena, so the kn_json may be
+ * one's place; objects of more than 64 members keep duplicates). Strings are copied into the arena, so the kn_json may be
  * freed at once.
  */
 #include "llm/jinja_impl.h"
@@ -52,7 +52,11 @@ kn_status jinja_from_json(jarena *a, const kn_json *j, int64_t v, jv *out, int d
             memcpy(kp, k, kn);
             kn_status st = jinja_from_json(a, j, c, &val, depth + 1);
             if (st != KN_OK) return st;
-            if (!jd_set(a, d, jv_str(kp, kn), val)) return kn_set_error(KN_ERR_LIMIT, "chat request: out of template memory");
+            /* small objects: Python's duplicate-key rule (last value, first place);
+             * large ones are appended as they come, so that a hostile request
+             * cannot make the conversion quadratic (lookups then see the first) */
+            bool ok = kn_json_count(j, v) <= 64 ? jd_set(a, d, jv_str(kp, kn), val) : jd_append(a, d, jv_str(kp, kn), val);
+            if (!ok) return kn_set_error(KN_ERR_LIMIT, "chat request: out of template memory");
         }
         out->t = JV_DICT; out->d = d;
         return KN_OK;

@@ -108,6 +108,10 @@ const jv *jd_get(const jdict *d, const char *key, size_t n) {
 bool jd_set(jarena *a, jdict *d, jv key, jv val) {
     const jv *old = jd_getv(d, key);
     if (old) { d->v[old - d->v] = val; return true; }
+    return jd_append(a, d, key, val);
+}
+
+bool jd_append(jarena *a, jdict *d, jv key, jv val) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? d->cap * 2 : 4;
         jv *nk = ja_alloc(a, cap * sizeof(jv)), *nv = ja_alloc(a, cap * sizeof(jv));
