@@ -18,8 +18,9 @@
  * A template using something else (call blocks, includes, an unknown filter) is
  * refused when compiled, with its line:column and the feature's name; a
  * template's raise_exception("...") becomes a KN_ERR_INVALID whose message
- * is the template's. Limits (nesting depth 200, 2M loop iterations and
- * calls, 128 MiB of values, 16 MiB of output, 4 MiB of template) stop
+ * is the template's. Limits (parser nesting 200, evaluation depth 1000,
+ * 2M steps (loop iterations, calls, 256-byte blocks of text processed),
+ * 128 MiB of values, 16 MiB of output, 4 MiB of template) stop
  * hostile templates with KN_ERR_INVALID naming the limit (KN_ERR_LIMIT
  * always means "the buffer is too small").
  *

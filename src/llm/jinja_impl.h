@@ -30,7 +30,7 @@
 #define JINJA_MAX_EVAL_DEPTH 1000         /* evaluator recursion (chains, macro calls): ~0.5 MiB of stack */
 #define JINJA_MAX_OUTPUT     (16u << 20)  /* bytes of rendered text                  */
 #define JINJA_MAX_MEMORY     (128u << 20) /* bytes of values one render may allocate */
-#define JINJA_MAX_STEPS      2000000      /* loop iterations + filter/method calls   */
+#define JINJA_MAX_STEPS      2000000      /* loop iterations, calls, 256-byte blocks of text */
 #define JINJA_MAX_SOURCE     (4u << 20)   /* template text                           */
 
 /* ---- arena: everything a render (or a program) allocates, freed at once ---- */
