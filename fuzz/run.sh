@@ -24,7 +24,7 @@ srcs_for() {
     fuzz_safetensors) echo "src/formats/safetensors.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_llama2c)     echo "src/formats/llama2c.c src/formats/llmc_gpt2.c src/formats/mapfile.c $CORE" ;;
     fuzz_json)        echo "src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
-    fuzz_chat)        echo "src/llm/chat.c src/formats/gguf.c src/formats/mapfile.c $CORE" ;;
+    fuzz_chat|fuzz_jinja) echo "src/llm/chat.c $(ls src/llm/jinja_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_tokenizer|fuzz_hftok) echo "src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_cli)         echo "tools/cli_args.c tools/cli_num.c" ;;
     fuzz_kcache)      echo "src/core/kcache.c src/core/env.c $CORE" ;;

@@ -614,9 +614,7 @@ TEST(smollm_pretokenizer_and_template_from_gguf) {
 
     kn_chat_tmpl t;
     REQUIRE(kn_chat_template_from_gguf(g, &t) == KN_OK, "%s", kn_last_error());
-    CHECK(t.format == KN_CHAT_CHATML, "format %d", (int)t.format);
-    CHECK(strcmp(t.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face") == 0,
-          "default system '%s'", t.default_system);
+    CHECK(t.format == KN_CHAT_JINJA, "format %d", (int)t.format);
     kn_chat_msg m[] = {{"user", "What is the capital of France?"}};
     char out[1024]; size_t need;
     REQUIRE(kn_chat_apply(&t, m, 1, true, out, sizeof out, &need) == KN_OK, "%s", kn_last_error());
@@ -624,6 +622,7 @@ TEST(smollm_pretokenizer_and_template_from_gguf) {
                        "<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
                        "<|im_start|>assistant\n";
     CHECK(strcmp(out, want) == 0, "rendered:\n%s", out);
+    kn_chat_tmpl_free(&t);
     kn_tokenizer_free(tok);
     kn_gguf_close(g);
     free(b.p);
@@ -702,15 +701,14 @@ TEST(chat_chatml) {
            "<|im_start|>assistant\nHello.<|im_end|>\n";
     got = render(&t, m + 1, 2, false);
     CHECK(strcmp(got, want) == 0, "default system:\n%s", got);
-    /* plain chatml has no default system prompt; the escaped form \n also parses */
+    /* the built-in chatml has no default system prompt, smollm has SmolLM2's */
+    kn_chat_tmpl_free(&t);
     REQUIRE(kn_chat_template_from_name("chatml", &t) == KN_OK, "name");
     got = render(&t, m + 1, 1, true);
     CHECK(strcmp(got, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n") == 0, "%s", got);
-    REQUIRE(kn_chat_template_from_string("{{ '<|im_start|>system\\nBe kind.<|im_end|>\\n' }}", &t) == KN_OK, "esc");
-    CHECK(strcmp(t.default_system, "Be kind.") == 0, "escaped default '%s'", t.default_system);
-    REQUIRE(kn_chat_template_from_string("{{'<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>'}}", &t)
-            == KN_OK, "jinja");
-    CHECK(t.default_system[0] == 0, "no default from a Jinja expression: '%s'", t.default_system);
+    REQUIRE(kn_chat_template_from_name("smollm", &t) == KN_OK, "name");
+    got = render(&t, m + 1, 1, true);
+    CHECK(strncmp(got, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM", 62) == 0, "%s", got);
     /* measuring and limits */
     size_t need;
     CHECK(kn_chat_apply(&t, m, 4, true, NULL, 0, &need) == KN_ERR_LIMIT && need > 0, "measure");
@@ -737,10 +735,7 @@ TEST(chat_plain) {
 
 TEST(chat_llama2) {
     kn_chat_tmpl t;
-    const char *j = "{% if messages[0]['role'] == 'system' %}...{{ bos_token + '[INST] ' + content.strip() + "
-                    "' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + "
-                    "eos_token }}{% endif %}{% endfor %}";
-    REQUIRE(kn_chat_template_from_string(j, &t) == KN_OK && t.format == KN_CHAT_LLAMA2, "detect");
+    REQUIRE(kn_chat_template_from_name("llama2", &t) == KN_OK && t.format == KN_CHAT_LLAMA2, "name");
     kn_chat_msg m[] = {
         {"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello!"}, {"user", "Name a color."},
     };
@@ -758,12 +753,16 @@ TEST(chat_llama2) {
 
 TEST(chat_llama3) {
     kn_chat_tmpl t;
+    REQUIRE(kn_chat_template_from_name("llama3", &t) == KN_OK && t.format == KN_CHAT_LLAMA3, "name");
+    /* the Llama 3 template through the interpreter renders the same (BOS dropped) */
     const char *j = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
                     "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
                     "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
                     "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
                     "<|end_header_id|>\n\n' }}{% endif %}";
-    REQUIRE(kn_chat_template_from_string(j, &t) == KN_OK && t.format == KN_CHAT_LLAMA3, "detect");
+    kn_chat_tmpl tj;
+    REQUIRE(kn_chat_template_from_string(j, &tj) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_chat_template_set_tokens(&tj, "<|begin_of_text|>", "<|eot_id|>") == KN_OK, "tokens");
     kn_chat_msg m[] = {{"system", "You are a pirate."}, {"user", "Hello\n"}, {"assistant", " Arr!"}};
     const char *want = "<|start_header_id|>system<|end_header_id|>\n\nYou are a pirate.<|eot_id|>"
                        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|>"
@@ -771,11 +770,18 @@ TEST(chat_llama3) {
                        "<|start_header_id|>assistant<|end_header_id|>\n\n";
     const char *got = render(&t, m, 3, true);
     CHECK(strcmp(got, want) == 0, "%s", got);
+    got = render(&tj, m, 3, true);
+    CHECK(strcmp(got, want) == 0, "interpreter: %s", got);
+    kn_chat_tmpl_free(&tj);
 }
 
 TEST(chat_unknown_template) {
     kn_chat_tmpl t;
+    /* any template compiles now; one using a feature the interpreter lacks is refused with a hint */
     kn_status st = kn_chat_template_from_string("{% for m in messages %}<start_of_turn>{{ m.content }}{% endfor %}", &t);
+    CHECK(st == KN_OK, "status %d: %s", (int)st, kn_last_error());
+    kn_chat_tmpl_free(&t);
+    st = kn_chat_template_from_string("{% call f() %}{% endcall %}", &t);
     CHECK(st == KN_ERR_UNSUPPORTED, "status %d", (int)st);
     CHECK(strstr(kn_last_error(), "--chat-template chatml|llama2|llama3") != NULL, "hint: %s", kn_last_error());
     CHECK(kn_chat_template_from_name("vicuna", &t) == KN_ERR_UNSUPPORTED, "name");

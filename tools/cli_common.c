@@ -62,7 +62,20 @@ bool cli_print_token(void *ud, int32_t tok, const char *text, size_t len) {
 bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t) {
     kn_status st;
     if (a->tmpl) st = kn_chat_template_from_name(a->tmpl, t);
-    else if (kn_model_chat_template(m)) st = kn_chat_template_from_string(kn_model_chat_template(m), t);
+    else if (kn_model_chat_template(m)) {
+        st = kn_chat_template_from_string(kn_model_chat_template(m), t);
+        /* a template the interpreter refuses: its family, when its markers show one */
+        if (st != KN_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", kn_last_error());
+            if (kn_chat_template_family_of(kn_model_chat_template(m), t) == KN_OK) {
+                static const char *const names[] = {"", "chatml", "llama2", "llama3", "plain"};
+                fprintf(stderr, "kiln: the model's chat template cannot run here (%s); rendering the %s format instead\n",
+                        why, names[t->format]);
+                st = KN_OK;
+            } else st = kn_set_error(st, "%s", why);
+        }
+    }
     else {
         /* base models and the ones kiln train makes carry none: plain text turns */
         fprintf(stderr, "kiln: the model has no chat template; using the plain one (\"User: ...\" lines; "
@@ -70,6 +83,18 @@ bool cli_get_template(kn_model *m, const cli_args *a, kn_chat_tmpl *t) {
         st = kn_chat_template_from_name("plain", t);
     }
     if (st) fprintf(stderr, "kiln: %s\n", kn_last_error());
+    /* the model's template sees its tokenizer's bos_token / eos_token */
+    const kn_tokenizer *tok = kn_model_tokenizer(m);
+    if (st == KN_OK && t->format == KN_CHAT_JINJA && tok) {
+        char bos[128] = "", eos[128] = "";
+        size_t n;
+        const char *p;
+        if (kn_tokenizer_bos(tok) >= 0 && (p = kn_tokenizer_token_text(tok, kn_tokenizer_bos(tok), &n)) && n < sizeof bos)
+            { memcpy(bos, p, n); bos[n] = 0; }
+        if (kn_tokenizer_eos(tok) >= 0 && (p = kn_tokenizer_token_text(tok, kn_tokenizer_eos(tok), &n)) && n < sizeof eos)
+            { memcpy(eos, p, n); eos[n] = 0; }
+        kn_chat_template_set_tokens(t, bos, eos);
+    }
     return st == KN_OK;
 }
 

@@ -224,7 +224,7 @@ int cmd_chat(const cli_args *a) {
     convo c = {0};
     if (a->system) {
         char *sys = strdup(a->system);
-        if (!sys || !convo_push(&c, "system", sys)) { free(sys); kn_model_free(m); return 1; }
+        if (!sys || !convo_push(&c, "system", sys)) { free(sys); kn_chat_tmpl_free(&t); kn_model_free(m); return 1; }
     }
     c.n_sys = c.n;
     line_reader lr = {.tty = isatty(0)};
@@ -255,6 +255,7 @@ int cmd_chat(const cli_args *a) {
     free(lr.buf);
     convo_free(&c);
     kn_kv_tokens_free(&kv);
+    kn_chat_tmpl_free(&t);
     kn_model_free(m);
     return rc;
 }

@@ -23,6 +23,7 @@ int cmd_generate(const cli_args *a) {
         if (a->system) msgs[n++] = (kn_chat_msg){"system", a->system};
         msgs[n++] = (kn_chat_msg){"user", a->prompt};
         text = cli_render(&t, msgs, n);
+        kn_chat_tmpl_free(&t);
         prompt = text;
         if (text && getenv("KN_DEBUG")) fprintf(stderr, "--- chat prompt ---\n%s\n-------------------\n", text);
     }

@@ -429,6 +429,10 @@ bool kn_json_num(const kn_json *j, int64_t v, double *out) {
     *out = n->num;
     return true;
 }
+bool kn_json_is_int_literal(const kn_json *j, int64_t v) {
+    const jnode *n = node(j, v);
+    return n && n->type == KN_JSON_NUMBER && n->is_int;
+}
 bool kn_json_int(const kn_json *j, int64_t v, int64_t *out) {
     const jnode *n = node(j, v);
     if (!n || n->type != KN_JSON_NUMBER) return false;

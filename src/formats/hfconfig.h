@@ -54,6 +54,9 @@ const char *kn_json_str(const kn_json *j, int64_t v, size_t *len);
 bool kn_json_num(const kn_json *j, int64_t v, double *out);
 bool kn_json_int(const kn_json *j, int64_t v, int64_t *out);
 bool kn_json_bool(const kn_json *j, int64_t v, bool *out);
+/* True when v is a number written without fraction or exponent that fits int64
+ * (JSON 2 but not 2.0 or 2e0: Python reads those as int and float). */
+bool kn_json_is_int_literal(const kn_json *j, int64_t v);
 
 /* Object member shortcuts for config files: false if absent or wrong type. */
 bool kn_json_get_i64(const kn_json *j, int64_t obj, const char *key, int64_t *out);
