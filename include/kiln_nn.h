@@ -202,8 +202,8 @@ typedef struct kn_attn_cfg {
     bool rope;              /* rotate q, k by position (needs pos)                   */
     bool rope_neox;         /* rotate halves (HF Llama) instead of interleaved pairs */
     double rope_theta;
-    double dropout;         /* on the attention output projection (training); the MLP
-                               output has no dropout                                 */
+    double dropout;         /* on the attention output projection (training); a Block
+                               applies it to its MLP output too (GPT-2's resid_pdrop) */
 } kn_attn_cfg;
 kn_module *kn_attention_new(kn_ctx *ctx, const kn_attn_cfg *cfg);
 /* x [B,T,C]; pos: i32 [T] positions (needed with rope, else NULL) */

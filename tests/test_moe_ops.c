@@ -432,6 +432,7 @@ TEST(topk_cuda_against_sort) {
     for (int i = 0; i < 4; i++) {
         int64_t n = ns[i], ks[] = {1, 2, n < 8 ? n : 8, n};
         for (int j = 0; j < 4; j++) {
+            if (ks[j] > n) continue;
             topk_case(kn_backend_cuda(), 2, 3, n, ks[j], true, false);
             topk_case(kn_backend_cuda(), 1, 5, n, ks[j], false, true);
         }

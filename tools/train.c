@@ -23,7 +23,7 @@
  * Exit status: 0 ok, 1 error (missing data, bad files, mismatched
  * checkpoint, divergence, a failed save), 2 usage, 130 stopped by Ctrl-C
  * (the checkpoint saved; stderr says where and how to continue).
- * `--dropout P` (LMs) drops attention outputs and embeddings with a mask
+ * `--dropout P` (LMs) drops embeddings and the attention and MLP outputs with a mask
  * drawn from the step number, so resumed runs still repeat bit for bit.
  * Non-goals: multi-GPU, mixed precision.
  */
@@ -102,7 +102,7 @@ static const topt k_opts[] = {
     {"--dim", "C", "model width (a multiple of --heads)", O_INT, T_LM, 1, 65536, false, false, F(dim), NULL},
     {"--heads", "H", "attention heads", O_INT, T_LM, 1, 65536, false, false, F(heads), NULL},
     {"--ctx", "T", "context length (tokens per window)", O_INT, T_LM, 1, 65536, false, false, F(ctx), NULL},
-    {"--dropout", "P", "dropout on embeddings and attention outputs while training, in [0, 1)", O_REAL, T_LM, 0, 1,
+    {"--dropout", "P", "dropout on embeddings and the attention and MLP outputs while training, in [0, 1)", O_REAL, T_LM, 0, 1,
      false, true, F(dropout), NULL},
     {"--val-frac", "F", "fraction of the tokens held out for validation, in (0, 1)", O_REAL, T_LM, 0, 1, true,
      true, F(val_frac), NULL},

@@ -127,7 +127,7 @@ static kn_module *mlp_new(kn_ctx *ctx, kn_mlp_kind kind, int64_t C, int64_t hidd
 }
 
 /* ---- pre-norm block --------------------------------------------------------------- */
-typedef struct { kn_block_cfg cfg; } block_t;
+typedef struct { kn_block_cfg cfg; uint64_t drop_seed; } block_t;
 static kn_tensor *block_fwd1(kn_module *m, kn_tensor *x) { return kn_block_forward(m, x, NULL); }
 
 kn_module *kn_block_new(kn_ctx *ctx, const kn_block_cfg *cfg) {
@@ -137,6 +137,7 @@ kn_module *kn_block_new(kn_ctx *ctx, const kn_block_cfg *cfg) {
     kn_module *m = kn_module_new(ctx, "Block", block_fwd1, b, true);
     if (!m) return NULL;
     b->cfg = *cfg;
+    b->drop_seed = kn_nn_next_seed();
     int64_t C = cfg->attn.dim;
     bool rms = cfg->norm == KN_NORM_RMS;
     double eps = cfg->norm_eps > 0 ? cfg->norm_eps : (rms ? 1e-6 : 1e-5);
@@ -163,5 +164,8 @@ kn_tensor *kn_block_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
     x = kn_add(ctx, x, h);
     h = kn_module_forward(kn__child(m, rms ? "post_attention_layernorm" : "ln_2"), x);
     h = kn_module_forward(kn__child(m, "mlp"), h);
+    /* residual dropout after the MLP too (GPT-2's resid_pdrop: the same rate
+     * as after the attention projection) */
+    h = kn__mod_dropout(m, h, b->cfg.attn.dropout, b->drop_seed);
     return kn_add(ctx, x, h);
 }

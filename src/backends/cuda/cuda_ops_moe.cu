@@ -131,6 +131,11 @@ __global__ void __launch_bounds__(256) k_mmid(const float *x, int64_t xs0, int64
     }
 }
 
+/* x [T, K|1, C] of any strides -> contiguous f32 */
+__global__ void k_mmid_xcopy(kn_dview x, float *xc, int64_t n) {
+    KN_GRID_LOOP(i, n) xc[i] = (float)kn_dget(x, kn_doff(x, i));
+}
+
 static kn_status cu_mul_mat_id(const kn_exec *e) {
     const kn_tview *x = &e->src[0], *w = &e->src[1], *ids = &e->src[2], *y = &e->dst;
     int64_t T = y->ne[0], K = y->ne[1], N = y->ne[2], E = w->ne[0], C = w->ne[2], R = T * K;
@@ -140,9 +145,20 @@ static kn_status cu_mul_mat_id(const kn_exec *e) {
     const kn_dtype_info *wi = kn_dtype_get(w->dtype);
     if (x->dtype != KN_F32 || y->dtype != KN_F32)
         return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id takes f32 x (f64 runs on the reference backend)");
-    if (x->st[x->ndim - 1] != 1 || !kn_tview_is_contiguous(y) || w->st[2] != 1 || w->st[1] != C || w->st[0] != N * C)
-        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id takes x with unit stride along C, a contiguous "
-                            "W [E, N, C] and y (make them contiguous first)");
+    if (!kn_tview_is_contiguous(y) || w->st[2] != 1 || w->st[1] != C || w->st[0] != N * C)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id takes a contiguous W [E, N, C] and y "
+                            "(make them contiguous first)");
+    const float *X = (const float *)x->data;
+    float *xc = NULL;                      /* x strided along C (a transposed view): a contiguous copy first */
+    if (x->st[x->ndim - 1] != 1 && C > 1) {
+        int64_t nx = kn_tview_numel(x);
+        kn_status st = kn_cu_tmp(sizeof(float) * (size_t)nx, (void **)&xc);
+        if (st) return st;
+        k_mmid_xcopy<<<kn_blocks(nx), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), xc, nx);
+        X = xc;
+        xs0 = x3 ? x->ne[1] * C : C;
+        xs1 = x3 && x->ne[1] != 1 ? C : 0;
+    }
     if (wi->is_quant && !kn_cuda_quant_supported((int)w->dtype))
         return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id: %s blocks are not decoded on the GPU", wi->name);
     if (R > INT32_MAX || E > 1 << 20)
@@ -150,12 +166,11 @@ static kn_status cu_mul_mat_id(const kn_exec *e) {
                             (long long)R, (long long)E);
     int *scratch;
     kn_status st = kn_cu_tmp(sizeof(int) * (size_t)(E + 1 + R), (void **)&scratch);
-    if (st) return st;
+    if (st) { kn_cu_tmp_free(xc); return st; }
     int *start = scratch, *order = scratch + E + 1;
     cudaStream_t s = kn_cu_stream();
     k_mmid_group<<<1, 1024, sizeof(int) * (size_t)(E + 1), s>>>(kn_dv(ids), T, K, E, start, order, kn_cu_err_dev(e->node->op));
     dim3 grid((unsigned)((N + 7) / 8), (unsigned)E);
-    const float *X = (const float *)x->data;
     float *Y = (float *)y->data;
     const char *W = (const char *)w->data;
     size_t wr = kn_dtype_nbytes(w->dtype, C);
@@ -168,9 +183,11 @@ static kn_status cu_mul_mat_id(const kn_exec *e) {
 #undef QCASE
     default:
         kn_cu_tmp_free(scratch);
+        kn_cu_tmp_free(xc);
         return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: mul_mat_id: W of dtype %s", wi->name);
     }
     kn_cu_tmp_free(scratch);
+    kn_cu_tmp_free(xc);
     KN_CUDA_LAUNCHED();
     return KN_OK;
 }
