@@ -81,6 +81,7 @@ typedef union kn_op_params {
     struct { int stride[2], padding[2], dilation[2], output_padding[2], groups; } conv;
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
     struct { bool causal; double scale; } sdpa;
+    struct { double scale; int block_size, window; } paged;  /* paged_attn: window 0 = none */
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;
     struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
@@ -319,6 +320,18 @@ kn_tensor *kn_adaptive_avg_pool2d(kn_ctx *ctx, kn_tensor *x, int64_t out_h, int6
 /* q [B,Hq,Tq,D], k,v [B,Hkv,Tk,D] with Hq % Hkv == 0 (grouped-query);
  * causal masks key j > query i + (Tk - Tq); scale 0 means 1/sqrt(D). */
 kn_tensor *kn_sdpa(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double scale);
+/* Paged attention (inference: no gradient). Query rows of several sequences
+ * attend to K/V rows kept in fixed-size blocks of a shared pool:
+ *   q [T, H, D] float; k_pool, v_pool [Hkv, P, D] (f32 or f16, P a multiple
+ *   of block_size); block_table [S, MB] i32: block b of sequence s is pool
+ *   rows block_table[s][b] * block_size ..+block_size; row_seq, row_pos [T]
+ *   i32 (same T as q, may be symbolic). Row t attends, causally, to its
+ *   sequence's positions 0 .. row_pos[t] (window > 0: only the last `window`
+ *   of them), position p held at pool row block_table[s][p / bs] * bs + p % bs.
+ *   H % Hkv == 0 (grouped-query); scale 0 means 1/sqrt(D). Out: [T, H, D] f32.
+ * A sequence id, position or block id out of range is an error when the plan runs. */
+kn_tensor *kn_paged_attn(kn_ctx *ctx, kn_tensor *q, kn_tensor *k_pool, kn_tensor *v_pool, kn_tensor *block_table,
+                         kn_tensor *row_seq, kn_tensor *row_pos, int block_size, int window, double scale);
 /* x [..., T, D]: rotates the first n_rot dims of D by position pos[t] (i32 [T]);
  * neox=false rotates interleaved pairs (llama2.c/GGUF llama), true rotates halves. */
 kn_tensor *kn_rope(kn_ctx *ctx, kn_tensor *x, kn_tensor *pos, int n_rot, double theta, bool neox, double freq_scale);

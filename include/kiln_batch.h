@@ -20,6 +20,21 @@
  * Not thread-safe: one thread (the server's engine thread) owns a batch.
  * The model must outlive it; the model's own kn_model_eval / kn_generate may
  * still be used between steps (they keep their own single-sequence cache).
+ *
+ * Memory: on a host backend the pool is reserved, not committed (an
+ * anonymous mapping: pages appear as blocks are first written), and so are
+ * the model's own single-sequence caches, so an idle batch costs little more
+ * than the model (bench/bench_batch prints both). On a device backend the
+ * pool is allocated whole.
+ * The batch's graph lives in the model's context: kn_batch_free returns the
+ * plan's buffers and a host pool at once, but the graph nodes (a few KB, the
+ * step inputs, and a device pool) only with kn_model_free; each batch also
+ * takes two of the model context's 16 plan symbols (the model uses 3), so
+ * at most six batches can be made over one model.
+ * Results: each sequence's logits equal kn_model_eval's on the same tokens up
+ * to float rounding (other row blocking and an online softmax: ~1e-6
+ * relative with f32 KV; with kv_f16 a K/V value computed under another
+ * chunking may round to the neighbouring f16, ~1e-3).
  */
 #ifndef KILN_BATCH_H
 #define KILN_BATCH_H
@@ -53,14 +68,19 @@ void kn_batch_free(kn_batch *b);                     /* NULL is a no-op */
  * set when all slots are taken. */
 int kn_batch_seq_new(kn_batch *b);
 /* Ends a sequence: its blocks go back to the pool (full blocks to the prefix
- * cache when that is on). */
+ * cache when that is on). An id that is not open is ignored. */
 void kn_batch_seq_free(kn_batch *b, int seq);
 /* For a new (empty) sequence: attaches the cached blocks that hold the
  * longest prefix of tokens[0..n) in whole blocks, at most n - 1 tokens (so
  * at least one token is left to evaluate for logits). Returns how many
- * tokens the sequence now holds (0 when nothing matched or the cache is off). */
+ * tokens the sequence now holds (0 when nothing matched or the cache is off;
+ * a sequence that already holds tokens is left as it is and its length
+ * returned; -1 with kn_last_error for an id that is not an open sequence).
+ * A hit is verified token for token, not trusted to the hash. Blocks may be
+ * shared by several live sequences: a shared block is full and never
+ * written again (the sequence's next token goes into a block of its own). */
 int kn_batch_seq_reuse_prefix(kn_batch *b, int seq, const int32_t *tokens, int n);
-int kn_batch_seq_len(const kn_batch *b, int seq);    /* tokens the sequence holds */
+int kn_batch_seq_len(const kn_batch *b, int seq);    /* tokens the sequence holds; -1: not an open sequence */
 
 /* Tokens of one sequence for a step, appended at its end. */
 typedef struct kn_batch_item {
@@ -76,7 +96,11 @@ typedef struct kn_batch_item {
  * when the items hold more than n_batch tokens, a sequence would exceed the
  * model's context length, or the pool has too few free blocks (see
  * kn_batch_free_tokens: the scheduler ends or pauses a sequence and tries
- * again); KN_ERR_INVALID for an unknown sequence or a bad token id. */
+ * again); KN_ERR_INVALID for an unknown sequence or a bad token id, a
+ * sequence twice or an item without tokens. Full blocks a step completes
+ * enter the prefix cache at once (a live sequence's prompt can be shared).
+ * Another error (the plan failed to run) also leaves every sequence as it
+ * was (the blocks the step took are given back). */
 kn_status kn_batch_step(kn_batch *b, const kn_batch_item *items, int n_items, float *logits);
 
 /* How many more tokens the pool can take now (free blocks, plus cached ones

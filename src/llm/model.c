@@ -558,26 +558,67 @@ static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_t
     return c->arch == KN_ARCH_GPT2 ? kn_layer_norm(ctx, x, 1, w, b, c->norm_eps) : kn_rms_norm(ctx, x, 1, w, c->norm_eps);
 }
 
+/* The single-sequence caches [Hkv, n_ctx, D] of every layer, zeroed. On a
+ * host backend they live in one anonymous mapping (kn__lazy_alloc), so their
+ * pages cost memory only once written: a model used only through a kn_batch
+ * (its own paged pool) does not pay for them. */
+static kn_status make_caches(kn_model *m) {
+    const kn_model_config *c = &m->cfg;
+    kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
+    int64_t shape[3] = {c->n_kv_heads, m->n_ctx, c->head_dim};
+    size_t one = kn_dtype_nbytes(kv_dt, shape[0] * shape[1] * shape[2]);
+    if (!m->on_device && !(m->kv_map = kn__lazy_alloc(one * 2 * (size_t)c->n_layers)))
+        return kn_set_error(KN_ERR_NOMEM, "out of memory for the KV cache (%zu bytes); load with a smaller --ctx",
+                            one * 2 * (size_t)c->n_layers);
+    if (m->kv_map) m->kv_map_bytes = one * 2 * (size_t)c->n_layers;
+    for (int l = 0; l < c->n_layers; l++) {
+        kn__layer_w *L = &m->layers[l];
+        if (m->kv_map) {
+            L->k_cache = kn_from_ptr(m->ctx, kv_dt, 3, shape, (char *)m->kv_map + one * (size_t)(2 * l));
+            L->v_cache = kn_from_ptr(m->ctx, kv_dt, 3, shape, (char *)m->kv_map + one * (size_t)(2 * l + 1));
+        } else {
+            L->k_cache = kn_empty(m->ctx, kv_dt, 3, shape);
+            L->v_cache = kn_empty(m->ctx, kv_dt, 3, shape);
+        }
+        if (!L->k_cache || !L->v_cache) return kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM;
+        kn_status st;
+        if (!m->kv_map && ((st = zero_fill(m, L->k_cache)) || (st = zero_fill(m, L->v_cache)))) return st;
+    }
+    return KN_OK;
+}
+
+/* Attention of one layer over the single-sequence caches: q [H, T, D],
+ * k, v [Hkv, T, D] at positions pos are written into the caches, then the
+ * rows see cache rows 0 .. S-1 causally. Out: [T, H, D] (a view). */
+static kn_tensor *cache_attend(kn_model *m, kn__layer_w *L, kn_tensor *q, kn_tensor *k, kn_tensor *v, kn_tensor *pos) {
+    kn_ctx *ctx = m->ctx;
+    int perm[3] = {1, 0, 2};
+    if (m->kv_f16) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }
+    kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
+    kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
+    kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
+    kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
+    kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, m->cfg.attn_scale);
+    return kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                   /* [T, H, D] */
+}
+
 /* The forward graph over x [T, C] at positions pos [T] (the caches hold
  * the earlier rows), logits of the rows [R] of the last layer's output.
- * Builds the caches the first time. */
-static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, kn_status *zst) {
+ * pg NULL: the model's single-sequence caches (built the first time); else
+ * the rows belong to several sequences and attend through a paged KV pool
+ * (batch_graph.c, kn__paged_attend). */
+static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, const kn__paged *pg,
+                                kn_status *zst) {
     kn_ctx *ctx = m->ctx;
     const kn_model_config *c = &m->cfg;
     bool gpt2 = c->arch == KN_ARCH_GPT2;
     int64_t H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
     int64_t QD = H * D, KD = Hkv * D;
-    kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
     *zst = KN_OK;
+    if (!pg && !m->layers[0].k_cache && (*zst = make_caches(m))) return NULL;
     if (m->pos_embd) x = kn_add(ctx, x, kn_index_select(ctx, m->pos_embd, 0, pos));   /* + wpe[pos] */
     for (int l = 0; l < c->n_layers; l++) {
         kn__layer_w *L = &m->layers[l];
-        if (!L->k_cache) {
-            L->k_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
-            L->v_cache = kn_empty(ctx, kv_dt, 3, (int64_t[]){Hkv, m->n_ctx, D});
-            if (!L->k_cache || !L->v_cache) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_NOMEM; return NULL; }
-            if ((*zst = zero_fill(m, L->k_cache)) || (*zst = zero_fill(m, L->v_cache))) return NULL;
-        }
         kn_tensor *h = norm(ctx, c, x, L->attn_norm, L->attn_norm_b);
         kn_tensor *q, *k, *v;
         if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
@@ -602,13 +643,7 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
             q = kn_rope_ff(ctx, q, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
             k = kn_rope_ff(ctx, k, pos, c->n_rot, c->rope_theta, c->rope_neox, c->rope_freq_scale, m->rope_ff);
         }
-        if (m->kv_f16) { k = kn_cast(ctx, k, KN_F16); v = kn_cast(ctx, v, KN_F16); }
-        kn_tensor *kc = kn_index_copy(ctx, L->k_cache, 1, pos, k);
-        kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
-        kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
-        kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
-        kn_tensor *a = kn_sdpa(ctx, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0), true, c->attn_scale);
-        a = kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                      /* [T, H, D] */
+        kn_tensor *a = pg ? kn__paged_attend(m, l, q, k, v, pos, pg) : cache_attend(m, L, q, k, v, pos);   /* [T, H, D] */
         a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});                        /* a view when T = 1 */
         x = kn_add(ctx, x, lin_b(m, a, L->wo, L->bo));
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
@@ -628,6 +663,10 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
     return logits;
 }
 
+kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, const kn__paged *pg, kn_status *st) {
+    return build_forward(m, x, pos, rows, pg, st);
+}
+
 /* Two plans over the same weights and caches: any T <= n_batch (symbolic T,
  * S, R: prompts, and decode when the step plan is off), and the one-token
  * step (T = R = 1 fixed). KN_LLM_STEP_PLAN=0 builds only the first. */
@@ -645,13 +684,13 @@ static kn_status build_graph(kn_model *m) {
     if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
         return zst;
     m->logits = build_forward(m, kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T), kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T),
-                              kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R), &zst);
+                              kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R), NULL, &zst);
     if (!m->logits) return zst;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
     if (!m->plan) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     if (NB > 1 && !kn_env_get()->llm_no_step_plan) {
         m->logits1 = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
-                                   kn_narrow(ctx, m->rows_in, 0, 0, 1), &zst);
+                                   kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
         if (!m->logits1) return zst;
         m->plan1 = kn_plan_new(ctx, 1, &m->logits1, NULL);
         if (!m->plan1) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
@@ -769,6 +808,7 @@ void kn_model_free(kn_model *m) {
     free(m->chat_template);
     free(m->row_buf);
     free(m->x_stage); free(m->pos_stage); free(m->rows_stage);
+    kn__lazy_free(m->kv_map, m->kv_map_bytes);
     free(m);
 }
 
@@ -794,6 +834,7 @@ static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
     return KN_OK;
 }
 
+kn_status kn__model_embed(kn_model *m, const int32_t *tokens, int n, float *x) { return embed(m, tokens, n, x); }
 uint64_t kn__model_eval_count(const kn_model *m) { return m->n_evals; }
 void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) {
     /* run counts of both plans; the shape (kernels, memory) of the one a

@@ -82,7 +82,32 @@ struct kn_model {
     float *x_stage;                    /* device runs: host copies of the inputs */
     int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */
     uint64_t n_evals;                  /* kn_model_eval calls so far (kv reuse records) */
+    void *kv_map;                      /* host backends: the caches' lazy mapping */
+    size_t kv_map_bytes;
 };
+
+/* ---- model.c: the forward graph, shared with the batched engine (batch*.c) ---- */
+/* The inputs of a forward whose rows belong to several sequences, attending
+ * through a paged KV pool instead of the single-sequence caches. */
+typedef struct kn__paged {
+    kn_tensor **k_pool, **v_pool;      /* per layer [Hkv, n_blocks * block_size, D], f32 or f16 (kv_f16) */
+    kn_tensor *slot;                   /* [T] i32: pool row each new K/V row is written to */
+    kn_tensor *row_seq;                /* [T] i32: the sequence (block table row) of each row */
+    kn_tensor *block_table;            /* [n_seq, max_blocks] i32 */
+    int block_size;
+} kn__paged;
+/* The whole forward over x [T, C] at positions pos [T]: logits [R, V] of the
+ * rows [R]; pg NULL: the model's own caches (kn_model_eval's graph). */
+kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, const kn__paged *pg, kn_status *st);
+/* x [n, C] f32 = the embeddings of tokens (KN_ERR_INVALID for an id outside the vocabulary). */
+kn_status kn__model_embed(kn_model *m, const int32_t *tokens, int n, float *x);
+/* batch_graph.c: one layer's attention through the pool: q [H, T, D] (after
+ * rope), k, v [Hkv, T, D] written at pg->slot, out [T, H, D]. */
+kn_tensor *kn__paged_attend(kn_model *m, int layer, kn_tensor *q, kn_tensor *k, kn_tensor *v, kn_tensor *pos, const kn__paged *pg);
+/* model_weights.c: zeroed host memory committed page by page as it is
+ * written (an anonymous mapping); NULL when out of memory. */
+void *kn__lazy_alloc(size_t bytes);
+void kn__lazy_free(void *p, size_t bytes);     /* NULL is a no-op */
 
 /* ---- model_weights.c: helpers every loader shares ---- */
 /* Memory freed with the model (zeroed); NULL + error when out of memory. */

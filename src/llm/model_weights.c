@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* ---- weights ------------------------------------------------------------------ */
@@ -35,6 +36,12 @@ void *kn__model_alloc(kn_model *m, size_t bytes) {
     m->owned[m->n_owned++] = p;
     return p;
 }
+
+void *kn__lazy_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+void kn__lazy_free(void *p, size_t bytes) { if (p) munmap(p, bytes ? bytes : 1); }
 
 kn_status kn__model_err_prefix(kn_status st, const char *prefix) {
     char msg[768];

@@ -24,7 +24,7 @@ static int attention_isa(void) {
     if (g_force_isa >= 0 && g_force_isa < isa) isa = g_force_isa;
     return isa;
 }
-static void pick_gemv(kn_sgemv_dot_fn *dot, kn_sgemv_axpy_fn *axpy) {
+void kn_cpu_pick_gemv(kn_sgemv_dot_fn *dot, kn_sgemv_axpy_fn *axpy) {
     int isa = attention_isa();
     (void)isa;
 #if !defined(KN_NO_X86) && (defined(__x86_64__) || defined(__i386__))
@@ -165,7 +165,7 @@ bool kn_cpu_sdpa(const kn_exec *e) {
     if ((D > 1 && (q->st[3] != 1 || k->st[3] != 1)) || (Dv > 1 && (v->st[3] != 1 || y->st[3] != 1))) return false;
     if (kn_cpu_overlap(y, q) || kn_cpu_overlap(y, k) || kn_cpu_overlap(y, v)) return false;
     sdpa_job j = {q, k, v, y, Hq, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal, f16kv, (float)t->p.sdpa.scale, NULL, NULL, 0};
-    pick_gemv(&j.dot, &j.axpy);
+    kn_cpu_pick_gemv(&j.dot, &j.axpy);
     int64_t rows = B * Hq * Tq;
     kn_cpu_par_rows(sdpa_rows, &j, rows, rows * (Tk > 0 ? Tk : 1) * (D + Dv));
     return !atomic_load(&j.failed);
@@ -258,7 +258,7 @@ bool kn_cpu_sdpa_bwd(const kn_exec *e) {
     int64_t nq = B * Hq * Tq * D, nk = B * Hkv * Tk * D;
     sdpab_job j = {q, k, v, g, dq, dq + nq, dq + nq + nk, Hq, Hkv, Tq, Tk, D, Dv, Hq / Hkv, t->p.sdpa.causal,
                    (float)t->p.sdpa.scale, NULL, NULL, 0};
-    pick_gemv(&j.dot, &j.axpy);
+    kn_cpu_pick_gemv(&j.dot, &j.axpy);
     kn_cpu_par_rows(sdpab_heads, &j, B * Hkv, B * Hq * Tq * Tk * (2 * D + 2 * Dv));
     return !atomic_load(&j.failed);
 }

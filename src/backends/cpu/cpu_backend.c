@@ -39,6 +39,7 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_ROPE: return kn_cpu_rope(e);
     case KN_OP_SDPA: return kn_cpu_sdpa(e);
     case KN_OP_SDPA_BWD: return kn_cpu_sdpa_bwd(e);
+    case KN_OP_PAGED_ATTN: return kn_cpu_paged_attn(e);   /* cpu_paged.c */
     /* cpu_loss.c */
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cpu_cross_entropy(e);
     /* cpu_index.c */

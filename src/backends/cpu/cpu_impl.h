@@ -9,6 +9,7 @@
  *   cpu_matmul.c         MATMUL (f32, and quantized/f16/bf16 weights)
  *   cpu_norm_softmax.c   RMS_NORM, LAYER_NORM, SOFTMAX, LOG_SOFTMAX
  *   cpu_attention.c      ROPE, SDPA, SDPA_BWD
+ *   cpu_paged.c          PAGED_ATTN
  *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
  *   cpu_index.c          COPY, CAST, CAT, INDEX_SELECT/COPY/ADD,
  *                        SCATTER_ADD, PAD
@@ -108,6 +109,8 @@ bool kn_cpu_softmax(const kn_exec *e);
 bool kn_cpu_rope(const kn_exec *e);
 bool kn_cpu_sdpa(const kn_exec *e);
 bool kn_cpu_sdpa_bwd(const kn_exec *e);
+/* cpu_paged.c */
+bool kn_cpu_paged_attn(const kn_exec *e);
 /* cpu_loss.c */
 bool kn_cpu_cross_entropy(const kn_exec *e);
 /* Tests and benches: force the SIMD path of the attention kernels

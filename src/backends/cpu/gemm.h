@@ -118,4 +118,8 @@ void kn_sgemv_axpy_avx512(int64_t K, int64_t cols, const float *X, int64_t ld,
                           const float *x, float *y);
 #endif
 #endif
+/* cpu_attention.c: the matrix-vector kernels above for the current ISA (as
+ * attention uses them; kn_cpu_attention_force_isa can lower it) */
+void kn_cpu_pick_gemv(kn_sgemv_dot_fn *dot, kn_sgemv_axpy_fn *axpy);
+
 #endif

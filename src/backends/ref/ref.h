@@ -34,6 +34,7 @@ kn_status kn_ref_matmul(const kn_exec *e);
 kn_status kn_ref_index(const kn_exec *e);      /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_ref_nn(const kn_exec *e);         /* softmax, norms, conv, pool, sdpa, rope */
 kn_status kn_ref_cross_entropy(const kn_exec *e); /* CROSS_ENTROPY(_BWD): ref_loss.c, through kn_ref_nn */
+kn_status kn_ref_paged_attn(const kn_exec *e);    /* PAGED_ATTN: ref_paged.c, through kn_ref_nn */
 
 /* ref_epilogue.c: matmul epilogues (kn_epilogue), also the CPU backend's fallback */
 bool kn_ref_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);

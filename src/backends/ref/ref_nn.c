@@ -506,6 +506,7 @@ kn_status kn_ref_nn(const kn_exec *e) {
     case KN_OP_ROPE: return rope(e);
     case KN_OP_SDPA_BWD: return sdpa_bwd(e);
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_ref_cross_entropy(e);   /* ref_loss.c */
+    case KN_OP_PAGED_ATTN: return kn_ref_paged_attn(e);     /* ref_paged.c */
     default: break;
     }
     return kn_set_error(KN_ERR_UNSUPPORTED, "reference: no nn kernel for %s", kn_op_name(e->node->op));
