@@ -2,7 +2,8 @@
 """embed_page.py IN.html OUT.c: writes the chat page of `kiln serve` as a C
 array (srv_page_html, NUL-terminated, and its length srv_page_html_len), so
 the page is part of the binary and needs no file at run time. Run by the
-Makefile whenever tools/serve/page.html changes."""
+Makefile whenever tools/serve/page.html changes. Bytes above 127 are
+written as negative numbers: char may be signed."""
 import sys
 
 
@@ -13,7 +14,7 @@ def main():
              "#include <stddef.h>",
              "const char srv_page_html[%d] = {" % (len(data) + 1)]
     for i in range(0, len(data), 20):
-        lines.append("    " + ", ".join("%d" % b for b in data[i:i + 20]) + ",")
+        lines.append("    " + ", ".join("%d" % (b - 256 if b > 127 else b) for b in data[i:i + 20]) + ",")
     lines.append("    0};")
     lines.append("const size_t srv_page_html_len = %d;" % len(data))
     tmp = out + ".tmp"

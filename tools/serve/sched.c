@@ -79,6 +79,9 @@ static void finish(srv_sched *s, srv_job *j, const char *reason, int status, con
         s->n_run--;
         run_free(r);
         j->run = NULL;
+        pthread_mutex_lock(&s->met->mu);
+        s->met->slots_used = s->n_run;     /* at once: a client may ask /metrics as soon as it has its reply */
+        pthread_mutex_unlock(&s->met->mu);
     }
     srv_job_end(j, reason, status, err);
     srv_metrics_done(s->met, j);
