@@ -41,7 +41,8 @@ def n_tokens(text):
     return len(out.stdout.split())
 
 
-srv = Server(model, ["--parallel", "4", "--ctx", "2048", "-t", "2"] + extra)
+# --batch 24: prompts longer than that are read in chunks, between other sequences' decode steps
+srv = Server(model, ["--parallel", "4", "--ctx", "2048", "--batch", "24", "-t", "2"] + extra)
 try:
     st, _h, body = srv.request("GET", "/health")
     T.check("health", st == 200 and json.loads(body)["status"] == "ok", "%d %r" % (st, body))
@@ -125,6 +126,25 @@ try:
         t.join()
     diff = [(i, got[i], alone[i]) for i in range(len(prompts)) if got[i] != alone[i]]
     T.check("concurrent_equals_alone", not diff, "differ: %r" % diff[:3])
+    # a long prompt read in chunks while another sequence decodes: both as alone
+    long_prompt = "Here is a list of fruits: " + ", ".join(["apple", "pear", "plum", "fig", "kiwi"] * 30) + ". Now"
+    a_alone = greedy(srv, PROMPT, 40)[1]["choices"][0]["text"]
+    b_alone = greedy(srv, long_prompt, 8)[1]["choices"][0]["text"]
+    res = {}
+
+    def run_a():
+        st, evs, done = srv.stream(CMPL, {"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stream": True})
+        res["a"] = stream_text(evs)
+    ta = threading.Thread(target=run_a)
+    ta.start()
+    time.sleep(0.3)
+    st, rb = greedy(srv, long_prompt, 8)
+    ta.join()
+    T.check("long_prompt_chunked", res.get("a") == a_alone and rb["choices"][0]["text"] == b_alone and
+            rb["usage"]["prompt_tokens"] > 100, "a %r vs %r; b %r vs %r" % (res.get("a"), a_alone, rb, b_alone))
+    m = srv.metrics()
+    T.check("prefix_cache_reused", m.get("kiln_prefix_tokens_reused_total", 0) >= 96, m.get("kiln_prefix_tokens_reused_total"))
+
     m = srv.metrics()
     for _ in range(20):      # the last reply may reach us before the engine's bookkeeping
         if m.get("kiln_slots_used") == 0:
@@ -212,6 +232,32 @@ try:
     for t in th:
         t.join()
     T.check("queue_full_429", sorted(statuses) == [200, 200, 429], statuses)
+finally:
+    srv.stop()
+
+# a KV pool of 64 tokens for two requests that need 60 each: the youngest is
+# ended with a clear 503 when the pool runs out, the other completes
+srv = Server(model, ["--parallel", "2", "--ctx", "64", "-t", "2"] + extra)
+try:
+    out = {}
+
+    def req(k):
+        out[k] = srv.post(CMPL, {"prompt": "Once upon a time", "max_tokens": 50, "temperature": 1.0, "seed": k,
+                                 "min_p": 0, "top_k": 0, "top_p": 1})
+    th = [threading.Thread(target=req, args=(k,)) for k in range(2)]
+    for t in th:
+        t.start()
+        time.sleep(0.2)
+    for t in th:
+        t.join()
+    sts = sorted(out[k][0] for k in out)
+    msgs = [out[k][1].get("error", {}).get("message", "") for k in out if out[k][0] == 503]
+    ended_early = [out[k][1] for k in out if out[k][0] == 200 and out[k][1]["choices"][0]["finish_reason"] == "stop"]
+    T.check("kv_pool_full_503", (sts == [200, 503] and "KV cache is full" in msgs[0]) or ended_early,
+            "%r" % out)
+    m = srv.metrics()
+    T.check("kv_pool_full_metrics", m.get("kiln_preempted_total", 0) >= (1 if sts == [200, 503] else 0) and
+            m.get("kiln_slots_used") == 0, m)
 finally:
     srv.stop()
 T.done()
