@@ -33,7 +33,7 @@ static void bad(parse *p, const char *param, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    srv_error(p->r, 400, "invalid_request_error", param, "%s", msg);
+    srv_error(p->r, 400, param, "%s", msg);
 }
 
 /* a number field in [lo, hi]; absent or null leaves *out */
@@ -262,16 +262,16 @@ static void neutral(parse *p, int64_t f, const char *key) {
 }
 
 bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len, srv_resp *r) {
-    if (!ctx->tok) { srv_error(r, 503, "server_error", NULL, "no model is loaded"); return false; }
+    if (!ctx->tok) { srv_error(r, 503, NULL, "no model is loaded"); return false; }
     kn_json *j = NULL;
     if (!body || kn_json_parse(body, len, &j) != KN_OK) {
-        srv_error(r, 400, "invalid_request_error", NULL, "the body is not valid JSON: %s",
+        srv_error(r, 400, NULL, "the body is not valid JSON: %s",
                   body ? kn_last_error() : "it is empty");
         return false;
     }
     parse p = {ctx, r, j, false};
     srv_job *job = srv_job_new();
-    if (!job) { kn_json_free(j); srv_error(r, 500, "server_error", NULL, "out of memory"); return false; }
+    if (!job) { kn_json_free(j); srv_error(r, 500, NULL, "out of memory"); return false; }
     job->kind = kind;
     job->sp = kn_sampler_defaults();
     uint64_t nreq = atomic_fetch_add(&ctx->n_req, 1);
@@ -339,7 +339,7 @@ bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len
             snprintf(msg, sizeof msg, "this model's context holds %d tokens; the prompt has %d%s%s", ctx->n_ctx_seq,
                      job->n_prompt, have_mt ? " and max_tokens asks for more than the rest" : "",
                      ": shorten the prompt or lower max_tokens");
-            srv_error(r, 400, "invalid_request_error", kind == SRV_CHAT ? "messages" : "prompt", "%s", msg);
+            srv_error(r, 400, kind == SRV_CHAT ? "messages" : "prompt", "%s", msg);
             p.failed = true;
         } else job->max_tokens = have_mt ? (int)mt : room;
     }

@@ -87,8 +87,7 @@ void srv_error_json(sbuf *sb, int status, const char *message, const char *param
     jw_obj_end(&w);
 }
 
-void srv_error(srv_resp *r, int status, const char *type, const char *param, const char *fmt, ...) {
-    (void)type;
+void srv_error(srv_resp *r, int status, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -162,7 +161,7 @@ static void handle(srv_ctx *ctx, const char *method, const char *path, const cha
           : IS("/health") ? SRV_EP_HEALTH : IS("/metrics") ? SRV_EP_METRICS : SRV_EP_OTHER;
     bool page = IS("/") || IS("/index.html");
     if (r->ep == SRV_EP_HEALTH) {
-        if (!get) { srv_error(r, 405, NULL, NULL, "%s takes GET", "/health"); return; }
+        if (!get) { srv_error(r, 405, NULL, "%s takes GET", "/health"); return; }
         sb_puts(&r->body, ctx->tok ? "{\"status\":\"ok\"}" : "{\"status\":\"loading\"}");
         json_reply(r, ctx->tok ? 200 : 503);
         return;
@@ -170,7 +169,7 @@ static void handle(srv_ctx *ctx, const char *method, const char *path, const cha
     if (page) {
         /* the page holds no data: it asks for the key itself (the browser
          * cannot send a header when it loads a page), so it needs none */
-        if (!get) { srv_error(r, 405, NULL, NULL, "/ takes GET"); return; }
+        if (!get) { srv_error(r, 405, NULL, "/ takes GET"); return; }
         r->status = 200;
         r->ctype = "text/html; charset=utf-8";
         r->body = (sbuf){.p = (char *)srv_page_html, .len = srv_page_html_len, .cap = 0};
@@ -178,26 +177,26 @@ static void handle(srv_ctx *ctx, const char *method, const char *path, const cha
         return;
     }
     if (!srv_auth_ok(ctx->api_key, auth)) {
-        srv_error(r, 401, NULL, NULL, "a valid API key is required: send the header 'Authorization: Bearer KEY' "
+        srv_error(r, 401, NULL, "a valid API key is required: send the header 'Authorization: Bearer KEY' "
                                       "(the key given to kiln serve --api-key)");
         return;
     }
     switch (r->ep) {
     case SRV_EP_MODELS:
-        if (!get) { srv_error(r, 405, NULL, NULL, "%.*s takes GET", (int)plen, path); return; }
+        if (!get) { srv_error(r, 405, NULL, "%.*s takes GET", (int)plen, path); return; }
         models(ctx, r);
         return;
     case SRV_EP_METRICS:
-        if (!get) { srv_error(r, 405, NULL, NULL, "/metrics takes GET"); return; }
+        if (!get) { srv_error(r, 405, NULL, "/metrics takes GET"); return; }
         srv_metrics_text(ctx->metrics, &r->body);
         r->status = 200;
         r->ctype = "text/plain; version=0.0.4; charset=utf-8";
         return;
     case SRV_EP_CHAT:
     case SRV_EP_COMPLETIONS:
-        if (!post) { srv_error(r, 405, NULL, NULL, "%.*s takes POST", (int)plen, path); return; }
+        if (!post) { srv_error(r, 405, NULL, "%.*s takes POST", (int)plen, path); return; }
         if (body_too_big) {
-            srv_error(r, 413, NULL, NULL, "the body is larger than %zu bytes (kiln serve --max-body)", ctx->max_body);
+            srv_error(r, 413, NULL, "the body is larger than %zu bytes (kiln serve --max-body)", ctx->max_body);
             return;
         }
         if (srv_parse_request(ctx, r->ep == SRV_EP_CHAT ? SRV_CHAT : SRV_COMPLETION, body, body_len, r)) {
@@ -206,7 +205,7 @@ static void handle(srv_ctx *ctx, const char *method, const char *path, const cha
         }
         return;
     default:
-        srv_error(r, 404, NULL, NULL, "no such endpoint: %s %.*s (this server has POST /v1/chat/completions, "
+        srv_error(r, 404, NULL, "no such endpoint: %s %.*s (this server has POST /v1/chat/completions, "
                   "POST /v1/completions, GET /v1/models, GET /health, GET /metrics and the chat page at GET /)",
                   method, (int)(plen > 200 ? 200 : plen), path);
     }
@@ -217,6 +216,6 @@ void srv_handle(srv_ctx *ctx, const char *method, const char *path, const char *
                 size_t body_len, bool body_too_big, srv_resp *r) {
     *r = (srv_resp){0};
     handle(ctx, method ? method : "", path ? path : "", auth, body, body_len, body_too_big, r);
-    if (r->body.oom) srv_error(r, 500, NULL, NULL, "out of memory");
+    if (r->body.oom) srv_error(r, 500, NULL, "out of memory");
     if (ctx->metrics && !r->job) srv_metrics_request(ctx->metrics, r->ep, r->status);
 }

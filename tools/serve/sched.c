@@ -363,6 +363,7 @@ kn_status srv_sched_new(kn_model *m, const srv_sched_opts *o, srv_metrics *met, 
     s->m = m;
     s->tok = kn_model_tokenizer(m);
     s->o = *o;
+    if (s->o.n_batch < s->o.n_parallel) s->o.n_batch = s->o.n_parallel;   /* every decode fits one step */
     s->met = met;
     s->n_vocab = kn_model_get_config(m)->n_vocab;
     pthread_mutex_init(&s->mu, NULL);

@@ -141,8 +141,9 @@ void srv_handle(srv_ctx *ctx, const char *method, const char *path, const char *
                 const char *body, size_t body_len, bool body_too_big, srv_resp *r);
 void srv_resp_free(srv_resp *r);
 /* an OpenAI error object: {"error":{"message","type","param","code"}} */
-void srv_error(srv_resp *r, int status, const char *type, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* (the error type follows from the status: invalid_request_error, authentication_error, ...) */
+void srv_error(srv_resp *r, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 void srv_error_json(sbuf *sb, int status, const char *message, const char *param);
 /* constant-time comparison of the Authorization header with "Bearer KEY" */
 bool srv_auth_ok(const char *api_key, const char *auth);
