@@ -11,6 +11,10 @@ import time
 
 BUILD = os.environ.get("BUILD", "build")
 KILN = os.path.join(BUILD, "kiln")
+# KN_SERVE_ARGS="--backend cuda --gpu-dtype f32": options for every server
+# (and for the kiln generate that e2e.py compares with), e.g. to run them
+# on the GPU (scripts/cuda_test.sh)
+BACKEND_ARGS = os.environ.get("KN_SERVE_ARGS", "").split()
 
 
 class Tally:
@@ -63,7 +67,7 @@ class Server:
         self.log = log or os.path.join(BUILD, "tests", "serve_%d.log" % os.getpid())
         os.makedirs(os.path.dirname(self.log), exist_ok=True)
         self.logf = open(self.log, "w")
-        cmd = [KILN, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"] + list(args)
+        cmd = [KILN, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"] + BACKEND_ARGS + list(args)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.port = None
         deadline = time.time() + 120

@@ -15,7 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import KILN, Server, Tally, find_model, stream_text  # noqa: E402
+from common import BACKEND_ARGS, KILN, Server, Tally, find_model, stream_text  # noqa: E402
 
 T = Tally()
 model, extra, why = find_model()
@@ -66,7 +66,7 @@ try:
     T.check("completions_finish_length", r["choices"][0]["finish_reason"] in ("length", "stop"), r)
 
     # the same greedy text as `kiln generate` (the single-sequence engine)
-    gen = subprocess.run([KILN, "generate", "-m", model, "-p", PROMPT, "-n", "16", "--temp", "0", "-t", "2"],
+    gen = subprocess.run([KILN, "generate", "-m", model, "-p", PROMPT, "-n", "16", "--temp", "0", "-t", "2"] + BACKEND_ARGS,
                          capture_output=True, text=True)
     T.check("greedy_matches_kiln_generate", gen.returncode == 0 and gen.stdout in (base, base + "\n"),
             "serve %r vs generate %r" % (base, gen.stdout))
