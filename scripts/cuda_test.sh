@@ -7,8 +7,9 @@
 # test_qwen.c), flash attention, quantized weights and the fused loss
 # (test_cuda_flash.c, test_cuda_quant.c, test_ce.c), fusion and mixed precision
 # with the GPU as the default backend (test_fuse.c, test_precision.c), then
-# the core test binaries on the default (cpu) backend with the CUDA build,
-# and `kiln serve` end to end with --backend cuda (tests/serve/e2e.py).
+# the core test binaries on the default (cpu) backend with the CUDA build;
+# paged attention and the batched engine (test_paged_attn.c, test_batch.c);
+# `kiln serve` end to end with --backend cuda (tests/serve/e2e.py).
 #   sh scripts/cuda_test.sh [LOGDIR]     env: BUILD (default build-cuda), JOBS (16)
 # Prints one line per test binary and exits non-zero if any failed.
 BUILD=${BUILD:-build-cuda}
@@ -17,7 +18,7 @@ LOG=${1:-$BUILD/logs}
 mkdir -p "$LOG"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
-TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_cuda_flash test_cuda_quant test_ce test_qwen test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant"
+TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_cuda_flash test_cuda_quant test_ce test_qwen test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant test_paged_attn test_batch"
 # these run on the default backend: with KN_BACKEND=cuda they test the
 # generated CUDA kernels (split reductions, column tiles, segments) and the
 # mixed-precision policy on the GPU

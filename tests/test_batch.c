@@ -55,10 +55,11 @@ static const char *gpt2_path(void) {
     return path[0] ? path : NULL;
 }
 
-typedef struct { const char *name, *path, *tok; bool kv_f16; double tol; } model_case;
+typedef struct { const char *name, *path, *tok; bool kv_f16; double tol; kn_backend *be; } model_case;
 
 static kn_model *load(const model_case *mc, int n_ctx) {
-    kn_model_opts o = {.n_ctx = n_ctx, .kv_f16 = mc->kv_f16, .tokenizer_path = mc->tok};
+    kn_model_opts o = {.n_ctx = n_ctx, .kv_f16 = mc->kv_f16, .tokenizer_path = mc->tok, .backend = mc->be,
+                       .weight_dtype = mc->be ? KN_WEIGHTS_F32 : KN_WEIGHTS_AUTO};
     kn_model *m = NULL;
     if (kn_model_load(mc->path, &o, &m) != KN_OK) { fprintf(stderr, "  %s: %s\n", mc->name, kn_last_error()); return NULL; }
     return m;
@@ -81,6 +82,17 @@ static int model_cases(model_case *out) {
     const char *l = kn_asset("gguf/llama-2-tiny-random.gguf");
     if (l) out[n++] = (model_case){"llama-2-tiny-random", l, NULL, false, 1e-4};
     return n;
+}
+
+/* SmolLM2 (Q4_1) when present: a chunk of 32 or more rows multiplies
+ * dequantized f32 weights, fewer rows go through 16-bit activation quants
+ * (cpu_matmul.c), so a row's path depends on how its sequence was chunked:
+ * the activation rounding (~1e-3 relative) is the tolerance */
+static const char *smollm2(void) {
+    const char *sm = getenv("KN_SMOLLM2") ? getenv("KN_SMOLLM2") : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    FILE *f = fopen(sm, "rb");
+    if (f) fclose(f);
+    return f ? sm : NULL;
 }
 
 /* ---- the reference ---------------------------------------------------------- */
@@ -237,6 +249,50 @@ TEST(batch_schedule_matches_single_sequence) {
     }
 }
 
+TEST(batch_schedule_smollm2) {
+    const char *sm = smollm2();
+    if (!sm) SKIP("SmolLM2 Q4_1 missing (models/ or KN_SMOLLM2; `make run` fetches it)");
+    model_case mc = {"SmolLM2 Q4_1", sm, NULL, false, 1e-2};
+    schedule(&mc, 555, 4, 16, 96 * 4, 64);
+}
+
+/* an idle batch reserves its pool without committing it: the resident size
+ * grows by far less than the pool (SmolLM2: 180 MB of KV for 4096 tokens) */
+static double rss_mb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6)) kb = atof(line + 6);
+    if (f) fclose(f);
+    return kb / 1024;
+}
+TEST(batch_idle_memory) {
+    const char *sm = smollm2();
+    if (!sm) SKIP("SmolLM2 Q4_1 missing (models/ or KN_SMOLLM2; `make run` fetches it)");
+    kn_model *m;
+    REQUIRE(kn_model_load(sm, NULL, &m) == KN_OK, "%s", kn_last_error());
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *lg = malloc(sizeof(float) * (size_t)kn_model_get_config(m)->n_vocab);
+    REQUIRE(kn_model_eval(m, t, 8, 0, lg, false) == KN_OK, "%s", kn_last_error());   /* weights paged in */
+    double before = rss_mb();
+    kn_batch_opts o = kn_batch_defaults();
+    o.n_seq_max = 16;
+    kn_batch *b;
+    REQUIRE(kn_batch_new(m, &o, &b) == KN_OK, "%s", kn_last_error());
+    kn_batch_stats s;
+    kn_batch_get_stats(b, &s);
+    double idle = rss_mb();
+    if (before < 0) SKIP("no /proc/self/status");
+    CHECK(idle - before < 16 && s.kv_bytes > (size_t)100 << 20, "an idle batch added %.1f MB (pool %.1f MB)", idle - before,
+          (double)s.kv_bytes / 1048576);
+    fprintf(stderr, "  RSS model only %.1f MB, with an idle --parallel 16 batch %.1f MB (pool %.1f MB reserved)\n", before, idle,
+            (double)s.kv_bytes / 1048576);
+    kn_batch_free(b);
+    free(lg);
+    kn_model_free(m);
+}
+
 TEST(batch_block_size_1_and_32) {
     model_case mc[16];
     model_cases(mc);
@@ -380,6 +436,27 @@ TEST(batch_prefix_sharing_and_eviction) {
     CHECK(kn_batch_seq_reuse_prefix(b, e, p, 40) <= 8, "p's blocks mostly gone");
     kn_batch_seq_free(b, e);
     kn_batch_seq_free(b, d);
+    /* twins: two sequences evaluate the same prompt in one step (neither can
+     * reuse the other's blocks yet); the second's full blocks stay private,
+     * and its own later blocks chain to the first's, so a third sequence
+     * reuses the prompt and the second's continuation */
+    int32_t w[48];
+    for (int i = 0; i < 48; i++) w[i] = (p[i % 40] + (i < 24 ? 5 : 9)) % V;
+    a = kn_batch_seq_new(b); c = kn_batch_seq_new(b);
+    it[0] = (kn_batch_item){a, w, 24, false};
+    it[1] = (kn_batch_item){c, w, 24, false};
+    REQUIRE(kn_batch_step(b, it, 2, lg) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_batch_step(b, &(kn_batch_item){c, w + 24, 16, false}, 1, lg) == KN_OK, "%s", kn_last_error());
+    kn_batch_seq_free(b, a);
+    kn_batch_seq_free(b, c);
+    d = kn_batch_seq_new(b);
+    CHECK(kn_batch_seq_reuse_prefix(b, d, w, 48) == 40, "the twin's continuation is reachable: %d", kn_batch_seq_len(b, d));
+    float *wref = malloc(sizeof(float) * (size_t)V * 48);
+    REQUIRE(kn_model_eval(m, w, 48, 0, wref, true) == KN_OK, "%s", kn_last_error());
+    REQUIRE(kn_batch_step(b, &(kn_batch_item){d, w + 40, 8, true}, 1, lg) == KN_OK, "%s", kn_last_error());
+    CHECK(row_err(lg, wref + 47 * V, V) < 1e-4, "logits after reusing a twin chain");
+    free(wref);
+    kn_batch_seq_free(b, d);
     /* the prefix cache off */
     kn_batch_free(b);
     o.prefix_cache = false;
@@ -468,7 +545,7 @@ static void greedy_check(const char *name, kn_model *m, int n_seq, int n_new) {
 
 TEST(batch_greedy_equals_single) {
     const char *s = kn_asset("llama2c/stories260K.bin"), *t = kn_asset("llama2c/tok512.bin");
-    const char *sm = getenv("KN_SMOLLM2") ? getenv("KN_SMOLLM2") : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const char *sm = smollm2();
     int ran = 0;
     if (s && t) {
         kn_model *m = load(&(model_case){"stories260K", s, t, false, 0}, 256);
@@ -477,9 +554,7 @@ TEST(batch_greedy_equals_single) {
         kn_model_free(m);
         ran++;
     }
-    FILE *f = fopen(sm, "rb");
-    if (f) {
-        fclose(f);
+    if (sm) {
         kn_model *m = load(&(model_case){"SmolLM2", sm, NULL, false, 0}, 256);
         REQUIRE(m, "load");
         greedy_check("SmolLM2", m, 4, 16);
@@ -488,5 +563,42 @@ TEST(batch_greedy_equals_single) {
     }
     if (!ran) SKIP("neither stories260K (KN_ASSETS) nor SmolLM2 (models/, KN_SMOLLM2) is present");
 }
+
+/* ---- device backends ----------------------------------------------------------
+ * Host memory posing as a device (as tests/test_qwen.c): the engine's device
+ * path (pool allocated and zeroed through copy_in, inputs staged, logits
+ * copied out) with the cpu backend's kernels. */
+static void *fd_alloc(kn_backend *be, size_t n) { (void)be; return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
+static void fd_free(kn_backend *be, void *p) { (void)be; kn_backend_cpu()->free(kn_backend_cpu(), p); }
+static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { (void)be; memcpy(d, s, n); return KN_OK; }
+static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
+static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
+                            fd_compute, NULL, NULL, NULL};
+
+TEST(batch_device_path) {
+    model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
+    schedule(&mc, 31, 4, 16, 96 * 4, 64);
+    mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
+    schedule(&mc, 32, 4, 8, 200, 48);
+}
+
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+/* the CUDA backend (scripts/cuda_test.sh on a GPU machine): the schedules on
+ * the GPU against the GPU's own kn_model_eval, f32 weights */
+TEST(batch_cuda) {
+    kn_backend *g = kn_backend_cuda();
+    if (!g) SKIP("no GPU: %s", kn_last_error());
+    model_case mc[16];
+    int n = model_cases(mc);
+    for (int i = 0; i < n; i++) {
+        mc[i].be = g;
+        schedule(&mc[i], 3000 + (uint64_t)i, 4, 16, 96 * 4, 64);
+        schedule(&mc[i], 4000 + (uint64_t)i, 6, 4, 160, 48);
+    }
+}
+#else
+TEST(batch_cuda) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#endif
 
 int main(void) { return kn_test_main(); }

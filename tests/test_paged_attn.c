@@ -224,4 +224,30 @@ TEST(paged_attn_shape_errors) {
     kn_ctx_free(ctx);
 }
 
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+/* the CUDA kernel (scripts/cuda_test.sh on a GPU machine): f32 math */
+TEST(paged_attn_cuda) {
+    kn_backend *g = kn_backend_cuda();
+    if (!g) SKIP("no GPU: %s", kn_last_error());
+    for (size_t ci = 0; ci < sizeof k_cases / sizeof k_cases[0]; ci++) {
+        const pcase *c = &k_cases[ci];
+        for (int rep = 0; rep < 3; rep++) {
+            pdata d;
+            make(c, &d);
+            size_t n = (size_t)d.T * c->H * c->D;
+            double *want = malloc(sizeof(double) * n), *got = malloc(sizeof(double) * n);
+            oracle(c, &d, want);
+            kn_status st = run(g, c, &d, got);
+            double err = st ? INFINITY : kn_rel_err(got, want, (long)n);
+            CHECK(st == KN_OK && err < 2e-5, "case %zu rep %d: cuda st %d err %.3g (%s)", ci, rep, st, err, st ? kn_last_error() : "");
+            free(want); free(got);
+            drop(&d);
+        }
+    }
+}
+#else
+TEST(paged_attn_cuda) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }
+#endif
+
 int main(void) { return kn_test_main(); }

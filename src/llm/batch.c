@@ -64,7 +64,7 @@ static bool seq_ok(const kn_batch *b, int s) { return s >= 0 && s < b->o.n_seq_m
 int kn_batch_seq_new(kn_batch *b) {
     for (int s = 0; s < b->o.n_seq_max; s++)
         if (!b->seq[s].open) {
-            b->seq[s] = (kn__seq){.open = true, .blocks = b->seq[s].blocks};
+            b->seq[s] = (kn__seq){.open = true, .blocks = b->seq[s].blocks, .chain = -1};
             b->st.n_seq++;
             return s;
         }
@@ -112,6 +112,8 @@ int kn_batch_seq_reuse_prefix(kn_batch *b, int seq, const int32_t *tokens, int n
         parent = id;
     }
     q->hash = h;
+    q->chain = parent;
+    q->chain_gen = parent >= 0 ? b->blk[parent].gen : 0;
     b->st.prefix_tokens_reused += q->len;
     return q->len;
 }
@@ -188,7 +190,14 @@ static void register_full(kn_batch *b, kn__seq *q, int len0, const kn_batch_item
         for (int p = blk * bs; p < (blk + 1) * bs; p++)
             if (p >= len0) tok[p - blk * bs] = it->tokens[p - len0];
         q->hash = kn__prefix_hash(q->hash, tok, bs);
-        if (b->o.prefix_cache && !b->blk[id].cached) kn__block_register(b, id, q->hash, blk ? q->blocks[blk - 1] : -1);
+        /* the parent may be a cached twin this sequence does not hold: if it
+         * was evicted since (maybe reused for other tokens), chaining to it
+         * would be wrong, so this sequence registers no more blocks */
+        if (q->chain >= 0 && (!b->blk[q->chain].cached || b->blk[q->chain].gen != q->chain_gen)) q->chain = -2;
+        if (b->o.prefix_cache && q->chain != -2) {
+            q->chain = kn__block_register(b, id, q->hash, q->chain);
+            q->chain_gen = b->blk[q->chain].gen;
+        }
     }
     /* a partly filled last block keeps its tokens so far for later */
     int last = q->len / bs;

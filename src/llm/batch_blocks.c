@@ -92,14 +92,14 @@ int kn__block_lookup(kn_batch *b, uint64_t h, const int32_t *tok, int parent) {
     return -1;
 }
 
-void kn__block_register(kn_batch *b, int id, uint64_t h, int parent) {
+int kn__block_register(kn_batch *b, int id, uint64_t h, int parent) {
     int bs = b->o.block_size;
     for (int o = b->bucket[bucket_of(b, h)]; o >= 0;) {
         kn__blk *k = &b->blk[o];
         int next = k->next;
         if (k->hash == h) {
             if (parent_ok(b, k, parent) && !memcmp(b->blk_tokens + (size_t)o * bs, b->blk_tokens + (size_t)id * bs, sizeof(int32_t) * (size_t)bs))
-                return;                  /* the same prefix is cached already: id stays private */
+                return o;                /* the same prefix is cached already: id stays private */
             if (!parent_ok(b, k, parent) && k->parent >= 0 && b->blk[k->parent].gen != k->parent_gen && k->ref == 0) {
                 unregister(b, o);        /* an orphan (its parent was evicted): unreachable, give it back */
                 b->free_list[b->n_free++] = o;
@@ -117,4 +117,5 @@ void kn__block_register(kn_batch *b, int id, uint64_t h, int parent) {
     k->next = *head;
     *head = id;
     if (k->ref == 0) b->n_cached_idle++;
+    return id;
 }

@@ -42,6 +42,9 @@ typedef struct {
     int len;                 /* tokens held */
     int n_blocks, *blocks;   /* block table row [max_blocks] */
     uint64_t hash;           /* prefix hash of its full blocks */
+    int chain;               /* the cached block standing for its last full block (-1: none
+                                yet; -2: that block was evicted, register no more) */
+    uint32_t chain_gen;      /* its generation then */
 } kn__seq;
 
 struct kn_batch {
@@ -80,8 +83,10 @@ void kn__block_release(kn_batch *b, int id);         /* ref--; at 0: cached stay
 int kn__blocks_available(const kn_batch *b);         /* free + idle cached */
 uint64_t kn__prefix_hash(uint64_t h, const int32_t *tokens, int n);
 /* registers full block id (its tokens written to blk_tokens) under hash h
- * with parent block parent (-1: first); a no-op when h is already cached */
-void kn__block_register(kn_batch *b, int id, uint64_t h, int parent);
+ * with parent block parent (-1: first); returns id, or the block already
+ * cached for the same prefix (then id stays private: the caller chains the
+ * next block to the one returned, so the cached chain stays reachable) */
+int kn__block_register(kn_batch *b, int id, uint64_t h, int parent);
 /* the cached block for prefix hash h whose tokens are tok[0..bs) and whose
  * parent is `parent` (checked with its generation); -1 if none */
 int kn__block_lookup(kn_batch *b, uint64_t h, const int32_t *tok, int parent);

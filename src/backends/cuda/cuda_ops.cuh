@@ -249,6 +249,7 @@ bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *e
 kn_status kn_cu_index(const kn_exec *e);     /* CAT PAD GATHER SCATTER(_ADD) INDEX_SELECT/ADD/COPY */
 kn_status kn_cu_nn(const kn_exec *e);
 kn_status kn_cu_sdpa_bwd(const kn_exec *e);  /* SDPA_BWD (cuda_ops_attn.cu) */
+kn_status kn_cu_paged_attn(const kn_exec *e);  /* PAGED_ATTN (cuda_paged_attn.cu) */
 /* flash_attn.cu: 16-bit sdpa forward / backward on the tensor cores;
  * KN_ERR_UNSUPPORTED (no message) when the operands do not fit */
 kn_status kn_cu_flash_fwd(const kn_exec *e);

@@ -718,6 +718,7 @@ kn_status kn_cu_nn(const kn_exec *e) {
     case KN_OP_ADAPTIVE_AVG_POOL2D: case KN_OP_ADAPTIVE_AVG_POOL2D_BWD: return cu_pool(e);
     case KN_OP_SDPA: return cu_sdpa(e);
     case KN_OP_SDPA_BWD: return kn_cu_sdpa_bwd(e);   /* cuda_ops_attn.cu */
+    case KN_OP_PAGED_ATTN: return kn_cu_paged_attn(e);   /* cuda_paged_attn.cu */
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cu_cross_entropy(e);   /* cuda_ops_loss.cu */
     case KN_OP_ROPE: return cu_rope(e);
     default: break;
