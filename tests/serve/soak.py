@@ -189,7 +189,13 @@ try:
             m.get("kiln_kv_blocks_used") == 0, {k: v for k, v in m.items() if "slots" in k or "queue" in k or "blocks" in k})
     st, again = srv.post("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0})
     T.check("soak_still_answers", st == 200 and again["choices"][0]["text"] == ref_text, "%r vs %r" % (again, ref_text))
-    T.check("soak_memory_bounded", rss_end - rss_warm < 64 * 1024, "RSS grew %d KiB" % (rss_end - rss_warm))
+    if "sanitize" in os.environ.get("KN_SANFLAGS", ""):
+        # ASan holds freed memory in its quarantine (256 MiB): RSS says nothing there
+        T.skip("soak_memory_bounded", "sanitizer build (RSS grew %d KiB)" % (rss_end - rss_warm))
+    else:
+        # the bound leaves room for glibc's cache of freed thread stacks (one
+        # thread per connection) and its per-thread malloc arenas
+        T.check("soak_memory_bounded", rss_end - rss_warm < 64 * 1024, "RSS grew %d KiB" % (rss_end - rss_warm))
 finally:
     rc = srv.stop()
 T.check("soak_clean_shutdown", rc == 0, "exit %r" % rc)
