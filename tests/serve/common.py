@@ -64,7 +64,8 @@ class Server:
     first stderr line. Stopped with SIGTERM (then SIGKILL) by stop()."""
 
     def __init__(self, model, args=(), log=None):
-        self.log = log or os.path.join(BUILD, "tests", "serve_%d.log" % os.getpid())
+        Server.count = getattr(Server, "count", 0) + 1
+        self.log = log or os.path.join(BUILD, "tests", "serve_%d_%d.log" % (os.getpid(), Server.count))
         os.makedirs(os.path.dirname(self.log), exist_ok=True)
         self.logf = open(self.log, "w")
         cmd = [KILN, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0"] + BACKEND_ARGS + list(args)
