@@ -6,8 +6,8 @@
  * AUTHORIZATION line "-" means no header). libmicrohttpd parses the HTTP
  * itself; this covers everything the server does with what it parsed. The
  * tokenizer is SmolLM2's (models/, or $KN_FUZZ_MODEL) when present, else
- * GPT-2's vocabulary from $KN_ASSETS, else none (then generation requests
- * stop at 503 and only routing, auth and limits are exercised). Every reply
+ * the small byte-level BPE fixture tests/fixtures/hftok/gpt2.json (always
+ * in the repository), so the prompt paths are always exercised. Every reply
  * must be valid JSON (or the page, or the metrics text). Jobs are built and
  * freed here, never run: the engine has its own tests. */
 #include "../tools/serve/serve.h"
@@ -27,12 +27,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     const char *m = getenv("KN_FUZZ_MODEL");
     if (!m) m = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (kn_tokenizer_load_gguf(m, &g_tok) != KN_OK) {
-        char p[1024];
-        const char *a = getenv("KN_ASSETS");
-        snprintf(p, sizeof p, "%s/gguf/ggml-vocab-gpt-2.gguf", a && *a ? a : "../shared/assets");
-        if (kn_tokenizer_load_gguf(p, &g_tok) != KN_OK) g_tok = NULL;
-    }
+    if (kn_tokenizer_load_gguf(m, &g_tok) != KN_OK &&
+        kn_tokenizer_load_hf("tests/fixtures/hftok/gpt2.json", &g_tok) != KN_OK)
+        g_tok = NULL;
     fprintf(stderr, "fuzz_serve: %s\n", g_tok ? "with a tokenizer" : "no tokenizer (routing, auth, limits only)");
     kn_chat_template_from_name("smollm", &g_tmpl);
     srv_metrics_init(&g_met);
