@@ -4,7 +4,9 @@ llama.cpp's server through llama-cpp-python as the peer) on loopback.
 
 For each server and each client count (default 1, 4, 16), every client
 sends --requests streamed completions one after another with the same
-prompt, temperature and seed per request index, max_tokens --max-tokens.
+prompt, temperature and seed per request index, max_tokens --max-tokens,
+and the end-of-text tokens banned through logit_bias (--ban, SmolLM2's ids
+by default) so that every request generates exactly max_tokens tokens.
 Printed per row: aggregate generated tokens/s (all clients' tokens over the
 wall time), time to first token p50/p99, inter-token latency p50/p99 (gaps
 between streamed chunks), and the server's peak resident memory (VmHWM).
@@ -61,10 +63,13 @@ def wait_up(port, proc, path, timeout=300):
     raise RuntimeError("the server did not come up")
 
 
+BAN = {}
+
+
 def one(port, i, max_tokens, out):
     """a streamed completion: (ttft, [gaps], tokens)"""
     body = json.dumps({"prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0.8, "seed": 1000 + i,
-                       "stream": True})
+                       "stream": True, "logit_bias": BAN})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.time()
     c.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
@@ -168,8 +173,10 @@ def main():
     ap.add_argument("--kiln", default="build/kiln")
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--ban", default="0,1,2", help="token ids banned (logit_bias -100): the end-of-text tokens")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args()
+    BAN.update({i: -100 for i in args.ban.split(",") if i})
     args.clients = [int(x) for x in args.clients.split(",")]
     par = max(args.clients)
     print("| server | clients | requests | tokens | tokens/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | peak RSS MiB |")

@@ -187,6 +187,11 @@ TEST(serve_request_validation) {
     expect_error(&c, "POST", P, NULL, "{\"prompt\":[]}", 400, "empty");
     expect_error(&c, "POST", P, NULL, "{\"prompt\":7}", 400, "must be a string");
     expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"seed\":1e30}", 400, "integer");
+    expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"logit_bias\":{\"x1\":5}}", 400, "token ids from 0");
+    expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"logit_bias\":{\"-1\":5}}", 400, "token ids from 0");
+    expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"logit_bias\":{\"99999999999\":5}}", 400, "token ids from 0");
+    expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"logit_bias\":{\"1\":101}}", 400, "from -100 to 100");
+    expect_error(&c, "POST", P, NULL, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, "object of token ids");
     /* prompt + max_tokens against the context (64 tokens here) */
     char big[2048] = "{\"prompt\":\"";
     for (int i = 0; i < 100; i++) strcat(big, "word ");
@@ -224,7 +229,7 @@ TEST(serve_request_fields_become_a_job) {
          "{\"model\":\"x\",\"prompt\":[\"Hello there\"],\"max_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"top_k\":3,"
          "\"min_p\":0.1,\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,\"seed\":-1,\"stop\":[\"\\n\",\"END\"],"
          "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,\"logprobs\":null,\"echo\":false,"
-         "\"user\":\"u\",\"logit_bias\":{}}", &r);
+         "\"user\":\"u\",\"logit_bias\":{\"7\":-100,\"12\":2.5}}", &r);
     REQUIRE(r.status == 200 && r.job, "status %d: %s", r.status, r.body.p ? r.body.p : "");
     srv_job *j = r.job;
     int32_t ids[64];
@@ -235,6 +240,8 @@ TEST(serve_request_fields_become_a_job) {
     CHECK(j->sp.presence_penalty == 0.5f && j->sp.freq_penalty == -0.5f && j->sp.seed == UINT64_MAX, "penalties, seed");
     CHECK(j->n_stop == 2 && !strcmp(j->stop[0], "\n") && !strcmp(j->stop[1], "END"), "stop");
     CHECK(!strncmp(j->id, "cmpl-", 5), "id %s", j->id);
+    CHECK(j->n_bias == 2 && j->bias_ids[0] == 7 && j->bias_vals[0] == -100.0f && j->bias_ids[1] == 12 &&
+          j->bias_vals[1] == 2.5f, "logit_bias");
     srv_resp_free(&r);
 
     /* no max_tokens: the rest of the context; a stop string alone */

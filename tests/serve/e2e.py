@@ -105,6 +105,17 @@ try:
     else:
         T.skip("stop_string", "the greedy text is too short or blank: %r" % text)
 
+    # logit_bias: a +100 token is always taken; banning the end tokens gives exactly max_tokens
+    tok = int(subprocess.run([KILN, "tokenize", "-m", model, "-p", " banana"], capture_output=True,
+                             text=True).stdout.split()[-1])
+    st, r = greedy(srv, PROMPT, 4, logit_bias={str(tok): 100})
+    t4 = r["choices"][0]["text"] if st == 200 else ""
+    T.check("logit_bias_forces", t4 and t4 == t4[:len(t4) // 4] * 4 and r["usage"]["completion_tokens"] == 4, r)
+    st, r = srv.post(CHAT, {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 30, "temperature": 0,
+                            "logit_bias": {"0": -100, "1": -100, "2": -100}})
+    T.check("logit_bias_bans_end", st == 200 and r["usage"]["completion_tokens"] == 30 and
+            r["choices"][0]["finish_reason"] == "length", r.get("usage"))
+
     # seeds: the same seed repeats a sampled run
     body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 1.0, "top_k": 0, "top_p": 1, "min_p": 0}
     outs = [srv.post(CMPL, dict(body, seed=s))[1]["choices"][0]["text"] for s in (7, 7, 8)]

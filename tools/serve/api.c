@@ -236,6 +236,38 @@ static void get_stop(parse *p, int64_t v, srv_job *job) {
     }
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]}, as OpenAI (-100 bans a
+ * token, 100 all but forces it) */
+static void get_bias(parse *p, int64_t v, srv_job *job) {
+    const kn_json *j = p->j;
+    if (v < 0 || kn_json_kind(j, v) == KN_JSON_NULL) return;
+    int64_t n = kn_json_count(j, v);
+    if (kn_json_kind(j, v) != KN_JSON_OBJECT) { bad(p, "logit_bias", "'logit_bias' must be an object of token ids"); return; }
+    if (n > SRV_MAX_BIAS) { bad(p, "logit_bias", "'logit_bias' has more than %d entries", SRV_MAX_BIAS); return; }
+    if (!n) return;
+    job->bias_ids = malloc(sizeof(int32_t) * (size_t)n);
+    job->bias_vals = malloc(sizeof(float) * (size_t)n);
+    if (!job->bias_ids || !job->bias_vals) { bad(p, NULL, "out of memory"); return; }
+    int32_t n_vocab = kn_tokenizer_n_vocab(p->ctx->tok);
+    for (int64_t e = kn_json_first(j, v); e >= 0; e = kn_json_next(j, e)) {
+        size_t klen;
+        const char *key = kn_json_key(j, e, &klen);
+        char *end = NULL;
+        long id = strtol(key, &end, 10);
+        double b;
+        if (!*key || end != key + klen || key[0] == '-' || key[0] == '+' || key[0] == ' ' || id < 0 || id >= n_vocab) {
+            bad(p, "logit_bias", "logit_bias keys must be token ids from 0 to %d, got '%.40s'", n_vocab - 1, key);
+            return;
+        }
+        if (!kn_json_num(j, e, &b) || !(b >= -100 && b <= 100)) {
+            bad(p, "logit_bias", "logit_bias values must be numbers from -100 to 100 (token %ld)", id);
+            return;
+        }
+        job->bias_ids[job->n_bias] = (int32_t)id;
+        job->bias_vals[job->n_bias++] = (float)b;
+    }
+}
+
 /* fields accepted only at their neutral value (clients send them by default) */
 static void neutral(parse *p, int64_t f, const char *key) {
     const kn_json *j = p->j;
@@ -248,9 +280,6 @@ static void neutral(parse *p, int64_t f, const char *key) {
     } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls")) {
         if (kn_json_bool(j, f, &b) && !b) return;
         if (!strcmp(key, "logprobs") && kn_json_int(j, f, &i) && i == 0) return;
-        bad(p, key, "'%s' is not supported", key);
-    } else if (!strcmp(key, "logit_bias")) {
-        if (k == KN_JSON_OBJECT && kn_json_count(j, f) == 0) return;
         bad(p, key, "'%s' is not supported", key);
     } else if (!strcmp(key, "response_format")) {
         const char *t = kn_json_get_str(j, f, "type");
@@ -306,16 +335,17 @@ bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len
             if (given) job->sp.seed = (uint64_t)s;
         }
         else if (!strcmp(key, "stop")) get_stop(&p, f, job);
+        else if (!strcmp(key, "logit_bias")) get_bias(&p, f, job);
         else if (!strcmp(key, "stream")) get_bool(&p, f, key, &job->stream);
         else if (!strcmp(key, "stream_options")) stream_opts = f;
         else if (!strcmp(key, "user")) { if (kn_json_kind(j, f) != KN_JSON_NULL) get_text(&p, f, "user", NULL); }
         else if (!strcmp(key, "n") || !strcmp(key, "best_of") || !strcmp(key, "logprobs") || !strcmp(key, "echo") ||
-                 !strcmp(key, "logit_bias") || !strcmp(key, "suffix") || !strcmp(key, "response_format") ||
+                 !strcmp(key, "suffix") || !strcmp(key, "response_format") ||
                  (kind == SRV_CHAT && !strcmp(key, "parallel_tool_calls")))
             neutral(&p, f, key);
         else bad(&p, key, "unknown field '%s' (this server reads the OpenAI fields model, prompt or messages, "
                  "max_tokens, temperature, top_p, top_k, min_p, stop, seed, presence_penalty, frequency_penalty, "
-                 "repeat_penalty, stream, stream_options)", key);
+                 "repeat_penalty, logit_bias, stream, stream_options)", key);
     }
     if (!p.failed && stream_opts >= 0 && kn_json_kind(j, stream_opts) != KN_JSON_NULL) {
         if (kn_json_kind(j, stream_opts) != KN_JSON_OBJECT) bad(&p, "stream_options", "'%s' must be an object", "stream_options");

@@ -35,6 +35,8 @@ void srv_job_unref(srv_job *j) {
     if (left > 0) return;
     free(j->prompt);
     for (int i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->bias_ids);
+    free(j->bias_vals);
     sb_free(&j->out);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);

@@ -301,6 +301,8 @@ static void step(srv_sched *s) {
         if (r->pos < j->n_prompt) r->pos += s->items[i].n;
         if (!s->items[i].logits) continue;
         float *lg = s->logits + (size_t)row++ * (size_t)s->n_vocab;
+        for (int b = 0; b < j->n_bias; b++)
+            if (j->bias_ids[b] < s->n_vocab) lg[j->bias_ids[b]] += j->bias_vals[b];
         int hist = r->n_toks < j->sp.penalty_last_n ? r->n_toks : j->sp.penalty_last_n;
         int32_t t = kn_sampler_sample(r->smp, lg, s->n_vocab, r->toks + r->n_toks - hist, hist);
         take_token(s, j, t);

@@ -26,7 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum { SRV_MAX_STOP = 8, SRV_MAX_STOP_LEN = 256 };
+enum { SRV_MAX_STOP = 8, SRV_MAX_STOP_LEN = 256, SRV_MAX_BIAS = 1024 };
 
 typedef enum srv_kind { SRV_COMPLETION, SRV_CHAT } srv_kind;
 
@@ -39,6 +39,9 @@ typedef struct srv_job {
     kn_sampler_params sp;
     char *stop[SRV_MAX_STOP];    /* non-empty UTF-8                               */
     int n_stop;
+    int32_t *bias_ids;           /* logit_bias: [n_bias] token ids and the values  */
+    float *bias_vals;            /* added to their logits before sampling          */
+    int n_bias;
     bool stream, include_usage;
     char id[48];                 /* "chatcmpl-..." / "cmpl-..."                   */
     int64_t created;             /* unix seconds                                  */
