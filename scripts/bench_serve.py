@@ -81,7 +81,7 @@ def one(port, i, max_tokens, out):
         chunk = r.read1(65536)
         if not chunk:
             break
-        buf += chunk
+        buf = (buf + chunk).replace(b"\r\n", b"\n")   # sse-starlette (the peer) ends lines with CRLF
         while b"\n\n" in buf:
             ev, buf = buf.split(b"\n\n", 1)
             if not ev.startswith(b"data: ") or ev[6:] == b"[DONE]":
@@ -191,8 +191,10 @@ def main():
             import llama_cpp.server  # noqa: F401
             port = free_port()
             rows += bench("llama-cpp-python %s" % llama_cpp.__version__,
-                          [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--port", str(port),
-                           "--n_threads", str(args.threads), "--n_ctx", "2048", "--verbose", "False"],
+                          [sys.executable, "-m", "llama_cpp.server", "--model", args.model, "--host", "127.0.0.1", "--port", str(port),
+                           "--n_threads", str(args.threads), "--n_ctx", "2048", "--verbose", "False",
+                           # queue concurrent requests (its default lets a new request cut off the running one)
+                           "--interrupt_requests", "False"],
                           port, "/v1/models", args)
         except ImportError as e:
             print("# peer skipped: llama-cpp-python[server] is not installed (%s)" % e)
