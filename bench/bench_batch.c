@@ -3,7 +3,9 @@
  * together (each step one token per sequence, after a 32-token prompt each),
  * next to the single-sequence kn_model_eval decode rate; and the resident
  * memory of the model alone, of an idle batch (--parallel 16, the model's
- * context as the shared pool), and after the decode run.
+ * context as the shared pool), and after the decode run. CPU ms/token: the
+ * process's CPU time (both threads) per token, steadier than tok/s when
+ * other work shares the machine.
  * Usage: bench_batch [decode_steps=32] [model path]
  * (KN_SMOLLM2 or models/SmolLM2-135M-Instruct.Q4_1.gguf; skipped when absent)
  */
@@ -12,6 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* process CPU seconds (all threads): less disturbed than wall time on a shared machine */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static double rss_mb(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -26,7 +35,7 @@ static double rss_mb(void) {
 enum { PROMPT = 32 };
 
 /* n sequences: prompts in one step, then `steps` decode steps of n tokens */
-static double batch_rate(kn_model *m, int n, int steps, double *rss_after) {
+static double batch_rate(kn_model *m, int n, int steps, double *rss_after, double *cpu_ms_tok) {
     int V = kn_model_get_config(m)->n_vocab;
     kn_batch_opts o = kn_batch_defaults();
     o.n_seq_max = n;
@@ -38,7 +47,7 @@ static double batch_rate(kn_model *m, int n, int steps, double *rss_after) {
     for (int i = 0; i < n * PROMPT; i++) tok[i] = 1 + (i * 7919) % (V - 1);
     for (int s = 0; s < n; s++) it[s] = (kn_batch_item){kn_batch_seq_new(b), tok + s * PROMPT, PROMPT, true};
     kn_status st = kn_batch_step(b, it, n, lg);
-    double t0 = kn_bench_now();
+    double t0 = kn_bench_now(), c0 = cpu_s();
     for (int k = 0; k < steps && !st; k++) {
         for (int s = 0; s < n; s++) {
             const float *l = lg + (size_t)s * V;
@@ -50,6 +59,7 @@ static double batch_rate(kn_model *m, int n, int steps, double *rss_after) {
         st = kn_batch_step(b, it, n, lg);
     }
     double dt = kn_bench_now() - t0;
+    *cpu_ms_tok = (cpu_s() - c0) * 1e3 / ((double)n * steps);
     if (st) fprintf(stderr, "bench_batch: %s\n", kn_last_error());
     *rss_after = rss_mb();
     kn_batch_free(b);
@@ -86,18 +96,19 @@ int main(int argc, char **argv) {
     kn_batch_free(b);
     /* single sequence through kn_model_eval */
     kn_model_eval(m, p, PROMPT, 0, lg, false);
-    double t0 = kn_bench_now();
+    double t0 = kn_bench_now(), c0 = cpu_s();
     for (int k = 0; k < steps; k++) {
         int a = 0;
         for (int j = 1; j < V; j++) if (lg[j] > lg[a]) a = j;
         if (kn_model_eval(m, &a, 1, PROMPT + k, lg, false)) { fprintf(stderr, "bench_batch: %s\n", kn_last_error()); return 1; }
     }
-    double single = steps / (kn_bench_now() - t0);
-    printf("batch decode kn_model_eval  1 seq : %7.1f tok/s\n", single);
+    double single = steps / (kn_bench_now() - t0), single_cpu = (cpu_s() - c0) * 1e3 / steps;
+    printf("batch decode kn_model_eval  1 seq : %7.1f tok/s, %5.1f CPU ms/token\n", single, single_cpu);
     int ns[3] = {1, 4, 16};
     for (int i = 0; i < 3; i++) {
-        double r_after = 0, r = batch_rate(m, ns[i], steps, &r_after);
-        printf("batch decode kn_batch_step %2d seqs: %7.1f tok/s aggregate (%.2fx single; RSS %.1f MB)\n", ns[i], r, r / single, r_after);
+        double r_after = 0, cms = 0, r = batch_rate(m, ns[i], steps, &r_after, &cms);
+        printf("batch decode kn_batch_step %2d seqs: %7.1f tok/s aggregate (%.2fx single), %5.1f CPU ms/token; RSS %.1f MB\n", ns[i], r,
+               r / single, cms, r_after);
     }
     free(lg);
     kn_model_free(m);

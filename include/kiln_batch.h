@@ -97,7 +97,8 @@ typedef struct kn_batch_item {
  * model's context length, or the pool has too few free blocks (see
  * kn_batch_free_tokens: the scheduler ends or pauses a sequence and tries
  * again); KN_ERR_INVALID for an unknown sequence or a bad token id, a
- * sequence twice or an item without tokens. Full blocks a step completes
+ * sequence twice, an item without tokens, or logits NULL when an item
+ * wants them (NULL is fine when none does). Full blocks a step completes
  * enter the prefix cache at once (a live sequence's prompt can be shared).
  * Another error (the plan failed to run) also leaves every sequence as it
  * was (the blocks the step took are given back). */

@@ -343,6 +343,10 @@ TEST(batch_bad_input_changes_nothing) {
         CHECK(st == cases[i].want && strstr(kn_last_error(), "kn_batch_step"), "%s: status %d, %s", cases[i].what, st, kn_last_error());
         CHECK(!memcmp(&s0, &s1, sizeof s0) && kn_batch_seq_len(b, a) == 10 && kn_batch_seq_len(b, c) == 0, "%s changed something", cases[i].what);
     }
+    CHECK(kn_batch_step(b, &(kn_batch_item){c, tok, 1, true}, 1, NULL) == KN_ERR_INVALID && strstr(kn_last_error(), "NULL"),
+          "logits wanted, no buffer: %s", kn_last_error());
+    CHECK(kn_batch_step(b, &(kn_batch_item){c, tok, 1, false}, 1, NULL) == KN_OK && kn_batch_seq_len(b, c) == 1,
+          "no logits wanted: NULL is fine");
     /* the context length: the model was loaded with 96 */
     kn_batch_free(b);
     o.n_ctx = 256; o.n_batch = 128;

@@ -222,6 +222,15 @@ TEST(paged_attn_shape_errors) {
     bt = kn_zeros(ctx, KN_I32, 2, (int64_t[]){1, 2}); r = kn_zeros(ctx, KN_I32, 1, (int64_t[]){2});
     CHECK(!kn_paged_attn(ctx, q, kp, kp, bt, r, r, 12, 0, 0) && strstr(kn_last_error(), "block_size"), "12 does not divide 32");
     kn_ctx_free(ctx);
+    /* inference only: backward refuses it by name */
+    ctx = kn_ctx_new(NULL);
+    q = kn_param(ctx, KN_F32, 3, (int64_t[]){2, 4, 8}); kp = kn_zeros(ctx, KN_F32, 3, (int64_t[]){2, 32, 8});
+    bt = kn_zeros(ctx, KN_I32, 2, (int64_t[]){1, 2}); r = kn_zeros(ctx, KN_I32, 1, (int64_t[]){2});
+    kn_tensor *y = kn_paged_attn(ctx, q, kp, kp, bt, r, r, 16, 0, 0);
+    REQUIRE(y, "%s", kn_last_error());
+    CHECK(kn_backward(ctx, kn_sum(ctx, y, 0, NULL, false)) == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "paged_attn"),
+          "backward: %s", kn_last_error());
+    kn_ctx_free(ctx);
 }
 
 #ifdef KN_CUDA

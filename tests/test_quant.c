@@ -500,6 +500,40 @@ TEST(q16_dots_match_reference) {
     CHECK(kn_quant_q16_dot(KN_F32) == NULL && kn_quant_q16_dot_scalar(KN_F16) == NULL, "float weights have no q16 dot");
 }
 
+/* the four-row Q16 dots against four single dots (the same products summed
+ * in another order: to 1e-6 of the sum of |products|) */
+TEST(q16_dot4_matches_single_dots) {
+    kn_test_seed(23);
+    int have = 0;
+    for (int k = 0; k < NQ16; k++) {
+        kn_dtype t = Q16TYPES[k];
+        kn_vec_dot4_fn f4 = kn_quant_q16_dot4(t);
+        kn_vec_dot_fn f1 = kn_quant_q16_dot_scalar(t);
+        if (!f4) continue;
+        have++;
+        int64_t n = 13 * 32;
+        size_t ab = kn_quant_q16_nbytes(n);
+        void *w = malloc(kn_dtype_nbytes(t, n));
+        char *a = malloc(ab * 4);
+        float *x = malloc(sizeof(float) * (size_t)n);
+        for (int rep = 0; rep < 20; rep++) {
+            fill_raw(t, w, n);
+            for (int r = 0; r < 4; r++) {
+                for (int64_t i = 0; i < n; i++) x[i] = (float)kn_test_uniform(-3, 3);
+                kn_quantize_q16(x, (kn_block_q16 *)(a + r * ab), n);
+            }
+            float y[4];
+            f4(n, w, a, ab, y);
+            for (int r = 0; r < 4; r++) {
+                float want = f1(n, w, a + r * ab);
+                CHECK(fabs(y[r] - want) <= 1e-5 * (fabs(want) + 1), "%s row %d: %.9g vs %.9g", kn_dtype_name(t), r, y[r], want);
+            }
+        }
+        free(w); free(a); free(x);
+    }
+    CHECK(have == (kn_cpu()->isa >= KN_ISA_AVX2 ? 5 : 0), "dot4 for the five 32-element types on AVX2: %d", have);
+}
+
 /* ---- matvec ---------------------------------------------------------------- */
 
 TEST(matvec_rows_matches_vec_dot) {

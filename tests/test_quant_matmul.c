@@ -23,7 +23,7 @@ static double run(kn_backend *be, kn_dtype wt, int64_t T, int64_t N, int64_t K, 
 TEST(quantized_matmul_both_paths_vs_reference) {
     kn_test_seed(11);
     kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_F16, KN_BF16};
-    int64_t rows[] = {1, 3, 40};
+    int64_t rows[] = {1, 3, 9, 40};       /* 9: two groups of four rows and one more (the four-row dots) */
     const int64_t N = 37, K = 512;
     float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * 40 * K);
     float *ref = malloc(sizeof(float) * 40 * N), *got = malloc(sizeof(float) * 40 * N);
@@ -35,7 +35,7 @@ TEST(quantized_matmul_both_paths_vs_reference) {
         for (int64_t r = 0; r < N; r++)
             REQUIRE(kn_quantize_row(t, w + r * K, (char *)wq + kn_dtype_nbytes(t, K) * r, K) == KN_OK, "%s", kn_last_error());
         for (int mode = KN_QACT_AUTO; mode <= KN_QACT_F32; mode++)
-        for (size_t ri = 0; ri < 3; ri++) {
+        for (size_t ri = 0; ri < 4; ri++) {
             int64_t T = rows[ri];
             kn_quant_force_act_mode(mode);
             REQUIRE(run(kn_backend_ref(), t, T, N, K, x, wq, ref) == KN_OK, "ref %s: %s", kn_dtype_name(t), kn_last_error());

@@ -132,7 +132,7 @@ void kn_batch_get_stats(const kn_batch *b, kn_batch_stats *out) {
 }
 
 /* ---- the step ------------------------------------------------------------ */
-static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items) {
+static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items, const float *logits) {
     int bs = b->o.block_size, V = b->m->cfg.n_vocab;
     if (n_items < 1 || !items) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: no items");
     int64_t total = 0, need = 0;
@@ -143,6 +143,7 @@ static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items
             if (items[j].seq == it->seq)
                 return kn_set_error(KN_ERR_INVALID, "kn_batch_step: sequence %d appears in items %d and %d; put its tokens in one item", it->seq, j, i);
         if (it->n < 1 || !it->tokens) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d (sequence %d) has no tokens", i, it->seq);
+        if (it->logits && !logits) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d wants logits but the logits pointer is NULL", i);
         for (int t = 0; t < it->n; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= V)
                 return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d (sequence %d): token id %d is outside the vocabulary [0, %d)",
@@ -209,7 +210,7 @@ static void register_full(kn_batch *b, kn__seq *q, int len0, const kn_batch_item
 
 kn_status kn_batch_step(kn_batch *b, const kn_batch_item *items, int n_items, float *logits) {
     if (!b) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: no batch");
-    kn_status st = check_step(b, items, n_items);
+    kn_status st = check_step(b, items, n_items, logits);
     if (st) return st;
     kn_model *m = b->m;
     int bs = b->o.block_size, C = m->cfg.dim, V = m->cfg.n_vocab, MB = b->max_blocks;

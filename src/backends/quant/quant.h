@@ -179,6 +179,13 @@ kn_status kn_quantize_q16(const float *x, kn_block_q16 *y, int64_t n);
 kn_vec_dot_fn kn_quant_q16_dot(kn_dtype t);
 /* The scalar Q16 dot (the oracle of the SIMD ones; any quantized t), or NULL. */
 kn_vec_dot_fn kn_quant_q16_dot_scalar(kn_dtype t);
+/* y[r] = dot(w, activation row r) for r < 4, the Q16 rows `as` bytes apart:
+ * the weight row is decoded once for the four (batched decode). Sums in
+ * another order than kn_vec_dot_fn's (rounding of the last bit differs). */
+typedef void (*kn_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t as, float *y);
+/* The four-row Q16 dot for weight type t on this CPU, NULL where there is
+ * none (the K types, a CPU without AVX2): callers use the single dot. */
+kn_vec_dot4_fn kn_quant_q16_dot4(kn_dtype t);
 
 /* ---- kernels (internal) -----------------------------------------------------
  * All take n a multiple of the block size (checked by the callers above).     */
@@ -189,6 +196,7 @@ kn_vec_dot_fn kn_quant_q16_dot_scalar(kn_dtype t);
 kn_vec_dot_fn kn_quant_avx2_dot(kn_dtype t);
 /* quant16_avx2.c: Q16 dot for weight type t, NULL if there is none. */
 kn_vec_dot_fn kn_quant_q16_avx2_dot(kn_dtype t);
+kn_vec_dot4_fn kn_quant_q16_avx2_dot4(kn_dtype t);
 /* AVX2 Q16 quantizer (bit-identical to the scalar one); false on a non-finite x. */
 bool kn_quant_q16_avx2(const float *x, kn_block_q16 *y, int64_t nb);
 /* AVX2 activation quantizers, bit-identical to the scalar quant_q8_0/q8_1:

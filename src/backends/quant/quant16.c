@@ -128,3 +128,11 @@ kn_vec_dot_fn kn_quant_q16_dot(kn_dtype t) {
     return NULL;
 #endif
 }
+
+kn_vec_dot4_fn kn_quant_q16_dot4(kn_dtype t) {
+#ifdef KN_QUANT_X86
+    if (kn_quant_isa() >= KN_ISA_AVX2) return kn_quant_q16_avx2_dot4(t);
+#endif
+    (void)t;
+    return NULL;
+}

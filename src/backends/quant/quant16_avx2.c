@@ -97,6 +97,45 @@ BLOCK32_DOT(dot_q4_1_q16, kn_block_q4_1, q4_1_q, q4_1_s)
 BLOCK32_DOT(dot_q5_0_q16, kn_block_q5_0, q5_0_q, q5_0_s)
 BLOCK32_DOT(dot_q5_1_q16, kn_block_q5_1, q5_1_q, q5_1_s)
 
+/* Four activation rows against one weight row (batched decode: T rows of
+ * several sequences meet every weight row): the weight block is widened once
+ * for the four, each row keeps one accumulator (four independent FMA chains
+ * hide the latency the single dot covers with four accumulators). The same
+ * products as four single dots, summed in another order (last-bit rounding
+ * differences). as: bytes between the activation rows. */
+#define BLOCK32_DOT4_STEP(QUANTS_UNUSED, SCALES, a, k, acc, offs)                        \
+    do {                                                                                \
+        __m128 ds = SCALES(&w[k], &a[k]);                                               \
+        __m256 p = _mm256_cvtepi32_ps(madd32(w0, w1, a[k].qs));                         \
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(ds), p, acc);                       \
+        offs = _mm_add_ps(offs, ds);                                                    \
+    } while (0)
+#define BLOCK32_DOT4(name, WT, QUANTS, SCALES)                                          \
+    static void name(int64_t n, const void *vw, const void *va, size_t as, float *y) {  \
+        const WT *w = vw;                                                               \
+        const kn_block_q16 *a0 = va, *a1 = (const kn_block_q16 *)((const char *)va + as); \
+        const kn_block_q16 *a2 = (const kn_block_q16 *)((const char *)va + 2 * as);     \
+        const kn_block_q16 *a3 = (const kn_block_q16 *)((const char *)va + 3 * as);     \
+        __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;                     \
+        __m128 o0 = _mm_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;                        \
+        for (int64_t i = 0; i < n / KN_QK; i++) {                                       \
+            __m256i w0, w1;                                                             \
+            QUANTS(&w[i], &w0, &w1);                                                    \
+            BLOCK32_DOT4_STEP(QUANTS, SCALES, a0, i, c0, o0);                           \
+            BLOCK32_DOT4_STEP(QUANTS, SCALES, a1, i, c1, o1);                           \
+            BLOCK32_DOT4_STEP(QUANTS, SCALES, a2, i, c2, o2);                           \
+            BLOCK32_DOT4_STEP(QUANTS, SCALES, a3, i, c3, o3);                           \
+        }                                                                               \
+        y[0] = hsum_ps(c0) + _mm_cvtss_f32(_mm_shuffle_ps(o0, o0, 1));                  \
+        y[1] = hsum_ps(c1) + _mm_cvtss_f32(_mm_shuffle_ps(o1, o1, 1));                  \
+        y[2] = hsum_ps(c2) + _mm_cvtss_f32(_mm_shuffle_ps(o2, o2, 1));                  \
+        y[3] = hsum_ps(c3) + _mm_cvtss_f32(_mm_shuffle_ps(o3, o3, 1));                  \
+    }
+BLOCK32_DOT4(dot4_q4_0_q16, kn_block_q4_0, q4_0_q, q4_0_s)
+BLOCK32_DOT4(dot4_q4_1_q16, kn_block_q4_1, q4_1_q, q4_1_s)
+BLOCK32_DOT4(dot4_q5_0_q16, kn_block_q5_0, q5_0_q, q5_0_s)
+BLOCK32_DOT4(dot4_q5_1_q16, kn_block_q5_1, q5_1_q, q5_1_s)
+
 /* Q8_0: signed weights widen with vpmovsx; no offset term */
 static inline void q8_0_q(const kn_block_q8_0 *b, __m256i *w0, __m256i *w1) {
     *w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->qs));
@@ -104,6 +143,7 @@ static inline void q8_0_q(const kn_block_q8_0 *b, __m256i *w0, __m256i *w1) {
 }
 static inline __m128 q8_0_s(const kn_block_q8_0 *b, const kn_block_q16 *a) { return _mm_set_ss(F16(b->d) * a->d); }
 BLOCK32_DOT(dot_q8_0_q16, kn_block_q8_0, q8_0_q, q8_0_s)
+BLOCK32_DOT4(dot4_q8_0_q16, kn_block_q8_0, q8_0_q, q8_0_s)
 
 /* ---- K types: 256-element super-blocks, 8 activation blocks each ------------- */
 
@@ -185,6 +225,17 @@ kn_vec_dot_fn kn_quant_q16_avx2_dot(kn_dtype t) {
     case KN_Q4_K: return dot_q4_K_q16;
     case KN_Q5_K: return dot_q5_K_q16;
     case KN_Q6_K: return dot_q6_K_q16;
+    default: return NULL;
+    }
+}
+
+kn_vec_dot4_fn kn_quant_q16_avx2_dot4(kn_dtype t) {
+    switch (t) {
+    case KN_Q4_0: return dot4_q4_0_q16;
+    case KN_Q4_1: return dot4_q4_1_q16;
+    case KN_Q5_0: return dot4_q5_0_q16;
+    case KN_Q5_1: return dot4_q5_1_q16;
+    case KN_Q8_0: return dot4_q8_0_q16;
     default: return NULL;
     }
 }
