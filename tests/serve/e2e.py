@@ -235,7 +235,9 @@ try:
     statuses = []
 
     def long_req():
-        statuses.append(srv.post(CMPL, {"prompt": PROMPT, "max_tokens": 200, "temperature": 0}, headers=auth)[0])
+        # the end tokens banned: it runs its full length, so the slot and the queue stay taken
+        statuses.append(srv.post(CMPL, {"prompt": PROMPT, "max_tokens": 400, "temperature": 0,
+                                        "logit_bias": {"0": -100, "1": -100, "2": -100}}, headers=auth)[0])
     th = [threading.Thread(target=long_req) for _ in range(3)]
     for t in th:
         t.start()
