@@ -97,10 +97,16 @@ ifneq ($(HAVE_CBLAS),1)
 endif
 
 # ---- the kiln program ----------------------------------------------------------
-TOOL_SRC  := $(sort $(wildcard tools/*.c))
-TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TOOL_SRC  := $(sort $(wildcard tools/*.c tools/serve/*.c))
+# the chat page of `kiln serve`, embedded as a C array (scripts/embed_page.py)
+PAGE_OBJ  := $(BUILD)/gen/serve_page.o
+TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o) $(PAGE_OBJ)
 TOOL_DEFS :=
-TOOL_LIBS :=
+# libmicrohttpd (Debian: libmicrohttpd-dev): HTTP for `kiln serve`; only the
+# program and test_serve link it, never the library
+TOOL_LIBS := -lmicrohttpd
+# what tests/test_serve.c links: the server's layers below HTTP and the engine
+SERVE_CORE_OBJ := $(patsubst %,$(BUILD)/tools/serve/%.o,jw api handler metrics) $(PAGE_OBJ)
 # libedit (Debian: libedit-dev), optional: line editing and history in
 # `kiln chat`. Found by its header; EDITLINE=0 builds without it. Only the
 # program links it, never the library.
@@ -172,6 +178,12 @@ $(BUILD)/%.cu.o: %.cu $(CONFIG_STAMP)
 $(TOOL_OBJ): CFLAGS += $(TOOL_DEFS)
 $(TOOL_OBJ): $(TOOLS_STAMP)
 
+$(BUILD)/gen/serve_page.c: tools/serve/page.html scripts/embed_page.py
+	@mkdir -p $(dir $@)
+	$(call say,GEN,$@)python3 scripts/embed_page.py $< $@
+$(PAGE_OBJ): $(BUILD)/gen/serve_page.c $(CONFIG_STAMP)
+	$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
+
 $(BUILD)/libkiln.a: $(OBJ)
 	@rm -f $@
 	$(call say,AR,$@)ar rcs $@ $^
@@ -183,6 +195,9 @@ $(BUILD)/kiln: $(TOOL_OBJ) $(BUILD)/libkiln.a $(TOOLS_STAMP)
 $(BUILD)/tests/%: tests/%.c tests/kn_test.h $(BUILD)/libkiln.a
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)$(CC) $(CFLAGS) -Itests -MMD -MP -o $@ $< $(BUILD)/libkiln.a $(TEST_LDFLAGS) $(LDLIBS)
+$(BUILD)/tests/test_serve: tests/test_serve.c tests/kn_test.h $(SERVE_CORE_OBJ) $(BUILD)/libkiln.a
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)$(CC) $(CFLAGS) -Itests -Itools -MMD -MP -o $@ $< $(SERVE_CORE_OBJ) $(BUILD)/libkiln.a $(LDLIBS)
 # allocation-failure injection: the test wraps the library's malloc/calloc/realloc
 $(BUILD)/tests/test_plan_nomem: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a

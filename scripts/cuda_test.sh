@@ -8,7 +8,8 @@
 # (test_cuda_flash.c, test_cuda_quant.c, test_ce.c), fusion and mixed precision
 # with the GPU as the default backend (test_fuse.c, test_precision.c), then
 # the core test binaries on the default (cpu) backend with the CUDA build;
-# paged attention and the batched engine (test_paged_attn.c, test_batch.c).
+# paged attention and the batched engine (test_paged_attn.c, test_batch.c);
+# `kiln serve` end to end with --backend cuda (tests/serve/e2e.py).
 #   sh scripts/cuda_test.sh [LOGDIR]     env: BUILD (default build-cuda), JOBS (16)
 #   NO_BUILD=1: run the binaries already in $BUILD (built elsewhere and carried).
 # Prints one line per test binary and exits non-zero if any failed.
@@ -42,4 +43,16 @@ for t in $TESTS $ON_GPU; do
     echo "$t: rc=$rc $(tail -1 "$LOG/$t.log") ($(( $(date +%s) - start )) s)"
     [ $rc -ne 0 ] && fail=1
 done
+# kiln serve on the GPU: the end-to-end test (tests/serve/e2e.py) with
+# --backend cuda on the server and on the `kiln generate` it compares with
+# (f32 weights: its greedy texts are compared across batch compositions)
+if make CUDA=1 BUILD="$BUILD" -j"$JOBS" "$BUILD/kiln" >> "$LOG/build.log" 2>&1; then
+    start=$(date +%s)
+    KN_SERVE_ARGS="--backend cuda --gpu-dtype f32" BUILD="$BUILD" timeout 600 python3 tests/serve/e2e.py > "$LOG/serve_e2e.log" 2>&1
+    rc=$?
+    echo "serve_e2e (cuda): rc=$rc $(tail -1 "$LOG/serve_e2e.log") ($(( $(date +%s) - start )) s)"
+    [ $rc -ne 0 ] && fail=1
+else
+    echo "serve_e2e (cuda): build of $BUILD/kiln failed (log: $LOG/build.log)"; fail=1
+fi
 exit $fail

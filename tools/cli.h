@@ -49,6 +49,7 @@ int cmd_tokenize(const cli_args *a);
 int cmd_bench(const cli_args *a);
 int cmd_chat(const cli_args *a);
 int cmd_perplexity(const cli_args *a);
+int cmd_serve(const cli_args *a);          /* tools/cmd_serve.c */
 int kn_cli_train(int argc, char **argv);   /* tools/train.c */
 int kn_cli_export(int argc, char **argv);  /* tools/cmd_export.c */
 

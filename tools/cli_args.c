@@ -24,6 +24,9 @@ static const cli_sub_info SUBS[CLI_N_SUBS] = {
                         "The perplexity of a text under the model, with llama.cpp's windows (the same number as llama-perplexity)."},
     [CLI_TOKENIZE] = {"tokenize", "kiln tokenize -m MODEL -p TEXT [options]",
                       "Prints the token ids of TEXT on one line, space separated."},
+    [CLI_SERVE] = {"serve", "kiln serve -m MODEL [options]",
+                   "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, "
+                   "/metrics) with continuous batching, and a chat page at http://HOST:PORT/; Ctrl-C stops it."},
 };
 
 bool cli_sub_find(const char *name, cli_sub *out) {
@@ -69,6 +72,7 @@ typedef struct cli_opt {
 #define B (1u << CLI_BENCH)
 #define P (1u << CLI_PERPLEXITY)
 #define T (1u << CLI_TOKENIZE)
+#define S (1u << CLI_SERVE)
 #define F(x) offsetof(cli_args, x)
 
 /* Ranges, and why:
@@ -81,9 +85,9 @@ typedef struct cli_opt {
  *    denormal makes them infinite, hence 0.01;
  *  --frequency/presence-penalty: the OpenAI range. */
 static const cli_opt OPTS[] = {
-    {"-m", "--model", OPT_STR, G | C | I | B | P | T, F(model), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "FILE",
+    {"-m", "--model", OPT_STR, G | C | I | B | P | T | S, F(model), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "FILE",
      "model: GGUF (llama incl. Mixtral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2, gemma3, phi3, gpt2), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face safetensors file or directory (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3, Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GPT-2)"},
-    {"-z", "--tokenizer", OPT_STR, G | C | B | P | T, F(tokenizer), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "FILE",
+    {"-z", "--tokenizer", OPT_STR, G | C | B | P | T | S, F(tokenizer), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "FILE",
      "tokenizer: llama2.c tokenizer.bin, a GGUF vocabulary, or llm.c gpt2_tokenizer.bin (decode only); needed for models without one"},
     {"-p", "--prompt", OPT_STR, G, F(prompt), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "TEXT", "the prompt"},
     {"-p", "--prompt", OPT_STR, T, F(prompt), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "TEXT", "the text to tokenize"},
@@ -100,7 +104,7 @@ static const cli_opt OPTS[] = {
      "wrap -p in the chat template as a user turn"},
     {"--system", NULL, OPT_STR, G | C, F(system), NO_FIELD, NULL, "none", 0, 0, false, NULL, false, "TEXT",
      "system prompt (generate: with --chat)"},
-    {"--chat-template", NULL, OPT_STR, G | C, F(tmpl), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "NAME",
+    {"--chat-template", NULL, OPT_STR, G | C | S, F(tmpl), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "NAME",
      "chatml, llama2, llama3, smollm or plain (\"User: text\" lines, no special tokens)"},
     {"--temp", NULL, OPT_REAL, G, F(sp.temp), F(have_temp), "0.8", NULL, 0, 100, false, NULL, false, "T",
      "temperature; 0 = greedy (always the likeliest token)"},
@@ -124,16 +128,32 @@ static const cli_opt OPTS[] = {
      "stop when the output contains TEXT (not printed); up to 8"},
     {"--ctx", NULL, OPT_INT, G | C | B | P, F(ctx), NO_FIELD, NULL, "the model's, at most 4096", 1, 1 << 20, false, NULL, false, "N",
      "context length in tokens"},
-    {"--batch", NULL, OPT_INT, G | C | B | P, F(batch), NO_FIELD, NULL, "512", 1, 1 << 20, false, NULL, false, "N",
+    {"--ctx", NULL, OPT_INT, S, F(ctx), NO_FIELD, NULL, "the model's context, at most 4096", 16, 1 << 24, false, NULL, false, "N",
+     "KV cache tokens shared by all requests (a pool of 16-token blocks taken on demand); one request's prompt and output fit in the smaller of this and the model's context"},
+    {"--host", NULL, OPT_STR, S, F(host), NO_FIELD, "127.0.0.1", NULL, 0, 0, false, NULL, false, "ADDR",
+     "address to listen on (0.0.0.0 or :: for every interface; with --api-key then)"},
+    {"--port", NULL, OPT_INT, S, F(port), NO_FIELD, "8080", NULL, 0, 65535, false, NULL, false, "N",
+     "TCP port; 0 picks a free one (printed on stderr)"},
+    {"--parallel", NULL, OPT_INT, S, F(parallel), NO_FIELD, "4", NULL, 1, 256, false, NULL, false, "N",
+     "requests generated at once, in one batched step (the others wait in the queue)"},
+    {"--queue", NULL, OPT_INT, S, F(queue), NO_FIELD, "64", NULL, 0, 100000, false, NULL, false, "N",
+     "requests that may wait for a slot; beyond them the server answers 429"},
+    {"--timeout", NULL, OPT_INT, S, F(timeout), NO_FIELD, "600", NULL, 0, 86400, false, NULL, false, "SECONDS",
+     "a request still running after this long (queued time included) is ended with an error; 0 = no limit"},
+    {"--max-body", NULL, OPT_INT, S, F(max_body), NO_FIELD, "1048576", NULL, 1024, 1 << 30, false, NULL, false, "BYTES",
+     "largest request body; a larger one is answered 413"},
+    {"--api-key", NULL, OPT_STR, S, F(api_key), NO_FIELD, NULL, "none", 0, 0, false, NULL, false, "KEY",
+     "require 'Authorization: Bearer KEY' on every endpoint but /health and the page"},
+    {"--batch", NULL, OPT_INT, G | C | B | P | S, F(batch), NO_FIELD, NULL, "512", 1, 1 << 20, false, NULL, false, "N",
      "tokens per forward pass while reading the prompt"},
-    {"-t", "--threads", OPT_INT, G | C | B | P, F(threads), NO_FIELD, NULL, "all cores", 1, 4096, false, NULL, false, "N",
+    {"-t", "--threads", OPT_INT, G | C | B | P | S, F(threads), NO_FIELD, NULL, "all cores", 1, 4096, false, NULL, false, "N",
      "CPU threads (at most the number of cores)"},
     {"-r", "--reps", OPT_INT, B, F(reps), NO_FIELD, "3", NULL, 1, 1000, false, NULL, false, "N", "runs of each test"},
     {"--kv-f16", NULL, OPT_FLAG, G | C | B | P, F(kv_f16), NO_FIELD, NULL, NULL, 0, 0, false, NULL, false, NULL,
      "keep the KV cache in f16 (half the memory)"},
-    {"--backend", NULL, OPT_STR, G | C | B | P | T, F(backend), NO_FIELD, NULL, "KN_BACKEND, else cpu", 0, 0, false, "cpu|cuda", false,
+    {"--backend", NULL, OPT_STR, G | C | B | P | T | S, F(backend), NO_FIELD, NULL, "KN_BACKEND, else cpu", 0, 0, false, "cpu|cuda", false,
      "NAME", "where the model runs: cpu or cuda"},
-    {"--gpu-dtype", NULL, OPT_STR, G | C | B | P | T, F(gpu_dtype), NO_FIELD, NULL, "bf16", 0, 0, false, "bf16|f16|f32|file", false,
+    {"--gpu-dtype", NULL, OPT_STR, G | C | B | P | T | S, F(gpu_dtype), NO_FIELD, NULL, "bf16", 0, 0, false, "bf16|f16|f32|file", false,
      "TYPE", "weight matrices on the GPU (--backend cuda): bf16, f16, f32 (the CPU's exact path), or file (as the "
      "file stores them: GGUF Q4_0..Q8_0, Q4_K..Q6_K blocks stay quantized; less memory, faster decode of larger "
      "models, slower prefill)"},
@@ -148,6 +168,7 @@ static const cli_opt OPTS[] = {
 #undef B
 #undef P
 #undef T
+#undef S
 #undef F
 
 static bool names(const cli_opt *o, const char *name) {

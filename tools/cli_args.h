@@ -28,7 +28,7 @@
 /* the subcommands whose options the table describes (train has its own
  * parser in tools/train.c) */
 typedef enum cli_sub {
-    CLI_GENERATE, CLI_CHAT, CLI_INFO, CLI_BENCH, CLI_PERPLEXITY, CLI_TOKENIZE, CLI_N_SUBS
+    CLI_GENERATE, CLI_CHAT, CLI_INFO, CLI_BENCH, CLI_PERPLEXITY, CLI_TOKENIZE, CLI_SERVE, CLI_N_SUBS
 } cli_sub;
 
 enum { CLI_MAX_STOP = 8 };
@@ -44,6 +44,9 @@ typedef struct cli_args {
     kn_sampler_params sp;          /* penalty_last_n: the library's default    */
     const char *stop[CLI_MAX_STOP];
     int n_stop;
+    /* serve: --host, --api-key, --port, --parallel, --queue, --timeout (s), --max-body (bytes) */
+    const char *host, *api_key;
+    int port, parallel, queue, timeout, max_body;
 } cli_args;
 
 typedef enum cli_parse_result { CLI_PARSE_OK, CLI_PARSE_HELP, CLI_PARSE_USAGE } cli_parse_result;

@@ -6,6 +6,7 @@
  *   kiln bench -m MODEL [-p 512] [-n 128] [-r 3]
  *   kiln perplexity -m MODEL -f TEXT|- [--ctx N] [--stride N]
  *   kiln tokenize -m MODEL -p TEXT
+ *   kiln serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N] [--api-key KEY]
  *   kiln train mnist|char|gpt2 ...    (tools/train.c parses its own options)
  *   kiln export -m CKPT -o OUT.gguf   (tools/cmd_export.c, likewise)
  *   kiln help [COMMAND], kiln COMMAND --help, kiln --version
@@ -163,6 +164,7 @@ int main(int argc, char **argv) {
     case CLI_BENCH: return cmd_bench(&a);
     case CLI_PERPLEXITY: return cmd_perplexity(&a);
     case CLI_TOKENIZE: return cmd_tokenize(&a);
+    case CLI_SERVE: return cmd_serve(&a);
     case CLI_N_SUBS: break;
     }
     return 2;
