@@ -8,16 +8,19 @@
  *   kn_generate(m, "Once upon a time", &gp, print_piece, NULL, NULL);
  *   kn_model_free(m);
  *
- * Formats: GGUF v2/v3 (llama architecture: Llama 2/3, SmolLM, TinyLlama;
- * tensor types F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K, used in
- * place from the memory map), llama2.c checkpoints (with a tokenizer file),
- * llm.c GPT-2 checkpoints (fp32/bf16) and Hugging Face safetensors with
- * config.json (a model directory or a .safetensors path; LlamaForCausalLM and
- * GPT2LMHeadModel, F32/F16/BF16), and the checkpoints `kiln train char` and
- * `kiln train gpt2` write (a kiln .safetensors checkpoint; the tokenizer is
- * rebuilt from its metadata: a char model's characters, or the GPT-2
- * vocabulary file recorded at training, replaced by tokenizer_path when
- * given). llm.c and Hugging Face files carry no
+ * Formats: GGUF v2/v3 (architectures llama (Llama 2/3, SmolLM, TinyLlama,
+ * Mistral, Mixtral), qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2,
+ * gemma3, phi3, gpt2; tensor types F32/F16/BF16/Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
+ * Q4_K/Q5_K/Q6_K, used in place from the memory map), llama2.c checkpoints
+ * (with a tokenizer file), llm.c GPT-2 checkpoints (fp32/bf16) and Hugging
+ * Face safetensors with config.json (a model directory or a .safetensors
+ * path; the same families as kn_arch below, F32/F16/BF16; tokenizer.json
+ * and the chat template are read from the directory), and the checkpoints
+ * `kiln train char` and `kiln train gpt2` write (a kiln .safetensors
+ * checkpoint; the tokenizer is rebuilt from its metadata: a char model's
+ * characters, or the GPT-2 vocabulary file recorded at training, replaced
+ * by tokenizer_path when given). llm.c files and Hugging Face directories
+ * without tokenizer.json carry no
  * usable tokenizer: pass tokenizer_path (a GGUF vocabulary such as
  * ggml-vocab-gpt-2.gguf, or a llama2.c tokenizer.bin); without one the model
  * evaluates token ids but cannot encode text.
