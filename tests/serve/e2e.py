@@ -236,12 +236,16 @@ try:
 
     def long_req():
         # the end tokens banned: it runs its full length, so the slot and the queue stay taken
-        statuses.append(srv.post(CMPL, {"prompt": PROMPT, "max_tokens": 400, "temperature": 0,
+        # (600 tokens: the tiny fallback model makes them in well under a
+        # second, so the three requests go out together, not 0.3 s apart;
+        # with 400 tokens 0.3 s apart the first had finished before the
+        # third arrived in a sanitizer run)
+        statuses.append(srv.post(CMPL, {"prompt": PROMPT, "max_tokens": 600, "temperature": 0,
                                         "logit_bias": {"0": -100, "1": -100, "2": -100}}, headers=auth)[0])
     th = [threading.Thread(target=long_req) for _ in range(3)]
     for t in th:
         t.start()
-        time.sleep(0.3)
+        time.sleep(0.02)
     for t in th:
         t.join()
     T.check("queue_full_429", sorted(statuses) == [200, 200, 429], statuses)
