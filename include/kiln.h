@@ -47,6 +47,7 @@ typedef struct kn_buffer kn_buffer;
 typedef struct kn_backend kn_backend;
 typedef struct kn_plan kn_plan;
 typedef struct kn_tensor kn_tensor;
+typedef struct kn_dist kn_dist;       /* a communicator over ranks (kiln_dist.h) */
 
 /* ---- ops ----------------------------------------------------------------
  * Every node carries one of these: KN_OP_NONE (a leaf: data, input or
@@ -86,6 +87,7 @@ typedef union kn_op_params {
     struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
     struct { bool largest; } topk;           /* TOPK: the k largest (true) or smallest */
+    struct { kn_dist *comm; int op; int root; } dist; /* collectives: kn_reduce_op, broadcast's root (kiln_dist.h) */
 } kn_op_params;
 
 /* Node flags */

@@ -334,6 +334,13 @@ kn_optim *kn_optim_new_decay_groups(kn_ctx *ctx, kn_module *m, const kn_optim_cf
  * kn_grad(p) from kn_backward; e.g. accumulated buffers from kn_grad_accum).
  * Returns the number of effect tensors written to out (or -1 on error). */
 int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int max);
+/* Data parallel (kiln_dist.h): before kn_optim_build, make every gradient
+ * its average over d's ranks (all_reduce in buckets of about bucket_bytes,
+ * 0: 25 MiB, overlapping the backward pass on the CUDA backend). Clipping,
+ * loss scaling and the update then see the same averaged gradients on every
+ * rank, so replicas stay equal. A world of one gives the same bits as no
+ * communicator. NULL d: off. */
+kn_status kn_optim_set_dist(kn_optim *o, kn_dist *d, size_t bucket_bytes);
 /* Global gradient norm before clipping (a graph node; valid after build with clip_norm > 0, else NULL). */
 kn_tensor *kn_optim_grad_norm(const kn_optim *o);
 void kn_optim_set_lr(kn_optim *o, int group, double lr);    /* group -1: every group */

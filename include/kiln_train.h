@@ -36,7 +36,7 @@
  * a loss scaler the loop calls kn_loss_scaler_update after every run and
  * counts the skipped steps.
  *
- * Non-goals: multi-process training, gradient accumulation inside the loop
+ * Non-goals: gradient accumulation inside the loop
  * (build it into the step plan).
  */
 #ifndef KILN_TRAIN_H
@@ -75,6 +75,11 @@ typedef struct kn_trainer_cfg {
     const char *const *meta_kv;
     FILE *log;                  /* progress and messages (NULL = stderr)               */
     bool quiet;                 /* no progress line                                    */
+    /* Data parallel (kiln_dist.h; the optimizer got kn_optim_set_dist): the
+     * loss reported is the mean over ranks, a stop (Ctrl-C on any rank) ends
+     * every rank after the same step, and only rank 0 logs, evaluates,
+     * samples and writes checkpoints (the replicas are equal). NULL: one process. */
+    kn_dist *dist;
 } kn_trainer_cfg;
 
 kn_trainer_cfg kn_trainer_defaults(void);

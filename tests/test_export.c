@@ -15,6 +15,7 @@
 #include "kiln_llm.h"
 #include "kiln_train.h"
 #include "../tools/train.c"
+#include "../tools/cmd_run.c"   /* kn_cli_launch (train --gpus) */
 #include "../tools/cli_num.c"   /* train.c parses numbers with it */
 #include <signal.h>
 #include <sys/resource.h>

@@ -52,5 +52,10 @@ int cmd_perplexity(const cli_args *a);
 int cmd_serve(const cli_args *a);          /* tools/cmd_serve.c */
 int kn_cli_train(int argc, char **argv);   /* tools/train.c */
 int kn_cli_export(int argc, char **argv);  /* tools/cmd_export.c */
+int kn_cli_run(int argc, char **argv);     /* tools/cmd_run.c */
+/* Starts nproc ranks of argv (argv[0] a program on PATH or a path) with the
+ * rendezvous variables set, waits for them, stops the rest when one fails;
+ * port <= 0: a free one. Returns the exit status (tools/cmd_run.c). */
+int kn_cli_launch(int nproc, const char *addr, int port, char *const *argv);
 
 #endif

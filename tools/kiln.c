@@ -84,6 +84,7 @@ typedef struct own_command {
 static const own_command OWN[] = {
     {"train", kn_cli_train, "Trains a model: mnist, char or gpt2 (kiln train --help)."},
     {"export", kn_cli_export, "Writes a checkpoint of kiln train char|gpt2 as a GGUF file (kiln export --help)."},
+    {"run", kn_cli_run, "Starts N ranks of one job, one process per GPU (kiln run --nproc N COMMAND ...)."},
 };
 #define N_OWN (sizeof OWN / sizeof OWN[0])
 

@@ -25,14 +25,19 @@
  * (the checkpoint saved; stderr says where and how to continue).
  * `--dropout P` (LMs) drops embeddings and the attention and MLP outputs with a mask
  * drawn from the step number, so resumed runs still repeat bit for bit.
- * Non-goals: multi-GPU, mixed precision.
+ * `--gpus N` (LMs) trains data-parallel over N ranks (kiln_dist.h): without a
+ * launcher around it, kiln train starts N copies of itself through `kiln run`
+ * (tools/cmd_run.c); each rank takes its own B windows of the step (global
+ * batch N x B), gradients are averaged, rank 0 logs, evaluates and saves.
  */
 #include "kiln.h"
 #include "kiln_ckpt.h"
 #include "kiln_data.h"
+#include "kiln_dist.h"
 #include "kiln_nn.h"
 #include "kiln_tokenizer.h"
 #include "kiln_train.h"
+#include "cli.h"
 #include "cli_num.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -57,12 +62,13 @@ typedef struct targs {
     unsigned task;                     /* T_MNIST, T_CHAR or T_GPT2 */
     const char *model, *data, *out, *resume, *tokenizer, *shards, *precision;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
-        eval_batches, warmup, log_every, threads, full_vocab;
+        eval_batches, warmup, log_every, threads, full_vocab, gpus;
     double lr, min_lr_frac, wd, val_frac, temp, clip, dropout;
     uint64_t seed;
     kn_precision prec;                 /* parsed --precision */
     bool set[64];                      /* set[i]: option i was given */
     char **argv; int argc;             /* for the resume hint */
+    kn_dist *dist;                     /* --gpus: this rank's communicator */
 } targs;
 
 typedef enum { O_STR, O_INT, O_REAL, O_U64 } okind;
@@ -128,6 +134,8 @@ static const topt k_opts[] = {
     {"--precision", "f32|bf16|f16", "compute dtype of the matmuls; weights and optimizer state stay f32 (bf16: CUDA, or "
      "a CPU with AVX512_BF16; f16: with dynamic loss scaling)", O_STR, T_ALL, 0, 0, false, false, F(precision), NULL},
     {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, false, F(threads), "all cores"},
+    {"--gpus", "N", "data-parallel ranks, one process per GPU (KN_BACKEND=cuda) or per CPU rank; --batch is per rank "
+     "(0: one process, no communicator)", O_INT, T_LM, 0, 256, false, false, F(gpus), NULL},
 };
 #undef F
 enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
@@ -755,15 +763,20 @@ static void window(const int32_t *src, int64_t off, int64_t T, int32_t *x, int64
     for (int64_t t = 0; t < T; t++) { x[t] = src[off + t]; y[t] = src[off + t + 1]; }
 }
 
+/* The B windows of step s; with --gpus N, rank k's B of the step's N x B
+ * (window k B + b), so N ranks see the windows one process with batch N B
+ * sees, and the dropout stream (rng) differs per rank. */
 static kn_status lm_batch(void *ud, int64_t s) {
     lm_run *r = ud;
     uint64_t span = (uint64_t)(r->n_train - r->T - 1);
+    uint64_t W = (uint64_t)kn_dist_world(r->a->dist), k = (uint64_t)kn_dist_rank(r->a->dist);
+    int64_t rs = s * (int64_t)W + (int64_t)k;
     for (int64_t b = 0; b < r->B; b++) {
-        uint64_t h = mix64(r->a->seed * 0x100000001b3ull ^ mix64((uint64_t)s * (uint64_t)r->B + (uint64_t)b));
+        uint64_t h = mix64(r->a->seed * 0x100000001b3ull ^ mix64((uint64_t)s * W * (uint64_t)r->B + k * (uint64_t)r->B + (uint64_t)b));
         window(r->train, (int64_t)(h % span), r->T, r->ib + b * r->T, r->tb + b * r->T);
     }
     kn_status st = kn_tensor_write(r->x, r->ib, KN_I32);
-    if (!st && r->rng) st = kn_tensor_write(r->rng, &s, KN_I64);
+    if (!st && r->rng) st = kn_tensor_write(r->rng, &rs, KN_I64);
     return st ? st : kn_tensor_write(r->y, r->tb, KN_I64);
 }
 
@@ -909,7 +922,8 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     r.x = kn_input(ctx, KN_I32, 2, sb);
     r.y = kn_input(ctx, KN_I64, 2, sb);
     kn_tensor *loss = kn_cross_entropy(ctx, kn_gpt2_forward(m, r.x), r.y, NULL);
-    if (!m || !loss || backward_and_opt(ctx, m, loss, a, &opt, &sc) || !(step = step_plan(ctx, loss, opt))) {
+    if (!m || !loss || backward_and_opt(ctx, m, loss, a, &opt, &sc) || (a->dist && kn_optim_set_dist(opt, a->dist, 0)) ||
+        !(step = step_plan(ctx, loss, opt))) {
         fail(kn_last_error()); goto done;
     }
     /* eval and sample plans: fresh forwards over the same parameters */
@@ -957,7 +971,18 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     int64_t start;
     if (resume(a, m, opt, n_meta, meta, &start)) { fail(kn_last_error()); goto done; }
     if (a->out && check_space(a->out, kn_module_n_params(m))) goto done;
-    fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
+    bool lead = kn_dist_rank(a->dist) == 0;
+    if (a->dist) {          /* every rank must build the same run */
+        char what[512];
+        snprintf(what, sizeof what, "%s L%lld C%lld H%lld T%lld V%lld B%lld steps %lld lr %g seed %llu precision %s", kind,
+                 (long long)a->layers, (long long)a->dim, (long long)a->heads, (long long)r.T, (long long)r.V,
+                 (long long)r.B, (long long)r.total, a->lr, (unsigned long long)a->seed, a->precision);
+        if (kn_dist_check_same(a->dist, "the run", what)) { fail(kn_last_error()); goto done; }
+        if (lead)
+            fprintf(stderr, "data parallel: %d ranks x batch %lld = %lld windows a step\n", kn_dist_world(a->dist),
+                    (long long)r.B, (long long)r.B * kn_dist_world(a->dist));
+    }
+    if (lead) fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
             "%lld train / %lld val tokens; batch %lld x %lld, %lld steps, AdamW lr %g (cosine, warmup %lld), "
             "%d threads, %d kernels per step, %.0f MiB of activations and temporaries a step\n", kind, (int)a->layers,
             (long long)a->dim, (long long)a->heads, (long long)r.T, (long long)r.V, (long long)kn_module_n_params(m),
@@ -966,7 +991,8 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
 
     kn_trainer_cfg c = kn_trainer_defaults();
     c.step = step; c.loss = loss; c.opt = opt; c.model = m;
-    c.steps = r.total; c.items_per_step = r.B * r.T; c.items_name = "tok"; c.ud = &r;
+    c.steps = r.total; c.items_per_step = r.B * r.T * kn_dist_world(a->dist); c.items_name = "tok"; c.ud = &r;
+    c.dist = a->dist;
     c.load_batch = lm_batch; c.lr_at = lm_lr; c.eval = lm_eval; c.sample = lm_sample;
     c.eval_every = a->eval_every; c.sample_every = a->sample_every;
     c.ckpt_every = a->ckpt_every; c.ckpt_path = a->out; c.n_meta = n_saved; c.meta_kv = meta;
@@ -977,6 +1003,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     kn_train_catch_sigint(false);
     if (rs || res.interrupted) { rc = run_end(a, rs, &res); goto done; }
     char db[32];
+    if (!lead) { rc = 0; goto done; }
     if (!r.evaluated) {   /* resumed a finished run: still report */
         double v;
         if (lm_eval(&r, res.next_step - 1, &v)) { fail(kn_last_error()); goto done; }
@@ -1140,6 +1167,22 @@ done:
     return rc;
 }
 
+/* --gpus N outside a launcher: run `kiln train ...` (this binary, the same
+ * arguments) as N ranks through kiln run's launcher. */
+static int launch_self(const targs *a) {
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) return fail("cannot find the kiln binary (/proc/self/exe) to start the ranks; use kiln run --nproc N");
+    self[k] = 0;
+    char **args = calloc((size_t)a->argc + 1, sizeof *args);
+    if (!args) return fail("out of memory");
+    args[0] = self;
+    for (int i = 1; i < a->argc; i++) args[i] = a->argv[i];
+    int rc = kn_cli_launch((int)a->gpus, "127.0.0.1", 0, args);
+    free(args);
+    return rc;
+}
+
 int kn_cli_train(int argc, char **argv) {
     if (argc < 3) { train_usage(stderr, T_ALL); return 2; }
     if (is_help(argv[2])) { train_usage(stdout, T_ALL); return 0; }
@@ -1162,8 +1205,20 @@ int kn_cli_train(int argc, char **argv) {
      * checkpoint saved: building the step plan can take seconds (generated
      * kernels are compiled on a cold cache), and a shell starts a background
      * job with SIGINT ignored until a handler is installed */
+    if (a.gpus > 0) {
+        const char *ws = getenv("WORLD_SIZE");
+        if (a.gpus > 1 && !ws) return launch_self(&a);    /* this process becomes the launcher */
+        if (kn_dist_init_env(&a.dist)) return fail(kn_last_error());
+        if (kn_dist_world(a.dist) != a.gpus) {
+            fprintf(stderr, "kiln train: --gpus %lld but WORLD_SIZE is %d; give the launcher's rank count\n", (long long)a.gpus,
+                    kn_dist_world(a.dist));
+            kn_dist_free(a.dist);
+            return 2;
+        }
+    }
     kn_train_catch_sigint(true);
     int rc = task == T_MNIST ? train_mnist(&a) : task == T_CHAR ? train_char(&a) : train_gpt2(&a);
     kn_train_catch_sigint(false);
+    kn_dist_free(a.dist);
     return rc;
 }

@@ -13,6 +13,7 @@ typedef kn_status (*kn_family_fn)(const kn_exec *e);
 typedef struct kn_families {
     const char *name;           /* for the message: "cuda backend: no kernel for ..." */
     kn_family_fn create, unary, binary, reduce, scan, matmul, copy, optim, index, nn;
+    kn_family_fn comm;          /* collectives (kiln_dist.h) */
 } kn_families;
 kn_status kn__dispatch(const kn_families *f, const kn_exec *e);
 /* KN_ERR_INVALID: "OP: index V out of range for dim D of size N (valid: ...)" */

@@ -27,6 +27,7 @@ kn_status kn__dispatch(const kn_families *f, const kn_exec *e) {
         /* elementwise copies of one layout into another */
         case KN_OP_COPY: case KN_OP_CAST: case KN_OP_ASSIGN: case KN_OP_TRI: case KN_OP_WHERE: fn = f->copy; break;
         case KN_OP_ADAM_UPDATE: fn = f->optim; break;
+        case KN_OP_ALL_REDUCE: case KN_OP_ALL_GATHER: case KN_OP_REDUCE_SCATTER: case KN_OP_BROADCAST: fn = f->comm; break;
         default: fn = f->index; break;                        /* gather, scatter, cat, pad, index_* */
         }
         break;

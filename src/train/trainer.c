@@ -8,6 +8,7 @@
  * steps. */
 #include "kiln_train.h"
 #include "kiln_ckpt.h"
+#include "kiln_dist.h"
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -239,6 +240,8 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
     kn_status st = KN_OK;
     bool line_open = false;
     kn_loss_scaler *scaler = kn_optim_loss_scaler(c->opt);   /* f16: skip-and-backoff after each run */
+    bool lead = kn_dist_rank(c->dist) == 0, multi = kn_dist_world(c->dist) > 1;
+    bool quiet = c->quiet || !lead;
     for (int64_t s = start; s < c->steps; s++) {
         double ts = now_s();
         if ((st = c->load_batch(c->ud, s))) break;
@@ -250,6 +253,13 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         if (scaler && (st = kn_loss_scaler_update(scaler, &skipped))) break;
         if (skipped) r.skipped_steps++;
         double loss = kn_item(c->loss);
+        bool stop = kn_train_stop_requested();
+        if (multi) {          /* the mean loss, and a stop on any rank stops all after this step */
+            double v[2] = {loss, stop ? 1 : 0};
+            if ((st = kn_dist_all_reduce_host(c->dist, KN_F64, v, 2, KN_DIST_SUM))) break;
+            loss = v[0] / kn_dist_world(c->dist);
+            stop = v[1] > 0;
+        }
         train_time += now_s() - ts;
         steps_timed++;
         r.next_step = s + 1;
@@ -262,12 +272,15 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         }
         double per = train_time / (double)steps_timed;
         double rate = (double)c->items_per_step / per;
-        if (!c->quiet && (tty || (s + 1) % log_every == 0 || s == c->steps - 1)) {
+        if (!quiet && (tty || (s + 1) % log_every == 0 || s == c->steps - 1)) {
             progress(c, f, tty, s, loss, lr, rate, per * (double)(c->steps - s - 1));
             line_open = tty;
         }
-        bool stop = kn_train_stop_requested();
         bool last = s == c->steps - 1;
+        if (!lead) {
+            if (stop) { r.interrupted = true; break; }
+            continue;
+        }
         if (c->eval && due(c->eval_every, s, c->steps - 1)) {
             if (line_open) { fputc('\n', f); line_open = false; }
             double metric;

@@ -193,7 +193,18 @@ kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n) {
 }
 
 /* ---- the table ---- */
+/* The GPU this process uses (cu_init) is per host thread in CUDA: a thread
+ * that enters the backend for the first time selects it. */
+static int g_device;
+static __thread bool t_bound;
+extern "C" void kn_cu_bind(void) {
+    if (t_bound) return;
+    t_bound = true;
+    if (g_device) cudaSetDevice(g_device);
+}
+
 static void *cu_alloc(kn_backend *be, size_t size) {
+    kn_cu_bind();
     void *p = NULL;
     if (kn_cuda_pool_alloc(g_pool, size ? size : 1, &p) != KN_OK) return NULL;
     return p;
@@ -201,11 +212,14 @@ static void *cu_alloc(kn_backend *be, size_t size) {
 static void cu_free(kn_backend *be, void *ptr) {
     if (ptr) kn_cuda_pool_release(g_pool, ptr);
 }
-static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t n) { return kn_cu_h2d(dst, host, n); }
-static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) { return kn_cu_d2h(host, src, n); }
+static kn_status cu_copy_in(kn_backend *be, void *dst, const void *host, size_t n) { kn_cu_bind(); return kn_cu_h2d(dst, host, n); }
+static kn_status cu_copy_out(kn_backend *be, void *host, const void *src, size_t n) {
+    kn_status st = kn_cu_comm_join();
+    return st ? st : kn_cu_d2h(host, src, n);
+}
 static kn_status cu_sync(kn_backend *be) {
-    KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
-    return kn_cu_err_collect();
+    kn_status st = kn_cu_comm_sync();          /* joins pending collectives; a hung one times out (cuda_dist.cu) */
+    return st ? st : kn_cu_err_collect();
 }
 
 /* A quantized operand the GPU cannot take: anything but a matmul whose right
@@ -242,6 +256,7 @@ static void trace_node(const kn_exec *e, double us) {
 
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e);
 static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
+    kn_cu_bind();
     static int trace = -1;
     static cudaEvent_t t0, t1;
     if (trace < 0) {
@@ -264,7 +279,7 @@ static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
 
 static const kn_families g_families = {
     "cuda", kn_cu_create, kn_cu_unary, kn_cu_binary, kn_cu_reduce, kn_cu_scan,
-    kn_cu_matmul, kn_cu_copy, kn_cu_optim, kn_cu_index, kn_cu_nn,
+    kn_cu_matmul, kn_cu_copy, kn_cu_optim, kn_cu_index, kn_cu_nn, kn_cu_comm,
 };
 
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
@@ -280,7 +295,8 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
                             "dequantize on the host (cast to f32/f16 on the cpu backend) before moving the tensor", kn_op_name(t->op), q);
     }
     if (kn_tview_numel(&e->dst) == 0 && t->op != KN_OP_INDEX_COPY && t->op != KN_OP_ASSIGN) return KN_OK;
-    kn_status st = kn__dispatch(&g_families, e);
+    kn_status st = kn_cu_comm_before(e);       /* a pending collective's output (cuda_dist.cu) */
+    if (st == KN_OK) st = kn__dispatch(&g_families, e);
     if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
         cudaError_t ce = cudaStreamSynchronize(g_stream);
         if (ce != cudaSuccess)
@@ -309,6 +325,25 @@ static void cu_init(void) {
         cudaGetLastError();
         g_init_st = KN_ERR_UNSUPPORTED;
         return;
+    }
+    /* several ranks on one machine (kiln_dist.h): rank r takes GPU LOCAL_RANK
+     * (KN_CUDA_DEVICE wins), so that NCCL sees each rank's own device */
+    const char *dev = getenv("KN_CUDA_DEVICE");
+    if (!dev || !*dev) dev = getenv("LOCAL_RANK");
+    if (dev && *dev) {
+        int want = atoi(dev);
+        if (want < 0 || want >= n) {
+            snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: GPU %d was asked for (KN_CUDA_DEVICE or LOCAL_RANK) but "
+                     "this machine has %d; start at most %d ranks a machine", want, n, n);
+            g_init_st = KN_ERR_UNSUPPORTED;
+            return;
+        }
+        if ((ce = cudaSetDevice(want)) != cudaSuccess) {
+            snprintf(g_init_msg, sizeof g_init_msg, "kn_backend_cuda: cannot use GPU %d: %s", want, cudaGetErrorString(ce));
+            g_init_st = KN_ERR_BACKEND;
+            return;
+        }
+        g_device = want;
     }
     /* probe the GEMM paths now, while no work is queued (the wgmma probe
      * runs a kernel on the legacy stream) */

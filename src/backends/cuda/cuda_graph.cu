@@ -114,6 +114,7 @@ kn_status kn_cu_capture_begin(kn_backend *be, const int64_t *syms, int n) {
     if (env->cuda_trace || env->cuda_sync)   /* they wait after every node */
         return kn_set_error(KN_ERR_UNSUPPORTED, "cuda graph: not with KN_CUDA_TRACE or KN_CUDA_SYNC");
     if (g_cur) return kn_set_error(KN_ERR_STATE, "cuda graph: a capture is already running");
+    kn_cu_bind();
     kn_status st = graph_init();
     if (st) return st;
     cu_graph *g = (cu_graph *)calloc(1, sizeof *g);
@@ -138,6 +139,7 @@ kn_status kn_cu_capture_end(kn_backend *be, bool keep, void **graph) {
     cu_graph *g = g_cur;
     if (!g) return kn_set_error(KN_ERR_STATE, "cuda graph: no capture running");
     g_cur = NULL;
+    kn_cu_comm_join();                          /* collectives forked from the stream join it before the end */
     cudaGraph_t gr = NULL;
     cudaError_t ce = cudaStreamEndCapture(kn_cu_stream(), &gr);
     if (ce == cudaSuccess && gr && keep) {
@@ -163,6 +165,7 @@ kn_status kn_cu_graph_launch(kn_backend *be, void *graph, const int64_t *syms, i
     (void)be;
     cu_graph *g = (cu_graph *)graph;
     if (!g || !g->exec) return kn_set_error(KN_ERR_INVALID, "cuda graph: launch of a NULL graph");
+    kn_cu_bind();
     if (g_sym_pending) {                    /* the last launch's upload read the mirror (done: every run ends in a wait) */
         g_sym_pending = false;
         KN_CUDA_TRY(cudaEventSynchronize(g_sym_ev));

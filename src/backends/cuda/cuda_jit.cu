@@ -296,9 +296,12 @@ extern "C" const char *kn__cuda_jit_device(void) {
 extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_kernel_launch *l) {
     (void)be;
     if (!kernel || !l) return kn_set_error(KN_ERR_INVALID, "kernel_run: NULL kernel or launch");
+    kn_cu_bind();
     cuda_kernel *k = (cuda_kernel *)kernel;
     int64_t n = l->a.n > 0 ? l->a.n : l->n_max;
     if (n <= 0) return KN_OK;
+    kn_status cst = kn_cu_comm_before_kernel(l->a.buf, KN_KERNEL_MAXBUF);   /* pending collectives' outputs */
+    if (cst) return cst;
     int block = l->block > 0 ? l->block : 256;
     if (block > 1024)
         return kn_set_error(KN_ERR_INVALID, "kernel_run %s: block of %d threads (at most 1024)", k->name, block);

@@ -225,6 +225,13 @@ kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const
 
 kn_status kn_cu_create(const kn_exec *e);
 kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */
+/* collectives through NCCL and their ordering (cuda_dist.cu) */
+extern "C" kn_status kn_cu_comm(const kn_exec *e);                     /* ALL_REDUCE ALL_GATHER REDUCE_SCATTER BROADCAST */
+extern "C" kn_status kn_cu_comm_before(const kn_exec *e);              /* wait for pending outputs e touches */
+extern "C" kn_status kn_cu_comm_before_kernel(char *const *bufs, int n);
+extern "C" kn_status kn_cu_comm_join(void);                            /* wait for every pending collective */
+extern "C" kn_status kn_cu_comm_sync(void);                            /* join + stream wait with a timeout */
+extern "C" void kn_cu_bind(void);                                      /* this thread uses the backend's GPU */
 kn_status kn_cu_optim(const kn_exec *e);     /* ADAM_UPDATE */
 kn_status kn_cu_unary(const kn_exec *e);
 kn_status kn_cu_binary(const kn_exec *e);

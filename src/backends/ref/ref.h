@@ -35,6 +35,7 @@ kn_status kn_ref_index(const kn_exec *e);      /* CAT PAD GATHER SCATTER(_ADD) I
 kn_status kn_ref_nn(const kn_exec *e);         /* softmax, norms, conv, pool, sdpa, rope */
 kn_status kn_ref_cross_entropy(const kn_exec *e); /* CROSS_ENTROPY(_BWD): ref_loss.c, through kn_ref_nn */
 kn_status kn_ref_moe(const kn_exec *e);        /* TOPK, MUL_MAT_ID: ref_moe.c, through kn_ref_nn */
+kn_status kn_ref_comm(const kn_exec *e);        /* ALL_REDUCE ALL_GATHER REDUCE_SCATTER BROADCAST: ref_dist.c */
 kn_status kn_ref_paged_attn(const kn_exec *e);    /* PAGED_ATTN: ref_paged.c, through kn_ref_nn */
 
 /* ref_epilogue.c: matmul epilogues (kn_epilogue), also the CPU backend's fallback */

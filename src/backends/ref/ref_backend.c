@@ -5,6 +5,7 @@ static const kn_families g_families = {
     .name = "reference", .create = kn_ref_create, .unary = kn_ref_unary, .binary = kn_ref_binary,
     .reduce = kn_ref_reduce, .scan = kn_ref_scan, .matmul = kn_ref_matmul, .copy = kn_ref_copy,
     .optim = kn_ref_optim, .index = kn_ref_index, .nn = kn_ref_nn,
+    .comm = kn_ref_comm,
 };
 
 kn_status kn__ref_compute(kn_backend *be, const kn_exec *e) {

@@ -1,0 +1,333 @@
+/* test_dist.c: the communicator of kiln_dist.h with real ranks: each test
+ * forks one process per rank, which meet over TCP on a free local port.
+ * Host collectives against values computed by hand, the graph ops
+ * (all_reduce on a strided view, all_gather, reduce_scatter, broadcast) on
+ * the CPU backend, every failure the header promises (another value on one
+ * rank, collectives out of order, a rank that dies, a rank that stops
+ * calling, a bad rendezvous), and data-parallel training: two ranks with half
+ * a batch each against one process with the whole batch, and one rank with
+ * the communicator against none (the same bits). */
+#define _POSIX_C_SOURCE 200809L
+#include "kn_test.h"
+#include "kiln.h"
+#include "kiln_dist.h"
+#include "kiln_nn.h"
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+typedef int (*rank_fn)(kn_dist *d, int rank, int world, void *arg);
+typedef struct { int world; double timeout; int bad_world_rank; } spawn_opts;
+
+/* Runs fn on `world` forked ranks; status[r] is rank r's exit code (0 = its checks passed). */
+static void spawn(int world, double timeout, rank_fn fn, void *arg, int *status) {
+    int port = free_port();
+    pid_t pid[8];
+    for (int r = 0; r < world; r++) {
+        fflush(NULL);
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            kn_dist *d = NULL;
+            if (kn_dist_init(r, world, r, "127.0.0.1", port, timeout, &d)) {
+                fprintf(stderr, "  rank %d: init: %s\n", r, kn_last_error());
+                _exit(90);
+            }
+            int rc = fn(d, r, world, arg);
+            kn_dist_free(d);
+            _exit(rc);
+        }
+    }
+    for (int r = 0; r < world; r++) {
+        int st = 0;
+        waitpid(pid[r], &st, 0);
+        status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+}
+
+#define RCHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, "  rank %d: FAIL %s: ", rank, #cond); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } } while (0)
+
+/* ---- host collectives ---------------------------------------------------------------- */
+
+static int host_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    RCHECK(kn_dist_rank(d) == rank && kn_dist_world(d) == world, "rank/world");
+    float f[3] = {(float)rank, 1.5f, -(float)rank * 0.25f};
+    RCHECK(!kn_dist_all_reduce_host(d, KN_F32, f, 3, KN_DIST_SUM), "%s", kn_last_error());
+    double s = world * (world - 1) / 2.0;
+    RCHECK(f[0] == (float)s && f[1] == 1.5f * world && f[2] == (float)(-0.25 * s), "sum %g %g %g", f[0], f[1], f[2]);
+    double a[2] = {(double)rank, 10};
+    RCHECK(!kn_dist_all_reduce_host(d, KN_F64, a, 2, KN_DIST_AVG), "%s", kn_last_error());
+    RCHECK(a[0] == s / world && a[1] == 10, "avg %g %g", a[0], a[1]);
+    int64_t big[2] = {((int64_t)1 << 40) + rank, -rank};
+    RCHECK(!kn_dist_all_reduce_host(d, KN_I64, big, 2, KN_DIST_MAX), "%s", kn_last_error());
+    RCHECK(big[0] == ((int64_t)1 << 40) + world - 1 && big[1] == 0, "max %lld %lld", (long long)big[0], (long long)big[1]);
+    uint16_t bf[1];
+    float one = (float)(rank + 1);
+    memcpy(bf, (char *)&one + 2, 2);                          /* bf16 of small integers: the top half */
+    RCHECK(!kn_dist_all_reduce_host(d, KN_BF16, bf, 1, KN_DIST_MIN), "%s", kn_last_error());
+    uint32_t u = (uint32_t)bf[0] << 16;
+    float got;
+    memcpy(&got, &u, 4);
+    RCHECK(got == 1.0f, "bf16 min %g", got);
+    char msg[32];
+    snprintf(msg, sizeof msg, "from %d", rank);
+    RCHECK(!kn_dist_broadcast_host(d, msg, sizeof msg, world - 1), "%s", kn_last_error());
+    char want[32];
+    snprintf(want, sizeof want, "from %d", world - 1);
+    RCHECK(!strcmp(msg, want), "broadcast '%s'", msg);
+    int32_t mine[2] = {rank, rank * rank}, all[16];
+    RCHECK(!kn_dist_all_gather_host(d, mine, sizeof mine, all), "%s", kn_last_error());
+    for (int r = 0; r < world; r++) RCHECK(all[2 * r] == r && all[2 * r + 1] == r * r, "gather %d", r);
+    RCHECK(!kn_dist_barrier(d), "%s", kn_last_error());
+    RCHECK(!kn_dist_check_same(d, "model", "gpt2 2x64"), "%s", kn_last_error());
+    return 0;
+}
+
+TEST(host_collectives_three_ranks) {
+    int st[3];
+    spawn(3, 30, host_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+}
+
+/* ---- failures ---------------------------------------------------------------------------- */
+
+static int mismatch_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    kn_status s = kn_dist_check_same(d, "the run", rank == 1 ? "B16" : "B8");
+    RCHECK(s != KN_OK, "a differing value passed");
+    RCHECK(strstr(kn_last_error(), "rank 1") && strstr(kn_last_error(), "B16") && strstr(kn_last_error(), "B8"),
+           "message: %s", kn_last_error());
+    return 0;
+}
+
+static int order_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    float x = 1;
+    kn_status s = rank == 1 ? kn_dist_barrier(d) : kn_dist_all_reduce_host(d, KN_F32, &x, 1, KN_DIST_SUM);
+    RCHECK(s != KN_OK, "collectives out of order passed");
+    RCHECK(strstr(kn_last_error(), "disagree"), "message: %s", kn_last_error());
+    return 0;
+}
+
+static int size_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    float x[4] = {0};
+    kn_status s = kn_dist_all_reduce_host(d, KN_F32, x, rank == 2 ? 4 : 3, KN_DIST_SUM);
+    RCHECK(s != KN_OK, "different sizes passed");
+    RCHECK(strstr(kn_last_error(), "rank 2"), "message: %s", kn_last_error());
+    return 0;
+}
+
+static int dead_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    if (rank == 2) _exit(0);                 /* leaves without a word */
+    float x = 1;
+    kn_status s = kn_dist_all_reduce_host(d, KN_F32, &x, 1, KN_DIST_SUM);
+    RCHECK(s != KN_OK, "a dead rank went unnoticed");
+    RCHECK(strstr(kn_last_error(), "rank 2") || strstr(kn_last_error(), "rank 0"), "message: %s", kn_last_error());
+    return 0;
+}
+
+static int slow_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    if (rank == 1) {
+        struct timespec t = {3, 0};
+        nanosleep(&t, NULL);
+        return 0;                            /* never calls */
+    }
+    float x = 1;
+    kn_status s = kn_dist_all_reduce_host(d, KN_F32, &x, 1, KN_DIST_SUM);
+    RCHECK(s != KN_OK, "a stuck rank went unnoticed");
+    RCHECK(strstr(kn_last_error(), "waited") && strstr(kn_last_error(), "KN_DIST_TIMEOUT"), "message: %s", kn_last_error());
+    return 0;
+}
+
+TEST(failures_are_errors_on_every_rank) {
+    int st[3];
+    spawn(3, 30, mismatch_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "check_same: rank %d exited %d", r, st[r]);
+    spawn(3, 30, order_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "order: rank %d exited %d", r, st[r]);
+    spawn(3, 30, size_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "size: rank %d exited %d", r, st[r]);
+    spawn(3, 30, dead_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "dead: rank %d exited %d", r, st[r]);
+    spawn(2, 1, slow_ranks, NULL, st);
+    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "timeout: rank %d exited %d", r, st[r]);
+}
+
+TEST(rendezvous_errors) {
+    kn_dist *d = NULL;
+    CHECK(kn_dist_init(2, 2, 0, "127.0.0.1", 29999, 1, &d) != KN_OK && !d, "rank outside the world accepted");
+    CHECK(kn_dist_init(0, 2, 0, "127.0.0.1", 70000, 1, &d) != KN_OK, "bad port accepted");
+    CHECK(kn_dist_init(0, 2, 0, "no.such.host.invalid", 29999, 1, &d) != KN_OK, "unresolvable address accepted");
+    /* a lone rank 1: nobody listens */
+    kn_status s = kn_dist_init(1, 2, 1, "127.0.0.1", free_port(), 0.5, &d);
+    CHECK(s != KN_OK && strstr(kn_last_error(), "could not reach rank 0"), "lone rank: %s", kn_last_error());
+    /* two processes disagreeing on the world size */
+    int port = free_port();
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+        kn_dist *c = NULL;
+        kn_status cs = kn_dist_init(1, 3, 1, "127.0.0.1", port, 5, &c);
+        _exit(cs != KN_OK ? 0 : 1);
+    }
+    s = kn_dist_init(0, 2, 0, "127.0.0.1", port, 5, &d);
+    CHECK(s != KN_OK && strstr(kn_last_error(), "WORLD_SIZE"), "world mismatch: %s", kn_last_error());
+    int st = 0;
+    waitpid(p, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other rank did not fail");
+    /* a world of one needs nothing and its collectives leave values as they are */
+    REQUIRE(kn_dist_init(0, 1, 0, NULL, 0, 1, &d) == KN_OK, "%s", kn_last_error());
+    float x = 2.5f;
+    CHECK(!kn_dist_all_reduce_host(d, KN_F32, &x, 1, KN_DIST_AVG) && x == 2.5f, "world 1 avg");
+    CHECK(kn_dist_all_reduce_host(d, KN_U8, &x, 1, KN_DIST_SUM) == KN_ERR_UNSUPPORTED, "u8 accepted");
+    kn_dist_free(d);
+}
+
+/* ---- graph ops on the CPU backend ------------------------------------------------------ */
+
+static int graph_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    kn_ctx_opts co = {kn_backend_cpu()};
+    kn_ctx *ctx = kn_ctx_new(&co);
+    float xv[12];
+    for (int i = 0; i < 12; i++) xv[i] = (float)(i + 100 * rank);
+    int64_t s34[2] = {3, 4}, s23[2] = {2, 3}, s43[2] = {4, 3};
+    kn_tensor *x = kn_from_data(ctx, KN_F32, 2, s34, xv);
+    int perm[2] = {1, 0};
+    kn_tensor *xt = kn_permute(ctx, x, perm);                              /* [4,3], strided */
+    kn_tensor *sum = kn_all_reduce(ctx, xt, d, KN_DIST_SUM);
+    kn_tensor *g = kn_all_gather(ctx, kn_slice(ctx, x, 0, 0, 2, 1), d);    /* rows 0..1 of x: [2,4] -> [4,4] */
+    kn_tensor *rs = kn_reduce_scatter(ctx, xt, d, KN_DIST_SUM);            /* [4,3] -> [2,3] */
+    kn_tensor *bc = kn_broadcast(ctx, x, d, 1);
+    RCHECK(sum && g && rs && bc, "%s", kn_last_error());
+    kn_tensor *outs[4] = {sum, g, rs, bc};
+    kn_plan *p = kn_plan_new(ctx, 4, outs, NULL);
+    RCHECK(p && !kn_plan_run(p), "%s", kn_last_error());
+    float a[16], b[16], c[6], e[12];
+    RCHECK(!kn_tensor_read(sum, a, KN_F32) && !kn_tensor_read(g, b, KN_F32) && !kn_tensor_read(rs, c, KN_F32) &&
+           !kn_tensor_read(bc, e, KN_F32), "%s", kn_last_error());
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) {
+            double want = 0;
+            for (int r = 0; r < world; r++) want += j * 4 + i + 100 * r;
+            RCHECK(a[i * 3 + j] == (float)want, "all_reduce [%d,%d] %g vs %g", i, j, a[i * 3 + j], want);
+            if (i / 2 == rank) RCHECK(c[(i % 2) * 3 + j] == (float)want, "reduce_scatter [%d,%d]", i, j);
+        }
+    for (int r = 0; r < world; r++)
+        for (int i = 0; i < 8; i++) RCHECK(b[r * 8 + i] == (float)(i + 100 * r), "all_gather %d %d: %g", r, i, b[r * 8 + i]);
+    for (int i = 0; i < 12; i++) RCHECK(e[i] == (float)(i + 100), "broadcast %d: %g", i, e[i]);
+    (void)s23; (void)s43;
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+    return 0;
+}
+
+TEST(graph_collectives_cpu) {
+    int st[2];
+    spawn(2, 30, graph_ranks, NULL, st);
+    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    kn_ctx_opts co = {kn_backend_cpu()};
+    kn_ctx *ctx = kn_ctx_new(&co);
+    int64_t s[1] = {4};
+    kn_tensor *x = kn_zeros(ctx, KN_F32, 1, s);
+    CHECK(!kn_all_reduce(ctx, x, NULL, KN_DIST_SUM), "NULL communicator accepted");
+    kn_ctx_free(ctx);
+}
+
+/* ---- data-parallel training -------------------------------------------------------------- */
+
+enum { B = 8, IN = 5, HID = 7, OUT = 3, STEPS = 4 };
+
+/* Trains an MLP for STEPS AdamW steps (clipping on) on rows [row0, row0 + nb)
+ * of a fixed batch; the parameters after training go into params (flat). */
+static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np) {
+    static float xs[B * IN];
+    static int64_t ys[B];
+    for (int i = 0; i < B * IN; i++) xs[i] = (float)sin(0.7 * i + 0.3);
+    for (int i = 0; i < B; i++) ys[i] = (i * 7) % OUT;
+    kn_ctx_opts co = {kn_backend_cpu()};
+    kn_ctx *ctx = kn_ctx_new(&co);
+    kn_nn_manual_seed(42);
+    kn_module *net = kn_sequential_new(ctx, "mlp");
+    kn_sequential_add(net, kn_linear_new(ctx, IN, HID, true));
+    kn_sequential_add(net, kn_act_new(ctx, KN_ACT_TANH));
+    kn_sequential_add(net, kn_linear_new(ctx, HID, OUT, true));
+    int64_t sx[2] = {nb, IN}, sy[1] = {nb};
+    kn_tensor *x = kn_from_data(ctx, KN_F32, 2, sx, xs + row0 * IN);
+    kn_tensor *y = kn_from_data(ctx, KN_I64, 1, sy, ys + row0);
+    kn_tensor *loss = kn_cross_entropy(ctx, kn_module_forward(net, x), y, NULL);
+    kn_status st = loss ? kn_backward(ctx, loss) : KN_ERR_INVALID;
+    kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
+    oc.lr = 0.05; oc.clip_norm = 0.5;
+    kn_optim *o = st ? NULL : kn_optim_new(ctx, net, &oc);
+    if (!st && !o) st = KN_ERR_INVALID;
+    if (!st && d) st = kn_optim_set_dist(o, d, 64);      /* small buckets: several of them */
+    kn_tensor *outs[64];
+    int n = 0;
+    outs[n++] = loss;
+    int ne = st ? -1 : kn_optim_build(o, NULL, outs + 1, 63);
+    kn_plan *p = ne < 0 ? NULL : kn_plan_new(ctx, ne + 1, outs, NULL);
+    if (!st && !p) st = KN_ERR_INVALID;
+    for (int s = 0; s < STEPS && !st; s++) {
+        if (!(st = kn_optim_prepare(o))) st = kn_plan_run(p);
+    }
+    *np = 0;
+    for (int i = 0; i < kn_optim_n_params(o) && !st; i++) {
+        kn_tensor *t = kn_optim_param(o, i);
+        st = kn_tensor_read(t, params + *np, KN_F32);
+        *np += (int)kn_numel(t);
+    }
+    kn_plan_free(p); kn_optim_free(o); kn_module_free(net); kn_ctx_free(ctx);
+    return st;
+}
+
+static int ddp_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    float got[256], want[256];
+    int n1, n2;
+    RCHECK(!train_mlp(d, rank * (B / world), B / world, got, &n1), "%s", kn_last_error());
+    RCHECK(!train_mlp(NULL, 0, B, want, &n2), "%s", kn_last_error());
+    RCHECK(n1 == n2 && n1 == IN * HID + HID + HID * OUT + OUT, "parameter counts %d %d", n1, n2);
+    double e = 0, m = 0;
+    for (int i = 0; i < n1; i++) { e = fmax(e, fabs(got[i] - want[i])); m = fmax(m, fabs(want[i])); }
+    RCHECK(e <= 2e-6 * m, "two ranks x %d rows vs one process x %d rows: max diff %g (scale %g)", B / world, B, e, m);
+    return 0;
+}
+
+TEST(ddp_two_ranks_match_one_process) {
+    int st[2];
+    spawn(2, 60, ddp_ranks, NULL, st);
+    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+}
+
+TEST(ddp_world_of_one_is_bit_identical) {
+    kn_dist *d;
+    REQUIRE(kn_dist_init(0, 1, 0, NULL, 0, 5, &d) == KN_OK, "%s", kn_last_error());
+    float a[256], b[256];
+    int na, nb;
+    REQUIRE(!train_mlp(d, 0, B, a, &na) && !train_mlp(NULL, 0, B, b, &nb), "%s", kn_last_error());
+    CHECK(na == nb && !memcmp(a, b, sizeof(float) * (size_t)na), "a world of one changed the bits");
+    kn_dist_free(d);
+}
+
+KN_TEST_MAIN()
