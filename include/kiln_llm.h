@@ -129,6 +129,15 @@ typedef struct kn_model_opts {
      * +-65504), accumulating in f32. f32 reproduces the CPU's exact path.
      * FILE keeps the file's dtypes (see kn_weight_dtype). */
     kn_weight_dtype weight_dtype;
+    /* Tensor parallel (kiln_dist.h): this process is one rank of the
+     * communicator and keeps its share of every layer's attention heads and
+     * FFN columns (weights, KV caches), with one all_reduce after each of the
+     * two projections back to the residual stream; every rank computes the
+     * same logits. Every rank loads the same file with the same options and
+     * makes the same calls. Dense models (not GPT-2 or mixtures of experts)
+     * whose head counts and FFN width the rank count divides. NULL or a
+     * world of one: the whole model. */
+    kn_dist *dist;
 } kn_model_opts;
 
 kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **out);

@@ -12,6 +12,8 @@
 #include "kiln.h"
 #include "kiln_dist.h"
 #include "kiln_nn.h"
+#include "kiln_llm.h"
+#include "kiln_backend.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -43,6 +45,9 @@ static void spawn(int world, double timeout, rank_fn fn, void *arg, int *status)
         fflush(NULL);
         pid[r] = fork();
         if (pid[r] == 0) {
+            char lr[16];
+            snprintf(lr, sizeof lr, "%d", r);
+            setenv("LOCAL_RANK", lr, 1);     /* a device backend: rank r on GPU r */
             kn_dist *d = NULL;
             if (kn_dist_init(r, world, r, "127.0.0.1", port, timeout, &d)) {
                 fprintf(stderr, "  rank %d: init: %s\n", r, kn_last_error());
@@ -328,6 +333,87 @@ TEST(ddp_world_of_one_is_bit_identical) {
     REQUIRE(!train_mlp(d, 0, B, a, &na) && !train_mlp(NULL, 0, B, b, &nb), "%s", kn_last_error());
     CHECK(na == nb && !memcmp(a, b, sizeof(float) * (size_t)na), "a world of one changed the bits");
     kn_dist_free(d);
+}
+
+/* ---- tensor-parallel inference --------------------------------------------------------- */
+
+static const char *const k_tp_models[] = {
+    "tests/fixtures/qwen/qwen2_untied.gguf", "tests/fixtures/qwen/qwen2_tied", "tests/fixtures/qwen/qwen3.gguf",
+    "tests/fixtures/arch/mistral.gguf",      "tests/fixtures/arch/gemma2.gguf", "tests/fixtures/arch/gemma3",
+    "tests/fixtures/arch/phi3.gguf",         "tests/fixtures/arch/phi3",
+};
+enum { N_TP = sizeof k_tp_models / sizeof k_tp_models[0], TP_T = 5 };
+
+/* Logits [TP_T, V] of a fixed prompt (all rows), then of one more token after it. */
+static kn_status tp_logits(const char *path, kn_dist *d, float *out, int *V) {
+    /* KN_TEST_TP_DEVICE=1 with KN_BACKEND=cuda (a machine of 2 GPUs): the same on the
+     * GPUs, with f32 weights so that the two ways round alike */
+    kn_backend *be = getenv("KN_TEST_TP_DEVICE") ? kn_backend_default() : kn_backend_cpu();
+    if (!be) return kn_set_error(KN_ERR_UNSUPPORTED, "no backend: %s", kn_last_error());
+    kn_model_opts o = {.n_ctx = 64, .backend = be, .dist = d,
+                       .weight_dtype = be->device == KN_DEVICE_HOST ? KN_WEIGHTS_AUTO : KN_WEIGHTS_F32};
+    kn_model *m;
+    kn_status st = kn_model_load(path, &o, &m);
+    if (st) return st;
+    *V = kn_model_get_config(m)->n_vocab;
+    int32_t toks[TP_T + 1] = {1, 5, 9, 2, 7, 3};
+    st = kn_model_eval(m, toks, TP_T, 0, out, true);
+    if (!st) st = kn_model_eval(m, toks + TP_T, 1, TP_T, out + (size_t)TP_T * *V, false);
+    kn_model_free(m);
+    return st;
+}
+
+static int tp_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world;
+    const char *path = arg;
+    static float got[(TP_T + 1) * 4096], want[(TP_T + 1) * 4096];
+    int V = 0, V2 = 0;
+    RCHECK(!tp_logits(path, d, got, &V), "%s: %s", path, kn_last_error());
+    RCHECK(V <= 4096, "vocabulary %d", V);
+    RCHECK(!tp_logits(path, NULL, want, &V2), "%s: %s", path, kn_last_error());
+    double num = 0, den = 0;
+    for (long i = 0; i < (long)(TP_T + 1) * V; i++) { num += (got[i] - want[i]) * (got[i] - want[i]); den += want[i] * want[i]; }
+    RCHECK(sqrt(num) <= 1e-5 * sqrt(den), "%s: tensor-parallel logits off by %g relative", path, sqrt(num / den));
+    return 0;
+}
+
+TEST(tensor_parallel_logits_match_the_whole_model) {
+    for (int i = 0; i < N_TP; i++) {
+        struct stat sb;
+        if (stat(k_tp_models[i], &sb)) { fprintf(stderr, "  (no %s)\n", k_tp_models[i]); continue; }
+        int st[2];
+        spawn(2, 60, tp_ranks, (void *)k_tp_models[i], st);
+        for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "%s: rank %d exited %d", k_tp_models[i], r, st[r]);
+    }
+}
+
+static int tp_refuse_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    kn_model_opts o = {.n_ctx = 64, .backend = kn_backend_cpu(), .dist = d};
+    kn_model *m = NULL;
+    kn_status st = kn_model_load("tests/fixtures/moe/mixtral.gguf", &o, &m);
+    struct stat sb;
+    if (stat("tests/fixtures/moe/mixtral.gguf", &sb)) return 0;
+    RCHECK(st == KN_ERR_UNSUPPORTED && !m && strstr(kn_last_error(), "mixtral"), "MoE: %s", kn_last_error());
+    return 0;
+}
+
+static int tp_three_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)world; (void)arg;
+    float out[8];
+    int V;
+    kn_status st = tp_logits("tests/fixtures/qwen/qwen3.gguf", d, out, &V);
+    RCHECK(st == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), "do not divide"), "3 ranks over 4 heads: %s", kn_last_error());
+    return 0;
+}
+
+TEST(tensor_parallel_refuses_what_it_cannot_split) {
+    int st[3];
+    spawn(2, 60, tp_refuse_ranks, NULL, st);
+    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    /* three ranks do not divide 4 heads */
+    spawn(3, 60, tp_three_ranks, NULL, st);
+    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
 }
 
 KN_TEST_MAIN()

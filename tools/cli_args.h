@@ -38,6 +38,8 @@ typedef struct cli_args {
     /* n: tokens to generate (0 = until the end of text or of the context);
      * bench: decode tokens. ctx, batch, threads: 0 = the default. */
     int n, ctx, batch, reps, n_prompt_bench, threads;
+    int gpus;                      /* tensor-parallel ranks (1: one process) */
+    struct kn_dist *dist;          /* set by main when gpus > 1: this rank's communicator */
     int stride;                    /* perplexity --stride (0 = llama.cpp's default windows) */
     bool chat, kv_f16, verbose;
     bool have_temp, have_seed;     /* --temp / --seed given (else the default) */

@@ -46,7 +46,7 @@ kn_model *cli_load(const cli_args *a) {
         }
     }
     kn_model_opts o = {.tokenizer_path = a->tokenizer, .n_ctx = a->ctx, .n_batch = a->batch, .kv_f16 = a->kv_f16,
-                       .backend = be, .weight_dtype = wd};
+                       .backend = be, .weight_dtype = wd, .dist = a->dist};
     kn_model *m;
     if (kn_model_load(a->model, &o, &m) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return NULL; }
     return m;

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE      /* sched_getaffinity, CPU_COUNT (the Makefile defines it too) */
 #endif
 #include "cli.h"
+#include "kiln_dist.h"
 #include <fcntl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -70,6 +71,38 @@ static void set_threads(cli_args *a) {
 static int cmd_info(const cli_args *a) {
     if (kn_model_print_info(a->model, stdout) != KN_OK) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
     return 0;
+}
+
+/* --gpus N (tensor parallel). Outside a launcher: start N copies of this very
+ * command through kiln run's launcher and return its status. Inside one (RANK
+ * and WORLD_SIZE set): join the communicator, take rank 0's seed so that
+ * every rank samples the same tokens, and leave stdout to rank 0. Returns -1
+ * when the command should go on as this rank. */
+static int tp_setup(cli_args *a, int argc, char **argv) {
+    if (!getenv("WORLD_SIZE")) {
+        char self[4096];
+        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (k <= 0) { fprintf(stderr, "kiln: cannot find the kiln binary to start the ranks; use kiln run --nproc N\n"); return 1; }
+        self[k] = 0;
+        char **args = calloc((size_t)argc + 1, sizeof *args);
+        if (!args) { fprintf(stderr, "kiln: out of memory\n"); return 1; }
+        args[0] = self;
+        for (int i = 1; i < argc; i++) args[i] = argv[i];
+        int rc = kn_cli_launch(a->gpus, "127.0.0.1", 0, args);
+        free(args);
+        return rc;
+    }
+    kn_dist *d;
+    if (kn_dist_init_env(&d)) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
+    if (kn_dist_world(d) != a->gpus) {
+        fprintf(stderr, "kiln: --gpus %d but WORLD_SIZE is %d; give the launcher's rank count\n", a->gpus, kn_dist_world(d));
+        kn_dist_free(d);
+        return 2;
+    }
+    if (kn_dist_broadcast_host(d, &a->sp.seed, sizeof a->sp.seed, 0)) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
+    if (kn_dist_rank(d) != 0 && !freopen("/dev/null", "w", stdout)) { fprintf(stderr, "kiln: cannot silence rank %d\n", kn_dist_rank(d)); return 1; }
+    a->dist = d;           /* lives until the process ends (the model's graph holds it) */
+    return -1;
 }
 
 /* Commands that parse their own options (the table of tools/cli_args.c
@@ -158,6 +191,10 @@ int main(int argc, char **argv) {
                                (unsigned long long)a.sp.seed, (unsigned long long)a.sp.seed);
     }
     set_threads(&a);
+    if (a.gpus > 1) {          /* tensor parallel: become the launcher, or be one of its ranks */
+        int rc = tp_setup(&a, argc, argv);
+        if (rc >= 0) return rc;
+    }
     switch (sub) {
     case CLI_GENERATE: return cmd_generate(&a);
     case CLI_CHAT: return cmd_chat(&a);

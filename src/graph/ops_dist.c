@@ -15,15 +15,15 @@ static kn_tensor *coll(kn_ctx *ctx, kn_op op, kn_tensor *x, kn_dist *d, int rop,
         return kn__fail(ctx, KN_ERR_UNSUPPORTED, "%s: dtype %s is not supported (f32, f64, f16, bf16, i32, i64)", name,
                         kn_dtype_name(dt));
     if ((unsigned)rop > KN_DIST_MIN) return kn__fail(ctx, KN_ERR_INVALID, "%s: unknown reduce op %d", name, rop);
-    for (int i = 0; i < x->ndim; i++)
-        if (x->sym[i]) return kn__fail(ctx, KN_ERR_UNSUPPORTED, "%s: symbolic (run-time) extents are not supported", name);
     int64_t shape[KN_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = x->shape[i];
-    if (dim0 >= 0) {
+    if (dim0 >= 0) {         /* all_gather, reduce_scatter: dim 0 changes size */
         if (x->ndim < 1) return kn__fail(ctx, KN_ERR_INVALID, "%s: needs at least one dim", name);
+        if (x->sym[0]) return kn__fail(ctx, KN_ERR_UNSUPPORTED, "%s: dim 0 is symbolic (a run-time extent)", name);
         shape[0] = dim0;
     }
-    kn_tensor *t = kn__node(ctx, op, dt, x->ndim, shape, NULL, &x, 1);
+    /* run-time extents (a prompt of T rows) are fine: every rank runs the same T */
+    kn_tensor *t = kn__node(ctx, op, dt, x->ndim, shape, x->sym, &x, 1);
     if (t) {
         t->p.dist.comm = d;
         t->p.dist.op = rop;

@@ -19,6 +19,9 @@ kn_batch_opts kn_batch_defaults(void) {
 kn_status kn_batch_new(kn_model *m, const kn_batch_opts *opts, kn_batch **out) {
     *out = NULL;
     if (!m) return kn_set_error(KN_ERR_INVALID, "kn_batch_new: no model");
+    if (m->tp_world > 1)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "kn_batch_new: a tensor-parallel model (kn_model_opts.dist) cannot serve "
+                            "batches yet; load it without the communicator");
     kn_batch_opts o = opts ? *opts : kn_batch_defaults();
     if (o.n_seq_max == 0) o.n_seq_max = 4;
     if (o.n_ctx == 0) o.n_ctx = kn_model_n_ctx(m);

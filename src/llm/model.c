@@ -46,6 +46,7 @@
 #include "graph/graph.h"
 #include "core/env.h"
 #include "llm/model_impl.h"     /* defines: struct kn_model, kn__layer_w, loader entry points */
+#include "kiln_dist.h"           /* defines: kn_all_reduce (tensor parallel) */
 #include "llm/model_ckpt.h"     /* defines: kn__is_kiln_gpt_ckpt, kn__load_kiln_ckpt */
 #include "backends/quant/quant.h"        /* defines: kn_dequantize_row */
 #include "core/fp16.h"        /* defines: kn_fp32_to_fp16, kn_fp32_to_bf16 */
@@ -615,6 +616,15 @@ static kn_tensor *lin_b(kn_model *m, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
     return b ? kn_add(m->ctx, y, b) : y;
 }
 
+/* The projections back to the residual stream (wo, w2): under tensor
+ * parallelism each rank's product is a partial sum over its heads or FFN
+ * columns, all-reduced before the bias (model_tp.c). */
+static kn_tensor *lin_sum(kn_model *m, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
+    kn_tensor *y = lin(m, x, w);
+    if (m->tp_world > 1) y = kn_all_reduce(m->ctx, y, m->tp, KN_DIST_SUM);
+    return b ? kn_add(m->ctx, y, b) : y;
+}
+
 static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
     return c->arch == KN_ARCH_GPT2 ? kn_layer_norm(ctx, x, 1, w, b, c->norm_eps) : kn_rms_norm(ctx, x, 1, w, c->norm_eps);
 }
@@ -626,7 +636,7 @@ static kn_tensor *norm(kn_ctx *ctx, const kn_model_config *c, kn_tensor *x, kn_t
 static kn_status make_caches(kn_model *m) {
     const kn_model_config *c = &m->cfg;
     kn_dtype kv_dt = m->kv_f16 ? KN_F16 : KN_F32;
-    int64_t shape[3] = {c->n_kv_heads, m->n_ctx, c->head_dim};
+    int64_t shape[3] = {c->n_kv_heads / (m->tp_world > 1 ? m->tp_world : 1), m->n_ctx, c->head_dim};   /* this rank's heads */
     size_t one = kn_dtype_nbytes(kv_dt, shape[0] * shape[1] * shape[2]);
     if (!m->on_device && !(m->kv_map = kn__lazy_alloc(one * 2 * (size_t)c->n_layers)))
         return kn_set_error(KN_ERR_NOMEM, "out of memory for the KV cache (%zu bytes); load with a smaller --ctx",
@@ -675,7 +685,8 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
     kn_ctx *ctx = m->ctx;
     const kn_model_config *c = &m->cfg;
     bool gpt2 = c->arch == KN_ARCH_GPT2;
-    int64_t H = c->n_heads, Hkv = c->n_kv_heads, D = c->head_dim;
+    int tpw = m->tp_world > 1 ? m->tp_world : 1;                          /* tensor parallel: this rank's heads */
+    int64_t H = c->n_heads / tpw, Hkv = c->n_kv_heads / tpw, D = c->head_dim, F = c->ffn_dim / tpw;
     int64_t QD = H * D, KD = Hkv * D;
     *zst = KN_OK;
     if (!pg && !m->layers[0].k_cache && (*zst = make_caches(m))) return NULL;
@@ -713,16 +724,16 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         }
         kn_tensor *a = pg ? kn__paged_attend(m, l, q, k, v, pos, pg) : cache_attend(m, l, q, k, v, pos);   /* [T, H, D] */
         a = kn_reshape(ctx, a, 2, (int64_t[]){-1, QD});                        /* a view when T = 1 */
-        x = kn_add(ctx, x, kn__arch_post_norm(m, lin_b(m, a, L->wo, L->bo), L->attn_post_norm));
+        x = kn_add(ctx, x, kn__arch_post_norm(m, lin_sum(m, a, L->wo, L->bo), L->attn_post_norm));
         h = norm(ctx, c, x, L->ffn_norm, L->ffn_norm_b);
         kn_tensor *f;
         if (gpt2) f = kn_gelu_tanh(ctx, lin_b(m, h, L->w1, L->b1));
         else if (L->gate_inp) f = kn__moe_ffn(m, L, h);                   /* model_moe.c: experts, [T, C] */
         else if (L->w13) {                                                  /* [T, 2F]: gate | up */
             kn_tensor *gu = lin(m, h, L->w13);
-            f = kn_mul(ctx, kn__arch_gate_act(m, kn_narrow(ctx, gu, 1, 0, c->ffn_dim)), kn_narrow(ctx, gu, 1, c->ffn_dim, c->ffn_dim));
+            f = kn_mul(ctx, kn__arch_gate_act(m, kn_narrow(ctx, gu, 1, 0, F)), kn_narrow(ctx, gu, 1, F, F));
         } else f = kn_mul(ctx, kn__arch_gate_act(m, lin(m, h, L->w1)), lin(m, h, L->w3));
-        x = kn_add(ctx, x, kn__arch_post_norm(m, L->gate_inp ? f : lin_b(m, f, L->w2, L->b2), L->ffn_post_norm));
+        x = kn_add(ctx, x, kn__arch_post_norm(m, L->gate_inp ? f : lin_sum(m, f, L->w2, L->b2), L->ffn_post_norm));
         if (!x) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE; return NULL; }
     }
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
@@ -842,6 +853,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
             if (m->ctx->all[i]->op == KN_OP_NONE) np += kn_numel(m->ctx->all[i]);
         c->n_params = np;
         c->run_weight_type = c->weight_type;
+        if (!st && opts && opts->dist) st = kn__model_tp_split(m, opts->dist);   /* after the count: the whole model's */
         if (!st && dev) {
             m->on_device = true;
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;

@@ -101,8 +101,14 @@ struct kn_model {
     kn_tensor *rope_mag;               /* [D] f32: the factor on the rotated dims, 1 on the
                                           others (partial rotary with LongRoPE), or NULL */
     void *kv_map;                      /* host backends: the caches' lazy mapping */
+    kn_dist *tp;                       /* tensor parallel (model_tp.c): this rank's communicator, */
+    int tp_world;                      /* the rank count (0 or 1: the whole model here)          */
     size_t kv_map_bytes;
 };
+
+/* model_tp.c: keep rank kn_dist_rank(d)'s share of every layer's heads and
+ * FFN columns (a world of one: nothing changes); sets m->tp, m->tp_world. */
+kn_status kn__model_tp_split(kn_model *m, kn_dist *d);
 
 /* ---- model.c: the forward graph, shared with the batched engine (batch*.c) ---- */
 /* The inputs of a forward whose rows belong to several sequences, attending
