@@ -18,6 +18,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core/dist.h"
 #include "core/core.h"
+#include "core/env.h"
 #include <errno.h>
 #include <stdarg.h>
 #include <netdb.h>
@@ -161,7 +162,7 @@ kn_status kn_dist_init_env(kn_dist **out) {
                             getenv("MASTER_PORT") ? getenv("MASTER_PORT") : "");
     const char *addr = getenv("MASTER_ADDR");
     double timeout = 600;
-    const char *ts = getenv("KN_DIST_TIMEOUT");
+    const char *ts = kn_env_get()->dist_timeout;
     if (ts && *ts) {
         char *end;
         timeout = strtod(ts, &end);

@@ -51,6 +51,11 @@ typedef struct kn_env {
     bool cuda_nograph;       /* KN_CUDA_GRAPH=0: plan runs never captured into CUDA graphs */
     long long cuda_pool_mb;  /* KN_CUDA_POOL_MB: device pool limit in MiB, 0 = none */
     const char *cuda_tune;   /* KN_CUDA_TUNE: kernel variant overrides "key=v,key=v" */
+    const char *cuda_device; /* KN_CUDA_DEVICE: the GPU this process uses (else LOCAL_RANK, else 0) */
+    /* several processes (kiln_dist.h) */
+    const char *dist_timeout;/* KN_DIST_TIMEOUT: seconds any collective or rendezvous may wait (600) */
+    const char *nccl_lib;    /* KN_NCCL_LIB: path of libnccl.so.2 */
+    const char *ddp_bucket_kb; /* KN_DDP_BUCKET_KB: data-parallel bucket size, KiB (0: one all_reduce a gradient) */
 } kn_env;
 
 /* the values, read on the first call (thread safe) */

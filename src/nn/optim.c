@@ -11,6 +11,7 @@
  * (persistent buffers; see kiln_nn.h), and with a loss scaler the unscaling
  * of the gradients and the skip of an update whose gradients overflowed. */
 #include "kiln_dist.h"
+#include "core/env.h"
 #include "nn-impl.h"
 #include <math.h>
 #include <stdlib.h>
@@ -272,8 +273,8 @@ static kn_tensor *adam_coefs(kn_optim *o, kn_tensor **cache, int group, kn_dtype
 static bool dist_average(kn_optim *o, kn_tensor **g) {
     kn_ctx *ctx = o->ctx;
     size_t cap = o->bucket_bytes ? o->bucket_bytes : (size_t)25 << 20;
-    const char *env = getenv("KN_DDP_BUCKET_KB");      /* experiments: 0 = one all_reduce per gradient */
-    if (env && *env) cap = (size_t)strtoull(env, NULL, 10) << 10;
+    const char *env = kn_env_get()->ddp_bucket_kb;     /* 0: one all_reduce per gradient */
+    if (env) cap = (size_t)strtoull(env, NULL, 10) << 10;
     int *mem = malloc(sizeof *mem * (size_t)(o->n ? o->n : 1));
     kn_tensor **parts = malloc(sizeof *parts * (size_t)(o->n ? o->n : 1));
     if (!mem || !parts) { free(mem); free(parts); kn__fail(ctx, KN_ERR_NOMEM, "optimizer: out of memory"); return false; }

@@ -328,7 +328,7 @@ static void cu_init(void) {
     }
     /* several ranks on one machine (kiln_dist.h): rank r takes GPU LOCAL_RANK
      * (KN_CUDA_DEVICE wins), so that NCCL sees each rank's own device */
-    const char *dev = getenv("KN_CUDA_DEVICE");
+    const char *dev = kn_env_get()->cuda_device;
     if (!dev || !*dev) dev = getenv("LOCAL_RANK");
     if (dev && *dev) {
         int want = atoi(dev);

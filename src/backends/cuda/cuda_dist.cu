@@ -60,7 +60,7 @@ static pthread_once_t g_nc_once = PTHREAD_ONCE_INIT;
 static char g_nc_err[512];
 
 static void *nc_open(void) {
-    const char *env = getenv("KN_NCCL_LIB");
+    const char *env = kn_env_get()->nccl_lib;
     if (env && *env) return dlopen(env, RTLD_NOW | RTLD_GLOBAL);
     const char *tries[] = {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/cuda/lib/libnccl.so.2",
                            "/usr/lib/x86_64-linux-gnu/libnccl.so.2"};
@@ -109,12 +109,11 @@ static void nc_load(void) {
 }
 
 /* ---- one communicator's device state ---------------------------------------------- */
-enum { N_EV = 256 };
 typedef struct cu_comm {
     nccl_comm comm;
     cudaStream_t stream;
-    cudaEvent_t ev[N_EV];       /* a ring: fork (compute -> comm) and done (comm -> compute) events */
-    int next;
+    cudaEvent_t fork;           /* compute -> comm: recorded, then waited at once, so one serves all */
+    cudaEvent_t done_now;       /* comm -> compute for a collective waited at once */
     int world, rank;
     double timeout;
     bool broken;
@@ -126,7 +125,8 @@ static void comm_free(void *p) {
     cu_comm *c = (cu_comm *)p;
     if (!c) return;
     if (c->comm) (c->broken ? nc.comm_abort : nc.comm_destroy)(c->comm);
-    for (int i = 0; i < N_EV; i++) if (c->ev[i]) cudaEventDestroy(c->ev[i]);
+    if (c->fork) cudaEventDestroy(c->fork);
+    if (c->done_now) cudaEventDestroy(c->done_now);
     if (c->stream) cudaStreamDestroy(c->stream);
     if (g_active == c) g_active = NULL;
     free(c);
@@ -154,7 +154,8 @@ static kn_status comm_get(kn_dist *d, cu_comm **out) {
     c->rank = kn_dist_rank(d);
     c->timeout = kn__dist_timeout(d);
     cudaError_t ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-    for (int i = 0; i < N_EV && ce == cudaSuccess; i++) ce = cudaEventCreateWithFlags(&c->ev[i], cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&c->fork, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&c->done_now, cudaEventDisableTiming);
     if (ce != cudaSuccess) {
         comm_free(c);
         return kn_set_error(KN_ERR_BACKEND, "cuda backend: cannot set up the collective stream: %s", cudaGetErrorString(ce));
@@ -170,9 +171,22 @@ static kn_status comm_get(kn_dist *d, cu_comm **out) {
 }
 
 /* ---- pending in-place collectives ---------------------------------------------------- */
+/* Each pending collective holds a done event until the compute stream has
+ * waited for it; then the event goes back to the free list. With none free
+ * (N_PEND collectives in flight: a large model's many buckets), everything
+ * pending is joined first. */
 enum { N_PEND = 128 };
 static struct pend { const char *lo, *hi; cudaEvent_t done; } g_pend[N_PEND];
 static int g_npend;
+static cudaEvent_t g_free[N_PEND];
+static int g_nfree = -1;           /* -1: the events are not made yet */
+
+static kn_status pend_events(void) {
+    if (g_nfree >= 0) return KN_OK;
+    for (int i = 0; i < N_PEND; i++) KN_CUDA_TRY(cudaEventCreateWithFlags(&g_free[i], cudaEventDisableTiming));
+    g_nfree = N_PEND;
+    return KN_OK;
+}
 
 static void view_span(const kn_tview *v, const char **lo, const char **hi) {
     int64_t mn = 0, mx = 0;
@@ -191,6 +205,7 @@ static kn_status wait_range(const char *lo, const char *hi) {
     for (int i = 0; i < g_npend;) {
         if (g_pend[i].lo < hi && lo < g_pend[i].hi) {
             KN_CUDA_TRY(cudaStreamWaitEvent(kn_cu_stream(), g_pend[i].done, 0));
+            g_free[g_nfree++] = g_pend[i].done;
             g_pend[i] = g_pend[--g_npend];
         } else {
             i++;
@@ -222,7 +237,10 @@ extern "C" kn_status kn_cu_comm_before_kernel(char *const *bufs, int n) {
 }
 
 extern "C" kn_status kn_cu_comm_join(void) {
-    for (int i = 0; i < g_npend; i++) KN_CUDA_TRY(cudaStreamWaitEvent(kn_cu_stream(), g_pend[i].done, 0));
+    for (int i = 0; i < g_npend; i++) {
+        KN_CUDA_TRY(cudaStreamWaitEvent(kn_cu_stream(), g_pend[i].done, 0));
+        g_free[g_nfree++] = g_pend[i].done;
+    }
     g_npend = 0;
     return KN_OK;
 }
@@ -298,10 +316,12 @@ extern "C" kn_status kn_cu_comm(const kn_exec *e) {
     if (st) return st;
     if (g_active && g_active != c) { if ((st = kn_cu_comm_join())) return st; }
     g_active = c;
-    cudaEvent_t fork = c->ev[c->next], done = c->ev[(c->next + 1) % N_EV];
-    c->next = (c->next + 2) % N_EV;
-    KN_CUDA_TRY(cudaEventRecord(fork, kn_cu_stream()));
-    KN_CUDA_TRY(cudaStreamWaitEvent(c->stream, fork, 0));
+    bool in_place = y->data == x->data && (t->op == KN_OP_ALL_REDUCE || t->op == KN_OP_BROADCAST) && !kn_env_get()->cuda_sync;
+    if ((st = pend_events())) return st;
+    if (in_place && !g_nfree && (st = kn_cu_comm_join())) return st;
+    cudaEvent_t done = in_place ? g_free[--g_nfree] : c->done_now;
+    KN_CUDA_TRY(cudaEventRecord(c->fork, kn_cu_stream()));
+    KN_CUDA_TRY(cudaStreamWaitEvent(c->stream, c->fork, 0));
     nccl_res r = 0;
     switch (t->op) {
     case KN_OP_ALL_REDUCE: r = nc.all_reduce(x->data, y->data, (size_t)nx, dt, nc_op(t->p.dist.op), c->comm, c->stream); break;
@@ -310,11 +330,12 @@ extern "C" kn_status kn_cu_comm(const kn_exec *e) {
     case KN_OP_BROADCAST: r = nc.broadcast(x->data, y->data, (size_t)nx, dt, t->p.dist.root, c->comm, c->stream); break;
     default: return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: %s is not a collective", kn_op_name(t->op));
     }
-    if (r) return nc_fail(kn_op_name(t->op), r);
+    if (r) {
+        if (in_place) g_free[g_nfree++] = done;
+        return nc_fail(kn_op_name(t->op), r);
+    }
     KN_CUDA_TRY(cudaEventRecord(done, c->stream));
-    bool in_place = y->data == x->data && (t->op == KN_OP_ALL_REDUCE || t->op == KN_OP_BROADCAST);
-    if (!in_place || g_npend == N_PEND || kn_env_get()->cuda_sync) {
-        if (g_npend == N_PEND && (st = kn_cu_comm_join())) return st;
+    if (!in_place) {                   /* the input's memory may be reused by the next node: wait now */
         KN_CUDA_TRY(cudaStreamWaitEvent(kn_cu_stream(), done, 0));
         return KN_OK;
     }
