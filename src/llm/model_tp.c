@@ -78,8 +78,15 @@ kn_status kn__model_tp_split(kn_model *m, kn_dist *d) {
         return kn_set_error(KN_ERR_UNSUPPORTED, "tensor parallel: %d ranks do not divide this model's %d query heads, %d "
                             "key/value heads and FFN width %d; use a rank count that divides all three",
                             W, c->n_heads, c->n_kv_heads, c->ffn_dim);
+    /* every rank must build the same graph (NCCL does not check sizes: a
+     * mismatch would hang or mix garbage), so compare what shapes it first */
+    char what[320];
+    snprintf(what, sizeof what, "%s dim %d layers %d heads %d/%d ffn %d vocab %d ctx %d batch %d weights %s kv_f16 %d", an,
+             c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab, m->n_ctx, m->n_batch,
+             kn_dtype_name(c->weight_type), (int)m->kv_f16);
+    kn_status st = kn_dist_check_same(d, "the model", what);
+    if (st) return st;
     int64_t D = c->head_dim, Hl = c->n_heads / W, Hkvl = c->n_kv_heads / W, Fl = c->ffn_dim / W;
-    kn_status st = KN_OK;
     for (int l = 0; l < c->n_layers && !st; l++) {
         kn__layer_w *L = &m->layers[l];
         if (!L->wq || !L->wk || !L->wv || !L->w1 || !L->w3 || !L->w2 || !L->wo)

@@ -253,13 +253,7 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         if (scaler && (st = kn_loss_scaler_update(scaler, &skipped))) break;
         if (skipped) r.skipped_steps++;
         double loss = kn_item(c->loss);
-        bool stop = kn_train_stop_requested();
-        if (multi) {          /* the mean loss, and a stop on any rank stops all after this step */
-            double v[2] = {loss, stop ? 1 : 0};
-            if ((st = kn_dist_all_reduce_host(c->dist, KN_F64, v, 2, KN_DIST_SUM))) break;
-            loss = v[0] / kn_dist_world(c->dist);
-            stop = v[1] > 0;
-        }
+        if (multi && (st = kn_dist_all_reduce_host(c->dist, KN_F64, &loss, 1, KN_DIST_AVG))) break;   /* the mean loss */
         train_time += now_s() - ts;
         steps_timed++;
         r.next_step = s + 1;
@@ -275,6 +269,12 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
         if (!quiet && (tty || (s + 1) % log_every == 0 || s == c->steps - 1)) {
             progress(c, f, tty, s, loss, lr, rate, per * (double)(c->steps - s - 1));
             line_open = tty;
+        }
+        bool stop = kn_train_stop_requested();
+        if (multi) {          /* a stop on any rank (Ctrl-C reaches them at different steps) stops all after this one */
+            double v = stop ? 1 : 0;
+            if ((st = kn_dist_all_reduce_host(c->dist, KN_F64, &v, 1, KN_DIST_MAX))) break;
+            stop = v > 0;
         }
         bool last = s == c->steps - 1;
         if (!lead) {
