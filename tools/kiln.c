@@ -101,7 +101,7 @@ static int tp_setup(cli_args *a, int argc, char **argv) {
     }
     if (kn_dist_broadcast_host(d, &a->sp.seed, sizeof a->sp.seed, 0)) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
     if (kn_dist_rank(d) != 0 && !freopen("/dev/null", "w", stdout)) { fprintf(stderr, "kiln: cannot silence rank %d\n", kn_dist_rank(d)); return 1; }
-    a->dist = d;           /* lives until the process ends (the model's graph holds it) */
+    a->dist = d;           /* freed by main after the command (the model's graph holds it) */
     return -1;
 }
 
@@ -195,15 +195,17 @@ int main(int argc, char **argv) {
         int rc = tp_setup(&a, argc, argv);
         if (rc >= 0) return rc;
     }
+    int rc = 2;
     switch (sub) {
-    case CLI_GENERATE: return cmd_generate(&a);
-    case CLI_CHAT: return cmd_chat(&a);
-    case CLI_INFO: return cmd_info(&a);
-    case CLI_BENCH: return cmd_bench(&a);
-    case CLI_PERPLEXITY: return cmd_perplexity(&a);
-    case CLI_TOKENIZE: return cmd_tokenize(&a);
-    case CLI_SERVE: return cmd_serve(&a);
+    case CLI_GENERATE: rc = cmd_generate(&a); break;
+    case CLI_CHAT: rc = cmd_chat(&a); break;
+    case CLI_INFO: rc = cmd_info(&a); break;
+    case CLI_BENCH: rc = cmd_bench(&a); break;
+    case CLI_PERPLEXITY: rc = cmd_perplexity(&a); break;
+    case CLI_TOKENIZE: rc = cmd_tokenize(&a); break;
+    case CLI_SERVE: rc = cmd_serve(&a); break;
     case CLI_N_SUBS: break;
     }
-    return 2;
+    kn_dist_free(a.dist);           /* --gpus: after the model that used it is gone */
+    return rc;
 }
