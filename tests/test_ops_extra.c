@@ -177,6 +177,35 @@ TEST(sort_order_nan_zero_ties) {
             }
 }
 
+/* a long line (the CPU's radix path) of NaN, +-0, +-inf and many ties: cpu == ref, exactly */
+TEST(sort_long_line_specials_cpu_vs_ref) {
+    kn_test_seed(150);
+    enum { L = 1000 };
+    double v[L];
+    const double sp[6] = {NAN, -0.0, 0.0, INFINITY, -INFINITY, 1e-40};
+    for (int i = 0; i < L; i++) v[i] = i % 7 == 0 ? sp[(i / 7) % 6] : floor(kn_test_uniform(-5, 5));
+    for (int de = 0; de < 2; de++) {
+        int64_t got[2][L];
+        kn_backend *bes[2] = {kn_backend_ref(), kn_backend_cpu()};
+        for (int b = 0; b < 2; b++) {
+            kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){bes[b]});
+            kn_tensor *x = kn_empty(ctx, KN_F32, 2, (int64_t[]){2, L / 2});
+            kn_tensor_write(x, v, KN_F64);
+            CHECK(kn_tensor_read(kn_argsort(ctx, x, 1, de), got[b], KN_I64) == KN_OK, "%s", kn_last_error());
+            kn_ctx_free(ctx);
+        }
+        CHECK(!memcmp(got[0], got[1], sizeof got[0]), "desc %d: cpu order differs from ref", de);
+        /* sorted and stable: each next (value, index) is after the previous */
+        for (int r = 0; r < 2; r++)
+            for (int i = 1; i < L / 2; i++) {
+                double a = v[r * L / 2 + got[0][r * L / 2 + i - 1]], b = v[r * L / 2 + got[0][r * L / 2 + i]];
+                bool eq = (isnan(a) && isnan(b)) || a == b;
+                bool ord = de ? (isnan(a) || (!isnan(b) && a > b)) : (isnan(b) || (!isnan(a) && a < b));
+                CHECK(ord || (eq && got[0][r * L / 2 + i - 1] < got[0][r * L / 2 + i]), "row %d pos %d not in order", r, i);
+            }
+    }
+}
+
 typedef struct { int dim; bool desc; bool idx; } sort_ud;
 static kn_tensor *b_sort(kn_ctx *ctx, kn_tensor **in, void *ud) {
     sort_ud *u = ud;
