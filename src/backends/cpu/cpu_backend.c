@@ -48,6 +48,7 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_COPY: return kn_cpu_copy_contig(e) || kn_cpu_copy_strided(e);
     case KN_OP_CAST: return kn_cpu_copy_contig(e);
     case KN_OP_CAT: return kn_cpu_cat(e);
+    case KN_OP_GATHER: return kn_cpu_gather(e);
     case KN_OP_INDEX_SELECT: return kn_cpu_index_select(e);
     case KN_OP_INDEX_COPY: return kn_cpu_index_copy(e);
     case KN_OP_INDEX_ADD: return kn_cpu_index_add(e);

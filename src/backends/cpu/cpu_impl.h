@@ -12,7 +12,7 @@
  *   cpu_paged.c          PAGED_ATTN
  *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
  *   cpu_moe.c            MUL_MAT_ID (per-expert groups through cpu_matmul.c)
- *   cpu_index.c          COPY, CAST, CAT, INDEX_SELECT/COPY/ADD,
+ *   cpu_index.c          COPY, CAST, CAT, GATHER, INDEX_SELECT/COPY/ADD,
  *                        SCATTER_ADD, PAD
  *   cpu_conv.c           CONV2D, CONV_TRANSPOSE2D, CONV2D_BWD_W, MAX_POOL2D(_BWD),
  *                        UNFOLD, FOLD
@@ -124,6 +124,7 @@ void kn_cpu_attention_force_isa(int isa);
 bool kn_cpu_copy_contig(const kn_exec *e);
 bool kn_cpu_copy_strided(const kn_exec *e);
 bool kn_cpu_cat(const kn_exec *e);
+bool kn_cpu_gather(const kn_exec *e);
 bool kn_cpu_index_select(const kn_exec *e);
 bool kn_cpu_index_copy(const kn_exec *e);
 bool kn_cpu_index_add(const kn_exec *e);
