@@ -400,13 +400,14 @@ kn_tensor *kn_argsort(kn_ctx *ctx, kn_tensor *x, int dim, bool descending);
  * opt_einsum), so it is differentiable and runs on every backend. Any
  * malformed spec or shape mismatch is an error naming the position. */
 kn_tensor *kn_einsum(kn_ctx *ctx, const char *spec, int n, kn_tensor **operands);
-/* Resize the spatial dims of x [N,C,W] (1-d), [N,C,H,W] (2-d) or [N,C,D,H,W]
- * (3-d; nearest only), torch.nn.functional.interpolate: give the output size
- * (size[i] > 0) or, with size NULL, scale factors (scale[i] > 0; the output is
- * floor(in * scale) and, as torch with recompute_scale_factor unset, the
- * source coordinate uses 1 / scale). Modes: KN_INTERP_NEAREST (torch
- * "nearest": src = floor(dst * in / out)), KN_INTERP_LINEAR (linear for 1-d,
- * bilinear for 2-d) with align_corners as torch. Differentiable in x. */
+/* Resize the spatial dims of x [N,C,W], [N,C,H,W] or [N,C,D,H,W] (float),
+ * torch.nn.functional.interpolate: give the output sizes (size[i] >= 1) or,
+ * with size NULL, scale factors (scale[i] > 0: the output is floor(in *
+ * scale) and, as torch with recompute_scale_factor unset, the source
+ * coordinate uses 1 / scale). Modes: KN_INTERP_NEAREST (torch "nearest": src
+ * = floor(dst * in / out); align_corners must be false), KN_INTERP_LINEAR
+ * (torch "linear", "bilinear", "trilinear" by rank) with align_corners as
+ * torch. Out [N, C, size...]. Differentiable in x. */
 typedef enum { KN_INTERP_NEAREST, KN_INTERP_LINEAR } kn_interp_mode;
 kn_tensor *kn_interpolate(kn_ctx *ctx, kn_tensor *x, const int64_t *size, const double *scale, kn_interp_mode mode,
                           bool align_corners);
