@@ -19,15 +19,16 @@
  * f32/f16/bf16 data, double for f64). A dim whose map is the identity is
  * left alone.
  *
- * conv3d is one conv2d: x is moved to [N, D, C, H, W] (and zero-padded in D),
- * the KD depth taps of output plane od are the slices d = od*sd + kd*dd,
- * stacked as channels [g][kd][Cg] of a [N*OD, g*KD*Cg, H, W] batch, and the
+ * conv3d is one conv2d: x is moved to [N, D, C, H, W] (plus a zero plane
+ * that padded rows read), the KD depth taps of output plane od, rows
+ * d = od*sd + kd*dd - pd, are taken by one index_select as channels [g][kd][Cg] of a [N*OD, g*KD*Cg, H, W] batch
+ * (a permute between the group and the tap when g > 1), and the
  * weight [O, Cg, KD, KH, KW] is reordered to [O, KD*Cg, KH, KW] to match.
  * The conv2d does the same multiply-adds as a direct conv3d through the
  * backends' conv2d kernels (the CPU's im2col + SGEMM; CUDA's), at the cost
- * of a KD-times copy of the input; gradients come from the conv2d, stack,
- * slice, pad and permute rules. The result is a permuted view of the
- * conv2d's [N, OD, O, OH, OW] output.
+ * of a KD-times copy of the input; gradients come from the conv2d,
+ * index_select (one index_add), cat and permute rules. The result is made
+ * contiguous [N, O, OD, OH, OW], as torch's.
  */
 #include "graph/graph.h"
 #include <math.h>
@@ -270,22 +271,33 @@ kn_tensor *kn_conv3d(kn_ctx *ctx, kn_tensor *x, kn_tensor *w, kn_tensor *b, cons
     if (x->sym[0])
         return kn__fail(ctx, KN_ERR_INVALID, "conv3d: the batch dim of %s is symbolic; conv3d needs fixed extents (it reshapes N*OD)",
                         kn__shape_str(x, s1, sizeof s1));
-    /* [N, D, C, H, W], zero-padded in D: one copy */
+    /* [N, D, C, H, W] in one copy; with depth padding a zero plane D is
+     * appended (a cat, whose gradient is a view) and padded rows read it */
     kn_tensor *xt = kn_permute(ctx, x, (const int[]){0, 2, 1, 3, 4});
-    if (padding[0]) xt = kn_pad(ctx, xt, 4, (const int64_t[]){0, 0, 0, 0, 0, 0, padding[0], padding[0]}, KN_PAD_CONSTANT, 0);
-    else xt = kn_contiguous(ctx, xt);
+    if (padding[0]) {
+        kn_tensor *parts[2] = {xt, kn_zeros(ctx, x->dtype, 5, (const int64_t[]){N, 1, C, H, W})};
+        xt = kn_cat(ctx, parts, 2, 1);
+    } else xt = kn_contiguous(ctx, xt);
     if (!xt) return NULL;
-    int64_t G = groups;
-    kn_tensor **taps = malloc(sizeof(kn_tensor *) * (size_t)KD);
-    if (!taps) return kn__fail(ctx, KN_ERR_NOMEM, "conv3d: out of memory");
-    for (int64_t kd = 0; kd < KD; kd++) {
-        int64_t s0 = kd * dilation[0];
-        kn_tensor *sl = kn_slice(ctx, xt, 1, s0, s0 + (OD - 1) * stride[0] + 1, stride[0]);   /* [N, OD, C, H, W] */
-        taps[kd] = kn_reshape(ctx, sl, 6, (const int64_t[]){N, OD, G, Cg, H, W});
+    /* the taps: rows od*sd + kd*dd of D for (od, kd), one index_select (its
+     * gradient is one index_add) -> [N, OD, KD, C, H, W] */
+    int64_t G = groups, nt = OD * KD;
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)nt);
+    if (!rows) return kn__fail(ctx, KN_ERR_NOMEM, "conv3d: out of memory");
+    for (int64_t od = 0; od < OD; od++)
+        for (int64_t kd = 0; kd < KD; kd++) {
+            int64_t d = od * stride[0] + kd * dilation[0] - padding[0];
+            rows[od * KD + kd] = d >= 0 && d < D ? d : D;           /* D: the zero plane */
+        }
+    kn_tensor *taps = kn_index_select(ctx, xt, 1, kn_from_data(ctx, KN_I64, 1, &nt, rows));
+    free(rows);
+    kn_tensor *x2;
+    if (G == 1) x2 = kn_reshape(ctx, taps, 4, (const int64_t[]){N * OD, KD * C, H, W});
+    else {
+        /* channels [g][kd][Cg]: the group outside the tap */
+        kn_tensor *t7 = kn_reshape(ctx, taps, 7, (const int64_t[]){N, OD, KD, G, Cg, H, W});
+        x2 = kn_reshape(ctx, kn_permute(ctx, t7, (const int[]){0, 1, 3, 2, 4, 5, 6}), 4, (const int64_t[]){N * OD, G * KD * Cg, H, W});
     }
-    kn_tensor *st = kn_stack(ctx, taps, (int)KD, 3);                                        /* [N, OD, G, KD, Cg, H, W] */
-    free(taps);
-    kn_tensor *x2 = kn_reshape(ctx, st, 4, (const int64_t[]){N * OD, G * KD * Cg, H, W});
     kn_tensor *w2 = kn_reshape(ctx, kn_contiguous(ctx, kn_permute(ctx, w, (const int[]){0, 2, 1, 3, 4})), 4,
                                (const int64_t[]){O, KD * Cg, w->shape[3], w->shape[4]});
     int st2[2] = {stride[1], stride[2]}, pd2[2] = {padding[1], padding[2]}, dl2[2] = {dilation[1], dilation[2]};
@@ -296,5 +308,5 @@ kn_tensor *kn_conv3d(kn_ctx *ctx, kn_tensor *x, kn_tensor *w, kn_tensor *b, cons
         return kn__fail(ctx, KN_ERR_INVALID, "conv3d (as conv2d over depth taps): %s", msg);
     }
     kn_tensor *y = kn_reshape(ctx, y2, 5, (const int64_t[]){N, OD, O, y2->shape[2], y2->shape[3]});
-    return kn_permute(ctx, y, (const int[]){0, 2, 1, 3, 4});
+    return kn_contiguous(ctx, kn_permute(ctx, y, (const int[]){0, 2, 1, 3, 4}));   /* torch's layout: reductions and the next layer read it fast */
 }
