@@ -8,10 +8,14 @@
  *   - independent formulas written here (a direct conv3d, im2col loops, the
  *     stable order of sort with NaN and -0.0), unfold/fold adjointness;
  *   - every malformed einsum spec and bad argument gives NULL and a message.
- * The CUDA backend runs the same builders against ref in test_cuda_ops.c.
+ * The CUDA backend runs the fixtures here when built with CUDA=1 on a GPU,
+ * and the same builders against ref in test_cuda_ops.c.
  */
 #include "kn_optest.h"
 #include "kn_fixture.h"
+#ifdef KN_CUDA
+#include "kiln_cuda.h"
+#endif
 
 /* ---- the builders (shared by the fixture cases and the random checks) ---- */
 typedef struct { const char *name; int nin; const char *in[3]; } fxcase;
@@ -137,11 +141,17 @@ static int run_fixture_case(kn_backend *be, const kn_fx *fx, const char *cs) {
     return bad;
 }
 
-TEST(torch_fixtures_ref_and_cpu) {
+/* ref and cpu; with a CUDA build on a GPU machine, the CUDA backend too */
+TEST(torch_fixtures_ref_cpu_cuda) {
     kn_fx fx = {0};
     REQUIRE(kn_fx_load("tests/fixtures/ops_extra.bin", &fx) == 0, "%s", kn_fx_error());
-    kn_backend *bes[2] = {kn_backend_ref(), kn_backend_cpu()};
-    for (int b = 0; b < 2; b++)
+    kn_backend *bes[3] = {kn_backend_ref(), kn_backend_cpu(), NULL};
+    int nb = 2;
+#ifdef KN_CUDA
+    if ((bes[2] = kn_backend_cuda())) nb = 3;
+    else fprintf(stderr, "  (no GPU: the CUDA backend is not checked here: %s)\n", kn_last_error());
+#endif
+    for (int b = 0; b < nb; b++)
         for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
             CHECK(run_fixture_case(bes[b], &fx, CASES[i]) == 0, "case %s on %s", CASES[i], kn_backend_name(bes[b]));
     kn_fx_free(&fx);
