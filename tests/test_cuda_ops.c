@@ -848,6 +848,8 @@ TEST(sort_einsum_spatial_family) {
         {12, 2, {IN(5, SH(1, 4, 5, 4, 4), -1, 1, KN_F64, false), IN(5, SH(2, 2, 3, 3, 2), -1, 1, KN_F64, false)}, 1e-12, false},
         {13, 1, {IN(2, SH(4, 33), -1, 1, KN_F64, false)}, 1e-12, false},
         {14, 2, {IN(4, SH(2, 1, 3, 4), -1, 1, KN_F32, false), IN(2, SH(4, 2), -1, 1, KN_F32, false)}, 2e-6, false},
+        {0, 1, {IN(3, SH(2, 70, 3), -20, 20, KN_I32, false)}, 0, true},                 /* integers: ties */
+        {1, 1, {IN(2, SH(9, 4), -20, 20, KN_I64, true)}, 0, true},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         for (int k = 0; k < C[i].n; k++) C[i].in[k].integer = C[i].ints;

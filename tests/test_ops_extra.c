@@ -187,6 +187,83 @@ TEST(sort_order_nan_zero_ties) {
             }
 }
 
+TEST(sort_integers) {
+    int64_t v[8] = {5, -2, 7, -2, 0, 5, -9, 1}, asc[8] = {6, 1, 3, 4, 7, 0, 5, 2}, desc[8] = {2, 0, 5, 7, 4, 1, 3, 6};
+    kn_backend *bes[2] = {kn_backend_ref(), kn_backend_cpu()};
+    kn_dtype dts[3] = {KN_I32, KN_I64, KN_U8};
+    for (int b = 0; b < 2; b++)
+        for (int d = 0; d < 3; d++)
+            for (int de = 0; de < 2; de++) {
+                kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){bes[b]});
+                int64_t w[8];
+                for (int i = 0; i < 8; i++) w[i] = dts[d] == KN_U8 ? v[i] + 9 : v[i];
+                kn_tensor *x = kn_empty(ctx, dts[d], 1, (int64_t[]){8});
+                kn_tensor_write(x, w, KN_I64);
+                kn_tensor *ix, *s = kn_sort(ctx, x, 0, de, &ix);
+                int64_t got[8], sv[8];
+                CHECK(s && s->dtype == dts[d] && kn_tensor_read(ix, got, KN_I64) == KN_OK && kn_tensor_read(s, sv, KN_I64) == KN_OK,
+                      "%s", kn_last_error());
+                CHECK(!memcmp(got, de ? desc : asc, sizeof got), "%s %s: order", kn_backend_name(bes[b]), kn_dtype_name(dts[d]));
+                for (int i = 0; i < 8; i++) CHECK(sv[i] == w[(de ? desc : asc)[i]], "value %d", i);
+                kn_ctx_free(ctx);
+            }
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_ref()});
+    kn_tensor *x = kn_zeros(ctx, KN_F32, 2, (int64_t[]){2, 3});
+    CHECK(!kn_sort(ctx, x, 2, false, NULL) && strstr(kn_last_error(), "dim 2"), "%s", kn_last_error());
+    kn_ctx_clear_status(ctx);
+    CHECK(!kn_argsort(ctx, kn_zeros(ctx, KN_Q8_0, 1, (int64_t[]){32}), 0, false) && strstr(kn_last_error(), "sort"), "%s", kn_last_error());
+    kn_ctx_free(ctx);
+}
+
+/* symbolic extents: sort along a symbolic dim, unfold and interpolate with a
+ * symbolic batch; one plan, several lengths, against fresh fixed-size graphs */
+TEST(symbolic_lengths) {
+    kn_backend *bes[2] = {kn_backend_ref(), kn_backend_cpu()};
+    kn_test_seed(156);
+    float in[6 * 100];
+    for (int i = 0; i < 600; i++) in[i] = (float)floor(kn_test_uniform(-20, 20));
+    for (int b = 0; b < 2; b++) {
+        kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){bes[b]});
+        int T = kn_sym_new(ctx, "T", 100), B = kn_sym_new(ctx, "B", 6);
+        kn_tensor *x = kn_input(ctx, KN_F32, 2, (int64_t[]){6, 100});
+        kn_tensor *ix = kn_argsort(ctx, kn_slice_sym(ctx, x, 1, 0, T), 1, true);              /* [6, T] */
+        kn_tensor *im = kn_reshape(ctx, kn_slice_sym(ctx, x, 0, 0, B), 4, (int64_t[]){-1, 1, 10, 10});
+        kn_tensor *u = kn_unfold(ctx, im, K33, ONE, ONE, (int[]){2, 2});                        /* [B, 9, 25] */
+        kn_tensor *up = kn_interpolate(ctx, im, (int64_t[]){7, 13}, NULL, KN_INTERP_LINEAR, false);
+        REQUIRE(ix && u && up, "%s", kn_last_error());
+        kn_plan *p = kn_plan_new(ctx, 3, (kn_tensor *[]){ix, u, up}, NULL);
+        REQUIRE(p, "%s", kn_last_error());
+        kn_tensor_write(x, in, KN_F32);
+        for (int len = 3; len <= 100; len += 48) {
+            int nb = 1 + len % 6;
+            REQUIRE(kn_sym_set(ctx, T, len) == KN_OK && kn_sym_set(ctx, B, nb) == KN_OK && kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+            int64_t got[600];
+            float gu[6 * 225], gup[6 * 91];
+            REQUIRE(kn_tensor_read(ix, got, KN_I64) == KN_OK && kn_tensor_read(u, gu, KN_F32) == KN_OK &&
+                    kn_tensor_read(up, gup, KN_F32) == KN_OK, "%s", kn_last_error());
+            /* the same on fixed shapes */
+            kn_ctx *c2 = kn_ctx_new(&(kn_ctx_opts){bes[b]});
+            kn_tensor *x2 = kn_from_data(c2, KN_F32, 2, (int64_t[]){6, 100}, in);
+            int64_t want[600];
+            float wu[6 * 225], wup[6 * 91];
+            kn_tensor *im2 = kn_reshape(c2, kn_slice(c2, x2, 0, 0, nb, 1), 4, (int64_t[]){-1, 1, 10, 10});
+            REQUIRE(kn_tensor_read(kn_argsort(c2, kn_slice(c2, x2, 1, 0, len, 1), 1, true), want, KN_I64) == KN_OK &&
+                    kn_tensor_read(kn_unfold(c2, im2, K33, ONE, ONE, (int[]){2, 2}), wu, KN_F32) == KN_OK &&
+                    kn_tensor_read(kn_interpolate(c2, im2, (int64_t[]){7, 13}, NULL, KN_INTERP_LINEAR, false), wup, KN_F32) == KN_OK,
+                    "%s", kn_last_error());
+            bool same = true;   /* a read gives the [6, 100] storage: row r's first len entries */
+            for (int r = 0; r < 6; r++)
+                for (int i = 0; i < len; i++) same &= got[r * 100 + i] == want[r * len + i];
+            CHECK(same, "%s T=%d: argsort differs", kn_backend_name(bes[b]), len);
+            CHECK(!memcmp(gu, wu, sizeof(float) * 225 * (size_t)nb), "%s B=%d: unfold differs", kn_backend_name(bes[b]), nb);
+            CHECK(!memcmp(gup, wup, sizeof(float) * 91 * (size_t)nb), "%s B=%d: interpolate differs", kn_backend_name(bes[b]), nb);
+            kn_ctx_free(c2);
+        }
+        kn_plan_free(p);
+        kn_ctx_free(ctx);
+    }
+}
+
 /* a long line (the CPU's radix path) of NaN, +-0, +-inf and many ties: cpu == ref, exactly */
 TEST(sort_long_line_specials_cpu_vs_ref) {
     kn_test_seed(150);
