@@ -87,7 +87,8 @@ typedef union kn_op_params {
     struct { int64_t ignore_index; double smoothing; } ce;  /* cross_entropy(_bwd): rows with this target give 0; label smoothing */
     struct { double beta1, beta2, eps, l2; } adam;   /* l2: Adam's coupled weight decay (added to g) */
     struct { bool largest; } topk;           /* TOPK: the k largest (true) or smallest */
-    struct { kn_dist *comm; int op; int root; } dist; /* collectives: kn_reduce_op, broadcast's root (kiln_dist.h) */
+    struct { int dim; bool descending; } sort; /* SORT: the dim sorted along, the order (stable either way) */
+    struct { kn_dist *comm; int op; int root; } dist; /* collectives: kn_dist_op, broadcast's root (kiln_dist.h) */
 } kn_op_params;
 
 /* Node flags */
@@ -380,6 +381,52 @@ kn_tensor *kn_topk(kn_ctx *ctx, kn_tensor *x, int64_t k, bool largest, kn_tensor
  * Differentiable in x and W (not through a quantized W); the W gradient is
  * built through a one-hot [T*k, E, N] spread, fine for small models only. */
 kn_tensor *kn_mul_mat_id(kn_ctx *ctx, kn_tensor *x, kn_tensor *W, kn_tensor *ids);
+
+/* ---- sorting, einsum, resampling, patches, 3-d convolution --------------------
+ * Stable sort of x (float or integer, any shape) along dim: returns the sorted
+ * values (x's dtype and shape) and, when indices is non-NULL, the i64 indices
+ * into x (torch.sort(x, dim, descending, stable=True)). Ties keep their order
+ * in x; NaN counts as the largest value (last ascending, first descending);
+ * -0.0 and 0.0 are equal. The values are gather(x, dim, indices), so the
+ * gradient scatters back to x through the indices. */
+kn_tensor *kn_sort(kn_ctx *ctx, kn_tensor *x, int dim, bool descending, kn_tensor **indices);
+/* The i64 indices of kn_sort alone (no gradient: integers). */
+kn_tensor *kn_argsort(kn_ctx *ctx, kn_tensor *x, int dim, bool descending);
+/* Einstein summation over n operands (torch.einsum): spec is "ab,bc->ac"
+ * style, letters a-z and A-Z name dims, "..." broadcasts the remaining dims
+ * (numpy rules, aligned on the right), a size-1 dim broadcasts against its
+ * label's size elsewhere; without "->" the output is "..." then the labels
+ * seen once, in alphabetical order. A label repeated in one operand takes
+ * the diagonal ("ii->i", trace "ii->"). Built from permute, reshape, sum, mul
+ * and batched matmul (contracting left to right, as torch does without
+ * opt_einsum), so it is differentiable and runs on every backend. Any
+ * malformed spec or shape mismatch is an error naming the position. */
+kn_tensor *kn_einsum(kn_ctx *ctx, const char *spec, int n, kn_tensor **operands);
+/* Resize the spatial dims of x [N,C,W], [N,C,H,W] or [N,C,D,H,W] (float),
+ * torch.nn.functional.interpolate: give the output sizes (size[i] >= 1) or,
+ * with size NULL, scale factors (scale[i] > 0: the output is floor(in *
+ * scale) and, as torch with recompute_scale_factor unset, the source
+ * coordinate uses 1 / scale). Modes: KN_INTERP_NEAREST (torch "nearest": src
+ * = floor(dst * in / out); align_corners must be false), KN_INTERP_LINEAR
+ * (torch "linear", "bilinear", "trilinear" by rank) with align_corners as
+ * torch. Out [N, C, size...]. Differentiable in x. */
+typedef enum { KN_INTERP_NEAREST, KN_INTERP_LINEAR } kn_interp_mode;
+kn_tensor *kn_interpolate(kn_ctx *ctx, kn_tensor *x, const int64_t *size, const double *scale, kn_interp_mode mode,
+                          bool align_corners);
+/* torch.nn.functional.unfold (im2col): x [N,C,H,W] or [C,H,W] -> [N, C*KH*KW, L]
+ * (or [C*KH*KW, L]), L = OH*OW sliding blocks, row c*KH*KW + kh*KW + kw. */
+kn_tensor *kn_unfold(kn_ctx *ctx, kn_tensor *x, const int kernel[2], const int dilation[2], const int padding[2],
+                     const int stride[2]);
+/* torch.nn.functional.fold (col2im, unfold's adjoint): x [N, C*KH*KW, L] or
+ * [C*KH*KW, L] -> [N, C, out_h, out_w] (or [C, out_h, out_w]), overlapping
+ * blocks summed; L must equal the number of blocks out_size gives. */
+kn_tensor *kn_fold(kn_ctx *ctx, kn_tensor *x, const int64_t out_size[2], const int kernel[2], const int dilation[2],
+                   const int padding[2], const int stride[2]);
+/* x [N,C,D,H,W], w [O,C/g,KD,KH,KW], b [O] or NULL -> [N,O,OD,OH,OW]
+ * (torch.nn.functional.conv3d). Built on conv2d: the KD depth taps of each
+ * output plane are stacked as channels and one conv2d runs over N*OD planes. */
+kn_tensor *kn_conv3d(kn_ctx *ctx, kn_tensor *x, kn_tensor *w, kn_tensor *b, const int stride[3], const int padding[3],
+                     const int dilation[3], int groups);
 
 /* ---- autograd ----------------------------------------------------------------- */
 void kn_set_requires_grad(kn_tensor *t, bool on);

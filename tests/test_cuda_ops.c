@@ -803,6 +803,61 @@ TEST(nn_family) {
     }
 }
 
+/* ---- sort, einsum, interpolate, unfold/fold, conv3d (test_ops_extra.c has the torch checks) ---- */
+static kn_tensor *b_extra(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    int w = *(int *)ud;
+    const int k23[2] = {2, 3}, d12[2] = {1, 2}, p10[2] = {1, 0}, s21[2] = {2, 1};
+    kn_tensor *x = in[0], *ix = NULL;
+    switch (w) {
+    case 0: return kn_argsort(ctx, x, 1, true);
+    case 1: return kn_sort(ctx, x, 0, false, NULL);
+    case 2: case 3: return kn_argsort(ctx, x, -1, false);
+    case 4: return kn_unfold(ctx, x, k23, d12, p10, s21);
+    case 5: return kn_fold(ctx, x, SH(5, 7), k23, d12, p10, s21);
+    case 6: kn_set_requires_grad(x, true); return grad_of(ctx, kn_unfold(ctx, x, k23, d12, p10, s21), x);
+    case 7: return kn_einsum(ctx, "bij,bjk->bik", 2, in);
+    case 8: return kn_einsum(ctx, "ii->i", 1, in);
+    case 9: return kn_interpolate(ctx, x, SH(9, 5), NULL, KN_INTERP_LINEAR, false);
+    case 10: kn_set_requires_grad(x, true);
+             return grad_of(ctx, kn_interpolate(ctx, x, NULL, (const double[]){1.5, 2.5}, KN_INTERP_NEAREST, false), x);
+    case 11: return kn_conv3d(ctx, x, in[1], in[2], (const int[]){1, 2, 1}, (const int[]){1, 0, 1}, (const int[]){2, 1, 1}, 1);
+    case 12: kn_set_requires_grad(x, true);
+             return grad_of(ctx, kn_conv3d(ctx, x, in[1], NULL, (const int[]){2, 1, 1}, (const int[]){1, 1, 0}, (const int[]){1, 1, 1}, 2), x);
+    case 13: kn_set_requires_grad(x, true); return grad_of(ctx, kn_sort(ctx, x, 1, true, &ix), x);
+    case 14: return kn_einsum(ctx, "...ij,jk", 2, in);
+    }
+    return NULL;
+}
+TEST(sort_einsum_spatial_family) {
+    NEED_GPU();
+    kn_test_seed(18);
+    struct { int w; int n; kn_opin in[3]; double tol; bool ints; } C[] = {
+        {0, 1, {IN(3, SH(3, 37, 4), -3, 3, KN_F32, true)}, 0, true},
+        {1, 1, {IN(2, SH(300, 5), -1, 1, KN_F64, false)}, 0, false},
+        {2, 1, {IN(2, SH(3, 5000), -50, 50, KN_F32, false)}, 0, true},       /* global scratch path */
+        {3, 1, {IN(2, SH(4, 3000), -50, 50, KN_BF16, false)}, 0, true},      /* shared memory, P = 4096 */
+        {4, 1, {IN(4, SH(2, 3, 5, 7), -1, 1, KN_F32, true)}, 0, false},
+        {5, 1, {IN(3, SH(2, 18, 9), -1, 1, KN_F32, true)}, 2e-6, false},
+        {6, 1, {IN(4, SH(2, 3, 5, 7), -1, 1, KN_F64, false)}, 1e-12, false},
+        {7, 2, {IN(3, SH(2, 3, 4), -1, 1, KN_F32, false), IN(3, SH(2, 4, 5), -1, 1, KN_F32, true)}, 2e-6, false},
+        {8, 1, {IN(2, SH(6, 6), -1, 1, KN_F32, false)}, 2e-6, false},
+        {9, 1, {IN(4, SH(2, 3, 4, 6), -1, 1, KN_F32, true)}, 2e-6, false},
+        {10, 1, {IN(4, SH(2, 3, 4, 3), -1, 1, KN_F64, false)}, 1e-12, false},
+        {11, 3, {IN(5, SH(2, 3, 5, 6, 4), -1, 1, KN_F32, false), IN(5, SH(4, 3, 2, 3, 2), -1, 1, KN_F32, false),
+                 IN(1, SH(4), -1, 1, KN_F32, false)}, 2e-6, false},
+        {12, 2, {IN(5, SH(1, 4, 5, 4, 4), -1, 1, KN_F64, false), IN(5, SH(2, 2, 3, 3, 2), -1, 1, KN_F64, false)}, 1e-12, false},
+        {13, 1, {IN(2, SH(4, 33), -1, 1, KN_F64, false)}, 1e-12, false},
+        {14, 2, {IN(4, SH(2, 1, 3, 4), -1, 1, KN_F32, false), IN(2, SH(4, 2), -1, 1, KN_F32, false)}, 2e-6, false},
+        {0, 1, {IN(3, SH(2, 70, 3), -20, 20, KN_I32, false)}, 0, true},                 /* integers: ties */
+        {1, 1, {IN(2, SH(9, 4), -20, 20, KN_I64, true)}, 0, true},
+    };
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        for (int k = 0; k < C[i].n; k++) C[i].in[k].integer = C[i].ints;
+        double e = cu_cmp(b_extra, &C[i].w, C[i].n, C[i].in);
+        CHECK(e <= C[i].tol, "extra case %zu (w %d): rel err %g", i, C[i].w, e);
+    }
+}
+
 TEST(to_backend_and_plan_replay) {
     NEED_GPU();
     kn_ctx *h = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}), *g = kn_ctx_new(&(kn_ctx_opts){gpu()});

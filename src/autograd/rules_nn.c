@@ -261,6 +261,13 @@ static void g_mul_mat_id(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gi
     }
 }
 
+/* UNFOLD and FOLD are each other's adjoint (src/graph/ops_spatial.c) */
+static void g_unfold_fold(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    const int *k = t->p.pool.kernel, *d = t->p.pool.dilation, *p = t->p.pool.padding, *s = t->p.pool.stride;
+    if (t->op == KN_OP_UNFOLD) gin[0] = kn_fold(ctx, g, (const int64_t[]){X->shape[2], X->shape[3]}, k, d, p, s);
+    else gin[0] = kn_unfold(ctx, g, k, d, p, s);
+}
+
 kn_grad_rule kn__grad_rule_nn(kn_op op) {
     switch (op) {
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return g_softmax;
@@ -274,6 +281,7 @@ kn_grad_rule kn__grad_rule_nn(kn_op op) {
     case KN_OP_ROPE: return g_rope;
     case KN_OP_CROSS_ENTROPY: return g_cross_entropy;
     case KN_OP_MUL_MAT_ID: return g_mul_mat_id;
+    case KN_OP_UNFOLD: case KN_OP_FOLD: return g_unfold_fold;
     default: return NULL;
     }
 }

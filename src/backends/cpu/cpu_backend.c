@@ -48,6 +48,7 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_COPY: return kn_cpu_copy_contig(e) || kn_cpu_copy_strided(e);
     case KN_OP_CAST: return kn_cpu_copy_contig(e);
     case KN_OP_CAT: return kn_cpu_cat(e);
+    case KN_OP_GATHER: return kn_cpu_gather(e);
     case KN_OP_INDEX_SELECT: return kn_cpu_index_select(e);
     case KN_OP_INDEX_COPY: return kn_cpu_index_copy(e);
     case KN_OP_INDEX_ADD: return kn_cpu_index_add(e);
@@ -58,6 +59,8 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_CONV_TRANSPOSE2D: return kn_cpu_conv_transpose2d(e);
     case KN_OP_CONV2D_BWD_W: return kn_cpu_conv2d_bwd_w(e);
     case KN_OP_MAX_POOL2D: case KN_OP_MAX_POOL2D_BWD: return kn_cpu_max_pool(e);
+    case KN_OP_UNFOLD: case KN_OP_FOLD: return kn_cpu_fold(e);
+    case KN_OP_SORT: return kn_cpu_sort(e);   /* cpu_sort.c */
     default:    /* the unary maps (cpu_elementwise.c); CLAMP takes parameters the vector kernels lack */
         return kn_op_get(e->node->op)->kind == KN_KIND_UNARY && e->node->op != KN_OP_CLAMP && kn_cpu_unary(e);
     }

@@ -305,3 +305,66 @@ bool kn_cpu_max_pool(const kn_exec *e) {
     return !atomic_load(&j.failed);
 }
 
+
+/* ==== unfold (im2col) and fold (col2im) ==========================================
+ * UNFOLD: x [N,C,H,W] any strides -> y [N, C*KH*KW, L] with each image's
+ * [C*KH*KW, L] block consecutive: one im2col per (image, channel).
+ * FOLD: col [N, C*KH*KW, L] with consecutive blocks -> y [N,C,H,W] with
+ * consecutive [C, H*W] planes: each (image, channel) plane zeroed, then
+ * every column row added in (the loop of convt_rows). f32 only. */
+typedef struct { const kn_tview *img, *col; conv_geo g; int64_t C; } fold_job;
+static conv_geo patch_geo(const kn_tensor *t, int64_t H, int64_t W) {
+    conv_geo g = {H, W, 0, 0, t->p.pool.kernel[0], t->p.pool.kernel[1], t->p.pool.stride[0], t->p.pool.stride[1],
+                  t->p.pool.padding[0], t->p.pool.padding[1], t->p.pool.dilation[0], t->p.pool.dilation[1]};
+    g.OH = (H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+    g.OW = (W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+    return g;
+}
+static void unfold_rows(void *p, int64_t r0, int64_t r1) {
+    fold_job *j = p;
+    int64_t KK = j->g.KH * j->g.KW, L = j->g.OH * j->g.OW;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / j->C, c = r % j->C;
+        im2col(j->img, n, c, 1, &j->g, (float *)j->col->data + n * j->col->st[0] + c * KK * L);
+    }
+}
+static void fold_rows(void *p, int64_t r0, int64_t r1) {
+    fold_job *j = p;
+    const conv_geo *g = &j->g;
+    int64_t KK = g->KH * g->KW, L = g->OH * g->OW, HW = g->H * g->W;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t n = r / j->C, c = r % j->C;
+        const float *cb = (const float *)j->col->data + n * j->col->st[0] + c * KK * L;
+        float *yb = (float *)j->img->data + n * j->img->st[0] + c * HW;
+        memset(yb, 0, sizeof(float) * (size_t)HW);
+        for (int64_t kh = 0; kh < g->KH; kh++)
+            for (int64_t kw = 0; kw < g->KW; kw++) {
+                const float *cr = cb + (kh * g->KW + kw) * L;
+                int64_t off = kw * g->dw - g->pw;
+                for (int64_t oy = 0; oy < g->OH; oy++) {
+                    int64_t iy = oy * g->sh - g->ph + kh * g->dh;
+                    if (iy < 0 || iy >= g->H) continue;
+                    float *yr = yb + iy * g->W;
+                    const float *c0 = cr + oy * g->OW;
+                    for (int64_t ox = 0; ox < g->OW; ox++) {
+                        int64_t ix = ox * g->sw + off;
+                        if (ix >= 0 && ix < g->W) yr[ix] += c0[ox];
+                    }
+                }
+            }
+    }
+}
+bool kn_cpu_fold(const kn_exec *e) {
+    bool unfold = e->node->op == KN_OP_UNFOLD;
+    const kn_tview *img = unfold ? &e->src[0] : &e->dst, *col = unfold ? &e->dst : &e->src[0];
+    if (!is_f32(img) || !is_f32(col) || img->ndim != 4 || col->ndim != 3 || kn_cpu_overlap(img, col)) return false;
+    int64_t N = img->ne[0], C = img->ne[1];
+    fold_job j = {img, col, patch_geo(e->node, img->ne[2], img->ne[3]), C};
+    int64_t KK = j.g.KH * j.g.KW, L = j.g.OH * j.g.OW;
+    /* the column side: each image's [C*KK, L] consecutive */
+    if (col->ne[1] != C * KK || col->ne[2] != L || (L > 1 && col->st[2] != 1) || (C * KK > 1 && col->st[1] != L)) return false;
+    if (!unfold && !out_planes_ok(img)) return false;
+    if (N * C == 0 || L == 0) return false;
+    kn_cpu_par_rows(unfold ? unfold_rows : fold_rows, &j, N * C, N * C * KK * L);
+    return true;
+}

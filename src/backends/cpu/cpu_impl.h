@@ -12,9 +12,11 @@
  *   cpu_paged.c          PAGED_ATTN
  *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
  *   cpu_moe.c            MUL_MAT_ID (per-expert groups through cpu_matmul.c)
- *   cpu_index.c          COPY, CAST, CAT, INDEX_SELECT/COPY/ADD,
+ *   cpu_index.c          COPY, CAST, CAT, GATHER, INDEX_SELECT/COPY/ADD,
  *                        SCATTER_ADD, PAD
- *   cpu_conv.c           CONV2D, CONV_TRANSPOSE2D, CONV2D_BWD_W, MAX_POOL2D(_BWD)
+ *   cpu_conv.c           CONV2D, CONV_TRANSPOSE2D, CONV2D_BWD_W, MAX_POOL2D(_BWD),
+ *                        UNFOLD, FOLD
+ *   cpu_sort.c           SORT
  * Each kn_cpu_<op> function computes the node and returns true when its
  * operands are in a layout it handles (the file's top comment lists them);
  * otherwise it returns false without an error, having written nothing, and
@@ -122,6 +124,7 @@ void kn_cpu_attention_force_isa(int isa);
 bool kn_cpu_copy_contig(const kn_exec *e);
 bool kn_cpu_copy_strided(const kn_exec *e);
 bool kn_cpu_cat(const kn_exec *e);
+bool kn_cpu_gather(const kn_exec *e);
 bool kn_cpu_index_select(const kn_exec *e);
 bool kn_cpu_index_copy(const kn_exec *e);
 bool kn_cpu_index_add(const kn_exec *e);
@@ -132,4 +135,6 @@ bool kn_cpu_conv2d(const kn_exec *e);
 bool kn_cpu_conv_transpose2d(const kn_exec *e);
 bool kn_cpu_conv2d_bwd_w(const kn_exec *e);
 bool kn_cpu_max_pool(const kn_exec *e);
+bool kn_cpu_fold(const kn_exec *e);        /* UNFOLD, FOLD */
+bool kn_cpu_sort(const kn_exec *e);        /* cpu_sort.c */
 #endif

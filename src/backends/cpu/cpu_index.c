@@ -1,15 +1,18 @@
 /* cpu_index.c: the CPU backend's copies and index ops: COPY and CAST,
- * CAT, INDEX_SELECT, INDEX_COPY, INDEX_ADD, SCATTER_ADD and constant PAD.
+ * CAT, GATHER, INDEX_SELECT, INDEX_COPY, INDEX_ADD, SCATTER_ADD and constant PAD.
  *
  * Layouts: contiguous COPY/CAST of any plain dtype (f32 <-> f16/bf16
  * casts); strided COPY and CAT of 4-byte elements (a blocked transpose);
  * the index ops need the dims after `dim` contiguous (INDEX_SELECT also
- * reads quantized rows: dim 0 of a matrix, copied or dequantized). An
+ * reads quantized rows: dim 0 of a matrix, copied or dequantized; with
+ * slices of at most 16 bytes it walks outer rows, the last dims' gather);
+ * GATHER of 4- or 8-byte elements with i32/i64 indices, any strides. An
  * out-of-range index sends the node to the reference, which reports it.
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/vec.h"          // defines: kn_vec_f16_to_f32 and the other casts
 #include "backends/quant/quant.h"                 // defines: kn_dequantize_row
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,6 +167,49 @@ static int64_t *load_indices(const kn_tview *iv, int64_t m, int64_t n) {
     return idx;
 }
 
+/* ==== gather =====================================================================
+ * y[c] = x[c with c[d] = index[c]] (sort's and topk's values): 4- or 8-byte
+ * elements, i32/i64 indices, any strides; rows over all dims but the last.
+ * An index out of range stops the job; the reference then reports it. */
+typedef struct { const kn_tview *x, *iv, *y; int d; size_t es; atomic_int bad; } gather_job;
+static void gather_rows(void *p, int64_t r0, int64_t r1) {
+    gather_job *j = p;
+    const kn_tview *x = j->x, *iv = j->iv, *y = j->y;
+    int nd = y->ndim, last = nd - 1, d = j->d;
+    int64_t L = y->ne[last], n = x->ne[d];
+    bool i64 = iv->dtype == KN_I64;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t xo = 0, yo = 0, io = 0, lin = r;
+        for (int k = last - 1; k >= 0; k--) {
+            int64_t q = lin % y->ne[k];
+            lin /= y->ne[k];
+            yo += q * y->st[k]; io += q * iv->st[k];
+            if (k != d) xo += q * x->st[k];
+        }
+        int64_t xl = d == last ? 0 : x->st[last];
+        for (int64_t i = 0; i < L; i++) {
+            int64_t v = i64 ? ((const int64_t *)iv->data)[io + i * iv->st[last]] : ((const int32_t *)iv->data)[io + i * iv->st[last]];
+            if (v < 0 || v >= n) { atomic_store(&j->bad, 1); return; }
+            int64_t xi = xo + v * x->st[d] + i * xl;
+            if (j->es == 4) ((uint32_t *)y->data)[yo + i * y->st[last]] = ((const uint32_t *)x->data)[xi];
+            else ((uint64_t *)y->data)[yo + i * y->st[last]] = ((const uint64_t *)x->data)[xi];
+        }
+    }
+}
+bool kn_cpu_gather(const kn_exec *e) {
+    const kn_tview *x = &e->src[0], *iv = &e->src[1], *y = &e->dst;
+    size_t es = kn_dtype_get(x->dtype)->type_size;
+    if (x->dtype != y->dtype || kn_dtype_get(x->dtype)->is_quant || (es != 4 && es != 8)) return false;
+    if ((iv->dtype != KN_I64 && iv->dtype != KN_I32) || iv->ndim != y->ndim || x->ndim != y->ndim || y->ndim < 1) return false;
+    int d = e->node->p.axis.dim;
+    for (int k = 0; k < y->ndim; k++) if (iv->ne[k] != y->ne[k] || (k != d && x->ne[k] < y->ne[k])) return false;
+    int64_t n = kn_tview_numel(y);
+    if (n == 0 || kn_cpu_overlap(x, y) || kn_cpu_overlap(iv, y)) return false;
+    gather_job j = {x, iv, y, d, es, 0};
+    kn_cpu_par_rows(gather_rows, &j, n / y->ne[y->ndim - 1], n);
+    return !atomic_load(&j.bad);
+}
+
 /* ==== index_select / index_copy / index_add ==================================
  * Operands viewed as [O, n, I] around dim d: O outer positions (any strides),
  * the indexed dim (any stride), I consecutive inner elements. */
@@ -181,6 +227,23 @@ static void isel_rows(void *p, int64_t r0, int64_t r1) {
         const char *src = (const char *)x->data + (off_lead(x, j->d, o) + j->idx[i] * x->st[j->d]) * (int64_t)j->es;
         char *dst = (char *)y->data + (off_lead(y, j->d, o) + i * y->st[j->d]) * (int64_t)j->es;
         memcpy(dst, src, (size_t)j->I * j->es);
+    }
+}
+/* index_select with short slices (I * es <= 16 bytes: a gather along the
+ * last dims, as interpolate's): rows are outer positions o, so the offsets
+ * are found once per o, not once per element */
+static void isel_rows_short(void *p, int64_t r0, int64_t r1) {
+    idx_job *j = p;
+    const kn_tview *x = j->x, *y = j->y;
+    int64_t xs = x->st[j->d] * (int64_t)j->es, ys = y->st[j->d] * (int64_t)j->es;
+    size_t nb = (size_t)j->I * j->es;
+    for (int64_t o = r0; o < r1; o++) {
+        const char *src = (const char *)x->data + off_lead(x, j->d, o) * (int64_t)j->es;
+        char *dst = (char *)y->data + off_lead(y, j->d, o) * (int64_t)j->es;
+        if (nb == 4)
+            for (int64_t i = 0; i < j->m; i++) memcpy(dst + i * ys, src + j->idx[i] * xs, 4);
+        else
+            for (int64_t i = 0; i < j->m; i++) memcpy(dst + i * ys, src + j->idx[i] * xs, nb);
     }
 }
 /* quantized x [V, C] (dim 0): rows dequantized to f32 or copied as blocks */
@@ -224,7 +287,8 @@ bool kn_cpu_index_select(const kn_exec *e) {
     int64_t *idx = load_indices(iv, m, x->ne[d]);
     if (!idx) return false;
     idx_job j = {x, y, NULL, d, m, I, 1, kn_dtype_get(x->dtype)->type_size, idx};
-    kn_cpu_par_rows(isel_rows, &j, O * m, O * m * I);
+    if ((size_t)I * j.es <= 16) kn_cpu_par_rows(isel_rows_short, &j, O, O * m * I);
+    else kn_cpu_par_rows(isel_rows, &j, O * m, O * m * I);
     free(idx);
     return true;
 }

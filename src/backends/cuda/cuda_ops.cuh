@@ -263,3 +263,4 @@ kn_status kn_cu_flash_fwd(const kn_exec *e);
 kn_status kn_cu_flash_bwd(const kn_exec *e);
 kn_status kn_cu_cross_entropy(const kn_exec *e);  /* CROSS_ENTROPY(_BWD) (cuda_ops_loss.cu) */
 kn_status kn_cu_moe(const kn_exec *e);            /* TOPK, MUL_MAT_ID (cuda_ops_moe.cu) */
+kn_status kn_cu_sort(const kn_exec *e);           /* SORT (cuda_ops_sort.cu) */

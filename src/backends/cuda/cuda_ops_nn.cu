@@ -253,6 +253,63 @@ static kn_status cu_conv(const kn_exec *e) {
     LAUNCHED_OK();
 }
 
+/* ---- unfold (im2col) and fold (col2im), src/graph/ops_spatial.c ----
+ * One thread per output element; fold gathers the column entries that land
+ * on its pixel (no atomics: deterministic, in double). p.pool holds kernel,
+ * stride, padding and dilation; the grid OH x OW follows from the image. */
+struct patch_p { int64_t C, H, W, KH, KW, OH, OW; int sh, sw, ph, pw, dh, dw; };
+static patch_p patch_of(const kn_tensor *t, const kn_tview *img) {
+    patch_p g = {img->ne[1], img->ne[2], img->ne[3], t->p.pool.kernel[0], t->p.pool.kernel[1], 0, 0,
+                 t->p.pool.stride[0], t->p.pool.stride[1], t->p.pool.padding[0], t->p.pool.padding[1],
+                 t->p.pool.dilation[0], t->p.pool.dilation[1]};
+    g.OH = (g.H + 2 * g.ph - g.dh * (g.KH - 1) - 1) / g.sh + 1;
+    g.OW = (g.W + 2 * g.pw - g.dw * (g.KW - 1) - 1) / g.sw + 1;
+    return g;
+}
+/* col [N, C*KH*KW, L] from img [N, C, H, W] */
+__global__ void k_unfold(kn_dview img, kn_dview col, patch_p g, int64_t n) {
+    int64_t KK = g.KH * g.KW, L = g.OH * g.OW;
+    KN_GRID_LOOP(idx, n) {
+        int64_t l = idx % L, r = (idx / L) % (g.C * KK), nn = idx / (L * g.C * KK);
+        int64_t c = r / KK, kh = (r % KK) / g.KW, kw = r % g.KW;
+        int64_t iy = (l / g.OW) * g.sh - g.ph + kh * g.dh, ix = (l % g.OW) * g.sw - g.pw + kw * g.dw;
+        double v = iy >= 0 && iy < g.H && ix >= 0 && ix < g.W ? kn_dget(img, OFF4(img, nn, c, iy, ix)) : 0.0;
+        kn_dput(col, nn * col.st[0] + r * col.st[1] + l * col.st[2], v);
+    }
+}
+/* img [N, C, H, W] = the sum of the col entries of each pixel */
+__global__ void k_fold(kn_dview col, kn_dview img, patch_p g, int64_t n) {
+    int64_t KK = g.KH * g.KW;
+    KN_GRID_LOOP(idx, n) {
+        int64_t ix = idx % g.W, iy = (idx / g.W) % g.H, c = (idx / (g.W * g.H)) % g.C, nn = idx / (g.W * g.H * g.C);
+        double acc = 0;
+        for (int64_t kh = 0; kh < g.KH; kh++) {
+            int64_t ty = iy + g.ph - kh * g.dh;
+            if (ty < 0 || ty % g.sh) continue;
+            int64_t oy = ty / g.sh;
+            if (oy >= g.OH) continue;
+            for (int64_t kw = 0; kw < g.KW; kw++) {
+                int64_t tx = ix + g.pw - kw * g.dw;
+                if (tx < 0 || tx % g.sw) continue;
+                int64_t ox = tx / g.sw;
+                if (ox >= g.OW) continue;
+                acc += kn_dget(col, nn * col.st[0] + (c * KK + kh * g.KW + kw) * col.st[1] + (oy * g.OW + ox) * col.st[2]);
+            }
+        }
+        kn_dput(img, OFF4(img, nn, c, iy, ix), acc);
+    }
+}
+static kn_status cu_fold(const kn_exec *e) {
+    bool unfold = e->node->op == KN_OP_UNFOLD;
+    const kn_tview *img = unfold ? &e->src[0] : &e->dst, *col = unfold ? &e->dst : &e->src[0];
+    patch_p g = patch_of(e->node, img);
+    int64_t n = kn_tview_numel(&e->dst);
+    if (!n) return KN_OK;
+    if (unfold) k_unfold<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(img), kn_dv(col), g, n);
+    else k_fold<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(col), kn_dv(img), g, n);
+    LAUNCHED_OK();
+}
+
 /* ---- pooling: leading dims are planes; the last two are pooled ---- */
 struct pool_geo { int64_t planes, H, W, OH, OW; int k[2], s[2], p[2], d[2]; int inc; };
 static pool_geo geo_of(const kn_tensor *t, const kn_tview *in, const kn_tview *out) {
@@ -738,6 +795,8 @@ kn_status kn_cu_nn(const kn_exec *e) {
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cu_cross_entropy(e);   /* cuda_ops_loss.cu */
     case KN_OP_ROPE: return cu_rope(e);
     case KN_OP_TOPK: case KN_OP_MUL_MAT_ID: return kn_cu_moe(e);   /* cuda_ops_moe.cu */
+    case KN_OP_UNFOLD: case KN_OP_FOLD: return cu_fold(e);
+    case KN_OP_SORT: return kn_cu_sort(e);   /* cuda_ops_sort.cu */
     default: break;
     }
     return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no nn kernel for %s", kn_op_name(e->node->op));

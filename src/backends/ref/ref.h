@@ -37,6 +37,8 @@ kn_status kn_ref_cross_entropy(const kn_exec *e); /* CROSS_ENTROPY(_BWD): ref_lo
 kn_status kn_ref_moe(const kn_exec *e);        /* TOPK, MUL_MAT_ID: ref_moe.c, through kn_ref_nn */
 kn_status kn_ref_comm(const kn_exec *e);        /* ALL_REDUCE ALL_GATHER REDUCE_SCATTER BROADCAST: ref_dist.c */
 kn_status kn_ref_paged_attn(const kn_exec *e);    /* PAGED_ATTN: ref_paged.c, through kn_ref_nn */
+kn_status kn_ref_sort(const kn_exec *e);       /* SORT: ref_sort.c, through kn_ref_nn */
+kn_status kn_ref_fold(const kn_exec *e);       /* UNFOLD, FOLD: ref_fold.c, through kn_ref_nn */
 
 /* ref_epilogue.c: matmul epilogues (kn_epilogue), also the CPU backend's fallback */
 bool kn_ref_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);

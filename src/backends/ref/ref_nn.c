@@ -519,6 +519,8 @@ kn_status kn_ref_nn(const kn_exec *e) {
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_ref_cross_entropy(e);   /* ref_loss.c */
     case KN_OP_TOPK: case KN_OP_MUL_MAT_ID: return kn_ref_moe(e);                             /* ref_moe.c */
     case KN_OP_PAGED_ATTN: return kn_ref_paged_attn(e);     /* ref_paged.c */
+    case KN_OP_SORT: return kn_ref_sort(e);                 /* ref_sort.c */
+    case KN_OP_UNFOLD: case KN_OP_FOLD: return kn_ref_fold(e);   /* ref_fold.c */
     default: break;
     }
     return kn_set_error(KN_ERR_UNSUPPORTED, "reference: no nn kernel for %s", kn_op_name(e->node->op));
