@@ -19,7 +19,7 @@ LOG=${1:-$BUILD/logs}
 mkdir -p "$LOG"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
-TESTS="test_cuda_ops test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_cuda_flash test_cuda_quant test_ce test_qwen test_arch test_moe_ops test_moe test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant test_paged_attn test_batch"
+TESTS="test_cuda_ops test_ops_extra test_dist test_cuda_jit test_search test_cuda_graph test_cuda_epilogue test_cuda_llm test_cuda_flash test_cuda_quant test_ce test_qwen test_arch test_moe_ops test_moe test_epilogue test_core test_ops_math test_ops_index test_ops_nn test_ops_nn_grad test_vec test_gemm test_quant test_paged_attn test_batch"
 # these run on the default backend: with KN_BACKEND=cuda they test the
 # generated CUDA kernels (split reductions, column tiles, segments) and the
 # mixed-precision policy on the GPU

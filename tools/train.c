@@ -1090,11 +1090,17 @@ static int train_gpt2(targs *a) {
         }
         int ns = 0;
         int64_t nt = 0;
-        fprintf(stderr, "tokenizing %s (GPT-2 BPE, documents split at <|endoftext|>) ...\n", a->data);
-        if (kn_tokenize_file_to_shards(d.tok, a->data, "<|endoftext|>", 50256, prefix, (int64_t)1 << 30, &ns, &nt)) {
+        /* --gpus: one rank a machine writes the shards (ranks share /tmp), the others wait for it */
+        if (kn_dist_local_rank(a->dist) == 0) {
+            fprintf(stderr, "tokenizing %s (GPT-2 BPE, documents split at <|endoftext|>) ...\n", a->data);
+            if (kn_tokenize_file_to_shards(d.tok, a->data, "<|endoftext|>", 50256, prefix, (int64_t)1 << 30, &ns, &nt)) {
+                fail(kn_last_error()); goto done;
+            }
+            fprintf(stderr, "wrote %d shard(s) %s_000000.bin ...: %lld tokens\n", ns, prefix, (long long)nt);
+        }
+        if (a->dist && (kn_dist_barrier(a->dist) || kn_dist_broadcast_host(a->dist, &ns, sizeof ns, 0))) {
             fail(kn_last_error()); goto done;
         }
-        fprintf(stderr, "wrote %d shard(s) %s_000000.bin ...: %lld tokens\n", ns, prefix, (long long)nt);
         size_t cap = strlen(prefix) * (size_t)ns + 32 * (size_t)ns + 1;
         list = calloc(1, cap);
         if (!list) { fail("out of memory"); goto done; }
