@@ -763,12 +763,18 @@ static kn_status build_graph(kn_model *m) {
     kn_status zst;
     if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
         return zst;
+    /* the prompt plan casts activations for its GEMMs when a step plan takes
+     * the decode (cast_prefill); the step plan, and the batch engine's graphs
+     * built later, keep cast_acts */
+    bool step_plan = NB > 1 && !kn_env_get()->llm_no_step_plan, dec_cast = m->cast_acts;
+    if (step_plan) m->cast_acts = m->cast_prefill;
     m->logits = build_forward(m, kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T), kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T),
                               kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R), NULL, &zst);
+    m->cast_acts = dec_cast;
     if (!m->logits) return zst;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
     if (!m->plan) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
-    if (NB > 1 && !kn_env_get()->llm_no_step_plan) {
+    if (step_plan) {
         m->logits1 = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
                                    kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
         if (!m->logits1) return zst;
@@ -859,6 +865,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;
             m->keep_file = wd == KN_WEIGHTS_FILE;
             m->cast_acts = kn_env_get()->llm_gpu_cast;
+            m->cast_prefill = m->cast_acts || !kn_env_get()->llm_no_prefill_cast;
             c->run_weight_type = mat_dtype(m, c->weight_type);
             m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
             m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
