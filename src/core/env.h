@@ -43,7 +43,7 @@ typedef struct kn_env {
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */
     bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU (every plan) */
-    bool llm_no_prefill_cast;/* KN_LLM_PREFILL_CAST=0: the prompt plan too keeps f32 activations on the GPU */
+    bool llm_prefill_cast;   /* KN_LLM_PREFILL_CAST=1: the prompt plan casts activations to the weight dtype on the GPU */
     /* CUDA backend (development switches) */
     bool cuda_generic;       /* KN_CUDA_GENERIC: only the generic kernels, no tuned paths */
     bool cuda_no_tc, cuda_no_wgmma, cuda_no_sgemm, cuda_no_gemv, cuda_no_splitk;
