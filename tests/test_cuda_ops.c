@@ -402,6 +402,8 @@ TEST(matmul_tensor_cores_bf16_f16) {
         {IN(3, SH(4, 1, 64), -1, 1, 0, false), IN(2, SH(64, 96), -1, 1, 0, true)},            /* M = 1 rows */
         {IN(1, SH(40), -1, 1, 0, false), IN(3, SH(2, 40, 24), -1, 1, 0, false)},              /* 1-d @ batch */
         {IN(2, SH(300, 1000), -1, 1, 0, false), IN(2, SH(1000, 136), -1, 1, 0, false)},       /* long K */
+        {IN(2, SH(7, 64), -1, 1, 0, false), IN(2, SH(64, 50257), -1, 1, 0, true)},           /* prompt logits: few rows, a 50257 vocabulary */
+        {IN(2, SH(16, 48), -1, 1, 0, false), IN(2, SH(48, 2305), -1, 1, 0, true)},            /* few rows, odd N over a wave */
         /* few output tiles over a long K (weight gradients dY^T X): split-K, each layout */
         {IN(2, SH(200, 4096), -1, 1, 0, true), IN(2, SH(4096, 136), -1, 1, 0, false)},
         {IN(2, SH(96, 4160), -1, 1, 0, false), IN(2, SH(4160, 72), -1, 1, 0, true)},
