@@ -26,7 +26,8 @@ static const cli_sub_info SUBS[CLI_N_SUBS] = {
                       "Prints the token ids of TEXT on one line, space separated."},
     [CLI_SERVE] = {"serve", "kiln serve -m MODEL [options]",
                    "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, "
-                   "/metrics) with continuous batching, and a chat page at http://HOST:PORT/; Ctrl-C stops it."},
+                   "/metrics) with continuous batching, tool calls (through the model's chat template), and a chat page at "
+                   "http://HOST:PORT/; Ctrl-C stops it."},
 };
 
 bool cli_sub_find(const char *name, cli_sub *out) {
