@@ -185,7 +185,18 @@ kn_status kn__model_load_tokenizer(kn_model *m, const char *path) {
     if (!dir && (st = kn__model_file_magic(path, "tokenizer file", mg, &got))) return st;
     int32_t magic = 0;
     if (!dir) memcpy(&magic, mg, 4);
-    if (dir || json_magic(mg, got)) {
+    if (dir) {                               /* a Hugging Face model directory */
+        size_t pl = strlen(path);
+        char *tj = malloc(pl + 16);
+        if (!tj) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+        snprintf(tj, pl + 16, "%s/tokenizer.json", path);
+        bool have = access(tj, F_OK) == 0;
+        free(tj);
+        if (!have)
+            return kn_set_error(KN_ERR_IO, "tokenizer '%s' is a directory without a tokenizer.json; pass a tokenizer "
+                                "file or a Hugging Face model directory", path);
+        st = kn__model_load_hf_tokenizer(m, path);
+    } else if (json_magic(mg, got)) {
         st = kn__model_load_hf_tokenizer(m, path);
     } else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
