@@ -106,7 +106,7 @@ TOOL_DEFS :=
 # program and test_serve link it, never the library
 TOOL_LIBS := -lmicrohttpd
 # what tests/test_serve.c links: the server's layers below HTTP and the engine
-SERVE_CORE_OBJ := $(patsubst %,$(BUILD)/tools/serve/%.o,jw api handler metrics) $(PAGE_OBJ)
+SERVE_CORE_OBJ := $(patsubst %,$(BUILD)/tools/serve/%.o,jw api handler metrics tools) $(PAGE_OBJ)
 # libedit (Debian: libedit-dev), optional: line editing and history in
 # `kiln chat`. Found by its header; EDITLINE=0 builds without it. Only the
 # program links it, never the library.

@@ -27,7 +27,7 @@ srcs_for() {
     fuzz_chat|fuzz_jinja) echo "src/llm/chat.c $(ls src/llm/jinja_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_tokenizer|fuzz_hftok) echo "src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_cli)         echo "tools/cli_args.c tools/cli_num.c" ;;
-    fuzz_serve)       echo "tools/serve/jw.c tools/serve/api.c tools/serve/handler.c tools/serve/metrics.c src/llm/chat.c $(ls src/llm/jinja_*.c | tr '\n' ' ') src/llm/sampler.c src/core/philox.c src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
+    fuzz_serve)       echo "tools/serve/jw.c tools/serve/api.c tools/serve/handler.c tools/serve/metrics.c tools/serve/tools.c src/llm/chat.c $(ls src/llm/jinja_*.c | tr '\n' ' ') src/llm/sampler.c src/core/philox.c src/llm/tokenizer.c $(ls src/llm/tok_*.c | tr '\n' ' ') src/formats/gguf.c src/formats/hfconfig.c src/formats/mapfile.c $CORE" ;;
     fuzz_kcache)      echo "src/core/kcache.c src/core/env.c $CORE" ;;
     # the whole library minus the SIMD files (built with -DKN_NO_X86 below): einsum builds graphs and runs them on ref
     fuzz_einsum)      echo "-DKN_NO_X86 -DKN_NO_AVX512 $(find src -name '*.c' ! -name '*_avx2.c' ! -name '*_avx512.c' | sort | tr '\n' ' ') -lz -ldl" ;;

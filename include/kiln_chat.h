@@ -6,8 +6,8 @@
  * runs through kiln's Jinja-subset
  * interpreter (src/llm/jinja_*.c), which renders what transformers'
  * apply_chat_template renders, byte for byte (tests/test_chat.c checks the
- * real templates of Llama 3.2, Qwen3, Mistral Nemo and 7B v0.2, Gemma 2,
- * Phi-3.5, SmolLM2, DeepSeek Coder and Command R+: system prompts, several
+ * real templates of Llama 3.2, Qwen2.5, Qwen3, Mistral Nemo and 7B v0.2,
+ * Gemma 2, Gemma 3, Phi-3.5, SmolLM2, DeepSeek Coder and Command R+: system prompts, several
  * turns, tools, tool calls and results,
  * reasoning; scripts/chat_template_diff.py compares random conversations
  * and random template snippets with jinja2). It knows

@@ -37,9 +37,12 @@ Matrices are rounded to bf16 before the reference runs.
 
 usage: . scripts/torch_env.sh; python3 scripts/arch_ref.py [OUT_DIR]
 """
-import copy, os, shutil, struct, sys
+import os, sys
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmref_common import byte_symbols, gguf_bf16, gguf_f32, permute_rows, save_hf, write_ref as write_knlr  # noqa: E402
 
 torch.set_grad_enabled(False)
 
@@ -119,13 +122,7 @@ def make_model(spec):
 
 def bpe_vocab(V):
     """A byte-level BPE vocabulary of V entries (ids only matter to the test)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + n); n += 1
-    byte_tok = {b: chr(c) for b, c in zip(bs, cs)}
-    tokens, merges = [byte_tok[b] for b in range(256)], []
+    tokens, merges = byte_symbols(), []
     for a, b in [("Ġ", "t"), ("h", "e"), ("Ġt", "he")] + [(a, b) for a in "abcdefgh" for b in "ijklmnop"]:
         if len(tokens) >= V - 1:
             break
@@ -135,14 +132,8 @@ def bpe_vocab(V):
     return tokens, merges
 
 
-def permute_rows(w, n_head):
-    """HF q/k rows (halves rotated) -> llama.cpp's order (pairs rotated)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def write_gguf(model, spec, path):
     import gguf
-    from gguf import GGMLQuantizationType as Q
     cfg, arch = model.config, spec["arch"]
     garch = "llama" if arch == "mistral" else arch
     gemma = arch.startswith("gemma")
@@ -189,10 +180,10 @@ def write_gguf(model, spec, path):
     sd = {k: v.detach().to(torch.float32).numpy() for k, v in model.state_dict().items()}
 
     def mat(name, a):
-        w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(a), Q.BF16), raw_dtype=Q.BF16)
+        gguf_bf16(w, name, a)
 
     def norm(name, a):
-        w.add_tensor(name, (a + 1 if gemma else a).astype(np.float32))
+        gguf_f32(w, name, a + 1 if gemma else a)
     mat("token_embd.weight", sd["model.embed_tokens.weight"])
     if "lm_head.weight" in sd and not cfg.tie_word_embeddings:
         mat("output.weight", sd["lm_head.weight"])
@@ -231,24 +222,7 @@ def write_gguf(model, spec, path):
 
 
 def write_ref(m64, prompts, path):
-    V = m64.config.get_text_config().vocab_size
-    with open(path, "wb") as f:
-        f.write(b"KNLR" + struct.pack("<III", 2, len(prompts), V))
-        for p in prompts:
-            logits = m64(torch.tensor([p])).logits[0]                           # [T, V]
-            ids, gen, margin = list(p), [], []
-            for _ in range(N_GEN):                                              # greedy, full forward each step
-                last = m64(torch.tensor([ids])).logits[0, -1]
-                top = torch.topk(last, 2).values
-                nxt = int(torch.argmax(last))
-                gen.append(nxt); margin.append(float(top[0] - top[1])); ids.append(nxt)
-            r = min(ROWS, len(p))
-            f.write(struct.pack("<III", len(p), N_GEN, r))
-            f.write(struct.pack(f"<{len(p)}i", *p))
-            f.write(struct.pack(f"<{N_GEN}i", *gen))
-            f.write(struct.pack(f"<{N_GEN}f", *margin))
-            f.write(logits[-r:].to(torch.float32).numpy().astype("<f4").tobytes())
-            print(f"  prompt {p[:6]}... greedy {gen[:10]}... min margin {min(margin):.3f}", file=sys.stderr)
+    write_knlr(m64, prompts, path, N_GEN, ROWS)
 
 
 def main():
@@ -257,14 +231,7 @@ def main():
     for spec in MODELS:
         print(spec["name"], file=sys.stderr)
         model = make_model(spec)
-        d = os.path.join(out, spec["name"])
-        shutil.rmtree(d, ignore_errors=True)
-        # a copy: .to(bf16) would also round the rotary buffers, which the
-        # reference keeps as transformers computes them
-        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
-        for extra in os.listdir(d):                      # only what kiln reads
-            if extra not in ("config.json", "model.safetensors"):
-                os.remove(os.path.join(d, extra))
+        save_hf(model, os.path.join(out, spec["name"]))
         if spec["arch"] != "gemma3_vl":
             write_gguf(model, spec, os.path.join(out, spec["name"] + ".gguf"))
         m64 = model.to(torch.float64)

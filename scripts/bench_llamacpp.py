@@ -6,6 +6,9 @@ Prints one line: "llama.cpp pp<N> <tok/s> tg<M> <tok/s>" (medians).
 
 usage: python3 scripts/bench_llamacpp.py MODEL N_PROMPT N_GEN THREADS REPS
 install: CMAKE_ARGS="-DGGML_NATIVE=ON" pip install --no-binary llama-cpp-python llama-cpp-python
+(on a VM whose CPU reports AMX but faults on its tiles, as this one for
+Q4_0/Q8_0: -DGGML_NATIVE=OFF with the AVX2/AVX512*/AVX_VNNI switches on and
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF; docs/PERF.md)
 """
 import statistics, sys, time
 

@@ -43,6 +43,8 @@ TEMPLATES = {
     "mistral-v0.2.jinja": ("<s>", "</s>"),
     "deepseek-coder.jinja": ("<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<|EOT|>"),
     "command-r-plus.jinja": ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
+    "qwen2.5.jinja": (None, "<|im_end|>"),
+    "gemma3.jinja": ("<bos>", "<eos>"),
 }
 
 U = lambda c: {"role": "user", "content": c}
@@ -151,6 +153,30 @@ def cases():
     add("mistral-nemo.jinja", "err_call_id",
         [U("x"), {"role": "assistant", "tool_calls": [call("get_time", {"tz": "UTC"}, "short")]}], True, TOOLS)
     add("mistral-nemo.jinja", "err_alternate", [U("a"), U("b")], True)
+    # qwen2.5: the default system prompt, tools (with and without a system
+    # message), parallel calls and their results, arguments as a string, a
+    # tool result first, a later system message
+    add("qwen2.5.jinja", "tools_only_defs", [U("Hi")], True, TOOLS)
+    add("qwen2.5.jinja", "tools_system", [S("Be brief."), U("Hi")], True, [WEATHER])
+    add("qwen2.5.jinja", "tool_calls_results", q_tool, True, TOOLS)
+    add("qwen2.5.jinja", "tool_calls_then_answer", q_tool + [A("It is 21°C in Paris and 09:30 in Tokyo.")], False, TOOLS)
+    add("qwen2.5.jinja", "tool_calls_no_tools", q_tool, True)
+    add("qwen2.5.jinja", "tool_call_string_args",
+        [U("t?"), {"role": "assistant", "content": "Let me check.",
+                   "tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": "{\"tz\": \"UTC\"}"}}]},
+         {"role": "tool", "content": "12:00"}], True, TOOLS)
+    add("qwen2.5.jinja", "tool_first", [{"role": "tool", "content": "x"}, U("y")], True)
+    add("qwen2.5.jinja", "system_later", [U("a"), A("b"), S("new rules"), U("c")], True)
+    # gemma 3: system text (a string or a list of parts) goes before the first
+    # user turn; content as parts with images; roles must alternate; tools
+    # are not part of the template (ignored)
+    add("gemma3.jinja", "content_parts",
+        [U([{"type": "image"}, {"type": "text", "text": " Describe this. "}]), A([{"type": "text", "text": "A cat."}]),
+         U("More?")], True)
+    add("gemma3.jinja", "system_parts", [{"role": "system", "content": [{"type": "text", "text": "Be kind."}]}, U("Hi")], True)
+    add("gemma3.jinja", "tools_ignored", [S("Sys."), U("Weather?")], True, TOOLS)
+    add("gemma3.jinja", "err_alternate", [U("a"), U("b")], True)
+    add("gemma3.jinja", "err_system_only", [S("x"), A("y")], True)
     # phi 3.5: an empty system message is skipped
     add("phi3.5.jinja", "empty_system", [S(""), U("Hi")], True)
     return out

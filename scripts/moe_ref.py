@@ -24,12 +24,13 @@ Matrices are rounded to bf16 first: the reference uses the weights the files hol
 
 usage: . scripts/torch_env.sh; python3 scripts/moe_ref.py [OUT_DIR]
 """
-import copy, json, os, shutil, sys
+import json, os, sys
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import qwen_ref  # noqa: E402  (write_ref, PROMPTS: the same .ref format and prompts)
+from llmref_common import byte_symbols, gguf_bf16, gguf_f32, permute_rows, save_hf  # noqa: E402
 
 torch.set_grad_enabled(False)
 
@@ -108,14 +109,8 @@ def expert_use(model, spec):
     assert counts, "no router found"
 
 
-def permute(w, n_head):
-    """llama.cpp's q/k row order for paired (GPT-J) rope, from HF's halves"""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
 def write_gguf(spec, d, path):
     import gguf
-    from gguf import GGMLQuantizationType as Q
     from safetensors.torch import load_file
     cfg = json.load(open(os.path.join(d, "config.json")))
     sd = {k: v.float().numpy() for k, v in load_file(os.path.join(d, "model.safetensors")).items()}
@@ -143,12 +138,7 @@ def write_gguf(spec, d, path):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
     V = cfg["vocab_size"]                        # a byte-level vocabulary: 256 bytes, then filler merges
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + n); n += 1
-    tokens = [t for _, t in sorted(zip(bs, map(chr, cs)))]
+    tokens = byte_symbols()
     merges = []
     for a in "abcdefghijklmnop":
         for b in "abcdefghijklmnop":
@@ -163,10 +153,10 @@ def write_gguf(spec, d, path):
     w.add_eos_token_id(V - 1)
 
     def mat(name, a):
-        w.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(a), Q.BF16), raw_dtype=Q.BF16)
+        gguf_bf16(w, name, a)
 
     def vec(name, a):
-        w.add_tensor(name, np.ascontiguousarray(a, dtype=np.float32))
+        gguf_f32(w, name, a)
     mat("token_embd.weight", sd["model.embed_tokens.weight"])
     if "lm_head.weight" in sd:
         mat("output.weight", sd["lm_head.weight"])
@@ -176,7 +166,7 @@ def write_gguf(spec, d, path):
         vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
         for hf, gg, nh in (("q_proj", "attn_q", H), ("k_proj", "attn_k", Hkv), ("v_proj", "attn_v", 0)):
             a = sd[p + "self_attn." + hf + ".weight"]
-            mat(b + gg + ".weight", permute(a, nh) if mixtral and nh else a)
+            mat(b + gg + ".weight", permute_rows(a, nh) if mixtral and nh else a)
             if p + "self_attn." + hf + ".bias" in sd:
                 vec(b + gg + ".bias", sd[p + "self_attn." + hf + ".bias"])
         for nm in ("q_norm", "k_norm"):
@@ -211,11 +201,7 @@ def main():
         model = make_model(spec)
         expert_use(model, spec)
         d = os.path.join(out, spec["name"])
-        shutil.rmtree(d, ignore_errors=True)
-        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
-        for extra in os.listdir(d):
-            if extra not in ("config.json", "model.safetensors"):
-                os.remove(os.path.join(d, extra))
+        save_hf(model, d)
         write_gguf(spec, d, os.path.join(out, spec["name"] + ".gguf"))
         qwen_ref.write_ref(model, os.path.join(out, spec["name"] + ".ref"))
 

@@ -30,9 +30,11 @@ exactly the weights the files hold.
 
 usage: . scripts/torch_env.sh; python3 scripts/qwen_ref.py [OUT_DIR]
 """
-import copy, json, os, shutil, struct, sys
-import numpy as np
+import json, os, struct, sys
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from llmref_common import byte_symbols, gguf_bf16, gguf_f32, save_hf, write_ref as write_knlr  # noqa: E402
 
 torch.set_grad_enabled(False)
 
@@ -133,7 +135,6 @@ def make_model(spec):
 
 def write_gguf(model, spec, path):
     import gguf
-    from gguf import GGMLQuantizationType as Q
     cfg, arch = model.config, spec["arch"]
     w = gguf.GGUFWriter(path, arch)
     w.add_name(spec["name"])
@@ -152,13 +153,7 @@ def write_gguf(model, spec, path):
     # (among them "1 2", which the "qwen2" split never applies inside "123"
     # while Llama 3's would), then three ChatML control tokens
     V = cfg.vocab_size
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + n); n += 1
-    byte_tok = {b: chr(c) for b, c in zip(bs, cs)}
-    tokens = [byte_tok[b] for b in range(256)]
+    tokens = byte_symbols()
     merges = []
     pairs = [("1", "2"), ("Ġ", "t"), ("h", "e"), ("Ġt", "he")] + [(a, b) for a in "abcdefgh" for b in "ijklmnop"]
     for a, b in pairs:
@@ -179,10 +174,10 @@ def write_gguf(model, spec, path):
     sd = {k: v.detach().to(torch.float32).numpy() for k, v in model.state_dict().items()}
 
     def mat(name, a):
-        w.add_tensor(name, gguf.quants.quantize(a, Q.BF16), raw_dtype=Q.BF16)
+        gguf_bf16(w, name, a)
 
     def vec(name, a):
-        w.add_tensor(name, a.astype(np.float32))
+        gguf_f32(w, name, a)
     mat("token_embd.weight", sd["model.embed_tokens.weight"])
     if not cfg.tie_word_embeddings:
         mat("output.weight", sd["lm_head.weight"])
@@ -209,25 +204,8 @@ def write_gguf(model, spec, path):
 
 
 def write_ref(model, path):
-    m64 = model.to(torch.float64)
-    V = m64.config.vocab_size
-    with open(path, "wb") as f:
-        f.write(b"KNLR" + struct.pack("<III", 2, len(PROMPTS), V))
-        for p in PROMPTS:
-            logits = m64(torch.tensor([p])).logits[0]                           # [T, V]
-            ids, gen, margin = list(p), [], []
-            for _ in range(N_GEN):                                              # greedy, full forward each step
-                last = m64(torch.tensor([ids])).logits[0, -1]
-                top = torch.topk(last, 2).values
-                nxt = int(torch.argmax(last))
-                gen.append(nxt); margin.append(float(top[0] - top[1])); ids.append(nxt)
-            r = min(ROWS, len(p))
-            f.write(struct.pack("<III", len(p), N_GEN, r))
-            f.write(struct.pack(f"<{len(p)}i", *p))
-            f.write(struct.pack(f"<{N_GEN}i", *gen))
-            f.write(struct.pack(f"<{N_GEN}f", *margin))
-            f.write(logits[-r:].to(torch.float32).numpy().astype("<f4").tobytes())
-            print(f"  prompt {p[:6]}... greedy {gen[:10]}... min margin {min(margin):.3f}", file=sys.stderr)
+    """the KNLR reference of model (converted to float64 in place) on PROMPTS"""
+    write_knlr(model.to(torch.float64), PROMPTS, path, N_GEN, ROWS)
 
 
 def main():
@@ -237,14 +215,7 @@ def main():
     for spec in MODELS:
         print(spec["name"], file=sys.stderr)
         model = make_model(spec)
-        d = os.path.join(out, spec["name"])
-        shutil.rmtree(d, ignore_errors=True)
-        # a copy: .to(bf16) would also round the rotary inv_freq buffer, which
-        # the reference must keep as transformers computes it (float32)
-        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
-        for extra in os.listdir(d):                      # only what kiln reads
-            if extra not in ("config.json", "model.safetensors"):
-                os.remove(os.path.join(d, extra))
+        save_hf(model, os.path.join(out, spec["name"]))
         write_gguf(model, spec, os.path.join(out, spec["name"] + ".gguf"))
         write_ref(model, os.path.join(out, spec["name"] + ".ref"))
 

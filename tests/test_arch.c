@@ -29,7 +29,7 @@
  *     with what kiln runs (architecture, window layers, caps, rope) or why
  *     it cannot.
  */
-#include "kn_test.h"
+#include "kn_llmref.h"   /* reference fixtures, check_model, the fake device, copy_file */
 #include "kiln.h"
 #include "kiln_backend.h"
 #include "kiln_llm.h"
@@ -40,90 +40,6 @@
 
 #define FIX "tests/fixtures/arch/"
 
-/* ---- reference fixtures (KNLR v2, scripts/llm_ref.py's format) ------------------------ */
-typedef struct { int n_prompt, n_gen, rows; int32_t *prompt, *gen; float *margin, *logits; } ref_case;
-typedef struct { int n, V; ref_case c[8]; } ref_file;
-
-static bool read_ref(const char *path, ref_file *r) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
-    char magic[4]; uint32_t h[3];
-    bool ok = fread(magic, 1, 4, f) == 4 && !memcmp(magic, "KNLR", 4) && fread(h, 4, 3, f) == 3 && h[0] == 2 && h[1] <= 8;
-    if (ok) { r->n = (int)h[1]; r->V = (int)h[2]; }
-    for (int i = 0; ok && i < r->n; i++) {
-        uint32_t k[3];
-        ref_case *c = &r->c[i];
-        if (!(ok = fread(k, 4, 3, f) == 3 && k[0] <= 128 && k[1] <= 64 && k[2] <= k[0])) break;
-        c->n_prompt = (int)k[0]; c->n_gen = (int)k[1]; c->rows = (int)k[2];
-        c->prompt = malloc(4 * (size_t)c->n_prompt); c->gen = malloc(4 * (size_t)c->n_gen + 4);
-        c->margin = malloc(4 * (size_t)c->n_gen + 4); c->logits = malloc(4 * (size_t)c->rows * (size_t)r->V);
-        ok = fread(c->prompt, 4, (size_t)c->n_prompt, f) == (size_t)c->n_prompt &&
-             fread(c->gen, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
-             fread(c->margin, 4, (size_t)c->n_gen, f) == (size_t)c->n_gen &&
-             fread(c->logits, 4, (size_t)c->rows * (size_t)r->V, f) == (size_t)c->rows * (size_t)r->V;
-    }
-    fclose(f);
-    return ok;
-}
-static void free_ref(ref_file *r) {
-    for (int i = 0; i < r->n; i++) { free(r->c[i].prompt); free(r->c[i].gen); free(r->c[i].margin); free(r->c[i].logits); }
-    r->n = 0;
-}
-
-/* The worst relative L2 error over the reference rows of every prompt. */
-static double logits_err(kn_model *m, const ref_file *r) {
-    int V = r->V;
-    double worst = 0;
-    for (int i = 0; i < r->n; i++) {
-        const ref_case *c = &r->c[i];
-        float *lg = malloc(sizeof(float) * (size_t)c->n_prompt * V);
-        if (kn_model_eval(m, c->prompt, c->n_prompt, 0, lg, true) != KN_OK) { free(lg); return INFINITY; }
-        for (int k = 0; k < c->rows; k++) {
-            const float *a = lg + (size_t)(c->n_prompt - c->rows + k) * V, *b = c->logits + (size_t)k * V;
-            double num = 0, den = 0;
-            for (int v = 0; v < V; v++) { num += ((double)a[v] - b[v]) * ((double)a[v] - b[v]); den += (double)b[v] * b[v]; }
-            worst = fmax(worst, isnan(num) ? INFINITY : sqrt(num / den));
-        }
-        free(lg);
-    }
-    return worst;
-}
-
-/* A reference step whose top-2 margin is below this is a near tie (f32
- * against float64 may pick either token; past it the continuations may
- * legitimately differ). */
-#define TIE_MARGIN 1e-3
-
-static void check_model_tol(const char *what, kn_model *m, const ref_file *r, double tol, double tie) {
-    int V = r->V;
-    REQUIRE(kn_model_get_config(m)->n_vocab == V, "%s: vocab %d vs %d", what, kn_model_get_config(m)->n_vocab, V);
-    double e = logits_err(m, r);
-    if (getenv("KN_VERBOSE")) fprintf(stderr, "  %-30s logits rel L2 %.3g\n", what, e);
-    CHECK(e < tol, "%s: logits rel L2 %.3g vs transformers (tol %.0e): %s", what, e, tol, kn_last_error());
-    for (int i = 0; i < r->n; i++) {
-        const ref_case *c = &r->c[i];
-        float *l1 = malloc(sizeof(float) * (size_t)V);
-        int32_t seq[256];
-        memcpy(seq, c->prompt, sizeof(int32_t) * (size_t)c->n_prompt);
-        int np = c->n_prompt, same = 0;
-        REQUIRE(kn_model_eval(m, seq, np, 0, l1, false) == KN_OK, "%s", kn_last_error());
-        for (int g = 0; g < c->n_gen; g++) {
-            int best = 0;
-            for (int v = 1; v < V; v++) if (l1[v] > l1[best]) best = v;
-            if (best != c->gen[g]) break;
-            same++;
-            seq[np] = best;
-            if (g + 1 < c->n_gen) REQUIRE(kn_model_eval(m, &seq[np], 1, np, l1, false) == KN_OK, "%s", kn_last_error());
-            np++;
-        }
-        int clear = 0;
-        while (clear < c->n_gen && c->margin[clear] >= tie) clear++;
-        if (getenv("KN_VERBOSE")) fprintf(stderr, "  %-30s case %d: greedy agrees %d of %d (%d before a near tie)\n", what, i, same, c->n_gen, clear);
-        CHECK(same >= clear, "%s case %d: greedy agrees for %d of %d tokens (%d required)", what, i, same, c->n_gen, clear);
-        free(l1);
-    }
-}
-static void check_model(const char *what, kn_model *m, const ref_file *r) { check_model_tol(what, m, r, 1e-4, TIE_MARGIN); }
 
 /* ---- the models ------------------------------------------------------------------------ */
 typedef struct {
@@ -215,13 +131,7 @@ TEST(arch_matches_transformers) {
     }
 }
 
-/* ---- a device backend's upload path (host memory posing as a device) ------------------- */
-static void *fd_alloc(kn_backend *be, size_t n) { (void)be; return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
-static void fd_free(kn_backend *be, void *p) { (void)be; kn_backend_cpu()->free(kn_backend_cpu(), p); }
-static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { (void)be; memcpy(d, s, n); return KN_OK; }
-static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
-static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
-                            fd_compute, NULL, NULL, NULL};
+/* ---- a device backend's upload path (g_fake, kn_llmref.h) ------------------------------- */
 
 TEST(arch_device_upload_path) {
     for (int i = 0; i < N_CASES; i++) {
@@ -249,16 +159,6 @@ TEST(arch_device_upload_path) {
 /* ---- each feature matters ---------------------------------------------------------------
  * The fixture's weights with one setting changed in config.json: the logits
  * must move far past the tolerance (so the matches above are not luck). */
-static bool copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    bool ok = a && b;
-    char buf[1 << 14];
-    size_t n;
-    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
-    if (a) fclose(a);
-    if (b && fclose(b)) ok = false;
-    return ok;
-}
 /* dir/config.json = the fixture's with the first `from` replaced by `to`; dir/model.safetensors copied */
 static bool edited_model(const char *name, const char *from, const char *to, char dir[64]) {
     snprintf(dir, 64, "/tmp/kn_arch_XXXXXX");

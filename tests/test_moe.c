@@ -105,13 +105,7 @@ TEST(moe_matches_transformers) {
     }
 }
 
-/* ---- a device backend's upload path (host memory posing as a GPU) ---------------------- */
-static void *fd_alloc(kn_backend *be, size_t n) { (void)be; return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
-static void fd_free(kn_backend *be, void *p) { (void)be; kn_backend_cpu()->free(kn_backend_cpu(), p); }
-static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { (void)be; memcpy(d, s, n); return KN_OK; }
-static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
-static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
-                            fd_compute, NULL, NULL, NULL};
+/* ---- a device backend's upload path (g_fake, kn_llmref.h) ------------------------------- */
 
 TEST(moe_device_upload_path) {
     for (int i = 0; i < N_CASES; i++) {
@@ -179,16 +173,6 @@ TEST(moe_routing_and_shared_expert_matter) {
 }
 
 /* ---- refusals ---------------------------------------------------------------------------- */
-static bool copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    bool ok = a && b;
-    char buf[1 << 14];
-    size_t n;
-    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0) ok = fwrite(buf, 1, n, b) == n;
-    if (a) fclose(a);
-    if (b && fclose(b)) ok = false;
-    return ok;
-}
 
 TEST(moe_bad_configs_refused) {
     char dir[] = "/tmp/kn_moe_XXXXXX";

@@ -6,6 +6,7 @@
  * skipped without both. The end-to-end tests with a model are
  * tests/test_serve_e2e.sh. */
 #include "kn_test.h"
+#include <ctype.h>
 #include "serve/serve.h"
 #include "formats/hfconfig.h"
 
@@ -202,7 +203,7 @@ TEST(serve_request_validation) {
     expect_error(&c, "POST", C, NULL, "{\"messages\":[]}", 400, "non-empty array");
     expect_error(&c, "POST", C, NULL, "{\"messages\":{}}", 400, "non-empty array");
     expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"content\":\"x\"}]}", 400, "no 'role'");
-    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "not supported");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", 400, "not supported");
     expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "string or an array");
     expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}", 400, "text only");
     expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"extra\":1}]}", 400, "unknown message field 'extra'");
@@ -326,6 +327,303 @@ TEST(serve_reply_shapes) {
     CHECK(events == 4 && saw_done && saw_usage && saw_finish, "events %d done %d usage %d finish %d", events, saw_done,
           saw_usage, saw_finish);
     sb_free(&sb);
+    srv_job_unref(j);
+}
+
+/* ---- tool calls ---------------------------------------------------------------------------- */
+
+/* a file's text (NULL if unreadable) */
+static char *slurp_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); b = NULL; }
+    if (b) b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+TEST(serve_tool_request_validation) {
+    if (!load_tok()) SKIP("no tokenizer: SmolLM2 (models/) and gguf/ggml-vocab-gpt-2.gguf (KN_ASSETS) are missing");
+    srv_ctx c;
+    ctx_init(&c, NULL);
+    const char *C = "/v1/chat/completions";
+#define U "{\"role\":\"user\",\"content\":\"x\"}"
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":{}}", 400, "'tools' must be an array");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":[{\"type\":\"function\"}]}", 400, "each tool must be");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":[{\"type\":\"retrieval\",\"function\":{\"name\":\"f\"}}]}",
+                 400, "each tool must be");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tool_choice\":\"sometimes\"}", 400, "'tool_choice' must be");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}",
+                 400, "no 'tools'");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}],"
+                 "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"f\"}}}", 400, "not in 'tools'");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", 400,
+                 "only assistant messages");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_call_id\":\"a\"}]}", 400,
+                 "only tool messages");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"function\"}]}]}", 400,
+                 "needs \"function\"");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+                 "\"arguments\":5}}]}]}", 400, "function.arguments");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", 400, "must be an array");
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"parallel_tool_calls\":3}", 400, "true or false");
+    /* the built-in templates (chatml here) have no tools: a clear 400 */
+    expect_error(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+                 400, "built-in templates have no tools");
+    /* tool_choice none drops the tools: fine with chatml; parallel_tool_calls is accepted */
+    srv_resp r;
+    call(&c, "POST", C, NULL, "{\"messages\":[" U "],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+         "\"tool_choice\":\"none\",\"parallel_tool_calls\":false}", &r);
+    CHECK(r.status == 200 && r.job && !r.job->tools, "tool_choice none: %d %s", r.status, r.body.p ? r.body.p : "");
+    srv_resp_free(&r);
+#undef U
+}
+
+/* Requests built from the chat-template fixtures (transformers' own
+ * renderings, tests/fixtures/chat_templates/cases.json) must become the
+ * tokens of the text transformers rendered: the request layer hands the
+ * template what apply_chat_template hands it. */
+TEST(serve_tool_requests_render_as_transformers) {
+    if (!load_tok()) SKIP("no tokenizer: SmolLM2 (models/) and gguf/ggml-vocab-gpt-2.gguf (KN_ASSETS) are missing");
+    char *cases = slurp_file("tests/fixtures/chat_templates/cases.json");
+    REQUIRE(cases, "tests/fixtures/chat_templates/cases.json is missing");
+    kn_json *cj = NULL;
+    REQUIRE(kn_json_parse(cases, strlen(cases), &cj) == KN_OK, "cases.json: %s", kn_last_error());
+    /* ("*_string_args" rows give transformers the arguments as a string, which
+     * it prints as one; a server parses OpenAI's string into the object the
+     * templates expect, so those rows are sent here with the arguments of
+     * tool_calls_results turned into strings, OpenAI's form, instead) */
+    static const char *const names[] = {"qwen2.5/tool_calls_results", "qwen2.5/tools_system", "qwen2.5/tool_first",
+                                        "qwen3/tool_calls_results", "mistral-nemo/tool_calls_results",
+                                        "mistral-nemo/system_tools", "gemma3/tools_ignored", "qwen2.5/system_later"};
+    int done = 0;
+    for (int64_t row = kn_json_first(cj, 0); row >= 0; row = kn_json_next(cj, row))
+      for (int as_string = 0; as_string < 2; as_string++) {
+        const char *name = kn_json_get_str(cj, row, "name");
+        bool want = false;
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) want |= !strcmp(name, names[k]);
+        if (!want || (as_string && !strstr(name, "tool_calls_results"))) continue;
+        const char *tfile = kn_json_get_str(cj, row, "template"), *msgs = kn_json_get_str(cj, row, "messages");
+        char *smsgs = NULL;
+        if (as_string) {   /* {"city": "Paris"} -> "{\"city\": \"Paris\"}", OpenAI's form */
+            static const char *const from[] = {"\"arguments\": {\"city\": \"Paris\"}", "\"arguments\": {\"tz\": \"Asia/Tokyo\"}",
+                                               "\"arguments\": {\"city\": \"Oslo\"}"};
+            static const char *const to[] = {"\"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"",
+                                             "\"arguments\": \"{\\\"tz\\\": \\\"Asia/Tokyo\\\"}\"",
+                                             "\"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\""};
+            smsgs = malloc(strlen(msgs) * 2 + 64);
+            strcpy(smsgs, msgs);
+            int swapped = 0;
+            for (int k = 0; k < 3; k++) {
+                char *at = strstr(smsgs, from[k]);
+                if (!at) continue;
+                size_t fl = strlen(from[k]), tl = strlen(to[k]);
+                memmove(at + tl, at + fl, strlen(at + fl) + 1);
+                memcpy(at, to[k], tl);
+                swapped++;
+            }
+            CHECK(swapped > 0, "%s: no arguments to turn into strings", name);
+            msgs = smsgs;
+        }
+        const char *tools = kn_json_get_str(cj, row, "tools"), *expected = kn_json_get_str(cj, row, "expected");
+        const char *bos = kn_json_get_str(cj, row, "bos"), *eos = kn_json_get_str(cj, row, "eos");
+        REQUIRE(tfile && msgs && expected, "%s: fields", name);
+        char path[256];
+        snprintf(path, sizeof path, "tests/fixtures/chat_templates/%s", tfile);
+        char *jinja = slurp_file(path);
+        REQUIRE(jinja, "%s missing", path);
+        kn_chat_tmpl t;
+        REQUIRE(kn_chat_template_from_string(jinja, &t) == KN_OK, "%s: %s", tfile, kn_last_error());
+        kn_chat_template_set_tokens(&t, bos, eos);
+        free(jinja);
+        srv_ctx c;
+        ctx_init(&c, NULL);
+        c.tmpl = &t;
+        c.n_ctx_seq = 8192;
+        c.max_tokens_cap = 8192;
+        c.max_body = 1 << 16;
+        size_t bl = strlen(msgs) + (tools ? strlen(tools) : 0) + 64;
+        char *body = malloc(bl);
+        snprintf(body, bl, "{\"messages\":%s%s%s%s,\"max_tokens\":4}", msgs, tools ? ",\"tools\":" : "", tools ? tools : "",
+                 tools ? "" : "");
+        srv_resp r;
+        call(&c, "POST", "/v1/chat/completions", NULL, body, &r);
+        CHECK(r.status == 200 && r.job, "%s%s: %d %s", name, as_string ? " (string arguments)" : "", r.status,
+              r.body.p ? r.body.p : "");
+        if (r.job) {
+            /* the handler drops a leading bos_token (the tokenizer adds its own) */
+            const char *text = expected;
+            if (bos && *bos && !strncmp(text, bos, strlen(bos))) text += strlen(bos);
+            int cap = 8192, n = 0;
+            int32_t *ids = malloc(sizeof *ids * (size_t)cap);
+            kn_tokenize(g_tok, text, strlen(text), kn_tokenizer_add_bos(g_tok), true, ids, cap, &n);
+            CHECK(r.job->n_prompt == n && !memcmp(r.job->prompt, ids, sizeof *ids * (size_t)n),
+                  "%s%s: %d prompt tokens, transformers' text gives %d", name, as_string ? " (string arguments)" : "",
+                  r.job->n_prompt, n);
+            CHECK(r.job->tools == (tools != NULL), "%s: tools flag", name);
+            free(ids);
+        }
+        srv_resp_free(&r);
+        free(body);
+        free(smsgs);
+        kn_chat_tmpl_free(&t);
+        done++;
+      }
+    CHECK(done == (int)(sizeof names / sizeof names[0]) + 3, "found %d of the cases", done);
+    kn_json_free(cj);
+    free(cases);
+}
+
+/* parse a reply's calls; the names and arguments joined as "name(args);" */
+static bool calls_of(const char *text, char *out, size_t cap, size_t *content) {
+    srv_tool_calls tc;
+    bool ok = srv_tool_parse(text, strlen(text), content, &tc);
+    out[0] = 0;
+    for (int i = 0; i < tc.n; i++)
+        snprintf(out + strlen(out), cap - strlen(out), "%s(%s);", tc.v[i].name, tc.v[i].args);
+    srv_tool_calls_free(&tc);
+    return ok;
+}
+
+TEST(serve_tool_call_parsing) {
+    char got[512];
+    size_t cl;
+    /* Qwen / Hermes blocks: content before, two calls, the last without its closing tag */
+    CHECK(calls_of("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"n\": [1, 2.5]}}\n"
+                   "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}", got, sizeof got, &cl),
+          "qwen");
+    CHECK(!strcmp(got, "get_weather({\"city\":\"Paris\",\"n\":[1,2.5]});get_time({\"tz\":\"UTC\"});"), "qwen calls: %s", got);
+    CHECK(cl == strlen("Let me check."), "qwen content length %zu", cl);
+    CHECK(calls_of("<tool_call>{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}</tool_call>", got, sizeof got, &cl) && cl == 0 &&
+          !strcmp(got, "f({\"a\": 1});"), "string arguments kept: %s", got);
+    CHECK(calls_of("<tool_call>{\"name\":\"f\"}</tool_call>", got, sizeof got, &cl) && !strcmp(got, "f({});"), "no arguments: %s", got);
+    /* Llama 3.x: the whole reply, parameters or arguments, python_tag, an array */
+    CHECK(calls_of("{\"name\": \"get_time\", \"parameters\": {\"tz\": \"CET\"}}", got, sizeof got, &cl) && cl == 0 &&
+          !strcmp(got, "get_time({\"tz\":\"CET\"});"), "llama: %s", got);
+    CHECK(calls_of("  <|python_tag|>{\"name\": \"f\", \"arguments\": {}}", got, sizeof got, &cl) && !strcmp(got, "f({});"),
+          "python_tag: %s", got);
+    CHECK(calls_of("[{\"name\": \"a\", \"parameters\": {}}, {\"name\": \"b\", \"parameters\": {\"x\": true}}]", got, sizeof got, &cl) &&
+          !strcmp(got, "a({});b({\"x\":true});"), "array: %s", got);
+    /* Mistral */
+    CHECK(calls_of("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]", got, sizeof got, &cl) &&
+          cl == 0 && !strcmp(got, "get_weather({\"city\":\"Oslo\"});"), "mistral: %s", got);
+    /* not calls: plain text, broken JSON, a JSON object that is no call, an empty name, a bad array */
+    const char *plain[] = {"Hello there.", "", "<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>",
+                           "{\"answer\": 42}", "{\"name\": \"\", \"arguments\": {}}", "[]", "[TOOL_CALLS]nope",
+                           "<tool_call>\n{\"name\": \"f\"}\n</tool_call><tool_call>oops</tool_call>",
+                           "{\"name\": \"f\", \"arguments\": 7}", "<tool_call"};
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        CHECK(!calls_of(plain[i], got, sizeof got, &cl) && cl == strlen(plain[i]) && !got[0], "'%s' is content", plain[i]);
+    }
+    /* streaming: what may go out as content */
+    CHECK(srv_tool_stream_safe("Hello <tool", 11, 0) == 5, "a partial opening tag and the space before it are held");
+    CHECK(srv_tool_stream_safe("Hello <b>", 9, 0) == 9, "other text goes out");
+    CHECK(srv_tool_stream_safe("  {\"na", 6, 0) == 0, "a reply that may be one JSON call is held");
+    CHECK(srv_tool_stream_safe("[TOOL_C", 7, 0) == 0 && srv_tool_stream_safe("<|pyth", 6, 0) == 0, "markers held");
+    CHECK(srv_tool_stream_safe("ok {x} <tool_call>{", 19, 3) == 6, "content up to the call");
+    CHECK(srv_tool_stream_safe("ab", 2, 2) == 2, "never less than sent");
+    srv_job j = {.kind = SRV_CHAT};
+    snprintf(j.id, sizeof j.id, "chatcmpl-x");
+    char a[10], b[10];
+    srv_tool_call_id(&j, 0, a);
+    srv_tool_call_id(&j, 1, b);
+    CHECK(strlen(a) == 9 && strlen(b) == 9 && strcmp(a, b), "ids %s %s", a, b);
+    for (int i = 0; i < 9; i++) CHECK(isalnum((unsigned char)a[i]), "id letters and digits: %s", a);
+}
+
+/* the SSE events of out: content deltas joined, the tool calls seen, the finish reason */
+static void read_events(const char *out, char *content, size_t cap, char *calls, size_t ccap, char *finish) {
+    content[0] = calls[0] = finish[0] = 0;
+    const char *p = out;
+    while (p && (p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        if (!e || !strncmp(p, "[DONE]", 6)) break;
+        kn_json *js = NULL;
+        CHECK(kn_json_parse(p, (size_t)(e - p), &js) == KN_OK, "event not JSON: %.*s", (int)(e - p), p);
+        int64_t ch = kn_json_at(js, kn_json_get(js, 0, "choices"), 0), d = kn_json_get(js, ch, "delta");
+        const char *t = kn_json_get_str(js, d, "content"), *f = kn_json_get_str(js, ch, "finish_reason");
+        if (t) snprintf(content + strlen(content), cap - strlen(content), "%s", t);
+        if (f) snprintf(finish, 32, "%s", f);
+        int64_t tcs = kn_json_get(js, d, "tool_calls");
+        for (int64_t c = kn_json_first(js, tcs); c >= 0; c = kn_json_next(js, c)) {
+            int64_t fn = kn_json_get(js, c, "function"), idx = -1;
+            kn_json_get_i64(js, c, "index", &idx);
+            snprintf(calls + strlen(calls), ccap - strlen(calls), "%lld:%s:%s(%s);", (long long)idx,
+                     kn_json_get_str(js, c, "type"), kn_json_get_str(js, fn, "name"), kn_json_get_str(js, fn, "arguments"));
+        }
+        kn_json_free(js);
+        p = e;
+    }
+}
+
+TEST(serve_tool_call_replies) {
+    srv_ctx c;
+    ctx_init(&c, NULL);
+    srv_job *j = srv_job_new();
+    REQUIRE(j, "job");
+    j->kind = SRV_CHAT;
+    j->tools = true;
+    j->finish = "stop";
+    snprintf(j->id, sizeof j->id, "chatcmpl-7");
+    const char *reply = "Checking.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>";
+    /* the whole reply */
+    sbuf sb = {0};
+    srv_reply_full(&c, j, reply, strlen(reply), &sb);
+    kn_json *js = NULL;
+    REQUIRE(kn_json_parse(sb.p, sb.len, &js) == KN_OK, "reply: %s", sb.p);
+    int64_t ch = kn_json_at(js, kn_json_get(js, 0, "choices"), 0), msg = kn_json_get(js, ch, "message");
+    int64_t tc = kn_json_at(js, kn_json_get(js, msg, "tool_calls"), 0), fn = kn_json_get(js, tc, "function");
+    CHECK(!strcmp(kn_json_get_str(js, msg, "content"), "Checking."), "content");
+    CHECK(!strcmp(kn_json_get_str(js, fn, "name"), "get_time") && !strcmp(kn_json_get_str(js, fn, "arguments"), "{\"tz\":\"UTC\"}"),
+          "call");
+    CHECK(strlen(kn_json_get_str(js, tc, "id")) == 9 && !strcmp(kn_json_get_str(js, tc, "type"), "function"), "id, type");
+    CHECK(!strcmp(kn_json_get_str(js, ch, "finish_reason"), "tool_calls"), "finish_reason");
+    kn_json_free(js);
+    sb_free(&sb);
+    /* only a call: content null */
+    srv_reply_full(&c, j, "{\"name\": \"f\", \"parameters\": {}}", 31, &sb);
+    REQUIRE(kn_json_parse(sb.p, sb.len, &js) == KN_OK, "reply: %s", sb.p);
+    msg = kn_json_get(js, kn_json_at(js, kn_json_get(js, 0, "choices"), 0), "message");
+    CHECK(kn_json_kind(js, kn_json_get(js, msg, "content")) == KN_JSON_NULL, "content null: %s", sb.p);
+    kn_json_free(js);
+    sb_free(&sb);
+    /* an unknown syntax is content */
+    srv_reply_full(&c, j, "<call>f()</call>", 16, &sb);
+    REQUIRE(kn_json_parse(sb.p, sb.len, &js) == KN_OK, "reply: %s", sb.p);
+    ch = kn_json_at(js, kn_json_get(js, 0, "choices"), 0);
+    msg = kn_json_get(js, ch, "message");
+    CHECK(!strcmp(kn_json_get_str(js, msg, "content"), "<call>f()</call>") && kn_json_get(js, msg, "tool_calls") < 0 &&
+          !strcmp(kn_json_get_str(js, ch, "finish_reason"), "stop"), "plain reply: %s", sb.p);
+    kn_json_free(js);
+    sb_free(&sb);
+
+    /* streamed in awkward pieces: the content, then the calls, then finish_reason tool_calls */
+    const char *pieces[] = {"Check", "ing.\n<to", "ol_call>\n{\"name\": \"get_", "time\", \"arguments\": {\"tz\": \"UTC\"}}\n</tool_call>"};
+    char content[256], calls[512], finish[32];
+    srv_tstream ts = {0};
+    for (int i = 0; i < 4; i++) srv_sse_text(&c, j, &ts, pieces[i], strlen(pieces[i]), i == 0, i == 3, &sb);
+    read_events(sb.p, content, sizeof content, calls, sizeof calls, finish);
+    CHECK(!strcmp(content, "Checking."), "streamed content '%s'", content);
+    CHECK(!strcmp(calls, "0:function:get_time({\"tz\":\"UTC\"});"), "streamed calls '%s'", calls);
+    CHECK(!strcmp(finish, "tool_calls") && j->called, "finish '%s'", finish);
+    CHECK(strstr(sb.p, "data: [DONE]"), "done line");
+    sb_free(&sb);
+    sb_free(&ts.acc);
+    /* a reply that only looked like a call at first is sent whole at the end */
+    j->called = false;
+    ts = (srv_tstream){0};
+    const char *fake[] = {"{not", " json} and <tool", " text"};
+    for (int i = 0; i < 3; i++) srv_sse_text(&c, j, &ts, fake[i], strlen(fake[i]), i == 0, i == 2, &sb);
+    read_events(sb.p, content, sizeof content, calls, sizeof calls, finish);
+    CHECK(!strcmp(content, "{not json} and <tool text") && !calls[0] && !strcmp(finish, "stop"), "fake: '%s' '%s' %s", content,
+          calls, finish);
+    sb_free(&sb);
+    sb_free(&ts.acc);
     srv_job_unref(j);
 }
 

@@ -26,7 +26,8 @@ static const cli_sub_info SUBS[CLI_N_SUBS] = {
                       "Prints the token ids of TEXT on one line, space separated."},
     [CLI_SERVE] = {"serve", "kiln serve -m MODEL [options]",
                    "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models, /health, "
-                   "/metrics) with continuous batching, and a chat page at http://HOST:PORT/; Ctrl-C stops it."},
+                   "/metrics) with continuous batching, tool calls (through the model's chat template), and a chat page at "
+                   "http://HOST:PORT/; Ctrl-C stops it."},
 };
 
 bool cli_sub_find(const char *name, cli_sub *out) {
@@ -88,7 +89,7 @@ static const cli_opt OPTS[] = {
     {"-m", "--model", OPT_STR, G | C | I | B | P | T | S, F(model), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "FILE",
      "model: GGUF (llama incl. Mixtral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, gemma2, gemma3, phi3, gpt2), llama2.c .bin, llm.c GPT-2 .bin, or a Hugging Face safetensors file or directory (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, Phi-3, Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GPT-2)"},
     {"-z", "--tokenizer", OPT_STR, G | C | B | P | T | S, F(tokenizer), NO_FIELD, NULL, "the model's own", 0, 0, false, NULL, false, "FILE",
-     "tokenizer: llama2.c tokenizer.bin, a GGUF vocabulary, or llm.c gpt2_tokenizer.bin (decode only); needed for models without one"},
+     "tokenizer: Hugging Face tokenizer.json (or its model directory, with tokenizer_config.json), llama2.c tokenizer.bin, a GGUF vocabulary, or llm.c gpt2_tokenizer.bin (decode only); needed for models without one"},
     {"-p", "--prompt", OPT_STR, G, F(prompt), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "TEXT", "the prompt"},
     {"-p", "--prompt", OPT_STR, T, F(prompt), NO_FIELD, NULL, NULL, 0, 0, false, NULL, true, "TEXT", "the text to tokenize"},
     {"-p", "--bench-prompt", OPT_INT, B, F(n_prompt_bench), NO_FIELD, "512", NULL, 1, 1 << 20, false, NULL, false, "N",

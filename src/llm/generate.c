@@ -209,7 +209,7 @@ kn_status kn_generate(kn_model *m, const char *prompt, const kn_generate_params 
                       kn_token_cb cb, void *ud, kn_generate_stats *stats) {
     const kn_tokenizer *tok = kn_model_tokenizer(m);
     if (!tok) return kn_set_error(KN_ERR_STATE, "generate: the model has no tokenizer; load it with a tokenizer file "
-                                  "(kn_model_opts.tokenizer_path, `kiln -z FILE`: a GGUF vocabulary or llama2.c tokenizer.bin)");
+                                  "(kn_model_opts.tokenizer_path, `kiln -z FILE`: tokenizer.json, a GGUF vocabulary or llama2.c tokenizer.bin)");
     kn_generate_params p = gp ? *gp : kn_generate_defaults();
     kn_status bad = check_stops(&p);
     if (bad) return bad;

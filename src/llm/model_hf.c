@@ -567,26 +567,12 @@ static kn_status hf_tokenizer_json(kn_model *m, const char *config) {
     const char *slash = strrchr(config, '/');
     snprintf(tj, sizeof tj, "%.*stokenizer.json", slash ? (int)(slash - config + 1) : 0, config);
     if (!exists(tj)) return KN_OK;
-    kn_status st = kn_tokenizer_load_hf(tj, &m->tok);
+    kn_status st = kn__model_load_hf_tokenizer(m, tj);
     if (st) {
         char msg[900];
         snprintf(msg, sizeof msg, "%s", kn_last_error());
         return kn_set_error(st, "%s (pass -z with another tokenizer to skip tokenizer.json)", msg);
     }
-    /* newer downloads keep the template in chat_template.jinja beside the config */
-    char cj[4200];
-    snprintf(cj, sizeof cj, "%.*schat_template.jinja", slash ? (int)(slash - config + 1) : 0, config);
-    FILE *f = !m->chat_template ? fopen(cj, "rb") : NULL;
-    if (f) {
-        long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        if (n >= 0 && n < (16L << 20) && fseek(f, 0, SEEK_SET) == 0 && (m->chat_template = malloc((size_t)n + 1))) {
-            if (fread(m->chat_template, 1, (size_t)n, f) == (size_t)n) m->chat_template[n] = 0;
-            else { free(m->chat_template); m->chat_template = NULL; }
-        }
-        fclose(f);
-    }
-    const char *ct = kn_tokenizer_chat_template(m->tok);
-    if (ct && !m->chat_template && (m->chat_template = malloc(strlen(ct) + 1))) strcpy(m->chat_template, ct);
     if (kn_tokenizer_n_vocab(m->tok) > m->cfg.n_vocab) {
         st = kn_set_error(KN_ERR_FORMAT, "%s has %d tokens but the model's vocabulary has only %d; pass the "
                           "tokenizer that belongs to this model with -z", tj, kn_tokenizer_n_vocab(m->tok), m->cfg.n_vocab);

@@ -166,9 +166,13 @@ kn_tensor *kn__model_mat(kn_model *m, kn_dtype dt, int64_t out, int64_t in, cons
 kn_tensor *kn__model_f32(kn_model *m, kn_dtype dt, int64_t rows, int64_t n, const void *data, const char *name);
 /* Sets the error "prefix: <previous message>" (copied first) and returns st. */
 kn_status kn__model_err_prefix(kn_status st, const char *prefix);
-/* Tokenizer from a file: GGUF vocabulary, llm.c gpt2_tokenizer.bin (decode
- * only) or llama2.c tokenizer.bin; checked against the model's vocabulary. */
+/* Tokenizer from a file: Hugging Face tokenizer.json (or the directory
+ * holding it, with tokenizer_config.json), GGUF vocabulary, llm.c
+ * gpt2_tokenizer.bin (decode only) or llama2.c tokenizer.bin; checked against
+ * the model's vocabulary. kn__model_load_hf_tokenizer: the first kind alone
+ * (also takes the chat template when the model has none), unchecked. */
 kn_status kn__model_load_tokenizer(kn_model *m, const char *path);
+kn_status kn__model_load_hf_tokenizer(kn_model *m, const char *path_or_dir);
 
 /* model_moe.c: the mixture-of-experts FFN over h [T, C] -> [T, C] (router
  * softmax, top-k, experts through mul_mat_id, shared expert); the GGUF

@@ -142,14 +142,63 @@ kn_status kn__model_file_magic(const char *path, const char *what, unsigned char
     return KN_OK;
 }
 
+/* Hugging Face tokenizer.json (a file, or the directory holding it) with
+ * tokenizer_config.json beside it; the model's chat template, when it has
+ * none yet, is chat_template.jinja beside them (newer downloads keep it
+ * there) or else tokenizer_config.json's. */
+kn_status kn__model_load_hf_tokenizer(kn_model *m, const char *path_or_dir) {
+    kn_status st = kn_tokenizer_load_hf(path_or_dir, &m->tok);
+    if (st) return st;
+    size_t pl = strlen(path_or_dir);
+    bool dir = kn__is_dir(path_or_dir);
+    const char *slash = strrchr(path_or_dir, '/');
+    int dl = dir ? (int)pl : slash ? (int)(slash - path_or_dir) : -1;   /* the directory part, -1: none */
+    char *cj = m->chat_template ? NULL : malloc(pl + 32);
+    if (cj) snprintf(cj, pl + 32, "%.*s%schat_template.jinja", dl < 0 ? 0 : dl, path_or_dir, dl < 0 ? "" : "/");
+    FILE *f = cj ? fopen(cj, "rb") : NULL;
+    free(cj);
+    if (f) {
+        long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (n >= 0 && n < (16L << 20) && fseek(f, 0, SEEK_SET) == 0 && (m->chat_template = malloc((size_t)n + 1))) {
+            if (fread(m->chat_template, 1, (size_t)n, f) == (size_t)n) m->chat_template[n] = 0;
+            else { free(m->chat_template); m->chat_template = NULL; }
+        }
+        fclose(f);
+    }
+    const char *ct = kn_tokenizer_chat_template(m->tok);
+    if (ct && !m->chat_template && (m->chat_template = malloc(strlen(ct) + 1))) strcpy(m->chat_template, ct);
+    return KN_OK;
+}
+
+/* a JSON object's first byte (after whitespace): tokenizer.json */
+static bool json_magic(const unsigned char *mg, size_t got) {
+    size_t i = 0;
+    while (i < got && (mg[i] == ' ' || mg[i] == '\t' || mg[i] == '\n' || mg[i] == '\r')) i++;
+    return i < got && mg[i] == '{';
+}
+
 kn_status kn__model_load_tokenizer(kn_model *m, const char *path) {
     unsigned char mg[12];
-    size_t got;
-    kn_status st = kn__model_file_magic(path, "tokenizer file", mg, &got);
-    if (st) return st;
-    int32_t magic;
-    memcpy(&magic, mg, 4);
-    if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
+    size_t got = 0;
+    kn_status st;
+    bool dir = kn__is_dir(path);
+    if (!dir && (st = kn__model_file_magic(path, "tokenizer file", mg, &got))) return st;
+    int32_t magic = 0;
+    if (!dir) memcpy(&magic, mg, 4);
+    if (dir) {                               /* a Hugging Face model directory */
+        size_t pl = strlen(path);
+        char *tj = malloc(pl + 16);
+        if (!tj) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+        snprintf(tj, pl + 16, "%s/tokenizer.json", path);
+        bool have = access(tj, F_OK) == 0;
+        free(tj);
+        if (!have)
+            return kn_set_error(KN_ERR_IO, "tokenizer '%s' is a directory without a tokenizer.json; pass a tokenizer "
+                                "file or a Hugging Face model directory", path);
+        st = kn__model_load_hf_tokenizer(m, path);
+    } else if (json_magic(mg, got)) {
+        st = kn__model_load_hf_tokenizer(m, path);
+    } else if (got >= 4 && !memcmp(mg, "GGUF", 4)) {
         kn_gguf *g;
         if ((st = kn_gguf_open(path, &g))) return st;
         st = kn_tokenizer_from_gguf(g, &m->tok);

@@ -301,51 +301,23 @@ size_t kn__bpe_piece(const kn_tokenizer *t, int32_t id, char *dst) {
 }
 
 /* ========================================================================== */
-/* merges                                                                     */
-/* ========================================================================== */
-
-static size_t merge_slot(uint64_t key, size_t mask) {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
-}
-
-static const kn_bpe_merge *merge_find(const kn_tokenizer *t, int32_t l, int32_t r) {
-    if (!t->merge_cap) return NULL;
-    uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-    size_t mask = t->merge_cap - 1;
-    for (size_t i = merge_slot(key, mask);; i = (i + 1) & mask) {
-        const kn_bpe_merge *m = &t->merges[i];
-        if (m->rank < 0) return NULL;
-        if (m->key == key) return m;
-    }
-}
-
-/* ========================================================================== */
 /* encoding                                                                   */
 /* ========================================================================== */
-
-typedef struct bpe_sym { int32_t id, prev, next; } bpe_sym;   /* id -1: merged away */
 
 typedef struct bpe_ctx {
     const kn_tokenizer *t;
     kn_idvec *out;
-    bpe_sym *sym; size_t sym_cap;
+    kn_bpe_sym *sym; size_t sym_cap;
     kn_heap heap;
     const char *text;    /* the run being split (bpe_span's offsets are into it) */
 } bpe_ctx;
-
-static kn_status push_pair(bpe_ctx *c, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return KN_OK;
-    const kn_bpe_merge *m = merge_find(c->t, c->sym[l].id, c->sym[r].id);
-    if (!m) return KN_OK;
-    return kn__heap_push(&c->heap, (kn_heap_item){(double)m->rank, l, r, c->sym[l].id, c->sym[r].id});
-}
 
 /* BPE over the bytes of one pre-tokenized word. */
 static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
     const kn_tokenizer *t = c->t;
     if (n > (size_t)INT32_MAX) return kn_set_error(KN_ERR_LIMIT, "tokenize: word of %zu bytes is too long", n);
     if (n > c->sym_cap) {
-        bpe_sym *ns = realloc(c->sym, n * sizeof *ns);
+        kn_bpe_sym *ns = realloc(c->sym, n * sizeof *ns);
         if (!ns) return kn_set_error(KN_ERR_NOMEM, "tokenize: out of memory for a %zu-byte word", n);
         c->sym = ns; c->sym_cap = n;
     }
@@ -361,33 +333,13 @@ static kn_status bpe_word(bpe_ctx *c, const unsigned char *w, size_t n) {
      * byte-level BPE drops it (its model has no unknown token): mapping it
      * to tokenizer.ggml.unknown_token_id injected <|endoftext|> (id 0) into
      * SmolLM2 prompts. */
-    bpe_sym *s = c->sym;
+    kn_bpe_sym *s = c->sym;
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         int32_t id = t->byte_id[w[i]];
-        if (id < 0) continue;
-        s[m] = (bpe_sym){id, (int32_t)m - 1, (int32_t)m + 1};
-        m++;
+        if (id >= 0) s[m++].id = id;
     }
-    if (m == 0) return KN_OK;
-    n = m;
-    s[n - 1].next = -1;
-    c->heap.n = 0;
-    kn_status st = KN_OK;
-    for (size_t i = 0; i + 1 < n && st == KN_OK; i++) st = push_pair(c, (int32_t)i, (int32_t)i + 1);
-    while (st == KN_OK && c->heap.n > 0) {
-        kn_heap_item it = kn__heap_pop(&c->heap);
-        int32_t l = it.pos, r = it.a;
-        if (s[l].id != it.b || s[r].id != it.aux || s[l].next != r) continue;   /* stale */
-        s[l].id = merge_find(t, it.b, it.aux)->id;
-        s[r].id = -1;
-        s[l].next = s[r].next;
-        if (s[r].next >= 0) s[s[r].next].prev = l;
-        st = push_pair(c, s[l].prev, l);
-        if (st == KN_OK) st = push_pair(c, l, s[l].next);
-    }
-    for (int32_t i = 0; i >= 0 && st == KN_OK; i = s[i].next) st = kn__idvec_push(c->out, s[i].id);
-    return st;
+    return kn__bpe_merge_syms(t, s, m, &c->heap, c->out);
 }
 
 /* GPT-2 split of code points cp[b..e) (one segment; nothing outside it is
@@ -560,8 +512,7 @@ static kn_status load_merges(kn_tokenizer *t, const kn_gguf *g) {
         int32_t m = kn__tok_lookup(t, cat, ll + rl);
         if (l < 0 || r < 0 || m < 0) continue;   /* refers to pieces not in the vocabulary: unusable */
         uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-        size_t j = merge_slot(key, cap - 1);
-        while (t->merges[j].rank >= 0 && t->merges[j].key != key) j = (j + 1) & (cap - 1);
+        size_t j = kn__merge_probe(t->merges, cap, key);
         if (t->merges[j].rank < 0) t->merges[j] = (kn_bpe_merge){key, (int32_t)i, m};  /* first rank wins */
     }
     free(cat);

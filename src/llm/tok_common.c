@@ -89,6 +89,48 @@ kn_heap_item kn__heap_pop(kn_heap *h) {
     return top;
 }
 
+/* ---- BPE merges ---------------------------------------------------------- */
+size_t kn__merge_probe(const kn_bpe_merge *tab, size_t cap, uint64_t key) {
+    size_t mask = cap - 1, i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+    while (tab[i].rank >= 0 && tab[i].key != key) i = (i + 1) & mask;
+    return i;
+}
+
+const kn_bpe_merge *kn__merge_find(const kn_tokenizer *t, int32_t l, int32_t r) {
+    if (!t->merge_cap) return NULL;
+    const kn_bpe_merge *m = &t->merges[kn__merge_probe(t->merges, t->merge_cap, ((uint64_t)(uint32_t)l << 32) | (uint32_t)r)];
+    return m->rank >= 0 ? m : NULL;
+}
+
+static kn_status push_pair(const kn_tokenizer *t, const kn_bpe_sym *s, kn_heap *h, int32_t l, int32_t r) {
+    if (l < 0 || r < 0) return KN_OK;
+    const kn_bpe_merge *m = kn__merge_find(t, s[l].id, s[r].id);
+    if (!m) return KN_OK;
+    return kn__heap_push(h, (kn_heap_item){(double)m->rank, l, r, s[l].id, s[r].id});
+}
+
+kn_status kn__bpe_merge_syms(const kn_tokenizer *t, kn_bpe_sym *s, size_t m, kn_heap *heap, kn_idvec *out) {
+    if (m == 0) return KN_OK;
+    for (size_t i = 0; i < m; i++) { s[i].prev = (int32_t)i - 1; s[i].next = (int32_t)i + 1; }
+    s[m - 1].next = -1;
+    heap->n = 0;
+    kn_status st = KN_OK;
+    for (size_t i = 0; i + 1 < m && st == KN_OK; i++) st = push_pair(t, s, heap, (int32_t)i, (int32_t)i + 1);
+    while (st == KN_OK && heap->n > 0) {
+        kn_heap_item it = kn__heap_pop(heap);
+        int32_t l = it.pos, r = it.a;
+        if (s[l].id != it.b || s[r].id != it.aux || s[l].next != r) continue;   /* stale */
+        s[l].id = kn__merge_find(t, it.b, it.aux)->id;
+        s[r].id = -1;
+        s[l].next = s[r].next;
+        if (s[r].next >= 0) s[s[r].next].prev = l;
+        st = push_pair(t, s, heap, s[l].prev, l);
+        if (st == KN_OK) st = push_pair(t, s, heap, l, s[l].next);
+    }
+    for (int32_t i = 0; i >= 0 && st == KN_OK; i = s[i].next) st = kn__idvec_push(out, s[i].id);
+    return st;
+}
+
 /* ========================================================================== */
 /* vocabulary storage and lookup                                              */
 /* ========================================================================== */

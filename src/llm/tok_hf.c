@@ -264,28 +264,11 @@ static int32_t model_lookup(const kn_tokenizer *t, const char *s, size_t n) {
     return id >= 0 && t->hf->in_model[id] ? id : -1;   /* added tokens outside it are not the model's */
 }
 
-static size_t merge_slot(uint64_t key, size_t mask) {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
-}
-
-const kn_bpe_merge *kn__hf_merge_find(const kn_tokenizer *t, int32_t l, int32_t r) {
-    if (!t->merge_cap) return NULL;
-    uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-    size_t mask = t->merge_cap - 1;
-    for (size_t i = merge_slot(key, mask);; i = (i + 1) & mask) {
-        const kn_bpe_merge *m = &t->merges[i];
-        if (m->rank < 0) return NULL;
-        if (m->key == key) return m;
-    }
-}
-
-typedef struct sym { int32_t id, prev, next; } sym;
-
 typedef struct enc {
     const kn_tokenizer *t;
     const struct kn_hf *hf;
     kn_idvec *out;
-    sym *sy; size_t sy_cap;
+    kn_bpe_sym *sy; size_t sy_cap;
     kn_heap heap;
     sbuf tmp;
     double *vs; int32_t *vid; size_t *vfrom; size_t v_cap;   /* Viterbi: [n + 1] each */
@@ -293,17 +276,10 @@ typedef struct enc {
 
 static kn_status sym_reserve(enc *e, size_t n) {
     if (n <= e->sy_cap) return KN_OK;
-    sym *ns = realloc(e->sy, n * sizeof *ns);
+    kn_bpe_sym *ns = realloc(e->sy, n * sizeof *ns);
     if (!ns) return nomem();
     e->sy = ns; e->sy_cap = n;
     return KN_OK;
-}
-
-static kn_status push_pair(enc *e, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return KN_OK;
-    const kn_bpe_merge *m = kn__hf_merge_find(e->t, e->sy[l].id, e->sy[r].id);
-    if (!m) return KN_OK;
-    return kn__heap_push(&e->heap, (kn_heap_item){(double)m->rank, l, r, e->sy[l].id, e->sy[r].id});
 }
 
 static kn_status bpe_piece(enc *e, const char *s, size_t n) {
@@ -314,7 +290,7 @@ static kn_status bpe_piece(enc *e, const char *s, size_t n) {
     }
     kn_status st = sym_reserve(e, n);
     if (st != KN_OK) return st;
-    sym *sy = e->sy;
+    kn_bpe_sym *sy = e->sy;
     size_t m = 0; int k;
     bool last_unk = false;
     for (size_t i = 0; i < n; i += (size_t)k) {
@@ -335,24 +311,7 @@ static kn_status bpe_piece(enc *e, const char *s, size_t n) {
         if (hf->fuse_unk && last_unk) continue;
         sy[m++].id = hf->unk; last_unk = true;
     }
-    if (m == 0) return KN_OK;
-    for (size_t i = 0; i < m; i++) { sy[i].prev = (int32_t)i - 1; sy[i].next = (int32_t)i + 1; }
-    sy[m - 1].next = -1;
-    e->heap.n = 0;
-    for (size_t i = 0; i + 1 < m && st == KN_OK; i++) st = push_pair(e, (int32_t)i, (int32_t)i + 1);
-    while (st == KN_OK && e->heap.n > 0) {
-        kn_heap_item it = kn__heap_pop(&e->heap);
-        int32_t l = it.pos, r = it.a;
-        if (sy[l].id != it.b || sy[r].id != it.aux || sy[l].next != r) continue;   /* stale */
-        sy[l].id = kn__hf_merge_find(t, it.b, it.aux)->id;
-        sy[r].id = -1;
-        sy[l].next = sy[r].next;
-        if (sy[r].next >= 0) sy[sy[r].next].prev = l;
-        st = push_pair(e, sy[l].prev, l);
-        if (st == KN_OK) st = push_pair(e, l, sy[l].next);
-    }
-    for (int32_t i = 0; i >= 0 && st == KN_OK; i = sy[i].next) st = kn__idvec_push(e->out, sy[i].id);
-    return st;
+    return kn__bpe_merge_syms(t, sy, m, &e->heap, e->out);
 }
 
 static kn_status wordpiece_piece(enc *e, const char *s, size_t n) {

@@ -74,7 +74,6 @@ struct kn_hf {
 
 /* tok_hf.c */
 kn_status kn__hf_encode(const kn_tokenizer *t, const char *text, size_t len, bool at_start, kn_idvec *out);
-const kn_bpe_merge *kn__hf_merge_find(const kn_tokenizer *t, int32_t l, int32_t r);
 
 /* tok_hfuni.c */
 bool kn__hf_is_punct(uint32_t c);

@@ -583,8 +583,7 @@ static kn_status read_merges(const kn_json *j, int64_t arr, kn_tokenizer *t) {
             break;
         }
         uint64_t key = ((uint64_t)(uint32_t)l << 32) | (uint32_t)r;
-        size_t jx = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & (cap - 1);
-        while (t->merges[jx].rank >= 0 && t->merges[jx].key != key) jx = (jx + 1) & (cap - 1);
+        size_t jx = kn__merge_probe(t->merges, cap, key);
         t->merges[jx] = (kn_bpe_merge){key, rank, m};        /* a repeated pair: the later rank wins, as in HF */
     }
     free(cat);

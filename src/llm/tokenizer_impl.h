@@ -82,6 +82,18 @@ typedef struct kn_heap { kn_heap_item *v; size_t n, cap; } kn_heap;
 kn_status kn__heap_push(kn_heap *h, kn_heap_item it);
 kn_heap_item kn__heap_pop(kn_heap *h);
 
+/* BPE merges (GGUF and tokenizer.json vocabularies share the table above):
+ * kn__merge_probe gives the slot of tab[cap] that holds key (left << 32 |
+ * right), or the empty one (rank < 0) where it goes; kn__merge_find the
+ * merge of the pair (l, r), or NULL. kn__bpe_merge_syms runs the merges
+ * (lowest rank first, leftmost among equals) over the m symbols s[] whose
+ * ids are set (prev/next are set here) and appends the resulting ids to
+ * out; heap is scratch (kept for reuse by the caller). */
+typedef struct kn_bpe_sym { int32_t id, prev, next; } kn_bpe_sym;   /* id -1: merged away */
+size_t kn__merge_probe(const kn_bpe_merge *tab, size_t cap, uint64_t key);
+const kn_bpe_merge *kn__merge_find(const kn_tokenizer *t, int32_t l, int32_t r);
+kn_status kn__bpe_merge_syms(const kn_tokenizer *t, kn_bpe_sym *s, size_t m, kn_heap *heap, kn_idvec *out);
+
 /* ---- tok_bpe.c: Unicode classes, GPT-2 byte map, regex-free pre-tokenizers ---- */
 enum { KN_CF_LETTER = 1, KN_CF_NUMBER = 2, KN_CF_SPACE = 4, KN_CF_OTHER = 8 };
 unsigned kn__cp_class(uint32_t c);          /* one KN_CF_* flag (\s, \p{L}, \p{N}, else) */

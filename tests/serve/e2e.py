@@ -4,8 +4,11 @@
 streaming, usage counts, stop strings, seeds, concurrent requests (each
 streamed output equals the same request's greedy output alone), a client
 that disconnects mid-stream (its slot is freed), the API key, the queue
-limit (429), bad JSON and fields (400), a too-long prompt (400), and the
-official `openai` client when it is installed."""
+limit (429), bad JSON and fields (400), a too-long prompt (400), the
+official `openai` client when it is installed, and tool-call requests
+through the Qwen2.5 template (the tiny random model with a tokenizer.json
+directory given by -z: the replies are noise, so this checks that tools,
+tool_calls and tool messages are taken and the replies are well formed)."""
 import json
 import os
 import socket
@@ -281,4 +284,51 @@ try:
             m.get("kiln_slots_used") == 0, m)
 finally:
     srv.stop()
+
+# tools: the tiny random Llama with a Hugging Face tokenizer directory whose
+# tokenizer_config.json carries Qwen2.5's template (which renders tools)
+assets = os.environ.get("KN_ASSETS") or "../shared/assets"
+tiny = os.path.join(assets, "gguf/llama-2-tiny-random.gguf")
+if not os.path.isfile(tiny):
+    T.skip("tools", "$KN_ASSETS/gguf/llama-2-tiny-random.gguf is missing")
+else:
+    import tempfile
+    tdir = tempfile.mkdtemp(prefix="kiln_tools_")
+    with open("tests/fixtures/chat_templates/qwen2.5.jinja") as f:
+        tmpl = f.read()
+    with open("tests/fixtures/hftok/qwen2.json") as f, open(os.path.join(tdir, "tokenizer.json"), "w") as g:
+        g.write(f.read())
+    with open(os.path.join(tdir, "tokenizer_config.json"), "w") as g:
+        json.dump({"eos_token": "<|im_end|>", "chat_template": tmpl}, g)
+    srv = Server(tiny, ["-z", tdir, "--parallel", "2", "--ctx", "2048", "-t", "2"])
+    try:
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                                   "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                                  "required": ["city"]}}}]
+        msgs = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "abc123XYZ", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": "abc123XYZ", "content": "21 C"}]
+        body = {"messages": msgs, "tools": tools, "tool_choice": "auto", "max_tokens": 8, "temperature": 0}
+        st, r = srv.post(CHAT, body)
+        ok = st == 200 and r["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
+        m = r["choices"][0]["message"] if ok else {}
+        T.check("tools_request", ok and (isinstance(m.get("content"), str) or m.get("tool_calls")), r)
+        st2, r2 = srv.post(CHAT, dict(body, tool_choice="none"))
+        T.check("tools_in_prompt", ok and st2 == 200 and r["usage"]["prompt_tokens"] > r2["usage"]["prompt_tokens"] + 50,
+                "the tool definitions are rendered: %r vs %r" % (r.get("usage"), r2.get("usage")))
+        st, evs, done = srv.stream(CHAT, dict(body, stream=True))
+        T.check("tools_stream", st == 200 and done and stream_text(evs) == (m.get("content") or ""),
+                "%r vs %r" % (stream_text(evs), m.get("content")))
+        st, r = srv.post(CHAT, dict(body, tool_choice={"type": "function", "function": {"name": "nope"}}))
+        T.check("tools_bad_choice_400", st == 400 and "nope" in r["error"]["message"], r)
+        try:
+            import openai  # noqa: F401
+            cl = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % srv.port, api_key="none")
+            c = cl.chat.completions.create(model="x", messages=msgs, tools=tools, max_tokens=8, temperature=0)
+            T.check("tools_openai_client", c.choices[0].message.content == m.get("content"), c)
+        except ImportError:
+            T.skip("tools_openai_client", "the openai package is not installed (pip install openai)")
+    finally:
+        srv.stop()
 T.done()

@@ -133,9 +133,184 @@ static bool completion_prompt(parse *p, int64_t v, srv_job *job) {
     return tokenize(p, s, len, job);
 }
 
-/* messages: [{role, content}], content a string or an array of text parts
- * (flattened: the parts' texts concatenated) */
-static bool chat_prompt(parse *p, int64_t v, srv_job *job) {
+/* a string field that must be valid text, written as it is */
+static bool put_text(parse *p, int64_t v, const char *name, jw *w) {
+    size_t len;
+    const char *s = get_text(p, v, name, &len);
+    if (!s) return false;
+    jw_strn(w, s, len);
+    return true;
+}
+
+/* an assistant message's tool_calls: [{"id", "type": "function",
+ * "function": {"name", "arguments" (a JSON string, as OpenAI sends it, or an
+ * object)}}], copied after checking */
+static bool put_tool_calls(parse *p, int64_t v, jw *w) {
+    const kn_json *j = p->j;
+    if (kn_json_kind(j, v) != KN_JSON_ARRAY) { bad(p, "messages", "'tool_calls' must be an array"); return false; }
+    jw_arr(w);
+    for (int64_t c = kn_json_first(j, v); c >= 0; c = kn_json_next(j, c)) {
+        if (kn_json_kind(j, c) != KN_JSON_OBJECT) { bad(p, "messages", "each tool call must be an object"); return false; }
+        int64_t fn = kn_json_get(j, c, "function");
+        if (kn_json_kind(j, fn) != KN_JSON_OBJECT || kn_json_kind(j, kn_json_get(j, fn, "name")) != KN_JSON_STRING) {
+            bad(p, "messages", "a tool call needs \"function\": {\"name\": ..., \"arguments\": ...}");
+            return false;
+        }
+        jw_obj(w);
+        for (int64_t f = kn_json_first(j, c); f >= 0; f = kn_json_next(j, f)) {
+            const char *key = kn_json_key(j, f, NULL);
+            if (!strcmp(key, "id")) { jw_key(w, key); if (!put_text(p, f, "messages.tool_calls.id", w)) return false; }
+            else if (!strcmp(key, "type")) {
+                const char *t = kn_json_str(j, f, NULL);
+                if (!t || strcmp(t, "function")) { bad(p, "messages", "a tool call's 'type' must be \"function\""); return false; }
+                jw_kstr(w, "type", "function");
+            } else if (!strcmp(key, "function")) {
+                jw_key(w, "function");
+                jw_obj(w);
+                for (int64_t g = kn_json_first(j, f); g >= 0; g = kn_json_next(j, g)) {
+                    const char *k2 = kn_json_key(j, g, NULL);
+                    kn_json_type t = kn_json_kind(j, g);
+                    if (!strcmp(k2, "name")) { jw_key(w, k2); if (!put_text(p, g, "messages.tool_calls.function.name", w)) return false; }
+                    else if (!strcmp(k2, "arguments") && t == KN_JSON_STRING) {
+                        jw_key(w, k2);
+                        if (!put_text(p, g, "messages.tool_calls.function.arguments", w)) return false;
+                    } else if (!strcmp(k2, "arguments") && t == KN_JSON_OBJECT) {
+                        jw_key(w, k2);
+                        if (!srv_json_copy(j, g, w)) { bad(p, "messages", "tool call arguments nest too deeply"); return false; }
+                    } else {
+                        bad(p, "messages", "unknown or malformed tool call field 'function.%s' (name: a string, "
+                            "arguments: a JSON string or an object)", k2);
+                        return false;
+                    }
+                }
+                jw_obj_end(w);
+            } else { bad(p, "messages", "unknown tool call field '%s'", key); return false; }
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    return true;
+}
+
+/* message content: a string, null, or text parts (flattened: their texts
+ * concatenated) */
+static bool put_content(parse *p, int64_t content, jw *w) {
+    const kn_json *j = p->j;
+    kn_json_type ck = kn_json_kind(j, content);
+    if (ck == KN_JSON_STRING) return put_text(p, content, "messages.content", w);
+    if (ck != KN_JSON_ARRAY) { bad(p, "messages", "message content must be a string or an array of text parts"); return false; }
+    sbuf t = {0};
+    for (int64_t part = kn_json_first(j, content); part >= 0; part = kn_json_next(j, part)) {
+        const char *type = kn_json_get_str(j, part, "type");
+        int64_t tv = kn_json_get(j, part, "text");
+        if (!type || strcmp(type, "text") || tv < 0 || kn_json_count(j, part) != 2) {
+            bad(p, "messages", "content parts must be {\"type\": \"text\", \"text\": ...} (this server reads text only)");
+            sb_free(&t);
+            return false;
+        }
+        size_t len;
+        const char *s = get_text(p, tv, "messages.content.text", &len);
+        if (!s) { sb_free(&t); return false; }
+        sb_add(&t, s, len);
+    }
+    jw_strn(w, t.p ? t.p : "", t.len);
+    sb_free(&t);
+    return true;
+}
+
+/* messages: [{role, content, tool_calls, tool_call_id, name}] -> the JSON
+ * the template reads (roles checked, developer -> system, content parts
+ * flattened, a missing or null content "" except beside tool_calls) */
+static bool put_messages(parse *p, int64_t v, jw *w) {
+    const kn_json *j = p->j;
+    jw_arr(w);
+    for (int64_t m = kn_json_first(j, v); m >= 0; m = kn_json_next(j, m)) {
+        if (kn_json_kind(j, m) != KN_JSON_OBJECT) { bad(p, "messages", "each message must be an object"); return false; }
+        const char *role = NULL;
+        int64_t content = -1, calls = -1, call_id = -1, name = -1;
+        for (int64_t f = kn_json_first(j, m); f >= 0; f = kn_json_next(j, f)) {
+            const char *key = kn_json_key(j, f, NULL);
+            bool null = kn_json_kind(j, f) == KN_JSON_NULL;
+            if (!strcmp(key, "role")) { if (!(role = get_text(p, f, "messages.role", NULL))) return false; }
+            else if (!strcmp(key, "content")) content = null ? -1 : f;
+            else if (!strcmp(key, "tool_calls")) calls = null ? -1 : f;
+            else if (!strcmp(key, "tool_call_id")) call_id = null ? -1 : f;
+            else if (!strcmp(key, "name")) name = null ? -1 : f;
+            else { bad(p, "messages", "unknown message field '%s'", key); return false; }
+        }
+        if (!role) { bad(p, "messages", "a message has no 'role'"); return false; }
+        bool assistant = !strcmp(role, "assistant"), tool = !strcmp(role, "tool");
+        if (strcmp(role, "system") && strcmp(role, "user") && !assistant && !tool && strcmp(role, "developer")) {
+            bad(p, "messages", "message role '%s' is not supported (system, developer, user, assistant, tool)", role);
+            return false;
+        }
+        if (calls >= 0 && !assistant) { bad(p, "messages", "only assistant messages have 'tool_calls'"); return false; }
+        if (call_id >= 0 && !tool) { bad(p, "messages", "only tool messages have 'tool_call_id'"); return false; }
+        jw_obj(w);
+        jw_kstr(w, "role", !strcmp(role, "developer") ? "system" : role);
+        if (content >= 0) { jw_key(w, "content"); if (!put_content(p, content, w)) return false; }
+        else if (calls < 0) jw_kstr(w, "content", "");
+        if (calls >= 0) { jw_key(w, "tool_calls"); if (!put_tool_calls(p, calls, w)) return false; }
+        if (call_id >= 0) { jw_key(w, "tool_call_id"); if (!put_text(p, call_id, "messages.tool_call_id", w)) return false; }
+        if (name >= 0) { jw_key(w, "name"); if (!put_text(p, name, "messages.name", w)) return false; }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    return true;
+}
+
+/* tools: [{"type": "function", "function": {"name", "description",
+ * "parameters"}}] (copied as given, for the template); tool_choice "auto",
+ * "required" (the tools go to the template; nothing forces a call), "none"
+ * (no tools) or {"type": "function", "function": {"name"}} (that tool
+ * alone). *any: some tool goes to the template. */
+static bool put_tools(parse *p, int64_t tools, int64_t choice, jw *w, bool *any) {
+    const kn_json *j = p->j;
+    *any = false;
+    const char *only = NULL;
+    kn_json_type ck = kn_json_kind(j, choice);
+    if (ck == KN_JSON_STRING) {
+        const char *c = kn_json_str(j, choice, NULL);
+        if (!strcmp(c, "none")) tools = -1;
+        else if (strcmp(c, "auto") && strcmp(c, "required")) {
+            bad(p, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                "\"function\": {\"name\": ...}}");
+            return false;
+        }
+    } else if (ck == KN_JSON_OBJECT) {
+        int64_t fn = kn_json_get(j, choice, "function");
+        only = kn_json_get_str(j, fn, "name");
+        if (!only) { bad(p, "tool_choice", "'tool_choice' must name a function: {\"type\": \"function\", \"function\": {\"name\": ...}}"); return false; }
+    } else if (ck != KN_JSON_NULL) { bad(p, "tool_choice", "'tool_choice' must be a string or an object"); return false; }
+    if (tools < 0 || kn_json_kind(j, tools) == KN_JSON_NULL) {
+        if (only) { bad(p, "tool_choice", "'tool_choice' names a function but there are no 'tools'"); return false; }
+        return true;
+    }
+    if (kn_json_kind(j, tools) != KN_JSON_ARRAY) { bad(p, "tools", "'tools' must be an array"); return false; }
+    if (kn_json_count(j, tools) > 256) { bad(p, "tools", "'tools' has more than 256 entries"); return false; }
+    jw_arr(w);
+    for (int64_t t = kn_json_first(j, tools); t >= 0; t = kn_json_next(j, t)) {
+        const char *type = kn_json_get_str(j, t, "type");
+        int64_t fn = kn_json_get(j, t, "function");
+        size_t nl;
+        const char *name = kn_json_kind(j, fn) == KN_JSON_OBJECT ? kn_json_str(j, kn_json_get(j, fn, "name"), &nl) : NULL;
+        if (!type || strcmp(type, "function") || !name || !nl) {
+            bad(p, "tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"description\": ..., "
+                "\"parameters\": {...}}}");
+            return false;
+        }
+        if (only && strcmp(only, name)) continue;
+        if (!srv_json_copy(j, t, w)) { bad(p, "tools", "a tool definition nests too deeply"); return false; }
+        *any = true;
+    }
+    jw_arr_end(w);
+    if (only && !*any) { bad(p, "tool_choice", "'tool_choice' names '%.80s', which is not in 'tools'", only); return false; }
+    return true;
+}
+
+/* messages and tools -> the model's chat template (as transformers'
+ * apply_chat_template(messages, tools=...)) -> prompt tokens */
+static bool chat_prompt(parse *p, int64_t v, int64_t tools, int64_t choice, srv_job *job) {
     const kn_json *j = p->j;
     if (v < 0) { bad(p, "messages", "'%s' is required", "messages"); return false; }
     if (!p->ctx->tmpl) {
@@ -148,73 +323,28 @@ static bool chat_prompt(parse *p, int64_t v, srv_job *job) {
         return false;
     }
     if (n > 4096) { bad(p, "messages", "'%s' has more than 4096 entries", "messages"); return false; }
-    kn_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
-    char **texts = calloc((size_t)n, sizeof *texts);
-    bool ok = msgs && texts;
-    if (!ok) bad(p, NULL, "out of memory");
-    int64_t k = 0;
-    for (int64_t m = kn_json_first(j, v); ok && m >= 0; m = kn_json_next(j, m), k++) {
-        if (kn_json_kind(j, m) != KN_JSON_OBJECT) { bad(p, "messages", "each message must be an object"); ok = false; break; }
-        const char *role = NULL;
-        int64_t content = -1;
-        for (int64_t f = kn_json_first(j, m); ok && f >= 0; f = kn_json_next(j, f)) {
-            const char *key = kn_json_key(j, f, NULL);
-            if (!strcmp(key, "role")) {
-                role = get_text(p, f, "messages.role", NULL);
-                if (!role) { ok = false; break; }
-                if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "developer")) {
-                    bad(p, "messages", "message role '%s' is not supported (system, developer, user, assistant)", role);
-                    ok = false;
-                }
-                if (ok && !strcmp(role, "developer")) role = "system";
-            } else if (!strcmp(key, "content")) content = f;
-            else if (!strcmp(key, "name")) { if (!get_text(p, f, "messages.name", NULL)) ok = false; }
-            else { bad(p, "messages", "unknown message field '%s'", key); ok = false; }
-        }
-        if (!ok) break;
-        if (!role) { bad(p, "messages", "a message has no 'role'"); ok = false; break; }
-        sbuf t = {0};
-        kn_json_type ck = kn_json_kind(j, content);
-        if (content < 0 || ck == KN_JSON_NULL) sb_puts(&t, "");
-        else if (ck == KN_JSON_STRING) {
-            size_t len;
-            const char *s = get_text(p, content, "messages.content", &len);
-            if (!s) { ok = false; sb_free(&t); break; }
-            sb_add(&t, s, len);
-        } else if (ck == KN_JSON_ARRAY) {
-            for (int64_t part = kn_json_first(j, content); ok && part >= 0; part = kn_json_next(j, part)) {
-                const char *type = kn_json_get_str(j, part, "type");
-                int64_t tv = kn_json_get(j, part, "text");
-                if (!type || strcmp(type, "text") || tv < 0 || kn_json_count(j, part) != 2) {
-                    bad(p, "messages", "content parts must be {\"type\": \"text\", \"text\": ...} (this server reads text only)");
-                    ok = false;
-                    break;
-                }
-                size_t len;
-                const char *s = get_text(p, tv, "messages.content.text", &len);
-                if (!s) { ok = false; break; }
-                sb_add(&t, s, len);
-            }
-            if (ok) sb_puts(&t, "");
-        } else { bad(p, "messages", "message content must be a string or an array of text parts"); ok = false; }
-        if (!ok) { sb_free(&t); break; }
-        texts[k] = sb_take(&t);
-        if (!texts[k]) { bad(p, NULL, "out of memory"); ok = false; break; }
-        msgs[k] = (kn_chat_msg){role, texts[k]};
-    }
+    sbuf mj = {0}, tj = {0};
+    jw w;
+    jw_init(&w, &mj);
+    bool ok = put_messages(p, v, &w), any = false;
+    jw_init(&w, &tj);
+    ok = ok && put_tools(p, tools, choice, &w, &any);
+    if (ok && (mj.oom || tj.oom)) { bad(p, NULL, "out of memory"); ok = false; }
     if (ok) {
+        job->tools = any;
+        kn_chat_request req = {.messages_json = mj.p, .tools_json = any ? tj.p : NULL, .add_generation_prompt = true,
+                               .parse_arguments = true};
         size_t need = 0;
-        kn_status st = kn_chat_apply(p->ctx->tmpl, msgs, (size_t)n, true, NULL, 0, &need);
+        kn_status st = kn_chat_apply_json(p->ctx->tmpl, &req, NULL, 0, &need);
         char *prompt = (st == KN_OK || st == KN_ERR_LIMIT) ? malloc(need + 1) : NULL;
-        if (!prompt || kn_chat_apply(p->ctx->tmpl, msgs, (size_t)n, true, prompt, need + 1, &need) != KN_OK) {
+        if (!prompt || kn_chat_apply_json(p->ctx->tmpl, &req, prompt, need + 1, &need) != KN_OK) {
             bad(p, "messages", "the messages cannot be rendered with the chat template: %s", kn_last_error());
             ok = false;
         } else ok = tokenize(p, prompt, need, job);
         free(prompt);
     }
-    for (int64_t i = 0; texts && i < n; i++) free(texts[i]);
-    free(texts);
-    free(msgs);
+    sb_free(&mj);
+    sb_free(&tj);
     return ok;
 }
 
@@ -277,7 +407,7 @@ static void neutral(parse *p, int64_t f, const char *key) {
     if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
         if (kn_json_int(j, f, &i) && i == 1) return;
         bad(p, key, "'%s' must be 1 (one choice per request)", key);
-    } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo") || !strcmp(key, "parallel_tool_calls")) {
+    } else if (!strcmp(key, "logprobs") || !strcmp(key, "echo")) {
         if (kn_json_bool(j, f, &b) && !b) return;
         if (!strcmp(key, "logprobs") && kn_json_int(j, f, &i) && i == 0) return;
         bad(p, key, "'%s' is not supported", key);
@@ -310,7 +440,7 @@ bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len
     job->created = (int64_t)time(NULL);
 
     if (kn_json_kind(j, 0) != KN_JSON_OBJECT) bad(&p, NULL, "the body must be a JSON object");
-    int64_t prompt = -1, max_tokens = -1, stream_opts = -1;
+    int64_t prompt = -1, max_tokens = -1, stream_opts = -1, tools = -1, tool_choice = -1;
     int64_t mt = 0; bool have_mt = false;
     for (int64_t f = kn_json_first(j, 0); !p.failed && f >= 0; f = kn_json_next(j, f)) {
         const char *key = kn_json_key(j, f, NULL);
@@ -339,13 +469,18 @@ bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len
         else if (!strcmp(key, "stream")) get_bool(&p, f, key, &job->stream);
         else if (!strcmp(key, "stream_options")) stream_opts = f;
         else if (!strcmp(key, "user")) { if (kn_json_kind(j, f) != KN_JSON_NULL) get_text(&p, f, "user", NULL); }
+        else if (kind == SRV_CHAT && !strcmp(key, "tools")) tools = f;
+        else if (kind == SRV_CHAT && !strcmp(key, "tool_choice")) tool_choice = f;
+        else if (kind == SRV_CHAT && !strcmp(key, "parallel_tool_calls")) {
+            bool b;   /* the templates let a model write several calls; nothing here stops it */
+            get_bool(&p, f, key, &b);
+        }
         else if (!strcmp(key, "n") || !strcmp(key, "best_of") || !strcmp(key, "logprobs") || !strcmp(key, "echo") ||
-                 !strcmp(key, "suffix") || !strcmp(key, "response_format") ||
-                 (kind == SRV_CHAT && !strcmp(key, "parallel_tool_calls")))
+                 !strcmp(key, "suffix") || !strcmp(key, "response_format"))
             neutral(&p, f, key);
         else bad(&p, key, "unknown field '%s' (this server reads the OpenAI fields model, prompt or messages, "
                  "max_tokens, temperature, top_p, top_k, min_p, stop, seed, presence_penalty, frequency_penalty, "
-                 "repeat_penalty, logit_bias, stream, stream_options)", key);
+                 "repeat_penalty, logit_bias, stream, stream_options, tools, tool_choice, parallel_tool_calls)", key);
     }
     if (!p.failed && stream_opts >= 0 && kn_json_kind(j, stream_opts) != KN_JSON_NULL) {
         if (kn_json_kind(j, stream_opts) != KN_JSON_OBJECT) bad(&p, "stream_options", "'%s' must be an object", "stream_options");
@@ -358,7 +493,7 @@ bool srv_parse_request(srv_ctx *ctx, srv_kind kind, const char *body, size_t len
     }
     if (!p.failed) get_int(&p, max_tokens, "max_tokens", 1, ctx->max_tokens_cap, &mt, &have_mt);
     if (!p.failed) {
-        if (kind == SRV_CHAT) chat_prompt(&p, prompt, job);
+        if (kind == SRV_CHAT) chat_prompt(&p, prompt, tools, tool_choice, job);
         else completion_prompt(&p, prompt, job);
     }
     if (!p.failed) {
@@ -406,19 +541,25 @@ void srv_reply_full(const srv_ctx *ctx, const srv_job *j, const char *text, size
     jw_arr(&w);
     jw_obj(&w);
     jw_kint(&w, "index", 0);
+    srv_tool_calls tc = {0};
+    size_t content = n;
+    bool called = j->kind == SRV_CHAT && j->tools && srv_tool_parse(text, n, &content, &tc);
     if (j->kind == SRV_CHAT) {
         jw_key(&w, "message");
         jw_obj(&w);
         jw_kstr(&w, "role", "assistant");
         jw_key(&w, "content");
-        jw_strn(&w, text, n);
+        if (called && content == 0) jw_null(&w);
+        else jw_strn(&w, text, content);
+        if (called) { jw_key(&w, "tool_calls"); srv_tool_calls_json(j, &tc, false, &w); }
         jw_obj_end(&w);
     } else {
         jw_key(&w, "text");
         jw_strn(&w, text, n);
     }
+    srv_tool_calls_free(&tc);
     jw_knull(&w, "logprobs");
-    jw_kstr(&w, "finish_reason", j->finish ? j->finish : "stop");
+    jw_kstr(&w, "finish_reason", called ? "tool_calls" : j->finish ? j->finish : "stop");
     jw_obj_end(&w);
     jw_arr_end(&w);
     usage(j, &w);
@@ -469,7 +610,7 @@ void srv_sse_end(const srv_ctx *ctx, const srv_job *j, sbuf *out) {
     if (j->kind == SRV_CHAT) { jw_key(&w, "delta"); jw_obj(&w); jw_obj_end(&w); }
     else jw_kstr(&w, "text", "");
     jw_knull(&w, "logprobs");
-    jw_kstr(&w, "finish_reason", j->finish ? j->finish : "stop");
+    jw_kstr(&w, "finish_reason", j->called ? "tool_calls" : j->finish ? j->finish : "stop");
     jw_obj_end(&w);
     jw_arr_end(&w);
     if (j->include_usage) jw_knull(&w, "usage");
@@ -487,6 +628,52 @@ void srv_sse_end(const srv_ctx *ctx, const srv_job *j, sbuf *out) {
         sse_close(out);
     }
     sb_puts(out, "data: [DONE]\n\n");
+}
+
+void srv_sse_tool_calls(const srv_ctx *ctx, const srv_job *j, const srv_tool_calls *tc, sbuf *out) {
+    jw w;
+    jw_init(&w, out);
+    sse_open(out);
+    head(ctx, j, &w, true);
+    jw_key(&w, "choices");
+    jw_arr(&w);
+    jw_obj(&w);
+    jw_kint(&w, "index", 0);
+    jw_key(&w, "delta");
+    jw_obj(&w);
+    jw_key(&w, "tool_calls");
+    srv_tool_calls_json(j, tc, true, &w);
+    jw_obj_end(&w);
+    jw_knull(&w, "logprobs");
+    jw_knull(&w, "finish_reason");
+    jw_obj_end(&w);
+    jw_arr_end(&w);
+    if (j->include_usage) jw_knull(&w, "usage");
+    jw_obj_end(&w);
+    sse_close(out);
+}
+
+void srv_sse_text(const srv_ctx *ctx, srv_job *j, srv_tstream *ts, const char *text, size_t n, bool first, bool done,
+                  sbuf *out) {
+    if (!j->tools || j->kind != SRV_CHAT) {
+        if (n || first) srv_sse_chunk(ctx, j, text, n, first, out);
+        if (done) srv_sse_end(ctx, j, out);
+        return;
+    }
+    sb_add(&ts->acc, text, n);
+    const char *a = ts->acc.p ? ts->acc.p : "";
+    size_t len = ts->acc.len, upto;
+    srv_tool_calls tc = {0};
+    bool called = false;
+    if (done) {
+        called = srv_tool_parse(a, len, &upto, &tc);
+        if (upto < ts->sent) upto = ts->sent;
+    } else upto = srv_tool_stream_safe(a, len, ts->sent);
+    if (upto > ts->sent || first) srv_sse_chunk(ctx, j, a + ts->sent, upto - ts->sent, first, out);
+    ts->sent = upto;
+    if (called) { srv_sse_tool_calls(ctx, j, &tc, out); j->called = true; }
+    srv_tool_calls_free(&tc);
+    if (done) srv_sse_end(ctx, j, out);
 }
 
 void srv_sse_error(const srv_job *j, sbuf *out) {

@@ -41,6 +41,7 @@ typedef struct stream {
     sbuf pend;           /* SSE bytes not yet handed to MHD */
     size_t off;
     bool first, finished;
+    srv_tstream ts;      /* the reply so far, when it may hold tool calls */
 } stream;
 
 /* the peer closed its end or the socket failed (no data is consumed) */
@@ -118,14 +119,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         j->out = (sbuf){0};
         bool done = j->done;
         pthread_mutex_unlock(&j->mu);
-        if (text.len || st->first) srv_sse_chunk(st->ctx, j, text.p ? text.p : "", text.len, st->first, &st->pend);
+        bool err = done && j->err_status;
+        srv_sse_text(st->ctx, j, &st->ts, text.p ? text.p : "", text.len, st->first, done && !err, &st->pend);
         st->first = false;
         sb_free(&text);
-        if (done) {
-            if (j->err_status) srv_sse_error(j, &st->pend);
-            else srv_sse_end(st->ctx, j, &st->pend);
-            st->finished = true;
-        }
+        if (err) srv_sse_error(j, &st->pend);
+        if (done) st->finished = true;
+        if (st->ts.acc.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (st->pend.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = st->pend.len - st->off < max ? st->pend.len - st->off : max;
@@ -139,6 +139,7 @@ static void stream_free(void *cls) {
     if (!st->finished) atomic_store(&st->job->cancel, true);  /* ended early: the client went away */
     srv_job_unref(st->job);
     sb_free(&st->pend);
+    sb_free(&st->ts.acc);
     free(st);
 }
 

@@ -125,10 +125,11 @@ void jw_obj_end(jw *w) { close_(w, '}'); }
 void jw_arr(jw *w) { open(w, '['); }
 void jw_arr_end(jw *w) { close_(w, ']'); }
 
-void jw_key(jw *w, const char *k) {
+void jw_key(jw *w, const char *k) { jw_keyn(w, k, strlen(k)); }
+void jw_keyn(jw *w, const char *k, size_t n) {
     pre(w);
     sb_add(w->sb, "\"", 1);
-    jw_escape(w->sb, k, strlen(k));
+    jw_escape(w->sb, k, n);
     sb_add(w->sb, "\":", 2);
     w->need_comma[w->depth] = false;   /* the value follows without a comma */
     /* ... and the value's pre() sets it again */
@@ -140,6 +141,7 @@ void jw_strn(jw *w, const char *s, size_t n) {
     sb_add(w->sb, "\"", 1);
 }
 void jw_str(jw *w, const char *s) { if (s) jw_strn(w, s, strlen(s)); else jw_null(w); }
+void jw_raw(jw *w, const char *text) { pre(w); sb_puts(w->sb, text); }
 void jw_int(jw *w, int64_t v) { pre(w); sb_printf(w->sb, "%lld", (long long)v); }
 void jw_num(jw *w, double v) {
     if (!isfinite(v)) { jw_null(w); return; }

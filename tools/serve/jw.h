@@ -46,6 +46,8 @@ void jw_obj_end(jw *w);              /* }  */
 void jw_arr(jw *w);                  /* [  */
 void jw_arr_end(jw *w);              /* ]  */
 void jw_key(jw *w, const char *k);   /* "k": (the next value follows) */
+void jw_keyn(jw *w, const char *k, size_t n);
+void jw_raw(jw *w, const char *text);   /* a value written as it is (a number's text) */
 void jw_str(jw *w, const char *s);   /* NULL writes null */
 void jw_strn(jw *w, const char *s, size_t n);
 void jw_int(jw *w, int64_t v);

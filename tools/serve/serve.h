@@ -5,6 +5,8 @@
  *   handler.c  srv_handle: method, path, Authorization, body -> a finished
  *              reply, or a parsed generation job for the scheduler
  *   api.c      OpenAI request parsing (kn_json) and reply JSON (jw.h)
+ *   tools.c    tool calls: request JSON copied for the template, the calls a
+ *              model wrote (Qwen/Hermes, Llama 3.x, Mistral syntax) read back
  *   sched.c    the engine thread: admits jobs into a kn_batch between steps,
  *              one kn_batch_step per iteration, samples, streams text
  *   metrics.c  counters and the Prometheus text of GET /metrics
@@ -43,6 +45,8 @@ typedef struct srv_job {
     float *bias_vals;            /* added to their logits before sampling          */
     int n_bias;
     bool stream, include_usage;
+    bool tools;                  /* the request gave tools: read calls out of the reply */
+    bool called;                 /* the HTTP side sent tool calls: finish_reason "tool_calls" */
     char id[48];                 /* "chatcmpl-..." / "cmpl-..."                   */
     int64_t created;             /* unix seconds                                  */
     double t_submit;             /* srv_now() when queued                         */
@@ -162,6 +166,38 @@ void srv_reply_full(const srv_ctx *ctx, const srv_job *j, const char *text, size
 void srv_sse_chunk(const srv_ctx *ctx, const srv_job *j, const char *text, size_t n, bool first, sbuf *out);
 void srv_sse_end(const srv_ctx *ctx, const srv_job *j, sbuf *out);
 void srv_sse_error(const srv_job *j, sbuf *out);
+/* A stream's next text (n bytes; first: the opening chunk; done: then the
+ * closing events): srv_sse_chunk / srv_sse_end, except that with tools the
+ * reply is kept in ts and content goes out only as far as it cannot be a
+ * tool call (srv_tool_stream_safe), the calls as one delta.tool_calls chunk
+ * at the end. ts starts zeroed; sb_free(&ts->acc) after. */
+typedef struct srv_tstream { sbuf acc; size_t sent; } srv_tstream;
+void srv_sse_text(const srv_ctx *ctx, srv_job *j, srv_tstream *ts, const char *text, size_t n, bool first, bool done,
+                  sbuf *out);
+
+/* ---- tool calls (tools.c) ---- */
+struct kn_json;
+/* a kn_json value written again (numbers keep int/float; nesting over 24
+ * levels: false) */
+bool srv_json_copy(const struct kn_json *j, int64_t v, jw *w);
+typedef struct srv_tool_call { char *name, *args; } srv_tool_call;   /* args: JSON text */
+typedef struct srv_tool_calls { srv_tool_call *v; int n; } srv_tool_calls;
+/* The calls in a reply's text: true with *content_len (the text before
+ * them, trailing whitespace dropped) and tc filled; false (tc empty,
+ * *content_len = n) when the text holds no well-formed call. */
+bool srv_tool_parse(const char *text, size_t n, size_t *content_len, srv_tool_calls *tc);
+void srv_tool_calls_free(srv_tool_calls *tc);
+/* Streaming: of the text so far (n bytes, `sent` of them already sent as
+ * content), how much may go out as content now: none while the reply could
+ * still be one JSON call, and never a call's opening tag (or a part of it)
+ * nor the whitespace before it. At least `sent`. */
+size_t srv_tool_stream_safe(const char *text, size_t n, size_t sent);
+/* call i's id: 9 letters and digits (Mistral's templates insist on 9) */
+void srv_tool_call_id(const srv_job *j, int i, char out[10]);
+/* the OpenAI tool_calls array (stream: with each call's "index") */
+void srv_tool_calls_json(const srv_job *j, const srv_tool_calls *tc, bool stream, jw *w);
+/* a stream's chunk carrying the calls (delta.tool_calls) */
+void srv_sse_tool_calls(const srv_ctx *ctx, const srv_job *j, const srv_tool_calls *tc, sbuf *out);
 
 /* ---- the page (generated from page.html) ---- */
 extern const char srv_page_html[];
