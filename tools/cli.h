@@ -52,5 +52,7 @@ int cmd_perplexity(const cli_args *a);
 int cmd_serve(const cli_args *a);          /* tools/cmd_serve.c */
 int kn_cli_train(int argc, char **argv);   /* tools/train.c */
 int kn_cli_export(int argc, char **argv);  /* tools/cmd_export.c */
+int kn_cli_quantize(int argc, char **argv);  /* tools/cmd_quantize.c */
+int kn_cli_convert(int argc, char **argv);   /* tools/cmd_quantize.c */
 
 #endif
