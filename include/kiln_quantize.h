@@ -14,7 +14,10 @@
  * tables, which stay as they are (quantize) or f32 (convert). The output
  * matrix (output.weight, or token_embd.weight when the head is tied) goes to
  * Q6_K for every 4- and 5-bit target and for Q6_K (Q8_0 stays Q8_0; float
- * targets stay float). A matrix whose rows are not whole blocks of the
+ * targets stay float). q4_k adds llama.cpp's Q4_K_S bumps (attn_v of
+ * layers 0-3 and ffn_down of the first eighth of the layers to Q5_K), and
+ * 8-expert models get attn_k / attn_v in Q8_0, as llama.cpp does (its
+ * per-model-size rules and the *_M mixes are not copied). A matrix whose rows are not whole blocks of the
  * target (32 elements; 256 for the K types) falls back per tensor as
  * llama.cpp does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and to F16 when
  * the row is not a multiple of 32 either. Quantizers: ggml's reference
@@ -30,7 +33,7 @@ typedef struct kn_quantize_params {
     kn_dtype type;            /* F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K */
     bool allow_requantize;    /* quantized input matrices may be dequantized and quantized again
                                  (loses accuracy twice); false: such an input is refused */
-    bool pure;                /* every eligible matrix to `type` (no Q6_K output matrix) */
+    bool pure;                /* every eligible matrix to `type` (no Q6_K output, no bumps) */
     bool verbose;             /* one line per tensor on stderr: name, shape, type chosen */
     bool no_vocab;            /* convert: write no vocabulary even when tokenizer.json is there */
 } kn_quantize_params;

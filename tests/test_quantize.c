@@ -19,6 +19,7 @@
 #include "backends/quant/quantize.h"
 #include "formats/gguf.h"
 #include "llm/quantize_impl.h"
+#include <sys/wait.h>
 #include <unistd.h>
 
 static kn_dtype from_ggml(uint32_t t) {
@@ -225,6 +226,57 @@ TEST(errors_name_the_problem) {
     REQUIRE(src, "convert: %s", kn_last_error());
     CHECK(kn_model_quantize(src, src, &p) == KN_ERR_INVALID, "in == out refused: %s", kn_last_error());
     CHECK(kn_model_quantize(src, "/nonexistent-dir/o.gguf", &p) == KN_ERR_IO, "unwritable: %s", kn_last_error());
+}
+
+/* kiln quantize against llama.cpp's own llama_model_quantize on the same f32
+ * file (scripts/quantize_llamacpp.py): every tensor the same type and the
+ * same bytes, for each type, default rules and --pure. */
+TEST(files_equal_llama_cpp_quantize) {
+    static const char *const models[] = {"qwen/qwen3", "arch/mistral", "arch/gemma2", "arch/phi3", "moe/mixtral",
+                                         "moe/qwen2moe", "convert/gpt2"};
+    static const char *const names[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"};
+    int files = 0;
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/fixtures/%s", models[m]);
+        if (access(dir, R_OK)) continue;
+        kn_quantize_params p = kn_quantize_defaults();
+        p.type = KN_F32;
+        p.no_vocab = true;
+        const char *f32 = tmp("lc_f32.gguf");
+        char f32b[256];
+        snprintf(f32b, sizeof f32b, "%s", f32);
+        REQUIRE(kn_model_convert_hf(dir, f32b, &p) == KN_OK, "%s: %s", models[m], kn_last_error());
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+            for (int pure = 0; pure < 2; pure++) {
+                if (pure && m) continue;                   /* --pure on the first model only */
+                kn_quantize_params q = kn_quantize_defaults();
+                REQUIRE(kn_quantize_type_from_name(names[k], &q.type), "%s", kn_last_error());
+                q.pure = pure;
+                char out[256];
+                snprintf(out, sizeof out, "%s", tmp("lc_q.gguf"));
+                REQUIRE(kn_model_quantize(f32b, out, &q) == KN_OK, "%s %s: %s", models[m], names[k], kn_last_error());
+                char cmd[1024], line[512];
+                snprintf(cmd, sizeof cmd, "python3 scripts/quantize_llamacpp.py %s %s %s%s 2>&1", f32b, out, names[k],
+                         pure ? " --pure" : "");
+                FILE *f = popen(cmd, "r");
+                REQUIRE(f, "cannot run python3");
+                int n = -1, st = -1, sb = -1;
+                char first[512] = "";
+                while (fgets(line, sizeof line, f)) {
+                    if (sscanf(line, "tensors %d same_type %d same_bytes %d", &n, &st, &sb) == 3) continue;
+                    if (!first[0]) snprintf(first, sizeof first, "%s", line);
+                }
+                int rc = pclose(f);
+                rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+                if (rc == 3) SKIP("llama_cpp is not installed (pip install llama-cpp-python): %s", first);
+                CHECK(rc == 0 && n > 0 && st == n && sb == n, "%s %s%s: %d tensors, %d same type, %d same bytes (%s)",
+                      models[m], names[k], pure ? " --pure" : "", n, st, sb, first);
+                files++;
+            }
+    }
+    printf("  %d files equal to llama.cpp's llama_model_quantize, tensor for tensor\n", files);
+    if (!files) SKIP("no fixture models");
 }
 
 int main(void) { return kn_test_main(); }

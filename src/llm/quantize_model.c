@@ -64,12 +64,29 @@ static bool eligible(const kn__qt *t) {
            strcmp(t->name, "token_types.weight") && !strstr(t->name, "rope_factors");
 }
 
+/* Layer index of "blk.N.*", or -1. */
+static int layer_of(const char *name) {
+    int l = -1;
+    return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
+}
+
 /* The type tensor t gets for target `type` (see kiln_quantize.h); the output
- * matrix is output.weight, or token_embd.weight when there is none. */
-static kn_dtype pick_type(const kn__qt *t, const kn_quantize_params *p, bool is_output) {
+ * matrix is output.weight, or token_embd.weight when there is none. The
+ * per-layer bumps are llama.cpp's for its Q4_K_S files (attn_v of layers
+ * 0-3 and ffn_down of the first eighth of the layers to Q5_K) and for
+ * 8-expert models (attn_v, attn_k to Q8_0); n_layer / n_expert: the file's. */
+static kn_dtype pick_type(const kn__qt *t, const kn_quantize_params *p, bool is_output, int n_layer, int n_expert) {
     if (!eligible(t)) return t->keep_type;
     kn_dtype want = p->type;
     if (is_output && !p->pure && !is_float(want) && want != KN_Q8_0) want = KN_Q6_K;
+    if (!p->pure && !is_float(want) && !is_output) {
+        int l = layer_of(t->name);
+        bool v = strstr(t->name, "attn_v.weight") != NULL, k = strstr(t->name, "attn_k.weight") != NULL;
+        bool qkv = strstr(t->name, "attn_qkv.weight") != NULL;    /* llama.cpp counts it as attn_v here */
+        if (p->type == KN_Q4_K && (v || qkv) && l >= 0 && l < 4) want = KN_Q5_K;
+        if (p->type == KN_Q4_K && strstr(t->name, "ffn_down") && l >= 0 && l < n_layer / 8) want = KN_Q5_K;
+        if (n_expert == 8 && (v || k)) want = KN_Q8_0;
+    }
     int64_t bs = kn_dtype_get(want)->block_size;
     if (t->ne[0] % bs) {
         want = want == KN_Q4_K ? KN_Q5_0 : want == KN_Q5_K ? KN_Q5_1 : want == KN_Q6_K ? KN_Q8_0 : KN_F16;
@@ -89,7 +106,12 @@ kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize
         return kn_set_error(KN_ERR_UNSUPPORTED, "cannot write %s tensors; the targets are f32, f16, bf16, q4_0, q4_1, "
                             "q5_0, q5_1, q8_0, q4_k, q5_k and q6_k", kn_dtype_name(p->type));
     bool has_output = false;
-    for (int64_t i = 0; i < n; i++) has_output |= !strcmp(ts[i].name, "output.weight");
+    int n_layer = 0, n_expert = 0;
+    for (int64_t i = 0; i < n; i++) {
+        has_output |= !strcmp(ts[i].name, "output.weight");
+        if (layer_of(ts[i].name) + 1 > n_layer) n_layer = layer_of(ts[i].name) + 1;
+        if (strstr(ts[i].name, "_exps.weight") && ts[i].n_dims == 3) n_expert = (int)ts[i].ne[2];
+    }
     kn_dtype *type = calloc((size_t)n + 1, sizeof *type);
     void **buf = calloc((size_t)n + 1, sizeof *buf);
     float *tmp = NULL;
@@ -97,7 +119,7 @@ kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize
     /* the requantize rule first, so that a refused file costs no work */
     for (int64_t i = 0; i < n && !st; i++) {
         bool out = has_output ? !strcmp(ts[i].name, "output.weight") : !strcmp(ts[i].name, "token_embd.weight");
-        type[i] = pick_type(&ts[i], p, out);
+        type[i] = pick_type(&ts[i], p, out, n_layer, n_expert);
         if (type[i] != ts[i].src_type && !is_float(ts[i].src_type) && !p->allow_requantize)
             st = kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s' is already quantized (%s); quantizing it again to %s "
                               "loses accuracy twice. Start from an f32/f16/bf16 file, or pass --allow-requantize",
