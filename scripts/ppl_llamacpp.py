@@ -52,6 +52,18 @@ def main():
         import llama_cpp
     except ImportError:
         sys.exit("ppl_llamacpp.py: llama-cpp-python is not installed (pip install llama-cpp-python)")
+    # ggml's AMX / repacked-weight buffers die of an illegal instruction on a
+    # CPU whose kernel does not grant AMX tiles (Q4_0/Q8_0 files here); off
+    # unless KN_LLAMACPP_EXTRA_BUFTS=1 (the results are the same numbers)
+    import os
+    _defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+    def _model_params():
+        p = _defaults()
+        if hasattr(p, "use_extra_bufts"):
+            p.use_extra_bufts = os.environ.get("KN_LLAMACPP_EXTRA_BUFTS") == "1"
+        return p
+    llama_cpp.llama_cpp.llama_model_default_params = _model_params
 
     data = open(a.file, "rb").read()
     if a.bytes:

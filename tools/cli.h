@@ -57,5 +57,7 @@ int kn_cli_run(int argc, char **argv);     /* tools/cmd_run.c */
  * rendezvous variables set, waits for them, stops the rest when one fails;
  * port <= 0: a free one. Returns the exit status (tools/cmd_run.c). */
 int kn_cli_launch(int nproc, const char *addr, int port, char *const *argv);
+int kn_cli_quantize(int argc, char **argv);  /* tools/cmd_quantize.c */
+int kn_cli_convert(int argc, char **argv);   /* tools/cmd_quantize.c */
 
 #endif

@@ -9,6 +9,7 @@
  *   kiln serve -m MODEL [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx N] [--api-key KEY]
  *   kiln train mnist|char|gpt2 ...    (tools/train.c parses its own options)
  *   kiln export -m CKPT -o OUT.gguf   (tools/cmd_export.c, likewise)
+ *   kiln quantize IN OUT TYPE, kiln convert HFDIR OUT.gguf   (tools/cmd_quantize.c, likewise)
  *   kiln help [COMMAND], kiln COMMAND --help, kiln --version
  *
  * The options of every command are in one table (tools/cli_args.c), which
@@ -118,6 +119,8 @@ static const own_command OWN[] = {
     {"train", kn_cli_train, "Trains a model: mnist, char or gpt2 (kiln train --help)."},
     {"export", kn_cli_export, "Writes a checkpoint of kiln train char|gpt2 as a GGUF file (kiln export --help)."},
     {"run", kn_cli_run, "Starts N ranks of one job, one process per GPU (kiln run --nproc N COMMAND ...)."},
+    {"quantize", kn_cli_quantize, "Quantizes a GGUF or Hugging Face model to a GGUF file (kiln quantize --help)."},
+    {"convert", kn_cli_convert, "Converts a Hugging Face model directory to GGUF (kiln convert --help)."},
 };
 #define N_OWN (sizeof OWN / sizeof OWN[0])
 

@@ -129,6 +129,80 @@ void kn_gguf_w_arr_i32(kn_gguf_writer *w, const char *key, uint64_t n, const int
     for (uint64_t i = 0; i < n; i++) put_u32(w, (uint32_t)values[i]);
 }
 
+static int numeric_size(int t) {
+    switch (t) {
+    case KN_GGUF_U8: case KN_GGUF_I8: case KN_GGUF_BOOL: return 1;
+    case KN_GGUF_U16: case KN_GGUF_I16: return 2;
+    case KN_GGUF_U32: case KN_GGUF_I32: case KN_GGUF_F32: return 4;
+    case KN_GGUF_U64: case KN_GGUF_I64: case KN_GGUF_F64: return 8;
+    default: return 0;
+    }
+}
+void kn_gguf_w_arr(kn_gguf_writer *w, const char *key, int elem_type, uint64_t n, const void *data) {
+    int es = numeric_size(elem_type);
+    if (!es || (n && !data) || n > SIZE_MAX / 8) {
+        if (!w->st) w->st = kn_set_error(KN_ERR_INVALID, "GGUF writer: array '%.100s' needs a numeric element type", key);
+        return;
+    }
+    if (!begin_kv(w, key, KN_GGUF_ARRAY)) return;
+    put_u32(w, (uint32_t)elem_type);
+    put_u64(w, n);
+    put(w, data, (size_t)n * (size_t)es);
+}
+void kn_gguf_w_copy_kv(kn_gguf_writer *w, const kn_gguf *g, int64_t i) {
+    if (w->st) return;
+    kn_gguf_str k = kn_gguf_key(g, i);
+    char key[512];
+    if (k.len >= sizeof key) { w->st = kn_set_error(KN_ERR_LIMIT, "GGUF writer: key of %llu bytes", (unsigned long long)k.len); return; }
+    memcpy(key, k.ptr, (size_t)k.len);
+    key[k.len] = 0;
+    kn_gguf_type t = kn_gguf_kv_type(g, i);
+    if (t == KN_GGUF_ARRAY) {
+        kn_gguf_type et;
+        uint64_t n;
+        const void *data;
+        if (!kn_gguf_get_arr(g, key, &et, &n, &data)) { w->st = kn_set_error(KN_ERR_FORMAT, "GGUF: key '%s' unreadable", key); return; }
+        if (et == KN_GGUF_STRING) {
+            if (!begin_kv(w, key, KN_GGUF_ARRAY)) return;
+            put_u32(w, KN_GGUF_STRING);
+            put_u64(w, n);
+            for (uint64_t j = 0; j < n && !w->st; j++) {
+                kn_gguf_str s = kn_gguf_arr_str(g, key, j);
+                put_str(w, s.ptr, (size_t)s.len);
+            }
+        } else if (numeric_size(et)) {
+            kn_gguf_w_arr(w, key, et, n, data);
+        } else {
+            w->st = kn_set_error(KN_ERR_UNSUPPORTED, "GGUF writer: key '%s' is an array of arrays, which kiln does not copy", key);
+        }
+        return;
+    }
+    if (t == KN_GGUF_STRING) {
+        kn_gguf_str s;
+        kn_gguf_get_str(g, key, &s);
+        if (begin_kv(w, key, KN_GGUF_STRING)) put_str(w, s.ptr, (size_t)s.len);
+        return;
+    }
+    int es = numeric_size(t);
+    if (!es) { w->st = kn_set_error(KN_ERR_FORMAT, "GGUF: key '%s' has value type %d", key, (int)t); return; }
+    uint8_t b[8];
+    if (t == KN_GGUF_F32 || t == KN_GGUF_F64) {
+        double v = 0;
+        kn_gguf_get_f64(g, key, &v);
+        if (t == KN_GGUF_F32) { float f = (float)v; memcpy(b, &f, 4); }
+        else memcpy(b, &v, 8);
+    } else if (t == KN_GGUF_I8 || t == KN_GGUF_I16 || t == KN_GGUF_I32 || t == KN_GGUF_I64) {
+        int64_t v = 0;
+        kn_gguf_get_i64(g, key, &v);
+        le_bytes(b, (uint64_t)v, es);
+    } else {
+        uint64_t v = 0;
+        kn_gguf_get_u64(g, key, &v);
+        le_bytes(b, v, es);
+    }
+    if (begin_kv(w, key, t)) put(w, b, (size_t)es);
+}
+
 /* kn_dtype -> GGML type id (gguf.c's table turned around); false: not written */
 static bool dtype_to_ggml(kn_dtype d, uint32_t *t) {
     static const struct { kn_dtype d; uint32_t t; } map[] = {

@@ -21,6 +21,7 @@
 #include "kiln_base.h"
 
 typedef struct kn_gguf_writer kn_gguf_writer;
+struct kn_gguf;                 /* gguf.h */
 
 kn_status kn_gguf_writer_new(kn_gguf_writer **out);
 void kn_gguf_writer_free(kn_gguf_writer *w);              /* NULL is a no-op */
@@ -32,6 +33,12 @@ void kn_gguf_w_bool(kn_gguf_writer *w, const char *key, bool value);
 /* String array of n entries: strs[i] with lens[i] bytes (not NUL-terminated). */
 void kn_gguf_w_arr_str(kn_gguf_writer *w, const char *key, uint64_t n, const char *const strs[], const size_t lens[]);
 void kn_gguf_w_arr_i32(kn_gguf_writer *w, const char *key, uint64_t n, const int32_t *values);
+/* A numeric array (elem_type not STRING/ARRAY) of n elements, data holding
+ * their little-endian bytes back to back (may be unaligned). */
+void kn_gguf_w_arr(kn_gguf_writer *w, const char *key, int elem_type, uint64_t n, const void *data);
+/* Key/value i of an open GGUF file g (struct kn_gguf, gguf.h), copied with
+ * its type: what `kiln quantize` keeps of its input. */
+void kn_gguf_w_copy_kv(kn_gguf_writer *w, const struct kn_gguf *g, int64_t i);
 /* An f32 tensor with n_dims (1..4) sizes ne (ne[0] innermost, GGML order). */
 void kn_gguf_w_tensor_f32(kn_gguf_writer *w, const char *name, int n_dims, const int64_t ne[], const float *data);
 /* Any tensor type kiln reads from GGUF except integers (F32, F16, BF16, Q4_0,

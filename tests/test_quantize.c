@@ -1,0 +1,282 @@
+/* test_quantize.c: the weight quantizers (src/backends/quant/quantize.c) and
+ * `kiln quantize` (kn_model_quantize).
+ *
+ * References: block bytes from scripts/quant_ref.py (tests/fixtures/quant/
+ * quant_ref.bin): the `gguf` package's numpy quantizers for Q4_0..Q8_0 and
+ * ggml's own quantize_row_*_ref (through llama-cpp-python's libggml) for
+ * every type, K types included; compared byte for byte. Round-trip error
+ * bounds per type on random rows (each block's dequantized values within a
+ * fraction of its range). The file path: types chosen per tensor (output to
+ * Q6_K, fallbacks for rows that are not whole blocks, norms kept), the
+ * requantize refusal, errors for unknown types and missing files, and the
+ * quantized model's logits against the f32 model's.
+ */
+#include "kn_test.h"
+#include "kiln.h"
+#include "kiln_llm.h"
+#include "kiln_quantize.h"
+#include "backends/quant/quant.h"
+#include "backends/quant/quantize.h"
+#include "formats/gguf.h"
+#include "llm/quantize_impl.h"
+#include <sys/wait.h>
+#include <unistd.h>
+
+static kn_dtype from_ggml(uint32_t t) {
+    switch (t) {
+    case 2: return KN_Q4_0; case 3: return KN_Q4_1; case 6: return KN_Q5_0; case 7: return KN_Q5_1;
+    case 8: return KN_Q8_0; case 12: return KN_Q4_K; case 13: return KN_Q5_K; case 14: return KN_Q6_K;
+    default: return KN_DTYPE_COUNT;
+    }
+}
+
+static bool rd(FILE *f, void *p, size_t n) { return fread(p, 1, n, f) == n; }
+
+TEST(block_bytes_match_gguf_and_ggml) {
+    const char *path = "tests/fixtures/quant/quant_ref.bin";
+    FILE *f = fopen(path, "rb");
+    if (!f) SKIP("%s missing (python3 scripts/quant_ref.py)", path);
+    char magic[4];
+    uint32_t ver, n;
+    REQUIRE(rd(f, magic, 4) && !memcmp(magic, "KNQZ", 4) && rd(f, &ver, 4) && ver == 1 && rd(f, &n, 4), "bad header");
+    int per[2][16] = {{0}}, bad[2][16] = {{0}};
+    for (uint32_t c = 0; c < n; c++) {
+        uint32_t gt, src, nx, nb;
+        REQUIRE(rd(f, &gt, 4) && rd(f, &src, 4) && rd(f, &nx, 4) && nx < (1u << 20) && src < 2, "case %u header", c);
+        float *x = malloc(sizeof *x * nx);
+        REQUIRE(x && rd(f, x, sizeof *x * nx) && rd(f, &nb, 4), "case %u data", c);
+        unsigned char *want = malloc(nb), *got = malloc(nb + 1);
+        REQUIRE(want && got && rd(f, want, nb), "case %u bytes", c);
+        kn_dtype t = from_ggml(gt);
+        REQUIRE(t != KN_DTYPE_COUNT && kn_dtype_nbytes(t, nx) == nb, "case %u: type %u, %u bytes", c, gt, nb);
+        CHECK(kn_quantize_weights(t, x, got, nx) == KN_OK, "%s", kn_last_error());
+        per[src][gt]++;
+        if (memcmp(got, want, nb)) {
+            size_t i = 0;
+            while (got[i] == want[i]) i++;
+            bad[src][gt]++;
+            CHECK(0, "%s (case %u, vs %s): byte %zu of %u differs (%u, want %u)", kn_dtype_name(t), c,
+                  src ? "ggml quantize_row_ref" : "gguf numpy", i, nb, got[i], want[i]);
+        }
+        free(x); free(want); free(got);
+    }
+    fclose(f);
+    for (int s = 0; s < 2; s++)
+        for (int g = 0; g < 16; g++)
+            if (per[s][g])
+                printf("  %-5s vs %-10s %d rows, %d identical\n", kn_dtype_name(from_ggml((uint32_t)g)),
+                       s ? "ggml" : "gguf numpy", per[s][g], per[s][g] - bad[s][g]);
+    if (!per[1][12]) printf("  (no ggml references in the fixture: it was made without llama_cpp)\n");
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {               /* xorshift, uniform in [-1, 1) */
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1 << 24)) * 2 - 1;
+}
+
+/* Each type's dequantized values: every element within tol * (max |x| of its block) */
+TEST(round_trip_error_bounds) {
+    static const struct { kn_dtype t; double tol; } T[] = {
+        {KN_Q4_0, 1.0 / 8}, {KN_Q4_1, 1.05 / 15}, {KN_Q5_0, 1.0 / 16}, {KN_Q5_1, 1.05 / 31}, {KN_Q8_0, 0.51 / 127 + 1e-3},
+        {KN_Q4_K, 2.2 / 15}, {KN_Q5_K, 2.2 / 31}, {KN_Q6_K, 1.3 / 32}, {KN_F16, 1e-3}, {KN_BF16, 4e-3}};
+    enum { N = 4096 };
+    float *x = malloc(sizeof *x * N), *y = malloc(sizeof *y * N);
+    void *q = malloc(kn_dtype_nbytes(KN_F32, N));
+    for (int i = 0; i < N; i++) x[i] = frand() * (i % 512 < 256 ? 0.1f : 3.0f) + (i % 1024 < 512 ? 0 : 0.5f);
+    for (size_t k = 0; k < sizeof T / sizeof *T; k++) {
+        kn_dtype t = T[k].t;
+        REQUIRE(kn_quantize_weights(t, x, q, N) == KN_OK, "%s: %s", kn_dtype_name(t), kn_last_error());
+        REQUIRE(kn_dequantize_row(t, q, y, N) == KN_OK, "%s", kn_last_error());
+        int bs = t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K ? 256 : 32;
+        double worst = 0, se = 0, sx = 0;
+        for (int b = 0; b < N / bs; b++) {
+            float amax = 0;
+            for (int i = 0; i < bs; i++) amax = fmaxf(amax, fabsf(x[b * bs + i]));
+            for (int i = 0; i < bs; i++) {
+                double e = fabs((double)y[b * bs + i] - x[b * bs + i]);
+                worst = fmax(worst, e / amax);
+                se += e * e; sx += (double)x[b * bs + i] * x[b * bs + i];
+            }
+        }
+        printf("  %-5s max error %.4f of the block's max |x| (bound %.4f), rms error %.4f of rms\n", kn_dtype_name(t), worst,
+               T[k].tol, sqrt(se / sx));
+        CHECK(worst <= T[k].tol, "%s: error %g of the block maximum > %g", kn_dtype_name(t), worst, T[k].tol);
+    }
+    /* bad arguments give errors, not crashes */
+    CHECK(kn_quantize_weights(KN_Q4_K, x, q, 100) == KN_ERR_INVALID, "n not a multiple of 256");
+    CHECK(kn_quantize_weights(KN_Q8_1, x, q, 32) == KN_ERR_UNSUPPORTED, "Q8_1 is no weight type");
+    x[5] = NAN;
+    CHECK(kn_quantize_weights(KN_Q4_0, x, q, 32) == KN_ERR_INVALID, "NaN refused");
+    free(x); free(y); free(q);
+}
+
+/* ---- files ------------------------------------------------------------------ */
+
+static char g_dir[128];
+static const char *tmp(const char *name) {
+    static char buf[8][256];
+    static int k;
+    if (!g_dir[0]) { snprintf(g_dir, sizeof g_dir, "/tmp/kn_test_quantize_%d", (int)getpid()); mkdir(g_dir, 0700); }
+    char *p = buf[k++ & 7];
+    snprintf(p, 256, "%s/%s", g_dir, name);
+    return p;
+}
+
+static const kn_gguf_tensor *tensor(kn_gguf *g, const char *name) { return kn_gguf_find_tensor(g, name); }
+
+/* the qwen3 fixture (bf16, untied head, q/k norms) as an f32 GGUF: the source of the file tests */
+static const char *f32_model(void) {
+    static char path[256];
+    if (path[0]) return path;
+    kn_quantize_params p = kn_quantize_defaults();
+    p.type = KN_F32;
+    snprintf(path, sizeof path, "%s", tmp("qwen3_f32.gguf"));
+    if (kn_model_convert_hf("tests/fixtures/qwen/qwen3", path, &p)) { path[0] = 0; return NULL; }
+    return path;
+}
+
+static float *logits(const char *path, const int32_t *ids, int n, int *V) {
+    kn_model *m;
+    if (kn_model_load(path, NULL, &m)) return NULL;
+    *V = kn_model_get_config(m)->n_vocab;
+    float *out = malloc(sizeof *out * (size_t)(n * *V));
+    if (out && kn_model_eval(m, ids, n, 0, out, true)) { free(out); out = NULL; }
+    kn_model_free(m);
+    return out;
+}
+
+TEST(file_types_follow_llama_cpp_rules) {
+    const char *src = f32_model();
+    REQUIRE(src, "convert: %s", kn_last_error());
+    static const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_F16, KN_BF16};
+    const int32_t ids[] = {5, 17, 42, 99, 250, 3, 7, 11};
+    int V = 0;
+    float *ref = logits(src, ids, 8, &V);
+    REQUIRE(ref, "f32 logits: %s", kn_last_error());
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        kn_dtype t = types[k];
+        kn_quantize_params p = kn_quantize_defaults();
+        p.type = t;
+        const char *out = tmp("q.gguf");
+        REQUIRE(kn_model_quantize(src, out, &p) == KN_OK, "%s: %s", kn_dtype_name(t), kn_last_error());
+        kn_gguf *g;
+        REQUIRE(kn_gguf_open(out, &g) == KN_OK, "%s", kn_last_error());
+        bool fl = t == KN_F16 || t == KN_BF16;
+        /* rows of 64 (hidden) are not whole K blocks: llama.cpp's fallbacks */
+        kn_dtype mat = t == KN_Q4_K ? KN_Q5_0 : t == KN_Q5_K ? KN_Q5_1 : t == KN_Q6_K ? KN_Q8_0 : t;
+        kn_dtype outw = fl ? t : KN_Q8_0;   /* output [64 x 300]: Q6_K, whose rows of 64 fall back to Q8_0 */
+        const kn_gguf_tensor *q = tensor(g, "blk.0.attn_q.weight"), *o = tensor(g, "output.weight"),
+                             *e = tensor(g, "token_embd.weight"), *nm = tensor(g, "blk.0.attn_q_norm.weight"),
+                             *d = tensor(g, "blk.0.attn_output.weight");
+        REQUIRE(q && o && e && nm && d, "tensors missing");
+        CHECK(q->type == mat, "%s: attn_q is %s, want %s", kn_dtype_name(t), kn_dtype_name(q->type), kn_dtype_name(mat));
+        CHECK(e->type == mat, "%s: token_embd is %s", kn_dtype_name(t), kn_dtype_name(e->type));
+        CHECK(o->type == outw, "%s: output is %s, want %s", kn_dtype_name(t), kn_dtype_name(o->type), kn_dtype_name(outw));
+        CHECK(nm->type == KN_F32, "norms stay f32");
+        /* attn_output rows are 128 = not a K block either */
+        CHECK(d->type == mat, "%s: attn_output is %s", kn_dtype_name(t), kn_dtype_name(d->type));
+        int64_t ft = -1;
+        kn_gguf_get_i64(g, "general.file_type", &ft);
+        CHECK(ft == (int64_t)kn__qfile_type(t), "general.file_type %lld", (long long)ft);
+        kn_gguf_close(g);
+        int V2 = 0;
+        float *l = logits(out, ids, 8, &V2);
+        REQUIRE(l && V2 == V, "%s logits: %s", kn_dtype_name(t), kn_last_error());
+        double *a = malloc(sizeof *a * (size_t)(8 * V)), *b = malloc(sizeof *b * (size_t)(8 * V));
+        for (int i = 0; i < 8 * V; i++) { a[i] = l[i]; b[i] = ref[i]; }
+        double rel = kn_rel_err(a, b, 8L * V);
+        /* a random model has no redundancy: 4-bit moves its logits by ~30%, garbage by ~100% */
+        double bound = t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q4_K ? 0.5 : fl ? 1e-3 : t == KN_Q8_0 ? 0.04 : 0.2;
+        printf("  %-5s logits vs f32: relative error %.4f\n", kn_dtype_name(t), rel);
+        CHECK(rel < bound, "%s: relative error %g >= %g", kn_dtype_name(t), rel, bound);
+        free(a); free(b); free(l);
+    }
+    free(ref);
+}
+
+TEST(requantize_refused_unless_allowed) {
+    const char *src = f32_model();
+    REQUIRE(src, "convert: %s", kn_last_error());
+    kn_quantize_params p = kn_quantize_defaults();
+    p.type = KN_Q4_0;
+    const char *q4 = tmp("q4.gguf"), *q8 = tmp("q8.gguf");
+    REQUIRE(kn_model_quantize(src, q4, &p) == KN_OK, "%s", kn_last_error());
+    p.type = KN_Q8_0;
+    remove(q8);
+    CHECK(kn_model_quantize(q4, q8, &p) == KN_ERR_UNSUPPORTED, "requantize must be refused");
+    CHECK(strstr(kn_last_error(), "--allow-requantize") != NULL, "message names the flag: %s", kn_last_error());
+    CHECK(access(q8, F_OK) != 0, "no output file after a refusal");
+    p.allow_requantize = true;
+    CHECK(kn_model_quantize(q4, q8, &p) == KN_OK, "%s", kn_last_error());
+    /* same type again: tensors copied as they are, no requantize needed */
+    p.allow_requantize = false;
+    p.type = KN_Q4_0;
+    CHECK(kn_model_quantize(q4, tmp("q4b.gguf"), &p) == KN_OK, "same type is a copy: %s", kn_last_error());
+}
+
+TEST(errors_name_the_problem) {
+    kn_dtype t;
+    CHECK(!kn_quantize_type_from_name("q3_k", &t) && strstr(kn_last_error(), "q4_k"), "%s", kn_last_error());
+    CHECK(kn_quantize_type_from_name("Q4_K", &t) && t == KN_Q4_K, "case-insensitive");
+    kn_quantize_params p = kn_quantize_defaults();
+    CHECK(kn_model_quantize("/nonexistent/x.gguf", tmp("o.gguf"), &p) == KN_ERR_IO && strstr(kn_last_error(), "no such"),
+          "%s", kn_last_error());
+    const char *src = f32_model();
+    REQUIRE(src, "convert: %s", kn_last_error());
+    CHECK(kn_model_quantize(src, src, &p) == KN_ERR_INVALID, "in == out refused: %s", kn_last_error());
+    CHECK(kn_model_quantize(src, "/nonexistent-dir/o.gguf", &p) == KN_ERR_IO, "unwritable: %s", kn_last_error());
+}
+
+/* kiln quantize against llama.cpp's own llama_model_quantize on the same f32
+ * file (scripts/quantize_llamacpp.py): every tensor the same type and the
+ * same bytes, for each type, default rules and --pure. */
+TEST(files_equal_llama_cpp_quantize) {
+    static const char *const models[] = {"qwen/qwen3", "arch/mistral", "arch/gemma2", "arch/phi3", "moe/mixtral",
+                                         "moe/qwen2moe", "convert/gpt2"};
+    static const char *const names[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"};
+    int files = 0;
+    for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "tests/fixtures/%s", models[m]);
+        if (access(dir, R_OK)) continue;
+        kn_quantize_params p = kn_quantize_defaults();
+        p.type = KN_F32;
+        p.no_vocab = true;
+        const char *f32 = tmp("lc_f32.gguf");
+        char f32b[256];
+        snprintf(f32b, sizeof f32b, "%s", f32);
+        REQUIRE(kn_model_convert_hf(dir, f32b, &p) == KN_OK, "%s: %s", models[m], kn_last_error());
+        for (size_t k = 0; k < sizeof names / sizeof *names; k++)
+            for (int pure = 0; pure < 2; pure++) {
+                if (pure && m) continue;                   /* --pure on the first model only */
+                kn_quantize_params q = kn_quantize_defaults();
+                REQUIRE(kn_quantize_type_from_name(names[k], &q.type), "%s", kn_last_error());
+                q.pure = pure;
+                char out[256];
+                snprintf(out, sizeof out, "%s", tmp("lc_q.gguf"));
+                REQUIRE(kn_model_quantize(f32b, out, &q) == KN_OK, "%s %s: %s", models[m], names[k], kn_last_error());
+                char cmd[1024], line[512];
+                snprintf(cmd, sizeof cmd, "python3 scripts/quantize_llamacpp.py %s %s %s%s 2>&1", f32b, out, names[k],
+                         pure ? " --pure" : "");
+                FILE *f = popen(cmd, "r");
+                REQUIRE(f, "cannot run python3");
+                int n = -1, st = -1, sb = -1;
+                char first[512] = "";
+                while (fgets(line, sizeof line, f)) {
+                    if (sscanf(line, "tensors %d same_type %d same_bytes %d", &n, &st, &sb) == 3) continue;
+                    if (!first[0]) snprintf(first, sizeof first, "%s", line);
+                }
+                int rc = pclose(f);
+                rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+                if (rc == 3) SKIP("llama_cpp is not installed (pip install llama-cpp-python): %s", first);
+                CHECK(rc == 0 && n > 0 && st == n && sb == n, "%s %s%s: %d tensors, %d same type, %d same bytes (%s)",
+                      models[m], names[k], pure ? " --pure" : "", n, st, sb, first);
+                files++;
+            }
+    }
+    printf("  %d files equal to llama.cpp's llama_model_quantize, tensor for tensor\n", files);
+    if (!files) SKIP("no fixture models");
+}
+
+int main(void) { return kn_test_main(); }
