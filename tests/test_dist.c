@@ -35,7 +35,6 @@ static int free_port(void) {
 }
 
 typedef int (*rank_fn)(kn_dist *d, int rank, int world, void *arg);
-typedef struct { int world; double timeout; int bad_world_rank; } spawn_opts;
 
 /* Runs fn on `world` forked ranks; status[r] is rank r's exit code (0 = its checks passed). */
 static void spawn(int world, double timeout, rank_fn fn, void *arg, int *status) {
@@ -64,6 +63,14 @@ static void spawn(int world, double timeout, rank_fn fn, void *arg, int *status)
         status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     }
 }
+
+/* spawn, then every rank must have exited 0 (its checks passed) */
+#define SPAWN_OK(world, timeout, fn, arg, what)                                                     \
+    do {                                                                                            \
+        int st_[8];                                                                                 \
+        spawn(world, timeout, fn, arg, st_);                                                        \
+        for (int r_ = 0; r_ < (world); r_++) CHECK(st_[r_] == 0, "%s: rank %d exited %d", what, r_, st_[r_]); \
+    } while (0)
 
 #define RCHECK(cond, ...) do { if (!(cond)) { fprintf(stderr, "  rank %d: FAIL %s: ", rank, #cond); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return 1; } } while (0)
@@ -106,9 +113,7 @@ static int host_ranks(kn_dist *d, int rank, int world, void *arg) {
 }
 
 TEST(host_collectives_three_ranks) {
-    int st[3];
-    spawn(3, 30, host_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    SPAWN_OK(3, 30, host_ranks, NULL, "host_ranks");
 }
 
 /* ---- failures ---------------------------------------------------------------------------- */
@@ -165,17 +170,11 @@ static int slow_ranks(kn_dist *d, int rank, int world, void *arg) {
 }
 
 TEST(failures_are_errors_on_every_rank) {
-    int st[3];
-    spawn(3, 30, mismatch_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "check_same: rank %d exited %d", r, st[r]);
-    spawn(3, 30, order_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "order: rank %d exited %d", r, st[r]);
-    spawn(3, 30, size_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "size: rank %d exited %d", r, st[r]);
-    spawn(3, 30, dead_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "dead: rank %d exited %d", r, st[r]);
-    spawn(2, 1, slow_ranks, NULL, st);
-    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "timeout: rank %d exited %d", r, st[r]);
+    SPAWN_OK(3, 30, mismatch_ranks, NULL, "check_same");
+    SPAWN_OK(3, 30, order_ranks, NULL, "order");
+    SPAWN_OK(3, 30, size_ranks, NULL, "size");
+    SPAWN_OK(3, 30, dead_ranks, NULL, "dead");
+    SPAWN_OK(2, 1, slow_ranks, NULL, "timeout");
 }
 
 TEST(rendezvous_errors) {
@@ -216,7 +215,7 @@ static int graph_ranks(kn_dist *d, int rank, int world, void *arg) {
     kn_ctx *ctx = kn_ctx_new(&co);
     float xv[12];
     for (int i = 0; i < 12; i++) xv[i] = (float)(i + 100 * rank);
-    int64_t s34[2] = {3, 4}, s23[2] = {2, 3}, s43[2] = {4, 3};
+    int64_t s34[2] = {3, 4};
     kn_tensor *x = kn_from_data(ctx, KN_F32, 2, s34, xv);
     int perm[2] = {1, 0};
     kn_tensor *xt = kn_permute(ctx, x, perm);                              /* [4,3], strided */
@@ -241,16 +240,13 @@ static int graph_ranks(kn_dist *d, int rank, int world, void *arg) {
     for (int r = 0; r < world; r++)
         for (int i = 0; i < 8; i++) RCHECK(b[r * 8 + i] == (float)(i + 100 * r), "all_gather %d %d: %g", r, i, b[r * 8 + i]);
     for (int i = 0; i < 12; i++) RCHECK(e[i] == (float)(i + 100), "broadcast %d: %g", i, e[i]);
-    (void)s23; (void)s43;
     kn_plan_free(p);
     kn_ctx_free(ctx);
     return 0;
 }
 
 TEST(graph_collectives_cpu) {
-    int st[2];
-    spawn(2, 30, graph_ranks, NULL, st);
-    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    SPAWN_OK(2, 30, graph_ranks, NULL, "graph_ranks");
     kn_ctx_opts co = {kn_backend_cpu()};
     kn_ctx *ctx = kn_ctx_new(&co);
     int64_t s[1] = {4};
@@ -320,9 +316,7 @@ static int ddp_ranks(kn_dist *d, int rank, int world, void *arg) {
 }
 
 TEST(ddp_two_ranks_match_one_process) {
-    int st[2];
-    spawn(2, 60, ddp_ranks, NULL, st);
-    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    SPAWN_OK(2, 60, ddp_ranks, NULL, "ddp_ranks");
 }
 
 TEST(ddp_world_of_one_is_bit_identical) {
@@ -381,9 +375,7 @@ TEST(tensor_parallel_logits_match_the_whole_model) {
     for (int i = 0; i < N_TP; i++) {
         struct stat sb;
         if (stat(k_tp_models[i], &sb)) { fprintf(stderr, "  (no %s)\n", k_tp_models[i]); continue; }
-        int st[2];
-        spawn(2, 60, tp_ranks, (void *)k_tp_models[i], st);
-        for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "%s: rank %d exited %d", k_tp_models[i], r, st[r]);
+        SPAWN_OK(2, 60, tp_ranks, (void *)k_tp_models[i], k_tp_models[i]);
     }
 }
 
@@ -408,12 +400,9 @@ static int tp_three_ranks(kn_dist *d, int rank, int world, void *arg) {
 }
 
 TEST(tensor_parallel_refuses_what_it_cannot_split) {
-    int st[3];
-    spawn(2, 60, tp_refuse_ranks, NULL, st);
-    for (int r = 0; r < 2; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    SPAWN_OK(2, 60, tp_refuse_ranks, NULL, "tp_refuse_ranks");
     /* three ranks do not divide 4 heads */
-    spawn(3, 60, tp_three_ranks, NULL, st);
-    for (int r = 0; r < 3; r++) CHECK(st[r] == 0, "rank %d exited %d", r, st[r]);
+    SPAWN_OK(3, 60, tp_three_ranks, NULL, "tp_three_ranks");
 }
 
 KN_TEST_MAIN()

@@ -57,6 +57,9 @@ int kn_cli_run(int argc, char **argv);     /* tools/cmd_run.c */
  * rendezvous variables set, waits for them, stops the rest when one fails;
  * port <= 0: a free one. Returns the exit status (tools/cmd_run.c). */
 int kn_cli_launch(int nproc, const char *addr, int port, char *const *argv);
+/* The same for this kiln binary with the arguments argv[1..argc) (argv[0] is
+ * replaced by the binary's path): a command that starts its own ranks. */
+int kn_cli_launch_self(int nproc, const char *addr, int port, int argc, char *const *argv);
 int kn_cli_quantize(int argc, char **argv);  /* tools/cmd_quantize.c */
 int kn_cli_convert(int argc, char **argv);   /* tools/cmd_quantize.c */
 

@@ -174,20 +174,23 @@ int kn_cli_run(int argc, char **argv) {
     }
     if (!nproc) { fprintf(stderr, "kiln run: --nproc N is required (kiln run --help)\n"); return 2; }
     if (i >= argc) { fprintf(stderr, "kiln run: name the command to run, e.g. kiln run --nproc 2 train gpt2 ...\n"); return 2; }
-    bool program = i > 0 && !strcmp(argv[i - 1], "--");
-    /* a kiln command: this binary, with argv[i..] */
-    char **args = calloc((size_t)(argc - i + 2), sizeof *args);
-    if (!args) { fprintf(stderr, "kiln run: out of memory\n"); return 1; }
-    int n = 0;
+    if (!strcmp(argv[i - 1], "--")) return kn_cli_launch(nproc, addr, port, argv + i);   /* any program */
+    return kn_cli_launch_self(nproc, addr, port, argc - i + 1, argv + i - 1);          /* a kiln command */
+}
+
+int kn_cli_launch_self(int nproc, const char *addr, int port, int argc, char *const *argv) {
     char self[4096];
-    if (!program) {
-        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (k <= 0) { fprintf(stderr, "kiln run: cannot find the kiln binary (/proc/self/exe)\n"); free(args); return 1; }
-        self[k] = 0;
-        args[n++] = self;
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        fprintf(stderr, "kiln: cannot find the kiln binary (/proc/self/exe) to start the ranks; run them with a launcher "
+                "that sets RANK and WORLD_SIZE\n");
+        return 1;
     }
-    for (int k = i; k < argc; k++) args[n++] = argv[k];
-    args[n] = NULL;
+    self[k] = 0;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args) { fprintf(stderr, "kiln: out of memory\n"); return 1; }
+    args[0] = self;
+    for (int j = 1; j < argc; j++) args[j] = argv[j];
     int rc = kn_cli_launch(nproc, addr, port, args);
     free(args);
     return rc;

@@ -80,19 +80,7 @@ static int cmd_info(const cli_args *a) {
  * every rank samples the same tokens, and leave stdout to rank 0. Returns -1
  * when the command should go on as this rank. */
 static int tp_setup(cli_args *a, int argc, char **argv) {
-    if (!getenv("WORLD_SIZE")) {
-        char self[4096];
-        ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-        if (k <= 0) { fprintf(stderr, "kiln: cannot find the kiln binary to start the ranks; use kiln run --nproc N\n"); return 1; }
-        self[k] = 0;
-        char **args = calloc((size_t)argc + 1, sizeof *args);
-        if (!args) { fprintf(stderr, "kiln: out of memory\n"); return 1; }
-        args[0] = self;
-        for (int i = 1; i < argc; i++) args[i] = argv[i];
-        int rc = kn_cli_launch(a->gpus, "127.0.0.1", 0, args);
-        free(args);
-        return rc;
-    }
+    if (!getenv("WORLD_SIZE")) return kn_cli_launch_self(a->gpus, "127.0.0.1", 0, argc, argv);
     kn_dist *d;
     if (kn_dist_init_env(&d)) { fprintf(stderr, "kiln: %s\n", kn_last_error()); return 1; }
     if (kn_dist_world(d) != a->gpus) {

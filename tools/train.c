@@ -1173,22 +1173,6 @@ done:
     return rc;
 }
 
-/* --gpus N outside a launcher: run `kiln train ...` (this binary, the same
- * arguments) as N ranks through kiln run's launcher. */
-static int launch_self(const targs *a) {
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (k <= 0) return fail("cannot find the kiln binary (/proc/self/exe) to start the ranks; use kiln run --nproc N");
-    self[k] = 0;
-    char **args = calloc((size_t)a->argc + 1, sizeof *args);
-    if (!args) return fail("out of memory");
-    args[0] = self;
-    for (int i = 1; i < a->argc; i++) args[i] = a->argv[i];
-    int rc = kn_cli_launch((int)a->gpus, "127.0.0.1", 0, args);
-    free(args);
-    return rc;
-}
-
 int kn_cli_train(int argc, char **argv) {
     if (argc < 3) { train_usage(stderr, T_ALL); return 2; }
     if (is_help(argv[2])) { train_usage(stdout, T_ALL); return 0; }
@@ -1213,7 +1197,7 @@ int kn_cli_train(int argc, char **argv) {
      * job with SIGINT ignored until a handler is installed */
     if (a.gpus > 0) {
         const char *ws = getenv("WORLD_SIZE");
-        if (a.gpus > 1 && !ws) return launch_self(&a);    /* this process becomes the launcher */
+        if (a.gpus > 1 && !ws) return kn_cli_launch_self((int)a.gpus, "127.0.0.1", 0, argc, argv);   /* becomes the launcher */
         if (kn_dist_init_env(&a.dist)) return fail(kn_last_error());
         if (kn_dist_world(a.dist) != a.gpus) {
             fprintf(stderr, "kiln train: --gpus %lld but WORLD_SIZE is %d; give the launcher's rank count\n", (long long)a.gpus,

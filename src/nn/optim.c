@@ -291,12 +291,10 @@ static bool dist_average(kn_optim *o, kn_tensor **g) {
             mem[nm++] = i;
             bytes += b;
         }
-        int64_t total = 0;
         for (int k = 0; k < nm; k++) {
             kn_tensor *x = g[mem[k]];
             int64_t n = kn_numel(x);
             parts[k] = kn_reshape(ctx, kn_is_contiguous(x) ? x : kn_contiguous(ctx, x), 1, &n);
-            total += n;
         }
         if (nm == 1) {       /* alone in its bucket: reduced where it lies, in its own shape */
             kn_tensor *x = g[mem[0]];
@@ -315,7 +313,6 @@ static bool dist_average(kn_optim *o, kn_tensor **g) {
             if (!g[mem[k]]) ok = false;
             off += n;
         }
-        (void)total;
     }
     free(mem); free(parts);
     return ok;

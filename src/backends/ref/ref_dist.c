@@ -22,7 +22,6 @@ kn_status kn_ref_comm(const kn_exec *e) {
     const kn_tview *x = &e->src[0], *y = &e->dst;
     int64_t nx = kn_tview_numel(x), ny = kn_tview_numel(y);
     size_t es = kn_dtype_get(x->dtype)->type_size;
-    int w = kn_dist_world(d);
     char *buf = malloc((size_t)(nx > ny ? nx : ny) * es + 1);
     char *all = NULL;
     if (!buf) return kn_set_error(KN_ERR_NOMEM, "%s: out of memory (%lld elements)", kn_op_name(t->op), (long long)nx);
@@ -46,7 +45,6 @@ kn_status kn_ref_comm(const kn_exec *e) {
         /* the whole sum on every rank, then this rank's rows */
         st = kn_dist_all_reduce_host(d, x->dtype, buf, nx, (kn_dist_op)t->p.dist.op);
         if (!st) unpack(y, buf + (size_t)kn_dist_rank(d) * (size_t)ny * es, ny);
-        (void)w;
         break;
     default:
         st = kn_set_error(KN_ERR_UNSUPPORTED, "reference backend: %s is not a collective", kn_op_name(t->op));
