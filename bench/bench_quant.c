@@ -2,7 +2,9 @@
  *
  * For each weight type: y = W x with W 4096 x 4096 (kn_quant_matvec_rows, the
  * activation already quantized to the vec_dot type, as in decoding; then
- * the same with 16-bit (Q16) activations, the default of the matmuls), on 1 and
+ * the same with 16-bit (Q16) activations, the default of the matmuls, and
+ * for Q4_0 / Q4_1 / Q8_0 through the 16-row packed copy decode uses on a CPU
+ * with AVX512-VNNI ("x q16 packed", backends/quant/qpack.h)), on 1 and
  * 2 threads (plain pthreads, rows split in halves, a barrier after each
  * product like a decoding step). W is cycled through enough copies to fill
  * KN_BENCH_MB (default 512) MiB, so weights stream from DRAM rather than
@@ -16,6 +18,7 @@
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln_base.h"
 #include "backends/quant/quant.h"
+#include "backends/quant/qpack.h"
 #include "core/cpu.h"
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@ typedef struct {
     char *W; size_t mat_bytes, row_bytes; int ncopies, iters;
     const void *a; float *y;
     kn_vec_dot_fn dot;     /* Q16 activations: this dot; NULL: the 8-bit partner */
+    kn_qpack_gemv_fn pk;   /* packed copy (W holds packed matrices): this kernel */
     char *buf, *dst; size_t buf_bytes;
     int nthreads;
     pthread_barrier_t bar;
@@ -51,7 +55,10 @@ static void *worker(void *p) {
         int64_t r0 = (int64_t)ROWS * id / T, r1 = (int64_t)ROWS * (id + 1) / T;
         for (int it = 0; it < j->iters; it++) {
             const char *M = j->W + (size_t)(it % j->ncopies) * j->mat_bytes;
-            if (j->dot) for (int64_t r = r0; r < r1; r++) j->y[r] = j->dot(COLS, M + (size_t)r * j->row_bytes, j->a);
+            if (j->pk) {
+                int64_t g0 = ROWS / 16 * id / T, g1 = ROWS / 16 * (id + 1) / T;
+                j->pk(M, g0, g1, COLS, j->a, j->y + 16 * g0);
+            } else if (j->dot) for (int64_t r = r0; r < r1; r++) j->y[r] = j->dot(COLS, M + (size_t)r * j->row_bytes, j->a);
             else kn_quant_matvec_rows(j->t, COLS, M, j->row_bytes, j->a, j->y, r0, r1);
             pthread_barrier_wait(&j->bar);
         }
@@ -140,11 +147,13 @@ int main(void) {
     float *x = malloc(sizeof(float) * COLS), *y = malloc(sizeof(float) * ROWS);
     float *src = malloc(sizeof(float) * COLS);
     for (int i = 0; i < COLS; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
-    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
-        kn_dtype t = types[k / 2];
-        bool q16 = k & 1;                       /* each type with 8-bit, then 16-bit activations */
+    for (size_t k = 0; k < 3 * sizeof types / sizeof types[0]; k++) {
+        kn_dtype t = types[k / 3];
+        int var = (int)(k % 3);                 /* each type with 8-bit, 16-bit, 16-bit packed activations */
+        bool q16 = var > 0;
         kn_vec_dot_fn dot = q16 ? kn_quant_q16_dot(t) : NULL;
-        if (q16 && !dot) continue;
+        kn_qpack_gemv_fn pk = var == 2 ? kn_qpack_gemv_simd(t) : NULL;
+        if ((q16 && !dot) || (var == 2 && !pk)) continue;
         kn_dtype at = kn_quant_vec_dot_type(t);
         job j; memset(&j, 0, sizeof j);
         j.t = t; j.dot = dot; j.row_bytes = kn_dtype_nbytes(t, COLS); j.mat_bytes = j.row_bytes * ROWS;
@@ -155,6 +164,14 @@ int main(void) {
         for (int r = 0; r < ROWS; r++) {   /* deterministic pseudo-random weights */
             for (int i = 0; i < COLS; i++) src[i] = (float)(((unsigned)(r * 2654435761u + i * 40503u) >> 8) % 2001) / 1000.0f - 1.0f;
             if (kn_quantize_row(t, src, j.W + (size_t)r * j.row_bytes, COLS) != KN_OK) { fprintf(stderr, "%s\n", kn_last_error()); return 1; }
+        }
+        if (pk) {                               /* pack copy 0 in place of the rows (same size) */
+            char *tmp = malloc(j.mat_bytes);
+            if (!tmp) { fprintf(stderr, "bench_quant: out of memory\n"); return 1; }
+            kn_qpack_pack(t, j.W, j.row_bytes, ROWS, COLS, 0, ROWS / 16, tmp);
+            memcpy(j.W, tmp, j.mat_bytes);
+            free(tmp);
+            j.pk = pk;
         }
         for (int c = 1; c < j.ncopies; c++) memcpy(j.W + (size_t)c * j.mat_bytes, j.W, j.mat_bytes);
         if (q16) kn_quantize_q16(x, a, COLS);
@@ -170,7 +187,7 @@ int main(void) {
         paired(&j, &bj, 2, reps, &s2, &r2);
         double g1 = (double)j.mat_bytes / s1 / 1e9, g2 = (double)j.mat_bytes / s2 / 1e9;
         printf("| %s%s | %.1f | %.1f | %.2f | %.1f | %.1f | %.0f%% | %.2f | %.1f | %.1f | %.0f%% |\n", kn_dtype_name(t),
-               q16 ? " x q16" : kn_dtype_get(t)->is_quant ? " x q8" : "",
+               var == 2 ? " x q16 packed" : q16 ? " x q16" : kn_dtype_get(t)->is_quant ? " x q8" : "",
                (double)j.mat_bytes / (1 << 20), hot, s1 * 1e3, g1, r1, 100 * g1 / r1, s2 * 1e3, g2, r2, 100 * g2 / r2);
         fflush(stdout);
         free(j.W); free(a);

@@ -5,17 +5,22 @@
  *
  * Each kiln step is one replayed plan (forward + backward + AdamW update).
  * The PyTorch side is scripts/bench_train_torch.py with the same model,
- * batch and thread count (torch.set_num_threads = kiln's pool size); it runs
- * when `python3 -c "import torch"` works after sourcing scripts/torch_env.sh,
- * else its column says n/a with the reason. Run from the repository root.
+ * batch and thread count (torch.set_num_threads = kiln's pool size) at its
+ * best: fused AdamW, and torch.compile too with -c (the faster of eager and
+ * compiled counts). It runs when `python3 -c "import torch"` works after
+ * sourcing scripts/torch_env.sh, else its column says n/a with the reason.
+ * kiln and PyTorch alternate for -r rounds; the table gives the medians and
+ * each round's numbers (a shared VM drifts by 10-20 % within minutes).
+ * Run from the repository root.
  *
  * Options: -t N threads (default: the pool's), -s N timed steps (default 20),
- * -m mlp|gpt one model alone without PyTorch (with KN_PROFILE=1: where time goes).
- * Non-goals: statistics over repeated runs (the machine is shared; run it twice).
+ * -r N rounds (default 3), -c also torch.compile, -m mlp|gpt one model alone
+ * without PyTorch (with KN_PROFILE=1: where time goes).
  */
 #include "kn_bench.h"         /* kn_bench_now, kn_bench_cmp_double */
 #include "kiln.h"
 #include "kiln_nn.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,12 +94,16 @@ static double bench_gpt(int64_t V, int64_t T, int64_t C, int L, int H, int64_t B
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, steps = 20;
+    int threads = 0, steps = 20, rounds = 3;
+    bool compile = false;
     const char *only = NULL;      /* -m mlp|gpt: that model alone, no PyTorch (for profiling) */
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-t")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-s")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-m")) only = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-c")) compile = true;
+        else if (i + 1 >= argc) break;
+        else if (!strcmp(argv[i], "-t")) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s")) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r")) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-m")) only = argv[++i];
     }
     if (threads > 0) kn_set_threads(threads);
     threads = kn_threads();
@@ -108,44 +117,67 @@ int main(int argc, char **argv) {
         printf("%s: %.0f %s/s (kiln, %d threads, %d steps)\n", only, v, !strcmp(only, "mlp") ? "samples" : "tok", threads, steps);
         return v > 0 ? 0 : 1;
     }
-    double k_mlp = bench_mlp(MB, steps);
-    double k_gpt = bench_gpt(V, T, C, L, H, B, gsteps);
-
-    /* PyTorch, same models/batches/threads, same run */
-    double t_mlp = -1, t_gpt = -1;
+    enum { MAX_ROUNDS = 15 };
+    if (rounds < 1) rounds = 1;
+    if (rounds > MAX_ROUNDS) rounds = MAX_ROUNDS;
+    double k[2][MAX_ROUNDS], t[2][MAX_ROUNDS];
+    char detail[2][MAX_ROUNDS][96];
     char why[256] = "";
-    if (system("sh -c '. scripts/torch_env.sh && python3 -c \"import torch\"' >/dev/null 2>&1") != 0) {
-        snprintf(why, sizeof why, "python3 -c \"import torch\" fails after . scripts/torch_env.sh (run from the repo root)");
-    } else {
+    bool have_torch = system("sh -c '. scripts/torch_env.sh && python3 -c \"import torch\"' >/dev/null 2>&1") == 0;
+    if (!have_torch) snprintf(why, sizeof why, "python3 -c \"import torch\" fails after . scripts/torch_env.sh (run from the repo root)");
+    for (int r = 0; r < rounds; r++) {
+        k[0][r] = bench_mlp(MB, steps);
+        k[1][r] = bench_gpt(V, T, C, L, H, B, gsteps);
+        t[0][r] = t[1][r] = -1;
+        detail[0][r][0] = detail[1][r][0] = 0;
+        if (!have_torch) continue;
+        /* PyTorch, same models/batches/threads, right after kiln */
         char cmd[512];
         snprintf(cmd, sizeof cmd,
                  "sh -c '. scripts/torch_env.sh && python3 scripts/bench_train_torch.py --threads %d --mlp-batch %lld "
-                 "--gpt %lld,%lld,%lld,%d,%d,%lld --steps %d' 2>&1", threads, (long long)MB, (long long)V, (long long)T,
-                 (long long)C, L, H, (long long)B, steps);
+                 "--gpt %lld,%lld,%lld,%d,%d,%lld --steps %d%s' 2>&1", threads, (long long)MB, (long long)V, (long long)T,
+                 (long long)C, L, H, (long long)B, steps, compile ? " --compile" : "");
         FILE *p = popen(cmd, "r");
         char line[512];
         while (p && fgets(line, sizeof line, p)) {
             double v;
-            if (sscanf(line, "mlp %lf", &v) == 1) t_mlp = v;
-            else if (sscanf(line, "gpt %lf", &v) == 1) t_gpt = v;
-            else if (!why[0]) snprintf(why, sizeof why, "torch script: %.200s", line);
+            int n = 0, c = -1;
+            if (sscanf(line, "mlp %lf %n", &v, &n) == 1) c = 0;
+            else if (sscanf(line, "gpt %lf %n", &v, &n) == 1) c = 1;
+            if (c >= 0) {
+                t[c][r] = v;
+                snprintf(detail[c][r], sizeof detail[c][r], "%s", line + n);
+                detail[c][r][strcspn(detail[c][r], "\n")] = 0;
+            } else if (!why[0]) snprintf(why, sizeof why, "torch script: %.200s", line);
         }
         if (p && pclose(p) != 0 && !why[0]) snprintf(why, sizeof why, "scripts/bench_train_torch.py failed");
     }
 
-    printf("training throughput, %d threads (%d timed steps mlp, %d gpt; AdamW; one plan per step)\n", threads, steps, gsteps);
+    printf("training throughput, %d threads (%d timed steps mlp, %d gpt; AdamW; one plan per step), "
+           "%d rounds kiln / PyTorch alternating, medians\n", threads, steps, gsteps, rounds);
     printf("%-44s %14s %14s %8s\n", "case", "kiln", "pytorch", "ratio");
     const char *names[2] = {"mlp 784-512-256-10 B=128 (samples/s)", "gpt V=256 T=64 C=128 L=4 H=4 B=8 (tok/s)"};
-    double k[2] = {k_mlp, k_gpt}, t[2] = {t_mlp, t_gpt};
+    double km[2], tm[2];
     for (int i = 0; i < 2; i++) {
+        double ks_[MAX_ROUNDS], ts_[MAX_ROUNDS];
+        memcpy(ks_, k[i], sizeof(double) * (size_t)rounds);
+        memcpy(ts_, t[i], sizeof(double) * (size_t)rounds);
+        qsort(ks_, (size_t)rounds, sizeof(double), kn_bench_cmp_double);
+        qsort(ts_, (size_t)rounds, sizeof(double), kn_bench_cmp_double);
+        km[i] = ks_[rounds / 2];
+        tm[i] = ts_[rounds / 2];
         char ks[32], ts[32], rs[32];
-        snprintf(ks, sizeof ks, k[i] > 0 ? "%.0f" : "error", k[i]);
-        snprintf(ts, sizeof ts, t[i] > 0 ? "%.0f" : "n/a", t[i]);
-        snprintf(rs, sizeof rs, k[i] > 0 && t[i] > 0 ? "%.2fx" : "n/a", k[i] / t[i]);
+        snprintf(ks, sizeof ks, km[i] > 0 ? "%.0f" : "error", km[i]);
+        snprintf(ts, sizeof ts, tm[i] > 0 ? "%.0f" : "n/a", tm[i]);
+        snprintf(rs, sizeof rs, km[i] > 0 && tm[i] > 0 ? "%.2fx" : "n/a", km[i] / tm[i]);
         printf("%-44s %14s %14s %8s\n", names[i], ks, ts, rs);
     }
-    if (t_mlp <= 0 || t_gpt <= 0) printf("pytorch n/a: %s\n", why[0] ? why : "no result");
+    for (int i = 0; i < 2; i++)
+        for (int r = 0; r < rounds; r++)
+            printf("  %s round %d: kiln %.0f, pytorch %.0f (%s)\n", i ? "gpt" : "mlp", r + 1, k[i][r], t[i][r],
+                   detail[i][r][0] ? detail[i][r] : "n/a");
+    if (tm[0] <= 0 || tm[1] <= 0) printf("pytorch n/a: %s\n", why[0] ? why : "no result");
     printf("ratio = kiln / pytorch (higher is better for kiln)\n");
-    if (k_mlp <= 0 || k_gpt <= 0) { fprintf(stderr, "bench_train: %s\n", kn_last_error()); return 1; }
+    if (km[0] <= 0 || km[1] <= 0) { fprintf(stderr, "bench_train: %s\n", kn_last_error()); return 1; }
     return 0;
 }

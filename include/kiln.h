@@ -154,6 +154,13 @@ kn_tensor *kn_from_data(kn_ctx *ctx, kn_dtype t, int ndim, const int64_t *shape,
 /* Wrap caller memory without copying (e.g. a memory-mapped weight); the
  * memory must outlive the context. Read-only use is the caller's promise. */
 kn_tensor *kn_from_ptr(kn_ctx *ctx, kn_dtype t, int ndim, const int64_t *shape, void *data);
+/* Promise that t's storage (a materialised tensor: kn_from_ptr, kn_from_data,
+ * a param) never changes again while it lives, e.g. a model's weights.
+ * Backends may then keep a copy in a faster layout of their own: the CPU
+ * packs Q4_0/Q4_1/Q8_0 weights 16 rows at a time for decode (same size
+ * again in memory). kn_tensor_write to it fails from then on. The LLM
+ * loaders mark every weight they wrap. */
+kn_status kn_set_constant(kn_tensor *t);
 kn_tensor *kn_input(kn_ctx *ctx, kn_dtype t, int ndim, const int64_t *shape);  /* placeholder: write it before each run */
 kn_tensor *kn_param(kn_ctx *ctx, kn_dtype t, int ndim, const int64_t *shape);  /* materialised, requires grad */
 kn_tensor *kn_scalar(kn_ctx *ctx, kn_dtype t, double v);                          /* 0-d constant (lazy fill) */

@@ -26,6 +26,10 @@ typedef struct kn_tview {
     int ndim;
     int64_t ne[KN_MAX_DIMS];   /* run-time extents                 */
     int64_t st[KN_MAX_DIMS];   /* strides in elements              */
+    /* the buffer the storage lives in, where it has one of its own (weights,
+     * leaves; NULL for a plan's arena or a backend's scratch): a constant
+     * buffer may carry a backend's derived copy (core/core.h) */
+    struct kn_buffer *buf;
 } kn_tview;
 
 /* A matmul's epilogue (docs/COMPILER.md, "Matmul epilogues"): the elementwise

@@ -14,6 +14,14 @@ struct kn_buffer {
     void *data;
     size_t size;
     bool owned;            /* false: wraps caller memory, never freed by us */
+    /* The contents never change while the buffer lives (set by whoever made
+     * it, e.g. a model loader for its weights): a backend may then keep a
+     * copy in a layout of its own (the CPU's 16-row packed quantized weights,
+     * backends/quant/qpack.h) in `derived`, freed by derived_free with the
+     * buffer. Set once, with a compare-exchange (two plans may race). */
+    bool constant;
+    _Atomic(void *) derived;
+    void (*derived_free)(void *derived);
 };
 kn_buffer *kn_buffer_new(kn_backend *be, size_t size);   /* NULL + error on OOM */
 kn_buffer *kn_buffer_wrap(kn_backend *be, void *data, size_t size);

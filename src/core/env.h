@@ -39,6 +39,7 @@ typedef struct kn_env {
     const char *qmm_act;     /* KN_QMM_ACT: auto | q16 | q8 | f32 */
     bool qmm_exact;          /* KN_QMM_EXACT: same as KN_QMM_ACT=f32 */
     bool llm_nofuse;         /* KN_LLM_FUSE=0: keep wq/wk/wv and w1/w3 as separate matmuls */
+    bool qpack_off;          /* KN_QPACK=0: no 16-row packed copies of constant quantized weights */
     bool epilogue;           /* KN_EPILOGUE=1: fold elementwise consumers into matmul epilogues (opt-in: measured slower on CUDA) */
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */

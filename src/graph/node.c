@@ -165,6 +165,14 @@ bool kn_same_shape(const kn_tensor *a, const kn_tensor *b) {
 void kn_set_name(kn_tensor *t, const char *name) {
     if (t) snprintf(t->name, sizeof t->name, "%s", name ? name : "");
 }
+kn_status kn_set_constant(kn_tensor *t) {
+    kn_tensor *own = t ? kn__storage_owner(t) : NULL;
+    if (!own || !own->buf)
+        return kn_set_error(KN_ERR_INVALID, "kn_set_constant: needs a materialised tensor (kn_from_ptr, kn_from_data, a "
+                            "param or a realized one)");
+    own->buf->constant = true;
+    return KN_OK;
+}
 void kn_set_requires_grad(kn_tensor *t, bool on) {
     if (!t) return;
     if (on) t->flags |= KN_FLAG_REQUIRES_GRAD; else t->flags &= ~(uint32_t)KN_FLAG_REQUIRES_GRAD;

@@ -20,7 +20,10 @@ kn_tensor *kn__model_wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, 
     int64_t shape[2] = {rows, cols};
     kn_tensor *t = rows == 1 ? kn_from_ptr(m->ctx, dt, 1, &shape[1], (void *)data)
                              : kn_from_ptr(m->ctx, dt, 2, shape, (void *)data);
-    if (t) kn_set_name(t, name);
+    if (t) {
+        kn_set_name(t, name);
+        kn_set_constant(t);          /* a model's weights never change: a backend may keep a packed copy */
+    }
     return t;
 }
 

@@ -87,6 +87,9 @@ kn_status kn_tensor_write(kn_tensor *t, const void *src, kn_dtype as) {
     kn_tensor *own = kn__storage_owner(t);
     if (own->op != KN_OP_NONE || !own->buf)
         return kn_set_error(KN_ERR_INVALID, "kn_tensor_write: only inputs, parameters and data tensors (or views of them) can be written; this is a %s node", kn_op_name(own->op));
+    if (own->buf->constant)
+        return kn_set_error(KN_ERR_STATE, "kn_tensor_write: the tensor was marked constant (kn_set_constant); write a "
+                            "copy of it (kn_from_data) instead");
     return host_transfer(t, (void *)src, as, false);
 }
 

@@ -24,6 +24,7 @@ static char *addr_of(const kn_plan *p, kn_tensor *t) {
  * every sequence length. */
 bool kn__tview_of(const kn_plan *p, kn_tensor *t, kn_tview *v) {
     v->data = addr_of(p, t);
+    v->buf = kn__storage_owner(t)->buf;
     v->dtype = t->dtype;
     v->ndim = t->ndim;
     for (int i = 0; i < t->ndim; i++) { v->ne[i] = kn__extent(t, i, p->ctx->sym_val); v->st[i] = t->stride[i]; }

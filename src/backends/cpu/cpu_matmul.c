@@ -13,6 +13,10 @@
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
 #include "backends/cpu/vec.h"          // defines: kn_vec_bf16_to_f32 and the other 16-bit conversions
 #include "backends/quant/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
+#include "backends/quant/qpack.h"                 // defines: kn_qpack_*, the 16-row packed layout
+#include "core/core.h"                            // defines: struct kn_buffer (constant, derived)
+#include "core/env.h"
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,6 +110,93 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
     return true;
 }
 
+/* ==== decode against 16-row packed weights (backends/quant/qpack.h) ==========
+ * A constant buffer (a model's weights: core.h) of Q4_0 / Q4_1 / Q8_0 rows is
+ * packed once, at the first matmul with few activation rows, into a copy
+ * the buffer owns (buf->derived, freed with it); later matmuls of that
+ * buffer, and of row ranges of it that start on a 16-row boundary (a
+ * stacked expert), read the copy. Prefill (>= QMM_GEMM_MIN_ROWS rows) keeps
+ * reading the file's rows. */
+typedef struct { kn_dtype t; int64_t K, rows; size_t row_bytes; void *data; } cpu_qpack;
+static void qpack_free(void *p) {
+    cpu_qpack *q = p;
+    free(q->data);
+    free(q);
+}
+typedef struct { const cpu_qpack *q; const void *src; } qpack_job;
+static void qpack_groups(void *p, int64_t g0, int64_t g1) {
+    const qpack_job *j = p;
+    kn_qpack_pack(j->q->t, j->src, j->q->row_bytes, j->q->rows, j->q->K, g0, g1, j->q->data);
+}
+/* the packed copy of b's buffer, made on first use; NULL where b cannot have one */
+static const cpu_qpack *qpack_of(const kn_tview *b, int64_t K, size_t row_bytes) {
+    kn_buffer *buf = b->buf;
+    if (!buf || !buf->constant || kn_env_get()->qpack_off || !kn_qpack_type_ok(b->dtype) || !kn_qpack_gemv_simd(b->dtype))
+        return NULL;
+    cpu_qpack *q = atomic_load(&buf->derived);
+    if (!q) {
+        if (buf->size % row_bytes) return NULL;
+        cpu_qpack *n = calloc(1, sizeof *n);
+        if (!n) return NULL;
+        *n = (cpu_qpack){b->dtype, K, (int64_t)(buf->size / row_bytes), row_bytes, NULL};
+        size_t bytes = kn_qpack_nbytes(n->t, n->rows, K);
+        if (posix_memalign(&n->data, 64, bytes ? bytes : 64)) { free(n); return NULL; }
+        qpack_job j = {n, buf->data};
+        int64_t groups = (n->rows + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS;
+        kn_cpu_par_rows(qpack_groups, &j, groups, groups * KN_QPACK_ROWS * K);
+        buf->derived_free = qpack_free;
+        void *none = NULL;
+        if (!atomic_compare_exchange_strong(&buf->derived, &none, n)) qpack_free(n);   /* another plan won */
+        q = atomic_load(&buf->derived);
+    }
+    return q->t == b->dtype && q->K == K && q->row_bytes == row_bytes ? q : NULL;
+}
+
+typedef struct {
+    kn_qpack_gemv_fn gemv; const char *P; size_t group_bytes; int64_t g_first, K, N, T;
+    const kn_block_q16 *xq; size_t xq_blocks; float *C; int64_t ldc;
+    const kn_sgemm_post *post;
+} qpk_job;
+/* groups [r0, r1) of the matmul's rows (16 each): every activation row
+ * against one group at a time while the group is in cache */
+static void qpk_rows(void *p, int64_t r0, int64_t r1) {
+    const qpk_job *j = p;
+    for (int64_t g = r0; g < r1; g++) {
+        int64_t n0 = g * KN_QPACK_ROWS, n1 = n0 + KN_QPACK_ROWS < j->N ? n0 + KN_QPACK_ROWS : j->N;
+        for (int64_t t = 0; t < j->T; t++) {
+            float y[KN_QPACK_ROWS], *c = j->C + t * j->ldc;
+            j->gemv(j->P, j->g_first + g, j->g_first + g + 1, j->K, j->xq + t * j->xq_blocks, y);
+            memcpy(c + n0, y, sizeof(float) * (size_t)(n1 - n0));
+        }
+        if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, 0, j->T, n0, n1);
+    }
+}
+/* y = x W^T through the packed copy of W; false where there is none */
+static bool matmul_qpacked(const kn_tview *d, const kn_tview *a, const kn_tview *b, int64_t T, int64_t N, int64_t K,
+                           const kn_sgemm_post *post) {
+    size_t row_bytes = kn_dtype_nbytes(b->dtype, b->st[1]);
+    if (b->st[1] != K || !b->buf) return false;
+    size_t off = (size_t)((const char *)b->data - (const char *)b->buf->data);
+    int64_t row0 = (int64_t)(off / row_bytes);
+    if (off % row_bytes || row0 % KN_QPACK_ROWS) return false;     /* rows must start a group */
+    const cpu_qpack *q = qpack_of(b, K, row_bytes);
+    if (!q || row0 + N > q->rows) return false;
+    size_t xq_bytes = kn_quant_q16_nbytes(K);
+    kn_block_q16 *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
+    if (!xq) return false;
+    for (int64_t t = 0; t < T; t++)
+        if (kn_quantize_q16((const float *)a->data + t * a->st[0], xq + t * (K / KN_QK), K)) {
+            free(xq);                    /* a non-finite activation: the row path's turn */
+            return false;
+        }
+    qpk_job j = {kn_qpack_gemv_simd(b->dtype), q->data, kn_qpack_nbytes(b->dtype, KN_QPACK_ROWS, K),
+                 row0 / KN_QPACK_ROWS, K, N, T, xq, (size_t)(K / KN_QK), d->data, d->st[0], post};
+    int64_t groups = (N + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS;
+    kn_cpu_par_rows(qpk_rows, &j, groups, N * K * (T ? T : 1));
+    free(xq);
+    return true;
+}
+
 static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;
@@ -117,6 +208,7 @@ static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b, post)) return true;
     kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
     bool q16 = dot != NULL;
+    if (q16 && matmul_qpacked(d, a, b, T, N, K, post)) return true;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
     if (!dot) dot = kn_quant_dot_fn(b->dtype);
     if (!dot) return false;

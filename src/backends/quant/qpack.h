@@ -1,0 +1,69 @@
+/* qpack.h: quantized weight rows repacked 16 at a time, for matrix-vector
+ * products whose SIMD lanes are weight rows (decode: one to a few activation
+ * rows against every weight row).
+ *
+ * Why: the row-at-a-time dots (quant16_avx2.c) spend most of their
+ * instructions on what is not a multiply: widening a 32-element block, one
+ * float scale per block and row, a horizontal sum per row. With 16 rows
+ * interleaved, one vpdpwssd multiplies a pair of activation quants into all
+ * 16 rows at once, the 16 rows' scales of a block are one vector, and the 16
+ * results are stored as they are: the kernel is bound by memory, not by
+ * instructions (llama.cpp repacks Q4_0 the same way, "q4_0_8x8").
+ *
+ * Layout: rows are taken in groups of 16 (the last group padded with zero
+ * rows). A group is K/32 block records in order; the record of block b is
+ *   Q8_0  d[16] (f16 bits)                    32 B | q[16 chunks][16 rows][2]  512 B
+ *   Q4_0  d[16]                               32 B | n[8 chunks][16 rows][2]   256 B
+ *   Q4_1  d[16], m[16]                        64 B | n[8 chunks][16 rows][2]   256 B
+ * Q8_0 chunk c holds row r's elements 2c and 2c+1 (signed bytes) at bytes
+ * 2r, 2r+1: widened to int16 they are lane r's pair in vpdpwssd. Q4 chunk c
+ * holds in byte 2r+j the nibble of element 2c+j (low) and of element
+ * 2(c+8)+j (high), both the unsigned 0..15 quants of the file. Every record
+ * has the size of 16 of the file's blocks, so a packed matrix takes as many
+ * bytes as the file's (plus the padding rows).
+ *
+ * Dots are with Q16 activations (quant.h: kn_block_q16), the CPU's default
+ * for these types: per block, the exact int32 sum of the 32 products, then
+ *   y += (dw * da) * sum                      Q8_0
+ *   y += dw * (da * sum - 8 * s)              Q4_0  (s = da * sum of quants)
+ *   y += (dw * da) * sum + mw * s             Q4_1
+ * The scalar kernel here is the oracle of the SIMD one (same sums, the same
+ * float steps; results agree to rounding of the float accumulation).
+ */
+#ifndef KN_QPACK_H
+#define KN_QPACK_H
+
+#include "backends/quant/quant.h"   /* defines: kn_block_q16, kn_block_q4_0, ... */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KN_QPACK_ROWS 16
+
+/* Types with a packed layout (Q4_0, Q4_1, Q8_0). */
+bool kn_qpack_type_ok(kn_dtype t);
+/* Bytes of one group's record of one block (type t), and of a packed
+ * matrix of `rows` rows of K elements (K a multiple of 32). */
+size_t kn_qpack_record_bytes(kn_dtype t);
+size_t kn_qpack_nbytes(kn_dtype t, int64_t rows, int64_t K);
+/* Pack groups [g0, g1) of a matrix of `rows` rows (row r at src + r *
+ * row_bytes, K elements) into dst (the whole packed matrix). */
+void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
+                   void *dst);
+/* y[16 (g1 - g0)] = the packed groups [g0, g1) (rows 16 g0 ..) times the
+ * Q16 activation row x (K / 32 blocks); the best kernel this CPU has. */
+typedef void (*kn_qpack_gemv_fn)(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x,
+                                 float *y);
+kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t);
+/* The scalar kernel (the oracle), and the SIMD one or NULL where the CPU or
+ * the build has none (the packed path is then not taken). */
+kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t);
+kn_qpack_gemv_fn kn_qpack_gemv_simd(kn_dtype t);
+/* Rows [16 g, 16 g + 16) of the packed matrix as floats, out[16][K]. */
+void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out);
+
+#ifndef KN_NO_AVX512
+kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t);   /* qpack_avx512.c (AVX512-VNNI) */
+#endif
+
+#endif

@@ -1,0 +1,105 @@
+/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q8_0
+ * weights (qpack.h) with Q16 activations, AVX512-VNNI.
+ *
+ * Lane r of every vector is weight row r of the group. Per block of 32
+ * elements: the weight quants widen to int16 pairs (one vpmovsxbw /
+ * vpmovzxbw per 32 bytes), and vpdpwssd adds each row's pair times the
+ * broadcast activation pair; four int32 accumulators keep four dependent
+ * chains in flight. The block's exact int32 sums then take the scales as in
+ * qpack.h, one float vector op or two per block for all 16 rows. No
+ * horizontal sums: the 16 results are one store.
+ *
+ * No sum overflows int32: |sum| <= 32 * 128 * 32767 < 2^31 (Q8_0).
+ * Compiled with the Makefile's AVX512 flags (-mavx512vnni among them); only
+ * called where kn_cpu() reports AVX512-VNNI (qpack.c).
+ */
+#include "backends/quant/qpack.h"
+#include <immintrin.h>
+
+enum { R = KN_QPACK_ROWS };
+
+static inline __m512i pair(const kn_block_q16 *a, int c) {   /* activations 2c, 2c+1 in every lane */
+    int32_t v;
+    __builtin_memcpy(&v, &a->qs[2 * c], 4);
+    return _mm512_set1_epi32(v);
+}
+static inline __m512 scales16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* the int32 sums of one Q8_0 record's 16 rows x one activation block */
+static inline __m512i sum_q8(const uint8_t *q, const kn_block_q16 *a) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int c = 0; c < 16; c += 4) {
+        s0 = _mm512_dpwssd_epi32(s0, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c))), pair(a, c));
+        s1 = _mm512_dpwssd_epi32(s1, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32))), pair(a, c + 1));
+        s2 = _mm512_dpwssd_epi32(s2, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 64))), pair(a, c + 2));
+        s3 = _mm512_dpwssd_epi32(s3, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 96))), pair(a, c + 3));
+    }
+    return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+}
+/* the same for a Q4 record: chunk c's low nibbles are pair c, high ones pair c + 8 */
+static inline __m512i sum_q4(const uint8_t *q, const kn_block_q16 *a) {
+    const __m512i m15 = _mm512_set1_epi16(15);
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int c = 0; c < 8; c += 2) {
+        __m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32)));
+        s0 = _mm512_dpwssd_epi32(s0, _mm512_and_si512(b0, m15), pair(a, c));
+        s1 = _mm512_dpwssd_epi32(s1, _mm512_srli_epi16(b0, 4), pair(a, c + 8));
+        s2 = _mm512_dpwssd_epi32(s2, _mm512_and_si512(b1, m15), pair(a, c + 1));
+        s3 = _mm512_dpwssd_epi32(s3, _mm512_srli_epi16(b1, 4), pair(a, c + 9));
+    }
+    return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+}
+
+static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(sum_q8(o + 2 * R, &x[b]));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
+    }
+}
+
+static void gemv_q4_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(sum_q4(o + 2 * R, &x[b]));
+            /* dw * (da * sum - 8 * s) */
+            acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(8.0f * x[b].s)), acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
+    }
+}
+
+static void gemv_q4_1(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(sum_q4(o + 4 * R, &x[b]));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
+            accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, _mm512_add_ps(acc, accm));
+    }
+}
+
+kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
+    switch (t) {
+    case KN_Q8_0: return gemv_q8_0;
+    case KN_Q4_0: return gemv_q4_0;
+    case KN_Q4_1: return gemv_q4_1;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,166 @@
+/* test_qpack.c: the 16-row packed Q4_0 / Q4_1 / Q8_0 weights for decode
+ * (backends/quant/qpack.h): the packed scalar kernel against the row-at-a-time
+ * Q16 dots, the SIMD kernel against the scalar one, dequantizing a packed
+ * group against the file's rows, and the CPU matmul through a constant
+ * buffer (kn_set_constant) against the reference backend, including row
+ * ranges of a stacked matrix and the fallbacks. */
+#include "kn_test.h"
+#include "kiln.h"
+#include "backends/quant/qpack.h"
+#include "core/core.h"
+#include "core/cpu.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const kn_dtype TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q8_0};
+
+/* random bytes with sane f16 scales: every quant value occurs */
+static void fill_raw(kn_dtype t, void *dst, int64_t rows, int64_t K) {
+    size_t bytes = kn_dtype_nbytes(t, rows * K), bb = kn_dtype_nbytes(t, 32);
+    uint8_t *p = dst;
+    for (size_t i = 0; i < bytes; i++) p[i] = (uint8_t)kn_test_u64();
+    for (size_t off = 0; off < bytes; off += bb) {
+        uint16_t h[2];
+        for (int i = 0; i < 2; i++) {
+            float v = (float)kn_test_uniform(1e-3, 0.1) * (i == 1 ? -1.0f : 1.0f);
+            uint32_t u; memcpy(&u, &v, 4);
+            h[i] = (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) | ((u >> 13) & 0x3ff));
+        }
+        memcpy(p + off, h, t == KN_Q4_1 ? 4 : 2);
+    }
+}
+
+static void quantize_x(float *x, kn_block_q16 *xq, int64_t K) {
+    kn_test_fill_f32(x, K, -2, 2);
+    REQUIRE(kn_quantize_q16(x, xq, K) == KN_OK, "%s", kn_last_error());
+}
+
+/* packed scalar kernel == the row dots (the same integer sums; float steps in
+ * another order), the SIMD kernel == the scalar one, the dequantized group ==
+ * the file's rows bit for bit; N not a multiple of 16 (padding rows) */
+TEST(packed_kernels_match_row_dots) {
+    kn_test_seed(71);
+    const int64_t Ns[] = {1, 15, 16, 17, 50}, Ks[] = {32, 96, 576};
+    int simd = 0;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ni = 0; ni < 5; ni++)
+            for (size_t ki = 0; ki < 3; ki++) {
+                kn_dtype t = TYPES[ti];
+                int64_t N = Ns[ni], K = Ks[ki], G = (N + 15) / 16;
+                size_t rb = kn_dtype_nbytes(t, K);
+                void *w = malloc(rb * (size_t)N), *pk = malloc(kn_qpack_nbytes(t, N, K));
+                float *x = malloc(sizeof(float) * (size_t)K), *ys = malloc(sizeof(float) * (size_t)(16 * G));
+                float *yv = malloc(sizeof(float) * (size_t)(16 * G)), *deq = malloc(sizeof(float) * (size_t)(16 * K));
+                float *row = malloc(sizeof(float) * (size_t)K);
+                kn_block_q16 *xq = malloc(kn_quant_q16_nbytes(K));
+                fill_raw(t, w, N, K);
+                quantize_x(x, xq, K);
+                CHECK(kn_qpack_nbytes(t, N, K) == (size_t)G * 16 * rb, "%s: packed size is 16 file rows a group", kn_dtype_name(t));
+                kn_qpack_pack(t, w, rb, N, K, 0, G, pk);
+                kn_qpack_gemv_scalar(t)(pk, 0, G, K, xq, ys);
+                kn_vec_dot_fn dot = kn_quant_q16_dot_scalar(t);
+                for (int64_t n = 0; n < N; n++) {
+                    float want = dot(K, (char *)w + n * rb, xq);
+                    CHECK(fabsf(ys[n] - want) <= 1e-5f * (fabsf(want) + 1), "%s N=%lld K=%lld row %lld: %.9g vs %.9g",
+                          kn_dtype_name(t), (long long)N, (long long)K, (long long)n, ys[n], want);
+                }
+                for (int64_t n = N; n < 16 * G; n++) CHECK(ys[n] == 0, "padding row %lld gives %g", (long long)n, ys[n]);
+                kn_qpack_gemv_fn f = kn_qpack_gemv_simd(t);
+                if (f) {
+                    simd++;
+                    f(pk, 0, G, K, xq, yv);
+                    for (int64_t n = 0; n < 16 * G; n++)
+                        CHECK(fabsf(yv[n] - ys[n]) <= 1e-5f * (fabsf(ys[n]) + 1), "%s simd row %lld: %.9g vs %.9g",
+                              kn_dtype_name(t), (long long)n, yv[n], ys[n]);
+                    if (G > 1) {                     /* a range that does not start at group 0 */
+                        f(pk, 1, G, K, xq, yv);
+                        CHECK(fabsf(yv[0] - ys[16]) <= 1e-5f * (fabsf(ys[16]) + 1), "%s groups [1, G)", kn_dtype_name(t));
+                    }
+                }
+                for (int64_t g = 0; g < G; g++) {
+                    kn_qpack_dequant_group(t, pk, g, K, deq);
+                    for (int r = 0; r < 16 && g * 16 + r < N; r++) {
+                        kn_dequantize_row(t, (char *)w + (g * 16 + r) * rb, row, K);
+                        CHECK(!memcmp(row, deq + r * K, sizeof(float) * (size_t)K), "%s: group %lld row %d dequantizes differently",
+                              kn_dtype_name(t), (long long)g, r);
+                    }
+                }
+                free(w); free(pk); free(x); free(ys); free(yv); free(deq); free(row); free(xq);
+            }
+    bool want_simd = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
+#ifdef KN_NO_AVX512
+    want_simd = false;
+#endif
+    CHECK(simd == (want_simd ? 45 : 0), "SIMD packed kernels ran %d times (want %d on this CPU)", simd, want_simd ? 45 : 0);
+}
+
+/* y = x W^T for T activation rows on the CPU backend (W rows [row0, row0 + N)
+ * of a stacked [rows, K] matrix, marked constant or not) and on the reference */
+static void matmul(kn_backend *be, kn_dtype t, const void *w, int64_t rows, int64_t row0, int64_t N, int64_t K,
+                   bool constant, const float *x, int64_t T, float *y, bool *packed) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
+    kn_tensor *W = kn_from_ptr(ctx, t, 2, (int64_t[]){rows, K}, (void *)w);
+    if (constant) REQUIRE(kn_set_constant(W) == KN_OK, "%s", kn_last_error());
+    kn_tensor *Wr = kn_slice(ctx, W, 0, row0, row0 + N, 1);
+    kn_tensor *X = kn_from_data(ctx, KN_F32, 2, (int64_t[]){T, K}, x);
+    kn_tensor *Y = kn_matmul(ctx, X, kn_transpose(ctx, Wr, 0, 1));
+    REQUIRE(Y && kn_tensor_read(Y, y, KN_F32) == KN_OK, "%s", kn_last_error());
+    if (packed) *packed = atomic_load(&W->buf->derived) != NULL;
+    kn_ctx_free(ctx);
+}
+
+TEST(cpu_matmul_through_packed_copy) {
+    kn_test_seed(72);
+    const int64_t rows = 80, K = 160;
+    struct { int64_t row0, N, T; bool expect; } cases[] = {
+        {0, 80, 1, true}, {0, 80, 3, true}, {16, 37, 1, true}, {32, 48, 5, true},
+        {8, 40, 1, false},                  /* not on a group boundary: the row dots */
+    };
+    bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
+#ifdef KN_NO_AVX512
+    can = false;
+#endif
+    for (size_t ti = 0; ti < 3; ti++) {
+        kn_dtype t = TYPES[ti];
+        void *w = malloc(kn_dtype_nbytes(t, rows * K));
+        fill_raw(t, w, rows, K);
+        float x[5 * 160], ref[5 * 80], got[5 * 80], plain[5 * 80];
+        kn_test_fill_f32(x, 5 * K, -1, 1);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int64_t N = cases[c].N, T = cases[c].T;
+            bool packed = false, packed_plain = true;
+            matmul(kn_backend_ref(), t, w, rows, cases[c].row0, N, K, false, x, T, ref, NULL);
+            matmul(kn_backend_cpu(), t, w, rows, cases[c].row0, N, K, true, x, T, got, &packed);
+            matmul(kn_backend_cpu(), t, w, rows, cases[c].row0, N, K, false, x, T, plain, &packed_plain);
+            double num = 0, den = 0, dp = 0;
+            for (int64_t i = 0; i < T * N; i++) {
+                num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i];
+                dp = fmax(dp, fabs(got[i] - plain[i]) / (fabs(plain[i]) + 1e-3));
+            }
+            CHECK(sqrt(num / den) < 1e-4, "%s case %zu: rel err %.3g vs reference", kn_dtype_name(t), c, sqrt(num / den));
+            CHECK(dp < 1e-4, "%s case %zu: packed vs row dots differ by %.3g", kn_dtype_name(t), c, dp);
+            /* the copy is made for a constant buffer only, viewed from a group boundary */
+            CHECK(!packed_plain, "%s: a non-constant buffer got a packed copy", kn_dtype_name(t));
+            CHECK(packed == (can && cases[c].expect), "%s case %zu: packed copy %d (CPU can: %d)",
+                  kn_dtype_name(t), c, packed, can);
+        }
+        free(w);
+    }
+}
+
+TEST(constant_tensors_refuse_writes) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
+    float v[4] = {1, 2, 3, 4};
+    kn_tensor *a = kn_from_data(ctx, KN_F32, 1, (int64_t[]){4}, v);
+    CHECK(kn_tensor_write(a, v, KN_F32) == KN_OK, "writable before");
+    CHECK(kn_set_constant(a) == KN_OK, "%s", kn_last_error());
+    CHECK(kn_tensor_write(a, v, KN_F32) == KN_ERR_STATE && strstr(kn_last_error(), "constant"), "refused: %s", kn_last_error());
+    kn_tensor *lazy = kn_add(ctx, a, a);
+    CHECK(kn_set_constant(lazy) == KN_ERR_INVALID && strstr(kn_last_error(), "materialised"), "lazy refused: %s", kn_last_error());
+    CHECK(kn_set_constant(NULL) == KN_ERR_INVALID, "NULL refused");
+    kn_ctx_free(ctx);
+}
+
+KN_TEST_MAIN()
