@@ -20,7 +20,10 @@
 #include "kn_optest.h"
 #include "kiln.h"
 #include "kiln_backend.h"        // defines: struct kn_backend (name), kn_store
-#include "backends/quant/quant.h"   // defines: kn_quantize_row, kn_dequantize_row, kn_quant_force_act_mode
+#include "backends/quant/quant.h"
+#include "core/core.h"       // defines: struct kn_buffer (derived)
+#include "core/cpu.h"
+#include <stdatomic.h>   // defines: kn_quantize_row, kn_dequantize_row, kn_quant_force_act_mode
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
 #endif
@@ -99,6 +102,9 @@ static double *mm_naive(const mm_case *c, const mm_data *d) {
     return y;
 }
 
+static bool g_constant;      /* mark W constant (kn_set_constant): the CPU may pack it */
+static int g_packed;         /* runs in which W got a packed copy */
+
 /* the op on backend be; *out [T*K*N] (malloc'd); ids_bad: replace one id by E */
 static kn_status mm_run(kn_backend *be, const mm_case *c, const mm_data *d, bool ids_bad, double **out) {
     *out = NULL;
@@ -111,6 +117,7 @@ static kn_status mm_run(kn_backend *be, const mm_case *c, const mm_data *d, bool
     else x = kn_transpose(ctx, kn_empty(ctx, KN_F32, 3, SH(T, C, K)), 1, 2);
     kn_status st = kn_tensor_write(x, d->x, KN_F64);
     kn_tensor *w = kn_from_data(ctx, c->wdt, 3, SH(c->E, c->N, C), d->wraw);
+    if (g_constant && w) kn_set_constant(w);
     kn_tensor *ids = kn_empty(ctx, c->idt, 2, SH(T, K));
     double *iv = malloc(sizeof(double) * (size_t)(T * K));
     for (int64_t i = 0; i < T * K; i++) iv[i] = (double)d->ids[i];
@@ -123,6 +130,7 @@ static kn_status mm_run(kn_backend *be, const mm_case *c, const mm_data *d, bool
         *out = malloc(sizeof(double) * (size_t)(T * K * c->N));
         st = kn_tensor_read(y, *out, KN_F64);
         if (st) { free(*out); *out = NULL; }
+        if (!st && atomic_load(&w->buf->derived)) g_packed++;
     }
     kn_ctx_free(ctx);
     return st;
@@ -141,6 +149,8 @@ static const mm_case g_cases[] = {
     {1, 2, 7, 40, 64, 1, KN_Q4_0, KN_I32},
     {6, 8, 10, 24, 96, 2, KN_Q8_0, KN_I64},
     {40, 2, 6, 17, 64, 3, KN_Q4_0, KN_I32},
+    {5, 2, 4, 32, 64, 1, KN_Q4_1, KN_I32},      /* experts of 16k rows: a packed copy serves them (qpack.h) */
+    {3, 2, 6, 48, 96, 0, KN_Q8_0, KN_I64},
     {2, 2, 5, 12, 256, 1, KN_Q4_K, KN_I32},
     {37, 1, 3, 9, 256, 2, KN_Q6_K, KN_I32},
 };
@@ -197,6 +207,16 @@ static void backend_vs_ref(kn_backend *be, const char *name, bool act_f32) {
 }
 TEST(mul_mat_id_cpu_vs_reference) { backend_vs_ref(kn_backend_cpu(), "cpu", false); }
 TEST(mul_mat_id_cpu_vs_reference_f32_activations) { backend_vs_ref(kn_backend_cpu(), "cpu", true); }
+TEST(mul_mat_id_cpu_packed_experts) {
+    g_constant = true; g_packed = 0;
+    backend_vs_ref(kn_backend_cpu(), "cpu", false);
+    g_constant = false;
+    bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
+#ifdef KN_NO_AVX512
+    can = false;
+#endif
+    CHECK(can ? g_packed >= 2 : g_packed == 0, "packed copies in %d runs (CPU can: %d)", g_packed, can);
+}
 
 /* every slot of every token on one expert, and all experts used */
 TEST(mul_mat_id_one_expert_and_all_experts) {

@@ -71,7 +71,8 @@ bool kn_cpu_mul_mat_id(const kn_exec *e) {
         f.syms = e->syms;
         f.src[0] = (kn_tview){xg + start[ex] * C, KN_F32, 2, {n, C}, {C, 1}};
         const char *wb = (const char *)w->data + kn_dtype_nbytes(w->dtype, ex * w->st[0]);
-        f.src[1] = (kn_tview){(void *)wb, w->dtype, 2, {C, N}, {w->st[2], w->st[1]}};   /* W[ex]^T, any layout MATMUL takes */
+        f.src[1] = (kn_tview){(void *)wb, w->dtype, 2, {C, N}, {w->st[2], w->st[1]}, w->buf};   /* W[ex]^T, any layout MATMUL takes;
+                                                                                         the buffer: a packed copy serves every expert */
         f.dst = (kn_tview){yg + start[ex] * N, KN_F32, 2, {n, N}, {N, 1}};
         ok = kn_cpu_matmul(&f);
     }
