@@ -205,6 +205,16 @@ TEST(matrix_vector_paths) {
         fails += run_case(ta, tb, 1, 1, 5, 2, 1.0f, 0.0f);
         fails += run_case(ta, tb, 2, 1500, 300, 1, 1.0f, 0.5f);   /* 2-3 rows: one pass per row */
         fails += run_case(ta, tb, 1500, 3, 300, 2, -1.0f, 0.0f);  /* 2-3 columns */
+        /* rows of 8 floats, unpadded (attention heads of dimension 8): the
+         * AVX-512 two-rows-a-register kernels, full and partial 16-row tiles */
+        for (int n = 1; n <= 35; n += 17 - (n == 1) * 13) {
+            fails += run_case(ta, tb, 1, n, 8, 0, 1.0f, 0.0f);
+            fails += run_case(ta, tb, n, 1, 8, 0, 1.0f, 0.5f);
+            fails += run_case(ta, tb, 1, 8, n, 0, -1.0f, 0.0f);
+            fails += run_case(ta, tb, 8, 1, n, 0, 1.0f, 0.0f);
+        }
+        fails += run_case(ta, tb, 1, 8, 1027, 0, 1.0f, 0.0f);
+        fails += run_case(ta, tb, 1027, 1, 8, 0, 1.0f, 0.0f);
     }
     CHECK(fails == 0, "%d failing runs", fails);
 }

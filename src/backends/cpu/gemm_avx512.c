@@ -66,8 +66,62 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
 
 /* ---- matrix-vector ---------------------------------------------------------- */
 /* Four rows at a time, two accumulators per row; a masked load finishes K. */
+/* ---- rows of 8 (attention heads of dimension 8 over a contiguous cache) ----
+ * The general kernels give a row of 8 half a register and one horizontal sum
+ * each; here a register holds two rows and 16 rows' sums come out of one
+ * transposing reduction (unpack, shuffle, then 128-bit lane shuffles):
+ * about 2 instructions a row instead of 12. */
+
+/* rows 2j, 2j+1 of X as one register; rows at or past n load as zeros */
+static inline __m512 rows8_pair(const float *X, int j, int64_t n) {
+    int64_t left = n - 2 * j;
+    __mmask16 m = left >= 2 ? 0xffff : left == 1 ? 0x00ff : 0;
+    return _mm512_maskz_loadu_ps(m, X + 16 * j);
+}
+/* y[i] = X[i, 0..8) . x for n rows (16 at a time, the last ones masked) */
+static void rows8_dot(int64_t n, const float *X, const float *x, float *y) {
+    const __m512 xx = _mm512_broadcast_f32x8(_mm256_loadu_ps(x));
+    /* after the three steps, lanes hold rows 0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15 */
+    const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    for (int64_t i = 0; i < n; i += 16, X += 128) {
+        int64_t m = n - i < 16 ? n - i : 16;
+        __m512 p[8];
+        for (int j = 0; j < 8; j++) p[j] = _mm512_mul_ps(rows8_pair(X, j, m), xx);
+        /* 1: per 128-bit lane, rows 2j and 2j+2 (or 2j+1, 2j+3) interleaved: dims {0,2} and {1,3} summed */
+        __m512 a[4];
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm512_add_ps(_mm512_unpacklo_ps(p[2 * j], p[2 * j + 1]), _mm512_unpackhi_ps(p[2 * j], p[2 * j + 1]));
+        /* 2: four rows' sums over 4 dims a lane (lane 0: dims 0-3 of rows 0 2 4 6, lane 1: dims 4-7) */
+        __m512 b0 = _mm512_add_ps(_mm512_shuffle_ps(a[0], a[1], 0x44), _mm512_shuffle_ps(a[0], a[1], 0xee));
+        __m512 b1 = _mm512_add_ps(_mm512_shuffle_ps(a[2], a[3], 0x44), _mm512_shuffle_ps(a[2], a[3], 0xee));
+        /* 3: dims 0-3 + 4-7 (128-bit lanes 0 + 1 and 2 + 3 of each) */
+        __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(b0, b1, 0x88), _mm512_shuffle_f32x4(b0, b1, 0xdd));
+        _mm512_mask_storeu_ps(y + i, (__mmask16)((1u << m) - 1u), _mm512_permutexvar_ps(order, c));
+    }
+}
+/* y[0..8) = sum_i x[i] X[i, 0..8): a register holds rows 2j, 2j+1, each
+ * half multiplied by its row's weight (x[2j] broadcast over lanes 0-7,
+ * x[2j+1] over 8-15); the halves are added at the end */
+static void rows8_axpy(int64_t n, const float *X, const float *x, float *y) {
+    const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
+    for (int64_t i = 0; i < n; i += 16, X += 128) {
+        int64_t m = n - i < 16 ? n - i : 16;
+        const __m512 w = _mm512_maskz_loadu_ps((__mmask16)((1u << m) - 1u), x + i);
+        for (int j = 0; j < 8; j += 2) {
+            __m512 w0 = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * j)), w);
+            __m512 w1 = _mm512_permutexvar_ps(_mm512_add_epi32(half, _mm512_set1_epi32(2 * j + 2)), w);
+            acc0 = _mm512_fmadd_ps(rows8_pair(X, j, m), w0, acc0);
+            acc1 = _mm512_fmadd_ps(rows8_pair(X, j + 1, m), w1, acc1);
+        }
+    }
+    __m512 acc = _mm512_add_ps(acc0, acc1);
+    _mm256_storeu_ps(y, _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+}
+
 void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
                          const float *x, float *y) {
+    if (K == 8 && ld == 8) { rows8_dot(rows, X, x, y); return; }
     const int64_t kt = K & ~(int64_t)15;
     const __mmask16 tail = (__mmask16)((1u << (K - kt)) - 1u);
     int64_t i = 0;
@@ -119,6 +173,7 @@ void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
  * load/store finishes the columns. */
 void kn_sgemv_axpy_avx512(int64_t K, int64_t cols, const float *X, int64_t ld,
                           const float *x, float *y) {
+    if (cols == 8 && ld == 8) { rows8_axpy(K, X, x, y); return; }
     const int64_t jt = cols & ~(int64_t)15;
     const __mmask16 tail = (__mmask16)((1u << (cols - jt)) - 1u);
     for (int64_t j = 0; j < cols; j++) y[j] = 0.0f;
