@@ -452,12 +452,16 @@ enum { GEMV_CHUNK = 1024 };      /* outputs per inner call: the axpy form keeps 
 /* Outputs [o0, o1) of a matrix-vector job, GEMV_CHUNK at a time. */
 static void gemv_piece(const gemv_job *j, int64_t o0, int64_t o1) {
     float buf[GEMV_CHUNK] __attribute__((aligned(64)));
+    /* y = X x straight into a contiguous y (no scaling pass: decode's tiny
+     * products are dominated by per-output work) */
+    const bool direct = j->alpha == 1.0f && j->beta == 0.0f && j->incy == 1 &&
+                        (j->y + j->len <= j->x || j->x + j->K <= j->y);   /* y may not be the vector itself */
     for (int64_t c0 = o0; c0 < o1; c0 += GEMV_CHUNK) {
         const int64_t n = o1 - c0 < GEMV_CHUNK ? o1 - c0 : GEMV_CHUNK;
-        if (j->dot) j->isa->dot(n, j->K, j->X + c0 * j->ld, j->ld, j->x, buf);
-        else        j->isa->axpy(j->K, n, j->X + c0, j->ld, j->x, buf);
-        float *y = j->y + c0 * j->incy;
-        for (int64_t i = 0; i < n; i++) {
+        float *y = j->y + c0 * j->incy, *out = direct ? y : buf;
+        if (j->dot) j->isa->dot(n, j->K, j->X + c0 * j->ld, j->ld, j->x, out);
+        else        j->isa->axpy(j->K, n, j->X + c0, j->ld, j->x, out);
+        for (int64_t i = 0; !direct && i < n; i++) {
             const float v = j->alpha * buf[i];
             y[i * j->incy] = j->beta == 0.0f ? v : v + j->beta * y[i * j->incy];
         }
