@@ -208,7 +208,9 @@ static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b, post)) return true;
     kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
     bool q16 = dot != NULL;
-    if (q16 && matmul_qpacked(d, a, b, T, N, K, post)) return true;
+    /* a packed copy takes Q16 activations for every type it has (auto or q16
+     * mode; q8 keeps the row dots) */
+    if ((q16 || mode == KN_QACT_AUTO) && matmul_qpacked(d, a, b, T, N, K, post)) return true;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
     if (!dot) dot = kn_quant_dot_fn(b->dtype);
     if (!dot) return false;

@@ -8,25 +8,37 @@
 
 enum { R = KN_QPACK_ROWS };
 
-bool kn_qpack_type_ok(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0; }
+bool kn_qpack_type_ok(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0 || t == KN_Q4_K; }
 
-/* bytes of the scale part and of the quant part of one record */
-static size_t scale_bytes(kn_dtype t) { return t == KN_Q4_1 ? 4 * R : 2 * R; }
-static size_t quant_bytes(kn_dtype t) { return t == KN_Q8_0 ? R * KN_QK : R * KN_QK / 2; }
+/* elements of one record (the file's block), bytes of its scale part and of
+ * its quant part (Q4_K: d, dmin, then the 8 sub-blocks' 6-bit scales and
+ * mins as bytes, [8][16] each; the quants sub-block by sub-block as Q4_0's) */
+static int64_t block_elems(kn_dtype t) { return t == KN_Q4_K ? KN_QK_K : KN_QK; }
+static size_t scale_bytes(kn_dtype t) { return t == KN_Q4_K ? 4 * R + 16 * R : t == KN_Q4_1 ? 4 * R : 2 * R; }
+static size_t quant_bytes(kn_dtype t) {
+    return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * R * KN_QK / 2;
+}
 
 size_t kn_qpack_record_bytes(kn_dtype t) { return scale_bytes(t) + quant_bytes(t); }
 
 size_t kn_qpack_nbytes(kn_dtype t, int64_t rows, int64_t K) {
     int64_t groups = (rows + R - 1) / R;
-    return (size_t)groups * (size_t)(K / KN_QK) * kn_qpack_record_bytes(t);
+    return (size_t)groups * (size_t)(K / block_elems(t)) * kn_qpack_record_bytes(t);
 }
 
 /* element e (0..31) of a file block as its unsigned quant (Q4) or signed one (Q8) */
 static int q4_at(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
+/* the 16 bytes of a Q4 quant part holding 32 elements, one row: chunk c
+ * byte 2r + j = element 2c + j (low nibble) | element 2(c + 8) + j (high) */
+static void put_q4(uint8_t *q, int r, const uint8_t e[32]) {
+    for (int c = 0; c < 8; c++)
+        for (int j = 0; j < 2; j++) q[c * 2 * R + 2 * r + j] = (uint8_t)(e[2 * c + j] | e[2 * (c + 8) + j] << 4);
+}
+
 void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
                    void *dst) {
-    const int64_t nb = K / KN_QK;
+    const int64_t nb = K / block_elems(t);
     const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
     for (int64_t g = g0; g < g1; g++) {
         for (int64_t b = 0; b < nb; b++) {
@@ -38,27 +50,42 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                 int64_t row = g * R + r;
                 if (row >= rows) break;
                 const char *blk = (const char *)src + (size_t)row * row_bytes;
+                uint8_t e[32];
                 if (t == KN_Q8_0) {
                     const kn_block_q8_0 *w = (const kn_block_q8_0 *)blk + b;
                     d[r] = w->d;
                     for (int c = 0; c < KN_QK / 2; c++)
                         for (int j = 0; j < 2; j++) q[c * 2 * R + 2 * r + j] = (uint8_t)w->qs[2 * c + j];
+                } else if (t == KN_Q4_K) {
+                    const kn_block_q4_K *w = (const kn_block_q4_K *)blk + b;
+                    uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
+                    d[r] = w->d; m[r] = w->dmin;
+                    for (int sub = 0; sub < 8; sub++) {      /* sub-block 2c: low nibbles of chunk c, 2c+1: high */
+                        int scv, mv;
+                        kn_q45k_sc_m(w->scales, sub, &scv, &mv);
+                        sc[sub * R + r] = (uint8_t)scv; mn[sub * R + r] = (uint8_t)mv;
+                        const uint8_t *qs = w->qs + 32 * (sub / 2);
+                        for (int l = 0; l < 32; l++) e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
+                        put_q4(q + (size_t)sub * R * KN_QK / 2, r, e);
+                    }
                 } else {
                     const uint8_t *qs;
                     if (t == KN_Q4_0) { const kn_block_q4_0 *w = (const kn_block_q4_0 *)blk + b; d[r] = w->d; qs = w->qs; }
                     else { const kn_block_q4_1 *w = (const kn_block_q4_1 *)blk + b; d[r] = w->d; m[r] = w->m; qs = w->qs; }
-                    for (int c = 0; c < 8; c++)
-                        for (int j = 0; j < 2; j++)
-                            q[c * 2 * R + 2 * r + j] = (uint8_t)(q4_at(qs, 2 * c + j) | q4_at(qs, 2 * (c + 8) + j) << 4);
+                    for (int l = 0; l < 32; l++) e[l] = (uint8_t)q4_at(qs, l);
+                    put_q4(q, r, e);
                 }
             }
         }
     }
 }
 
-/* quant of element e of row r in a record's quant part */
+/* quant of element e of row r in a record's quant part (Q4_K: e < 256,
+ * sub-block e / 32 is its own 32-element Q4 part) */
 static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
     if (t == KN_Q8_0) return (int8_t)q[(e / 2) * 2 * R + 2 * r + (e & 1)];
+    q += (size_t)(e / KN_QK) * R * KN_QK / 2;
+    e %= KN_QK;
     int p = e / 2, hi = p >= 8;
     uint8_t byte = q[(p - 8 * hi) * 2 * R + 2 * r + (e & 1)];
     return hi ? byte >> 4 : byte & 15;
@@ -66,21 +93,28 @@ static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
 
 static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x,
                         float *y) {
-    const int64_t nb = K / KN_QK;
+    const int64_t be = block_elems(t), nb = K / be;
     const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
     for (int64_t g = g0; g < g1; g++) {
         float acc[R] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb + b) * rec;
             const uint16_t *d = (const uint16_t *)o, *m = d + R;
-            const kn_block_q16 *a = &x[b];
             for (int r = 0; r < R; r++) {
-                int32_t sum = 0;
-                for (int e = 0; e < KN_QK; e++) sum += rec_quant(t, o + sb, r, e) * a->qs[e];
                 float dw = kn_fp16_to_fp32(d[r]);
-                if (t == KN_Q8_0) acc[r] += dw * a->d * (float)sum;
-                else if (t == KN_Q4_0) acc[r] += dw * (a->d * (float)sum - 8.0f * a->s);
-                else acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
+                for (int sub = 0; sub < be / KN_QK; sub++) {         /* 32-element activation blocks */
+                    const kn_block_q16 *a = &x[b * (be / KN_QK) + sub];
+                    int32_t sum = 0;
+                    for (int e = 0; e < KN_QK; e++) sum += rec_quant(t, o + sb, r, sub * KN_QK + e) * a->qs[e];
+                    if (t == KN_Q8_0) acc[r] += dw * a->d * (float)sum;
+                    else if (t == KN_Q4_0) acc[r] += dw * (a->d * (float)sum - 8.0f * a->s);
+                    else if (t == KN_Q4_1) acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
+                    else {                                           /* Q4_K: d sc q - dmin m */
+                        const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
+                        acc[r] += dw * (float)sc[sub * R + r] * a->d * (float)sum -
+                                  kn_fp16_to_fp32(m[r]) * (float)mn[sub * R + r] * a->s;
+                    }
+                }
             }
         }
         memcpy(y + (g - g0) * R, acc, sizeof acc);
@@ -95,12 +129,16 @@ static void gemv_q4_0(const void *p, int64_t g0, int64_t g1, int64_t K, const kn
 static void gemv_q4_1(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
     gemv_scalar(KN_Q4_1, p, g0, g1, K, x, y);
 }
+static void gemv_q4_K(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    gemv_scalar(KN_Q4_K, p, g0, g1, K, x, y);
+}
 
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return gemv_q8_0;
     case KN_Q4_0: return gemv_q4_0;
     case KN_Q4_1: return gemv_q4_1;
+    case KN_Q4_K: return gemv_q4_K;
     default: return NULL;
     }
 }
@@ -119,17 +157,20 @@ kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t) {
 }
 
 void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out) {
-    const int64_t nb = K / KN_QK;
+    const int64_t be = block_elems(t), nb = K / be;
     const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb + b) * rec;
         const uint16_t *d = (const uint16_t *)o, *m = d + R;
         for (int r = 0; r < R; r++) {
-            float dw = kn_fp16_to_fp32(d[r]), mw = t == KN_Q4_1 ? kn_fp16_to_fp32(m[r]) : 0.0f;
-            float *row = out + (size_t)r * (size_t)K + b * KN_QK;
-            for (int e = 0; e < KN_QK; e++) {
+            float dw = kn_fp16_to_fp32(d[r]), mw = t == KN_Q4_1 || t == KN_Q4_K ? kn_fp16_to_fp32(m[r]) : 0.0f;
+            float *row = out + (size_t)r * (size_t)K + b * be;
+            for (int e = 0; e < be; e++) {
                 int q = rec_quant(t, o + sb, r, e);
-                row[e] = t == KN_Q4_0 ? dw * (float)(q - 8) : t == KN_Q4_1 ? dw * (float)q + mw : dw * (float)q;
+                if (t == KN_Q4_K) {          /* as quant.c's deq_q4_K: (d sc) q - (dmin m) */
+                    const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
+                    row[e] = dw * (float)sc[(e / 32) * R + r] * (float)q - mw * (float)mn[(e / 32) * R + r];
+                } else row[e] = t == KN_Q4_0 ? dw * (float)(q - 8) : t == KN_Q4_1 ? dw * (float)q + mw : dw * (float)q;
             }
         }
     }

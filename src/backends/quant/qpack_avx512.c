@@ -1,4 +1,4 @@
-/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q8_0
+/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q8_0 / Q4_K
  * weights (qpack.h) with Q16 activations, AVX512-VNNI.
  *
  * Lane r of every vector is weight row r of the group. Per block of 32
@@ -95,11 +95,38 @@ static void gemv_q4_1(const void *packed, int64_t g0, int64_t g1, int64_t K, con
     }
 }
 
+/* Q4_K: per super-block, the 8 sub-blocks' sums scaled by their 6-bit
+ * scales and mins (bytes, widened per lane), then d and dmin once */
+static void gemv_q4_K(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
+            const kn_block_q16 *a = &x[8 * b];
+            __m512 accd = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+            for (int sub = 0; sub < 8; sub++) {
+                __m512 s = _mm512_cvtepi32_ps(sum_q4(q + sub * R * KN_QK / 2, &a[sub]));
+                __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R))));
+                __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R))));
+                accd = _mm512_fmadd_ps(s, _mm512_mul_ps(scf, _mm512_set1_ps(a[sub].d)), accd);
+                accm = _mm512_fmadd_ps(mf, _mm512_set1_ps(a[sub].s), accm);
+            }
+            acc = _mm512_fmadd_ps(scales16(o), accd, acc);
+            acc = _mm512_fnmadd_ps(scales16(o + 2 * R), accm, acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
+    }
+}
+
 kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return gemv_q8_0;
     case KN_Q4_0: return gemv_q4_0;
     case KN_Q4_1: return gemv_q4_1;
+    case KN_Q4_K: return gemv_q4_K;
     default: return NULL;
     }
 }
