@@ -88,6 +88,21 @@ TEST(packed_kernels_match_row_dots) {
                         CHECK(fabs(yv[0] - ys[16]) <= 2 * tol[16], "%s groups [1, G)", kn_dtype_name(t));
                     }
                 }
+                kn_qpack_gemm4_fn f4 = kn_qpack_gemm4_simd(t);
+                if (f4) {                            /* four activation rows: the one-row kernel's bits */
+                    kn_block_q16 *x4 = malloc(4 * kn_quant_q16_nbytes(K));
+                    for (int i = 0; i < 4; i++) quantize_x(x, x4 + i * (K / 32), K);
+                    float y4[4][16], y1[16];
+                    for (int64_t g = 0; g < G; g++) {
+                        f4(pk, g, K, x4, K / 32, y4[0], 16);
+                        for (int i = 0; i < 4; i++) {
+                            f(pk, g, g + 1, K, x4 + i * (K / 32), y1);
+                            CHECK(!memcmp(y1, y4[i], sizeof y1), "%s gemm4 group %lld row %d differs from gemv",
+                                  kn_dtype_name(t), (long long)g, i);
+                        }
+                    }
+                    free(x4);
+                }
                 for (int64_t g = 0; g < G; g++) {
                     kn_qpack_dequant_group(t, pk, g, K, deq);
                     for (int r = 0; r < 16 && g * 16 + r < N; r++) {

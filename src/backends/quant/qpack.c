@@ -151,6 +151,14 @@ kn_qpack_gemv_fn kn_qpack_gemv_simd(kn_dtype t) {
     return NULL;
 }
 
+kn_qpack_gemm4_fn kn_qpack_gemm4_simd(kn_dtype t) {
+#if defined(KN_QUANT_AVX512)
+    if (kn_quant_isa() >= KN_ISA_AVX512 && kn_cpu()->avx512vnni) return kn_qpack_avx512_gemm4(t);
+#endif
+    (void)t;
+    return NULL;
+}
+
 kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t) {
     kn_qpack_gemv_fn f = kn_qpack_gemv_simd(t);
     return f ? f : kn_qpack_gemv_scalar(t);

@@ -64,11 +64,19 @@ kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t);
  * the build has none (the packed path is then not taken). */
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t);
 kn_qpack_gemv_fn kn_qpack_gemv_simd(kn_dtype t);
+/* Four activation rows against group g: row i of x starts xs blocks after
+ * row i - 1; y[i * ldy + r] = weight row 16 g + r times activation row i.
+ * Each output has the bits of the one-row SIMD kernel's (the same steps);
+ * the weights are widened once for the four. NULL where the CPU has none. */
+typedef void (*kn_qpack_gemm4_fn)(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs,
+                                  float *y, int64_t ldy);
+kn_qpack_gemm4_fn kn_qpack_gemm4_simd(kn_dtype t);
 /* Rows [16 g, 16 g + 16) of the packed matrix as floats, out[16][K]. */
 void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out);
 
 #ifndef KN_NO_AVX512
 kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t);   /* qpack_avx512.c (AVX512-VNNI) */
+kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t);
 #endif
 
 #endif

@@ -121,6 +121,135 @@ static void gemv_q4_K(const void *packed, int64_t g0, int64_t g1, int64_t K, con
     }
 }
 
+/* ---- four activation rows a group (prefill, batched decode) ----------------
+ * Each widened weight chunk feeds the four rows' vpdpwssd (two accumulators a
+ * row: eight chains in flight); per block and row the same float steps as
+ * the one-row kernels above, so each output has the same bits as theirs. */
+enum { XR = 4 };
+typedef struct { const kn_block_q16 *a[XR]; } rows4;
+static inline rows4 rows_at(const kn_block_q16 *x, int64_t xs, int64_t b) {
+    rows4 r;
+    for (int i = 0; i < XR; i++) r.a[i] = x + i * xs + b;
+    return r;
+}
+static inline void sums4_q8(const uint8_t *q, rows4 r, __m512i out[XR]) {
+    __m512i s[2 * XR];
+    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    for (int c = 0; c < 16; c += 2) {
+        __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32)));
+        for (int i = 0; i < XR; i++) {
+            s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], w0, pair(r.a[i], c));
+            s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], w1, pair(r.a[i], c + 1));
+        }
+    }
+    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+}
+static inline void sums4_q4(const uint8_t *q, rows4 r, __m512i out[XR]) {
+    const __m512i m15 = _mm512_set1_epi16(15);
+    __m512i s[2 * XR];
+    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++) {
+        __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i lo = _mm512_and_si512(b, m15), hi = _mm512_srli_epi16(b, 4);
+        for (int i = 0; i < XR; i++) {
+            s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], lo, pair(r.a[i], c));
+            s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], hi, pair(r.a[i], c + 8));
+        }
+    }
+    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+}
+
+static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR];
+    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        rows4 r = rows_at(x, xs, b);
+        __m512i s[XR];
+        sums4_q8(o + 2 * R, r, s);
+        __m512 dw = scales16(o);
+        for (int i = 0; i < XR; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+static void gemm4_q4_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR];
+    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        rows4 r = rows_at(x, xs, b);
+        __m512i s[XR];
+        sums4_q4(o + 2 * R, r, s);
+        __m512 dw = scales16(o);
+        for (int i = 0; i < XR; i++)
+            acc[i] = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(s[i]), _mm512_set1_ps(r.a[i]->d),
+                                                         _mm512_set1_ps(8.0f * r.a[i]->s)), acc[i]);
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+static void gemm4_q4_1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR], accm[XR];
+    for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        rows4 r = rows_at(x, xs, b);
+        __m512i s[XR];
+        sums4_q4(o + 4 * R, r, s);
+        __m512 dw = scales16(o), mw = scales16(o + 2 * R);
+        for (int i = 0; i < XR; i++) {
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
+            accm[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(r.a[i]->s), accm[i]);
+        }
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
+}
+static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR];
+    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
+        __m512 accd[XR], accm[XR];
+        for (int i = 0; i < XR; i++) accd[i] = accm[i] = _mm512_setzero_ps();
+        for (int sub = 0; sub < 8; sub++) {
+            rows4 r = rows_at(x, xs, 8 * b + sub);
+            __m512i s[XR];
+            sums4_q4(q + sub * R * KN_QK / 2, r, s);
+            __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R))));
+            __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R))));
+            for (int i = 0; i < XR; i++) {
+                accd[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(scf, _mm512_set1_ps(r.a[i]->d)), accd[i]);
+                accm[i] = _mm512_fmadd_ps(mf, _mm512_set1_ps(r.a[i]->s), accm[i]);
+            }
+        }
+        for (int i = 0; i < XR; i++) {
+            acc[i] = _mm512_fmadd_ps(scales16(o), accd[i], acc[i]);
+            acc[i] = _mm512_fnmadd_ps(scales16(o + 2 * R), accm[i], acc[i]);
+        }
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+
+kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
+    switch (t) {
+    case KN_Q8_0: return gemm4_q8_0;
+    case KN_Q4_0: return gemm4_q4_0;
+    case KN_Q4_1: return gemm4_q4_1;
+    case KN_Q4_K: return gemm4_q4_K;
+    default: return NULL;
+    }
+}
+
 kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return gemv_q8_0;
