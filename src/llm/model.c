@@ -855,8 +855,14 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         /* every weight leaf once (a tied output matrix is the embedding itself);
          * the graph's inputs and caches are made later */
         int64_t np = 0;
-        for (int32_t i = 0; i < m->ctx->n_all; i++)
-            if (m->ctx->all[i]->op == KN_OP_NONE) np += kn_numel(m->ctx->all[i]);
+        for (int32_t i = 0; i < m->ctx->n_all; i++) {
+            kn_tensor *t = m->ctx->all[i];
+            if (t->op != KN_OP_NONE) continue;
+            bool seen = false;                  /* a second wrap of the same memory (llama2.c's shared classifier) */
+            for (int32_t j = 0; j < i && !seen && t->buf; j++)
+                seen = m->ctx->all[j]->op == KN_OP_NONE && m->ctx->all[j]->buf && m->ctx->all[j]->buf->data == t->buf->data;
+            if (!seen) np += kn_numel(t);
+        }
         c->n_params = np;
         c->run_weight_type = c->weight_type;
         if (!st && opts && opts->dist) st = kn__model_tp_split(m, opts->dist);   /* after the count: the whole model's */
