@@ -636,6 +636,19 @@ TEST(llama_gguf_rope_scaling_match_pytorch) {
     unlink(path);
 }
 
+/* the shared classifier is the embedding: counted once (dim 64, hidden 172,
+ * 5 layers, 4 of 8 heads for k/v, vocabulary 512: 260,032 weights) */
+TEST(llama2c_shared_classifier_counted_once) {
+    const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
+    if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
+    kn_model *m = load(model, &(kn_model_opts){.tokenizer_path = tok});
+    REQUIRE(m, "%s", kn_last_error());
+    int64_t per_layer = 64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 + 3 * 172 * 64, want = 512 * 64 + 5 * per_layer + 64;
+    CHECK(kn_model_get_config(m)->n_params == want, "%lld parameters, want %lld", (long long)kn_model_get_config(m)->n_params,
+          (long long)want);
+    kn_model_free(m);
+}
+
 TEST(f16_kv_cache_same_greedy_stories260k) {
     const char *model = kn_asset("llama2c/stories260K.bin"), *tok = kn_asset("llama2c/tok512.bin");
     if (!model || !tok) SKIP("stories260K.bin or tok512.bin missing under KN_ASSETS");
