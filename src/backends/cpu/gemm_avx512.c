@@ -66,6 +66,16 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
 
 /* ---- matrix-vector ---------------------------------------------------------- */
 /* Four rows at a time, two accumulators per row; a masked load finishes K. */
+/* y[0..4) = the sums of a0..a3: one transposing reduction for the four
+ * (13 instructions; four separate horizontal sums take about 32) */
+static inline void hsum4_store(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float *y) {
+    __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 x23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512 t = _mm512_add_ps(_mm512_shuffle_ps(x01, x23, 0x44), _mm512_shuffle_ps(x01, x23, 0xee));   /* lanes: a0 a1 a2 a3 */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
+    _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+}
+
 /* ---- rows of 8 (attention heads of dimension 8 over a contiguous cache) ----
  * The general kernels give a row of 8 half a register and one horizontal sum
  * each; here a register holds two rows and 16 rows' sums come out of one
@@ -154,10 +164,7 @@ void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
             b2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r2 + kt), x0, b2);
             b3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r3 + kt), x0, b3);
         }
-        y[i]     = _mm512_reduce_add_ps(_mm512_add_ps(a0, b0));
-        y[i + 1] = _mm512_reduce_add_ps(_mm512_add_ps(a1, b1));
-        y[i + 2] = _mm512_reduce_add_ps(_mm512_add_ps(a2, b2));
-        y[i + 3] = _mm512_reduce_add_ps(_mm512_add_ps(a3, b3));
+        hsum4_store(_mm512_add_ps(a0, b0), _mm512_add_ps(a1, b1), _mm512_add_ps(a2, b2), _mm512_add_ps(a3, b3), y + i);
     }
     for (; i < rows; i++) {
         const float *r = X + i * ld;
