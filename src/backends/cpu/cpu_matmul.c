@@ -89,21 +89,24 @@ static void qx_rows(void *p, int64_t r0, int64_t r1) {
  * and keeps the activations in f32. The scratch buffer is reused across
  * calls (plans run one node at a time). */
 #define QMM_GEMM_MIN_ROWS 32
-static float *g_wscratch;
-static size_t g_wscratch_n;
+static _Thread_local float *g_wscratch;      /* per thread: two plans may run at once */
+static _Thread_local size_t g_wscratch_n;
 typedef struct { kn_dtype wt; const char *W; size_t row_bytes; int64_t K; float *out; } deq_job;
 static void deq_rows(void *p, int64_t r0, int64_t r1) {
     deq_job *j = p;
     for (int64_t r = r0; r < r1; r++) kn_dequantize_row(j->wt, j->W + (size_t)r * j->row_bytes, j->out + r * j->K, j->K);
 }
-static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, const kn_sgemm_post *post) {
-    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
-    size_t need = (size_t)N * (size_t)K;
+static float *wscratch(size_t need) {
     if (need > g_wscratch_n) {
         float *w = realloc(g_wscratch, need * sizeof(float));
-        if (!w) return false;
+        if (!w) return NULL;
         g_wscratch = w; g_wscratch_n = need;
     }
+    return g_wscratch;
+}
+static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, const kn_sgemm_post *post) {
+    int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
+    if (!wscratch((size_t)N * (size_t)K)) return false;
     deq_job dj = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, g_wscratch};
     kn_cpu_par_rows(deq_rows, &dj, N, N * K);
     kn_sgemm_ep(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0], post);
@@ -116,10 +119,10 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
  * the buffer owns (buf->derived, freed with it); later matmuls of that
  * buffer, and of row ranges of it that start on a 16-row boundary (a
  * stacked expert), read the copy, four activation rows at a time where
- * there are four. Prefill (>= QMM_GEMM_MIN_ROWS rows) keeps reading the
- * file's rows: dequantized once, the f32 SGEMM was 1.1-1.9x faster than the
- * packed four-row kernel there (Qwen2.5-0.5B-shaped Q4_0 pp64, SmolLM2 Q8_0
- * pp256, 2 threads). */
+ * there are four. Prefill (>= QMM_GEMM_MIN_ROWS rows) dequantizes the copy
+ * into W^T and runs the f32 SGEMM (1.1-1.9x the packed four-row kernel there:
+ * Qwen2.5-0.5B-shaped Q4_0 pp64, SmolLM2 Q8_0 pp256, 2 threads), so after
+ * packing the file's rows are never read again. */
 typedef struct { kn_dtype t; int64_t K, rows; size_t row_bytes; void *data; } cpu_qpack;
 static void qpack_free(void *p) {
     cpu_qpack *q = p;
@@ -180,16 +183,46 @@ static void qpk_rows(void *p, int64_t r0, int64_t r1) {
         if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, 0, j->T, n0, n1);
     }
 }
+/* the packed copy holding W's N rows (made on first use), *row0 its first
+ * row there; NULL where W has none */
+static const cpu_qpack *packed_view(const kn_tview *b, int64_t N, int64_t K, int64_t *row0) {
+    size_t row_bytes = kn_dtype_nbytes(b->dtype, b->st[1]);
+    if (b->st[1] != K || !b->buf) return NULL;
+    size_t off = (size_t)((const char *)b->data - (const char *)b->buf->data);
+    *row0 = (int64_t)(off / row_bytes);
+    if (off % row_bytes || *row0 % KN_QPACK_ROWS) return NULL;     /* rows must start a group */
+    const cpu_qpack *q = qpack_of(b, K, row_bytes);
+    return q && *row0 + N <= q->rows ? q : NULL;
+}
+
+/* prefill through the packed copy: its groups dequantized into W^T panels
+ * [K, N rounded up to 16] (the same floats as the file's rows give), then
+ * the SGEMM; the file's rows are not read again after packing */
+typedef struct { kn_qpack_dequant_fn deq; const void *P; int64_t g_first, K, ldo; float *out; } qdeq_job;
+static void qdeq_groups(void *p, int64_t g0, int64_t g1) {
+    const qdeq_job *j = p;
+    for (int64_t g = g0; g < g1; g++) j->deq(j->P, j->g_first + g, j->K, j->out + g * KN_QPACK_ROWS, j->ldo);
+}
+static bool matmul_qpacked_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, int64_t T, int64_t N,
+                                 int64_t K, const kn_sgemm_post *post) {
+    int64_t row0;
+    const cpu_qpack *q = packed_view(b, N, K, &row0);
+    if (!q) return false;
+    int64_t groups = (N + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS, ldo = groups * KN_QPACK_ROWS;
+    float *w = wscratch((size_t)ldo * (size_t)K);
+    if (!w) return false;
+    qdeq_job j = {kn_qpack_dequant(b->dtype), q->data, row0 / KN_QPACK_ROWS, K, ldo, w};
+    kn_cpu_par_rows(qdeq_groups, &j, groups, N * K);
+    kn_sgemm_ep(false, false, T, N, K, 1.0f, a->data, a->st[0], w, ldo, 0.0f, d->data, d->st[0], post);
+    return true;
+}
+
 /* y = x W^T through the packed copy of W; false where there is none */
 static bool matmul_qpacked(const kn_tview *d, const kn_tview *a, const kn_tview *b, int64_t T, int64_t N, int64_t K,
                            const kn_sgemm_post *post) {
-    size_t row_bytes = kn_dtype_nbytes(b->dtype, b->st[1]);
-    if (b->st[1] != K || !b->buf) return false;
-    size_t off = (size_t)((const char *)b->data - (const char *)b->buf->data);
-    int64_t row0 = (int64_t)(off / row_bytes);
-    if (off % row_bytes || row0 % KN_QPACK_ROWS) return false;     /* rows must start a group */
-    const cpu_qpack *q = qpack_of(b, K, row_bytes);
-    if (!q || row0 + N > q->rows) return false;
+    int64_t row0;
+    const cpu_qpack *q = packed_view(b, N, K, &row0);
+    if (!q) return false;
     size_t xq_bytes = kn_quant_q16_nbytes(K);
     kn_block_q16 *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
     if (!xq) return false;
@@ -214,7 +247,9 @@ static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     /* KN_QMM_ACT=f32 (or KN_QMM_EXACT=1) keeps activations in f32 at every
      * row count (slow decode; checks the pipeline against float references) */
     kn_qact mode = kn_quant_act_mode();
-    if ((T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) && matmul_dequant_sgemm(d, a, b, post)) return true;
+    if (T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) {
+        if (matmul_qpacked_sgemm(d, a, b, T, N, K, post) || matmul_dequant_sgemm(d, a, b, post)) return true;
+    }
     kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
     bool q16 = dot != NULL;
     /* a packed copy takes Q16 activations for every type it has (auto or q16

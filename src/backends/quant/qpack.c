@@ -164,7 +164,7 @@ kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t) {
     return f ? f : kn_qpack_gemv_scalar(t);
 }
 
-void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out) {
+static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
     const int64_t be = block_elems(t), nb = K / be;
     const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
     for (int64_t b = 0; b < nb; b++) {
@@ -172,14 +172,37 @@ void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K
         const uint16_t *d = (const uint16_t *)o, *m = d + R;
         for (int r = 0; r < R; r++) {
             float dw = kn_fp16_to_fp32(d[r]), mw = t == KN_Q4_1 || t == KN_Q4_K ? kn_fp16_to_fp32(m[r]) : 0.0f;
-            float *row = out + (size_t)r * (size_t)K + b * be;
             for (int e = 0; e < be; e++) {
                 int q = rec_quant(t, o + sb, r, e);
+                float v;
                 if (t == KN_Q4_K) {          /* as quant.c's deq_q4_K: (d sc) q - (dmin m) */
                     const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
-                    row[e] = dw * (float)sc[(e / 32) * R + r] * (float)q - mw * (float)mn[(e / 32) * R + r];
-                } else row[e] = t == KN_Q4_0 ? dw * (float)(q - 8) : t == KN_Q4_1 ? dw * (float)q + mw : dw * (float)q;
+                    float ds = dw * (float)sc[(e / 32) * R + r], dm = mw * (float)mn[(e / 32) * R + r];
+                    v = ds * (float)q - dm;
+                } else v = t == KN_Q4_0 ? dw * (float)(q - 8) : t == KN_Q4_1 ? dw * (float)q + mw : dw * (float)q;
+                out[(b * be + e) * ldo + r] = v;
             }
         }
     }
+}
+#define DEQ(T, name) static void name(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { dequant_scalar(T, p, g, K, out, ldo); }
+DEQ(KN_Q8_0, deq_q8_0) DEQ(KN_Q4_0, deq_q4_0) DEQ(KN_Q4_1, deq_q4_1) DEQ(KN_Q4_K, deq_q4_K)
+#undef DEQ
+
+kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
+    switch (t) {
+    case KN_Q8_0: return deq_q8_0;
+    case KN_Q4_0: return deq_q4_0;
+    case KN_Q4_1: return deq_q4_1;
+    case KN_Q4_K: return deq_q4_K;
+    default: return NULL;
+    }
+}
+
+kn_qpack_dequant_fn kn_qpack_dequant(kn_dtype t) {
+    kn_qpack_dequant_fn f = NULL;
+#if defined(KN_QUANT_AVX512)
+    if (kn_quant_isa() >= KN_ISA_AVX512 && kn_cpu()->avx512vnni) f = kn_qpack_avx512_dequant(t);
+#endif
+    return f ? f : kn_qpack_dequant_scalar(t);
 }

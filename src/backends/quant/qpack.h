@@ -71,12 +71,18 @@ kn_qpack_gemv_fn kn_qpack_gemv_simd(kn_dtype t);
 typedef void (*kn_qpack_gemm4_fn)(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs,
                                   float *y, int64_t ldy);
 kn_qpack_gemm4_fn kn_qpack_gemm4_simd(kn_dtype t);
-/* Rows [16 g, 16 g + 16) of the packed matrix as floats, out[16][K]. */
-void kn_qpack_dequant_group(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out);
+/* Rows [16 g, 16 g + 16) of the packed matrix as floats, transposed:
+ * out[k * ldo + r] = W[16 g + r, k] (so the groups of a matrix fill W^T
+ * [K, ldo], the SGEMM's right operand for prefill). The same values as
+ * kn_dequantize_row of the file's rows. The best kernel this CPU has. */
+typedef void (*kn_qpack_dequant_fn)(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo);
+kn_qpack_dequant_fn kn_qpack_dequant(kn_dtype t);
+kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t);
 
 #ifndef KN_NO_AVX512
 kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t);   /* qpack_avx512.c (AVX512-VNNI) */
 kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t);
+kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t);
 #endif
 
 #endif

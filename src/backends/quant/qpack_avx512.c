@@ -250,6 +250,94 @@ kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
     }
 }
 
+/* ---- dequantizing a group into W^T panels (prefill's SGEMM operand) --------
+ * A widened chunk holds row r's pair at int16 lanes 2r, 2r + 1; split into
+ * the pair's two elements as 16-row vectors, each is one 64-byte store of
+ * W^T's row (the element) at the group's 16 columns. Same float steps as the
+ * scalar kernel (mul, then add / sub: no fused rounding). */
+static inline void split_pairs(__m512i w16, __m512i *e0, __m512i *e1) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i lo = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(w16));         /* rows 0-7 */
+    __m512i hi = _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(w16, 1));   /* rows 8-15 */
+    *e0 = _mm512_permutex2var_epi32(lo, even, hi);
+    *e1 = _mm512_permutex2var_epi32(lo, odd, hi);
+}
+/* one Q4 quant part (32 elements) as ints, element e at q32[e] */
+static inline void q4_part(const uint8_t *q, __m512i q32[32]) {
+    const __m512i m15 = _mm512_set1_epi16(15);
+    for (int c = 0; c < 8; c++) {
+        __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        split_pairs(_mm512_and_si512(b, m15), &q32[2 * c], &q32[2 * c + 1]);
+        split_pairs(_mm512_srli_epi16(b, 4), &q32[2 * c + 16], &q32[2 * c + 17]);
+    }
+}
+static void deq_q8_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o);
+        for (int c = 0; c < 16; c++) {
+            __m512i e0, e1;
+            split_pairs(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(o + 2 * R + 32 * c))), &e0, &e1);
+            _mm512_storeu_ps(out + (b * 32 + 2 * c) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(e0)));
+            _mm512_storeu_ps(out + (b * 32 + 2 * c + 1) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(e1)));
+        }
+    }
+}
+static void deq_q4_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o);
+        __m512i q[32];
+        q4_part(o + 2 * R, q);
+        for (int e = 0; e < 32; e++)
+            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[e], eight))));
+    }
+}
+static void deq_q4_1(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o), m = scales16(o + 2 * R);
+        __m512i q[32];
+        q4_part(o + 4 * R, q);
+        for (int e = 0; e < 32; e++)
+            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q[e])), m));
+    }
+}
+static void deq_q4_K(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o), dmin = scales16(o + 2 * R);
+        const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
+        for (int sub = 0; sub < 8; sub++) {
+            __m512 ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R)))));
+            __m512 dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R)))));
+            __m512i q[32];
+            q4_part(o + 20 * R + sub * R * KN_QK / 2, q);
+            for (int e = 0; e < 32; e++)
+                _mm512_storeu_ps(out + (b * 256 + sub * 32 + e) * ldo, _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(q[e])), dm));
+        }
+    }
+}
+kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t) {
+    switch (t) {
+    case KN_Q8_0: return deq_q8_0;
+    case KN_Q4_0: return deq_q4_0;
+    case KN_Q4_1: return deq_q4_1;
+    case KN_Q4_K: return deq_q4_K;
+    default: return NULL;
+    }
+}
+
 kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return gemv_q8_0;
