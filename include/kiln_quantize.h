@@ -56,10 +56,16 @@ kn_status kn_model_quantize(const char *in, const char *out, const kn_quantize_p
  * paired rope, as its convert_hf_to_gguf.py does), qwen2, qwen3, qwen2moe,
  * qwen3moe, olmoe, gemma2, gemma3 (norm gains stored as 1 + w), phi3 (fused
  * qkv / gate-up kept) and gpt2 (Conv1D weights transposed). The vocabulary
- * (byte-level BPE tokenizer.json: tokens, types, merges, special ids, the
- * pre-tokenizer's llama.cpp name) and the chat template are written when
- * tokenizer.json is there; without it the file has no vocabulary (kiln runs
- * it on token ids, llama.cpp needs one). p->type is the matrices' type. */
+ * (byte-level BPE tokenizer.json as llama.cpp's "gpt2" model: tokens,
+ * types, merges, special ids, the pre-tokenizer's llama.cpp name;
+ * SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma) as its
+ * "llama" model: tokens, scores from the merge order, types, special ids,
+ * add_space_prefix) and the chat template are written when tokenizer.json is
+ * there; without it the file has no vocabulary (kiln runs it on token ids,
+ * llama.cpp needs one). A vocabulary llama.cpp's "llama"/"gpt2" tokenizers
+ * cannot reproduce (Unigram, WordPiece, a BPE whose merges are not
+ * SentencePiece's) is refused with KN_ERR_UNSUPPORTED unless p->no_vocab.
+ * p->type is the matrices' type. */
 kn_status kn_model_convert_hf(const char *hf_path, const char *out, const kn_quantize_params *p);
 
 #pragma GCC visibility pop

@@ -27,7 +27,9 @@ static void convert_usage(FILE *f) {
     fprintf(f,
             "usage: kiln convert [options] HFDIR OUT.gguf\n"
             "  HFDIR  a Hugging Face model directory: config.json, model.safetensors, and tokenizer.json /\n"
-            "         tokenizer_config.json for the vocabulary and chat template (byte-level BPE vocabularies)\n"
+            "         tokenizer_config.json for the vocabulary and chat template (byte-level BPE as llama.cpp's\n"
+            "         gpt2 model; SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma) as its\n"
+            "         llama model; Unigram and WordPiece are refused: --no-vocab)\n"
             "  OUT    the GGUF file to write, with llama.cpp's tensor names and metadata\n"
             "options:\n"
             "  --outtype T   f32, f16 (default), bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k\n"
