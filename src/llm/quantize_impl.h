@@ -40,6 +40,9 @@ kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize
 struct kn_model;
 kn_status kn__convert_vocab(kn_gguf_writer *w, const struct kn_model *m, int64_t V, const kn_quantize_params *p,
                             const char *dir);
+/* quantize_rules.c: the type of each of the n tensors for p into type[n]
+ * (llama.cpp's llama_tensor_get_type; see the file). */
+kn_status kn__qpick_types(const kn__qt *ts, int64_t n, const kn_quantize_params *p, kn_dtype *type);
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a target type. */
 uint32_t kn__qfile_type(kn_dtype t);
 #endif
