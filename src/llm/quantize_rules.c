@@ -70,11 +70,10 @@ static int layer_of(const char *name) {
 static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 /* llama.cpp's order of tensors: layer number (none first), then name */
-static const kn__qt *g_sort;
+typedef struct { int layer; const char *name; int64_t i; } ord;
 static int cmp_order(const void *a, const void *b) {
-    const kn__qt *x = &g_sort[*(const int64_t *)a], *y = &g_sort[*(const int64_t *)b];
-    int lx = layer_of(x->name), ly = layer_of(y->name);
-    return lx != ly ? (lx > ly) - (lx < ly) : strcmp(x->name, y->name);
+    const ord *x = a, *y = b;
+    return x->layer != y->layer ? (x->layer > y->layer) - (x->layer < y->layer) : strcmp(x->name, y->name);
 }
 
 static kn_dtype fallback(kn_dtype want, int64_t ne0) {
@@ -92,15 +91,15 @@ kn_status kn__qpick_types(const kn__qt *ts, int64_t n, const kn_quantize_params 
         if (strstr(ts[i].name, "_exps.weight") && ts[i].n_dims == 3) n_expert = (int)ts[i].ne[2];
         n_wv += category(ts[i].name) == C_ATTN_V;
     }
-    int64_t *order = malloc(sizeof *order * (size_t)(n + 1));
+    ord *order = malloc(sizeof *order * (size_t)(n + 1));
     int *idx = malloc(sizeof *idx * (size_t)(n + 1));           /* [n] i of attn_v / ffn_down tensors */
     if (!order || !idx) { free(order); free(idx); return kn_set_error(KN_ERR_NOMEM, "out of memory"); }
-    for (int64_t i = 0; i < n; i++) order[i] = i;
-    g_sort = ts;
+    for (int64_t i = 0; i < n; i++) order[i] = (ord){layer_of(ts[i].name), ts[i].name, i};
     qsort(order, (size_t)n, sizeof *order, cmp_order);
     for (int64_t k = 0, iv = 0, id = 0; k < n; k++) {
-        cat c = eligible(&ts[order[k]]) ? category(ts[order[k]].name) : C_OTHER;   /* llama.cpp counts */
-        idx[order[k]] = c == C_ATTN_V ? (int)iv++ : c == C_FFN_DOWN ? (int)id++ : -1;     /* what it quantizes */
+        int64_t i = order[k].i;
+        cat c = eligible(&ts[i]) ? category(ts[i].name) : C_OTHER;          /* llama.cpp counts what */
+        idx[i] = c == C_ATTN_V ? (int)iv++ : c == C_FFN_DOWN ? (int)id++ : -1;   /* it quantizes */
     }
     kn_dtype t = p->type;
     bool k4 = t == KN_Q4_K, kq = k4 || t == KN_Q5_K, m = kq && p->mix == KN_QUANT_MIX_M;
