@@ -6,7 +6,7 @@ kiln's, tensor by tensor: the type each tensor got and its bytes.
     python3 scripts/quantize_llamacpp.py IN.gguf KILN_OUT.gguf TYPE [--pure]
 
 TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k (llama.cpp's Q4_K_S, Q5_K_S,
-Q6_K files). Output (stdout): one line per tensor whose type or bytes differ
+Q6_K files), q4_k_s q5_k_s q4_k_m q5_k_m. Output (stdout): one line per tensor whose type or bytes differ
 ("TYPE name kiln=.. llama.cpp=.." or "BYTES name type offset"), then
 "tensors N same_type S same_bytes B". Exit status: 0 ran (the caller judges
 the counts), 1 llama.cpp failed, 2 usage, 3 llama_cpp is not installed.
@@ -14,13 +14,14 @@ the counts), 1 llama.cpp failed, 2 usage, 3 llama_cpp is not installed.
 import os, sys, tempfile
 
 FTYPES = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q8_0": "Q8_0",
-          "q4_k": "Q4_K_S", "q5_k": "Q5_K_S", "q6_k": "Q6_K"}
+          "q4_k": "Q4_K_S", "q5_k": "Q5_K_S", "q6_k": "Q6_K", "q4_k_s": "Q4_K_S", "q5_k_s": "Q5_K_S",
+          "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M"}
 
 
 def main():
     args = [a for a in sys.argv[1:] if a != "--pure"]
     if len(args) != 3 or args[2].lower() not in FTYPES:
-        sys.stderr.write("usage: quantize_llamacpp.py IN.gguf KILN_OUT.gguf q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k [--pure]\n")
+        sys.stderr.write("usage: quantize_llamacpp.py IN.gguf KILN_OUT.gguf q4_0|q4_1|q5_0|q5_1|q8_0|q4_k|q5_k|q6_k|q4_k_s|q5_k_s|q4_k_m|q5_k_m [--pure]\n")
         return 2
     try:
         import ctypes

@@ -13,6 +13,13 @@
  *   - llama.cpp (scripts/check_gguf_llamacpp.py, llama-cpp-python; skipped
  *     with the reason when it is not installed): it loads the converted and
  *     the quantized files and its logits agree with kiln's on the same file.
+ * SentencePiece-style vocabularies (tests/fixtures/convert_spm, from
+ * scripts/convert_spm_ref.py): kiln on the tokenizer.json, kiln on the
+ * converted GGUF and llama.cpp on it (scripts/tokenize_llamacpp.py; skipped
+ * without llama-cpp-python) give the ids of the `tokenizers` library for ~200
+ * strings; the metadata llama.cpp's converter writes; tokenizer.json's Split
+ * on a string under each behavior; Unigram / WordPiece / non-SentencePiece
+ * merges refused with what to do.
  * Also: errors for a missing directory, an unsupported architecture (named),
  * and a failed write (a file-size limit standing in for a full disk) that
  * leaves no file under OUT.
@@ -198,6 +205,199 @@ TEST(vocabulary_and_template_round_trip) {
     kn_model_free(a); kn_model_free(b);
 }
 
+/* ---- SentencePiece-style vocabularies ---------------------------------------------- */
+
+/* tests/fixtures/convert_spm (scripts/convert_spm_ref.py): a Llama 2-style and a
+ * Gemma-style tokenizer.json made from SentencePiece models by transformers'
+ * converters, each beside a tiny model, and ref.txt: per string the ids the
+ * `tokenizers` library gives (columns: llama, gemma, then split.json under the
+ * five Split behaviors). */
+#define SPM_DIR "tests/fixtures/convert_spm"
+enum { REF_COLS = 7, REF_MAX = 400 };
+typedef struct { char *text; size_t len; int n[REF_COLS]; int32_t *ids[REF_COLS]; } ref_row;
+
+static int hexv(int c) { return c <= '9' ? c - '0' : (c | 32) - 'a' + 10; }
+
+/* ref.txt's rows (count), or -1 when missing */
+static int read_ref(ref_row *rows) {
+    FILE *f = fopen(SPM_DIR "/ref.txt", "r");
+    if (!f) return -1;
+    static char line[1 << 16];
+    int n = 0;
+    while (n < REF_MAX && fgets(line, sizeof line, f)) {
+        ref_row *r = &rows[n];
+        char *tok = strtok(line, " \n");
+        if (!tok) continue;
+        size_t hl = strcmp(tok, "-") ? strlen(tok) : 0;
+        r->text = malloc(hl / 2 + 1);
+        r->len = hl / 2;
+        for (size_t i = 0; i < r->len; i++) r->text[i] = (char)(hexv(tok[2 * i]) * 16 + hexv(tok[2 * i + 1]));
+        for (int c = 0; c < REF_COLS; c++) {
+            tok = strtok(NULL, " \n");
+            r->ids[c] = malloc(sizeof(int32_t) * (r->len * 4 + 8));
+            r->n[c] = 0;
+            if (!tok) { r->n[c] = -1; continue; }
+            for (char *q = tok; strcmp(tok, "-") && *q;) {
+                r->ids[c][r->n[c]++] = (int32_t)strtol(q, &q, 10);
+                if (*q == ',') q++;
+            }
+        }
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void free_ref(ref_row *rows, int n) {
+    for (int i = 0; i < n; i++) {
+        free(rows[i].text);
+        for (int c = 0; c < REF_COLS; c++) free(rows[i].ids[c]);
+    }
+}
+
+/* strings of rows whose ids from tok (add_bos off, specials parsed) differ from column col */
+static int count_diffs(const kn_tokenizer *tok, const ref_row *rows, int n, int col, const char *what) {
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t ids[2048];
+        int k = 0;
+        kn_status st = kn_tokenize(tok, rows[i].text, rows[i].len, false, true, ids, 2048, &k);
+        if (!st && k == rows[i].n[col] && !memcmp(ids, rows[i].ids[col], sizeof *ids * (size_t)k)) continue;
+        if (bad++ < 3)
+            printf("    %s: string %d (%zu bytes): %s%d ids, tokenizers %d (first %d vs %d)\n", what, i, rows[i].len,
+                   st ? kn_last_error() : "", k, rows[i].n[col], k ? ids[0] : -1, rows[i].n[col] > 0 ? rows[i].ids[col][0] : -1);
+    }
+    return bad;
+}
+
+static bool gguf_str_is(kn_gguf *g, const char *key, const char *want) {
+    kn_gguf_str v = {0};
+    return kn_gguf_get_str(g, key, &v) && v.len == strlen(want) && !memcmp(v.ptr, want, v.len);
+}
+
+/* the converted file's id of an entry, through the tokenizer kiln loads from it */
+static kn_token_type type_of(const kn_tokenizer *t, const char *text) {
+    return kn_tokenizer_token_type(t, kn_tokenizer_find(t, text, strlen(text)));
+}
+
+TEST(sentencepiece_vocabularies_tokenize_as_tokenizers) {
+    static ref_row rows[REF_MAX];
+    int n = read_ref(rows);
+    if (n < 0) SKIP("%s/ref.txt missing (python3 scripts/convert_spm_ref.py)", SPM_DIR);
+    static const char *const kinds[] = {"llama", "gemma"};
+    for (int k = 0; k < 2; k++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, SPM_DIR "/%s", kinds[k]);
+        const char *out = tmp("spm_%s.gguf", kinds[k]);
+        kn_quantize_params p = kn_quantize_defaults();
+        p.type = KN_F16;
+        REQUIRE(kn_model_convert_hf(dir, out, &p) == KN_OK, "%s: %s", kinds[k], kn_last_error());
+        kn_model *a, *b;
+        REQUIRE(kn_model_load(dir, NULL, &a) == KN_OK && kn_model_load(out, NULL, &b) == KN_OK, "%s", kn_last_error());
+        const kn_tokenizer *ta = kn_model_tokenizer(a), *tb = kn_model_tokenizer(b);
+        REQUIRE(ta && tb, "tokenizers loaded");
+        int da = count_diffs(ta, rows, n, k, "tokenizer.json"), db = count_diffs(tb, rows, n, k, "converted GGUF");
+        printf("  %-5s %d strings: kiln on tokenizer.json %d differ, kiln on the GGUF %d differ from `tokenizers`\n",
+               kinds[k], n, da, db);
+        CHECK(da == 0 && db == 0, "%s: %d / %d strings differ", kinds[k], da, db);
+        /* metadata as llama.cpp's converter writes it */
+        kn_gguf *g;
+        REQUIRE(kn_gguf_open(out, &g) == KN_OK, "%s", kn_last_error());
+        CHECK(gguf_str_is(g, "tokenizer.ggml.model", "llama") && gguf_str_is(g, "tokenizer.ggml.pre", "default"),
+              "%s: model llama, pre default", kinds[k]);
+        bool sp = true, has_sp = kn_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &sp);
+        CHECK(k == 0 ? !has_sp : has_sp && !sp, "%s: add_space_prefix %s", kinds[k], has_sp ? sp ? "true" : "false" : "absent");
+        bool ab = false, ae = true;
+        CHECK(kn_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &ab) && ab, "%s: add_bos_token", kinds[k]);
+        CHECK(kn_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &ae) && !ae, "%s: add_eos_token false", kinds[k]);
+        int64_t bos = -1, eos = -1, unk = -1;
+        kn_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &bos);
+        kn_gguf_get_i64(g, "tokenizer.ggml.eos_token_id", &eos);
+        kn_gguf_get_i64(g, "tokenizer.ggml.unknown_token_id", &unk);
+        CHECK(bos == kn_tokenizer_bos(ta) && eos == kn_tokenizer_eos(ta) && bos >= 0 && eos >= 0 && unk >= 0,
+              "%s: bos %lld eos %lld unk %lld", kinds[k], (long long)bos, (long long)eos, (long long)unk);
+        kn_gguf_close(g);
+        CHECK(type_of(tb, "<0x41>") == KN_TOKEN_BYTE && type_of(tb, "<unk>") == KN_TOKEN_UNKNOWN &&
+                  type_of(tb, k ? "<bos>" : "<s>") == KN_TOKEN_CONTROL, "%s: byte, unknown, control types", kinds[k]);
+        if (k == 1)
+            CHECK(type_of(tb, "<start_of_turn>") == KN_TOKEN_CONTROL && type_of(tb, "<h1>") == KN_TOKEN_USER_DEFINED,
+                  "gemma: <start_of_turn> control, <h1> user-defined");
+        const char *ca = kn_model_chat_template(a), *cb = kn_model_chat_template(b);
+        CHECK(ca && cb && !strcmp(ca, cb), "%s: chat template kept", kinds[k]);
+        int32_t x[64], y[64];
+        int nx = 0, ny = 0;
+        CHECK(!kn_tokenize(ta, "Hi there", 8, kn_tokenizer_add_bos(ta), true, x, 64, &nx) &&
+                  !kn_tokenize(tb, "Hi there", 8, kn_tokenizer_add_bos(tb), true, y, 64, &ny) && nx == ny &&
+                  nx > 0 && x[0] == kn_tokenizer_bos(ta) && !memcmp(x, y, sizeof *x * (size_t)nx),
+              "%s: with BOS", kinds[k]);
+        kn_model_free(a); kn_model_free(b);
+    }
+    free_ref(rows, n);
+}
+
+/* tokenizer.json's Split pre-tokenizer on a literal string (Gemma's form), each behavior */
+TEST(split_on_a_string_matches_tokenizers) {
+    static ref_row rows[REF_MAX];
+    int n = read_ref(rows);
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = fopen(SPM_DIR "/split.json", "rb");
+    if (n < 0 || !f) { if (f) fclose(f); SKIP("%s fixtures missing (python3 scripts/convert_spm_ref.py)", SPM_DIR); }
+    fseek(f, 0, SEEK_END);
+    len = (size_t)ftell(f);
+    rewind(f);
+    json = malloc(len + 64);
+    REQUIRE(json && fread(json, 1, len, f) == len, "read split.json");
+    fclose(f);
+    json[len] = 0;
+    static const char *const beh[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+    char *at = strstr(json, "\"Removed\"");
+    REQUIRE(at, "split.json names behavior Removed");
+    size_t head = (size_t)(at - json), tail_len = len - head - 9;
+    for (int b = 0; b < 5; b++) {
+        char *js = malloc(len + 64);
+        int o = snprintf(js, len + 64, "%.*s\"%s\"", (int)head, json, beh[b]);
+        memcpy(js + o, at + 9, tail_len);
+        kn_tokenizer *t = NULL;
+        REQUIRE(kn_tokenizer_load_hf_memory(js, (size_t)o + tail_len, NULL, 0, &t) == KN_OK, "%s: %s", beh[b], kn_last_error());
+        int bad = count_diffs(t, rows, n, 2 + b, beh[b]);
+        printf("  Split \" \" %-18s %d strings, %d differ from `tokenizers`\n", beh[b], n, bad);
+        CHECK(bad == 0, "Split %s: %d strings differ", beh[b], bad);
+        kn_tokenizer_free(t);
+        free(js);
+    }
+    free(json);
+    free_ref(rows, n);
+}
+
+TEST(llamacpp_tokenizes_converted_sentencepiece_vocabularies) {
+    static const char *const kinds[] = {"llama", "gemma"};
+    for (int k = 0; k < 2; k++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, SPM_DIR "/%s", kinds[k]);
+        if (access(dir, R_OK)) SKIP("%s missing (python3 scripts/convert_spm_ref.py)", dir);
+        const char *out = tmp("spm_ll_%s.gguf", kinds[k]);
+        kn_quantize_params p = kn_quantize_defaults();
+        p.type = KN_F16;
+        REQUIRE(kn_model_convert_hf(dir, out, &p) == KN_OK, "%s: %s", kinds[k], kn_last_error());
+        char cmd[1024], line[4096], first[512] = "";
+        snprintf(cmd, sizeof cmd, "python3 scripts/tokenize_llamacpp.py %s " SPM_DIR "/ref.txt %d 2>&1", out, k);
+        FILE *f = popen(cmd, "r");
+        REQUIRE(f, "cannot run python3");
+        int n = -1, same = -1;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "strings %d same %d", &n, &same) == 2) continue;
+            if (!first[0]) snprintf(first, sizeof first, "%.500s", line);
+        }
+        int rc = pclose(f);
+        rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+        if (rc == 3) SKIP("llama_cpp is not installed (pip install llama-cpp-python): %s", first);
+        printf("  %-5s llama.cpp on the converted GGUF: %d of %d strings as `tokenizers`\n", kinds[k], same, n);
+        CHECK(rc == 0 && n > 100 && same == n, "%s: llama.cpp: %d of %d strings the same (exit %d; %s)", kinds[k], same,
+              n, rc, first);
+    }
+}
+
 /* ---- llama.cpp ----------------------------------------------------------------- */
 
 static float *llamacpp_logits(const char *gguf, int V, char *why, size_t cap) {
@@ -309,6 +509,43 @@ TEST(errors_name_the_problem) {
     mkdir(e, 0700);
     CHECK(kn_model_convert_hf(e, tmp("%s", "x.gguf"), &p) == KN_ERR_IO && strstr(kn_last_error(), "config.json"), "%s",
           kn_last_error());
+}
+
+/* tokenizer.json files kiln cannot write as a llama.cpp vocabulary: refused with
+ * what to do, and converted without one under --no-vocab */
+TEST(unconvertible_vocabularies_are_refused_with_a_way_out) {
+    static const struct { const char *json, *says; } C[] = {
+        {"tests/fixtures/hftok/llama2.json", "are no merge"},     /* BPE + byte_fallback trained by `tokenizers` */
+        {"tests/fixtures/hftok/unigram.json", "Unigram"},
+        {"tests/fixtures/hftok/misc_wp.json", "WordPiece"},
+        {"tests/fixtures/hftok/bert.json", "WordPiece"},
+    };
+    if (access(SPM_DIR "/llama/model.safetensors", R_OK)) SKIP("%s missing", SPM_DIR);
+    for (size_t i = 0; i < sizeof C / sizeof *C; i++) {
+        if (access(C[i].json, R_OK)) { printf("  %s missing, skipped\n", C[i].json); continue; }
+        char d[512], a[700];
+        snprintf(d, sizeof d, "%s", tmp("refuse_%s", strrchr(C[i].json, '/') + 1));
+        mkdir(d, 0700);
+        static const char *const files[] = {"config.json", "model.safetensors"};
+        for (int f = 0; f < 2; f++) {
+            char src[256];
+            snprintf(src, sizeof src, SPM_DIR "/llama/%s", files[f]);
+            snprintf(a, sizeof a, "%s/%s", d, files[f]);
+            REQUIRE(copy_file(src, a), "copy %s", src);
+        }
+        snprintf(a, sizeof a, "%s/tokenizer.json", d);
+        REQUIRE(copy_file(C[i].json, a), "copy %s", C[i].json);
+        kn_quantize_params p = kn_quantize_defaults();
+        const char *out = tmp("%s", "refused.gguf");
+        kn_status st = kn_model_convert_hf(d, out, &p);
+        printf("  %-34s %s\n", C[i].json, st ? kn_last_error() : "converted");
+        CHECK(st == KN_ERR_UNSUPPORTED && strstr(kn_last_error(), C[i].says) && strstr(kn_last_error(), "--no-vocab"),
+              "%s: %s", C[i].json, st ? kn_last_error() : "converted");
+        CHECK(access(out, F_OK) != 0, "no file after a refusal");
+        p.no_vocab = true;
+        CHECK(kn_model_convert_hf(d, out, &p) == KN_OK, "%s with --no-vocab: %s", C[i].json, kn_last_error());
+        remove(out);
+    }
 }
 
 TEST(a_failed_write_leaves_no_file) {

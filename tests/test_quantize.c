@@ -9,7 +9,9 @@
  * fraction of its range). The file path: types chosen per tensor (output to
  * Q6_K, fallbacks for rows that are not whole blocks, norms kept), the
  * requantize refusal, errors for unknown types and missing files, and the
- * quantized model's logits against the f32 model's.
+ * quantized model's logits against the f32 model's. The K mixes (Q4_K_M,
+ * Q5_K_M, Q4_K_S, Q5_K_S) on random llama models with rows of whole K blocks
+ * (16 and 9 layers, tied, 8 experts) against llama.cpp's own quantizer.
  */
 #include "kn_test.h"
 #include "kiln.h"
@@ -19,6 +21,7 @@
 #include "backends/quant/quantize.h"
 #include "formats/gguf.h"
 #include "llm/quantize_impl.h"
+#include "formats/gguf_write.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,6 +222,13 @@ TEST(errors_name_the_problem) {
     kn_dtype t;
     CHECK(!kn_quantize_type_from_name("q3_k", &t) && strstr(kn_last_error(), "q4_k"), "%s", kn_last_error());
     CHECK(kn_quantize_type_from_name("Q4_K", &t) && t == KN_Q4_K, "case-insensitive");
+    kn_quantize_params q = kn_quantize_defaults();
+    CHECK(kn_quantize_parse_type("Q5_K_M", &q) && q.type == KN_Q5_K && q.mix == KN_QUANT_MIX_M, "Q5_K_M");
+    CHECK(kn_quantize_parse_type("q4_k_s", &q) && q.type == KN_Q4_K && q.mix == KN_QUANT_MIX_S, "q4_k_s");
+    CHECK(kn_quantize_parse_type("q4_k_m", &q) && kn_quantize_parse_type("q6_k", &q) && q.type == KN_Q6_K &&
+          q.mix == KN_QUANT_MIX_S, "a plain type resets the mix");
+    CHECK(!kn_quantize_parse_type("q8_0_m", &q) && strstr(kn_last_error(), "q4_k_m"), "%s", kn_last_error());
+    CHECK(!kn_quantize_parse_type("q3_k_m", &q) && !kn_quantize_parse_type("", &q), "no q3_k_m, no empty name");
     kn_quantize_params p = kn_quantize_defaults();
     CHECK(kn_model_quantize("/nonexistent/x.gguf", tmp("o.gguf"), &p) == KN_ERR_IO && strstr(kn_last_error(), "no such"),
           "%s", kn_last_error());
@@ -234,7 +244,7 @@ TEST(errors_name_the_problem) {
 TEST(files_equal_llama_cpp_quantize) {
     static const char *const models[] = {"qwen/qwen3", "arch/mistral", "arch/gemma2", "arch/phi3", "moe/mixtral",
                                          "moe/qwen2moe", "convert/gpt2"};
-    static const char *const names[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k"};
+    static const char *const names[] = {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"};
     int files = 0;
     for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
         char dir[128];
@@ -251,7 +261,7 @@ TEST(files_equal_llama_cpp_quantize) {
             for (int pure = 0; pure < 2; pure++) {
                 if (pure && m) continue;                   /* --pure on the first model only */
                 kn_quantize_params q = kn_quantize_defaults();
-                REQUIRE(kn_quantize_type_from_name(names[k], &q.type), "%s", kn_last_error());
+                REQUIRE(kn_quantize_parse_type(names[k], &q), "%s", kn_last_error());
                 q.pure = pure;
                 char out[256];
                 snprintf(out, sizeof out, "%s", tmp("lc_q.gguf"));
@@ -277,6 +287,143 @@ TEST(files_equal_llama_cpp_quantize) {
     }
     printf("  %d files equal to llama.cpp's llama_model_quantize, tensor for tensor\n", files);
     if (!files) SKIP("no fixture models");
+}
+
+/* ---- the K mixes ------------------------------------------------------------ */
+
+/* A random llama-architecture f32 GGUF whose rows are whole K blocks (256
+ * wide), so that the per-layer rules, not the fallbacks, decide: n_layer
+ * layers, 4 query heads sharing 1 K/V head (GQA 4), an output matrix unless
+ * tied, and 8 experts per layer when moe. Values: uniform, each row with its
+ * own scale. */
+static bool write_llama(const char *path, int n_layer, bool tied, bool moe) {
+    enum { C = 256, F = 256, KV = 64, V = 512, E = 8 };
+    kn_gguf_writer *w;
+    if (kn_gguf_writer_new(&w)) return false;
+    kn_gguf_w_str(w, "general.architecture", "llama");
+    kn_gguf_w_str(w, "general.name", "random");
+    kn_gguf_w_u32(w, "llama.context_length", 256);
+    kn_gguf_w_u32(w, "llama.embedding_length", C);
+    kn_gguf_w_u32(w, "llama.block_count", (uint32_t)n_layer);
+    kn_gguf_w_u32(w, "llama.feed_forward_length", F);
+    kn_gguf_w_u32(w, "llama.attention.head_count", 4);
+    kn_gguf_w_u32(w, "llama.attention.head_count_kv", 1);
+    kn_gguf_w_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kn_gguf_w_f32(w, "llama.rope.freq_base", 10000.0f);
+    kn_gguf_w_u32(w, "general.file_type", 0);
+    if (moe) { kn_gguf_w_u32(w, "llama.expert_count", E); kn_gguf_w_u32(w, "llama.expert_used_count", 2); }
+    static const struct { const char *name; int64_t ne0, ne1; } L[] = {
+        {"attn_norm.weight", C, 0}, {"attn_q.weight", C, C}, {"attn_k.weight", C, KV}, {"attn_v.weight", C, KV},
+        {"attn_output.weight", C, C}, {"ffn_norm.weight", C, 0}, {"ffn_gate.weight", C, F}, {"ffn_up.weight", C, F},
+        {"ffn_down.weight", F, C}};
+    int64_t total = 2 * (int64_t)V * C + C;
+    for (size_t k = 0; k < sizeof L / sizeof *L; k++) total += (int64_t)n_layer * L[k].ne0 * (L[k].ne1 ? L[k].ne1 : 1) * (moe && strstr(L[k].name, "ffn_") && L[k].ne1 ? E : 1);
+    total += moe ? (int64_t)n_layer * C * E : 0;
+    float *buf = malloc(sizeof *buf * (size_t)total), *at = buf;     /* the writer keeps pointers: one buffer */
+    if (!buf) { kn_gguf_writer_free(w); return false; }
+    for (int64_t i = 0; i < total; i += 64) {
+        float sc = 0.02f + 0.2f * (frand() + 1);
+        for (int64_t j = i; j < i + 64 && j < total; j++) buf[j] = frand() * sc;
+    }
+#define PUT(nm, nd, a, b, c) do { int64_t ne_[3] = {a, b, c}; kn_gguf_w_tensor_f32(w, nm, nd, ne_, at); at += (a) * (b) * (c); } while (0)
+    PUT("token_embd.weight", 2, C, V, 1);
+    PUT("output_norm.weight", 1, C, 1, 1);
+    if (!tied) PUT("output.weight", 2, C, V, 1);
+    char nm[96];
+    for (int l = 0; l < n_layer; l++)
+        for (size_t k = 0; k < sizeof L / sizeof *L; k++) {
+            bool ffn = strstr(L[k].name, "ffn_") && L[k].ne1;
+            if (moe && ffn) {
+                char base[48];
+                snprintf(base, sizeof base, "%.*s_exps.weight", (int)(strlen(L[k].name) - 7), L[k].name);
+                snprintf(nm, sizeof nm, "blk.%d.%s", l, base);
+                PUT(nm, 3, L[k].ne0, L[k].ne1, E);
+                if (!strcmp(L[k].name, "ffn_gate.weight")) {
+                    snprintf(nm, sizeof nm, "blk.%d.ffn_gate_inp.weight", l);
+                    PUT(nm, 2, C, E, 1);
+                }
+                continue;
+            }
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, L[k].name);
+            if (L[k].ne1) PUT(nm, 2, L[k].ne0, L[k].ne1, 1);
+            else PUT(nm, 1, L[k].ne0, 1, 1);
+        }
+#undef PUT
+    kn_status st = kn_gguf_writer_status(w);
+    if (!st) st = kn_gguf_write_file(w, path);
+    kn_gguf_writer_free(w);
+    free(buf);
+    return st == KN_OK;
+}
+
+static int count_type(kn_gguf *g, const char *part, kn_dtype t) {
+    int n = 0;
+    for (int64_t i = 0; i < kn_gguf_n_tensors(g); i++) {
+        const kn_gguf_tensor *x = kn_gguf_tensor_at(g, i);
+        char nm[160];
+        snprintf(nm, sizeof nm, "%.*s", (int)x->name.len, x->name.ptr);
+        n += strstr(nm, part) && x->type == t;
+    }
+    return n;
+}
+
+/* kiln's Q4_K_M / Q5_K_M (and Q4_K_S / Q5_K_S) files against llama.cpp's
+ * llama_model_quantize on the same f32 files: every tensor the same type
+ * and the same bytes. Without llama_cpp: the file type, and that the mixes
+ * put more bits where the S files do not (a check of kiln alone). */
+TEST(k_mixes_equal_llama_cpp_quantize) {
+    static const struct { const char *name; int n_layer; bool tied, moe; } M[] = {
+        {"dense16", 16, false, false}, {"tied9", 9, true, false}, {"moe8x4", 4, false, true}};
+    static const char *const mixes[] = {"q4_k_m", "q5_k_m", "q4_k_s", "q5_k_s"};
+    int files = 0;
+    bool have_llamacpp = true;
+    for (size_t m = 0; m < sizeof M / sizeof *M; m++) {
+        char src[256];
+        snprintf(src, sizeof src, "%s", tmp("mix_f32.gguf"));
+        REQUIRE(write_llama(src, M[m].n_layer, M[m].tied, M[m].moe), "write %s: %s", M[m].name, kn_last_error());
+        for (size_t k = 0; k < sizeof mixes / sizeof *mixes; k++) {
+            if (k >= 2 && m) continue;                     /* the S mixes on the dense model only */
+            kn_quantize_params q = kn_quantize_defaults();
+            REQUIRE(kn_quantize_parse_type(mixes[k], &q), "%s", kn_last_error());
+            char out[256];
+            snprintf(out, sizeof out, "%s", tmp("mix_q.gguf"));
+            REQUIRE(kn_model_quantize(src, out, &q) == KN_OK, "%s %s: %s", M[m].name, mixes[k], kn_last_error());
+            kn_gguf *g;
+            REQUIRE(kn_gguf_open(out, &g) == KN_OK, "%s", kn_last_error());
+            int64_t ft = -1;
+            kn_gguf_get_i64(g, "general.file_type", &ft);
+            static const int64_t FT[] = {15, 17, 14, 16};    /* LLAMA_FTYPE_MOSTLY_Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S */
+            CHECK(ft == FT[k], "%s %s: general.file_type %lld, want %lld", M[m].name, mixes[k], (long long)ft, (long long)FT[k]);
+            int v6 = count_type(g, "attn_v.weight", KN_Q6_K), d6 = count_type(g, "ffn_down", KN_Q6_K);
+            int v8 = count_type(g, "attn_v.weight", KN_Q8_0), k8 = count_type(g, "attn_k.weight", KN_Q8_0);
+            printf("  %-8s %-6s attn_v q6_K %d q8_0 %d, attn_k q8_0 %d, ffn_down q6_K %d (of %d layers)\n", M[m].name,
+                   mixes[k], v6, v8, k8, d6, M[m].n_layer);
+            if (k < 2 && !M[m].moe) CHECK(v6 > 0 && v6 < M[m].n_layer && d6 > 0 && d6 < M[m].n_layer,
+                                          "%s %s: an M mix bumps some layers, not all", M[m].name, mixes[k]);
+            if (k >= 2) CHECK(v6 == 0 && d6 == 0, "%s %s: no q6_K bumps in an S mix", M[m].name, mixes[k]);
+            if (M[m].moe) CHECK(v8 == M[m].n_layer && k8 == M[m].n_layer, "8 experts: attn_k, attn_v q8_0");
+            kn_gguf_close(g);
+            if (!have_llamacpp) continue;
+            char cmd[1024], line[512], first[512] = "";
+            snprintf(cmd, sizeof cmd, "python3 scripts/quantize_llamacpp.py %s %s %s 2>&1", src, out, mixes[k]);
+            FILE *f = popen(cmd, "r");
+            REQUIRE(f, "cannot run python3");
+            int n = -1, st = -1, sb = -1;
+            while (fgets(line, sizeof line, f)) {
+                if (sscanf(line, "tensors %d same_type %d same_bytes %d", &n, &st, &sb) == 3) continue;
+                if (!first[0]) snprintf(first, sizeof first, "%s", line);
+            }
+            int rc = pclose(f);
+            rc = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+            if (rc == 3) { have_llamacpp = false; continue; }
+            printf("           llama.cpp: %d tensors, %d same type, %d same bytes\n", n, st, sb);
+            CHECK(rc == 0 && n > 0 && st == n && sb == n, "%s %s: %d tensors, %d same type, %d same bytes (%s)",
+                  M[m].name, mixes[k], n, st, sb, first);
+            files++;
+        }
+    }
+    if (!have_llamacpp) SKIP("llama_cpp is not installed (pip install llama-cpp-python): kiln's mixes checked alone");
+    printf("  %d mixed files equal to llama.cpp's, tensor for tensor\n", files);
 }
 
 int main(void) { return kn_test_main(); }

@@ -16,12 +16,12 @@
  *   - Qwen2-MoE's shared-expert gate [1, C] stored as [C];
  *   - everything else as is (Phi-3's fused qkv_proj / gate_up_proj included).
  * GGML sizes reverse the row-major shape: ne[0] is the row length.
- * Non-goals: sharded checkpoints, SentencePiece/Unigram/WordPiece
- * vocabularies (only byte-level BPE tokenizer.json), vision towers (skipped).
+ * The vocabulary (byte-level or SentencePiece-style BPE) is convert_vocab.c's.
+ * Non-goals: sharded checkpoints, Unigram/WordPiece vocabularies (refused,
+ * see convert_vocab.c), vision towers (skipped).
  */
 #include "llm/quantize_impl.h"
 #include "llm/model_impl.h"        /* defines: struct kn_model (config, tokenizer)       */
-#include "llm/tok_hf.h"            /* defines: struct kn_hf, kn_tokenizer internals      */
 #include "formats/hfconfig.h"      /* defines: kn_json                                   */
 #include "formats/safetensors.h"   /* defines: kn_safetensors                            */
 #include "core/fp16.h"             /* defines: kn_bf16_to_fp32, kn_fp16_to_fp32          */
@@ -461,104 +461,6 @@ static void hparams(conv *cv) {
     rope_meta(cv);
 }
 
-/* ---- vocabulary ---------------------------------------------------------------------- */
-
-static int cmp_rank(const void *a, const void *b) {
-    int32_t x = ((const kn_bpe_merge *)a)->rank, y = ((const kn_bpe_merge *)b)->rank;
-    return (x > y) - (x < y);
-}
-
-/* llama.cpp's name of a byte-level BPE pre-tokenizer, or NULL */
-static const char *pre_name(const struct kn_hf *hf) {
-    if (hf->n_pre == 1 && hf->pre[0].type == KN_HFP_BYTELEVEL && hf->pre[0].use_regex) return "gpt-2";
-    if (hf->n_pre == 2 && hf->pre[1].type == KN_HFP_BYTELEVEL) {
-        const kn_hf_pre *a = &hf->pre[0];
-        if (a->type == KN_HFP_DIGITS && a->individual && hf->pre[1].use_regex) return "smollm";
-        if (a->type == KN_HFP_SPLIT && !hf->pre[1].use_regex) {
-            if (a->pattern == KN_PRETOK_LLAMA3) return "llama-bpe";
-            if (a->pattern == KN_PRETOK_QWEN2) return "qwen2";
-            if (a->pattern == KN_PRETOK_GPT2) return "gpt-2";
-        }
-    }
-    return NULL;
-}
-
-static void vocab(conv *cv, const char *dir) {
-    const kn_tokenizer *t = cv->m->tok;
-    if (!t) return;                                    /* no tokenizer.json: ids only */
-    const struct kn_hf *hf = t->hf;
-    bool bytelevel = false;
-    for (int i = 0; hf && i < hf->n_pre; i++) bytelevel |= hf->pre[i].type == KN_HFP_BYTELEVEL;
-    const char *pre = hf && hf->model == KN_HFM_BPE && bytelevel ? pre_name(hf) : NULL;
-    if (!pre) {
-        if (cv->p->no_vocab) return;
-        cv->err = kn_set_error(KN_ERR_UNSUPPORTED, "%s/tokenizer.json: only byte-level BPE vocabularies (GPT-2, Llama 3, "
-                               "Qwen2, SmolLM style) are converted; this one is %s. Pass --no-vocab to write the model "
-                               "without one (kiln then runs it on token ids or with -z VOCAB.gguf)", dir,
-                               !hf ? "not a tokenizer.json" : hf->model != KN_HFM_BPE ? "not BPE" :
-                               !bytelevel ? "SentencePiece-style (no ByteLevel)" : "a pre-tokenizer llama.cpp has no name for");
-        return;
-    }
-    if (cv->p->no_vocab) return;
-    int64_t V = cv->c->n_vocab;                        /* the embedding's rows: padded with [PADn] */
-    const char **txt = calloc((size_t)V, sizeof *txt);
-    size_t *len = calloc((size_t)V, sizeof *len);
-    int32_t *type = calloc((size_t)V, sizeof *type);
-    char (*pad)[24] = calloc((size_t)V, sizeof *pad);
-    kn_bpe_merge *mg = calloc(t->merge_cap + 1, sizeof *mg);
-    if (!txt || !len || !type || !pad || !mg) { cv->err = kn_set_error(KN_ERR_NOMEM, "out of memory"); goto done; }
-    for (int64_t i = 0; i < V; i++) {
-        size_t n = 0;
-        const char *s = i < t->n_vocab ? kn__tok_text(t, (int32_t)i, &n) : NULL;
-        int ty = i < t->n_vocab ? t->types[i] : KN_TOKEN_UNUSED;
-        if (!s || !n || ty == KN_TOKEN_UNUSED) {
-            len[i] = (size_t)snprintf(pad[i], sizeof pad[i], "[PAD%lld]", (long long)i);
-            txt[i] = pad[i];
-            type[i] = KN_TOKEN_UNUSED;
-        } else {
-            txt[i] = s; len[i] = n;
-            type[i] = ty == KN_TOKEN_BYTE || ty == KN_TOKEN_UNKNOWN ? KN_TOKEN_NORMAL : ty;
-        }
-    }
-    kn_gguf_w_str(cv->w, "tokenizer.ggml.model", "gpt2");
-    kn_gguf_w_str(cv->w, "tokenizer.ggml.pre", pre);
-    kn_gguf_w_arr_str(cv->w, "tokenizer.ggml.tokens", (uint64_t)V, txt, len);
-    kn_gguf_w_arr_i32(cv->w, "tokenizer.ggml.token_type", (uint64_t)V, type);
-    size_t nm = 0, total = 0;
-    for (size_t i = 0; i < t->merge_cap; i++)
-        if (t->merges[i].rank >= 0) mg[nm++] = t->merges[i];
-    qsort(mg, nm, sizeof *mg, cmp_rank);
-    const char **ms = calloc(nm + 1, sizeof *ms);
-    size_t *ml = calloc(nm + 1, sizeof *ml);
-    for (size_t i = 0; ms && ml && i < nm; i++) {
-        size_t a, b;
-        kn__tok_text(t, (int32_t)(mg[i].key >> 32), &a);
-        kn__tok_text(t, (int32_t)(uint32_t)mg[i].key, &b);
-        total += a + b + 1;
-    }
-    char *mb = ms && ml ? malloc(total + 1) : NULL;
-    if (!mb) { free(ms); free(ml); cv->err = kn_set_error(KN_ERR_NOMEM, "out of memory"); goto done; }
-    for (size_t i = 0, o = 0; i < nm; i++) {
-        size_t a, b;
-        const char *sa = kn__tok_text(t, (int32_t)(mg[i].key >> 32), &a);
-        const char *sb = kn__tok_text(t, (int32_t)(uint32_t)mg[i].key, &b);
-        ms[i] = mb + o;
-        memcpy(mb + o, sa, a); mb[o + a] = ' '; memcpy(mb + o + a + 1, sb, b);
-        ml[i] = a + b + 1;
-        o += a + b + 1;
-    }
-    kn_gguf_w_arr_str(cv->w, "tokenizer.ggml.merges", (uint64_t)nm, ms, ml);   /* copied: freed below */
-    free(ms); free(ml); free(mb);
-    if (t->bos >= 0) kn_gguf_w_u32(cv->w, "tokenizer.ggml.bos_token_id", (uint32_t)t->bos);
-    if (t->eos >= 0) kn_gguf_w_u32(cv->w, "tokenizer.ggml.eos_token_id", (uint32_t)t->eos);
-    if (t->unk >= 0) kn_gguf_w_u32(cv->w, "tokenizer.ggml.unknown_token_id", (uint32_t)t->unk);
-    if (t->pad >= 0) kn_gguf_w_u32(cv->w, "tokenizer.ggml.padding_token_id", (uint32_t)t->pad);
-    kn_gguf_w_bool(cv->w, "tokenizer.ggml.add_bos_token", t->add_bos);
-    if (cv->m->chat_template) kn_gguf_w_str(cv->w, "tokenizer.chat_template", cv->m->chat_template);
-done:
-    free(txt); free(len); free(type); free(pad); free(mg);
-}
-
 /* ---- entry ----------------------------------------------------------------------------- */
 
 static const char *garch_of(kn_arch a) {
@@ -635,7 +537,7 @@ kn_status kn_model_convert_hf(const char *hf_path, const char *out, const kn_qua
         const char *base = strrchr(dir, '/');
         kn_gguf_w_str(cv.w, "general.name", base && base[1] ? base + 1 : dir);
         hparams(&cv);
-        vocab(&cv, dir);
+        if (!cv.err) cv.err = kn__convert_vocab(cv.w, m, cv.c->n_vocab, p, dir);
         for (int64_t i = 0; i < kn_safetensors_n_tensors(cv.st) && !cv.err; i++)
             map_tensor(&cv, kn_safetensors_tensor_at(cv.st, i));
         for (int64_t i = 0; i < cv.n; i++)          /* expert formats live in fmts, which grew */

@@ -33,6 +33,16 @@ struct kn__qt {
  * general.quantization_version are added here) to path (through path.tmp).
  * name_of_arch: for messages. Frees nothing of ts. */
 kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize_params *p, const char *path);
+/* convert_vocab.c: model m's tokenizer.json (if any, and unless p->no_vocab)
+ * as llama.cpp's tokenizer.ggml.* keys in w, V rows (the embedding's; the
+ * rest "[PADn]"); dir names the model directory in messages and holds
+ * tokenizer_config.json (add_eos_token). */
+struct kn_model;
+kn_status kn__convert_vocab(kn_gguf_writer *w, const struct kn_model *m, int64_t V, const kn_quantize_params *p,
+                            const char *dir);
+/* quantize_rules.c: the type of each of the n tensors for p into type[n]
+ * (llama.cpp's llama_tensor_get_type; see the file). */
+kn_status kn__qpick_types(const kn__qt *ts, int64_t n, const kn_quantize_params *p, kn_dtype *type);
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a target type. */
 uint32_t kn__qfile_type(kn_dtype t);
 #endif

@@ -4,8 +4,9 @@
  *
  * Memory: the output's tensors are all held until the file is written (the
  * GGUF writer references them), plus one tensor's f32 values at a time.
- * Non-goals: importance matrices, per-layer mixes (llama.cpp's *_M types),
- * splitting output files.
+ * Which type each tensor gets is quantize_rules.c's (llama.cpp's rules,
+ * the *_S and *_M mixes of the K types included).
+ * Non-goals: importance matrices, the Q2/Q3/IQ mixes, splitting output files.
  */
 #include "llm/quantize_impl.h"
 #include "backends/quant/quant.h"      /* defines: kn_dequantize_row               */
@@ -25,10 +26,34 @@ kn_quantize_params kn_quantize_defaults(void) {
 static const struct { const char *name; kn_dtype t; uint32_t ftype; } TYPES[] = {
     {"f32", KN_F32, 0}, {"f16", KN_F16, 1}, {"bf16", KN_BF16, 32}, {"q4_0", KN_Q4_0, 2}, {"q4_1", KN_Q4_1, 3},
     {"q5_0", KN_Q5_0, 8}, {"q5_1", KN_Q5_1, 9}, {"q8_0", KN_Q8_0, 7},
-    /* the K types as llama.cpp's *_S files (LLAMA_FTYPE_MOSTLY_Q4_K_S, Q5_K_S, Q6_K) */
+    /* the K types as llama.cpp's *_S files (LLAMA_FTYPE_MOSTLY_Q4_K_S, Q5_K_S, Q6_K); the *_M
+     * files (mix M) are the next number: 15, 17 */
     {"q4_k", KN_Q4_K, 14}, {"q5_k", KN_Q5_K, 16}, {"q6_k", KN_Q6_K, 18},
 };
 #define N_TYPES (sizeof TYPES / sizeof TYPES[0])
+
+bool kn_quantize_parse_type(const char *name, kn_quantize_params *p) {
+    char low[16];
+    size_t n = name ? strlen(name) : 0;
+    if (p && n > 2 && n < sizeof low) {
+        for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)name[i]);
+        bool m = !strcmp(low + n - 2, "_m"), s = !strcmp(low + n - 2, "_s");
+        if (m || s) low[n - 2] = 0;
+        kn_dtype t;
+        bool k = !strcmp(low, "q4_k") || !strcmp(low, "q5_k");
+        if ((k || (!m && !s)) && kn_quantize_type_from_name(low, &t)) {
+            p->type = t;
+            p->mix = m ? KN_QUANT_MIX_M : KN_QUANT_MIX_S;
+            return true;
+        }
+    } else if (p && n && n < sizeof low && kn_quantize_type_from_name(name, &p->type)) {
+        p->mix = KN_QUANT_MIX_S;
+        return true;
+    }
+    kn_set_error(KN_ERR_INVALID, "unknown type '%s'; choose one of q4_k_m, q5_k_m, q4_k_s (= q4_k), q5_k_s (= q5_k), "
+                 "q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, f32, f16, bf16", name ? name : "(null)");
+    return false;
+}
 
 bool kn_quantize_type_from_name(const char *name, kn_dtype *out) {
     char low[16];
@@ -49,51 +74,7 @@ uint32_t kn__qfile_type(kn_dtype t) {
     return 0;
 }
 
-static bool ends_with(const char *s, const char *suf) {
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !memcmp(s + a - b, suf, b);
-}
-
 static bool is_float(kn_dtype t) { return t == KN_F32 || t == KN_F16 || t == KN_BF16; }
-
-/* Is this a matrix llama.cpp quantizes? (llama-quant.cpp: 2+ dims, a
- * ".weight", not a norm, router, position or token-type table.) */
-static bool eligible(const kn__qt *t) {
-    return !t->no_quant && t->n_dims >= 2 && ends_with(t->name, ".weight") && !strstr(t->name, "_norm.weight") &&
-           !strstr(t->name, "ffn_gate_inp") && strcmp(t->name, "position_embd.weight") &&
-           strcmp(t->name, "token_types.weight") && !strstr(t->name, "rope_factors");
-}
-
-/* Layer index of "blk.N.*", or -1. */
-static int layer_of(const char *name) {
-    int l = -1;
-    return sscanf(name, "blk.%d.", &l) == 1 ? l : -1;
-}
-
-/* The type tensor t gets for target `type` (see kiln_quantize.h); the output
- * matrix is output.weight, or token_embd.weight when there is none. The
- * per-layer bumps are llama.cpp's for its Q4_K_S files (attn_v of layers
- * 0-3 and ffn_down of the first eighth of the layers to Q5_K) and for
- * 8-expert models (attn_v, attn_k to Q8_0); n_layer / n_expert: the file's. */
-static kn_dtype pick_type(const kn__qt *t, const kn_quantize_params *p, bool is_output, int n_layer, int n_expert) {
-    if (!eligible(t)) return t->keep_type;
-    kn_dtype want = p->type;
-    if (is_output && !p->pure && !is_float(want) && want != KN_Q8_0) want = KN_Q6_K;
-    if (!p->pure && !is_float(want) && !is_output) {
-        int l = layer_of(t->name);
-        bool v = strstr(t->name, "attn_v.weight") != NULL, k = strstr(t->name, "attn_k.weight") != NULL;
-        bool qkv = strstr(t->name, "attn_qkv.weight") != NULL;    /* llama.cpp counts it as attn_v here */
-        if (p->type == KN_Q4_K && (v || qkv) && l >= 0 && l < 4) want = KN_Q5_K;
-        if (p->type == KN_Q4_K && strstr(t->name, "ffn_down") && l >= 0 && l < n_layer / 8) want = KN_Q5_K;
-        if (n_expert == 8 && (v || k)) want = KN_Q8_0;
-    }
-    int64_t bs = kn_dtype_get(want)->block_size;
-    if (t->ne[0] % bs) {
-        want = want == KN_Q4_K ? KN_Q5_0 : want == KN_Q5_K ? KN_Q5_1 : want == KN_Q6_K ? KN_Q8_0 : KN_F16;
-        if (t->ne[0] % kn_dtype_get(want)->block_size) want = KN_F16;
-    }
-    return want;
-}
 
 static int64_t numel(const kn__qt *t) {
     int64_t n = 1;
@@ -105,21 +86,13 @@ kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize
     if (!kn_quantize_weights_supported(p->type))
         return kn_set_error(KN_ERR_UNSUPPORTED, "cannot write %s tensors; the targets are f32, f16, bf16, q4_0, q4_1, "
                             "q5_0, q5_1, q8_0, q4_k, q5_k and q6_k", kn_dtype_name(p->type));
-    bool has_output = false;
-    int n_layer = 0, n_expert = 0;
-    for (int64_t i = 0; i < n; i++) {
-        has_output |= !strcmp(ts[i].name, "output.weight");
-        if (layer_of(ts[i].name) + 1 > n_layer) n_layer = layer_of(ts[i].name) + 1;
-        if (strstr(ts[i].name, "_exps.weight") && ts[i].n_dims == 3) n_expert = (int)ts[i].ne[2];
-    }
     kn_dtype *type = calloc((size_t)n + 1, sizeof *type);
     void **buf = calloc((size_t)n + 1, sizeof *buf);
     float *tmp = NULL;
     kn_status st = type && buf ? KN_OK : kn_set_error(KN_ERR_NOMEM, "out of memory");
+    if (!st) st = kn__qpick_types(ts, n, p, type);
     /* the requantize rule first, so that a refused file costs no work */
     for (int64_t i = 0; i < n && !st; i++) {
-        bool out = has_output ? !strcmp(ts[i].name, "output.weight") : !strcmp(ts[i].name, "token_embd.weight");
-        type[i] = pick_type(&ts[i], p, out, n_layer, n_expert);
         if (type[i] != ts[i].src_type && !is_float(ts[i].src_type) && !p->allow_requantize)
             st = kn_set_error(KN_ERR_UNSUPPORTED, "tensor '%s' is already quantized (%s); quantizing it again to %s "
                               "loses accuracy twice. Start from an f32/f16/bf16 file, or pass --allow-requantize",
@@ -155,7 +128,9 @@ kn_status kn__qwrite(kn_gguf_writer *w, kn__qt *ts, int64_t n, const kn_quantize
     }
     if (!st) {
         kn_gguf_w_u32(w, "general.quantization_version", 2);
-        kn_gguf_w_u32(w, "general.file_type", kn__qfile_type(p->type));
+        uint32_t ft = kn__qfile_type(p->type);
+        if (p->mix == KN_QUANT_MIX_M && (p->type == KN_Q4_K || p->type == KN_Q5_K)) ft++;   /* 15 Q4_K_M, 17 Q5_K_M */
+        kn_gguf_w_u32(w, "general.file_type", ft);
         st = kn_gguf_writer_status(w);
     }
     if (!st) st = kn_gguf_write_file(w, path);

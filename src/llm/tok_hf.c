@@ -246,6 +246,37 @@ static kn_status pre_one(const kn_hf_pre *p, const char *s, size_t n, bool first
         }
         return st == KN_OK ? pv_close(pv, d, from) : st;
     }
+    case KN_HFP_SPLITSTR: {             /* occurrences of p->a, leftmost first, not overlapping */
+        size_t from = d->n;
+        bool prev_hit = false;
+        for (size_t i = 0; i < n && st == KN_OK;) {
+            bool hit = n - i >= p->na && memcmp(s + i, p->a, p->na) == 0;
+            if (!hit) {
+                if (prev_hit && p->behavior == KN_HF_SPLIT_CONTIGUOUS) { st = pv_close(pv, d, from); from = d->n; }
+                if (st == KN_OK) st = sb_put(d, s + i, 1);
+                i++;
+            } else {
+                switch (p->behavior) {
+                case KN_HF_SPLIT_REMOVED: st = pv_close(pv, d, from); break;
+                case KN_HF_SPLIT_ISOLATED:
+                    st = pv_close(pv, d, from);
+                    from = d->n;
+                    if (st == KN_OK) st = sb_put(d, p->a, p->na);
+                    if (st == KN_OK) st = pv_close(pv, d, from);
+                    break;
+                case KN_HF_SPLIT_PREV: st = sb_put(d, p->a, p->na); if (st == KN_OK) st = pv_close(pv, d, from); break;
+                case KN_HF_SPLIT_NEXT: st = pv_close(pv, d, from); from = d->n; if (st == KN_OK) st = sb_put(d, p->a, p->na); break;
+                default:                  /* contiguous: a run of delimiters is one piece */
+                    if (!prev_hit) { st = pv_close(pv, d, from); from = d->n; }
+                    if (st == KN_OK) st = sb_put(d, p->a, p->na);
+                }
+                if (p->behavior != KN_HF_SPLIT_NEXT && p->behavior != KN_HF_SPLIT_CONTIGUOUS) from = d->n;
+                i += p->na;
+            }
+            prev_hit = hit;
+        }
+        return st == KN_OK ? pv_close(pv, d, from) : st;
+    }
     case KN_HFP_WHITESPACE: return split_classes(s, n, d, pv, cls_whitespace, p);
     case KN_HFP_WSSPLIT:    return split_classes(s, n, d, pv, cls_wssplit, p);
     case KN_HFP_BERT:       return split_classes(s, n, d, pv, cls_bert, p);

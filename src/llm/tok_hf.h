@@ -28,7 +28,12 @@ typedef struct kn_hf_norm {
 typedef enum kn_hf_pre_type {
     KN_HFP_BYTELEVEL, KN_HFP_SPLIT, KN_HFP_METASPACE, KN_HFP_WHITESPACE, KN_HFP_WSSPLIT,
     KN_HFP_BERT, KN_HFP_DIGITS, KN_HFP_PUNCT,
+    KN_HFP_SPLITSTR,                     /* Split on a literal string (Gemma: " ") */
 } kn_hf_pre_type;
+
+/* Split's behavior: where the matched delimiter goes (the library's
+ * SplitDelimiterBehavior) */
+enum { KN_HF_SPLIT_REMOVED, KN_HF_SPLIT_ISOLATED, KN_HF_SPLIT_PREV, KN_HF_SPLIT_NEXT, KN_HF_SPLIT_CONTIGUOUS };
 
 enum { KN_HF_PREPEND_NEVER = 0, KN_HF_PREPEND_FIRST = 1, KN_HF_PREPEND_ALWAYS = 2 };
 
@@ -38,7 +43,8 @@ typedef struct kn_hf_pre {
     kn_pretok pattern;                   /* Split (a known regex)               */
     bool split; int prepend;             /* Metaspace                           */
     bool individual;                     /* Digits                              */
-    char *a; size_t na;                  /* Metaspace replacement               */
+    int behavior;                        /* Split on a string: KN_HF_SPLIT_*    */
+    char *a; size_t na;                  /* Metaspace replacement; Split string */
 } kn_hf_pre;
 
 typedef enum kn_hf_dec_type {

@@ -12,7 +12,8 @@
  *                  NFKC (only text they leave unchanged; see tok_hf.c),
  *                  BertNormalizer, Sequence;
  *   pre_tokenizer  ByteLevel, Split with the GPT-2, Llama 3 or Qwen2 regex
- *                  (tok_bpe.c's hand-written splits; other regexes refused),
+ *                  (tok_bpe.c's hand-written splits; other regexes refused)
+ *                  or on a literal string (any behavior, not inverted),
  *                  Metaspace, Whitespace, WhitespaceSplit, BertPreTokenizer,
  *                  Digits, Punctuation (Isolated), Sequence;
  *   decoder        ByteLevel, Replace, ByteFallback, Fuse, Strip (one leading
@@ -202,9 +203,18 @@ static kn_status read_pre(const kn_json *j, int64_t o, steps *out, int depth) {
         const char *beh = kn_json_get_str(j, o, "behavior");
         bool invert;
         if (!opt_bool(j, o, "invert", false, &invert)) return bad("Split: invert must be a boolean");
-        if (!rx) return kn_set_error(KN_ERR_UNSUPPORTED, "tokenizer.json: Split pre_tokenizer on the string "
-                                     "\"%.80s\" is not supported (only the GPT-2, Llama 3 and Qwen2 regexes)",
-                                     s ? s : "?");
+        if (!rx) {                          /* a literal string (Gemma's " "), any behavior */
+            static const char *const B[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"};
+            p->type = KN_HFP_SPLITSTR;
+            p->behavior = -1;
+            for (int b = 0; b < 5; b++) if (beh && !strcmp(beh, B[b])) p->behavior = b;
+            if (!s || !l1 || p->behavior < 0 || invert)
+                return kn_set_error(KN_ERR_UNSUPPORTED, "tokenizer.json: Split pre_tokenizer on \"%.80s\" with "
+                                    "behavior \"%s\"%s is not supported (a non-empty string, not inverted)",
+                                    s ? s : "?", beh ? beh : "?", invert ? " and invert" : "");
+            p->a = dup_n(s, l1); p->na = l1;
+            return p->a ? KN_OK : step_fail();
+        }
         p->type = KN_HFP_SPLIT;
         if (!strcmp(rx, RE_GPT2)) p->pattern = KN_PRETOK_GPT2;
         else if (!strcmp(rx, RE_LLAMA3)) p->pattern = KN_PRETOK_LLAMA3;

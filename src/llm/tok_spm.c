@@ -6,7 +6,7 @@
  *
  * Loaders: llama2.c tokenizer.bin and GGUF tokenizer.ggml.model = "llama".
  * Spaces are stored as ' ' (llama2.c files already do; GGUF '▁' is converted
- * at load), so the text is looked up as is.
+ * at load), so the text is looked up as is, after its own '▁' become ' '.
  *
  * The merge loop uses a binary heap of candidate pairs with lazy deletion:
  * O(n log n) for n characters instead of run.c's O(n^2) rescans.
@@ -82,7 +82,16 @@ kn_status kn__spm_encode(const kn_tokenizer *t, const char *text, size_t len, bo
     kn_status st = KN_OK;
     if (!buf || !sym) { st = kn_set_error(KN_ERR_NOMEM, "tokenize: out of memory for %zu bytes", len); goto done; }
     if (prefix_space) buf[0] = ' ';
-    memcpy(buf + (prefix_space ? 1 : 0), text, len);
+    /* the text's own U+2581 is a space too: llama.cpp turns every ' ' into
+     * U+2581 and matches entries written with it; kiln stores entries with
+     * ' ' (see the header), so it turns U+2581 into ' ' */
+    size_t bl = prefix_space ? 1 : 0;
+    for (size_t i = 0; i < len; i++) {
+        if (i + 2 < len && (unsigned char)text[i] == 0xE2 && (unsigned char)text[i + 1] == 0x96 &&
+            (unsigned char)text[i + 2] == 0x81) { buf[bl++] = ' '; i += 2; }
+        else buf[bl++] = text[i];
+    }
+    blen = bl;
 
     int32_t n = 0;
     for (size_t i = 0; i < blen;) {
