@@ -150,9 +150,9 @@ static const cpu_qpack *qpack_of(const kn_tview *b, int64_t K, size_t row_bytes)
         qpack_job j = {n, buf->data};
         int64_t groups = (n->rows + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS;
         kn_cpu_par_rows(qpack_groups, &j, groups, groups * KN_QPACK_ROWS * K);
-        buf->derived_free = qpack_free;
         void *none = NULL;
-        if (!atomic_compare_exchange_strong(&buf->derived, &none, n)) qpack_free(n);   /* another plan won */
+        if (atomic_compare_exchange_strong(&buf->derived, &none, n)) buf->derived_free = qpack_free;   /* read only at release */
+        else qpack_free(n);                                                                         /* another plan won */
         q = atomic_load(&buf->derived);
     }
     return q->t == b->dtype && q->K == K && q->row_bytes == row_bytes ? q : NULL;
