@@ -59,8 +59,8 @@ static void check_config(const char *what, const kn_model *m, const moe_case *q)
     for (int l = 0; l < c->n_layers; l++) {
         const kn__layer_w *L = &m->layers[l];
         bool dense = q->arch == KN_ARCH_QWEN2MOE && l == 1;          /* mlp_only_layers [1] */
-        CHECK(dense ? !L->gate_inp && L->w1 && L->w2 && L->w3
-                    : L->gate_inp && L->gate_exps && L->up_exps && L->down_exps && !L->w1 &&
+        CHECK(dense ? !L->gate_inp && ((L->w1 && L->w3) || L->w13) && L->w2     /* gate|up stacked on the host */
+                    : L->gate_inp && L->gate_exps && L->up_exps && L->down_exps && !L->w1 && !L->w13 &&
                           (q->shared_ffn > 0) == (L->gate_shexp && L->gate_inp_shexp),
               "%s layer %d: %s FFN tensors", what, l, dense ? "dense" : "expert");
         if (q->arch == KN_ARCH_OLMOE)

@@ -65,8 +65,9 @@ static void check_config(const char *what, const kn_model *m, const qwen_case *q
     for (int l = 0; l < c->n_layers; l++) {
         const kn__layer_w *L = &m->layers[l];
         bool q2 = q->arch == KN_ARCH_QWEN2;
-        CHECK(!L->bo && (q2 ? L->bq && L->bk && L->bv && !L->q_norm && !L->k_norm
-                            : !L->bq && !L->bk && !L->bv && L->q_norm && L->k_norm),
+        /* the host stacks q|k|v (model_fuse.c): the biases are then one vector */
+        bool biases = (L->bq && L->bk && L->bv) || (L->wqkv && L->bqkv), none = !L->bq && !L->bk && !L->bv && !L->bqkv;
+        CHECK(!L->bo && (q2 ? biases && !L->q_norm && !L->k_norm : none && L->q_norm && L->k_norm),
               "%s layer %d: qwen2 has q/k/v biases and no q/k norms, qwen3 the reverse", what, l);
     }
 }
@@ -120,10 +121,11 @@ TEST(qwen_matches_transformers) {
 }
 
 /* ---- the fixtures can fail ------------------------------------------------------------- */
-static void fill_f32(kn_tensor *t, float v) {
+static void fill_f32_n(kn_tensor *t, int64_t n, float v) {
     float *p = (float *)kn__storage_owner(t)->buf->data + t->offset;
-    for (int64_t i = 0; i < kn_numel(t); i++) p[i] = v;
+    for (int64_t i = 0; i < n; i++) p[i] = v;
 }
+static void fill_f32(kn_tensor *t, float v) { fill_f32_n(t, kn_numel(t), v); }
 static float max_abs_dev(const kn_tensor *t, float from) {
     const float *p = (const float *)kn__storage_owner((kn_tensor *)t)->buf->data + t->offset;
     float d = 0;
@@ -146,7 +148,12 @@ TEST(qwen_biases_and_qk_norms_matter) {
         double base = logits_err(m, &r);
         for (int l = 0; l < m->cfg.n_layers; l++) {
             kn__layer_w *L = &m->layers[l];
-            if (q->arch == KN_ARCH_QWEN2) {
+            if (q->arch == KN_ARCH_QWEN2 && L->bqkv) {    /* stacked on the host (model_fuse.c): bq | bk | bv */
+                int64_t qd = m->cfg.n_heads * m->cfg.head_dim, kd = m->cfg.n_kv_heads * m->cfg.head_dim;
+                CHECK(kn_numel(L->bqkv) == qd + 2 * kd && max_abs_dev(L->bqkv, 0) > 0.5f,
+                      "%s layer %d: the fixture's stacked biases are near zero", q->name, l);
+                fill_f32_n(L->bqkv, qd + kd, 0);
+            } else if (q->arch == KN_ARCH_QWEN2) {
                 CHECK(max_abs_dev(L->bq, 0) > 0.5f && max_abs_dev(L->bk, 0) > 0.5f && max_abs_dev(L->bv, 0) > 0.5f,
                       "%s layer %d: the fixture's biases are near zero", q->name, l);
                 fill_f32(L->bq, 0); fill_f32(L->bk, 0);

@@ -866,6 +866,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
         c->n_params = np;
         c->run_weight_type = c->weight_type;
         if (!st && opts && opts->dist) st = kn__model_tp_split(m, opts->dist);   /* after the count: the whole model's */
+        if (!st && !dev) st = kn__model_fuse_host(m);                         /* model_fuse.c: q|k|v, gate|up */
         if (!st && dev) {
             m->on_device = true;
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;

@@ -29,13 +29,14 @@ typedef struct {
     kn_tensor *wq, *wk, *wv;              /* [H*D, C], [Hkv*D, C] x2; NULL when fused  */
     kn_tensor *bq, *bk, *bv;              /* optional biases (Qwen2)                  */
     kn_tensor *q_norm, *k_norm;           /* [D] per-head RMS norm gains (Qwen3), NULL */
-    kn_tensor *wqkv, *bqkv;               /* GPT-2 fused [3C, C], [3C] (q, k, v rows)  */
+    kn_tensor *wqkv, *bqkv;               /* fused [QD + 2 KD, C] (q, k, v rows): GPT-2,
+                                             Phi-3, stacked on a device or by model_fuse.c */
     kn_tensor *wo, *bo;                   /* [C, H*D], [C] or NULL                    */
     kn_tensor *ffn_norm, *ffn_norm_b;     /* [C]                                      */
     kn_tensor *w1, *b1;                   /* [F, C]: Llama gate, GPT-2 fc; bias       */
     kn_tensor *w2, *b2;                   /* [C, F]: down / proj; bias                */
     kn_tensor *w3;                        /* [F, C]: Llama up; NULL for GPT-2         */
-    kn_tensor *w13;                       /* [2F, C]: w1 and w3 stacked (device runs) */
+    kn_tensor *w13;                       /* [2F, C]: w1 and w3 stacked (device, model_fuse.c) */
     kn_tensor *k_cache, *v_cache;         /* [Hkv, n_ctx, D] f32 or f16               */
     /* mixture of experts (model_moe.c; NULL in a dense layer). Letters: E experts,
      * Fe an expert's width, Fs the shared expert's. The stacked matrices are
@@ -144,6 +145,8 @@ void kn__lazy_free(void *p, size_t bytes);     /* NULL is a no-op */
 void *kn__model_alloc(kn_model *m, size_t bytes);
 /* File data wrapped in place as a [rows, cols] tensor ([cols] when rows is 1). */
 kn_tensor *kn__model_wrap(kn_model *m, kn_dtype dt, int64_t rows, int64_t cols, const void *data, const char *name);
+/* model_fuse.c: on the host, q|k|v and gate|up stacked per layer (small models) */
+kn_status kn__model_fuse_host(kn_model *m);
 /* Element i of f32/f16/bf16 data. */
 double kn__model_elem_f64(kn_dtype dt, const void *data, int64_t i);
 static inline bool kn__model_half_or_f32(kn_dtype dt) { return dt == KN_F32 || dt == KN_F16 || dt == KN_BF16; }
