@@ -100,6 +100,12 @@ bool kn_cpu_matmul(const kn_exec *e);
  * dst (contiguous, f32) once final; false: no fast path took it (nothing done) */
 struct kn_sgemm_post;
 bool kn_cpu_matmul_ep(const kn_exec *e, const struct kn_sgemm_post *post);
+/* MUL_MAT_ID's experts through the packed copy of W [E, N, C] in one pool
+ * job (cpu_matmul.c): x rows gathered by expert (rows [start[ex],
+ * start[ex + 1])) into xg [R, C], products into yg [R, N]; false where W
+ * has no packed copy or an expert has prefill-many rows (the caller then
+ * runs an expert at a time). */
+bool kn_cpu_qpacked_experts(const kn_tview *w, const int64_t *start, const float *xg, float *yg);
 /* cpu_epilogue.c: matmuls with an epilogue (e->epi) */
 bool kn_cpu_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 kn_status kn_cpu_matmul_epilogue(const kn_exec *e);

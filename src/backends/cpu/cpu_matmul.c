@@ -239,6 +239,54 @@ static bool matmul_qpacked(const kn_tview *d, const kn_tview *a, const kn_tview 
     return true;
 }
 
+/* MUL_MAT_ID's experts in one pool job (cpu_moe.c): the R gathered rows of
+ * x [R, C] (expert ex's rows are [start[ex], start[ex + 1])) against their
+ * experts' packed rows, yg [R, N]. One job over (expert, group) pairs
+ * instead of one per expert: decode meets k experts a layer, each a few
+ * small matrices, and a job each costs a dispatch and a join. False where
+ * W [E, N, C] has no packed copy, or an expert has prefill-many rows. */
+typedef struct {
+    kn_qpack_gemv_fn gemv; kn_qpack_gemm4_fn gemm4; const char *P; int64_t K, N, gpe;
+    const int64_t *start, *act; const kn_block_q16 *xq; int64_t xb; float *y;
+} qexp_job;
+static void qexp_tasks(void *p, int64_t t0, int64_t t1) {
+    const qexp_job *j = p;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t ex = j->act[t / j->gpe], g = t % j->gpe, G = ex * j->gpe + g;
+        int64_t r = j->start[ex], r1 = j->start[ex + 1];
+        for (; j->gemm4 && r + 4 <= r1; r += 4) {
+            float y[4][KN_QPACK_ROWS];
+            j->gemm4(j->P, G, j->K, j->xq + r * j->xb, j->xb, y[0], KN_QPACK_ROWS);
+            for (int i = 0; i < 4; i++) memcpy(j->y + (r + i) * j->N + g * KN_QPACK_ROWS, y[i], sizeof y[i]);
+        }
+        for (; r < r1; r++) j->gemv(j->P, G, G + 1, j->K, j->xq + r * j->xb, j->y + r * j->N + g * KN_QPACK_ROWS);
+    }
+}
+bool kn_cpu_qpacked_experts(const kn_tview *w, const int64_t *start, const float *xg, float *yg) {
+    int64_t E = w->ne[0], N = w->ne[1], C = w->ne[2], R = start[E];
+    if (N % KN_QPACK_ROWS || w->st[2] != 1 || w->st[1] != C || w->st[0] != N * C || !w->buf || w->data != w->buf->data)
+        return false;
+    kn_qact mode = kn_quant_act_mode();
+    if (mode != KN_QACT_AUTO && mode != KN_QACT_Q16) return false;
+    for (int64_t ex = 0; ex < E; ex++)
+        if (start[ex + 1] - start[ex] >= QMM_GEMM_MIN_ROWS) return false;   /* prefill: the per-expert SGEMM */
+    kn_tview all = {w->data, w->dtype, 2, {C, E * N}, {1, C}, w->buf};   /* every expert's rows, W^T */
+    int64_t row0;
+    const cpu_qpack *q = packed_view(&all, E * N, C, &row0);
+    if (!q) return false;
+    int64_t nb = C / KN_QK, gpe = N / KN_QPACK_ROWS, n_act = 0;
+    kn_block_q16 *xq = malloc(kn_quant_q16_nbytes(C) * (size_t)(R ? R : 1) + sizeof(int64_t) * (size_t)E);
+    if (!xq) return false;
+    int64_t *act = (int64_t *)((char *)xq + kn_quant_q16_nbytes(C) * (size_t)(R ? R : 1));
+    for (int64_t r = 0; r < R; r++)
+        if (kn_quantize_q16(xg + r * C, xq + r * nb, C)) { free(xq); return false; }   /* non-finite: the per-expert path */
+    for (int64_t ex = 0; ex < E; ex++) if (start[ex + 1] > start[ex]) act[n_act++] = ex;
+    qexp_job j = {kn_qpack_gemv_simd(w->dtype), kn_qpack_gemm4_simd(w->dtype), q->data, C, N, gpe, start, act, xq, nb, yg};
+    kn_cpu_par_rows(qexp_tasks, &j, n_act * gpe, R * N * C);
+    free(xq);
+    return true;
+}
+
 static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     const kn_tview *d = &e->dst, *a = &e->src[0], *b = &e->src[1];
     if (d->ndim != 2 || a->ndim != 2 || b->ndim != 2 || !is_f32(a) || !is_f32(d)) return false;

@@ -60,8 +60,9 @@ bool kn_cpu_mul_mat_id(const kn_exec *e) {
         if (xc == 1) memcpy(dst, src, sizeof(float) * (size_t)C);
         else for (int64_t c = 0; c < C; c++) dst[c] = src[c * xc];
     }
-    bool ok = true;
-    for (int64_t ex = 0; ex < E && ok; ex++) {
+    /* decode: every expert's rows in one job through the packed copy */
+    bool ok = true, done = wi->is_quant && kn_cpu_qpacked_experts(w, start, xg, yg);
+    for (int64_t ex = 0; ex < E && ok && !done; ex++) {
         int64_t n = start[ex + 1] - start[ex];
         if (!n) continue;
         /* MATMUL [n, C] @ W[ex]^T [C, N] -> [n, N] */
