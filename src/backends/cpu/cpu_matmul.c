@@ -16,6 +16,7 @@
 #include "backends/quant/qpack.h"                 // defines: kn_qpack_*, the 16-row packed layout
 #include "core/core.h"                            // defines: struct kn_buffer (constant, derived)
 #include "core/env.h"
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,9 @@ static void qx_rows(void *p, int64_t r0, int64_t r1) {
 #define QMM_GEMM_MIN_ROWS 32
 static _Thread_local float *g_wscratch;      /* per thread: two plans may run at once */
 static _Thread_local size_t g_wscratch_n;
+static pthread_key_t g_wscratch_key;          /* frees a thread's scratch when it exits */
+static pthread_once_t g_wscratch_once = PTHREAD_ONCE_INIT;
+static void wscratch_key_make(void) { pthread_key_create(&g_wscratch_key, free); }
 typedef struct { kn_dtype wt; const char *W; size_t row_bytes; int64_t K; float *out; } deq_job;
 static void deq_rows(void *p, int64_t r0, int64_t r1) {
     deq_job *j = p;
@@ -101,6 +105,8 @@ static float *wscratch(size_t need) {
         float *w = realloc(g_wscratch, need * sizeof(float));
         if (!w) return NULL;
         g_wscratch = w; g_wscratch_n = need;
+        pthread_once(&g_wscratch_once, wscratch_key_make);
+        pthread_setspecific(g_wscratch_key, w);   /* a server's request threads come and go */
     }
     return g_wscratch;
 }
