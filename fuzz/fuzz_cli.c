@@ -29,7 +29,7 @@ static void check(bool ok) {
 /* what any accepted command line must satisfy (the ranges of the table) */
 static void check_ranges(cli_sub sub, const cli_args *a) {
     check(a->n >= 0 && a->n <= 1 << 20);
-    check(a->ctx >= 0 && a->ctx <= 1 << 20);
+    check(a->ctx >= 0 && a->ctx <= (sub == CLI_SERVE ? 1 << 24 : 1 << 20));   /* serve's KV pool may be larger */
     check(a->batch >= 0 && a->batch <= 1 << 20);
     check(a->threads >= 0 && a->threads <= 4096);
     check(a->n_stop >= 0 && a->n_stop <= CLI_MAX_STOP);
