@@ -130,7 +130,7 @@ static kn_status mm_run(kn_backend *be, const mm_case *c, const mm_data *d, bool
         *out = malloc(sizeof(double) * (size_t)(T * K * c->N));
         st = kn_tensor_read(y, *out, KN_F64);
         if (st) { free(*out); *out = NULL; }
-        if (!st && atomic_load(&w->buf->derived)) g_packed++;
+        if (!st && __atomic_load_n(&w->buf->derived, __ATOMIC_ACQUIRE)) g_packed++;
     }
     kn_ctx_free(ctx);
     return st;

@@ -138,7 +138,7 @@ static void matmul(kn_backend *be, kn_dtype t, const void *w, int64_t rows, int6
     kn_tensor *X = kn_from_data(ctx, KN_F32, 2, (int64_t[]){T, K}, x);
     kn_tensor *Y = kn_matmul(ctx, X, kn_transpose(ctx, Wr, 0, 1));
     REQUIRE(Y && kn_tensor_read(Y, y, KN_F32) == KN_OK, "%s", kn_last_error());
-    if (packed) *packed = atomic_load(&W->buf->derived) != NULL;
+    if (packed) *packed = __atomic_load_n(&W->buf->derived, __ATOMIC_ACQUIRE) != NULL;
     kn_ctx_free(ctx);
 }
 

@@ -1,7 +1,6 @@
 /* buffer.c: reference-counted storage on a backend, and the host allocator
  * shared by the CPU backends (64-byte aligned so SIMD loads never split lines). */
 #include "core/core.h"
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +41,7 @@ kn_buffer *kn_buffer_wrap(kn_backend *be, void *data, size_t size) {
 void kn_buffer_retain(kn_buffer *b) { if (b) b->refcount++; }
 void kn_buffer_release(kn_buffer *b) {
     if (!b || --b->refcount > 0) return;
-    void *derived = atomic_load(&b->derived);
+    void *derived = __atomic_load_n(&b->derived, __ATOMIC_ACQUIRE);
     if (derived && b->derived_free) b->derived_free(derived);
     if (b->owned) b->be->free(b->be, b->data);
     free(b);

@@ -18,9 +18,11 @@ struct kn_buffer {
      * it, e.g. a model loader for its weights): a backend may then keep a
      * copy in a layout of its own (the CPU's 16-row packed quantized weights,
      * backends/quant/qpack.h) in `derived`, freed by derived_free with the
-     * buffer. Set once, with a compare-exchange (two plans may race). */
+     * buffer. Set once, with a compare-exchange (two plans may race):
+     * read and set with the __atomic builtins (a plain pointer, so the CUDA
+     * sources, C++, can include this header). */
     bool constant;
-    _Atomic(void *) derived;
+    void *derived;
     void (*derived_free)(void *derived);
 };
 kn_buffer *kn_buffer_new(kn_backend *be, size_t size);   /* NULL + error on OOM */

@@ -145,7 +145,7 @@ static const cpu_qpack *qpack_of(const kn_tview *b, int64_t K, size_t row_bytes)
     kn_buffer *buf = b->buf;
     if (!buf || !buf->constant || kn_env_get()->qpack_off || !kn_qpack_type_ok(b->dtype) || !kn_qpack_gemv_simd(b->dtype))
         return NULL;
-    cpu_qpack *q = atomic_load(&buf->derived);
+    cpu_qpack *q = __atomic_load_n(&buf->derived, __ATOMIC_ACQUIRE);
     if (!q) {
         if (buf->size % row_bytes) return NULL;
         cpu_qpack *n = calloc(1, sizeof *n);
@@ -157,9 +157,10 @@ static const cpu_qpack *qpack_of(const kn_tview *b, int64_t K, size_t row_bytes)
         int64_t groups = (n->rows + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS;
         kn_cpu_par_rows(qpack_groups, &j, groups, groups * KN_QPACK_ROWS * K);
         void *none = NULL;
-        if (atomic_compare_exchange_strong(&buf->derived, &none, n)) buf->derived_free = qpack_free;   /* read only at release */
+        if (__atomic_compare_exchange_n(&buf->derived, &none, n, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            buf->derived_free = qpack_free;                                                         /* read only at release */
         else qpack_free(n);                                                                         /* another plan won */
-        q = atomic_load(&buf->derived);
+        q = __atomic_load_n(&buf->derived, __ATOMIC_ACQUIRE);
     }
     return q->t == b->dtype && q->K == K && q->row_bytes == row_bytes ? q : NULL;
 }
