@@ -165,9 +165,39 @@ static const cpu_qpack *qpack_of(const kn_tview *b, int64_t K, size_t row_bytes)
     return q->t == b->dtype && q->K == K && q->row_bytes == row_bytes ? q : NULL;
 }
 
+/* Activation rows [r0, r1) (Q16, row r at xq + r * xb) against packed group
+ * G: four rows at a time where there are four (the weights widened once),
+ * then one; row r's 16 outputs go to out + r * ldo, their first `cols`
+ * (a matrix's last group may be partial). */
+static void packed_group_rows(kn_qpack_gemv_fn gemv, kn_qpack_gemm4_fn gemm4, const void *P, int64_t G, int64_t K,
+                              const kn_block_q16 *xq, int64_t xb, int64_t r0, int64_t r1, float *out, int64_t ldo,
+                              int64_t cols) {
+    float y[4][KN_QPACK_ROWS];
+    int64_t r = r0;
+    for (; gemm4 && r + 4 <= r1; r += 4) {
+        gemm4(P, G, K, xq + r * xb, xb, y[0], KN_QPACK_ROWS);
+        for (int i = 0; i < 4; i++) memcpy(out + (r + i) * ldo, y[i], sizeof(float) * (size_t)cols);
+    }
+    for (; r < r1; r++) {
+        gemv(P, G, G + 1, K, xq + r * xb, y[0]);
+        memcpy(out + r * ldo, y[0], sizeof(float) * (size_t)cols);
+    }
+}
+
+/* T activation rows (row t at x + t * ld, K floats) as Q16 blocks, with
+ * `extra` bytes after them for the caller; NULL when out of memory or when
+ * an activation is not finite (the row dots then take the matmul) */
+static kn_block_q16 *q16_rows(const float *x, int64_t ld, int64_t T, int64_t K, size_t extra) {
+    size_t bytes = kn_quant_q16_nbytes(K);
+    kn_block_q16 *xq = malloc(bytes * (size_t)(T ? T : 1) + extra);
+    for (int64_t t = 0; xq && t < T; t++)
+        if (kn_quantize_q16(x + t * ld, xq + t * (K / KN_QK), K)) { free(xq); return NULL; }
+    return xq;
+}
+
 typedef struct {
-    kn_qpack_gemv_fn gemv; kn_qpack_gemm4_fn gemm4; const char *P; size_t group_bytes; int64_t g_first, K, N, T;
-    const kn_block_q16 *xq; size_t xq_blocks; float *C; int64_t ldc;
+    kn_qpack_gemv_fn gemv; kn_qpack_gemm4_fn gemm4; const char *P; int64_t g_first, K, N, T;
+    const kn_block_q16 *xq; float *C; int64_t ldc;
     const kn_sgemm_post *post;
 } qpk_job;
 /* groups [r0, r1) of the matmul's rows (16 each): every activation row
@@ -176,17 +206,8 @@ static void qpk_rows(void *p, int64_t r0, int64_t r1) {
     const qpk_job *j = p;
     for (int64_t g = r0; g < r1; g++) {
         int64_t n0 = g * KN_QPACK_ROWS, n1 = n0 + KN_QPACK_ROWS < j->N ? n0 + KN_QPACK_ROWS : j->N;
-        int64_t t = 0;
-        for (; j->gemm4 && t + 4 <= j->T; t += 4) {       /* four activation rows share the widened weights */
-            float y[4][KN_QPACK_ROWS];
-            j->gemm4(j->P, j->g_first + g, j->K, j->xq + t * j->xq_blocks, (int64_t)j->xq_blocks, y[0], KN_QPACK_ROWS);
-            for (int i = 0; i < 4; i++) memcpy(j->C + (t + i) * j->ldc + n0, y[i], sizeof(float) * (size_t)(n1 - n0));
-        }
-        for (; t < j->T; t++) {
-            float y[KN_QPACK_ROWS], *c = j->C + t * j->ldc;
-            j->gemv(j->P, j->g_first + g, j->g_first + g + 1, j->K, j->xq + t * j->xq_blocks, y);
-            memcpy(c + n0, y, sizeof(float) * (size_t)(n1 - n0));
-        }
+        packed_group_rows(j->gemv, j->gemm4, j->P, j->g_first + g, j->K, j->xq, j->K / KN_QK, 0, j->T, j->C + n0, j->ldc,
+                          n1 - n0);
         if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, 0, j->T, n0, n1);
     }
 }
@@ -230,16 +251,10 @@ static bool matmul_qpacked(const kn_tview *d, const kn_tview *a, const kn_tview 
     int64_t row0;
     const cpu_qpack *q = packed_view(b, N, K, &row0);
     if (!q) return false;
-    size_t xq_bytes = kn_quant_q16_nbytes(K);
-    kn_block_q16 *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
+    kn_block_q16 *xq = q16_rows(a->data, a->st[0], T, K, 0);
     if (!xq) return false;
-    for (int64_t t = 0; t < T; t++)
-        if (kn_quantize_q16((const float *)a->data + t * a->st[0], xq + t * (K / KN_QK), K)) {
-            free(xq);                    /* a non-finite activation: the row path's turn */
-            return false;
-        }
-    qpk_job j = {kn_qpack_gemv_simd(b->dtype), kn_qpack_gemm4_simd(b->dtype), q->data, kn_qpack_nbytes(b->dtype, KN_QPACK_ROWS, K),
-                 row0 / KN_QPACK_ROWS, K, N, T, xq, (size_t)(K / KN_QK), d->data, d->st[0], post};
+    qpk_job j = {kn_qpack_gemv_simd(b->dtype), kn_qpack_gemm4_simd(b->dtype), q->data, row0 / KN_QPACK_ROWS, K, N, T, xq,
+                 d->data, d->st[0], post};
     int64_t groups = (N + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS;
     kn_cpu_par_rows(qpk_rows, &j, groups, N * K * (T ? T : 1));
     free(xq);
@@ -259,14 +274,9 @@ typedef struct {
 static void qexp_tasks(void *p, int64_t t0, int64_t t1) {
     const qexp_job *j = p;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t ex = j->act[t / j->gpe], g = t % j->gpe, G = ex * j->gpe + g;
-        int64_t r = j->start[ex], r1 = j->start[ex + 1];
-        for (; j->gemm4 && r + 4 <= r1; r += 4) {
-            float y[4][KN_QPACK_ROWS];
-            j->gemm4(j->P, G, j->K, j->xq + r * j->xb, j->xb, y[0], KN_QPACK_ROWS);
-            for (int i = 0; i < 4; i++) memcpy(j->y + (r + i) * j->N + g * KN_QPACK_ROWS, y[i], sizeof y[i]);
-        }
-        for (; r < r1; r++) j->gemv(j->P, G, G + 1, j->K, j->xq + r * j->xb, j->y + r * j->N + g * KN_QPACK_ROWS);
+        int64_t ex = j->act[t / j->gpe], g = t % j->gpe;
+        packed_group_rows(j->gemv, j->gemm4, j->P, ex * j->gpe + g, j->K, j->xq, j->xb, j->start[ex], j->start[ex + 1],
+                          j->y + g * KN_QPACK_ROWS, j->N, KN_QPACK_ROWS);
     }
 }
 bool kn_cpu_qpacked_experts(const kn_tview *w, const int64_t *start, const float *xg, float *yg) {
@@ -282,11 +292,9 @@ bool kn_cpu_qpacked_experts(const kn_tview *w, const int64_t *start, const float
     const cpu_qpack *q = packed_view(&all, E * N, C, &row0);
     if (!q) return false;
     int64_t nb = C / KN_QK, gpe = N / KN_QPACK_ROWS, n_act = 0;
-    kn_block_q16 *xq = malloc(kn_quant_q16_nbytes(C) * (size_t)(R ? R : 1) + sizeof(int64_t) * (size_t)E);
+    kn_block_q16 *xq = q16_rows(xg, C, R, C, sizeof(int64_t) * (size_t)E);   /* NULL: the per-expert path */
     if (!xq) return false;
     int64_t *act = (int64_t *)((char *)xq + kn_quant_q16_nbytes(C) * (size_t)(R ? R : 1));
-    for (int64_t r = 0; r < R; r++)
-        if (kn_quantize_q16(xg + r * C, xq + r * nb, C)) { free(xq); return false; }   /* non-finite: the per-expert path */
     for (int64_t ex = 0; ex < E; ex++) if (start[ex + 1] > start[ex]) act[n_act++] = ex;
     qexp_job j = {kn_qpack_gemv_simd(w->dtype), kn_qpack_gemm4_simd(w->dtype), q->data, C, N, gpe, start, act, xq, nb, yg};
     kn_cpu_par_rows(qexp_tasks, &j, n_act * gpe, R * N * C);

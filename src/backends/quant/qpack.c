@@ -19,11 +19,11 @@ static size_t quant_bytes(kn_dtype t) {
     return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * R * KN_QK / 2;
 }
 
-size_t kn_qpack_record_bytes(kn_dtype t) { return scale_bytes(t) + quant_bytes(t); }
+static size_t record_bytes(kn_dtype t) { return scale_bytes(t) + quant_bytes(t); }
 
 size_t kn_qpack_nbytes(kn_dtype t, int64_t rows, int64_t K) {
     int64_t groups = (rows + R - 1) / R;
-    return (size_t)groups * (size_t)(K / block_elems(t)) * kn_qpack_record_bytes(t);
+    return (size_t)groups * (size_t)(K / block_elems(t)) * record_bytes(t);
 }
 
 /* element e (0..31) of a file block as its unsigned quant (Q4) or signed one (Q8) */
@@ -39,7 +39,7 @@ static void put_q4(uint8_t *q, int r, const uint8_t e[32]) {
 void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
                    void *dst) {
     const int64_t nb = K / block_elems(t);
-    const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
+    const size_t rec = record_bytes(t), sb = scale_bytes(t);
     for (int64_t g = g0; g < g1; g++) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *o = (uint8_t *)dst + (size_t)(g * nb + b) * rec;
@@ -94,7 +94,7 @@ static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
 static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x,
                         float *y) {
     const int64_t be = block_elems(t), nb = K / be;
-    const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
+    const size_t rec = record_bytes(t), sb = scale_bytes(t);
     for (int64_t g = g0; g < g1; g++) {
         float acc[R] = {0};
         for (int64_t b = 0; b < nb; b++) {
@@ -120,18 +120,10 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
         memcpy(y + (g - g0) * R, acc, sizeof acc);
     }
 }
-static void gemv_q8_0(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    gemv_scalar(KN_Q8_0, p, g0, g1, K, x, y);
-}
-static void gemv_q4_0(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    gemv_scalar(KN_Q4_0, p, g0, g1, K, x, y);
-}
-static void gemv_q4_1(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    gemv_scalar(KN_Q4_1, p, g0, g1, K, x, y);
-}
-static void gemv_q4_K(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    gemv_scalar(KN_Q4_K, p, g0, g1, K, x, y);
-}
+#define GEMV(T, name) \
+    static void name(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_scalar(T, p, g0, g1, K, x, y); }
+GEMV(KN_Q8_0, gemv_q8_0) GEMV(KN_Q4_0, gemv_q4_0) GEMV(KN_Q4_1, gemv_q4_1) GEMV(KN_Q4_K, gemv_q4_K)
+#undef GEMV
 
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
     switch (t) {
@@ -159,14 +151,9 @@ kn_qpack_gemm4_fn kn_qpack_gemm4_simd(kn_dtype t) {
     return NULL;
 }
 
-kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t) {
-    kn_qpack_gemv_fn f = kn_qpack_gemv_simd(t);
-    return f ? f : kn_qpack_gemv_scalar(t);
-}
-
 static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
     const int64_t be = block_elems(t), nb = K / be;
-    const size_t rec = kn_qpack_record_bytes(t), sb = scale_bytes(t);
+    const size_t rec = record_bytes(t), sb = scale_bytes(t);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb + b) * rec;
         const uint16_t *d = (const uint16_t *)o, *m = d + R;

@@ -47,19 +47,17 @@
 
 /* Types with a packed layout (Q4_0, Q4_1, Q8_0, Q4_K). */
 bool kn_qpack_type_ok(kn_dtype t);
-/* Bytes of one group's record of one block (type t), and of a packed
- * matrix of `rows` rows of K elements (K a multiple of 32). */
-size_t kn_qpack_record_bytes(kn_dtype t);
+/* Bytes of a packed matrix of `rows` rows of K elements (K a multiple of
+ * the type's block). */
 size_t kn_qpack_nbytes(kn_dtype t, int64_t rows, int64_t K);
 /* Pack groups [g0, g1) of a matrix of `rows` rows (row r at src + r *
  * row_bytes, K elements) into dst (the whole packed matrix). */
 void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
                    void *dst);
 /* y[16 (g1 - g0)] = the packed groups [g0, g1) (rows 16 g0 ..) times the
- * Q16 activation row x (K / 32 blocks); the best kernel this CPU has. */
+ * Q16 activation row x (K / 32 blocks). */
 typedef void (*kn_qpack_gemv_fn)(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x,
                                  float *y);
-kn_qpack_gemv_fn kn_qpack_gemv(kn_dtype t);
 /* The scalar kernel (the oracle), and the SIMD one or NULL where the CPU or
  * the build has none (the packed path is then not taken). */
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t);
