@@ -9,6 +9,7 @@
 #include "backends/quant/qpack.h"
 #include "core/core.h"
 #include "core/cpu.h"
+#include "core/env.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -183,6 +184,35 @@ TEST(cpu_matmul_through_packed_copy) {
         }
         free(w);
     }
+}
+
+/* KN_QPACK=0: a constant buffer gets no packed copy, the row dots answer */
+TEST(qpack_off_by_environment) {
+    bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
+#ifdef KN_NO_AVX512
+    can = false;
+#endif
+    if (!can) SKIP("no AVX512-VNNI: nothing is packed on this CPU either way");
+    kn_test_seed(73);
+    const int64_t rows = 32, K = 64;
+    void *w = malloc(kn_dtype_nbytes(KN_Q8_0, rows * K));
+    fill_raw(KN_Q8_0, w, rows, K);
+    float x[64], on[32], off[32];
+    kn_test_fill_f32(x, K, -1, 1);
+    char *keep = getenv("KN_QPACK") ? strdup(getenv("KN_QPACK")) : NULL;
+    bool packed_on = false, packed_off = true;
+    setenv("KN_QPACK", "1", 1); kn_env_reload();
+    matmul(kn_backend_cpu(), KN_Q8_0, w, rows, 0, rows, K, true, x, 1, on, &packed_on);
+    setenv("KN_QPACK", "0", 1); kn_env_reload();
+    matmul(kn_backend_cpu(), KN_Q8_0, w, rows, 0, rows, K, true, x, 1, off, &packed_off);
+    if (keep) setenv("KN_QPACK", keep, 1); else unsetenv("KN_QPACK");
+    kn_env_reload();
+    free(keep);
+    CHECK(packed_on && !packed_off, "packed copy with KN_QPACK=1: %d, with KN_QPACK=0: %d", packed_on, packed_off);
+    double num = 0, den = 0;
+    for (int i = 0; i < rows; i++) { num += (on[i] - off[i]) * (on[i] - off[i]); den += off[i] * off[i]; }
+    CHECK(sqrt(num / den) < 1e-5, "packed and row dots differ by %.3g", sqrt(num / den));
+    free(w);
 }
 
 TEST(constant_tensors_refuse_writes) {
