@@ -34,7 +34,7 @@ static const var g_vars[] = {
     {"KN_CE_COMPOSITE", FLAG, F(ce_composite)},
     {"KN_CUDA_DEVICE", STR, F(cuda_device)},  {"KN_DIST_TIMEOUT", STR, F(dist_timeout)},
     {"KN_NCCL_LIB", STR, F(nccl_lib)},        {"KN_DDP_BUCKET_KB", STR, F(ddp_bucket_kb)}, {"KN_LLM_PREFILL_CAST", IS1, F(llm_prefill_cast)},
-    {"KN_QPACK", IS0, F(qpack_off)},
+    {"KN_QPACK", IS0, F(qpack_off)},         {"KN_CHECK", FLAG, F(check)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

@@ -50,6 +50,7 @@ typedef struct kn_env {
     bool cuda_no_tc, cuda_no_wgmma, cuda_no_sgemm, cuda_no_gemv, cuda_no_splitk;
     bool cuda_sync;          /* KN_CUDA_SYNC: synchronize after every node (find a faulting op) */
     bool cuda_trace;         /* KN_CUDA_TRACE: time every node with events */
+    bool check;              /* KN_CHECK: on a device backend, rerun every node on the reference backend and report those that differ (runtime/check.c) */
     bool cuda_nograph;       /* KN_CUDA_GRAPH=0: plan runs never captured into CUDA graphs */
     long long cuda_pool_mb;  /* KN_CUDA_POOL_MB: device pool limit in MiB, 0 = none */
     const char *cuda_tune;   /* KN_CUDA_TUNE: kernel variant overrides "key=v,key=v" */

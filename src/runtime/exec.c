@@ -95,6 +95,7 @@ static double prof_mark(kn_plan *p) {
 
 kn_status kn__plan_run_steps(kn_plan *p) {
     int prof = kn__profile_mode();
+    bool chk = kn__check_mode(p->be);
     if (p->be->version >= 2 && p->be->syms_upload) {
         kn_status st = p->be->syms_upload(p->be, p->ctx->sym_val, KN_MAX_SYMS);
         if (st != KN_OK) return st;
@@ -120,7 +121,10 @@ kn_status kn__plan_run_steps(kn_plan *p) {
             return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", bad, kn_op_name(e.node->op));
         }
         double t0 = prof ? prof_mark(p) : 0;
+        kn_check *ck = chk ? kn__check_before(p->be, &e) : NULL;
         kn_status st = p->be->compute(p->be, &e);
+        if (chk && st == KN_OK) kn__check_after(p->be, &e, ck, i);
+        else if (ck) kn__check_after(p->be, NULL, ck, -1);
         if (prof) kn__profile_node(prof, &e, prof_mark(p) - t0);
         if (st != KN_OK) return st;
     }

@@ -158,7 +158,7 @@ kn_status kn__plan_replay(kn_plan *p) {
     if (!p->replay && !(p->replay = calloc(1, sizeof *p->replay))) return run_plain(p);
     kn_replay *r = p->replay;
     r->st.runs++;
-    if (kn_env_get()->cuda_nograph || !hooks_ok(p->be) || kn__profile_mode()) return run_plain(p);
+    if (kn_env_get()->cuda_nograph || !hooks_ok(p->be) || kn__profile_mode() || kn__check_mode(p->be)) return run_plain(p);
     r->tick++;
     const int64_t *sv = p->ctx->sym_val;
     int n = p->ctx->n_syms;

@@ -155,6 +155,18 @@ bool kn__memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
  * allocated), in *peak; false when out of host memory. */
 bool kn__memplan_peak(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool groups, size_t *peak);
 
+/* ---- check.c ---------------------------------------------------------------- */
+/* KN_CHECK on a device backend: every node also on the reference backend,
+ * differences printed on stderr. */
+typedef struct kn_check kn_check;
+bool kn__check_mode(kn_backend *be);
+/* Before the device computes e: host copies of its operands (NULL: no memory). */
+kn_check *kn__check_before(kn_backend *be, const kn_exec *e);
+/* After: the reference on the copies, compared; frees c. */
+void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index);
+/* Nodes checked and found different since the last call, the first one's op; resets them (tests). */
+void kn__check_counts(int *checked, int *differ, kn_op *first);
+
 /* ---- profile.c -------------------------------------------------------------- */
 /* 0 off, 1 time per op, 2 also per (op, operand layout). The first call reads
  * KN_PROFILE and, when on, prints the tables at exit. */
