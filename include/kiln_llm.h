@@ -169,6 +169,14 @@ kn_status kn_model_export_gguf(const char *ckpt_path, const char *tokenizer_path
  * earlier positions). logits receives n_vocab floats for the last token, or
  * n * n_vocab when all_logits. Long inputs are split into n_batch chunks. */
 kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits);
+/* As kn_model_eval, but only the k most likely next tokens (1 <= k <=
+ * KN_MODEL_TOP_MAX, k <= n_vocab): ids and their logits, best first, equal
+ * logits lower id first. On a GPU a one-token step selects them on the
+ * device (the TOPK op in the step plan), so k ids and k floats come back
+ * instead of n_vocab logits; elsewhere they are selected from the logits on
+ * the host. */
+#define KN_MODEL_TOP_MAX 64
+kn_status kn_model_eval_top(kn_model *m, const int32_t *tokens, int n, int n_past, int k, int32_t *ids, float *logits);
 
 /* ---- sampling ---------------------------------------------------------------- */
 typedef struct kn_sampler_params {
@@ -192,6 +200,15 @@ kn_sampler *kn_sampler_new(const kn_sampler_params *p);
 void kn_sampler_free(kn_sampler *s);
 /* Picks a token; logits (n_vocab) are modified in place. history: recent tokens. */
 int32_t kn_sampler_sample(kn_sampler *s, float *logits, int n_vocab, const int32_t *history, int n_history);
+/* Sampling from the best candidates alone (kn_model_eval_top: on a GPU only
+ * they cross the bus). kn_sampler_top_ok: s needs no more than k_max
+ * candidates to choose exactly as kn_sampler_sample would from all logits
+ * (greedy, or top_k in 1..k_max, and no penalties, which read every logit);
+ * kn_sampler_top_k: how many it needs (1 when greedy). kn_sampler_sample_top
+ * takes k candidates best first (ids, logits; equal logits lower id first). */
+bool kn_sampler_top_ok(const kn_sampler *s, int k_max);
+int kn_sampler_top_k(const kn_sampler *s);
+int32_t kn_sampler_sample_top(kn_sampler *s, const int32_t *ids, const float *logits, int k);
 
 /* ---- generation ------------------------------------------------------------------- */
 /* Called with each new token and its text (UTF-8 complete pieces only; may be

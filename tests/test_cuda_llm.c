@@ -236,6 +236,36 @@ TEST(weight_dtype_checked) {
     CHECK(kn_model_load("/nonexistent/model.gguf", &o, &m) == KN_ERR_INVALID, "one past FILE: %s", kn_last_error());
 }
 
+/* kn_model_eval_top of d for token tok at position pos (the prompt before it
+ * evaluated) against the host model h's logits of the same step: k distinct
+ * ids, logits best first, each within eps of h's logit of that id, none
+ * worse than h's k-th best by more than eps (near ties may swap). Returns
+ * the number of failures, printing the first. */
+static int top_check(kn_model *d, kn_model *h, int32_t tok, int pos, int k, double eps, const char *what) {
+    int V = kn_model_get_config(h)->n_vocab, bad = 0;
+    float *lh = malloc(sizeof(float) * (size_t)V), *srt = malloc(sizeof(float) * (size_t)V), tv[KN_MODEL_TOP_MAX];
+    int32_t ti[KN_MODEL_TOP_MAX];
+    if (kn_model_eval(h, &tok, 1, pos, lh, false) || kn_model_eval_top(d, &tok, 1, pos, k, ti, tv)) {
+        fprintf(stderr, "  %s: %s\n", what, kn_last_error());
+        free(lh); free(srt);
+        return 1;
+    }
+    memcpy(srt, lh, sizeof(float) * (size_t)V);
+    for (int i = 0; i < k; i++)          /* the k-th best by partial selection */
+        for (int j = i + 1; j < V; j++) if (srt[j] > srt[i]) { float t = srt[i]; srt[i] = srt[j]; srt[j] = t; }
+    for (int i = 0; i < k && !bad; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup = dup || ti[j] == ti[i];
+        if (ti[i] < 0 || ti[i] >= V || dup || (i && tv[i] > tv[i - 1]) || fabs(tv[i] - lh[ti[i]]) > eps || tv[i] < srt[k - 1] - eps) {
+            fprintf(stderr, "  %s: candidate %d: id %d logit %g (host %g, host's k-th best %g, eps %g)\n", what, i, ti[i], tv[i],
+                    ti[i] >= 0 && ti[i] < V ? lh[ti[i]] : NAN, srt[k - 1], eps);
+            bad++;
+        }
+    }
+    free(lh); free(srt);
+    return bad;
+}
+
 /* host memory posing as a device: kn_from_ptr refuses it, so model.c takes
  * the upload path; compute is the cpu backend's */
 static void *fd_alloc(kn_backend *be, size_t n) { return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
@@ -275,6 +305,8 @@ TEST(fake_device_matches_host) {
             double e = rel_l2(ld, lh, V), tol = w == 1 ? 1e-2 : 1e-5;
             fprintf(stderr, "  fake device %-18s %-4s weights: logits rel L2 %.3g (tol %.0e)\n", mc[i].name, wd_name(wds[w]), e, tol);
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
+            /* the step plan's candidates (TOPK on the "device") */
+            if (w != 1) CHECK(!top_check(d, h, ids[0], n, 40 < V ? 40 : V, 1e-4, mc[i].name), "%s %s: top candidates", mc[i].name, wd_name(wds[w]));
             kn_model_free(d);
         }
         /* f16 KV caches on both sides (the cast before index_copy, read back by sdpa) */
@@ -437,6 +469,11 @@ TEST(gpu_logits_and_greedy_match_cpu) {
                 agree++;
                 if (kn_model_eval(g, &t, 1, n + s, lg, false)) { CHECK(0, "%s", kn_last_error()); break; }
             }
+            /* the step's candidates selected on the GPU (a fresh step after
+             * the prompt: the greedy run above moved the cache on) */
+            CHECK(kn_model_eval(g, ids, n, 0, lg, false) == KN_OK && kn_model_eval(c, ids, n, 0, lc, false) == KN_OK, "%s", kn_last_error());
+            CHECK(!top_check(g, c, ids[0], n, KN_MODEL_TOP_MAX < V ? KN_MODEL_TOP_MAX : V, eps, mc[i].name), "%s %s: GPU top candidates",
+                  mc[i].name, wd_name(wds[w]));
             fprintf(stderr, "  gpu %-18s %-4s weights: prompt %d tokens, logits rel L2 %.3g max|d| %.3g; greedy agrees %d/%d%s\n",
                     mc[i].name, wd_name(wds[w]), n, e, mx, agree, NGEN, tie_at >= 0 ? " (then a near tie)" : "");
             kn_model_free(g);

@@ -368,4 +368,60 @@ TEST(sampler_filters) {
     kn_sampler_free(s);
 }
 
+/* the candidates of logits best first, equal logits lower id first */
+static const float *g_cl;
+static int cmp_cand(const void *pa, const void *pb) {
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    if (g_cl[a] != g_cl[b]) return g_cl[a] > g_cl[b] ? -1 : 1;
+    return a < b ? -1 : 1;
+}
+
+/* kn_sampler_sample_top on the k best candidates picks what
+ * kn_sampler_sample picks from all logits, step after step (the same seed
+ * and step count), with ties at the k-th logit (values on a grid of 1/8) */
+TEST(sampler_top_matches_full) {
+    enum { V = 997, STEPS = 300 };
+    float *base = malloc(sizeof(float) * V), *l = malloc(sizeof(float) * V), cl[KN_MODEL_TOP_MAX];
+    int32_t *ord = malloc(sizeof(int32_t) * V), ci[KN_MODEL_TOP_MAX];
+    kn_sampler_params ps[5] = {kn_sampler_defaults(), kn_sampler_defaults(), kn_sampler_defaults(), kn_sampler_defaults(),
+                               kn_sampler_defaults()};
+    ps[1].temp = 0;
+    ps[2].top_k = 64; ps[2].temp = 1.5f; ps[2].top_p = 1; ps[2].min_p = 0;
+    ps[3].top_k = 1; ps[3].temp = 1.0f;
+    ps[4].top_k = 7; ps[4].top_p = 0.5f; ps[4].min_p = 0;
+    for (int c = 0; c < 5; c++) {
+        kn_sampler *full = kn_sampler_new(&ps[c]), *top = kn_sampler_new(&ps[c]);
+        CHECK(kn_sampler_top_ok(top, KN_MODEL_TOP_MAX), "case %d: top_ok", c);
+        int k = kn_sampler_top_k(top), differ = 0;
+        for (int st = 0; st < STEPS; st++) {
+            for (int i = 0; i < V; i++) base[i] = (float)((i * 7919 + st * 104729) % 61) / 8.f - 3.f;
+            memcpy(l, base, sizeof(float) * V);
+            int32_t a = kn_sampler_sample(full, l, V, NULL, 0);
+            for (int i = 0; i < V; i++) ord[i] = i;
+            g_cl = base;
+            qsort(ord, V, sizeof(int32_t), cmp_cand);
+            for (int i = 0; i < k; i++) { ci[i] = ord[i]; cl[i] = base[ord[i]]; }
+            differ += kn_sampler_sample_top(top, ci, cl, k) != a;
+        }
+        CHECK(!differ, "case %d (top_k %d, temp %g): %d of %d steps differ", c, ps[c].top_k, ps[c].temp, differ, STEPS);
+        kn_sampler_free(full);
+        kn_sampler_free(top);
+    }
+    /* what needs every logit is refused */
+    kn_sampler_params p = kn_sampler_defaults();
+    p.repeat_penalty = 1.1f;
+    kn_sampler *s = kn_sampler_new(&p);
+    CHECK(!kn_sampler_top_ok(s, KN_MODEL_TOP_MAX), "a penalty reads every logit");
+    kn_sampler_free(s);
+    p = kn_sampler_defaults(); p.top_k = 0;
+    s = kn_sampler_new(&p);
+    CHECK(!kn_sampler_top_ok(s, KN_MODEL_TOP_MAX), "top_k 0 samples the whole vocabulary");
+    kn_sampler_free(s);
+    p.top_k = KN_MODEL_TOP_MAX + 1;
+    s = kn_sampler_new(&p);
+    CHECK(!kn_sampler_top_ok(s, KN_MODEL_TOP_MAX) && kn_sampler_top_ok(s, KN_MODEL_TOP_MAX + 1), "top_k above k_max");
+    kn_sampler_free(s);
+    free(base); free(l); free(ord);
+}
+
 KN_TEST_MAIN()

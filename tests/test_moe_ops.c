@@ -355,12 +355,29 @@ static void sort_idx(const double *v, int64_t n, bool largest, int64_t *idx) {
         }
 }
 
+/* the same order by qsort, for long rows */
+static const double *g_sv;
+static int g_largest;
+static int cmp_sv(const void *pa, const void *pb) {
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    double x = g_sv[a], y = g_sv[b];
+    if (x != y) return (g_largest ? x > y : x < y) ? -1 : 1;
+    return a < b ? -1 : 1;
+}
+static void sort_idx_long(const double *v, int64_t n, bool largest, int64_t *idx) {
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    g_sv = v;
+    g_largest = largest;
+    qsort(idx, (size_t)n, sizeof(int64_t), cmp_sv);
+}
+
 /* strided: x is a transposed view (the last dim has stride rows_b) */
 static void topk_case_s(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n, int64_t k, bool largest, bool ties,
                         bool strided) {
     int64_t R = rows_a * rows_b, nx = R * n;
     double *x = malloc(sizeof(double) * (size_t)nx);
-    for (int64_t i = 0; i < nx; i++) x[i] = ties ? floor(kn_test_uniform(0, 3)) : kn_test_uniform(-2, 2);
+    /* f32 values (the tensor's), so the reference sorts what the kernel sees */
+    for (int64_t i = 0; i < nx; i++) x[i] = ties ? floor(kn_test_uniform(0, 3)) : (float)kn_test_uniform(-2, 2);
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
     kn_tensor *xt = strided ? kn_transpose(ctx, kn_empty(ctx, KN_F32, 3, SH(rows_a, n, rows_b)), 1, 2)
                             : kn_empty(ctx, KN_F32, 3, SH(rows_a, rows_b, n));
@@ -374,7 +391,8 @@ static void topk_case_s(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t 
     int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
     int bad = 0;
     for (int64_t r = 0; r < R && !st; r++) {
-        sort_idx(x + r * n, n, largest, want);
+        if (n > 256) sort_idx_long(x + r * n, n, largest, want);
+        else sort_idx(x + r * n, n, largest, want);
         for (int64_t j = 0; j < k; j++)
             if (gi[r * k + j] != (double)want[j] || gv[r * k + j] != (double)(float)x[r * n + want[j]]) bad++;
     }
@@ -392,7 +410,7 @@ TEST(topk_against_sort) {
     kn_test_seed(21);
     kn_backend *bes[2] = {kn_backend_ref(), kn_backend_cpu()};
     for (int b = 0; b < 2; b++) {
-        int64_t ns[] = {1, 5, 8, 60, 129};
+        int64_t ns[] = {1, 5, 8, 60, 129, 3001};
         for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
             int64_t n = ns[i], ks[] = {1, 2, n < 8 ? n : 8, n};
             for (int j = 0; j < 4; j++) {
@@ -460,6 +478,22 @@ TEST(topk_cuda_against_sort) {
             topk_case(kn_backend_cuda(), 1, 5, n, ks[j], false, true);
         }
     }
+}
+/* vocabulary-long rows (the LLM's sampling candidates): the chunked radix
+ * select, one chunk and a partial one, many chunks, heavy ties (3 distinct
+ * values: the lower index must win), both orders, strided rows */
+TEST(topk_cuda_long_rows) {
+    NEED_GPU();
+    kn_test_seed(24);
+    int64_t ns[] = {1024, 5000, 49189};
+    int64_t ks[] = {1, 40, 64, 256};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) {
+            topk_case(kn_backend_cuda(), 1, 2, ns[i], ks[j], true, false);
+            topk_case(kn_backend_cuda(), 2, 1, ns[i], ks[j], false, false);
+            topk_case(kn_backend_cuda(), 1, 3, ns[i], ks[j], true, true);
+            topk_case(kn_backend_cuda(), 1, 1, ns[i], ks[j], false, true);
+        }
 }
 #else
 TEST(moe_ops_cuda) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }

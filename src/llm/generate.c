@@ -113,8 +113,14 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
     if (st || S->cancelled) goto out;
     double t1 = now_s();
     bool stop = false;
+    /* after the prompt's full logits, decode steps return only the sampler's
+     * candidates where that chooses the same token (on a GPU: k ids and
+     * logits cross the bus instead of the vocabulary's logits) */
+    const int top_k = kn_sampler_top_ok(smp, KN_MODEL_TOP_MAX) && kn_sampler_top_k(smp) <= V ? kn_sampler_top_k(smp) : 0;
+    int32_t top_ids[KN_MODEL_TOP_MAX];
+    float top_lg[KN_MODEL_TOP_MAX];
     for (int i = 0; !stop && (p.max_tokens <= 0 || i < p.max_tokens); i++) {
-        int32_t t = kn_sampler_sample(smp, logits, V, hist, nh);
+        int32_t t = i > 0 && top_k ? kn_sampler_sample_top(smp, top_ids, top_lg, top_k) : kn_sampler_sample(smp, logits, V, hist, nh);
         if (tok && kn_tokenizer_is_eog(tok, t)) break;
         hist[nh++] = t;
         S->n_generated++;
@@ -139,7 +145,8 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
         if (pend.buf) pend.buf[pend.len] = 0;
         if (stop) break;
         if (n_past + 1 > n_ctx - 0 || n_past >= n_ctx) { S->hit_context_limit = true; break; }
-        if ((st = kn_model_eval(m, &t, 1, n_past, logits, false))) goto out;
+        st = top_k ? kn_model_eval_top(m, &t, 1, n_past, top_k, top_ids, top_lg) : kn_model_eval(m, &t, 1, n_past, logits, false);
+        if (st) goto out;
         n_past++;
     }
     if (!stop && ds) {                            /* flush held-back bytes */

@@ -780,6 +780,18 @@ static kn_status build_graph(kn_model *m) {
         if (!m->logits1) return zst;
         m->plan1 = kn_plan_new(ctx, 1, &m->logits1, NULL);
         if (!m->plan1) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+        /* on a device, the step again with the sampling candidates as its
+         * only outputs (the logits stay in the arena) */
+        int64_t kt = m->cfg.n_vocab < KN_MODEL_TOP_MAX ? m->cfg.n_vocab : KN_MODEL_TOP_MAX;
+        if (m->on_device) {
+            kn_tensor *lt = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
+                                          kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
+            if (!lt) return zst;
+            m->top_vals1 = kn_cast(ctx, kn_topk(ctx, lt, kt, true, &m->top_ids1), KN_F32);
+            kn_tensor *outs[2] = {m->top_ids1, m->top_vals1};
+            m->plan1_top = m->top_vals1 ? kn_plan_new(ctx, 2, outs, NULL) : NULL;
+            if (!m->plan1_top) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+        }
     }
     return KN_OK;
 }
@@ -891,6 +903,8 @@ void kn_model_free(kn_model *m) {
     if (!m) return;
     kn_plan_free(m->plan);
     kn_plan_free(m->plan1);
+    kn_plan_free(m->plan1_top);
+    free(m->top_logits); free(m->top_scratch);
     kn_ctx_free(m->ctx);
     kn_ctx_free(m->hctx);
     kn_tokenizer_free(m->tok);
@@ -943,7 +957,9 @@ void kn_model_plan_stats(const kn_model *m, kn_plan_stats *out) {
     }
 }
 
-kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
+/* kn_model_eval, or with top (one token, a step plan with candidates) the
+ * candidate plan, whose outputs the caller reads */
+static kn_status eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits, bool top) {
     if (n <= 0) return kn_set_error(KN_ERR_INVALID, "kn_model_eval: no tokens");
     m->n_evals++;                      /* even a failed call may have written cache rows */
     if (n_past < 0 || n_past + n > m->n_ctx)
@@ -971,6 +987,7 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
              (st = be->copy_in(be, m->rows_in->buf->data, rows, sizeof(int32_t) * (size_t)R))))
             return st;
         bool step = T == 1 && R == 1 && m->plan1;   /* the one-token plan */
+        if (top) return kn_plan_run(m->plan1_top);
         if ((st = kn_plan_run(step ? m->plan1 : m->plan))) return st;
         const float *lg = (step ? m->logits1 : m->logits)->buf->data;
         float *dst = all_logits ? logits + (size_t)done * V : last_chunk ? logits : NULL;
@@ -980,6 +997,30 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
         done += T;
     }
     return KN_OK;
+}
+
+kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, float *logits, bool all_logits) {
+    return eval(m, tokens, n, n_past, logits, all_logits, false);
+}
+
+kn_status kn_model_eval_top(kn_model *m, const int32_t *tokens, int n, int n_past, int k, int32_t *ids, float *vals) {
+    int V = m->cfg.n_vocab;
+    if (k < 1 || k > KN_MODEL_TOP_MAX || k > V || !ids || !vals)
+        return kn_set_error(KN_ERR_INVALID, "kn_model_eval_top: k = %d must be in [1, %d] (and at most the vocabulary, %d), "
+                            "with room for k ids and logits", k, KN_MODEL_TOP_MAX, V);
+    if (n == 1 && m->plan1_top) {
+        kn_backend *be = kn_ctx_backend(m->ctx);
+        kn_status st = eval(m, tokens, 1, n_past, NULL, false, true);
+        if (!st) st = be->copy_out(be, ids, m->top_ids1->buf->data, sizeof(int32_t) * (size_t)k);
+        if (!st) st = be->copy_out(be, vals, m->top_vals1->buf->data, sizeof(float) * (size_t)k);
+        return st;
+    }
+    if (!m->top_logits) m->top_logits = malloc(sizeof(float) * (size_t)V);
+    if (!m->top_scratch) m->top_scratch = malloc(sizeof(int32_t) * (size_t)V);
+    if (!m->top_logits || !m->top_scratch) return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    kn_status st = eval(m, tokens, n, n_past, m->top_logits, false, false);
+    if (!st) kn__top_select(m->top_logits, V, k, m->top_scratch, ids, vals);
+    return st;
 }
 
 /* kiln info's last line: what kiln makes of the file, by loading it with a

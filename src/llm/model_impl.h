@@ -97,6 +97,13 @@ struct kn_model {
      * attention output's transpose is a view, no copy); NULL when absent */
     kn_tensor *logits1;
     kn_plan *plan1;
+    /* device runs: a third forward of one token whose outputs are the
+     * KN_MODEL_TOP_MAX best ids and their logits (TOPK on the device), for
+     * kn_model_eval_top; NULL when absent */
+    kn_tensor *top_ids1, *top_vals1;
+    kn_plan *plan1_top;
+    float *top_logits;                 /* [n_vocab] host scratch of kn_model_eval_top's host path */
+    int32_t *top_scratch;              /* [n_vocab] */
     float *row_buf;                    /* one dequantized embedding row */
     float *x_stage;                    /* device runs: host copies of the inputs */
     int32_t *pos_stage, *rows_stage;   /* [n_batch, C], [n_batch], [n_batch]  */
@@ -159,6 +166,9 @@ static inline bool kn__is_safetensors_magic(const unsigned char mg[12], size_t g
 kn_status kn__model_file_magic(const char *path, const char *what, unsigned char mg[12], size_t *got);
 /* model.c: how many kn_model_eval calls m has run (the KV cache's version). */
 uint64_t kn__model_eval_count(const kn_model *m);
+/* sampler.c: the k best of logits[0..V) best first, equal logits lower id
+ * first (scratch: V ids) */
+void kn__top_select(const float *logits, int V, int k, int32_t *scratch, int32_t *ids, float *vals);
 /* Weight matrix W [out, in] from file data of dtype dt. in_out: the file
  * stores [in, out] (Conv1D). Misaligned data is copied; f16/bf16 [in, out]
  * data is copied transposed (the CPU fast paths want rows of `in`). */

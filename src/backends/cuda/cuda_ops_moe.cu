@@ -14,8 +14,13 @@
  *      cache); an expert with no row returns at once. W f32, f16, bf16 or a
  *      GGUF block type the GPU decodes (quant_blocks.cuh: a lane decodes
  *      runs of 8 weights), f32 sums.
- * TOPK: one thread per row, k selection passes (k and n are small here:
- * router logits), ties to the lower index, NaN largest.
+ * TOPK: ties to the lower index, NaN largest. Short rows (router logits,
+ * n < 1024): one thread per row, k selection passes. Long rows (a
+ * vocabulary: the LLM's sampling candidates, k <= 256) in two kernels, each
+ * a block-wide radix select over unique 64-bit keys (the value's order bits
+ * above, ~index below, so the k-th key is exact and ties fall to the lower
+ * index): k_topk_chunks keeps each 4096-element chunk's k best keys,
+ * k_topk_merge selects the row's k among them and writes them best first.
  * Letters: T tokens, K slots, C input width, E experts, N output width, R = T K.
  * Compile-checked here; tests/test_moe_ops.c runs it on a GPU (scripts/cuda_test.sh).
  */
@@ -55,11 +60,129 @@ __global__ void k_topk(kn_dview x, kn_dview y, int64_t rows, int64_t n, int64_t 
     }
 }
 
+/* Long rows. A key orders elements as topk does, larger key first: the
+ * float's bits made monotone (NaN above everything; -0 as +0; for the
+ * smallest, the value order reversed and NaN last), and below them ~index,
+ * so keys are unique and equal values rank the lower index first. */
+__device__ __forceinline__ uint64_t tk_key(double v, int64_t i, bool largest) {
+    uint32_t o;
+    float f = (float)v + 0.f;
+    if (isnan(f)) o = largest ? 0xFFFFFFFFu : 0u;
+    else {
+        uint32_t b = __float_as_uint(f);
+        o = (b & 0x80000000u) ? ~b : b | 0x80000000u;
+        if (!largest) o = ~o;      /* +inf: 0x007FFFFF, so 0 stays NaN's */
+    }
+    return (uint64_t)o << 32 | (uint32_t)~(uint32_t)i;
+}
+#define TK_CHUNK 4096
+#define TK_THREADS 512
+#define TK_KMAX 256
+/* The k largest of the cnt keys in smem key[] (unique keys, k <= cnt), by
+ * 8-bit radix digits from the top: afterwards an element is one of them iff
+ * (key & *mask) >= *prefix. Every thread of the block calls it. */
+__device__ void tk_select(const uint64_t *key, int cnt, int k, uint64_t *prefix, uint64_t *mask) {
+    __shared__ int hist[256];
+    __shared__ uint64_t s_pre, s_mask;
+    __shared__ int s_need, s_done;
+    if (threadIdx.x == 0) { s_pre = 0; s_mask = 0; s_need = k; s_done = 0; }
+    __syncthreads();
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        const uint64_t pre = s_pre, msk = s_mask;
+        for (int i = threadIdx.x; i < cnt; i += blockDim.x)
+            if ((key[i] & msk) == pre) atomicAdd(&hist[(key[i] >> shift) & 255], 1);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int need = s_need, d = 255;
+            for (; d > 0 && hist[d] < need; d--) need -= hist[d];
+            s_pre = pre | (uint64_t)d << shift;
+            s_mask = msk | (uint64_t)255 << shift;
+            s_need = need;
+            s_done = hist[d] == need;    /* the whole bucket is taken: no need to split it */
+        }
+        __syncthreads();
+        if (s_done) break;
+    }
+    *prefix = s_pre;
+    *mask = s_mask;
+}
+/* grid (chunks, rows): each chunk's k best keys into part[row][chunk][k]
+ * (a chunk shorter than k pads with key 0, which ranks below every real key:
+ * its ~index part is 0 only for index 2^32 - 1) */
+__global__ void __launch_bounds__(TK_THREADS) k_topk_chunks(kn_dview x, int64_t n, int k, bool largest, uint64_t *part) {
+    __shared__ uint64_t key[TK_CHUNK];
+    __shared__ int taken;
+    const int64_t r = blockIdx.y, c0 = (int64_t)blockIdx.x * TK_CHUNK;
+    const int cnt = (int)(n - c0 < TK_CHUNK ? n - c0 : TK_CHUNK);
+    int last = x.ndim - 1;
+    int64_t xo = 0, lin = r;
+    for (int d = last - 1; d >= 0; d--) { xo += (lin % x.ne[d]) * x.st[d]; lin /= x.ne[d]; }
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x) key[i] = tk_key(kn_dget(x, xo + (c0 + i) * x.st[last]), c0 + i, largest);
+    if (threadIdx.x == 0) taken = 0;
+    __syncthreads();
+    uint64_t *out = part + ((int64_t)r * gridDim.x + blockIdx.x) * k;
+    if (cnt <= k) {
+        for (int i = threadIdx.x; i < k; i += blockDim.x) out[i] = i < cnt ? key[i] : 0;
+        return;
+    }
+    uint64_t pre, msk;
+    tk_select(key, cnt, k, &pre, &msk);
+    for (int i = threadIdx.x; i < cnt; i += blockDim.x)
+        if ((key[i] & msk) >= pre) out[atomicAdd(&taken, 1)] = key[i];
+}
+/* one block a row: the k best of the chunks' candidates, best first, as
+ * indices into y */
+__global__ void __launch_bounds__(TK_THREADS) k_topk_merge(const uint64_t *part, int cand, int k, kn_dview y, int64_t n) {
+    extern __shared__ uint64_t tk_sm[];
+    uint64_t *key = tk_sm, *sel = tk_sm + cand;
+    __shared__ int taken;
+    const int64_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < cand; i += blockDim.x) key[i] = part[r * cand + i];
+    if (threadIdx.x == 0) taken = 0;
+    __syncthreads();
+    uint64_t pre, msk;
+    tk_select(key, cand, k, &pre, &msk);
+    for (int i = threadIdx.x; i < cand; i += blockDim.x)
+        if ((key[i] & msk) >= pre) sel[atomicAdd(&taken, 1)] = key[i];
+    __syncthreads();
+    int last = y.ndim - 1;
+    int64_t yo = 0, lin = r;
+    for (int d = last - 1; d >= 0; d--) { yo += (lin % y.ne[d]) * y.st[d]; lin /= y.ne[d]; }
+    /* rank = how many selected keys are larger (keys are unique) */
+    for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        int rank = 0;
+        for (int j = 0; j < k; j++) rank += sel[j] > sel[i];
+        kn_dput(y, yo + rank * y.st[last], (double)(uint32_t)~(uint32_t)sel[i]);
+    }
+}
+
 static kn_status cu_topk(const kn_exec *e) {
     const kn_tview *x = &e->src[0], *y = &e->dst;
     int last = x->ndim - 1;
     int64_t n = x->ne[last], k = y->ne[last], rows = n ? kn_tview_numel(x) / n : 0;
     if (!rows || !k) return KN_OK;
+    if (n >= 1024 && k <= TK_KMAX && n < INT32_MAX && rows <= 65535) {
+        const int64_t chunks = (n + TK_CHUNK - 1) / TK_CHUNK, cand = chunks * k;
+        if ((cand + k) * 8 <= 96 * 1024) {
+            uint64_t *part;
+            kn_status st = kn_cu_tmp(sizeof(uint64_t) * (size_t)(rows * cand), (void **)&part);
+            if (st) return st;
+            k_topk_chunks<<<dim3((unsigned)chunks, (unsigned)rows), TK_THREADS, 0, kn_cu_stream()>>>(
+                kn_dv(x), n, (int)k, e->node->p.topk.largest, part);
+            size_t smem = sizeof(uint64_t) * (size_t)(cand + k);
+            static bool attr;
+            if (!attr && smem > 48 * 1024) {
+                KN_CUDA_TRY(cudaFuncSetAttribute(k_topk_merge, cudaFuncAttributeMaxDynamicSharedMemorySize, 96 * 1024));
+                attr = true;
+            }
+            k_topk_merge<<<(unsigned)rows, TK_THREADS, smem, kn_cu_stream()>>>(part, (int)cand, (int)k, kn_dv(y), n);
+            KN_CUDA_LAUNCHED();
+            kn_cu_tmp_free(part);
+            return KN_OK;
+        }
+    }
     k_topk<<<kn_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), rows, n, k, e->node->p.topk.largest);
     KN_CUDA_LAUNCHED();
     return KN_OK;
