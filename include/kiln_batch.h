@@ -88,6 +88,8 @@ typedef struct kn_batch_item {
     const int32_t *tokens;
     int n;                   /* >= 1 */
     bool logits;             /* return the logits of this item's last token */
+    bool top;                /* with logits: return instead its KN_MODEL_TOP_MAX best next tokens
+                                (kn_batch_step_top; on a GPU selected there, as kn_model_eval_top) */
 } kn_batch_item;
 
 /* Evaluates all items in one forward. logits receives n_vocab floats per
@@ -103,6 +105,14 @@ typedef struct kn_batch_item {
  * Another error (the plan failed to run) also leaves every sequence as it
  * was (the blocks the step took are given back). */
 kn_status kn_batch_step(kn_batch *b, const kn_batch_item *items, int n_items, float *logits);
+/* kn_batch_step where items may set .top: the r-th item that wants logits
+ * (in item order) gets n_vocab floats at logits + r * n_vocab, or, with
+ * .top, its KN_MODEL_TOP_MAX best ids and their logits at top_ids + r *
+ * KN_MODEL_TOP_MAX and top_logits + r * KN_MODEL_TOP_MAX, best first, equal
+ * logits lower id first (for kn_sampler_sample_top). logits may be NULL when
+ * every such item sets .top; top_ids and top_logits when none does. */
+kn_status kn_batch_step_top(kn_batch *b, const kn_batch_item *items, int n_items, float *logits, int32_t *top_ids,
+                            float *top_logits);
 
 /* How many more tokens the pool can take now (free blocks, plus cached ones
  * that could be evicted, times block_size; partly filled blocks not counted). */

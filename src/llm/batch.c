@@ -139,7 +139,8 @@ void kn_batch_get_stats(const kn_batch *b, kn_batch_stats *out) {
 }
 
 /* ---- the step ------------------------------------------------------------ */
-static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items, const float *logits) {
+static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items, const float *logits, const int32_t *top_ids,
+                            const float *top_vals) {
     int bs = b->o.block_size, V = b->m->cfg.n_vocab;
     if (n_items < 1 || !items) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: no items");
     int64_t total = 0, need = 0;
@@ -150,7 +151,10 @@ static kn_status check_step(kn_batch *b, const kn_batch_item *items, int n_items
             if (items[j].seq == it->seq)
                 return kn_set_error(KN_ERR_INVALID, "kn_batch_step: sequence %d appears in items %d and %d; put its tokens in one item", it->seq, j, i);
         if (it->n < 1 || !it->tokens) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d (sequence %d) has no tokens", i, it->seq);
-        if (it->logits && !logits) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d wants logits but the logits pointer is NULL", i);
+        if (it->logits && !it->top && !logits) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d wants logits but the logits pointer is NULL", i);
+        if (it->logits && it->top && (!top_ids || !top_vals))
+            return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d wants candidates (.top) but no arrays for them were given "
+                                "(kn_batch_step_top takes them)", i);
         for (int t = 0; t < it->n; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= V)
                 return kn_set_error(KN_ERR_INVALID, "kn_batch_step: item %d (sequence %d): token id %d is outside the vocabulary [0, %d)",
@@ -215,12 +219,50 @@ static void register_full(kn_batch *b, kn__seq *q, int len0, const kn_batch_item
     }
 }
 
+/* The logits rows of a step to the caller: whole rows, or an item's
+ * candidates (copied from the device's TOPK, or selected on the host). */
+static kn_status give_rows(kn_batch *b, const kn_batch_item *items, int n_items, int R, float *logits, int32_t *top_ids,
+                           float *top_vals) {
+    kn_backend *be = kn_ctx_backend(b->m->ctx);
+    int V = b->m->cfg.n_vocab, K = V < KN_MODEL_TOP_MAX ? V : KN_MODEL_TOP_MAX;
+    const float *lg = b->logits->buf->data;
+    bool any_top = false;
+    for (int i = 0; i < n_items; i++) any_top = any_top || (items[i].logits && items[i].top);
+    if (!any_top) {
+        size_t nb = sizeof(float) * (size_t)R * (size_t)V;
+        if (be->device == KN_DEVICE_HOST) { memcpy(logits, lg, nb); return KN_OK; }
+        return be->copy_out(be, logits, lg, nb);
+    }
+    if (be->device == KN_DEVICE_HOST && !b->top_scratch && !(b->top_scratch = malloc(sizeof(int32_t) * (size_t)V)))
+        return kn_set_error(KN_ERR_NOMEM, "out of memory");
+    kn_status st = KN_OK;
+    for (int i = 0, r = 0; i < n_items && !st; i++) {
+        if (!items[i].logits) continue;
+        size_t ro = (size_t)r * (size_t)V, to = (size_t)r * KN_MODEL_TOP_MAX;
+        if (!items[i].top) {
+            if (be->device == KN_DEVICE_HOST) memcpy(logits + ro, lg + ro, sizeof(float) * (size_t)V);
+            else st = be->copy_out(be, logits + ro, lg + ro, sizeof(float) * (size_t)V);
+        } else if (be->device == KN_DEVICE_HOST) {
+            kn__top_select(lg + ro, V, K, b->top_scratch, top_ids + to, top_vals + to);
+        } else {
+            st = be->copy_out(be, top_ids + to, (const int32_t *)b->top_ids->buf->data + (size_t)r * K, sizeof(int32_t) * (size_t)K);
+            if (!st) st = be->copy_out(be, top_vals + to, (const float *)b->top_vals->buf->data + (size_t)r * K, sizeof(float) * (size_t)K);
+        }
+        r++;
+    }
+    return st;
+}
+
 kn_status kn_batch_step(kn_batch *b, const kn_batch_item *items, int n_items, float *logits) {
+    return kn_batch_step_top(b, items, n_items, logits, NULL, NULL);
+}
+
+kn_status kn_batch_step_top(kn_batch *b, const kn_batch_item *items, int n_items, float *logits, int32_t *top_ids, float *top_vals) {
     if (!b) return kn_set_error(KN_ERR_INVALID, "kn_batch_step: no batch");
-    kn_status st = check_step(b, items, n_items, logits);
+    kn_status st = check_step(b, items, n_items, logits, top_ids, top_vals);
     if (st) return st;
     kn_model *m = b->m;
-    int bs = b->o.block_size, C = m->cfg.dim, V = m->cfg.n_vocab, MB = b->max_blocks;
+    int bs = b->o.block_size, C = m->cfg.dim, MB = b->max_blocks;
     int T = 0, R = 0;
     for (int i = 0; i < n_items; i++) {
         const kn_batch_item *it = &items[i];
@@ -242,12 +284,7 @@ kn_status kn_batch_step(kn_batch *b, const kn_batch_item *items, int n_items, fl
     if (!R) b->rows[0] = 0;
     if (!st && !(st = kn_sym_set(m->ctx, b->sym_T, T)) && !(st = kn_sym_set(m->ctx, b->sym_R, Rrun)) && !(st = upload(b, T, Rrun)))
         st = kn_plan_run(b->plan);
-    if (!st && R) {
-        kn_backend *be = kn_ctx_backend(m->ctx);
-        size_t nb = sizeof(float) * (size_t)R * (size_t)V;
-        if (be->device == KN_DEVICE_HOST) memcpy(logits, b->logits->buf->data, nb);
-        else st = be->copy_out(be, logits, b->logits->buf->data, nb);
-    }
+    if (!st && R) st = give_rows(b, items, n_items, R, logits, top_ids, top_vals);
     if (st) {                            /* evaluation failed: give back the blocks this step took */
         for (int i = 0; i < n_items; i++) {
             kn__seq *q = &b->seq[items[i].seq];

@@ -96,7 +96,16 @@ kn_status kn__batch_build(kn_batch *b) {
     b->logits = kn__model_forward(m, kn_slice_sym(ctx, b->x_in, 0, 0, b->sym_T), kn_slice_sym(ctx, b->pos_in, 0, 0, b->sym_T),
                                   kn_slice_sym(ctx, b->rows_in, 0, 0, b->sym_R), &pg, &st);
     if (!b->logits) return st ? st : KN_ERR_STATE;
-    b->plan = kn_plan_new(ctx, 1, &b->logits, NULL);
+    kn_tensor *outs[3] = {b->logits};
+    int nout = 1;
+    if (be->device != KN_DEVICE_HOST) {  /* the sampling candidates of every row, selected on the device */
+        int64_t kt = m->cfg.n_vocab < KN_MODEL_TOP_MAX ? m->cfg.n_vocab : KN_MODEL_TOP_MAX;
+        b->top_vals = kn_cast(ctx, kn_topk(ctx, b->logits, kt, true, &b->top_ids), KN_F32);
+        if (!b->top_vals) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
+        outs[nout++] = b->top_ids;
+        outs[nout++] = b->top_vals;
+    }
+    b->plan = kn_plan_new(ctx, nout, outs, NULL);
     if (!b->plan) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     return KN_OK;
 }
@@ -108,5 +117,5 @@ void kn__batch_graph_free(kn_batch *b) {
     kn_plan_free(b->plan);
     kn__lazy_free(b->pool_map, b->pool_bytes);
     free(b->k_pool); free(b->v_pool);
-    free(b->x); free(b->pos); free(b->rows); free(b->table);
+    free(b->x); free(b->pos); free(b->rows); free(b->table); free(b->top_scratch);
 }

@@ -66,6 +66,8 @@ struct kn_batch {
     /* graph (batch_graph.c) */
     int sym_T, sym_R;
     kn_tensor *x_in, *pos_in, *slot_in, *seq_in, *rows_in, *table_in, *logits;
+    kn_tensor *top_ids, *top_vals;     /* device: [R, KN_MODEL_TOP_MAX] candidates of the logits rows (TOPK), else NULL */
+    int32_t *top_scratch;              /* host: [n_vocab] ids for the host selection */
     kn_tensor **k_pool, **v_pool;
     void *pool_map;          /* host backends: the pools' lazy mapping */
     size_t pool_bytes;

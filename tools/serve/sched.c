@@ -57,6 +57,8 @@ struct srv_sched {
     int64_t n_admitted;
     kn_batch_item *items;    /* [n_parallel]                                   */
     float *logits;           /* [n_parallel, n_vocab]                          */
+    int32_t *top_ids;        /* [n_parallel, KN_MODEL_TOP_MAX]: sampling candidates */
+    float *top_vals;         /* their logits                                   */
 };
 
 /* ---- ending a job ----------------------------------------------------------------------- */
@@ -246,6 +248,13 @@ static srv_job *youngest(srv_sched *s) {
     return y;
 }
 
+/* The job's sampler chooses from the best candidates exactly as from all
+ * logits (no penalties, no logit bias; no more than the vocabulary): on a
+ * GPU only they come back. */
+static bool wants_top(const srv_sched *s, const srv_job *j) {
+    return !j->n_bias && kn_sampler_top_ok(j->run->smp, KN_MODEL_TOP_MAX) && kn_sampler_top_k(j->run->smp) <= s->n_vocab;
+}
+
 static void step(srv_sched *s) {
     int n = 0, budget = s->o.n_batch;
     srv_job *owner[s->o.n_parallel > 0 ? s->o.n_parallel : 1];
@@ -253,7 +262,7 @@ static void step(srv_sched *s) {
         srv_job *j = s->running[q];
         if (!j || j->run->pos < j->n_prompt) continue;
         srv_run *r = j->run;
-        s->items[n] = (kn_batch_item){.seq = r->seq, .tokens = &r->toks[r->n_toks - 1], .n = 1, .logits = true};
+        s->items[n] = (kn_batch_item){.seq = r->seq, .tokens = &r->toks[r->n_toks - 1], .n = 1, .logits = true, .top = wants_top(s, j)};
         owner[n++] = j;
         budget--;
     }
@@ -270,12 +279,12 @@ static void step(srv_sched *s) {
         srv_run *r = next->run;
         int chunk = next->n_prompt - r->pos < budget ? next->n_prompt - r->pos : budget;
         s->items[n] = (kn_batch_item){.seq = r->seq, .tokens = next->prompt + r->pos, .n = chunk,
-                                      .logits = r->pos + chunk == next->n_prompt};
+                                      .logits = r->pos + chunk == next->n_prompt, .top = wants_top(s, next)};
         owner[n++] = next;
         budget -= chunk;
     }
     if (!n) return;
-    kn_status st = kn_batch_step(s->b, s->items, n, s->logits);
+    kn_status st = kn_batch_step_top(s->b, s->items, n, s->logits, s->top_ids, s->top_vals);
     if (st == KN_ERR_LIMIT) {
         srv_job *y = youngest(s);
         pthread_mutex_lock(&s->met->mu);
@@ -300,11 +309,17 @@ static void step(srv_sched *s) {
         srv_run *r = j->run;
         if (r->pos < j->n_prompt) r->pos += s->items[i].n;
         if (!s->items[i].logits) continue;
-        float *lg = s->logits + (size_t)row++ * (size_t)s->n_vocab;
-        for (int b = 0; b < j->n_bias; b++)
-            if (j->bias_ids[b] < s->n_vocab) lg[j->bias_ids[b]] += j->bias_vals[b];
-        int hist = r->n_toks < j->sp.penalty_last_n ? r->n_toks : j->sp.penalty_last_n;
-        int32_t t = kn_sampler_sample(r->smp, lg, s->n_vocab, r->toks + r->n_toks - hist, hist);
+        int32_t t;
+        if (s->items[i].top) {
+            size_t o = (size_t)row++ * KN_MODEL_TOP_MAX;
+            t = kn_sampler_sample_top(r->smp, s->top_ids + o, s->top_vals + o, kn_sampler_top_k(r->smp));
+        } else {
+            float *lg = s->logits + (size_t)row++ * (size_t)s->n_vocab;
+            for (int b = 0; b < j->n_bias; b++)
+                if (j->bias_ids[b] < s->n_vocab) lg[j->bias_ids[b]] += j->bias_vals[b];
+            int hist = r->n_toks < j->sp.penalty_last_n ? r->n_toks : j->sp.penalty_last_n;
+            t = kn_sampler_sample(r->smp, lg, s->n_vocab, r->toks + r->n_toks - hist, hist);
+        }
         take_token(s, j, t);
     }
     pthread_mutex_lock(&s->met->mu);
@@ -384,7 +399,9 @@ kn_status srv_sched_new(kn_model *m, const srv_sched_opts *o, srv_metrics *met, 
     s->running = calloc((size_t)o->n_parallel, sizeof *s->running);
     s->items = calloc((size_t)o->n_parallel, sizeof *s->items);
     s->logits = malloc(sizeof(float) * (size_t)o->n_parallel * (size_t)s->n_vocab);
-    if (!s->waiting || !s->running || !s->items || !s->logits) {
+    s->top_ids = malloc(sizeof(int32_t) * (size_t)o->n_parallel * KN_MODEL_TOP_MAX);
+    s->top_vals = malloc(sizeof(float) * (size_t)o->n_parallel * KN_MODEL_TOP_MAX);
+    if (!s->waiting || !s->running || !s->items || !s->logits || !s->top_ids || !s->top_vals) {
         srv_sched_free(s);
         return kn_set_error(KN_ERR_NOMEM, "kiln serve: out of memory for %d slots", o->n_parallel);
     }
@@ -440,6 +457,7 @@ void srv_sched_free(srv_sched *s) {
     free(s->running);
     free(s->items);
     free(s->logits);
+    free(s->top_ids); free(s->top_vals);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
