@@ -233,7 +233,9 @@ static kn_status give_rows(kn_batch *b, const kn_batch_item *items, int n_items,
         if (be->device == KN_DEVICE_HOST) { memcpy(logits, lg, nb); return KN_OK; }
         return be->copy_out(be, logits, lg, nb);
     }
-    if (be->device == KN_DEVICE_HOST && !b->top_scratch && !(b->top_scratch = malloc(sizeof(int32_t) * (size_t)V)))
+    bool host_sel = be->device == KN_DEVICE_HOST || !b->top_ids;   /* KN_LLM_TOP=0: rows come back, selected here */
+    if (host_sel && ((!b->top_scratch && !(b->top_scratch = malloc(sizeof(int32_t) * (size_t)V))) ||
+                     (be->device != KN_DEVICE_HOST && !b->top_row && !(b->top_row = malloc(sizeof(float) * (size_t)V)))))
         return kn_set_error(KN_ERR_NOMEM, "out of memory");
     kn_status st = KN_OK;
     for (int i = 0, r = 0; i < n_items && !st; i++) {
@@ -244,6 +246,9 @@ static kn_status give_rows(kn_batch *b, const kn_batch_item *items, int n_items,
             else st = be->copy_out(be, logits + ro, lg + ro, sizeof(float) * (size_t)V);
         } else if (be->device == KN_DEVICE_HOST) {
             kn__top_select(lg + ro, V, K, b->top_scratch, top_ids + to, top_vals + to);
+        } else if (host_sel) {
+            st = be->copy_out(be, b->top_row, lg + ro, sizeof(float) * (size_t)V);
+            if (!st) kn__top_select(b->top_row, V, K, b->top_scratch, top_ids + to, top_vals + to);
         } else {
             st = be->copy_out(be, top_ids + to, (const int32_t *)b->top_ids->buf->data + (size_t)r * K, sizeof(int32_t) * (size_t)K);
             if (!st) st = be->copy_out(be, top_vals + to, (const float *)b->top_vals->buf->data + (size_t)r * K, sizeof(float) * (size_t)K);
