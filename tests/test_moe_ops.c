@@ -401,6 +401,27 @@ static void topk_case_s(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t 
     free(want); free(gv); free(gi); free(x);
     kn_ctx_free(ctx);
 }
+/* a masked vocabulary: all but `finite` values -inf (largest) or +inf
+ * (smallest), so the k-th best is an infinity and a short last chunk pads */
+static void topk_masked_case(kn_backend *be, int64_t n, int64_t k, int64_t finite, bool largest) {
+    double *x = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = largest ? -INFINITY : INFINITY;
+    for (int64_t i = 0; i < finite; i++) x[(i * 7919) % n] = (float)kn_test_uniform(-2, 2);
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
+    kn_tensor *xt = kn_empty(ctx, KN_F32, 1, SH(n));
+    kn_tensor_write(xt, x, KN_F64);
+    kn_tensor *idx = NULL, *val = kn_topk(ctx, xt, k, largest, &idx);
+    double *gi = malloc(sizeof(double) * (size_t)k);
+    int64_t *want = malloc(sizeof(int64_t) * (size_t)n);
+    CHECK(val && !kn_tensor_read(idx, gi, KN_F64), "%s", kn_last_error());
+    sort_idx_long(x, n, largest, want);
+    int bad = 0;
+    for (int64_t j = 0; j < k; j++) bad += gi[j] != (double)want[j];
+    CHECK(!bad, "%s: masked row n %lld k %lld (%lld finite) %s: %d wrong", be->name, (long long)n, (long long)k, (long long)finite,
+          largest ? "largest" : "smallest", bad);
+    free(x); free(gi); free(want);
+    kn_ctx_free(ctx);
+}
 static void topk_case(kn_backend *be, int64_t rows_a, int64_t rows_b, int64_t n, int64_t k, bool largest, bool ties) {
     topk_case_s(be, rows_a, rows_b, n, k, largest, ties, false);
     topk_case_s(be, rows_a, rows_b, n, k, largest, ties, true);
@@ -420,6 +441,8 @@ TEST(topk_against_sort) {
                 topk_case(bes[b], 3, 1, n, ks[j], true, true);
             }
         }
+        topk_masked_case(bes[b], 4100, 64, 10, true);
+        topk_masked_case(bes[b], 300, 40, 0, false);
     }
 }
 
@@ -494,6 +517,10 @@ TEST(topk_cuda_long_rows) {
             topk_case(kn_backend_cuda(), 1, 3, ns[i], ks[j], true, true);
             topk_case(kn_backend_cuda(), 1, 1, ns[i], ks[j], false, true);
         }
+    for (int64_t f = 0; f <= 70; f += 10) {
+        topk_masked_case(kn_backend_cuda(), 4100, 64, f, true);
+        topk_masked_case(kn_backend_cuda(), 8193, 64, f, false);
+    }
 }
 #else
 TEST(moe_ops_cuda) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }

@@ -78,8 +78,9 @@ __device__ __forceinline__ uint64_t tk_key(double v, int64_t i, bool largest) {
 #define TK_CHUNK 4096
 #define TK_THREADS 512
 #define TK_KMAX 256
-/* The k largest of the cnt keys in smem key[] (unique keys, k <= cnt), by
- * 8-bit radix digits from the top: afterwards an element is one of them iff
+/* The k largest of the cnt keys in smem key[] (unique keys, k <= cnt; keys
+ * of 0 are padding, not counted: no real key is 0), by 8-bit radix digits
+ * from the top: afterwards an element is one of them iff key != 0 and
  * (key & *mask) >= *prefix. Every thread of the block calls it. */
 __device__ void tk_select(const uint64_t *key, int cnt, int k, uint64_t *prefix, uint64_t *mask) {
     __shared__ int hist[256];
@@ -92,7 +93,7 @@ __device__ void tk_select(const uint64_t *key, int cnt, int k, uint64_t *prefix,
         __syncthreads();
         const uint64_t pre = s_pre, msk = s_mask;
         for (int i = threadIdx.x; i < cnt; i += blockDim.x)
-            if ((key[i] & msk) == pre) atomicAdd(&hist[(key[i] >> shift) & 255], 1);
+            if (key[i] && (key[i] & msk) == pre) atomicAdd(&hist[(key[i] >> shift) & 255], 1);
         __syncthreads();
         if (threadIdx.x == 0) {
             int need = s_need, d = 255;
@@ -109,8 +110,8 @@ __device__ void tk_select(const uint64_t *key, int cnt, int k, uint64_t *prefix,
     *mask = s_mask;
 }
 /* grid (chunks, rows): each chunk's k best keys into part[row][chunk][k]
- * (a chunk shorter than k pads with key 0, which ranks below every real key:
- * its ~index part is 0 only for index 2^32 - 1) */
+ * (a chunk shorter than k pads with key 0, which no real key is: its ~index
+ * part is 0 only for index 2^32 - 1; tk_select skips it) */
 __global__ void __launch_bounds__(TK_THREADS) k_topk_chunks(kn_dview x, int64_t n, int k, bool largest, uint64_t *part) {
     __shared__ uint64_t key[TK_CHUNK];
     __shared__ int taken;
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_chunks(kn_dview x, int64_t 
     uint64_t pre, msk;
     tk_select(key, cnt, k, &pre, &msk);
     for (int i = threadIdx.x; i < cnt; i += blockDim.x)
-        if ((key[i] & msk) >= pre) out[atomicAdd(&taken, 1)] = key[i];
+        if (key[i] && (key[i] & msk) >= pre) out[atomicAdd(&taken, 1)] = key[i];
 }
 /* one block a row: the k best of the chunks' candidates, best first, as
  * indices into y */
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(TK_THREADS) k_topk_merge(const uint64_t *part,
     uint64_t pre, msk;
     tk_select(key, cand, k, &pre, &msk);
     for (int i = threadIdx.x; i < cand; i += blockDim.x)
-        if ((key[i] & msk) >= pre) sel[atomicAdd(&taken, 1)] = key[i];
+        if (key[i] && (key[i] & msk) >= pre) sel[atomicAdd(&taken, 1)] = key[i];
     __syncthreads();
     int last = y.ndim - 1;
     int64_t yo = 0, lin = r;
