@@ -22,6 +22,7 @@
  * stories260K (llama2.c, GQA) and the tiny random Llama GGUF; SmolLM2
  * (models/ or KN_SMOLLM2) for greedy continuations.
  */
+#include "core/env.h"        /* defines: kn_env_reload (KN_LLM_TOP) */
 #include "kn_test.h"
 #include "kiln_batch.h"
 #include "formats/llmc_gpt2.h"
@@ -631,6 +632,8 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 TEST(batch_device_path) {
+    setenv("KN_LLM_TOP", "1", 1);        /* candidates selected in the plan (opt-in on devices) */
+    kn_env_reload();
     model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
     schedule(&mc, 31, 4, 16, 96 * 4, 64);
     mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
@@ -642,6 +645,8 @@ TEST(batch_device_path) {
 /* the CUDA backend (scripts/cuda_test.sh on a GPU machine): the schedules on
  * the GPU against the GPU's own kn_model_eval, f32 weights */
 TEST(batch_cuda) {
+    setenv("KN_LLM_TOP", "1", 1);        /* the candidates selected on the GPU */
+    kn_env_reload();
     kn_backend *g = kn_backend_cuda();
     if (!g) SKIP("no GPU: %s", kn_last_error());
     model_case mc[16];

@@ -276,6 +276,8 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 TEST(fake_device_matches_host) {
+    setenv("KN_LLM_TOP", "1", 1);        /* the step plan's candidates (opt-in on devices) */
+    kn_env_reload();
     model_case mc[8];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512 and llama-2-tiny-random.gguf missing under KN_ASSETS");
@@ -427,6 +429,8 @@ static double TOL(kn_weight_dtype w) { return w == KN_WEIGHTS_F32 ? 1e-4 : w == 
 
 TEST(gpu_logits_and_greedy_match_cpu) {
     NEED_GPU();
+    setenv("KN_LLM_TOP", "1", 1);        /* the step's candidates selected on the GPU */
+    kn_env_reload();
     model_case mc[8];
     int nm = model_cases(mc);
     if (!nm) SKIP("no model: stories260K/tok512, llama-2-tiny-random.gguf (KN_ASSETS) or SmolLM2 (KN_SMOLLM2) missing");

@@ -99,7 +99,7 @@ kn_status kn__batch_build(kn_batch *b) {
     if (!b->logits) return st ? st : KN_ERR_STATE;
     kn_tensor *outs[3] = {b->logits};
     int nout = 1;
-    if (be->device != KN_DEVICE_HOST && !kn_env_get()->llm_no_top) {  /* the sampling candidates of every row, selected on the device */
+    if (be->device != KN_DEVICE_HOST && kn_env_get()->llm_top) {  /* the sampling candidates of every row, selected on the device */
         int64_t kt = m->cfg.n_vocab < KN_MODEL_TOP_MAX ? m->cfg.n_vocab : KN_MODEL_TOP_MAX;
         b->top_vals = kn_cast(ctx, kn_topk(ctx, b->logits, kt, true, &b->top_ids), KN_F32);
         if (!b->top_vals) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;

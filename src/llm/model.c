@@ -783,7 +783,7 @@ static kn_status build_graph(kn_model *m) {
         /* on a device, the step again with the sampling candidates as its
          * only outputs (the logits stay in the arena) */
         int64_t kt = m->cfg.n_vocab < KN_MODEL_TOP_MAX ? m->cfg.n_vocab : KN_MODEL_TOP_MAX;
-        if (m->on_device && !kn_env_get()->llm_no_top) {
+        if (m->on_device && kn_env_get()->llm_top) {
             kn_tensor *lt = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
                                           kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
             if (!lt) return zst;

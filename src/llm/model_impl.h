@@ -97,9 +97,9 @@ struct kn_model {
      * attention output's transpose is a view, no copy); NULL when absent */
     kn_tensor *logits1;
     kn_plan *plan1;
-    /* device runs: a third forward of one token whose outputs are the
-     * KN_MODEL_TOP_MAX best ids and their logits (TOPK on the device), for
-     * kn_model_eval_top; NULL when absent */
+    /* device runs with KN_LLM_TOP=1: a third forward of one token whose
+     * outputs are the KN_MODEL_TOP_MAX best ids and their logits (TOPK on
+     * the device), for kn_model_eval_top; NULL when absent */
     kn_tensor *top_ids1, *top_vals1;
     kn_plan *plan1_top;
     float *top_logits;                 /* [n_vocab] host scratch of kn_model_eval_top's host path */
