@@ -177,6 +177,10 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
  * the host. */
 #define KN_MODEL_TOP_MAX 64
 kn_status kn_model_eval_top(kn_model *m, const int32_t *tokens, int n, int n_past, int k, int32_t *ids, float *logits);
+/* Does kn_model_eval_top select a one-token step's candidates on the device
+ * (a device model loaded with KN_LLM_TOP=1)? false: it selects from the
+ * whole logits on the host. */
+bool kn_model_top_on_device(const kn_model *m);
 
 /* ---- sampling ---------------------------------------------------------------- */
 typedef struct kn_sampler_params {

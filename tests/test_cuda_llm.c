@@ -308,6 +308,7 @@ TEST(fake_device_matches_host) {
             fprintf(stderr, "  fake device %-18s %-4s weights: logits rel L2 %.3g (tol %.0e)\n", mc[i].name, wd_name(wds[w]), e, tol);
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
             /* the step plan's candidates (TOPK on the "device") */
+            CHECK(kn_model_top_on_device(d) && !kn_model_top_on_device(h), "%s: candidates on the device only", mc[i].name);
             if (w != 1) CHECK(!top_check(d, h, ids[0], n, 40 < V ? 40 : V, 1e-4, mc[i].name), "%s %s: top candidates", mc[i].name, wd_name(wds[w]));
             kn_model_free(d);
         }

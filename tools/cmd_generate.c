@@ -87,7 +87,7 @@ int cmd_bench(const cli_args *a) {
         return 1;
     }
     for (int i = 0; i < np; i++) toks[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
-    const bool dev = kn_model_backend(m)->device != KN_DEVICE_HOST;
+    const bool dev = kn_model_top_on_device(m);
     const int top_k = kn_sampler_defaults().top_k < c->n_vocab ? kn_sampler_defaults().top_k : c->n_vocab;
     int32_t top_ids[KN_MODEL_TOP_MAX];
     float top_lg[KN_MODEL_TOP_MAX];
@@ -108,9 +108,10 @@ int cmd_bench(const cli_args *a) {
          * tg test; a fixed token pattern (as scripts/bench_llamacpp.py uses) */
         for (int i = 0; i < ng; i++) {
             int32_t t = (int32_t)((i * 31 + 7) % c->n_vocab);
-            /* on a GPU, a step returns what generation's default sampler
-             * reads (its top-k candidates, selected on the device); on the
-             * host the logits, as llama-bench's tg test reads them */
+            /* where the device selects the candidates (KN_LLM_TOP=1), a
+             * step returns what generation's default sampler reads (its
+             * top-k); elsewhere the logits, as llama-bench's tg test reads
+             * them */
             kn_status st = dev ? kn_model_eval_top(m, &t, 1, i, top_k, top_ids, top_lg) : kn_model_eval(m, &t, 1, i, logits, false);
             if (st) { rc = 1; break; }
         }

@@ -1003,6 +1003,8 @@ kn_status kn_model_eval(kn_model *m, const int32_t *tokens, int n, int n_past, f
     return eval(m, tokens, n, n_past, logits, all_logits, false);
 }
 
+bool kn_model_top_on_device(const kn_model *m) { return m && m->plan1_top; }
+
 kn_status kn_model_eval_top(kn_model *m, const int32_t *tokens, int n, int n_past, int k, int32_t *ids, float *vals) {
     int V = m->cfg.n_vocab;
     if (k < 1 || k > KN_MODEL_TOP_MAX || k > V || !ids || !vals)
