@@ -20,7 +20,6 @@
  */
 #include "runtime/runtime.h"
 #include "core/env.h"      // defines: kn_env_get
-#include "core/fp16.h"     // defines: kn_bf16_to_fp32, kn_fp16_to_fp32
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,21 +54,6 @@ static void *host_copy(kn_backend *be, const kn_tview *v, kn_tview *hv, bool *ok
     }
     hv->data = h - blo;
     return h;
-}
-
-static double elem(const kn_tview *v, int64_t off) {
-    const char *p = v->data;
-    switch (v->dtype) {
-    case KN_F32: return ((const float *)p)[off];
-    case KN_F64: return ((const double *)p)[off];
-    case KN_F16: return kn_fp16_to_fp32(((const uint16_t *)p)[off]);
-    case KN_BF16: return kn_bf16_to_fp32(((const uint16_t *)p)[off]);
-    case KN_I8: return ((const int8_t *)p)[off];
-    case KN_I32: return ((const int32_t *)p)[off];
-    case KN_I64: return (double)((const int64_t *)p)[off];
-    case KN_U8: case KN_BOOL: return ((const uint8_t *)p)[off];
-    default: return NAN;
-    }
 }
 
 struct kn_check {
@@ -111,18 +95,17 @@ static void shape_str(const kn_tview *v, char *s, size_t n) {
     if (w < (int)n) snprintf(s + w, n - w, "]");
 }
 
-static void check_free(kn_check *c, void *dev) {
+void kn__check_free(kn_check *c) {
+    if (!c) return;
     for (int k = 0; k < KN_MAX_SRC; k++) free(c->src[k]);
-    free(c->bias); free(c->res); free(c->dst0); free(dev);
+    free(c->bias); free(c->res); free(c->dst0);
     free(c);
 }
 
 /* Compares the device's result with the reference's; prints a line when
  * they differ beyond the destination dtype's rounding. */
-
 void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index) {
     if (!c) return;
-    if (!e) { check_free(c, NULL); return; }    /* the device's compute failed: nothing to compare */
     kn_tview dv;
     void *dev = NULL;
     bool ok = c->ok;
@@ -134,12 +117,11 @@ void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index) {
     g_checked++;
     if (ok && st == KN_OK && !di->is_quant) {
         double num = 0, den = 0, mx = 0;
-        int64_t nan_diff = 0, n = 1, idx[KN_MAX_DIMS] = {0};
-        for (int i = 0; i < e->dst.ndim; i++) n *= e->dst.ne[i];
+        int64_t nan_diff = 0, n = kn_tview_numel(&e->dst), idx[KN_MAX_DIMS] = {0};
         for (int64_t q = 0; q < n; q++) {
             int64_t off = 0;
             for (int i = 0; i < e->dst.ndim; i++) off += idx[i] * e->dst.st[i];
-            double a = elem(&dv, off), b = elem(&c->he.dst, off);
+            double a = kn_load(dv.dtype, dv.data, off), b = kn_load(c->he.dst.dtype, c->he.dst.data, off);
             if (isnan(a) || isnan(b) || isinf(a) || isinf(b)) {
                 if (!(isnan(a) && isnan(b)) && a != b) nan_diff++;
             } else {
@@ -152,15 +134,16 @@ void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index) {
         double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1);
         /* beyond the output's own rounding (and f32 summation order) */
         double tol = e->dst.dtype == KN_BF16 ? 2e-2 : e->dst.dtype == KN_F16 ? 4e-3 : di->is_int ? 0 : 1e-4;
-        if ((rel > tol || nan_diff) && !g_differ++) g_first = e->node->op;
-        if ((rel > tol || nan_diff) && g_reported < 200) {
-            char ds[96], ss[KN_MAX_SRC][96];
-            shape_str(&e->dst, ds, sizeof ds);
+        bool differs = rel > tol || nan_diff;
+        if (differs && !g_differ++) g_first = e->node->op;
+        if (differs && g_reported < 200) {
+            char sh[96];
+            shape_str(&e->dst, sh, sizeof sh);
             fprintf(stderr, "kiln check: node %d %s%s -> %s: rel L2 %.3g, max|d| %.3g, %lld NaN/inf mismatches; sources",
-                    index, kn_op_name(e->node->op), e->epi ? "+epilogue" : "", ds, rel, mx, (long long)nan_diff);
+                    index, kn_op_name(e->node->op), e->epi ? "+epilogue" : "", sh, rel, mx, (long long)nan_diff);
             for (int k = 0; k < e->nsrc; k++) {
-                shape_str(&e->src[k], ss[k], sizeof ss[k]);
-                fprintf(stderr, " %s (strides", ss[k]);
+                shape_str(&e->src[k], sh, sizeof sh);
+                fprintf(stderr, " %s (strides", sh);
                 for (int i = 0; i < e->src[k].ndim; i++) fprintf(stderr, " %lld", (long long)e->src[k].st[i]);
                 fprintf(stderr, ")");
             }
@@ -173,5 +156,6 @@ void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index) {
         g_reported++;
         kn_clear_error();
     }
-    check_free(c, dev);
+    free(dev);
+    kn__check_free(c);
 }

@@ -123,8 +123,8 @@ kn_status kn__plan_run_steps(kn_plan *p) {
         double t0 = prof ? prof_mark(p) : 0;
         kn_check *ck = chk ? kn__check_before(p->be, &e) : NULL;
         kn_status st = p->be->compute(p->be, &e);
-        if (chk && st == KN_OK) kn__check_after(p->be, &e, ck, i);
-        else if (ck) kn__check_after(p->be, NULL, ck, -1);
+        if (st == KN_OK) kn__check_after(p->be, &e, ck, i);
+        else kn__check_free(ck);
         if (prof) kn__profile_node(prof, &e, prof_mark(p) - t0);
         if (st != KN_OK) return st;
     }

@@ -164,6 +164,8 @@ bool kn__check_mode(kn_backend *be);
 kn_check *kn__check_before(kn_backend *be, const kn_exec *e);
 /* After: the reference on the copies, compared; frees c. */
 void kn__check_after(kn_backend *be, const kn_exec *e, kn_check *c, int index);
+/* Frees c unused (the device's compute failed: nothing to compare). */
+void kn__check_free(kn_check *c);
 /* Nodes checked and found different since the last call, the first one's op; resets them (tests). */
 void kn__check_counts(int *checked, int *differ, kn_op *first);
 
