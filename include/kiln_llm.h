@@ -205,7 +205,8 @@ void kn_sampler_free(kn_sampler *s);
 /* Picks a token; logits (n_vocab) are modified in place. history: recent tokens. */
 int32_t kn_sampler_sample(kn_sampler *s, float *logits, int n_vocab, const int32_t *history, int n_history);
 /* Sampling from the best candidates alone (kn_model_eval_top: on a GPU only
- * they cross the bus). kn_sampler_top_ok: s needs no more than k_max
+ * they cross the bus). kn_sampler_top_ok: s needs no more than k_max (the
+ * candidates there are: KN_MODEL_TOP_MAX, or n_vocab when smaller)
  * candidates to choose exactly as kn_sampler_sample would from all logits
  * (greedy, or top_k in 1..k_max, and no penalties, which read every logit);
  * kn_sampler_top_k: how many it needs (1 when greedy). kn_sampler_sample_top

@@ -116,7 +116,7 @@ kn_status kn_generate_tokens(kn_model *m, const int32_t *prompt, int n_prompt, c
     /* after the prompt's full logits, decode steps return only the sampler's
      * candidates where that chooses the same token (on a GPU: k ids and
      * logits cross the bus instead of the vocabulary's logits) */
-    const int top_k = kn_sampler_top_ok(smp, KN_MODEL_TOP_MAX) && kn_sampler_top_k(smp) <= V ? kn_sampler_top_k(smp) : 0;
+    const int top_k = kn_sampler_top_ok(smp, V < KN_MODEL_TOP_MAX ? V : KN_MODEL_TOP_MAX) ? kn_sampler_top_k(smp) : 0;
     int32_t top_ids[KN_MODEL_TOP_MAX];
     float top_lg[KN_MODEL_TOP_MAX];
     for (int i = 0; !stop && (p.max_tokens <= 0 || i < p.max_tokens); i++) {

@@ -248,11 +248,11 @@ static srv_job *youngest(srv_sched *s) {
     return y;
 }
 
-/* The job's sampler chooses from the best candidates exactly as from all
- * logits (no penalties, no logit bias; no more than the vocabulary): on a
- * GPU only they come back. */
+/* The job's sampler chooses from the best candidates (as many as the
+ * engine returns) exactly as from all logits (no penalties, no logit
+ * bias): on a GPU only they come back. */
 static bool wants_top(const srv_sched *s, const srv_job *j) {
-    return !j->n_bias && kn_sampler_top_ok(j->run->smp, KN_MODEL_TOP_MAX) && kn_sampler_top_k(j->run->smp) <= s->n_vocab;
+    return !j->n_bias && kn_sampler_top_ok(j->run->smp, s->n_vocab < KN_MODEL_TOP_MAX ? s->n_vocab : KN_MODEL_TOP_MAX);
 }
 
 static void step(srv_sched *s) {
