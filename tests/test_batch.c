@@ -631,13 +631,17 @@ static kn_status fd_compute(kn_backend *be, const kn_exec *e) { (void)be; return
 static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, fd_alloc, fd_free, fd_copy, fd_copy,
                             fd_compute, NULL, NULL, NULL};
 
+/* KN_LLM_TOP unset (the default): candidates selected on the host from the
+ * step's rows, copied back at once; =1: selected in the plan (TOPK) */
 TEST(batch_device_path) {
-    setenv("KN_LLM_TOP", "1", 1);        /* candidates selected in the plan (opt-in on devices) */
-    kn_env_reload();
-    model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
-    schedule(&mc, 31, 4, 16, 96 * 4, 64);
-    mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
-    schedule(&mc, 32, 4, 8, 200, 48);
+    for (int top = 0; top < 2; top++) {
+        if (top) setenv("KN_LLM_TOP", "1", 1); else unsetenv("KN_LLM_TOP");
+        kn_env_reload();
+        model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
+        schedule(&mc, 31, 4, 16, 96 * 4, 64);
+        mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
+        schedule(&mc, 32, 4, 8, 200, 48);
+    }
 }
 
 #ifdef KN_CUDA

@@ -226,29 +226,34 @@ static kn_status give_rows(kn_batch *b, const kn_batch_item *items, int n_items,
     kn_backend *be = kn_ctx_backend(b->m->ctx);
     int V = b->m->cfg.n_vocab, K = V < KN_MODEL_TOP_MAX ? V : KN_MODEL_TOP_MAX;
     const float *lg = b->logits->buf->data;
+    size_t nb = sizeof(float) * (size_t)R * (size_t)V;
     bool any_top = false;
     for (int i = 0; i < n_items; i++) any_top = any_top || (items[i].logits && items[i].top);
     if (!any_top) {
-        size_t nb = sizeof(float) * (size_t)R * (size_t)V;
         if (be->device == KN_DEVICE_HOST) { memcpy(logits, lg, nb); return KN_OK; }
         return be->copy_out(be, logits, lg, nb);
     }
-    bool host_sel = be->device == KN_DEVICE_HOST || !b->top_ids;   /* KN_LLM_TOP=0: rows come back, selected here */
-    if (host_sel && ((!b->top_scratch && !(b->top_scratch = malloc(sizeof(int32_t) * (size_t)V))) ||
-                     (be->device != KN_DEVICE_HOST && !b->top_row && !(b->top_row = malloc(sizeof(float) * (size_t)V)))))
+    /* rows the host can read: the plan's own on a host backend; on a device
+     * without TOPK outputs (KN_LLM_TOP unset) all rows come back at once */
+    const float *rows = be->device == KN_DEVICE_HOST ? lg : NULL;
+    if (!rows && !b->top_ids) {
+        if (!b->top_rows && !(b->top_rows = malloc(sizeof(float) * (size_t)b->o.n_seq_max * (size_t)V)))
+            return kn_set_error(KN_ERR_NOMEM, "out of memory");
+        kn_status st = be->copy_out(be, b->top_rows, lg, nb);
+        if (st) return st;
+        rows = b->top_rows;
+    }
+    if (rows && !b->top_scratch && !(b->top_scratch = malloc(sizeof(int32_t) * (size_t)V)))
         return kn_set_error(KN_ERR_NOMEM, "out of memory");
     kn_status st = KN_OK;
     for (int i = 0, r = 0; i < n_items && !st; i++) {
         if (!items[i].logits) continue;
         size_t ro = (size_t)r * (size_t)V, to = (size_t)r * KN_MODEL_TOP_MAX;
         if (!items[i].top) {
-            if (be->device == KN_DEVICE_HOST) memcpy(logits + ro, lg + ro, sizeof(float) * (size_t)V);
+            if (rows) memcpy(logits + ro, rows + ro, sizeof(float) * (size_t)V);
             else st = be->copy_out(be, logits + ro, lg + ro, sizeof(float) * (size_t)V);
-        } else if (be->device == KN_DEVICE_HOST) {
-            kn__top_select(lg + ro, V, K, b->top_scratch, top_ids + to, top_vals + to);
-        } else if (host_sel) {
-            st = be->copy_out(be, b->top_row, lg + ro, sizeof(float) * (size_t)V);
-            if (!st) kn__top_select(b->top_row, V, K, b->top_scratch, top_ids + to, top_vals + to);
+        } else if (rows) {
+            kn__top_select(rows + ro, V, K, b->top_scratch, top_ids + to, top_vals + to);
         } else {
             st = be->copy_out(be, top_ids + to, (const int32_t *)b->top_ids->buf->data + (size_t)r * K, sizeof(int32_t) * (size_t)K);
             if (!st) st = be->copy_out(be, top_vals + to, (const float *)b->top_vals->buf->data + (size_t)r * K, sizeof(float) * (size_t)K);

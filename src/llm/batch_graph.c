@@ -118,5 +118,5 @@ void kn__batch_graph_free(kn_batch *b) {
     kn_plan_free(b->plan);
     kn__lazy_free(b->pool_map, b->pool_bytes);
     free(b->k_pool); free(b->v_pool);
-    free(b->x); free(b->pos); free(b->rows); free(b->table); free(b->top_scratch); free(b->top_row);
+    free(b->x); free(b->pos); free(b->rows); free(b->table); free(b->top_scratch); free(b->top_rows);
 }

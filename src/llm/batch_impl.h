@@ -68,7 +68,7 @@ struct kn_batch {
     kn_tensor *x_in, *pos_in, *slot_in, *seq_in, *rows_in, *table_in, *logits;
     kn_tensor *top_ids, *top_vals;     /* device: [R, KN_MODEL_TOP_MAX] candidates of the logits rows (TOPK), else NULL */
     int32_t *top_scratch;              /* [n_vocab] ids for a host selection */
-    float *top_row;                    /* [n_vocab] a device row copied for a host selection (KN_LLM_TOP=0) */
+    float *top_rows;                   /* [n_seq_max, n_vocab] a device step's rows copied for host selection (no TOPK outputs) */
     kn_tensor **k_pool, **v_pool;
     void *pool_map;          /* host backends: the pools' lazy mapping */
     size_t pool_bytes;
