@@ -397,6 +397,9 @@ TEST(batch_bad_input_changes_nothing) {
     }
     CHECK(kn_batch_step(b, &(kn_batch_item){c, tok, 1, true}, 1, NULL) == KN_ERR_INVALID && strstr(kn_last_error(), "NULL"),
           "logits wanted, no buffer: %s", kn_last_error());
+    CHECK(kn_batch_step(b, &(kn_batch_item){c, tok, 1, true, true}, 1, lg) == KN_ERR_INVALID &&
+          strstr(kn_last_error(), "kn_batch_step_top") && kn_batch_seq_len(b, c) == 0,
+          "candidates wanted, no arrays: %s", kn_last_error());
     CHECK(kn_batch_step(b, &(kn_batch_item){c, tok, 1, false}, 1, NULL) == KN_OK && kn_batch_seq_len(b, c) == 1,
           "no logits wanted: NULL is fine");
     /* the context length: the model was loaded with 96 */

@@ -309,6 +309,14 @@ TEST(fake_device_matches_host) {
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
             /* the step plan's candidates (TOPK on the "device") */
             CHECK(kn_model_top_on_device(d) && !kn_model_top_on_device(h), "%s: candidates on the device only", mc[i].name);
+            if (w == 0) {                        /* k out of range: refused with the range, nothing evaluated */
+                int32_t bi[KN_MODEL_TOP_MAX + 1];
+                float bv[KN_MODEL_TOP_MAX + 1];
+                int ks[2] = {0, KN_MODEL_TOP_MAX + 1};
+                for (int q = 0; q < 2; q++)
+                    CHECK(kn_model_eval_top(d, ids, 1, n, ks[q], bi, bv) == KN_ERR_INVALID && strstr(kn_last_error(), "k = "),
+                          "k = %d: %s", ks[q], kn_last_error());
+            }
             if (w != 1) CHECK(!top_check(d, h, ids[0], n, 40 < V ? 40 : V, 1e-4, mc[i].name), "%s %s: top candidates", mc[i].name, wd_name(wds[w]));
             kn_model_free(d);
         }
