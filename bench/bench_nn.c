@@ -15,6 +15,7 @@
 #include "backends/backend_impl.h"
 #include "backends/cpu/cpu_impl.h"
 #include "core/cpu.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,26 @@ int main(void) {
         char name[64];
         snprintf(name, sizeof name, "sdpa decode H9/3 D64 Tk=%lld", (long long)Tks[i]);
         row(name, &e, 50, 3);
+        free_views(&e);
+    }
+    /* attention over blocks of query rows: the tiny GPT's training shape
+     * (forward and backward) and a SmolLM-135M prefill of 512 tokens */
+    struct { int64_t B, Hq, Hkv, T, D; bool bwd; } at[] = {
+        {8, 4, 4, 64, 32, false}, {8, 4, 4, 64, 32, true}, {1, 9, 3, 512, 64, false}, {1, 9, 3, 512, 64, true}};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        kn_tensor node; memset(&node, 0, sizeof node);
+        node.op = at[i].bwd ? KN_OP_SDPA_BWD : KN_OP_SDPA; node.p.sdpa.causal = true;
+        node.p.sdpa.scale = 1 / sqrt((double)at[i].D);
+        int64_t q[4] = {at[i].B, at[i].Hq, at[i].T, at[i].D}, kv[4] = {at[i].B, at[i].Hkv, at[i].T, at[i].D};
+        int64_t grads[1] = {(at[i].B * at[i].Hq + 2 * at[i].B * at[i].Hkv) * at[i].T * at[i].D};
+        kn_exec e; memset(&e, 0, sizeof e);
+        e.node = &node; e.nsrc = at[i].bwd ? 4 : 3;
+        e.src[0] = mk(4, q); e.src[1] = mk(4, kv); e.src[2] = mk(4, kv);
+        if (at[i].bwd) { e.src[3] = mk(4, q); e.dst = mk(1, grads); } else e.dst = mk(4, q);
+        char name[64];
+        snprintf(name, sizeof name, "sdpa%s B%lld H%lld/%lld T%lld D%lld", at[i].bwd ? "_bwd" : "", (long long)at[i].B,
+                 (long long)at[i].Hq, (long long)at[i].Hkv, (long long)at[i].T, (long long)at[i].D);
+        row(name, &e, 30, 2);
         free_views(&e);
     }
     /* rms_norm over 576 (decode: 1 row; prefill: 512 rows) */

@@ -192,6 +192,11 @@ TEST(sdpa_gqa_causal) {
         {2, 4, 7, 16, 2, 7, 16, true, true, 0},         /* strided (permuted) operands */
         {1, 9, 1, 64, 3, 600, 64, true, false, 0},      /* decode, threaded */
         {1, 4, 48, 32, 2, 48, 32, true, false, 0},      /* prefill */
+        /* blocks of query rows (cpu_attention.c: sdpa_blocks) */
+        {2, 6, 150, 16, 3, 150, 24, true, true, 0},     /* many blocks, the last short, permuted */
+        {1, 2, 20, 8, 1, 12, 8, true, false, 0},        /* Tq > Tk: a block's first rows see no key */
+        {1, 2, 40, 8, 2, 30, 8, false, false, 0},       /* not causal, Tq != Tk */
+        {1, 3, 9, 16, 1, 3000, 16, true, false, 0},     /* long keys: fewer rows a block */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         sdpa_ud u = {cs[i].causal, cs[i].scale, cs[i].perm};
@@ -262,6 +267,9 @@ TEST(sdpa_backward) {
         {1, 2, 9, 8, 2, 5, 8, false, false, 0},         /* not causal, Tq > Tk */
         {2, 4, 64, 32, 4, 64, 32, true, false, 0},      /* training shape, threaded */
         {1, 8, 33, 24, 1, 33, 24, true, true, 0},       /* multi-query, permuted */
+        {1, 4, 150, 16, 2, 150, 12, true, false, 0},    /* many blocks, Dv != D */
+        {1, 2, 20, 8, 1, 12, 8, true, false, 0},        /* Tq > Tk: rows without a key */
+        {1, 2, 40, 8, 2, 30, 8, false, true, 0},        /* not causal, Tq != Tk, permuted */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         sdpa_ud u = {cs[i].causal, cs[i].scale, cs[i].perm};

@@ -318,6 +318,19 @@ static void gemm_unpacked(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0
     if (g->post) g->post->fn(g->post->ctx, g->C, g->ldc, m0, m1, n0, n1);
 }
 
+/* An edge tile's m x n corner (alpha applied) into C: separate loops per beta
+ * so that each vectorises (these copies are a fifth of a 64 x 64 x 32 product) */
+static void edge_store(const float *tile, int nr, float *c, int64_t ldc, int64_t m, int64_t n, float beta) {
+    if (beta == 0.0f)
+        for (int64_t i = 0; i < m; i++) memcpy(c + i * ldc, tile + i * nr, sizeof(float) * (size_t)n);
+    else if (beta == 1.0f)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] += tile[i * nr + j];
+    else
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = tile[i * nr + j] + beta * c[i * ldc + j];
+}
+
 /* The whole blocked algorithm on the rectangle [m0,m1) x [n0,n1) of C. */
 static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     if (m0 >= m1 || n0 >= n1) return;
@@ -353,12 +366,8 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
                         if (m == mr && n == nr) {
                             I->ukr(kc, ap, bp, c, ldc, g->alpha, beta);
                         } else {
-                            I->ukr(kc, ap, bp, tile, nr, 1.0f, 0.0f);
-                            for (int64_t i = 0; i < m; i++)
-                                for (int64_t j = 0; j < n; j++) {
-                                    const float v = g->alpha * tile[i * nr + j];
-                                    c[i * ldc + j] = beta == 0.0f ? v : v + beta * c[i * ldc + j];
-                                }
+                            I->ukr(kc, ap, bp, tile, nr, g->alpha, 0.0f);
+                            edge_store(tile, nr, c, ldc, m, n, beta);
                         }
                     }
                 }
@@ -570,6 +579,8 @@ static void sgemm_nt(int nt, bool transA, bool transB, int64_t M, int64_t N, int
     const int chunks = j.tm * j.tn;
     kn_pool_run(grid_worker, &j, chunks < nt ? chunks : nt);
 }
+
+int kn_sgemm_tile_rows(void) { return cur_isa()->mr; }
 
 /* Argument check shared by both entry points: records KN_ERR_INVALID and
  * returns false (C untouched) on negative sizes, short strides or NULL data. */

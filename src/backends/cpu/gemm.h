@@ -50,6 +50,10 @@ typedef struct kn_sgemm_post {
 void kn_sgemm_ep(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb,
                  float beta, float *C, int64_t ldc, const kn_sgemm_post *post);
+/* Rows of C one micro-kernel tile covers on this CPU (14 with AVX-512, 6 with
+   AVX2, 4 without): products of many short blocks (attention) run fastest
+   with M a multiple of it. */
+int kn_sgemm_tile_rows(void);
 /* Thread count used by kn_sgemm: the pool size unless capped by this (0 = no cap). */
 void kn_sgemm_set_max_threads(int n);
 
