@@ -366,6 +366,8 @@ static kn_tensor *b_big(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 21: return kn_var(ctx, in[0], 1, (int[]){-1}, 1, true);                  /* unbiased, keepdim */
     case 22: return kn_std(ctx, in[0], 1, (int[]){1}, 0, false);                   /* population */
     case 23: return kn_sum(ctx, kn_reshape(ctx, in[0], 2, (int64_t[]){150, 514}), 1, (int[]){0}, true); /* wide rows: column split */
+    /* relu's backward: a same-shape bool condition, a scalar branch (the branch-free row kernel) */
+    case 24: return kn_where(ctx, kn_gt(ctx, in[0], kn_scalar(ctx, KN_F32, 0)), in[1], kn_scalar(ctx, KN_F32, 0));
     /* an f32 condition (nonzero = true), a transposed branch */
     default: return kn_where(ctx, kn_floor(ctx, kn_slice(ctx, in[0], 0, 0, 257, 1)),
                              kn_transpose(ctx, kn_slice(ctx, in[1], 0, 0, 257, 1), 0, 1), in[2]);
@@ -374,7 +376,7 @@ static kn_tensor *b_big(kn_ctx *ctx, kn_tensor **in, void *ud) {
 TEST(fast_paths_large_threaded) {
     kn_test_seed(6);
     kn_opin in[3] = {{2, {300, 257}, -2, 2}, {2, {300, 257}, -2, 2}, {1, {257}, -2, 2}};
-    for (int w = 0; w < 25; w++) {
+    for (int w = 0; w < 26; w++) {
         double e = kn_optest_backends(b_big, &w, 3, in);
         CHECK(e < 1e-5, "case %d: rel err %g", w, e);
     }
