@@ -120,7 +120,7 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
 }
 
 /* ==== decode against 16-row packed weights (backends/quant/qpack.h) ==========
- * A constant buffer (a model's weights: core.h) of Q4_0 / Q4_1 / Q8_0 rows is
+ * A constant buffer (a model's weights: core.h) of rows of a packed type (qpack.h) is
  * packed once, at the first matmul with few activation rows, into a copy
  * the buffer owns (buf->derived, freed with it); later matmuls of that
  * buffer, and of row ranges of it that start on a 16-row boundary (a

@@ -1,4 +1,4 @@
-/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q8_0 weights (qpack.h):
+/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (qpack.h):
  * packing, the scalar matrix-vector kernel (the oracle of qpack_avx512.c),
  * dequantizing a group, and the choice of kernel for this CPU. */
 #include "backends/quant/qpack.h"
@@ -8,15 +8,20 @@
 
 enum { R = KN_QPACK_ROWS };
 
-bool kn_qpack_type_ok(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0 || t == KN_Q4_K; }
+bool kn_qpack_type_ok(kn_dtype t) {
+    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K;
+}
+static bool is_q5(kn_dtype t) { return t == KN_Q5_0 || t == KN_Q5_1; }
+static bool has_min(kn_dtype t) { return t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K; }
 
 /* elements of one record (the file's block), bytes of its scale part and of
  * its quant part (Q4_K: d, dmin, then the 8 sub-blocks' 6-bit scales and
  * mins as bytes, [8][16] each; the quants sub-block by sub-block as Q4_0's) */
 static int64_t block_elems(kn_dtype t) { return t == KN_Q4_K ? KN_QK_K : KN_QK; }
-static size_t scale_bytes(kn_dtype t) { return t == KN_Q4_K ? 4 * R + 16 * R : t == KN_Q4_1 ? 4 * R : 2 * R; }
+static size_t scale_bytes(kn_dtype t) { return t == KN_Q4_K ? 4 * R + 16 * R : has_min(t) ? 4 * R : 2 * R; }
+/* Q5: the Q4 nibbles, then the high-bit plane h[16 rows][2] (uint16) */
 static size_t quant_bytes(kn_dtype t) {
-    return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * R * KN_QK / 2;
+    return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * R * KN_QK / 2 + (is_q5(t) ? 4 * R : 0);
 }
 
 static size_t record_bytes(kn_dtype t) { return scale_bytes(t) + quant_bytes(t); }
@@ -26,7 +31,7 @@ size_t kn_qpack_nbytes(kn_dtype t, int64_t rows, int64_t K) {
     return (size_t)groups * (size_t)(K / block_elems(t)) * record_bytes(t);
 }
 
-/* element e (0..31) of a file block as its unsigned quant (Q4) or signed one (Q8) */
+/* element e (0..31) of a file block's nibbles (Q4, Q5's low 4 bits) */
 static int q4_at(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 
 /* the 16 bytes of a Q4 quant part holding 32 elements, one row: chunk c
@@ -34,6 +39,21 @@ static int q4_at(const uint8_t *qs, int e) { return e < 16 ? qs[e] & 15 : qs[e -
 static void put_q4(uint8_t *q, int r, const uint8_t e[32]) {
     for (int c = 0; c < 8; c++)
         for (int j = 0; j < 2; j++) q[c * 2 * R + 2 * r + j] = (uint8_t)(e[2 * c + j] | e[2 * (c + 8) + j] << 4);
+}
+
+/* the high bits of a Q5 block's 32 elements (bit e of qh, little-endian)
+ * into the plane: h[2r + j] bit c = element 2c + j, bit 8 + c = element
+ * 2(c + 8) + j, the pairs of the nibble chunks' low and high halves */
+static void put_q5h(uint8_t *hp, int r, const uint8_t qh[4]) {
+    uint32_t bits = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 2; j++) {
+        uint16_t w = 0;
+        for (int c = 0; c < 8; c++) {
+            w |= (uint16_t)(((bits >> (2 * c + j)) & 1u) << c);
+            w |= (uint16_t)(((bits >> (2 * (c + 8) + j)) & 1u) << (8 + c));
+        }
+        memcpy(hp + 2 * (2 * r + j), &w, 2);
+    }
 }
 
 void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
@@ -68,6 +88,13 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                         for (int l = 0; l < 32; l++) e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
                         put_q4(q + (size_t)sub * R * KN_QK / 2, r, e);
                     }
+                } else if (is_q5(t)) {
+                    const uint8_t *qs, *qh;
+                    if (t == KN_Q5_0) { const kn_block_q5_0 *w = (const kn_block_q5_0 *)blk + b; d[r] = w->d; qs = w->qs; qh = w->qh; }
+                    else { const kn_block_q5_1 *w = (const kn_block_q5_1 *)blk + b; d[r] = w->d; m[r] = w->m; qs = w->qs; qh = w->qh; }
+                    for (int l = 0; l < 32; l++) e[l] = (uint8_t)q4_at(qs, l);
+                    put_q4(q, r, e);
+                    put_q5h(q + R * KN_QK / 2, r, qh);
                 } else {
                     const uint8_t *qs;
                     if (t == KN_Q4_0) { const kn_block_q4_0 *w = (const kn_block_q4_0 *)blk + b; d[r] = w->d; qs = w->qs; }
@@ -88,7 +115,13 @@ static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
     e %= KN_QK;
     int p = e / 2, hi = p >= 8;
     uint8_t byte = q[(p - 8 * hi) * 2 * R + 2 * r + (e & 1)];
-    return hi ? byte >> 4 : byte & 15;
+    int v = hi ? byte >> 4 : byte & 15;
+    if (is_q5(t)) {                  /* the plane after the nibbles: bit p of h[2r + j] */
+        uint16_t h;
+        memcpy(&h, q + R * KN_QK / 2 + 2 * (2 * r + (e & 1)), 2);
+        v |= ((h >> p) & 1) << 4;
+    }
+    return v;
 }
 
 static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x,
@@ -108,7 +141,8 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
                     for (int e = 0; e < KN_QK; e++) sum += rec_quant(t, o + sb, r, sub * KN_QK + e) * a->qs[e];
                     if (t == KN_Q8_0) acc[r] += dw * a->d * (float)sum;
                     else if (t == KN_Q4_0) acc[r] += dw * (a->d * (float)sum - 8.0f * a->s);
-                    else if (t == KN_Q4_1) acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
+                    else if (t == KN_Q5_0) acc[r] += dw * (a->d * (float)sum - 16.0f * a->s);
+                    else if (t == KN_Q4_1 || t == KN_Q5_1) acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
                     else {                                           /* Q4_K: d sc q - dmin m */
                         const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
                         acc[r] += dw * (float)sc[sub * R + r] * a->d * (float)sum -
@@ -122,7 +156,8 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
 }
 #define GEMV(T, name) \
     static void name(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_scalar(T, p, g0, g1, K, x, y); }
-GEMV(KN_Q8_0, gemv_q8_0) GEMV(KN_Q4_0, gemv_q4_0) GEMV(KN_Q4_1, gemv_q4_1) GEMV(KN_Q4_K, gemv_q4_K)
+GEMV(KN_Q8_0, gemv_q8_0) GEMV(KN_Q4_0, gemv_q4_0) GEMV(KN_Q4_1, gemv_q4_1) GEMV(KN_Q5_0, gemv_q5_0)
+GEMV(KN_Q5_1, gemv_q5_1) GEMV(KN_Q4_K, gemv_q4_K)
 #undef GEMV
 
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
@@ -130,6 +165,8 @@ kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
     case KN_Q8_0: return gemv_q8_0;
     case KN_Q4_0: return gemv_q4_0;
     case KN_Q4_1: return gemv_q4_1;
+    case KN_Q5_0: return gemv_q5_0;
+    case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
     default: return NULL;
     }
@@ -158,7 +195,7 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb + b) * rec;
         const uint16_t *d = (const uint16_t *)o, *m = d + R;
         for (int r = 0; r < R; r++) {
-            float dw = kn_fp16_to_fp32(d[r]), mw = t == KN_Q4_1 || t == KN_Q4_K ? kn_fp16_to_fp32(m[r]) : 0.0f;
+            float dw = kn_fp16_to_fp32(d[r]), mw = has_min(t) ? kn_fp16_to_fp32(m[r]) : 0.0f;
             for (int e = 0; e < be; e++) {
                 int q = rec_quant(t, o + sb, r, e);
                 float v;
@@ -166,14 +203,16 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
                     const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
                     float ds = dw * (float)sc[(e / 32) * R + r], dm = mw * (float)mn[(e / 32) * R + r];
                     v = ds * (float)q - dm;
-                } else v = t == KN_Q4_0 ? dw * (float)(q - 8) : t == KN_Q4_1 ? dw * (float)q + mw : dw * (float)q;
+                } else if (t == KN_Q4_0 || t == KN_Q5_0) v = dw * (float)(q - (t == KN_Q4_0 ? 8 : 16));
+                else v = t == KN_Q4_1 || t == KN_Q5_1 ? dw * (float)q + mw : dw * (float)q;
                 out[(b * be + e) * ldo + r] = v;
             }
         }
     }
 }
 #define DEQ(T, name) static void name(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { dequant_scalar(T, p, g, K, out, ldo); }
-DEQ(KN_Q8_0, deq_q8_0) DEQ(KN_Q4_0, deq_q4_0) DEQ(KN_Q4_1, deq_q4_1) DEQ(KN_Q4_K, deq_q4_K)
+DEQ(KN_Q8_0, deq_q8_0) DEQ(KN_Q4_0, deq_q4_0) DEQ(KN_Q4_1, deq_q4_1) DEQ(KN_Q5_0, deq_q5_0) DEQ(KN_Q5_1, deq_q5_1)
+DEQ(KN_Q4_K, deq_q4_K)
 #undef DEQ
 
 kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
@@ -181,6 +220,8 @@ kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
     case KN_Q8_0: return deq_q8_0;
     case KN_Q4_0: return deq_q4_0;
     case KN_Q4_1: return deq_q4_1;
+    case KN_Q5_0: return deq_q5_0;
+    case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
     default: return NULL;
     }

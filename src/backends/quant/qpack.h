@@ -15,13 +15,19 @@
  *   Q8_0  d[16] (f16 bits)                    32 B | q[16 chunks][16 rows][2]  512 B
  *   Q4_0  d[16]                               32 B | n[8 chunks][16 rows][2]   256 B
  *   Q4_1  d[16], m[16]                        64 B | n[8 chunks][16 rows][2]   256 B
+ *   Q5_0  d[16]                               32 B | n as Q4                   256 B |
+ *                                                    h[16 rows][2] (uint16)     64 B
+ *   Q5_1  d[16], m[16]                        64 B | n, h as Q5_0              320 B
  *   Q4_K  (a record is the file's super-block of 256) d[16], dmin[16],
  *         sc[8][16], m[8][16] (the 6-bit scales and mins as bytes)  320 B |
  *         8 sub-blocks of 32, each as a Q4 quant part               2048 B
  * Q8_0 chunk c holds row r's elements 2c and 2c+1 (signed bytes) at bytes
  * 2r, 2r+1: widened to int16 they are lane r's pair in vpdpwssd. Q4 chunk c
  * holds in byte 2r+j the nibble of element 2c+j (low) and of element
- * 2(c+8)+j (high), both the unsigned 0..15 quants of the file. Every record
+ * 2(c+8)+j (high), both the unsigned 0..15 quants of the file. Q5's fifth
+ * bits: bit c of h[2r + j] belongs to element 2c + j, bit 8 + c to element
+ * 2(c+8)+j, so h loaded as a vector lines up with a widened chunk's int16
+ * lanes and chunk c takes its bits by shifting h by c. Every record
  * has the size of 16 of the file's blocks (Q4_K: 2368 B for 2304, the
  * unpacked scale bytes), so a packed matrix takes as many bytes as the
  * file's (plus the padding rows).
@@ -30,7 +36,8 @@
  * for these types: per block, the exact int32 sum of the 32 products, then
  *   y += (dw * da) * sum                      Q8_0
  *   y += dw * (da * sum - 8 * s)              Q4_0  (s = da * sum of quants)
- *   y += (dw * da) * sum + mw * s             Q4_1
+ *   y += dw * (da * sum - 16 * s)             Q5_0
+ *   y += (dw * da) * sum + mw * s             Q4_1, Q5_1
  *   y += dw * sc_j * da * sum - dmin * m_j * s  Q4_K, sub-block j
  * The scalar kernel here is the oracle of the SIMD one (same sums, the same
  * float steps; results agree to rounding of the float accumulation).
@@ -45,7 +52,7 @@
 
 #define KN_QPACK_ROWS 16
 
-/* Types with a packed layout (Q4_0, Q4_1, Q8_0, Q4_K). */
+/* Types with a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K). */
 bool kn_qpack_type_ok(kn_dtype t);
 /* Bytes of a packed matrix of `rows` rows of K elements (K a multiple of
  * the type's block). */

@@ -1,4 +1,4 @@
-/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q8_0 / Q4_K
+/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
  * weights (qpack.h) with Q16 activations, AVX512-VNNI.
  *
  * Lane r of every vector is weight row r of the group. Per block of 32
@@ -51,6 +51,30 @@ static inline __m512i sum_q4(const uint8_t *q, const kn_block_q16 *a) {
     return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
 }
 
+/* Q5: the Q4 nibbles with their fifth bits from the plane hp (qpack.h): for
+ * chunk c, bit c of each int16 lane of h goes to bit 4 of the low nibble,
+ * bit 8 + c to bit 4 of the high one */
+static inline __m512i q5_high(const uint8_t *hp) { return _mm512_loadu_si512((const void *)hp); }
+static inline __m512i sum_q5(const uint8_t *q, const kn_block_q16 *a) {
+    const __m512i m15 = _mm512_set1_epi16(15), b4 = _mm512_set1_epi16(16);
+    __m512i h = q5_high(q + R * KN_QK / 2);
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int c = 0; c < 8; c += 2, h = _mm512_srli_epi16(h, 2)) {
+        __m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32)));
+        __m512i h1 = _mm512_srli_epi16(h, 1);
+        __m512i lo0 = _mm512_or_si512(_mm512_and_si512(b0, m15), _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
+        __m512i hi0 = _mm512_or_si512(_mm512_srli_epi16(b0, 4), _mm512_and_si512(_mm512_srli_epi16(h, 4), b4));
+        __m512i lo1 = _mm512_or_si512(_mm512_and_si512(b1, m15), _mm512_and_si512(_mm512_slli_epi16(h1, 4), b4));
+        __m512i hi1 = _mm512_or_si512(_mm512_srli_epi16(b1, 4), _mm512_and_si512(_mm512_srli_epi16(h1, 4), b4));
+        s0 = _mm512_dpwssd_epi32(s0, lo0, pair(a, c));
+        s1 = _mm512_dpwssd_epi32(s1, hi0, pair(a, c + 8));
+        s2 = _mm512_dpwssd_epi32(s2, lo1, pair(a, c + 1));
+        s3 = _mm512_dpwssd_epi32(s3, hi1, pair(a, c + 9));
+    }
+    return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+}
+
 static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
     const int64_t nb = K / KN_QK;
     const size_t rec = 2 * R + R * KN_QK;
@@ -88,6 +112,36 @@ static void gemv_q4_1(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
             __m512 s = _mm512_cvtepi32_ps(sum_q4(o + 4 * R, &x[b]));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
+            accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, _mm512_add_ps(acc, accm));
+    }
+}
+
+static void gemv_q5_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(sum_q5(o + 2 * R, &x[b]));
+            /* dw * (da * sum - 16 * s) */
+            acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(16.0f * x[b].s)), acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
+    }
+}
+
+static void gemv_q5_1(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(sum_q5(o + 4 * R, &x[b]));
             acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
             accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
         }
@@ -160,6 +214,23 @@ static inline void sums4_q4(const uint8_t *q, rows4 r, __m512i out[XR]) {
     for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
 }
 
+static inline void sums4_q5(const uint8_t *q, rows4 r, __m512i out[XR]) {
+    const __m512i m15 = _mm512_set1_epi16(15), b4 = _mm512_set1_epi16(16);
+    __m512i h = q5_high(q + R * KN_QK / 2);
+    __m512i s[2 * XR];
+    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++, h = _mm512_srli_epi16(h, 1)) {
+        __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i lo = _mm512_or_si512(_mm512_and_si512(b, m15), _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
+        __m512i hi = _mm512_or_si512(_mm512_srli_epi16(b, 4), _mm512_and_si512(_mm512_srli_epi16(h, 4), b4));
+        for (int i = 0; i < XR; i++) {
+            s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], lo, pair(r.a[i], c));
+            s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], hi, pair(r.a[i], c + 8));
+        }
+    }
+    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+}
+
 static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
     const int64_t nb = K / KN_QK;
     const size_t rec = 2 * R + R * KN_QK;
@@ -211,6 +282,41 @@ static void gemm4_q4_1(const void *packed, int64_t g, int64_t K, const kn_block_
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
 }
+static void gemm4_q5_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR];
+    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        rows4 r = rows_at(x, xs, b);
+        __m512i s[XR];
+        sums4_q5(o + 2 * R, r, s);
+        __m512 dw = scales16(o);
+        for (int i = 0; i < XR; i++)
+            acc[i] = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(s[i]), _mm512_set1_ps(r.a[i]->d),
+                                                         _mm512_set1_ps(16.0f * r.a[i]->s)), acc[i]);
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+static void gemm4_q5_1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR], accm[XR];
+    for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        rows4 r = rows_at(x, xs, b);
+        __m512i s[XR];
+        sums4_q5(o + 4 * R, r, s);
+        __m512 dw = scales16(o), mw = scales16(o + 2 * R);
+        for (int i = 0; i < XR; i++) {
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
+            accm[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(r.a[i]->s), accm[i]);
+        }
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
+}
 static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
     const int64_t nb = K / KN_QK_K;
     const size_t rec = 20 * R + 8 * R * KN_QK / 2;
@@ -245,6 +351,8 @@ kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
     case KN_Q8_0: return gemm4_q8_0;
     case KN_Q4_0: return gemm4_q4_0;
     case KN_Q4_1: return gemm4_q4_1;
+    case KN_Q5_0: return gemm4_q5_0;
+    case KN_Q5_1: return gemm4_q5_1;
     case KN_Q4_K: return gemm4_q4_K;
     default: return NULL;
     }
@@ -270,6 +378,43 @@ static inline void q4_part(const uint8_t *q, __m512i q32[32]) {
         __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
         split_pairs(_mm512_and_si512(b, m15), &q32[2 * c], &q32[2 * c + 1]);
         split_pairs(_mm512_srli_epi16(b, 4), &q32[2 * c + 16], &q32[2 * c + 17]);
+    }
+}
+/* one Q5 quant part (nibbles, then the plane) as ints */
+static inline void q5_part(const uint8_t *q, __m512i q32[32]) {
+    const __m512i m15 = _mm512_set1_epi16(15), b4 = _mm512_set1_epi16(16);
+    __m512i h = q5_high(q + R * KN_QK / 2);
+    for (int c = 0; c < 8; c++, h = _mm512_srli_epi16(h, 1)) {
+        __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        split_pairs(_mm512_or_si512(_mm512_and_si512(b, m15), _mm512_and_si512(_mm512_slli_epi16(h, 4), b4)),
+                    &q32[2 * c], &q32[2 * c + 1]);
+        split_pairs(_mm512_or_si512(_mm512_srli_epi16(b, 4), _mm512_and_si512(_mm512_srli_epi16(h, 4), b4)),
+                    &q32[2 * c + 16], &q32[2 * c + 17]);
+    }
+}
+static void deq_q5_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o);
+        __m512i q[32];
+        q5_part(o + 2 * R, q);
+        for (int e = 0; e < 32; e++)
+            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[e], sixteen))));
+    }
+}
+static void deq_q5_1(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o), m = scales16(o + 2 * R);
+        __m512i q[32];
+        q5_part(o + 4 * R, q);
+        for (int e = 0; e < 32; e++)
+            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q[e])), m));
     }
 }
 static void deq_q8_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
@@ -333,6 +478,8 @@ kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t) {
     case KN_Q8_0: return deq_q8_0;
     case KN_Q4_0: return deq_q4_0;
     case KN_Q4_1: return deq_q4_1;
+    case KN_Q5_0: return deq_q5_0;
+    case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
     default: return NULL;
     }
@@ -343,6 +490,8 @@ kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     case KN_Q8_0: return gemv_q8_0;
     case KN_Q4_0: return gemv_q4_0;
     case KN_Q4_1: return gemv_q4_1;
+    case KN_Q5_0: return gemv_q5_0;
+    case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
     default: return NULL;
     }
