@@ -1,4 +1,4 @@
-/* test_qpack.c: the 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights for decode
+/* test_qpack.c: the 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K weights for decode
  * (backends/quant/qpack.h): the packed scalar kernel against the row-at-a-time
  * Q16 dots, the SIMD kernel against the scalar one, dequantizing a packed
  * group against the file's rows, and the CPU matmul through a constant
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kn_dtype TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K};
-#define NTYPES 6
+static const kn_dtype TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q6_K};
+#define NTYPES 7
 
 /* random bytes with sane f16 scales: every quant value occurs */
 static void fill_raw(kn_dtype t, void *dst, int64_t rows, int64_t K) {
@@ -31,7 +31,8 @@ static void fill_raw(kn_dtype t, void *dst, int64_t rows, int64_t K) {
             uint32_t u; memcpy(&u, &v, 4);
             h[i] = (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) | ((u >> 13) & 0x3ff));
         }
-        memcpy(p + off, h, t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K ? 4 : 2);   /* d (and m / dmin) first in these types */
+        if (t == KN_Q6_K) memcpy(p + off + bb - 2, h, 2);                         /* Q6_K: d last */
+        else memcpy(p + off, h, t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K ? 4 : 2);   /* d (and m / dmin) first */
     }
 }
 

@@ -1,4 +1,4 @@
-/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K weights (qpack.h):
+/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K weights (qpack.h):
  * packing, the scalar matrix-vector kernel (the oracle of qpack_avx512.c),
  * dequantizing a group, and the choice of kernel for this CPU. */
 #include "backends/quant/qpack.h"
@@ -9,19 +9,24 @@
 enum { R = KN_QPACK_ROWS };
 
 bool kn_qpack_type_ok(kn_dtype t) {
-    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K;
+    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q6_K;
 }
+static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q6_K; }
 static bool is_q5(kn_dtype t) { return t == KN_Q5_0 || t == KN_Q5_1; }
 static bool has_min(kn_dtype t) { return t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K; }
 
 /* elements of one record (the file's block), bytes of its scale part and of
  * its quant part (Q4_K: d, dmin, then the 8 sub-blocks' 6-bit scales and
  * mins as bytes, [8][16] each; the quants sub-block by sub-block as Q4_0's) */
-static int64_t block_elems(kn_dtype t) { return t == KN_Q4_K ? KN_QK_K : KN_QK; }
-static size_t scale_bytes(kn_dtype t) { return t == KN_Q4_K ? 4 * R + 16 * R : has_min(t) ? 4 * R : 2 * R; }
+static int64_t block_elems(kn_dtype t) { return is_k(t) ? KN_QK_K : KN_QK; }
+static size_t scale_bytes(kn_dtype t) {
+    return t == KN_Q4_K ? 4 * R + 16 * R : t == KN_Q6_K ? 2 * R + 16 * R : has_min(t) ? 4 * R : 2 * R;
+}
+/* bytes of one 32-element quant part: Q4 nibbles (+ Q5's bit plane, Q6_K's two) */
+static size_t part_bytes(kn_dtype t) { return R * KN_QK / 2 + (is_q5(t) ? 4 * R : t == KN_Q6_K ? 8 * R : 0); }
 /* Q5: the Q4 nibbles, then the high-bit plane h[16 rows][2] (uint16) */
 static size_t quant_bytes(kn_dtype t) {
-    return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * R * KN_QK / 2 + (is_q5(t) ? 4 * R : 0);
+    return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * part_bytes(t);
 }
 
 static size_t record_bytes(kn_dtype t) { return scale_bytes(t) + quant_bytes(t); }
@@ -56,6 +61,18 @@ static void put_q5h(uint8_t *hp, int r, const uint8_t qh[4]) {
     }
 }
 
+/* Q6_K's high two bits of a 32-element part's elements e[] (0..63) into its
+ * planes after the nibbles: h0[2r + j] bits 2c, 2c + 1 = element 2c + j, h1
+ * the same for element 2(c + 8) + j */
+static void put_q6h(uint8_t *hp, int r, const uint8_t e[32]) {
+    for (int half = 0; half < 2; half++)
+        for (int j = 0; j < 2; j++) {
+            uint16_t w = 0;
+            for (int c = 0; c < 8; c++) w |= (uint16_t)((e[16 * half + 2 * c + j] >> 4) << (2 * c));
+            memcpy(hp + half * 4 * R + 2 * (2 * r + j), &w, 2);
+        }
+}
+
 void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, int64_t K, int64_t g0, int64_t g1,
                    void *dst) {
     const int64_t nb = K / block_elems(t);
@@ -88,6 +105,17 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                         for (int l = 0; l < 32; l++) e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
                         put_q4(q + (size_t)sub * R * KN_QK / 2, r, e);
                     }
+                } else if (t == KN_Q6_K) {
+                    const kn_block_q6_K *w = (const kn_block_q6_K *)blk + b;
+                    int8_t *sc = (int8_t *)(o + 2 * R);
+                    d[r] = w->d;
+                    for (int j = 0; j < 16; j++) sc[j * R + r] = w->scales[j];
+                    for (int sub = 0; sub < 8; sub++) {
+                        uint8_t *qp = q + (size_t)sub * part_bytes(t), n4[32];
+                        for (int l = 0; l < 32; l++) { e[l] = (uint8_t)kn_q6k_at(w, 32 * sub + l); n4[l] = e[l] & 15; }
+                        put_q4(qp, r, n4);
+                        put_q6h(qp + R * KN_QK / 2, r, e);
+                    }
                 } else if (is_q5(t)) {
                     const uint8_t *qs, *qh;
                     if (t == KN_Q5_0) { const kn_block_q5_0 *w = (const kn_block_q5_0 *)blk + b; d[r] = w->d; qs = w->qs; qh = w->qh; }
@@ -111,7 +139,7 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
  * sub-block e / 32 is its own 32-element Q4 part) */
 static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
     if (t == KN_Q8_0) return (int8_t)q[(e / 2) * 2 * R + 2 * r + (e & 1)];
-    q += (size_t)(e / KN_QK) * R * KN_QK / 2;
+    q += (size_t)(e / KN_QK) * part_bytes(t);
     e %= KN_QK;
     int p = e / 2, hi = p >= 8;
     uint8_t byte = q[(p - 8 * hi) * 2 * R + 2 * r + (e & 1)];
@@ -120,6 +148,10 @@ static int rec_quant(kn_dtype t, const uint8_t *q, int r, int e) {
         uint16_t h;
         memcpy(&h, q + R * KN_QK / 2 + 2 * (2 * r + (e & 1)), 2);
         v |= ((h >> p) & 1) << 4;
+    } else if (t == KN_Q6_K) {       /* two planes: bits 2c, 2c + 1 of h_hi[2r + j], c = p mod 8; minus 32 */
+        uint16_t h;
+        memcpy(&h, q + R * KN_QK / 2 + hi * 4 * R + 2 * (2 * r + (e & 1)), 2);
+        v = (v | ((h >> (2 * (p - 8 * hi))) & 3) << 4) - 32;
     }
     return v;
 }
@@ -137,9 +169,16 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
                 float dw = kn_fp16_to_fp32(d[r]);
                 for (int sub = 0; sub < be / KN_QK; sub++) {         /* 32-element activation blocks */
                     const kn_block_q16 *a = &x[b * (be / KN_QK) + sub];
-                    int32_t sum = 0;
-                    for (int e = 0; e < KN_QK; e++) sum += rec_quant(t, o + sb, r, sub * KN_QK + e) * a->qs[e];
-                    if (t == KN_Q8_0) acc[r] += dw * a->d * (float)sum;
+                    int32_t sum = 0, half[2] = {0, 0};
+                    for (int e = 0; e < KN_QK; e++) {
+                        int32_t p = rec_quant(t, o + sb, r, sub * KN_QK + e) * a->qs[e];
+                        sum += p; half[e >= 16] += p;
+                    }
+                    if (t == KN_Q6_K) {                              /* d (sc_2j s_lo + sc_2j+1 s_hi) da */
+                        const int8_t *sc = (const int8_t *)(o + 2 * R);
+                        acc[r] += dw * (a->d * ((float)sc[2 * sub * R + r] * (float)half[0] +
+                                                (float)sc[(2 * sub + 1) * R + r] * (float)half[1]));
+                    } else if (t == KN_Q8_0) acc[r] += dw * a->d * (float)sum;
                     else if (t == KN_Q4_0) acc[r] += dw * (a->d * (float)sum - 8.0f * a->s);
                     else if (t == KN_Q5_0) acc[r] += dw * (a->d * (float)sum - 16.0f * a->s);
                     else if (t == KN_Q4_1 || t == KN_Q5_1) acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
@@ -157,7 +196,7 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
 #define GEMV(T, name) \
     static void name(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_scalar(T, p, g0, g1, K, x, y); }
 GEMV(KN_Q8_0, gemv_q8_0) GEMV(KN_Q4_0, gemv_q4_0) GEMV(KN_Q4_1, gemv_q4_1) GEMV(KN_Q5_0, gemv_q5_0)
-GEMV(KN_Q5_1, gemv_q5_1) GEMV(KN_Q4_K, gemv_q4_K)
+GEMV(KN_Q5_1, gemv_q5_1) GEMV(KN_Q4_K, gemv_q4_K) GEMV(KN_Q6_K, gemv_q6_K)
 #undef GEMV
 
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
@@ -168,6 +207,7 @@ kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
     case KN_Q5_0: return gemv_q5_0;
     case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
+    case KN_Q6_K: return gemv_q6_K;
     default: return NULL;
     }
 }
@@ -199,7 +239,9 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
             for (int e = 0; e < be; e++) {
                 int q = rec_quant(t, o + sb, r, e);
                 float v;
-                if (t == KN_Q4_K) {          /* as quant.c's deq_q4_K: (d sc) q - (dmin m) */
+                if (t == KN_Q6_K) {          /* as quant.c's deq_q6_K: (d sc) (q - 32) */
+                    v = dw * (float)((const int8_t *)(o + 2 * R))[(e / 16) * R + r] * (float)q;
+                } else if (t == KN_Q4_K) {   /* as quant.c's deq_q4_K: (d sc) q - (dmin m) */
                     const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
                     float ds = dw * (float)sc[(e / 32) * R + r], dm = mw * (float)mn[(e / 32) * R + r];
                     v = ds * (float)q - dm;
@@ -212,7 +254,7 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
 }
 #define DEQ(T, name) static void name(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { dequant_scalar(T, p, g, K, out, ldo); }
 DEQ(KN_Q8_0, deq_q8_0) DEQ(KN_Q4_0, deq_q4_0) DEQ(KN_Q4_1, deq_q4_1) DEQ(KN_Q5_0, deq_q5_0) DEQ(KN_Q5_1, deq_q5_1)
-DEQ(KN_Q4_K, deq_q4_K)
+DEQ(KN_Q4_K, deq_q4_K) DEQ(KN_Q6_K, deq_q6_K)
 #undef DEQ
 
 kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
@@ -223,6 +265,7 @@ kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
     case KN_Q5_0: return deq_q5_0;
     case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
+    case KN_Q6_K: return deq_q6_K;
     default: return NULL;
     }
 }

@@ -1,4 +1,4 @@
-/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K
+/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K
  * weights (qpack.h) with Q16 activations, AVX512-VNNI.
  *
  * Lane r of every vector is weight row r of the group. Per block of 32
@@ -74,6 +74,38 @@ static inline __m512i sum_q5(const uint8_t *q, const kn_block_q16 *a) {
     }
     return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
 }
+
+/* Q6_K: a 32-element part's nibbles with their high two bits from the two
+ * planes (h0 for the low nibbles' elements 0-15, h1 for the high ones'
+ * 16-31: bits 2c, 2c + 1 of each int16 lane), minus 32; the halves have
+ * their own scales, so their sums stay apart: lo (elements 0-15), hi */
+enum { Q6_PART = R * KN_QK / 2 + 8 * R };
+static inline __m512i q6_lo(__m512i b, __m512i h) {
+    return _mm512_sub_epi16(_mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi16(15)),
+                                            _mm512_and_si512(_mm512_slli_epi16(h, 4), _mm512_set1_epi16(0x30))),
+                            _mm512_set1_epi16(32));
+}
+static inline __m512i q6_hi(__m512i b, __m512i h) {
+    return _mm512_sub_epi16(_mm512_or_si512(_mm512_srli_epi16(b, 4), _mm512_and_si512(_mm512_slli_epi16(h, 4), _mm512_set1_epi16(0x30))),
+                            _mm512_set1_epi16(32));
+}
+static inline void sum_q6(const uint8_t *q, const kn_block_q16 *a, __m512i *lo, __m512i *hi) {
+    __m512i h0 = _mm512_loadu_si512((const void *)(q + R * KN_QK / 2)), h1 = _mm512_loadu_si512((const void *)(q + R * KN_QK / 2 + 4 * R));
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int c = 0; c < 8; c += 2) {
+        __m512i b0 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
+        __m512i b1 = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32)));
+        s0 = _mm512_dpwssd_epi32(s0, q6_lo(b0, h0), pair(a, c));
+        s2 = _mm512_dpwssd_epi32(s2, q6_hi(b0, h1), pair(a, c + 8));
+        h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
+        s1 = _mm512_dpwssd_epi32(s1, q6_lo(b1, h0), pair(a, c + 1));
+        s3 = _mm512_dpwssd_epi32(s3, q6_hi(b1, h1), pair(a, c + 9));
+        h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
+    }
+    *lo = _mm512_add_epi32(s0, s1);
+    *hi = _mm512_add_epi32(s2, s3);
+}
+static inline __m512 scales8(const uint8_t *p) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p))); }
 
 static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
     const int64_t nb = K / KN_QK;
@@ -346,6 +378,47 @@ static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
 
+static void gemm4_q6_K(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 18 * R + 8 * Q6_PART;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    __m512 acc[XR];
+    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
+        __m512 accd[XR];
+        for (int i = 0; i < XR; i++) accd[i] = _mm512_setzero_ps();
+        for (int sub = 0; sub < 8; sub++) {
+            rows4 r = rows_at(x, xs, 8 * b + sub);
+            const uint8_t *qp = q + sub * Q6_PART;
+            __m512i h0 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2));
+            __m512i h1 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2 + 4 * R));
+            __m512i s[2 * XR];                /* per row: the low half's sum, the high half's */
+            for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+            __m512i u[2 * XR];                /* the one-row kernel's second chains (odd chunks) */
+            for (int i = 0; i < 2 * XR; i++) u[i] = _mm512_setzero_si512();
+            for (int c = 0; c < 8; c++) {
+                __m512i bq = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(qp + 32 * c)));
+                __m512i wl = q6_lo(bq, h0), wh = q6_hi(bq, h1);
+                for (int i = 0; i < XR; i++) {
+                    __m512i *sl = c & 1 ? &u[2 * i] : &s[2 * i], *sh = c & 1 ? &u[2 * i + 1] : &s[2 * i + 1];
+                    *sl = _mm512_dpwssd_epi32(*sl, wl, pair(r.a[i], c));
+                    *sh = _mm512_dpwssd_epi32(*sh, wh, pair(r.a[i], c + 8));
+                }
+                h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
+            }
+            __m512 sc0 = scales8(sc + 2 * sub * R), sc1 = scales8(sc + (2 * sub + 1) * R);
+            for (int i = 0; i < XR; i++) {
+                __m512i lo = _mm512_add_epi32(s[2 * i], u[2 * i]), hi = _mm512_add_epi32(s[2 * i + 1], u[2 * i + 1]);
+                __m512 t = _mm512_fmadd_ps(sc1, _mm512_cvtepi32_ps(hi), _mm512_mul_ps(sc0, _mm512_cvtepi32_ps(lo)));
+                accd[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(r.a[i]->d), accd[i]);
+            }
+        }
+        for (int i = 0; i < XR; i++) acc[i] = _mm512_fmadd_ps(scales16(o), accd[i], acc[i]);
+    }
+    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+
 kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return gemm4_q8_0;
@@ -354,6 +427,7 @@ kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
     case KN_Q5_0: return gemm4_q5_0;
     case KN_Q5_1: return gemm4_q5_1;
     case KN_Q4_K: return gemm4_q4_K;
+    case KN_Q6_K: return gemm4_q6_K;
     default: return NULL;
     }
 }
@@ -473,6 +547,32 @@ static void deq_q4_K(const void *packed, int64_t g, int64_t K, float *out, int64
         }
     }
 }
+static void deq_q6_K(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 18 * R + 8 * Q6_PART;
+    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+    for (int64_t b = 0; b < nb; b++, o += rec) {
+        __m512 d = scales16(o);
+        const uint8_t *sc = o + 2 * R;
+        for (int sub = 0; sub < 8; sub++) {
+            const uint8_t *qp = o + 18 * R + sub * Q6_PART;
+            __m512 ds0 = _mm512_mul_ps(d, scales8(sc + 2 * sub * R)), ds1 = _mm512_mul_ps(d, scales8(sc + (2 * sub + 1) * R));
+            __m512i h0 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2));
+            __m512i h1 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2 + 4 * R));
+            for (int c = 0; c < 8; c++) {
+                __m512i bq = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(qp + 32 * c))), e0, e1, e2, e3;
+                split_pairs(q6_lo(bq, h0), &e0, &e1);
+                split_pairs(q6_hi(bq, h1), &e2, &e3);
+                float *w = out + (b * 256 + sub * 32) * ldo;
+                _mm512_storeu_ps(w + (2 * c) * ldo, _mm512_mul_ps(ds0, _mm512_cvtepi32_ps(e0)));
+                _mm512_storeu_ps(w + (2 * c + 1) * ldo, _mm512_mul_ps(ds0, _mm512_cvtepi32_ps(e1)));
+                _mm512_storeu_ps(w + (16 + 2 * c) * ldo, _mm512_mul_ps(ds1, _mm512_cvtepi32_ps(e2)));
+                _mm512_storeu_ps(w + (17 + 2 * c) * ldo, _mm512_mul_ps(ds1, _mm512_cvtepi32_ps(e3)));
+                h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
+            }
+        }
+    }
+}
 kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t) {
     switch (t) {
     case KN_Q8_0: return deq_q8_0;
@@ -481,7 +581,33 @@ kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t) {
     case KN_Q5_0: return deq_q5_0;
     case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
+    case KN_Q6_K: return deq_q6_K;
     default: return NULL;
+    }
+}
+
+/* Q6_K: per super-block, each 32-element part's two half sums times their
+ * scales, times the activation block's d; then d once */
+static void gemv_q6_K(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+    const int64_t nb = K / KN_QK_K;
+    const size_t rec = 18 * R + 8 * Q6_PART;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
+            const kn_block_q16 *a = &x[8 * b];
+            __m512 accd = _mm512_setzero_ps();
+            for (int sub = 0; sub < 8; sub++) {
+                __m512i lo, hi;
+                sum_q6(q + sub * Q6_PART, &a[sub], &lo, &hi);
+                __m512 t = _mm512_fmadd_ps(scales8(sc + (2 * sub + 1) * R), _mm512_cvtepi32_ps(hi),
+                                           _mm512_mul_ps(scales8(sc + 2 * sub * R), _mm512_cvtepi32_ps(lo)));
+                accd = _mm512_fmadd_ps(t, _mm512_set1_ps(a[sub].d), accd);
+            }
+            acc = _mm512_fmadd_ps(scales16(o), accd, acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
     }
 }
 
@@ -493,6 +619,7 @@ kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     case KN_Q5_0: return gemv_q5_0;
     case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
+    case KN_Q6_K: return gemv_q6_K;
     default: return NULL;
     }
 }

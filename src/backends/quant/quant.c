@@ -121,20 +121,12 @@ static void deq_q5_K(const kn_block_q5_K *x, float *y, int64_t nb) {
         }
     }
 }
-/* 6-bit quant e (0..127) of half h of a Q6_K block, 0..63 (not yet minus 32). */
-static inline int q6_get(const kn_block_q6_K *b, int h, int e) {
-    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-    int l = e & 31, g = e >> 5;               /* group g: 0..3 as in quant.h */
-    int lo = (g & 1) ? ql[l + 32] : ql[l];
-    lo = (g & 2) ? lo >> 4 : lo & 15;
-    return lo | ((qh[l] >> (2 * g)) & 3) << 4;
-}
 static void deq_q6_K(const kn_block_q6_K *x, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float d = F16(x[i].d);
         for (int h = 0; h < 2; h++)
             for (int e = 0; e < 128; e++)
-                *y++ = d * x[i].scales[8 * h + e / 16] * (q6_get(&x[i], h, e) - 32);
+                *y++ = d * x[i].scales[8 * h + e / 16] * (kn_q6k_at(&x[i], 128 * h + e) - 32);
     }
 }
 static void deq_q8_K(const kn_block_q8_K *x, float *y, int64_t nb) {
@@ -439,7 +431,7 @@ static float dot_q6_K_q8_K(int64_t n, const void *vw, const void *va) {
                 int s = 0;
                 for (int l = 0; l < 16; l++) {
                     int e = 16 * j + l;
-                    s += (q6_get(&w[i], h, e) - 32) * a[i].qs[128 * h + e];
+                    s += (kn_q6k_at(&w[i], 128 * h + e) - 32) * a[i].qs[128 * h + e];
                 }
                 sumi += w[i].scales[8 * h + j] * s;
             }

@@ -75,6 +75,14 @@ typedef struct {
     int8_t scales[KN_QK_K / 16];
     uint16_t d;
 } kn_block_q6_K;
+/* 6-bit quant e (0..255) of a Q6_K block, 0..63 (not yet minus 32) */
+static inline int kn_q6k_at(const kn_block_q6_K *b, int e) {
+    int h = e >> 7, l = e & 31, g = (e >> 5) & 3;      /* half, lane, group as above */
+    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+    int lo = (g & 1) ? ql[l + 32] : ql[l];
+    lo = (g & 2) ? lo >> 4 : lo & 15;
+    return lo | ((qh[l] >> (2 * g)) & 3) << 4;
+}
 /* Q8_K: activations for the K dots; d is f32, bsums[j] = sum of qs[16j..16j+15]. */
 typedef struct {
     float d;
