@@ -3,7 +3,7 @@
  * For each weight type: y = W x with W 4096 x 4096 (kn_quant_matvec_rows, the
  * activation already quantized to the vec_dot type, as in decoding; then
  * the same with 16-bit (Q16) activations, the default of the matmuls, and
- * for the packed types (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K) through the 16-row packed copy decode uses on a CPU
+ * for the packed types (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K) through the 16-row packed copy decode uses on a CPU
  * with AVX512-VNNI ("x q16 packed", backends/quant/qpack.h)), on 1 and
  * 2 threads (plain pthreads, rows split in halves, a barrier after each
  * product like a decoding step). W is cycled through enough copies to fill
@@ -143,7 +143,7 @@ int main(void) {
 
     printf("| type | weight MiB | hot 1T GB/s | 1T ms | 1T GB/s | 1T read GB/s | 1T %% | 2T ms | 2T GB/s | 2T read GB/s | 2T %% |\n");
     printf("|------|-----------:|------------:|------:|--------:|-------------:|-----:|------:|--------:|-------------:|-----:|\n");
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q4_K, KN_Q6_K, KN_F16};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_F16};
     float *x = malloc(sizeof(float) * COLS), *y = malloc(sizeof(float) * ROWS);
     float *src = malloc(sizeof(float) * COLS);
     for (int i = 0; i < COLS; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;

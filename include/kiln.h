@@ -157,7 +157,7 @@ kn_tensor *kn_from_ptr(kn_ctx *ctx, kn_dtype t, int ndim, const int64_t *shape, 
 /* Promise that t's storage (a materialised tensor: kn_from_ptr, kn_from_data,
  * a param) never changes again while it lives, e.g. a model's weights.
  * Backends may then keep a copy in a faster layout of their own: the CPU
- * packs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q6_K weights 16 rows at a time for decode (same size
+ * packs Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K weights 16 rows at a time for decode (same size
  * again in memory). kn_tensor_write to it fails from then on. The LLM
  * loaders mark every weight they wrap. */
 kn_status kn_set_constant(kn_tensor *t);

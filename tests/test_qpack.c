@@ -1,4 +1,4 @@
-/* test_qpack.c: the 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K weights for decode
+/* test_qpack.c: the 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights for decode
  * (backends/quant/qpack.h): the packed scalar kernel against the row-at-a-time
  * Q16 dots, the SIMD kernel against the scalar one, dequantizing a packed
  * group against the file's rows, and the CPU matmul through a constant
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const kn_dtype TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q6_K};
-#define NTYPES 7
+static const kn_dtype TYPES[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+#define NTYPES 8
 
 /* random bytes with sane f16 scales: every quant value occurs */
 static void fill_raw(kn_dtype t, void *dst, int64_t rows, int64_t K) {
@@ -32,7 +32,7 @@ static void fill_raw(kn_dtype t, void *dst, int64_t rows, int64_t K) {
             h[i] = (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) | ((u >> 13) & 0x3ff));
         }
         if (t == KN_Q6_K) memcpy(p + off + bb - 2, h, 2);                         /* Q6_K: d last */
-        else memcpy(p + off, h, t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K ? 4 : 2);   /* d (and m / dmin) first */
+        else memcpy(p + off, h, t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K || t == KN_Q5_K ? 4 : 2);   /* d (and m / dmin) first */
     }
 }
 
@@ -61,8 +61,8 @@ TEST(packed_kernels_match_row_dots) {
                 kn_block_q16 *xq = malloc(kn_quant_q16_nbytes(K));
                 fill_raw(t, w, N, K);
                 quantize_x(x, xq, K);
-                size_t want_bytes = (size_t)G * 16 * rb + (t == KN_Q4_K ? (size_t)G * (size_t)(K / 256) * 64 : 0);
-                CHECK(kn_qpack_nbytes(t, N, K) == want_bytes, "%s: packed size is 16 file rows a group (Q4_K: + 64 B a record)",
+                size_t want_bytes = (size_t)G * 16 * rb + (t == KN_Q4_K || t == KN_Q5_K ? (size_t)G * (size_t)(K / 256) * 64 : 0);
+                CHECK(kn_qpack_nbytes(t, N, K) == want_bytes, "%s: packed size is 16 file rows a group (Q4_K, Q5_K: + 64 B a record)",
                       kn_dtype_name(t));
                 kn_qpack_pack(t, w, rb, N, K, 0, G, pk);
                 kn_qpack_gemv_scalar(t)(pk, 0, G, K, xq, ys);

@@ -1,4 +1,4 @@
-/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K weights (qpack.h):
+/* qpack.c: the 16-row packed layout of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K weights (qpack.h):
  * packing, the scalar matrix-vector kernel (the oracle of qpack_avx512.c),
  * dequantizing a group, and the choice of kernel for this CPU. */
 #include "backends/quant/qpack.h"
@@ -9,18 +9,20 @@
 enum { R = KN_QPACK_ROWS };
 
 bool kn_qpack_type_ok(kn_dtype t) {
-    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q6_K;
+    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K ||
+           t == KN_Q6_K;
 }
-static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q6_K; }
-static bool is_q5(kn_dtype t) { return t == KN_Q5_0 || t == KN_Q5_1; }
-static bool has_min(kn_dtype t) { return t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K; }
+static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K; }
+static bool is_k45(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K; }   /* d, dmin, 6-bit scales and mins */
+static bool is_q5(kn_dtype t) { return t == KN_Q5_0 || t == KN_Q5_1 || t == KN_Q5_K; }   /* a plane of fifth bits */
+static bool has_min(kn_dtype t) { return t == KN_Q4_1 || t == KN_Q5_1 || t == KN_Q4_K || t == KN_Q5_K; }
 
 /* elements of one record (the file's block), bytes of its scale part and of
  * its quant part (Q4_K: d, dmin, then the 8 sub-blocks' 6-bit scales and
  * mins as bytes, [8][16] each; the quants sub-block by sub-block as Q4_0's) */
 static int64_t block_elems(kn_dtype t) { return is_k(t) ? KN_QK_K : KN_QK; }
 static size_t scale_bytes(kn_dtype t) {
-    return t == KN_Q4_K ? 4 * R + 16 * R : t == KN_Q6_K ? 2 * R + 16 * R : has_min(t) ? 4 * R : 2 * R;
+    return is_k45(t) ? 4 * R + 16 * R : t == KN_Q6_K ? 2 * R + 16 * R : has_min(t) ? 4 * R : 2 * R;
 }
 /* bytes of one 32-element quant part: Q4 nibbles (+ Q5's bit plane, Q6_K's two) */
 static size_t part_bytes(kn_dtype t) { return R * KN_QK / 2 + (is_q5(t) ? 4 * R : t == KN_Q6_K ? 8 * R : 0); }
@@ -105,6 +107,24 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                         for (int l = 0; l < 32; l++) e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
                         put_q4(q + (size_t)sub * R * KN_QK / 2, r, e);
                     }
+                } else if (t == KN_Q5_K) {              /* Q4_K's scales; each part with its bit plane */
+                    const kn_block_q5_K *w = (const kn_block_q5_K *)blk + b;
+                    uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
+                    d[r] = w->d; m[r] = w->dmin;
+                    for (int sub = 0; sub < 8; sub++) {
+                        int scv, mv;
+                        kn_q45k_sc_m(w->scales, sub, &scv, &mv);
+                        sc[sub * R + r] = (uint8_t)scv; mn[sub * R + r] = (uint8_t)mv;
+                        const uint8_t *qs = w->qs + 32 * (sub / 2);
+                        uint8_t hb[4] = {0, 0, 0, 0};
+                        for (int l = 0; l < 32; l++) {
+                            e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
+                            hb[l / 8] |= (uint8_t)(((w->qh[l] >> sub) & 1) << (l % 8));
+                        }
+                        uint8_t *qp = q + (size_t)sub * part_bytes(t);
+                        put_q4(qp, r, e);
+                        put_q5h(qp + R * KN_QK / 2, r, hb);
+                    }
                 } else if (t == KN_Q6_K) {
                     const kn_block_q6_K *w = (const kn_block_q6_K *)blk + b;
                     int8_t *sc = (int8_t *)(o + 2 * R);
@@ -182,7 +202,7 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
                     else if (t == KN_Q4_0) acc[r] += dw * (a->d * (float)sum - 8.0f * a->s);
                     else if (t == KN_Q5_0) acc[r] += dw * (a->d * (float)sum - 16.0f * a->s);
                     else if (t == KN_Q4_1 || t == KN_Q5_1) acc[r] += dw * a->d * (float)sum + kn_fp16_to_fp32(m[r]) * a->s;
-                    else {                                           /* Q4_K: d sc q - dmin m */
+                    else {                                           /* Q4_K, Q5_K: d sc q - dmin m */
                         const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
                         acc[r] += dw * (float)sc[sub * R + r] * a->d * (float)sum -
                                   kn_fp16_to_fp32(m[r]) * (float)mn[sub * R + r] * a->s;
@@ -196,7 +216,7 @@ static void gemv_scalar(kn_dtype t, const void *packed, int64_t g0, int64_t g1, 
 #define GEMV(T, name) \
     static void name(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_scalar(T, p, g0, g1, K, x, y); }
 GEMV(KN_Q8_0, gemv_q8_0) GEMV(KN_Q4_0, gemv_q4_0) GEMV(KN_Q4_1, gemv_q4_1) GEMV(KN_Q5_0, gemv_q5_0)
-GEMV(KN_Q5_1, gemv_q5_1) GEMV(KN_Q4_K, gemv_q4_K) GEMV(KN_Q6_K, gemv_q6_K)
+GEMV(KN_Q5_1, gemv_q5_1) GEMV(KN_Q4_K, gemv_q4_K) GEMV(KN_Q5_K, gemv_q5_K) GEMV(KN_Q6_K, gemv_q6_K)
 #undef GEMV
 
 kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
@@ -207,6 +227,7 @@ kn_qpack_gemv_fn kn_qpack_gemv_scalar(kn_dtype t) {
     case KN_Q5_0: return gemv_q5_0;
     case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
+    case KN_Q5_K: return gemv_q5_K;
     case KN_Q6_K: return gemv_q6_K;
     default: return NULL;
     }
@@ -241,7 +262,7 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
                 float v;
                 if (t == KN_Q6_K) {          /* as quant.c's deq_q6_K: (d sc) (q - 32) */
                     v = dw * (float)((const int8_t *)(o + 2 * R))[(e / 16) * R + r] * (float)q;
-                } else if (t == KN_Q4_K) {   /* as quant.c's deq_q4_K: (d sc) q - (dmin m) */
+                } else if (is_k45(t)) {      /* as quant.c's deq_q4_K / deq_q5_K: (d sc) q - (dmin m) */
                     const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
                     float ds = dw * (float)sc[(e / 32) * R + r], dm = mw * (float)mn[(e / 32) * R + r];
                     v = ds * (float)q - dm;
@@ -254,7 +275,7 @@ static void dequant_scalar(kn_dtype t, const void *packed, int64_t g, int64_t K,
 }
 #define DEQ(T, name) static void name(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { dequant_scalar(T, p, g, K, out, ldo); }
 DEQ(KN_Q8_0, deq_q8_0) DEQ(KN_Q4_0, deq_q4_0) DEQ(KN_Q4_1, deq_q4_1) DEQ(KN_Q5_0, deq_q5_0) DEQ(KN_Q5_1, deq_q5_1)
-DEQ(KN_Q4_K, deq_q4_K) DEQ(KN_Q6_K, deq_q6_K)
+DEQ(KN_Q4_K, deq_q4_K) DEQ(KN_Q5_K, deq_q5_K) DEQ(KN_Q6_K, deq_q6_K)
 #undef DEQ
 
 kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
@@ -265,6 +286,7 @@ kn_qpack_dequant_fn kn_qpack_dequant_scalar(kn_dtype t) {
     case KN_Q5_0: return deq_q5_0;
     case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
+    case KN_Q5_K: return deq_q5_K;
     case KN_Q6_K: return deq_q6_K;
     default: return NULL;
     }

@@ -21,6 +21,8 @@
  *   Q4_K  (a record is the file's super-block of 256) d[16], dmin[16],
  *         sc[8][16], m[8][16] (the 6-bit scales and mins as bytes)  320 B |
  *         8 sub-blocks of 32, each as a Q4 quant part               2048 B
+ *   Q5_K  Q4_K's 320 B | 8 sub-blocks of 32, each as a Q5 quant part
+ *         (nibbles and bit plane)                                   2560 B
  *   Q6_K  (a record is the super-block of 256) d[16] 32 B, sc[16][16]
  *         (the int8 scales of the 16-element sub-blocks) 256 B | 8 parts
  *         of 32, each: n as Q4 (the low 4 bits) 256 B, h0[16 rows][2],
@@ -34,7 +36,7 @@
  * lanes and chunk c takes its bits by shifting h by c. Q6_K's h0 holds in
  * bits 2c, 2c+1 of lane 2r+j the high bits of element 2c+j, h1 those of
  * element 2(c+8)+j. Every record
- * has the size of 16 of the file's blocks (Q4_K: 2368 B for 2304, the
+ * has the size of 16 of the file's blocks (Q4_K: 2368 B for 2304, Q5_K 2880 for 2816: the
  * unpacked scale bytes), so a packed matrix takes as many bytes as the
  * file's (plus the padding rows).
  *
@@ -44,7 +46,7 @@
  *   y += dw * (da * sum - 8 * s)              Q4_0  (s = da * sum of quants)
  *   y += dw * (da * sum - 16 * s)             Q5_0
  *   y += (dw * da) * sum + mw * s             Q4_1, Q5_1
- *   y += dw * sc_j * da * sum - dmin * m_j * s  Q4_K, sub-block j
+ *   y += dw * sc_j * da * sum - dmin * m_j * s  Q4_K, Q5_K, sub-block j
  *   y += dw * da * (sc_2j sum_lo + sc_2j+1 sum_hi)  Q6_K, part j: the sums
  *        of its elements 0-15 and 16-31, each quant minus 32 in the ints
  * The scalar kernel here is the oracle of the SIMD one (same sums, the same
@@ -60,7 +62,7 @@
 
 #define KN_QPACK_ROWS 16
 
-/* Types with a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K). */
+/* Types with a packed layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K). */
 bool kn_qpack_type_ok(kn_dtype t);
 /* Bytes of a packed matrix of `rows` rows of K elements (K a multiple of
  * the type's block). */

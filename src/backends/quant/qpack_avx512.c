@@ -1,4 +1,4 @@
-/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K
+/* qpack_avx512.c: matrix-vector products of 16-row packed Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K
  * weights (qpack.h) with Q16 activations, AVX512-VNNI.
  *
  * Lane r of every vector is weight row r of the group. Per block of 32
@@ -183,9 +183,11 @@ static void gemv_q5_1(const void *packed, int64_t g0, int64_t g1, int64_t K, con
 
 /* Q4_K: per super-block, the 8 sub-blocks' sums scaled by their 6-bit
  * scales and mins (bytes, widened per lane), then d and dmin once */
-static void gemv_q4_K(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
+/* Q4_K and Q5_K (five: the parts carry Q5's bit plane) */
+static inline void gemv_k45(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y,
+                            const int five) {
     const int64_t nb = K / KN_QK_K;
-    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    const size_t part = R * KN_QK / 2 + (five ? 4 * R : 0), rec = 20 * R + 8 * part;
     for (int64_t g = g0; g < g1; g++) {
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
@@ -194,7 +196,7 @@ static void gemv_q4_K(const void *packed, int64_t g0, int64_t g1, int64_t K, con
             const kn_block_q16 *a = &x[8 * b];
             __m512 accd = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
             for (int sub = 0; sub < 8; sub++) {
-                __m512 s = _mm512_cvtepi32_ps(sum_q4(q + sub * R * KN_QK / 2, &a[sub]));
+                __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(q + sub * part, &a[sub]) : sum_q4(q + sub * part, &a[sub]));
                 __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R))));
                 __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R))));
                 accd = _mm512_fmadd_ps(s, _mm512_mul_ps(scf, _mm512_set1_ps(a[sub].d)), accd);
@@ -206,6 +208,8 @@ static void gemv_q4_K(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         _mm512_storeu_ps(y + (g - g0) * R, acc);
     }
 }
+static void gemv_q4_K(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_k45(p, g0, g1, K, x, y, 0); }
+static void gemv_q5_K(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { gemv_k45(p, g0, g1, K, x, y, 1); }
 
 /* ---- four activation rows a group (prefill, batched decode) ----------------
  * Each widened weight chunk feeds the four rows' vpdpwssd (two accumulators a
@@ -349,9 +353,10 @@ static void gemm4_q5_1(const void *packed, int64_t g, int64_t K, const kn_block_
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
 }
-static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
+                             int64_t ldy, const int five) {
     const int64_t nb = K / KN_QK_K;
-    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    const size_t part = R * KN_QK / 2 + (five ? 4 * R : 0), rec = 20 * R + 8 * part;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
     for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
@@ -362,7 +367,8 @@ static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_
         for (int sub = 0; sub < 8; sub++) {
             rows4 r = rows_at(x, xs, 8 * b + sub);
             __m512i s[XR];
-            sums4_q4(q + sub * R * KN_QK / 2, r, s);
+            if (five) sums4_q5(q + sub * part, r, s);
+            else sums4_q4(q + sub * part, r, s);
             __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R))));
             __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R))));
             for (int i = 0; i < XR; i++) {
@@ -376,6 +382,12 @@ static void gemm4_q4_K(const void *packed, int64_t g, int64_t K, const kn_block_
         }
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+}
+static void gemm4_q4_K(const void *p, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    gemm4_k45(p, g, K, x, xs, y, ldy, 0);
+}
+static void gemm4_q5_K(const void *p, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+    gemm4_k45(p, g, K, x, xs, y, ldy, 1);
 }
 
 static void gemm4_q6_K(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
@@ -427,6 +439,7 @@ kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
     case KN_Q5_0: return gemm4_q5_0;
     case KN_Q5_1: return gemm4_q5_1;
     case KN_Q4_K: return gemm4_q4_K;
+    case KN_Q5_K: return gemm4_q5_K;
     case KN_Q6_K: return gemm4_q6_K;
     default: return NULL;
     }
@@ -530,9 +543,9 @@ static void deq_q4_1(const void *packed, int64_t g, int64_t K, float *out, int64
             _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q[e])), m));
     }
 }
-static void deq_q4_K(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+static inline void deq_k45(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo, const int five) {
     const int64_t nb = K / KN_QK_K;
-    const size_t rec = 20 * R + 8 * R * KN_QK / 2;
+    const size_t part = R * KN_QK / 2 + (five ? 4 * R : 0), rec = 20 * R + 8 * part;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     for (int64_t b = 0; b < nb; b++, o += rec) {
         __m512 d = scales16(o), dmin = scales16(o + 2 * R);
@@ -541,12 +554,15 @@ static void deq_q4_K(const void *packed, int64_t g, int64_t K, float *out, int64
             __m512 ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R)))));
             __m512 dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R)))));
             __m512i q[32];
-            q4_part(o + 20 * R + sub * R * KN_QK / 2, q);
+            if (five) q5_part(o + 20 * R + sub * part, q);
+            else q4_part(o + 20 * R + sub * part, q);
             for (int e = 0; e < 32; e++)
                 _mm512_storeu_ps(out + (b * 256 + sub * 32 + e) * ldo, _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(q[e])), dm));
         }
     }
 }
+static void deq_q4_K(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { deq_k45(p, g, K, out, ldo, 0); }
+static void deq_q5_K(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { deq_k45(p, g, K, out, ldo, 1); }
 static void deq_q6_K(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
     const int64_t nb = K / KN_QK_K;
     const size_t rec = 18 * R + 8 * Q6_PART;
@@ -581,6 +597,7 @@ kn_qpack_dequant_fn kn_qpack_avx512_dequant(kn_dtype t) {
     case KN_Q5_0: return deq_q5_0;
     case KN_Q5_1: return deq_q5_1;
     case KN_Q4_K: return deq_q4_K;
+    case KN_Q5_K: return deq_q5_K;
     case KN_Q6_K: return deq_q6_K;
     default: return NULL;
     }
@@ -619,6 +636,7 @@ kn_qpack_gemv_fn kn_qpack_avx512_gemv(kn_dtype t) {
     case KN_Q5_0: return gemv_q5_0;
     case KN_Q5_1: return gemv_q5_1;
     case KN_Q4_K: return gemv_q4_K;
+    case KN_Q5_K: return gemv_q5_K;
     case KN_Q6_K: return gemv_q6_K;
     default: return NULL;
     }
