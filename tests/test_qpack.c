@@ -130,8 +130,10 @@ TEST(packed_kernels_match_row_dots) {
           want_simd ? 15 * NTYPES : 0);
 }
 
-/* y = x W^T for T activation rows on the CPU backend (W rows [row0, row0 + N)
- * of a stacked [rows, K] matrix, marked constant or not) and on the reference */
+/* y = relu(x W^T + bias) for T activation rows on the CPU backend (W rows
+ * [row0, row0 + N) of a stacked [rows, K] matrix, marked constant or not)
+ * and on the reference: the bias and relu become the matmul's epilogue,
+ * which each block of a prefill's columns must apply at its own columns */
 static void matmul(kn_backend *be, kn_dtype t, const void *w, int64_t rows, int64_t row0, int64_t N, int64_t K,
                    bool constant, const float *x, int64_t T, float *y, bool *packed) {
     kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){be});
@@ -139,18 +141,33 @@ static void matmul(kn_backend *be, kn_dtype t, const void *w, int64_t rows, int6
     if (constant) REQUIRE(kn_set_constant(W) == KN_OK, "%s", kn_last_error());
     kn_tensor *Wr = kn_slice(ctx, W, 0, row0, row0 + N, 1);
     kn_tensor *X = kn_from_data(ctx, KN_F32, 2, (int64_t[]){T, K}, x);
-    kn_tensor *Y = kn_matmul(ctx, X, kn_transpose(ctx, Wr, 0, 1));
-    REQUIRE(Y && kn_tensor_read(Y, y, KN_F32) == KN_OK, "%s", kn_last_error());
+    float bias[80];
+    for (int i = 0; i < 80; i++) bias[i] = (float)(i % 7) - 2.5f;
+    kn_tensor *Bv = kn_from_data(ctx, KN_F32, 1, (int64_t[]){N}, bias);
+    kn_tensor *Y = kn_relu(ctx, kn_add(ctx, kn_matmul(ctx, X, kn_transpose(ctx, Wr, 0, 1)), Bv));
+    REQUIRE(Y, "%s", kn_last_error());
+    kn_plan *pl = kn_plan_new(ctx, 1, &Y, NULL);     /* a plan: the epilogue is fused (kn_tensor_read fuses none) */
+    REQUIRE(pl && kn_plan_run(pl) == KN_OK && kn_tensor_read(Y, y, KN_F32) == KN_OK, "%s", kn_last_error());
+    kn_plan_stats st;
+    kn_plan_get_stats(pl, &st);
+    if (be == kn_backend_cpu() && !kn_env_get()->nofuse && kn_env_get()->epilogue)
+        CHECK(st.epilogues == 1, "%s: the bias and relu did not become the matmul's epilogue", kn_dtype_name(t));
+    kn_plan_free(pl);
     if (packed) *packed = __atomic_load_n(&W->buf->derived, __ATOMIC_ACQUIRE) != NULL;
     kn_ctx_free(ctx);
 }
 
 TEST(cpu_matmul_through_packed_copy) {
     kn_test_seed(72);
+    const char *keep = getenv("KN_EPILOGUE");          /* epilogues on (off by default): the blocks' post pieces */
+    char *kept = keep ? strdup(keep) : NULL;
+    setenv("KN_EPILOGUE", "1", 1); kn_env_reload();
     const int64_t rows = 80, K = 256;
     struct { int64_t row0, N, T; bool expect; } cases[] = {
         {0, 80, 1, true}, {0, 80, 3, true}, {16, 37, 1, true}, {32, 48, 5, true},
-        {16, 53, 40, true},                 /* prefill: the copy dequantized into W^T, then the SGEMM */
+        {16, 53, 40, true},                 /* a short prompt: the four-row kernel */
+        {16, 53, 60, true},                 /* prefill: the copy dequantized into W^T blocks, then the SGEMM */
+        {8, 40, 64, false},                 /* not on a group boundary: the file's rows, by blocks */
         {8, 40, 1, false},                  /* not on a group boundary: the row dots */
     };
     bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
@@ -161,8 +178,8 @@ TEST(cpu_matmul_through_packed_copy) {
         kn_dtype t = TYPES[ti];
         void *w = malloc(kn_dtype_nbytes(t, rows * K));
         fill_raw(t, w, rows, K);
-        static float x[40 * 256], ref[40 * 80], got[40 * 80], plain[40 * 80];
-        kn_test_fill_f32(x, 40 * K, -1, 1);
+        static float x[64 * 256], ref[64 * 80], got[64 * 80], plain[64 * 80];
+        kn_test_fill_f32(x, 64 * K, -1, 1);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int64_t N = cases[c].N, T = cases[c].T;
             bool packed = false, packed_plain = true;
@@ -175,7 +192,7 @@ TEST(cpu_matmul_through_packed_copy) {
                 dp += (got[i] - plain[i]) * (got[i] - plain[i]);
             }
             /* the row dots: Q16 as well (auto), except the K types' 8-bit partner */
-            bool f32_act = T >= 32;            /* both dequantize to the same floats */
+            bool f32_act = T >= 48;            /* both dequantize to the same floats (QMM_GEMM_MIN_ROWS) */
             double dtol = f32_act || kn_quant_act_q16_dot(t) ? 1e-5 : 3e-2, rtol = f32_act ? 1e-5 : packed || kn_quant_act_q16_dot(t) ? 1e-4 : 3e-2;
             CHECK(sqrt(num / den) < rtol, "%s case %zu: rel err %.3g vs reference", kn_dtype_name(t), c, sqrt(num / den));
             CHECK(sqrt(dp / den) < dtol, "%s case %zu: packed vs row dots differ by %.3g", kn_dtype_name(t), c, sqrt(dp / den));
@@ -186,6 +203,9 @@ TEST(cpu_matmul_through_packed_copy) {
         }
         free(w);
     }
+    if (kept) setenv("KN_EPILOGUE", kept, 1); else unsetenv("KN_EPILOGUE");
+    free(kept);
+    kn_env_reload();
 }
 
 /* KN_QPACK=0: a constant buffer gets no packed copy, the row dots answer */

@@ -11,6 +11,7 @@
  */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/gemm.h"         // defines: kn_sgemm, kn_sgemm_batched
+#include "backends/cpu/threadpool.h"   // defines: kn_pool_nthreads
 #include "backends/cpu/vec.h"          // defines: kn_vec_bf16_to_f32 and the other 16-bit conversions
 #include "backends/quant/quant.h"                 // defines: kn_vec_dot_fn, kn_quantize_*, kn_dequantize_row
 #include "backends/quant/qpack.h"                 // defines: kn_qpack_*, the 16-row packed layout
@@ -89,17 +90,12 @@ static void qx_rows(void *p, int64_t r0, int64_t r1) {
  * running the packed SGEMM beats T separate integer dot products per row,
  * and keeps the activations in f32. The scratch buffer is reused across
  * calls (plans run one node at a time). */
-#define QMM_GEMM_MIN_ROWS 32
+#define QMM_GEMM_MIN_ROWS 48
 static _Thread_local float *g_wscratch;      /* per thread: two plans may run at once */
 static _Thread_local size_t g_wscratch_n;
 static pthread_key_t g_wscratch_key;          /* frees a thread's scratch when it exits */
 static pthread_once_t g_wscratch_once = PTHREAD_ONCE_INIT;
 static void wscratch_key_make(void) { pthread_key_create(&g_wscratch_key, free); }
-typedef struct { kn_dtype wt; const char *W; size_t row_bytes; int64_t K; float *out; } deq_job;
-static void deq_rows(void *p, int64_t r0, int64_t r1) {
-    deq_job *j = p;
-    for (int64_t r = r0; r < r1; r++) kn_dequantize_row(j->wt, j->W + (size_t)r * j->row_bytes, j->out + r * j->K, j->K);
-}
 static float *wscratch(size_t need) {
     if (need > g_wscratch_n) {
         float *w = realloc(g_wscratch, need * sizeof(float));
@@ -110,13 +106,67 @@ static float *wscratch(size_t need) {
     }
     return g_wscratch;
 }
+/* Prefill: W is dequantized a block of CW output columns at a time into the
+ * thread's scratch (a few MB of f32, which stays in cache) and that block is
+ * multiplied right away by the SGEMM, single-threaded on the thread that
+ * dequantized it; blocks are spread over the pool. Dequantizing all of W
+ * first wrote and read N x K floats through DRAM, which cost more than the
+ * products at short prompts (Llama-3.2-1B-shaped Q4_K_M, pp32 on 2 threads:
+ * docs/PERF.md). The weights come from the packed copy (deq: W^T panels of
+ * 16 columns a group) or from the file's rows (W rows, the SGEMM's B^T). */
+typedef struct { const kn_sgemm_post *inner; float *C; int64_t col0; } post_shift;
+static void post_shifted(void *ctx, float *C, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const post_shift *s = ctx;                    /* the block's columns are C's from col0 */
+    (void)C;
+    s->inner->fn(s->inner->ctx, s->C, ldc, m0, m1, n0 + s->col0, n1 + s->col0);
+}
+typedef struct {
+    const float *A; int64_t lda; float *C; int64_t ldc, T, N, K, cw;
+    const kn_sgemm_post *post;
+    kn_qpack_dequant_fn deq; const void *P; int64_t g_first;        /* packed copy, or ...  */
+    kn_dtype wt; const char *W; size_t row_bytes;                   /* ... the file's rows   */
+    atomic_int failed;
+} qblk_job;
+static void qblk_cols(void *p, int64_t c0, int64_t c1) {
+    qblk_job *j = p;
+    float *w = wscratch((size_t)(j->cw * j->K));
+    if (!w) { atomic_store(&j->failed, 1); return; }
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t n0 = c * j->cw, nc = j->N - n0 < j->cw ? j->N - n0 : j->cw;
+        post_shift ps = {j->post, j->C, n0};
+        kn_sgemm_post sp = {post_shifted, &ps};
+        if (j->deq) {
+            for (int64_t g = 0; g < (nc + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS; g++)
+                j->deq(j->P, j->g_first + n0 / KN_QPACK_ROWS + g, j->K, w + g * KN_QPACK_ROWS, j->cw);
+            kn_sgemm_ep(false, false, j->T, nc, j->K, 1.0f, j->A, j->lda, w, j->cw, 0.0f, j->C + n0, j->ldc,
+                        j->post ? &sp : NULL);
+        } else {
+            for (int64_t r = 0; r < nc; r++)
+                kn_dequantize_row(j->wt, j->W + (size_t)(n0 + r) * j->row_bytes, w + r * j->K, j->K);
+            kn_sgemm_ep(false, true, j->T, nc, j->K, 1.0f, j->A, j->lda, w, j->K, 0.0f, j->C + n0, j->ldc,
+                        j->post ? &sp : NULL);
+        }
+    }
+}
+/* columns a block: 256 (the SGEMM's A packing is repeated per block), fewer
+ * so that every thread gets two blocks, a multiple of the 16-row groups */
+static int64_t qblk_width(int64_t N) {
+    int64_t nt = kn_pool_nthreads(), cw = 256, share = (N + 2 * nt - 1) / (2 * nt);
+    if (share < cw) cw = share;
+    cw = (cw + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS * KN_QPACK_ROWS;
+    return cw < 2 * KN_QPACK_ROWS ? 2 * KN_QPACK_ROWS : cw;
+}
+static bool qblk_run(qblk_job *j) {
+    int64_t blocks = (j->N + j->cw - 1) / j->cw;
+    atomic_init(&j->failed, 0);
+    kn_cpu_par_rows(qblk_cols, j, blocks, j->T * j->N * j->K);
+    return !atomic_load(&j->failed);             /* out of memory: the row dots redo it all */
+}
 static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, const kn_sgemm_post *post) {
     int64_t T = d->ne[0], N = d->ne[1], K = a->ne[1];
-    if (!wscratch((size_t)N * (size_t)K)) return false;
-    deq_job dj = {b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, g_wscratch};
-    kn_cpu_par_rows(deq_rows, &dj, N, N * K);
-    kn_sgemm_ep(false, true, T, N, K, 1.0f, a->data, a->st[0], g_wscratch, K, 0.0f, d->data, d->st[0], post);
-    return true;
+    qblk_job j = {a->data, a->st[0], d->data, d->st[0], T, N, K, qblk_width(N), post, NULL, NULL, 0,
+                  b->dtype, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), 0};
+    return qblk_run(&j);
 }
 
 /* ==== decode against 16-row packed weights (backends/quant/qpack.h) ==========
@@ -126,9 +176,11 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
  * buffer, and of row ranges of it that start on a 16-row boundary (a
  * stacked expert), read the copy, four activation rows at a time where
  * there are four. Prefill (>= QMM_GEMM_MIN_ROWS rows) dequantizes the copy
- * into W^T and runs the f32 SGEMM (1.1-1.9x the packed four-row kernel there:
- * Qwen2.5-0.5B-shaped Q4_0 pp64, SmolLM2 Q8_0 pp256, 2 threads), so after
- * packing the file's rows are never read again. */
+ * into W^T blocks and runs the f32 SGEMM on each (qblk_cols), so after
+ * packing the file's rows are never read again. The threshold is measured
+ * (2 threads, this VM): at 32 rows the four-row kernel was 1.26x the SGEMM
+ * on a Llama-3.2-1B-shaped Q4_K_M and even on SmolLM2, at 48 the SGEMM
+ * 1.02x / 1.27x, at 64 1.23x / 1.48x. */
 typedef struct { kn_dtype t; int64_t K, rows; size_t row_bytes; void *data; } cpu_qpack;
 static void qpack_free(void *p) {
     cpu_qpack *q = p;
@@ -223,26 +275,17 @@ static const cpu_qpack *packed_view(const kn_tview *b, int64_t N, int64_t K, int
     return q && *row0 + N <= q->rows ? q : NULL;
 }
 
-/* prefill through the packed copy: its groups dequantized into W^T panels
- * [K, N rounded up to 16] (the same floats as the file's rows give), then
- * the SGEMM; the file's rows are not read again after packing */
-typedef struct { kn_qpack_dequant_fn deq; const void *P; int64_t g_first, K, ldo; float *out; } qdeq_job;
-static void qdeq_groups(void *p, int64_t g0, int64_t g1) {
-    const qdeq_job *j = p;
-    for (int64_t g = g0; g < g1; g++) j->deq(j->P, j->g_first + g, j->K, j->out + g * KN_QPACK_ROWS, j->ldo);
-}
+/* prefill through the packed copy: blocks of its groups dequantized into
+ * W^T panels (the same floats as the file's rows give), each multiplied by
+ * the SGEMM (qblk_cols above); the file's rows are not read again */
 static bool matmul_qpacked_sgemm(const kn_tview *d, const kn_tview *a, const kn_tview *b, int64_t T, int64_t N,
                                  int64_t K, const kn_sgemm_post *post) {
     int64_t row0;
     const cpu_qpack *q = packed_view(b, N, K, &row0);
     if (!q) return false;
-    int64_t groups = (N + KN_QPACK_ROWS - 1) / KN_QPACK_ROWS, ldo = groups * KN_QPACK_ROWS;
-    float *w = wscratch((size_t)ldo * (size_t)K);
-    if (!w) return false;
-    qdeq_job j = {kn_qpack_dequant(b->dtype), q->data, row0 / KN_QPACK_ROWS, K, ldo, w};
-    kn_cpu_par_rows(qdeq_groups, &j, groups, N * K);
-    kn_sgemm_ep(false, false, T, N, K, 1.0f, a->data, a->st[0], w, ldo, 0.0f, d->data, d->st[0], post);
-    return true;
+    qblk_job j = {a->data, a->st[0], d->data, d->st[0], T, N, K, qblk_width(N), post, kn_qpack_dequant(b->dtype), q->data,
+                  row0 / KN_QPACK_ROWS, KN_F32, NULL, 0, 0};
+    return qblk_run(&j);
 }
 
 /* y = x W^T through the packed copy of W; false where there is none */
