@@ -19,6 +19,7 @@
  */
 #include "kn_optest.h"
 #include "kiln.h"
+#include "backends/quant/qpack.h"
 #include "kiln_backend.h"        // defines: struct kn_backend (name), kn_store
 #include "backends/quant/quant.h"
 #include "core/core.h"       // defines: struct kn_buffer (derived)
@@ -196,10 +197,9 @@ static void backend_vs_ref(kn_backend *be, const char *name, bool act_f32) {
         if (!st) st = mm_run(be, c, &d, false, &got);
         CHECK(!st, "%s on %s: %s", s, name, kn_last_error());
         if (!st) {
-            bool quant_act = kn_dtype_get(c->wdt)->is_quant && !act_f32;   /* groups under 32 rows quantize x */
+            bool quant_act = kn_dtype_get(c->wdt)->is_quant && !act_f32;   /* groups under 48 rows quantize x */
             /* a packed copy (constant W, 16-row experts): 16-bit activations, error ~1e-5 */
-            bool packed = g_constant && quant_act && c->N % 16 == 0 && kn_cpu()->avx512vnni &&
-                          (c->wdt == KN_Q4_0 || c->wdt == KN_Q4_1 || c->wdt == KN_Q8_0 || c->wdt == KN_Q4_K);
+            bool packed = g_constant && quant_act && c->N % 16 == 0 && kn_cpu()->avx512vnni && kn_qpack_type_ok(c->wdt);
             double tol = packed ? 1e-4 : quant_act ? 2e-2 : 1e-5;
             double e = kn_rel_err(got, want, (long)(c->T * c->K * c->N));
             CHECK(e < tol, "%s: %s vs ref rel err %g (tolerance %g)", s, name, e, tol);
