@@ -121,68 +121,50 @@ static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, con
     }
 }
 
-static void gemv_q4_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, o += rec) {
-            __m512 s = _mm512_cvtepi32_ps(sum_q4(o + 2 * R, &x[b]));
-            /* dw * (da * sum - 8 * s) */
-            acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(8.0f * x[b].s)), acc);
-        }
-        _mm512_storeu_ps(y + (g - g0) * R, acc);
-    }
-}
 
-static void gemv_q4_1(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, o += rec) {
-            __m512 s = _mm512_cvtepi32_ps(sum_q4(o + 4 * R, &x[b]));
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
-            accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
-        }
-        _mm512_storeu_ps(y + (g - g0) * R, _mm512_add_ps(acc, accm));
-    }
-}
 
-static void gemv_q5_0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, o += rec) {
-            __m512 s = _mm512_cvtepi32_ps(sum_q5(o + 2 * R, &x[b]));
-            /* dw * (da * sum - 16 * s) */
-            acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(16.0f * x[b].s)), acc);
-        }
-        _mm512_storeu_ps(y + (g - g0) * R, acc);
-    }
-}
 
-static void gemv_q5_1(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++, o += rec) {
-            __m512 s = _mm512_cvtepi32_ps(sum_q5(o + 4 * R, &x[b]));
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
-            accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
-        }
-        _mm512_storeu_ps(y + (g - g0) * R, _mm512_add_ps(acc, accm));
-    }
-}
 
 /* Q4_K: per super-block, the 8 sub-blocks' sums scaled by their 6-bit
  * scales and mins (bytes, widened per lane), then d and dmin once */
+/* Q4_0 / Q5_0 (five: the parts carry Q5's bit plane; quants offset 8 / 16) */
+static inline void gemv_x0(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y,
+                           const int five) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 2 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
+    const float off = five ? 16.0f : 8.0f;
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 2 * R, &x[b]) : sum_q4(o + 2 * R, &x[b]));
+            /* dw * (da * sum - off * s) */
+            acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(off * x[b].s)), acc);
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, acc);
+    }
+}
+/* Q4_1 / Q5_1 */
+static inline void gemv_x1(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y,
+                           const int five) {
+    const int64_t nb = K / KN_QK;
+    const size_t rec = 4 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
+    for (int64_t g = g0; g < g1; g++) {
+        const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
+        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++, o += rec) {
+            __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 4 * R, &x[b]) : sum_q4(o + 4 * R, &x[b]));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
+            accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
+        }
+        _mm512_storeu_ps(y + (g - g0) * R, _mm512_add_ps(acc, accm));
+    }
+}
+#define GEMV(name, fn, five) \
+    static void name(const void *p, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y) { fn(p, g0, g1, K, x, y, five); }
+GEMV(gemv_q4_0, gemv_x0, 0) GEMV(gemv_q5_0, gemv_x0, 1) GEMV(gemv_q4_1, gemv_x1, 0) GEMV(gemv_q5_1, gemv_x1, 1)
+#undef GEMV
+
 /* Q4_K and Q5_K (five: the parts carry Q5's bit plane) */
 static inline void gemv_k45(const void *packed, int64_t g0, int64_t g1, int64_t K, const kn_block_q16 *x, float *y,
                             const int five) {
@@ -283,33 +265,39 @@ static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
-static void gemm4_q4_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+/* Q4_0 / Q5_0 and Q4_1 / Q5_1, as the one-row kernels */
+static inline void gemm4_x0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
+                            int64_t ldy, const int five) {
     const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2;
+    const size_t rec = 2 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
+    const float off = five ? 16.0f : 8.0f;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
     for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
-        sums4_q4(o + 2 * R, r, s);
+        if (five) sums4_q5(o + 2 * R, r, s);
+        else sums4_q4(o + 2 * R, r, s);
         __m512 dw = scales16(o);
         for (int i = 0; i < XR; i++)
             acc[i] = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(s[i]), _mm512_set1_ps(r.a[i]->d),
-                                                         _mm512_set1_ps(8.0f * r.a[i]->s)), acc[i]);
+                                                         _mm512_set1_ps(off * r.a[i]->s)), acc[i]);
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
-static void gemm4_q4_1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
+static inline void gemm4_x1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
+                            int64_t ldy, const int five) {
     const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2;
+    const size_t rec = 4 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR], accm[XR];
     for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
-        sums4_q4(o + 4 * R, r, s);
+        if (five) sums4_q5(o + 4 * R, r, s);
+        else sums4_q4(o + 4 * R, r, s);
         __m512 dw = scales16(o), mw = scales16(o + 2 * R);
         for (int i = 0; i < XR; i++) {
             acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
@@ -318,41 +306,12 @@ static void gemm4_q4_1(const void *packed, int64_t g, int64_t K, const kn_block_
     }
     for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
 }
-static void gemm4_q5_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
-    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-    __m512 acc[XR];
-    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, o += rec) {
-        rows4 r = rows_at(x, xs, b);
-        __m512i s[XR];
-        sums4_q5(o + 2 * R, r, s);
-        __m512 dw = scales16(o);
-        for (int i = 0; i < XR; i++)
-            acc[i] = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(s[i]), _mm512_set1_ps(r.a[i]->d),
-                                                         _mm512_set1_ps(16.0f * r.a[i]->s)), acc[i]);
+#define GEMM4(name, fn, five) \
+    static void name(const void *p, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) { \
+        fn(p, g, K, x, xs, y, ldy, five); \
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
-}
-static void gemm4_q5_1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
-    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-    __m512 acc[XR], accm[XR];
-    for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++, o += rec) {
-        rows4 r = rows_at(x, xs, b);
-        __m512i s[XR];
-        sums4_q5(o + 4 * R, r, s);
-        __m512 dw = scales16(o), mw = scales16(o + 2 * R);
-        for (int i = 0; i < XR; i++) {
-            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
-            accm[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(r.a[i]->s), accm[i]);
-        }
-    }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
-}
+GEMM4(gemm4_q4_0, gemm4_x0, 0) GEMM4(gemm4_q5_0, gemm4_x0, 1) GEMM4(gemm4_q4_1, gemm4_x1, 0) GEMM4(gemm4_q5_1, gemm4_x1, 1)
+#undef GEMM4
 static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
                              int64_t ldy, const int five) {
     const int64_t nb = K / KN_QK_K;
@@ -479,31 +438,6 @@ static inline void q5_part(const uint8_t *q, __m512i q32[32]) {
                     &q32[2 * c + 16], &q32[2 * c + 17]);
     }
 }
-static void deq_q5_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2 + 4 * R;
-    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-    const __m512i sixteen = _mm512_set1_epi32(16);
-    for (int64_t b = 0; b < nb; b++, o += rec) {
-        __m512 d = scales16(o);
-        __m512i q[32];
-        q5_part(o + 2 * R, q);
-        for (int e = 0; e < 32; e++)
-            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[e], sixteen))));
-    }
-}
-static void deq_q5_1(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
-    const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2 + 4 * R;
-    const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-    for (int64_t b = 0; b < nb; b++, o += rec) {
-        __m512 d = scales16(o), m = scales16(o + 2 * R);
-        __m512i q[32];
-        q5_part(o + 4 * R, q);
-        for (int e = 0; e < 32; e++)
-            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q[e])), m));
-    }
-}
 static void deq_q8_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
     const int64_t nb = K / KN_QK;
     const size_t rec = 2 * R + R * KN_QK;
@@ -518,31 +452,38 @@ static void deq_q8_0(const void *packed, int64_t g, int64_t K, float *out, int64
         }
     }
 }
-static void deq_q4_0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+/* Q4_0 / Q5_0 (quants offset 8 / 16) and Q4_1 / Q5_1 */
+static inline void deq_x0(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo, const int five) {
     const int64_t nb = K / KN_QK;
-    const size_t rec = 2 * R + R * KN_QK / 2;
+    const size_t rec = 2 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
-    const __m512i eight = _mm512_set1_epi32(8);
+    const __m512i off = _mm512_set1_epi32(five ? 16 : 8);
     for (int64_t b = 0; b < nb; b++, o += rec) {
         __m512 d = scales16(o);
         __m512i q[32];
-        q4_part(o + 2 * R, q);
+        if (five) q5_part(o + 2 * R, q);
+        else q4_part(o + 2 * R, q);
         for (int e = 0; e < 32; e++)
-            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[e], eight))));
+            _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(q[e], off))));
     }
 }
-static void deq_q4_1(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo) {
+static inline void deq_x1(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo, const int five) {
     const int64_t nb = K / KN_QK;
-    const size_t rec = 4 * R + R * KN_QK / 2;
+    const size_t rec = 4 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     for (int64_t b = 0; b < nb; b++, o += rec) {
         __m512 d = scales16(o), m = scales16(o + 2 * R);
         __m512i q[32];
-        q4_part(o + 4 * R, q);
+        if (five) q5_part(o + 4 * R, q);
+        else q4_part(o + 4 * R, q);
         for (int e = 0; e < 32; e++)
             _mm512_storeu_ps(out + (b * 32 + e) * ldo, _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(q[e])), m));
     }
 }
+#define DEQ(name, fn, five) \
+    static void name(const void *p, int64_t g, int64_t K, float *out, int64_t ldo) { fn(p, g, K, out, ldo, five); }
+DEQ(deq_q4_0, deq_x0, 0) DEQ(deq_q5_0, deq_x0, 1) DEQ(deq_q4_1, deq_x1, 0) DEQ(deq_q5_1, deq_x1, 1)
+#undef DEQ
 static inline void deq_k45(const void *packed, int64_t g, int64_t K, float *out, int64_t ldo, const int five) {
     const int64_t nb = K / KN_QK_K;
     const size_t part = R * KN_QK / 2 + (five ? 4 * R : 0), rec = 20 * R + 8 * part;
