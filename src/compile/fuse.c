@@ -27,6 +27,7 @@
  * kernel, and members of it when nothing else reads them.
  */
 #include "compile/kernel.h"
+#include "core/env.h"                    // defines: kn_env_get (KN_FUSE_MAX)
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -972,6 +973,13 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
             keep3++;
         }
         f.ng = keep3;
+        /* KN_FUSE_MAX=n: only the first n groups (the rest run hand kernels),
+         * to find which generated kernel of a plan gives a wrong answer */
+        const char *fm = kn_env_get()->fuse_max;
+        if (fm && *fm) {
+            long nmax = strtol(fm, NULL, 10);
+            if (nmax >= 0 && nmax < f.ng) f.ng = (int)nmax;
+        }
     }
     free(f.pos); free(f.rhead); free(f.first_read); free(f.view_read); free(f.gid); free(f.out); free(f.neff); free(f.rnode); free(f.rnext);
     if (!ok) { free(f.g); return false; }

@@ -28,7 +28,7 @@ static const var g_vars[] = {
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
     {"KN_CACHE_DIR", STR, F(cache_dir)},      {"KN_CACHE", IS0, F(cache_off)},
     {"KN_DUMP_KERNELS", STR, F(dump_kernels)}, {"KN_LLM_STEP_PLAN", IS0, F(llm_no_step_plan)},
-    {"KN_EPILOGUE", IS1, F(epilogue)},
+    {"KN_EPILOGUE", IS1, F(epilogue)},        {"KN_FUSE_MAX", STR, F(fuse_max)},
     {"KN_CC", STR, F(cc)},                    {"KN_BEAM", INT, F(beam)},
     {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},
     {"KN_CE_COMPOSITE", FLAG, F(ce_composite)},

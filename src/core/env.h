@@ -55,6 +55,7 @@ typedef struct kn_env {
     bool cuda_nograph;       /* KN_CUDA_GRAPH=0: plan runs never captured into CUDA graphs */
     long long cuda_pool_mb;  /* KN_CUDA_POOL_MB: device pool limit in MiB, 0 = none */
     const char *cuda_tune;   /* KN_CUDA_TUNE: kernel variant overrides "key=v,key=v" */
+    const char *fuse_max;    /* KN_FUSE_MAX: a plan keeps only its first n fused groups (bisecting) */
     const char *cuda_device; /* KN_CUDA_DEVICE: the GPU this process uses (else LOCAL_RANK, else 0) */
     /* several processes (kiln_dist.h) */
     const char *dist_timeout;/* KN_DIST_TIMEOUT: seconds any collective or rendezvous may wait (600) */
