@@ -69,7 +69,7 @@ TEST(reference_encodings) {
     REQUIRE(!r.bad, "truncated string table");
     int32_t *ids = malloc(1 << 20);
     char *dec = malloc(1 << 16);
-    long total_ids = 0, total_bad = 0;
+    long total_ids = 0;
     for (uint32_t k = 0; k < nt; k++) {
         uint32_t nl = rd_u32(&r);
         const unsigned char *nm = rd_bytes(&r, nl);
@@ -131,7 +131,7 @@ TEST(reference_encodings) {
         CHECK(refused * 10 < (int)ns, "%s: %d of %u strings refused", name, refused, ns);
         CHECK(bad_enc == 0 && bad_dec == 0, "%s: %d encodings, %d decodings differ from the tokenizers library",
               name, bad_enc, bad_dec);
-        total_ids += nids; total_bad += bad_enc + bad_dec;
+        total_ids += nids;
         kn_tokenizer_free(tok);
     }
     CHECK(total_ids > 100000, "only %ld reference ids", total_ids);
