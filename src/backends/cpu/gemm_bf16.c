@@ -202,6 +202,8 @@ kn_bgemm_ukr_fn kn_bgemm_kernel(void) {
     pthread_once(&g_amx_once, amx_init);
 #if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
     if (g_amx) return kn_bgemm_ukr_32x32_amx;
+#else
+    (void)g_amx;                      /* a build without the AMX kernel never sets it */
 #endif
     return NULL;
 }
