@@ -43,7 +43,7 @@ typedef struct kn_env {
     bool epilogue;           /* KN_EPILOGUE=1: fold elementwise consumers into matmul epilogues (opt-in: measured slower on CUDA) */
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */
-    bool llm_top;            /* KN_LLM_TOP=1: sampling-candidates plans on a device (TOPK there; opt-in until run on a GPU) */
+    bool llm_top;            /* KN_LLM_TOP=1: sampling-candidates plans on a device (TOPK there; opt-in: slower on an H100) */
     bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU (every plan) */
     bool llm_prefill_cast;   /* KN_LLM_PREFILL_CAST=1: the prompt plan casts activations to the weight dtype on the GPU */
     /* CUDA backend (development switches) */
