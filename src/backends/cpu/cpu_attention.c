@@ -190,20 +190,31 @@ static int64_t sdpa_block_rows(int64_t Tq, int64_t Tk) {
     if (bq > Tq) bq = Tq;
     return bq < 1 ? 1 : bq;
 }
+/* Block blk of rows bq: its first row *i0, its rows *m and the keys [*lo,
+ * *lo + *n) its rows see between them */
+static void sdpa_block_keys(bool causal, int64_t window, int64_t blk, int64_t bq, int64_t Tq, int64_t Tk, int64_t *i0,
+                            int64_t *m, int64_t *lo, int64_t *n) {
+    int64_t i1 = (blk + 1) * bq < Tq ? (blk + 1) * bq : Tq, hi, x;
+    *i0 = blk * bq; *m = i1 - *i0;
+    sdpa_range(causal, window, *i0, Tq, Tk, lo, &x);
+    sdpa_range(causal, window, i1 - 1, Tq, Tk, &x, &hi);
+    *n = hi > *lo ? hi - *lo : 0;
+}
 /* f16 K or V rows [lo, lo + n) widened into w [n, D] (row stride D) */
 static const float *sdpa_widen(const kn_tview *t, const char *base, int64_t n, int64_t D, float *w) {
     for (int64_t r = 0; r < n; r++) kn_vec_f16_to_f32(w + r * D, (const uint16_t *)base + r * t->st[2], D);
     return w;
 }
 /* Row rr of a block (query row i) over the block's keys [lo, lo + n): its
- * scores S[rr] become softmax probabilities on its own keys and 0 elsewhere;
- * dcap (when not NULL) gets the softcap's derivative. Returns false when the
- * row sees no key. */
+ * scores S[rr] become softmax probabilities on its own keys [*a, *b) (block
+ * offsets) and 0 elsewhere; dcap (when not NULL) gets the softcap's
+ * derivative. Returns false when the row sees no key. */
 static bool sdpa_row_probs(bool causal, int64_t window, float cap, int64_t i, int64_t Tq, int64_t Tk, int64_t lo,
-                           int64_t n, float *s, float *dcap) {
+                           int64_t n, float *s, float *dcap, int64_t *ra, int64_t *rb) {
     int64_t a, b;
     sdpa_range(causal, window, i, Tq, Tk, &a, &b);
     a -= lo; b -= lo;
+    *ra = a; *rb = b;
     if (b <= a) { for (int64_t c = 0; c < n; c++) s[c] = 0; return false; }
     for (int64_t c = 0; c < a; c++) s[c] = 0;
     for (int64_t c = b; c < n; c++) s[c] = 0;
@@ -225,11 +236,8 @@ static void sdpa_blocks(void *p, int64_t r0, int64_t r1) {
     if (!S) { atomic_store(&j->failed, 1); return; }
     const int64_t es = j->f16kv ? 2 : 4;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t blk = r % nb, h = (r / nb) % j->Hq, b = r / (nb * j->Hq), hk = h / j->G;
-        int64_t i0 = blk * bq, i1 = i0 + bq < Tq ? i0 + bq : Tq, m = i1 - i0, lo, hi, x;
-        sdpa_range(j->causal, j->window, i0, Tq, Tk, &lo, &x);
-        sdpa_range(j->causal, j->window, i1 - 1, Tq, Tk, &x, &hi);
-        int64_t n = hi > lo ? hi - lo : 0;
+        int64_t blk = r % nb, h = (r / nb) % j->Hq, b = r / (nb * j->Hq), hk = h / j->G, i0, m, lo, n, ra, rb;
+        sdpa_block_keys(j->causal, j->window, blk, bq, Tq, Tk, &i0, &m, &lo, &n);
         const float *Q = (const float *)q->data + b * q->st[0] + h * q->st[1] + i0 * q->st[2];
         float *Y = (float *)y->data + b * y->st[0] + h * y->st[1] + i0 * y->st[2];
         const char *kb = (const char *)k->data + (b * k->st[0] + hk * k->st[1] + lo * k->st[2]) * es;
@@ -243,7 +251,7 @@ static void sdpa_blocks(void *p, int64_t r0, int64_t r1) {
         if (n > 0) kn_sgemm(false, true, m, n, D, j->scale, Q, q->st[2], K, ldk, 0.0f, S, n);
         uint64_t none = 0;                       /* rows (of the first 64) without a key */
         for (int64_t rr = 0; rr < m; rr++)
-            if (!sdpa_row_probs(j->causal, j->window, j->softcap, i0 + rr, Tq, Tk, lo, n, S + rr * n, NULL))
+            if (!sdpa_row_probs(j->causal, j->window, j->softcap, i0 + rr, Tq, Tk, lo, n, S + rr * n, NULL, &ra, &rb))
                 none |= 1ull << rr;
         if (n > 0) kn_sgemm(false, false, m, Dv, n, 1.0f, S, n, V, ldv, 0.0f, Y, y->st[2]);
         for (int64_t rr = 0; rr < m; rr++)       /* no key: NaN, like the reference */
@@ -389,10 +397,8 @@ static void sdpab_blocks(void *p, int64_t r0, int64_t r1) {
             const float *Q = ROW(j->q, b, h, 0), *Gm = ROW(j->g, b, h, 0);
             float *dq = j->dq + (b * j->Hq + h) * Tq * D;
             for (int64_t blk = 0; blk < nb; blk++) {
-                int64_t i0 = blk * bq, i1 = i0 + bq < Tq ? i0 + bq : Tq, m = i1 - i0, lo, hi, x;
-                sdpa_range(j->causal, j->window, i0, Tq, Tk, &lo, &x);
-                sdpa_range(j->causal, j->window, i1 - 1, Tq, Tk, &x, &hi);
-                int64_t n = hi > lo ? hi - lo : 0;
+                int64_t i0, m, lo, n;
+                sdpa_block_keys(j->causal, j->window, blk, bq, Tq, Tk, &i0, &m, &lo, &n);
                 if (n == 0) { for (int64_t c = 0; c < m * D; c++) dq[i0 * D + c] = NAN; continue; }
                 kn_sgemm(false, true, m, n, D, j->scale, Q + i0 * ldq, ldq, K + lo * ldk, ldk, 0.0f, P, n);
                 kn_sgemm(false, true, m, n, Dv, 1.0f, Gm + i0 * ldg, ldg, V + lo * ldv, ldv, 0.0f, dP, n);
@@ -400,13 +406,11 @@ static void sdpab_blocks(void *p, int64_t r0, int64_t r1) {
                 for (int64_t rr = 0; rr < m; rr++) {
                     float *pr = P + rr * n, *dpr = dP + rr * n, *dc = dcap ? dcap + rr * n : NULL;
                     int64_t a, e;
-                    if (!sdpa_row_probs(j->causal, j->window, cap, i0 + rr, Tq, Tk, lo, n, pr, dc)) {
+                    if (!sdpa_row_probs(j->causal, j->window, cap, i0 + rr, Tq, Tk, lo, n, pr, dc, &a, &e)) {
                         none |= 1ull << rr;
                         for (int64_t c = 0; c < n; c++) dpr[c] = 0;
                         continue;
                     }
-                    sdpa_range(j->causal, j->window, i0 + rr, Tq, Tk, &a, &e);
-                    a -= lo; e -= lo;
                     float di = kn_vec_dot(pr + a, dpr + a, e - a);
                     for (int64_t c = 0; c < a; c++) dpr[c] = 0;
                     for (int64_t c = e; c < n; c++) dpr[c] = 0;
