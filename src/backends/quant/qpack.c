@@ -26,7 +26,6 @@ static size_t scale_bytes(kn_dtype t) {
 }
 /* bytes of one 32-element quant part: Q4 nibbles (+ Q5's bit plane, Q6_K's two) */
 static size_t part_bytes(kn_dtype t) { return R * KN_QK / 2 + (is_q5(t) ? 4 * R : t == KN_Q6_K ? 8 * R : 0); }
-/* Q5: the Q4 nibbles, then the high-bit plane h[16 rows][2] (uint16) */
 static size_t quant_bytes(kn_dtype t) {
     return t == KN_Q8_0 ? R * KN_QK : (size_t)(block_elems(t) / KN_QK) * part_bytes(t);
 }
@@ -95,35 +94,29 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                     d[r] = w->d;
                     for (int c = 0; c < KN_QK / 2; c++)
                         for (int j = 0; j < 2; j++) q[c * 2 * R + 2 * r + j] = (uint8_t)w->qs[2 * c + j];
-                } else if (t == KN_Q4_K) {
-                    const kn_block_q4_K *w = (const kn_block_q4_K *)blk + b;
+                } else if (is_k45(t)) {                 /* Q5_K: Q4_K's layout, each part with its bit plane */
+                    const uint8_t *scales, *qs0, *qh = NULL;
+                    if (t == KN_Q4_K) {
+                        const kn_block_q4_K *w = (const kn_block_q4_K *)blk + b;
+                        d[r] = w->d; m[r] = w->dmin; scales = w->scales; qs0 = w->qs;
+                    } else {
+                        const kn_block_q5_K *w = (const kn_block_q5_K *)blk + b;
+                        d[r] = w->d; m[r] = w->dmin; scales = w->scales; qs0 = w->qs; qh = w->qh;
+                    }
                     uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
-                    d[r] = w->d; m[r] = w->dmin;
                     for (int sub = 0; sub < 8; sub++) {      /* sub-block 2c: low nibbles of chunk c, 2c+1: high */
                         int scv, mv;
-                        kn_q45k_sc_m(w->scales, sub, &scv, &mv);
+                        kn_q45k_sc_m(scales, sub, &scv, &mv);
                         sc[sub * R + r] = (uint8_t)scv; mn[sub * R + r] = (uint8_t)mv;
-                        const uint8_t *qs = w->qs + 32 * (sub / 2);
-                        for (int l = 0; l < 32; l++) e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
-                        put_q4(q + (size_t)sub * R * KN_QK / 2, r, e);
-                    }
-                } else if (t == KN_Q5_K) {              /* Q4_K's scales; each part with its bit plane */
-                    const kn_block_q5_K *w = (const kn_block_q5_K *)blk + b;
-                    uint8_t *sc = o + 4 * R, *mn = sc + 8 * R;
-                    d[r] = w->d; m[r] = w->dmin;
-                    for (int sub = 0; sub < 8; sub++) {
-                        int scv, mv;
-                        kn_q45k_sc_m(w->scales, sub, &scv, &mv);
-                        sc[sub * R + r] = (uint8_t)scv; mn[sub * R + r] = (uint8_t)mv;
-                        const uint8_t *qs = w->qs + 32 * (sub / 2);
+                        const uint8_t *qs = qs0 + 32 * (sub / 2);
                         uint8_t hb[4] = {0, 0, 0, 0};
                         for (int l = 0; l < 32; l++) {
                             e[l] = sub & 1 ? qs[l] >> 4 : qs[l] & 15;
-                            hb[l / 8] |= (uint8_t)(((w->qh[l] >> sub) & 1) << (l % 8));
+                            if (qh) hb[l / 8] |= (uint8_t)(((qh[l] >> sub) & 1) << (l % 8));
                         }
                         uint8_t *qp = q + (size_t)sub * part_bytes(t);
                         put_q4(qp, r, e);
-                        put_q5h(qp + R * KN_QK / 2, r, hb);
+                        if (qh) put_q5h(qp + R * KN_QK / 2, r, hb);
                     }
                 } else if (t == KN_Q6_K) {
                     const kn_block_q6_K *w = (const kn_block_q6_K *)blk + b;
@@ -136,19 +129,15 @@ void kn_qpack_pack(kn_dtype t, const void *src, size_t row_bytes, int64_t rows, 
                         put_q4(qp, r, n4);
                         put_q6h(qp + R * KN_QK / 2, r, e);
                     }
-                } else if (is_q5(t)) {
-                    const uint8_t *qs, *qh;
-                    if (t == KN_Q5_0) { const kn_block_q5_0 *w = (const kn_block_q5_0 *)blk + b; d[r] = w->d; qs = w->qs; qh = w->qh; }
+                } else {                                /* Q4_0, Q4_1, Q5_0, Q5_1 */
+                    const uint8_t *qs, *qh = NULL;
+                    if (t == KN_Q4_0) { const kn_block_q4_0 *w = (const kn_block_q4_0 *)blk + b; d[r] = w->d; qs = w->qs; }
+                    else if (t == KN_Q4_1) { const kn_block_q4_1 *w = (const kn_block_q4_1 *)blk + b; d[r] = w->d; m[r] = w->m; qs = w->qs; }
+                    else if (t == KN_Q5_0) { const kn_block_q5_0 *w = (const kn_block_q5_0 *)blk + b; d[r] = w->d; qs = w->qs; qh = w->qh; }
                     else { const kn_block_q5_1 *w = (const kn_block_q5_1 *)blk + b; d[r] = w->d; m[r] = w->m; qs = w->qs; qh = w->qh; }
                     for (int l = 0; l < 32; l++) e[l] = (uint8_t)q4_at(qs, l);
                     put_q4(q, r, e);
-                    put_q5h(q + R * KN_QK / 2, r, qh);
-                } else {
-                    const uint8_t *qs;
-                    if (t == KN_Q4_0) { const kn_block_q4_0 *w = (const kn_block_q4_0 *)blk + b; d[r] = w->d; qs = w->qs; }
-                    else { const kn_block_q4_1 *w = (const kn_block_q4_1 *)blk + b; d[r] = w->d; m[r] = w->m; qs = w->qs; }
-                    for (int l = 0; l < 32; l++) e[l] = (uint8_t)q4_at(qs, l);
-                    put_q4(q, r, e);
+                    if (qh) put_q5h(q + R * KN_QK / 2, r, qh);
                 }
             }
         }
