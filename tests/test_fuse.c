@@ -482,6 +482,77 @@ static void rk_case(bool neox, bool ff) {
     for (int i = 0; i < 3; i++) rk_free(&g[i]);
 }
 
+/* A prefill's attention (GPT-2's: no rope): k and v written into the
+ * caches, the attention reading the caches through views of their storage
+ * (not of the index_copy nodes), its output permuted back and copied for the
+ * projection. The cache writes must run before the attention: CUDA segments
+ * once merged them into the kernel of the output's copy, after it, and the
+ * attention read stale rows. Checked in the groups kn__fuse forms for CUDA
+ * (on any machine) and by running the plan against the reference. */
+enum { KA_H = 2, KA_D = 8, KA_S = 16, KA_T = 5 };
+static kn_tensor *kv_attn_build(kn_ctx *c, kn_tensor **qkv, kn_tensor **pos, int sym[2]) {
+    int T = sym[0] = kn_sym_new(c, "T", KA_T), S = sym[1] = kn_sym_new(c, "S", KA_S);
+    int64_t C = KA_H * KA_D, cs[3] = {KA_H, KA_S, KA_D};
+    *qkv = kn_input(c, KN_F32, 2, (int64_t[]){KA_T, 3 * C});
+    *pos = kn_input(c, KN_I32, 1, (int64_t[]){KA_T});
+    static const float zero[KA_H * KA_S * KA_D];
+    kn_tensor *kc = kn_from_data(c, KN_F32, 3, cs, zero), *vc = kn_from_data(c, KN_F32, 3, cs, zero);
+    kn_tensor *x = kn_slice_sym(c, *qkv, 0, 0, T), *p = kn_slice_sym(c, *pos, 0, 0, T);
+    int perm[3] = {1, 0, 2};
+    kn_tensor *hd[3];
+    for (int j = 0; j < 3; j++) hd[j] = kn_permute(c, kn_reshape(c, kn_narrow(c, x, 1, j * C, C), 3, (int64_t[]){-1, KA_H, KA_D}), perm);
+    kn_tensor *a = kn_index_copy(c, kc, 1, p, hd[1]), *b = kn_index_copy(c, vc, 1, p, hd[2]);
+    kn_tensor *o = kn_sdpa(c, kn_unsqueeze(c, hd[0], 0), kn_unsqueeze(c, kn_slice_sym(c, a, 1, 0, S), 0),
+                           kn_unsqueeze(c, kn_slice_sym(c, b, 1, 0, S), 0), true, 0.35);
+    o = kn_reshape(c, kn_permute(c, kn_squeeze(c, o, 0), perm), 2, (int64_t[]){-1, C});   /* [T, C]: a copy */
+    return kn_matmul(c, o, rand_data(c, KN_F32, 2, (int64_t[]){C, C}, 9));
+}
+TEST(cache_writes_run_before_the_attention) {
+    kn_ctx *cs[2] = {kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()}), kn_ctx_new(NULL)};
+    kn_tensor *out[2], *qkv[2], *pos[2];
+    kn_plan *p[2];
+    int sym[2][2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = kv_attn_build(cs[i], &qkv[i], &pos[i], sym[i]);
+        p[i] = out[i] ? kn_plan_new(cs[i], 1, &out[i], NULL) : NULL;
+        REQUIRE(p[i], "plan %d: %s", i, kn_last_error());
+    }
+    /* the groups CUDA would run, from the fast plan's rewritten schedule */
+    kn_plan *f = p[1];
+    int at = -1;
+    for (int i = 0; i < f->n; i++) if (f->order[i]->op == KN_OP_SDPA) at = i;
+    kn_fgroup *groups = NULL;
+    int ng = 0;
+    REQUIRE(at >= 0 && kn__fuse("cuda", f->order, f->n, f->n_ids, 1, &out[1], f->rep, &groups, &ng), "fuse");
+    for (int gi = 0; gi < ng; gi++)
+        for (int m = 0; m < groups[gi].nnode; m++)
+            CHECK(groups[gi].node[m]->op != KN_OP_INDEX_COPY || groups[gi].last < at,
+                  "a cache write runs in a kernel at schedule index %d, after the attention reading the cache (%d)", groups[gi].last, at);
+    free(groups);
+    /* two runs: a prefill of 5 rows, then 3 more rows at 5..7 */
+    static const int Ts[] = {5, 3}, S[] = {5, 8};
+    uint32_t seed = 31;
+    for (int r = 0; r < 2; r++) {
+        float x[KA_T * 3 * KA_H * KA_D];
+        int32_t ps[KA_T] = {0};
+        for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = (float)rnd(&seed) / (float)(1u << 24) * 4.0f - 2.0f;
+        for (int i = 0; i < Ts[r]; i++) ps[i] = S[r] - Ts[r] + i;
+        for (int i = 0; i < 2; i++) {
+            REQUIRE(kn_sym_set(cs[i], sym[i][0], Ts[r]) == KN_OK && kn_sym_set(cs[i], sym[i][1], S[r]) == KN_OK, "symbols");
+            REQUIRE(kn_tensor_write(qkv[i], x, KN_F32) == KN_OK && kn_tensor_write(pos[i], ps, KN_I32) == KN_OK, "write");
+            REQUIRE(kn_plan_run(p[i]) == KN_OK, "run %d plan %d: %s", r, i, kn_last_error());
+        }
+        int64_t n[2], first;
+        float *ref = read_f32(out[0], &n[0]), *got = read_f32(out[1], &n[1]);
+        REQUIRE(ref && got && n[0] == n[1], "read");
+        int64_t bad = mismatches(got, ref, n[0], 1e-5, &first);
+        CHECK(!bad, "run %d: %lld of %lld differ from the reference, first [%lld] %g vs %g", r, (long long)bad, (long long)n[0],
+              (long long)first, got[first], ref[first]);
+        free(ref); free(got);
+    }
+    for (int i = 0; i < 2; i++) { kn_plan_free(p[i]); kn_ctx_free(cs[i]); }
+}
+
 /* Embedding gathers: token rows + position rows, fused (CUDA) vs unfused vs
  * the reference at two symbol values, then a bad token id: the plan fails
  * naming index_select. */

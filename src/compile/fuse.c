@@ -184,6 +184,20 @@ static bool in_set(kn_tensor *const *set, int n, const kn_tensor *t) {
     return false;
 }
 
+/* Whether a node outside U scheduled in (lo, hi], views aside, reads
+ * owner's storage (directly or through a view of it) */
+static bool storage_read_between(const fz *f, kn_tensor *const *U, int nu, const kn_tensor *owner, int lo, int hi) {
+    for (int j = lo + 1; j <= hi && j < f->n; j++) {
+        kn_tensor *r = f->order[j];
+        if (in_set(U, nu, r) || (r->flags & KN_FLAG_VIEW)) continue;   /* a view reads nothing; its reader does */
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = r->src[k] ? src_of(f, r, k) : NULL;
+            if (s && kn__storage_owner(s) == owner) return true;
+        }
+    }
+    return false;
+}
+
 /* The predicate's point 4 for a node set U run at schedule index i (its
  * last node's, or for merged groups the later one's): no reader outside U
  * of a member runs before i (views at their first reader, a view the
@@ -198,6 +212,15 @@ static bool order_ok(const fz *f, kn_tensor *const *U, int nu, int i) {
         if (p < i && kn_op_get(x->op)->kind == KN_KIND_EFFECT) own_effects++;
         if (p == i) continue;
         if (f->view_read[x->id] <= i) return false;
+        /* an index_copy writes its destination's storage, which readers
+         * reach through views of the destination (a KV cache read by the
+         * attention), not of the index_copy: run at i, the write would come
+         * after them (CUDA segments once merged GPT-2's cache writes into
+         * the kernel of the attention output's copy) */
+        if (x->op == KN_OP_INDEX_COPY) {
+            kn_tensor *dst = src_of(f, x, 0);
+            if (dst && storage_read_between(f, U, nu, kn__storage_owner(dst), p, i)) return false;
+        }
         for (int32_t e = f->rhead[x->id]; e >= 0; e = f->rnext[e]) {
             kn_tensor *r = f->order[f->rnode[e]];
             if (!in_set(U, nu, r) && read_at(f, r) <= i) return false;
