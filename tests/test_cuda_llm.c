@@ -8,7 +8,9 @@
  *     uploaded and converted a block of rows at a time, wq|wk|wv and w1|w3
  *     stacked, inputs and logits staged through copy_in/copy_out) and must
  *     reproduce the host path: f32 weights to 1e-5 relative L2 of the logits
- *     (bf16 1e-2; f16 KV caches: see f16_cache_tol).
+ *     (bf16 2e-2, f16 2e-3: the weights and, in the prompt plan, the
+ *     activations rounded, as bf16 autocast does; f16 KV caches: see
+ *     f16_cache_tol).
  * With CUDA and a GPU (SKIP otherwise, with the reason):
  *   - the mixed-precision kernels (f32 A x bf16/f16 W on the tensor cores,
  *     f16 GEMV) against a float64 reference of the rounded operands, on fresh
@@ -304,7 +306,9 @@ TEST(fake_device_matches_host) {
                   kn_dtype_name(kn_model_get_config(d)->run_weight_type), kn_dtype_name(rw));
             for (int k = 0; k < V; k++) ld[k] = NAN;
             CHECK(kn_model_eval(d, ids, n, 0, ld, false) == KN_OK, "%s", kn_last_error());
-            double e = rel_l2(ld, lh, V), tol = w == 1 ? 1e-2 : 1e-5;
+            /* bf16/f16: weights and the prompt plan's activations rounded (cast_prefill);
+             * bf16 measured 0.002-0.012 on these models (0.004-0.006 with KN_LLM_PREFILL_CAST=0) */
+            double e = rel_l2(ld, lh, V), tol = rw == KN_BF16 ? 2e-2 : rw == KN_F16 ? 2e-3 : 1e-5;
             fprintf(stderr, "  fake device %-18s %-4s weights: logits rel L2 %.3g (tol %.0e)\n", mc[i].name, wd_name(wds[w]), e, tol);
             CHECK(e < tol, "%s %s: rel err %.3g", mc[i].name, wd_name(wds[w]), e);
             /* the step plan's candidates (TOPK on the "device") */

@@ -45,7 +45,7 @@ typedef struct kn_env {
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */
     bool llm_top;            /* KN_LLM_TOP=1: sampling-candidates plans on a device (TOPK there; opt-in: slower on an H100) */
     bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU (every plan) */
-    bool llm_prefill_cast;   /* KN_LLM_PREFILL_CAST=1: the prompt plan casts activations to the weight dtype on the GPU */
+    bool llm_no_prefill_cast; /* KN_LLM_PREFILL_CAST=0: the GPU prompt plan keeps f32 activations (default: cast to the weight dtype) */
     /* CUDA backend (development switches) */
     bool cuda_generic;       /* KN_CUDA_GENERIC: only the generic kernels, no tuned paths */
     bool cuda_no_tc, cuda_no_wgmma, cuda_no_sgemm, cuda_no_gemv, cuda_no_splitk;

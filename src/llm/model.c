@@ -884,7 +884,7 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
             m->dev_wdt = wd == KN_WEIGHTS_F32 ? KN_F32 : wd == KN_WEIGHTS_F16 ? KN_F16 : KN_BF16;
             m->keep_file = wd == KN_WEIGHTS_FILE;
             m->cast_acts = kn_env_get()->llm_gpu_cast;
-            m->cast_prefill = m->cast_acts || kn_env_get()->llm_prefill_cast;
+            m->cast_prefill = m->cast_acts || !kn_env_get()->llm_no_prefill_cast;
             c->run_weight_type = mat_dtype(m, c->weight_type);
             m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
             m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);

@@ -62,12 +62,11 @@ struct kn_model {
     bool keep_file;                    /* device runs, KN_WEIGHTS_FILE: matrices keep the
                                           file's dtype where the device takes it
                                           (quantized blocks raw), else dev_wdt */
-    bool cast_prefill;                 /* device runs, KN_LLM_PREFILL_CAST=1: the prompt plan casts
-                                          activations to a bf16/f16 weight's dtype (wgmma GEMMs, ~4x
-                                          the mixed f32 x bf16 kernel's rate: an 8B-shaped pp512 2.2x);
-                                          the one-token step plan does not (its GEMVs are faster
-                                          without the casts). Opt-in: it broke test_cuda_llm's GPT-2
-                                          (logits rel err 1.24, cause not found yet) */
+    bool cast_prefill;                 /* device runs (KN_LLM_PREFILL_CAST=0: off): the prompt plan
+                                          casts activations to a bf16/f16 weight's dtype (wgmma GEMMs,
+                                          ~4x the mixed f32 x bf16 kernel's rate: an 8B-shaped pp512
+                                          2.2x), as bf16 autocast does; the one-token step plan does
+                                          not (its GEMVs are faster without the casts) */
     bool cast_acts;                    /* device runs, KN_LLM_GPU_CAST=1: activations cast to
                                           dev_wdt around each matmul in the graph (to
                                           compare with the mixed-precision kernels) */
