@@ -190,6 +190,11 @@ TEST(threaded_splits_and_blocks) {
     fails += run_case(true, false, 255, 97, 129, 0, -1.0f, 0.0f);
     /* crosses every KC/MC/NC boundary of every path (NC up to 4096, KC >= 192, MC <= 192) */
     fails += run_case(false, false, 203, 4133, 300, 1, 1.0f, 0.5f);
+    /* over 512 columns a thread packs op(A); at or under, the micro-kernel
+     * reads it in place (gemm.c, DIRECT_MAX_COLS): both, transposed or not */
+    fails += run_case(true, false, 150, 1100, 300, 2, 1.0f, 0.5f);
+    fails += run_case(true, true, 31, 600, 270, 0, 1.0f, 0.0f);
+    fails += run_case(false, true, 43, 512, 260, 1, -0.5f, 1.0f);
     CHECK(fails == 0, "%d failing runs", fails);
 }
 

@@ -32,6 +32,7 @@ typedef struct {
     int mr, nr;                 /* micro-tile                                     */
     int kc, mc, nc;             /* cache blocks (mc % mr == 0, nc % nr == 0)      */
     kn_sgemm_ukr_fn  ukr;
+    kn_sgemm_ukr_direct_fn ukr_d; /* the micro-kernel reading op(A) in place */
     kn_sgemv_dot_fn  dot;
     kn_sgemv_axpy_fn axpy;
     kn_sgemm_pack_t_fn pack_t;  /* rows of A (not transposed) / of B (transposed) -> panels */
@@ -39,7 +40,7 @@ typedef struct {
 
 /* Scalar: a 4x8 tile keeps 32 accumulators that compilers map to SSE/NEON registers. */
 static const gemm_isa k_generic = {4, 8, 256, 128, 2048,
-                                   kn_sgemm_ukr_4x8_generic, kn_sgemv_dot_generic, kn_sgemv_axpy_generic,
+                                   kn_sgemm_ukr_4x8_generic, kn_sgemm_ukr_4x8_direct_generic, kn_sgemv_dot_generic, kn_sgemv_axpy_generic,
                                    kn_sgemm_pack_t_generic};
 #if !defined(KN_NO_X86) && (defined(__x86_64__) || defined(__i386__))
 #define KN_HAVE_X86 1
@@ -48,7 +49,7 @@ static const gemm_isa k_generic = {4, 8, 256, 128, 2048,
  * MC=192: the packed A block is 192 KiB, under half of a 512 KiB (Zen 3) L2.
  * NC=4080: the packed B block is ~4 MiB of L3. */
 static const gemm_isa k_avx2 = {6, 16, 256, 192, 4080,
-                                kn_sgemm_ukr_6x16_avx2, kn_sgemv_dot_avx2, kn_sgemv_axpy_avx2,
+                                kn_sgemm_ukr_6x16_avx2, kn_sgemm_ukr_6x16_direct_avx2, kn_sgemv_dot_avx2, kn_sgemv_axpy_avx2,
                                 kn_sgemm_pack_t_avx2};
 #ifndef KN_NO_AVX512
 /* AVX-512 14x32: 28 zmm accumulators + 2 for the B row + 1 broadcast = 31 of 32
@@ -58,7 +59,7 @@ static const gemm_isa k_avx2 = {6, 16, 256, 192, 4080,
  * Rapids; measured 2-3% faster there than KC=192, which suits 32 KiB L1d parts);
  * MC=168 -> 168 KiB of A in L2. */
 static const gemm_isa k_avx512 = {14, 32, 256, 168, 4096,
-                                  kn_sgemm_ukr_14x32_avx512, kn_sgemv_dot_avx512, kn_sgemv_axpy_avx512,
+                                  kn_sgemm_ukr_14x32_avx512, kn_sgemm_ukr_14x32_direct_avx512, kn_sgemv_dot_avx512, kn_sgemv_axpy_avx512,
                                   kn_sgemm_pack_t_avx2};
 #endif
 #endif
@@ -140,6 +141,17 @@ void kn_sgemm_ukr_4x8_generic(int64_t kc, const float *Ap, const float *Bp,
     for (int64_t k = 0; k < kc; k++, Ap += 4, Bp += 8)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 8; j++) acc[i][j] += Ap[i] * Bp[j];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            C[i * ldc + j] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[i * ldc + j];
+}
+
+void kn_sgemm_ukr_4x8_direct_generic(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+                                     float *C, int64_t ldc, float alpha, float beta) {
+    float acc[4][8] = {{0}};
+    for (int64_t k = 0; k < kc; k++, Bp += 8)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++) acc[i][j] += A[i * ai + k * ak] * Bp[j];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++)
             C[i * ldc + j] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[i * ldc + j];
@@ -303,6 +315,13 @@ typedef struct {
     const kn_sgemm_post *post;  /* NULL, or run on each finished piece of C (kn_sgemm_ep) */
 } gemm_args;
 
+/* A rectangle of at most this many columns of C reads op(A) in place
+ * (ukr_d) instead of packing it: each A panel then serves at most 16 B
+ * panels, and its packing (a transposing copy for rows of A) cost about a
+ * third of the micro-kernel's time on the training shapes (M = 512, N =
+ * 128..512, K = 128..512). */
+#define DIRECT_MAX_COLS 512
+
 /* Plain loops for when pack buffers cannot be allocated: slow, correct. */
 static void gemm_unpacked(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     const bool ta = g->ta, tb = g->tb;
@@ -347,6 +366,9 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
     float *Ap = pb->a, *Bp = pb->b;
     float tile[16 * 64] __attribute__((aligned(64)));   /* edge tiles: mr*nr <= 1024 */
 
+    /* op(A) in place: element (i, k) at A[i * ai + k * ak] */
+    const bool direct = I->ukr_d && n1 - n0 <= DIRECT_MAX_COLS;
+    const int64_t ai = g->ta ? 1 : g->lda, ak = g->ta ? g->lda : 1;
     for (int64_t jc = n0; jc < n1; jc += I->nc) {
         const int64_t nc = n1 - jc < I->nc ? n1 - jc : I->nc;
         for (int64_t pc = 0; pc < K; pc += I->kc) {
@@ -354,16 +376,26 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
             const float beta = pc == 0 ? g->beta : 1.0f;
             pack_b(I, g->tb, g->B, g->ldb, pc, kc, jc, nc, Bp);
             for (int64_t ic = m0; ic < m1; ic += I->mc) {
-                const int64_t mc = m1 - ic < I->mc ? m1 - ic : I->mc;
-                pack_a(I, g->ta, g->A, g->lda, ic, mc, pc, kc, Ap);
+                const int64_t mc = m1 - ic < I->mc ? m1 - ic : I->mc, full = mc / mr * mr;
+                /* direct: only a last tile of fewer than mr rows is packed
+                 * (the kernel reads mr rows), at Ap's start */
+                if (!direct) pack_a(I, g->ta, g->A, g->lda, ic, mc, pc, kc, Ap);
+                else if (full < mc) pack_a(I, g->ta, g->A, g->lda, ic + full, mc - full, pc, kc, Ap);
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     const int64_t n = nc - jr < nr ? nc - jr : nr;
                     const float *bp = Bp + jr * kc;
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int64_t m = mc - ir < mr ? mc - ir : mr;
-                        const float *ap = Ap + ir * kc;
+                        const float *ap = direct ? Ap : Ap + ir * kc;
+                        const float *ad = g->A + (ic + ir) * ai + pc * ak;
                         float *c = g->C + (ic + ir) * ldc + jc + jr;
-                        if (m == mr && n == nr) {
+                        if (direct && m == mr) {
+                            if (n == nr) I->ukr_d(kc, ad, ai, ak, bp, c, ldc, g->alpha, beta);
+                            else {
+                                I->ukr_d(kc, ad, ai, ak, bp, tile, nr, g->alpha, 0.0f);
+                                edge_store(tile, nr, c, ldc, m, n, beta);
+                            }
+                        } else if (m == mr && n == nr) {
                             I->ukr(kc, ap, bp, c, ldc, g->alpha, beta);
                         } else {
                             I->ukr(kc, ap, bp, tile, nr, g->alpha, 0.0f);

@@ -64,6 +64,74 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
 #undef ROW_FMA
 #undef STORE_ROW
 
+/* ---- micro-kernel reading A where it lies ----------------------------------
+ * The same 14x32 tile with op(A) read in place, element (r, k) at
+ * A[r * ai + k * ak]: no packed copy of A (gemm.c uses it when each A panel
+ * would serve only a few B panels, so packing costs more than it saves).
+ * ai == 1 (A stored transposed): a k step's 14 values are adjacent, as in a
+ * packed panel but ak apart. ak == 1 (rows of A): 14 rows, reached from five
+ * row pointers (rows 0, 3, 6, 9, 12) plus ai and 2 ai, so the broadcasts stay
+ * memory operands of the FMAs and few registers hold addresses. */
+#define DROW_FMA(i, p)                                                          \
+    do { const __m512 a = _mm512_set1_ps(p);                                    \
+         c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
+         c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
+#define STORE_ROW(i)                                                            \
+    do { float *r = C + (i) * ldc;                                              \
+         __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1); \
+         if (beta != 0.0f) {                                                    \
+             v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r), v0);                  \
+             v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r + 16), v1);             \
+         }                                                                      \
+         _mm512_storeu_ps(r, v0); _mm512_storeu_ps(r + 16, v1); } while (0)
+void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+                                      float *C, int64_t ldc, float alpha, float beta) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00;
+    __m512 c10 = c00, c11 = c00;
+    __m512 c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00;
+    __m512 c50 = c00, c51 = c00;
+    __m512 c60 = c00, c61 = c00;
+    __m512 c70 = c00, c71 = c00;
+    __m512 c80 = c00, c81 = c00;
+    __m512 c90 = c00, c91 = c00;
+    __m512 c100 = c00, c101 = c00;
+    __m512 c110 = c00, c111 = c00;
+    __m512 c120 = c00, c121 = c00;
+    __m512 c130 = c00, c131 = c00;
+    for (int i = 0; i < 14; i++) {
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(C + i * ldc + 31), _MM_HINT_T0);
+    }
+    if (ak == 1) {
+        const float *a0 = A, *a3 = A + 3 * ai, *a6 = A + 6 * ai, *a9 = A + 9 * ai, *a12 = A + 12 * ai;
+        const int64_t a2 = 2 * ai;
+        for (int64_t k = 0; k < kc; k++) {
+            const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+            DROW_FMA(0, a0[0]);  DROW_FMA(1, a0[ai]);  DROW_FMA(2, a0[a2]);
+            DROW_FMA(3, a3[0]);  DROW_FMA(4, a3[ai]);  DROW_FMA(5, a3[a2]);
+            DROW_FMA(6, a6[0]);  DROW_FMA(7, a6[ai]);  DROW_FMA(8, a6[a2]);
+            DROW_FMA(9, a9[0]);  DROW_FMA(10, a9[ai]); DROW_FMA(11, a9[a2]);
+            DROW_FMA(12, a12[0]); DROW_FMA(13, a12[ai]);
+            a0++; a3++; a6++; a9++; a12++; Bp += 32;
+        }
+    } else {
+        for (int64_t k = 0; k < kc; k++, A += ak) {
+            const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+            DROW_FMA(0, A[0]);  DROW_FMA(1, A[1]);  DROW_FMA(2, A[2]);   DROW_FMA(3, A[3]);   DROW_FMA(4, A[4]);
+            DROW_FMA(5, A[5]);  DROW_FMA(6, A[6]);  DROW_FMA(7, A[7]);   DROW_FMA(8, A[8]);   DROW_FMA(9, A[9]);
+            DROW_FMA(10, A[10]); DROW_FMA(11, A[11]); DROW_FMA(12, A[12]); DROW_FMA(13, A[13]);
+            Bp += 32;
+        }
+    }
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2);  STORE_ROW(3);  STORE_ROW(4);  STORE_ROW(5);  STORE_ROW(6);
+    STORE_ROW(7); STORE_ROW(8); STORE_ROW(9); STORE_ROW(10); STORE_ROW(11); STORE_ROW(12); STORE_ROW(13);
+}
+#undef DROW_FMA
+#undef STORE_ROW
+
 /* ---- matrix-vector ---------------------------------------------------------- */
 /* Four rows at a time, two accumulators per row; a masked load finishes K. */
 /* y[0..4) = the sums of a0..a3: one transposing reduction for the four
