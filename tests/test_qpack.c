@@ -163,12 +163,13 @@ TEST(cpu_matmul_through_packed_copy) {
     char *kept = keep ? strdup(keep) : NULL;
     setenv("KN_EPILOGUE", "1", 1); kn_env_reload();
     const int64_t rows = 80, K = 256;
-    struct { int64_t row0, N, T; bool expect; } cases[] = {
-        {0, 80, 1, true}, {0, 80, 3, true}, {16, 37, 1, true}, {32, 48, 5, true},
-        {16, 53, 40, true},                 /* a short prompt: the four-row kernel */
-        {16, 53, 60, true},                 /* prefill: the copy dequantized into W^T blocks, then the SGEMM */
-        {8, 40, 64, false},                 /* not on a group boundary: the file's rows, by blocks */
-        {8, 40, 1, false},                  /* not on a group boundary: the row dots */
+    struct { int64_t row0, N, T; bool expect, f32; } cases[] = {
+        {0, 80, 1, true, false}, {0, 80, 3, true, false}, {16, 37, 1, true, false}, {32, 48, 5, true, false},
+        {16, 53, 40, true, false},          /* a short prompt: the four-row kernel */
+        {16, 53, 60, true, false},          /* a prompt: the four-row kernel too (where it exists, else the SGEMM) */
+        {16, 53, 60, true, true},           /* KN_QMM_ACT=f32: the copy dequantized into W^T blocks, then the SGEMM */
+        {8, 40, 64, false, false},          /* not on a group boundary: the file's rows, by blocks */
+        {8, 40, 1, false, false},           /* not on a group boundary: the row dots */
     };
     bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;
 #ifdef KN_NO_AVX512
@@ -183,17 +184,23 @@ TEST(cpu_matmul_through_packed_copy) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             int64_t N = cases[c].N, T = cases[c].T;
             bool packed = false, packed_plain = true;
+            if (cases[c].f32) kn_quant_force_act_mode(KN_QACT_F32);
             matmul(kn_backend_ref(), t, w, rows, cases[c].row0, N, K, false, x, T, ref, NULL);
             matmul(kn_backend_cpu(), t, w, rows, cases[c].row0, N, K, true, x, T, got, &packed);
             matmul(kn_backend_cpu(), t, w, rows, cases[c].row0, N, K, false, x, T, plain, &packed_plain);
+            kn_quant_force_act_mode(-1);
             double num = 0, den = 0, dp = 0;
             for (int64_t i = 0; i < T * N; i++) {
                 num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i];
                 dp += (got[i] - plain[i]) * (got[i] - plain[i]);
             }
-            /* the row dots: Q16 as well (auto), except the K types' 8-bit partner */
-            bool f32_act = T >= 48;            /* both dequantize to the same floats (QMM_GEMM_MIN_ROWS) */
-            double dtol = f32_act || kn_quant_act_q16_dot(t) ? 1e-5 : 3e-2, rtol = f32_act ? 1e-5 : packed || kn_quant_act_q16_dot(t) ? 1e-4 : 3e-2;
+            /* the row dots: Q16 as well (auto), except the K types' 8-bit partner;
+             * a prompt without the four-row kernel (or KN_QMM_ACT=f32) dequantizes
+             * to the same floats in both (QMM_GEMM_MIN_ROWS); with it, the packed
+             * copy's Q16 rows meet the plain buffer's f32 SGEMM */
+            bool f32_got = cases[c].f32 || (T >= 48 && !(can && cases[c].expect)), f32_plain = cases[c].f32 || T >= 48;
+            double dtol = f32_got && f32_plain ? 1e-5 : f32_plain || kn_quant_act_q16_dot(t) ? 1e-4 : 3e-2,
+                   rtol = f32_got ? 1e-5 : packed || kn_quant_act_q16_dot(t) ? 1e-4 : 3e-2;
             CHECK(sqrt(num / den) < rtol, "%s case %zu: rel err %.3g vs reference", kn_dtype_name(t), c, sqrt(num / den));
             CHECK(sqrt(dp / den) < dtol, "%s case %zu: packed vs row dots differ by %.3g", kn_dtype_name(t), c, sqrt(dp / den));
             /* the copy is made for a constant buffer only, viewed from a group boundary */

@@ -180,8 +180,18 @@ static bool matmul_dequant_sgemm(const kn_tview *d, const kn_tview *a, const kn_
  * packing the file's rows are never read again. The threshold is measured
  * (2 threads, this VM): at 32 rows the four-row kernel was 1.26x the SGEMM
  * on a Llama-3.2-1B-shaped Q4_K_M and even on SmolLM2, at 48 the SGEMM
- * 1.02x / 1.27x, at 64 1.23x / 1.48x. */
+ * 1.02x / 1.27x, at 64 1.23x / 1.48x. Where the four-row kernel exists
+ * (AVX512-VNNI) it takes every row count: with its accumulators in
+ * registers it beat the SGEMM at 64 to 1024 rows (1B-shaped Q4_K_M pp64 141
+ * against 79 tok/s, pp512 149 / 131, pp1024 141 / 135; SmolLM2 Q4_0, Q4_1,
+ * Q8_0 pp128 1.5x, pp512 1.25x). */
 typedef struct { kn_dtype t; int64_t K, rows; size_t row_bytes; void *data; } cpu_qpack;
+/* The fewest activation rows that go to the SGEMM: none where the packed
+ * four-row kernel takes W's type with Q16 activations */
+static int64_t qmm_gemm_min_rows(kn_dtype t, kn_qact mode) {
+    bool int_rows = kn_qpack_gemm4_simd(t) && (mode == KN_QACT_AUTO || mode == KN_QACT_Q16) && !kn_env_get()->qpack_off;
+    return int_rows ? INT64_MAX : QMM_GEMM_MIN_ROWS;
+}
 static void qpack_free(void *p) {
     cpu_qpack *q = p;
     free(q->data);
@@ -328,8 +338,8 @@ bool kn_cpu_qpacked_experts(const kn_tview *w, const int64_t *start, const float
         return false;
     kn_qact mode = kn_quant_act_mode();
     if (mode != KN_QACT_AUTO && mode != KN_QACT_Q16) return false;
-    for (int64_t ex = 0; ex < E; ex++)
-        if (start[ex + 1] - start[ex] >= QMM_GEMM_MIN_ROWS) return false;   /* prefill: the per-expert SGEMM */
+    for (int64_t ex = 0; ex < E; ex++)      /* prefill without the four-row kernel: the per-expert SGEMM */
+        if (start[ex + 1] - start[ex] >= qmm_gemm_min_rows(w->dtype, mode)) return false;
     kn_tview all = {w->data, w->dtype, 2, {C, E * N}, {1, C}, w->buf};   /* every expert's rows, W^T */
     int64_t row0;
     const cpu_qpack *q = packed_view(&all, E * N, C, &row0);
@@ -353,14 +363,16 @@ static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     /* KN_QMM_ACT=f32 (or KN_QMM_EXACT=1) keeps activations in f32 at every
      * row count (slow decode; checks the pipeline against float references) */
     kn_qact mode = kn_quant_act_mode();
-    if (T >= QMM_GEMM_MIN_ROWS || mode == KN_QACT_F32) {
-        if (matmul_qpacked_sgemm(d, a, b, T, N, K, post) || matmul_dequant_sgemm(d, a, b, post)) return true;
-    }
+    bool sgemm = T >= qmm_gemm_min_rows(b->dtype, mode) || mode == KN_QACT_F32;
+    if (sgemm && (matmul_qpacked_sgemm(d, a, b, T, N, K, post) || matmul_dequant_sgemm(d, a, b, post))) return true;
     kn_vec_dot_fn dot = kn_quant_act_q16_dot(b->dtype);
     bool q16 = dot != NULL;
     /* a packed copy takes Q16 activations for every type it has (auto or q16
      * mode; q8 keeps the row dots) */
     if ((q16 || mode == KN_QACT_AUTO) && matmul_qpacked(d, a, b, T, N, K, post)) return true;
+    /* no packed copy of these rows (not on a group boundary, not a
+     * constant buffer): a prompt's rows take the SGEMM after all */
+    if (!sgemm && T >= QMM_GEMM_MIN_ROWS && matmul_dequant_sgemm(d, a, b, post)) return true;
     kn_dtype at = kn_quant_vec_dot_type(b->dtype);
     if (!dot) dot = kn_quant_dot_fn(b->dtype);
     if (!dot) return false;

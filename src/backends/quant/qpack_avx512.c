@@ -197,56 +197,60 @@ static void gemv_q5_K(const void *p, int64_t g0, int64_t g1, int64_t K, const kn
  * Each widened weight chunk feeds the four rows' vpdpwssd (two accumulators a
  * row: eight chains in flight); per block and row the same float steps as
  * the one-row kernels above, so each output has the same bits as theirs. */
+/* Every loop over the rows unrolled: only then do
+ * gcc and clang keep the accumulator arrays in registers (a rolled loop left
+ * them on the stack: a load and a store around every vpdpwssd, ~5x slower) */
+#define UNROLL _Pragma("GCC unroll 16")
 enum { XR = 4 };
 typedef struct { const kn_block_q16 *a[XR]; } rows4;
 static inline rows4 rows_at(const kn_block_q16 *x, int64_t xs, int64_t b) {
     rows4 r;
-    for (int i = 0; i < XR; i++) r.a[i] = x + i * xs + b;
+    UNROLL for (int i = 0; i < XR; i++) r.a[i] = x + i * xs + b;
     return r;
 }
 static inline void sums4_q8(const uint8_t *q, rows4 r, __m512i out[XR]) {
     __m512i s[2 * XR];
-    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    UNROLL for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
     for (int c = 0; c < 16; c += 2) {
         __m512i w0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
         __m512i w1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c + 32)));
-        for (int i = 0; i < XR; i++) {
+        UNROLL for (int i = 0; i < XR; i++) {
             s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], w0, pair(r.a[i], c));
             s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], w1, pair(r.a[i], c + 1));
         }
     }
-    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+    UNROLL for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
 }
 static inline void sums4_q4(const uint8_t *q, rows4 r, __m512i out[XR]) {
     const __m512i m15 = _mm512_set1_epi16(15);
     __m512i s[2 * XR];
-    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    UNROLL for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
     for (int c = 0; c < 8; c++) {
         __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
         __m512i lo = _mm512_and_si512(b, m15), hi = _mm512_srli_epi16(b, 4);
-        for (int i = 0; i < XR; i++) {
+        UNROLL for (int i = 0; i < XR; i++) {
             s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], lo, pair(r.a[i], c));
             s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], hi, pair(r.a[i], c + 8));
         }
     }
-    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+    UNROLL for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
 }
 
 static inline void sums4_q5(const uint8_t *q, rows4 r, __m512i out[XR]) {
     const __m512i m15 = _mm512_set1_epi16(15), b4 = _mm512_set1_epi16(16);
     __m512i h = q5_high(q + R * KN_QK / 2);
     __m512i s[2 * XR];
-    for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+    UNROLL for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
     for (int c = 0; c < 8; c++, h = _mm512_srli_epi16(h, 1)) {
         __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + 32 * c)));
         __m512i lo = _mm512_or_si512(_mm512_and_si512(b, m15), _mm512_and_si512(_mm512_slli_epi16(h, 4), b4));
         __m512i hi = _mm512_or_si512(_mm512_srli_epi16(b, 4), _mm512_and_si512(_mm512_srli_epi16(h, 4), b4));
-        for (int i = 0; i < XR; i++) {
+        UNROLL for (int i = 0; i < XR; i++) {
             s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], lo, pair(r.a[i], c));
             s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], hi, pair(r.a[i], c + 8));
         }
     }
-    for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
+    UNROLL for (int i = 0; i < XR; i++) out[i] = _mm512_add_epi32(s[2 * i], s[2 * i + 1]);
 }
 
 static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
@@ -254,16 +258,16 @@ static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_
     const size_t rec = 2 * R + R * KN_QK;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
-    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         sums4_q8(o + 2 * R, r, s);
         __m512 dw = scales16(o);
-        for (int i = 0; i < XR; i++)
+        UNROLL for (int i = 0; i < XR; i++)
             acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+    UNROLL for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
 /* Q4_0 / Q5_0 and Q4_1 / Q5_1, as the one-row kernels */
 static inline void gemm4_x0(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
@@ -273,18 +277,18 @@ static inline void gemm4_x0(const void *packed, int64_t g, int64_t K, const kn_b
     const float off = five ? 16.0f : 8.0f;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
-    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 2 * R, r, s);
         else sums4_q4(o + 2 * R, r, s);
         __m512 dw = scales16(o);
-        for (int i = 0; i < XR; i++)
+        UNROLL for (int i = 0; i < XR; i++)
             acc[i] = _mm512_fmadd_ps(dw, _mm512_fmsub_ps(_mm512_cvtepi32_ps(s[i]), _mm512_set1_ps(r.a[i]->d),
                                                          _mm512_set1_ps(off * r.a[i]->s)), acc[i]);
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+    UNROLL for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
 static inline void gemm4_x1(const void *packed, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y,
                             int64_t ldy, const int five) {
@@ -292,19 +296,19 @@ static inline void gemm4_x1(const void *packed, int64_t g, int64_t K, const kn_b
     const size_t rec = 4 * R + R * KN_QK / 2 + (five ? 4 * R : 0);
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR], accm[XR];
-    for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 4 * R, r, s);
         else sums4_q4(o + 4 * R, r, s);
         __m512 dw = scales16(o), mw = scales16(o + 2 * R);
-        for (int i = 0; i < XR; i++) {
+        UNROLL for (int i = 0; i < XR; i++) {
             acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(r.a[i]->d)), _mm512_cvtepi32_ps(s[i]), acc[i]);
             accm[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(r.a[i]->s), accm[i]);
         }
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
+    UNROLL for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, _mm512_add_ps(acc[i], accm[i]));
 }
 #define GEMM4(name, fn, five) \
     static void name(const void *p, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) { \
@@ -318,11 +322,11 @@ static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_
     const size_t part = R * KN_QK / 2 + (five ? 4 * R : 0), rec = 20 * R + 8 * part;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
-    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
         __m512 accd[XR], accm[XR];
-        for (int i = 0; i < XR; i++) accd[i] = accm[i] = _mm512_setzero_ps();
+        UNROLL for (int i = 0; i < XR; i++) accd[i] = accm[i] = _mm512_setzero_ps();
         for (int sub = 0; sub < 8; sub++) {
             rows4 r = rows_at(x, xs, 8 * b + sub);
             __m512i s[XR];
@@ -330,17 +334,17 @@ static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_
             else sums4_q4(q + sub * part, r, s);
             __m512 scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sc + sub * R))));
             __m512 mf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(mn + sub * R))));
-            for (int i = 0; i < XR; i++) {
+            UNROLL for (int i = 0; i < XR; i++) {
                 accd[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(scf, _mm512_set1_ps(r.a[i]->d)), accd[i]);
                 accm[i] = _mm512_fmadd_ps(mf, _mm512_set1_ps(r.a[i]->s), accm[i]);
             }
         }
-        for (int i = 0; i < XR; i++) {
+        UNROLL for (int i = 0; i < XR; i++) {
             acc[i] = _mm512_fmadd_ps(scales16(o), accd[i], acc[i]);
             acc[i] = _mm512_fnmadd_ps(scales16(o + 2 * R), accm[i], acc[i]);
         }
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+    UNROLL for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
 static void gemm4_q4_K(const void *p, int64_t g, int64_t K, const kn_block_q16 *x, int64_t xs, float *y, int64_t ldy) {
     gemm4_k45(p, g, K, x, xs, y, ldy, 0);
@@ -354,40 +358,46 @@ static void gemm4_q6_K(const void *packed, int64_t g, int64_t K, const kn_block_
     const size_t rec = 18 * R + 8 * Q6_PART;
     const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
     __m512 acc[XR];
-    for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
+    UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
         const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
         __m512 accd[XR];
-        for (int i = 0; i < XR; i++) accd[i] = _mm512_setzero_ps();
+        UNROLL for (int i = 0; i < XR; i++) accd[i] = _mm512_setzero_ps();
         for (int sub = 0; sub < 8; sub++) {
             rows4 r = rows_at(x, xs, 8 * b + sub);
             const uint8_t *qp = q + sub * Q6_PART;
             __m512i h0 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2));
             __m512i h1 = _mm512_loadu_si512((const void *)(qp + R * KN_QK / 2 + 4 * R));
             __m512i s[2 * XR];                /* per row: the low half's sum, the high half's */
-            for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
+            UNROLL for (int i = 0; i < 2 * XR; i++) s[i] = _mm512_setzero_si512();
             __m512i u[2 * XR];                /* the one-row kernel's second chains (odd chunks) */
-            for (int i = 0; i < 2 * XR; i++) u[i] = _mm512_setzero_si512();
-            for (int c = 0; c < 8; c++) {
+            UNROLL for (int i = 0; i < 2 * XR; i++) u[i] = _mm512_setzero_si512();
+            for (int c = 0; c < 8; c += 2) {           /* even chunks into s, odd ones into u */
                 __m512i bq = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(qp + 32 * c)));
                 __m512i wl = q6_lo(bq, h0), wh = q6_hi(bq, h1);
-                for (int i = 0; i < XR; i++) {
-                    __m512i *sl = c & 1 ? &u[2 * i] : &s[2 * i], *sh = c & 1 ? &u[2 * i + 1] : &s[2 * i + 1];
-                    *sl = _mm512_dpwssd_epi32(*sl, wl, pair(r.a[i], c));
-                    *sh = _mm512_dpwssd_epi32(*sh, wh, pair(r.a[i], c + 8));
+                UNROLL for (int i = 0; i < XR; i++) {
+                    s[2 * i] = _mm512_dpwssd_epi32(s[2 * i], wl, pair(r.a[i], c));
+                    s[2 * i + 1] = _mm512_dpwssd_epi32(s[2 * i + 1], wh, pair(r.a[i], c + 8));
+                }
+                h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
+                bq = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(qp + 32 * c + 32)));
+                wl = q6_lo(bq, h0); wh = q6_hi(bq, h1);
+                UNROLL for (int i = 0; i < XR; i++) {
+                    u[2 * i] = _mm512_dpwssd_epi32(u[2 * i], wl, pair(r.a[i], c + 1));
+                    u[2 * i + 1] = _mm512_dpwssd_epi32(u[2 * i + 1], wh, pair(r.a[i], c + 9));
                 }
                 h0 = _mm512_srli_epi16(h0, 2); h1 = _mm512_srli_epi16(h1, 2);
             }
             __m512 sc0 = scales8(sc + 2 * sub * R), sc1 = scales8(sc + (2 * sub + 1) * R);
-            for (int i = 0; i < XR; i++) {
+            UNROLL for (int i = 0; i < XR; i++) {
                 __m512i lo = _mm512_add_epi32(s[2 * i], u[2 * i]), hi = _mm512_add_epi32(s[2 * i + 1], u[2 * i + 1]);
                 __m512 t = _mm512_fmadd_ps(sc1, _mm512_cvtepi32_ps(hi), _mm512_mul_ps(sc0, _mm512_cvtepi32_ps(lo)));
                 accd[i] = _mm512_fmadd_ps(t, _mm512_set1_ps(r.a[i]->d), accd[i]);
             }
         }
-        for (int i = 0; i < XR; i++) acc[i] = _mm512_fmadd_ps(scales16(o), accd[i], acc[i]);
+        UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_fmadd_ps(scales16(o), accd[i], acc[i]);
     }
-    for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
+    UNROLL for (int i = 0; i < XR; i++) _mm512_storeu_ps(y + i * ldy, acc[i]);
 }
 
 kn_qpack_gemm4_fn kn_qpack_avx512_gemm4(kn_dtype t) {
