@@ -45,6 +45,8 @@ def train_row(a, name, gpt, kiln_args):
             f"--clip 0 --precision bf16 {kiln_args}")
     if name == "char":   # the char model: vocabulary from the text's characters
         kcmd = kcmd.replace(" train gpt2 ", " train char ")
+    else:                # all 50257 ids, as the peer (kiln's default keeps the ids the text has)
+        kcmd += " --full-vocab 1"
     out = run(f"python3 {HERE}/bench_train_gpu_torch.py --gpt {gpt} --steps 15 --warmup 5 --modes bf16-compiled "
               f"--rounds {a.rounds} --kiln '{kcmd}'")
     torch_r = [float(m) for m in re.findall(r"^torch bf16-compiled (\S+) tok/s", out, re.M)]
