@@ -24,27 +24,25 @@
              v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r + 16), v1);             \
          }                                                                      \
          _mm512_storeu_ps(r, v0); _mm512_storeu_ps(r + 16, v1); } while (0)
+/* The 28 accumulators c<row><half>, zeroed, and the tile's C rows prefetched */
+#define TILE_START()                                                            \
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, \
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, \
+           c70 = c00, c71 = c00, c80 = c00, c81 = c00, c90 = c00, c91 = c00, c100 = c00, c101 = c00, \
+           c110 = c00, c111 = c00, c120 = c00, c121 = c00, c130 = c00, c131 = c00; \
+    for (int i = 0; i < 14; i++) {                                              \
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);                 \
+        _mm_prefetch((const char *)(C + i * ldc + 31), _MM_HINT_T0);            \
+    }
+/* C = alpha * tile + beta * C (beta == 0: C not read) */
+#define TILE_STORE()                                                            \
+    do { const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);     \
+         STORE_ROW(0); STORE_ROW(1); STORE_ROW(2);  STORE_ROW(3);  STORE_ROW(4);  STORE_ROW(5);  STORE_ROW(6); \
+         STORE_ROW(7); STORE_ROW(8); STORE_ROW(9); STORE_ROW(10); STORE_ROW(11); STORE_ROW(12); STORE_ROW(13); } while (0)
 
 void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
                                float *C, int64_t ldc, float alpha, float beta) {
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00;
-    __m512 c10 = c00, c11 = c00;
-    __m512 c20 = c00, c21 = c00;
-    __m512 c30 = c00, c31 = c00;
-    __m512 c40 = c00, c41 = c00;
-    __m512 c50 = c00, c51 = c00;
-    __m512 c60 = c00, c61 = c00;
-    __m512 c70 = c00, c71 = c00;
-    __m512 c80 = c00, c81 = c00;
-    __m512 c90 = c00, c91 = c00;
-    __m512 c100 = c00, c101 = c00;
-    __m512 c110 = c00, c111 = c00;
-    __m512 c120 = c00, c121 = c00;
-    __m512 c130 = c00, c131 = c00;
-    for (int i = 0; i < 14; i++) {
-        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + i * ldc + 31), _MM_HINT_T0);
-    }
+    TILE_START();
 #define STEP()                                                                  \
     do { const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);     \
          ROW_FMA(0); ROW_FMA(1); ROW_FMA(2);  ROW_FMA(3);  ROW_FMA(4);  ROW_FMA(5);  ROW_FMA(6);  \
@@ -57,12 +55,9 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
         STEP();
     }
 #undef STEP
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2);  STORE_ROW(3);  STORE_ROW(4);  STORE_ROW(5);  STORE_ROW(6);
-    STORE_ROW(7); STORE_ROW(8); STORE_ROW(9); STORE_ROW(10); STORE_ROW(11); STORE_ROW(12); STORE_ROW(13);
+    TILE_STORE();
 }
 #undef ROW_FMA
-#undef STORE_ROW
 
 /* ---- micro-kernel reading A where it lies ----------------------------------
  * The same 14x32 tile with op(A) read in place, element (r, k) at
@@ -76,34 +71,9 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
     do { const __m512 a = _mm512_set1_ps(p);                                    \
          c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
          c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
-#define STORE_ROW(i)                                                            \
-    do { float *r = C + (i) * ldc;                                              \
-         __m512 v0 = _mm512_mul_ps(va, c##i##0), v1 = _mm512_mul_ps(va, c##i##1); \
-         if (beta != 0.0f) {                                                    \
-             v0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r), v0);                  \
-             v1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(r + 16), v1);             \
-         }                                                                      \
-         _mm512_storeu_ps(r, v0); _mm512_storeu_ps(r + 16, v1); } while (0)
 void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
                                       float *C, int64_t ldc, float alpha, float beta) {
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00;
-    __m512 c10 = c00, c11 = c00;
-    __m512 c20 = c00, c21 = c00;
-    __m512 c30 = c00, c31 = c00;
-    __m512 c40 = c00, c41 = c00;
-    __m512 c50 = c00, c51 = c00;
-    __m512 c60 = c00, c61 = c00;
-    __m512 c70 = c00, c71 = c00;
-    __m512 c80 = c00, c81 = c00;
-    __m512 c90 = c00, c91 = c00;
-    __m512 c100 = c00, c101 = c00;
-    __m512 c110 = c00, c111 = c00;
-    __m512 c120 = c00, c121 = c00;
-    __m512 c130 = c00, c131 = c00;
-    for (int i = 0; i < 14; i++) {
-        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + i * ldc + 31), _MM_HINT_T0);
-    }
+    TILE_START();
     if (ak == 1) {
         const float *a0 = A, *a3 = A + 3 * ai, *a6 = A + 6 * ai, *a9 = A + 9 * ai, *a12 = A + 12 * ai;
         const int64_t a2 = 2 * ai;
@@ -125,12 +95,12 @@ void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t ai, in
             Bp += 32;
         }
     }
-    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2);  STORE_ROW(3);  STORE_ROW(4);  STORE_ROW(5);  STORE_ROW(6);
-    STORE_ROW(7); STORE_ROW(8); STORE_ROW(9); STORE_ROW(10); STORE_ROW(11); STORE_ROW(12); STORE_ROW(13);
+    TILE_STORE();
 }
 #undef DROW_FMA
 #undef STORE_ROW
+#undef TILE_START
+#undef TILE_STORE
 
 /* ---- matrix-vector ---------------------------------------------------------- */
 /* Four rows at a time, two accumulators per row; a masked load finishes K. */
