@@ -215,6 +215,43 @@ TEST(cpu_matmul_through_packed_copy) {
     kn_env_reload();
 }
 
+/* A prompt with a NaN and an infinity among its activations: the packed
+ * path cannot quantize those rows and hands the matmul on; every row must
+ * still match the reference (NaN where it has NaN, the rest within bound) */
+TEST(non_finite_activations_through_packed_copy) {
+    kn_test_seed(74);
+    const int64_t rows = 48, K = 256, T = 40;
+    for (size_t ti = 0; ti < NTYPES; ti++) {
+        kn_dtype t = TYPES[ti];
+        void *w = malloc(kn_dtype_nbytes(t, rows * K));
+        fill_raw(t, w, rows, K);
+        static float x[40 * 256], ref[40 * 48], got[40 * 48];
+        kn_test_fill_f32(x, T * K, -1, 1);
+        x[5 * K + 3] = NAN;
+        x[17 * K + 200] = INFINITY;
+        for (int one = 0; one < 2; one++) {   /* the prompt, then a decode step of its NaN row */
+        const float *xs = one ? x + 5 * K : x;
+        int64_t nt = one ? 1 : T;
+        matmul(kn_backend_ref(), t, w, rows, 0, rows, K, false, xs, nt, ref, NULL);
+        matmul(kn_backend_cpu(), t, w, rows, 0, rows, K, true, xs, nt, got, NULL);
+        int64_t bad = 0, first = -1;
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < nt * rows; i++) {
+            if (isnan(ref[i]) || isinf(ref[i])) {
+                if (!(isnan(got[i]) == isnan(ref[i]) && (isnan(ref[i]) || got[i] == ref[i]))) { bad++; if (first < 0) first = i; }
+            } else if (!isfinite(got[i])) {
+                bad++; if (first < 0) first = i;
+            } else { num += (got[i] - ref[i]) * (got[i] - ref[i]); den += ref[i] * ref[i]; }
+        }
+        CHECK(!bad, "%s, %lld rows: %lld outputs differ in NaN / inf from the reference, first [%lld] %g vs %g",
+              kn_dtype_name(t), (long long)nt, (long long)bad, (long long)first, first >= 0 ? got[first] : 0,
+              first >= 0 ? ref[first] : 0);
+        CHECK(den == 0 || sqrt(num / den) < 3e-2, "%s: finite outputs rel err %.3g", kn_dtype_name(t), sqrt(num / den));
+        }
+        free(w);
+    }
+}
+
 /* KN_QPACK=0: a constant buffer gets no packed copy, the row dots answer */
 TEST(qpack_off_by_environment) {
     bool can = kn_cpu()->isa >= KN_ISA_AVX512 && kn_cpu()->avx512vnni;

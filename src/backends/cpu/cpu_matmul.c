@@ -76,14 +76,16 @@ static void qmm_rows(void *p, int64_t r0, int64_t r1) {
         }
     }
 }
-typedef struct { bool q16; kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; } qx_job;
+typedef struct { bool q16; kn_dtype at; const float *x; int64_t lda, K; char *xq; size_t xq_bytes; atomic_int bad; } qx_job;
 static void qx_rows(void *p, int64_t r0, int64_t r1) {
     qx_job *j = p;
     for (int64_t t = r0; t < r1; t++) {
         char *y = j->xq + t * j->xq_bytes;
-        if (j->q16) kn_quantize_q16(j->x + t * j->lda, (kn_block_q16 *)y, j->K);
+        kn_status st = KN_OK;
+        if (j->q16) st = kn_quantize_q16(j->x + t * j->lda, (kn_block_q16 *)y, j->K);
         else if (j->at == KN_F32) memcpy(y, j->x + t * j->lda, (size_t)j->K * 4);
-        else kn_quantize_row(j->at, j->x + t * j->lda, y, j->K);
+        else st = kn_quantize_row(j->at, j->x + t * j->lda, y, j->K);
+        if (st) atomic_store(&j->bad, 1);   /* a NaN or infinity: blocks cannot hold it */
     }
 }
 /* Many activation rows (prefill): dequantizing each weight row once and
@@ -249,11 +251,21 @@ static void packed_group_rows(kn_qpack_gemv_fn gemv, kn_qpack_gemm4_fn gemm4, co
 /* T activation rows (row t at x + t * ld, K floats) as Q16 blocks, with
  * `extra` bytes after them for the caller; NULL when out of memory or when
  * an activation is not finite (the row dots then take the matmul) */
+typedef struct { const float *x; int64_t ld, K; kn_block_q16 *xq; atomic_int bad; } q16_job;
+static void q16_job_rows(void *p, int64_t t0, int64_t t1) {
+    q16_job *j = p;
+    for (int64_t t = t0; t < t1; t++)
+        if (kn_quantize_q16(j->x + t * j->ld, j->xq + t * (j->K / KN_QK), j->K)) atomic_store(&j->bad, 1);
+}
+/* (a prompt's rows are quantized across the pool: serially they were ~4 %
+ * of a SmolLM2 pp512 with the other thread idle) */
 static kn_block_q16 *q16_rows(const float *x, int64_t ld, int64_t T, int64_t K, size_t extra) {
     size_t bytes = kn_quant_q16_nbytes(K);
     kn_block_q16 *xq = malloc(bytes * (size_t)(T ? T : 1) + extra);
-    for (int64_t t = 0; xq && t < T; t++)
-        if (kn_quantize_q16(x + t * ld, xq + t * (K / KN_QK), K)) { free(xq); return NULL; }
+    if (!xq) return NULL;
+    q16_job j = {x, ld, K, xq, 0};
+    kn_cpu_par_rows(q16_job_rows, &j, T, T * K);
+    if (atomic_load(&j.bad)) { free(xq); return NULL; }
     return xq;
 }
 
@@ -379,8 +391,12 @@ static bool matmul_quant(const kn_exec *e, const kn_sgemm_post *post) {
     size_t xq_bytes = q16 ? kn_quant_q16_nbytes(K) : kn_dtype_nbytes(at, K);
     char *xq = malloc(xq_bytes * (size_t)(T ? T : 1));
     if (!xq) return false;
-    qx_job qj = {q16, at, a->data, a->st[0], K, xq, xq_bytes};
+    qx_job qj = {q16, at, a->data, a->st[0], K, xq, xq_bytes, 0};
     kn_cpu_par_rows(qx_rows, &qj, T, T * K);
+    if (atomic_load(&qj.bad)) {   /* non-finite activations: the f32 product gives the NaN and infinities */
+        free(xq);
+        return matmul_dequant_sgemm(d, a, b, post);
+    }
     qmm_job j = {dot, q16 ? kn_quant_q16_dot4(b->dtype) : NULL, b->data, kn_dtype_nbytes(b->dtype, b->st[1]), K, N, T, xq, xq_bytes, d->data, d->st[0], post};
     kn_cpu_par_rows(qmm_rows, &j, N, N * K * (T ? T : 1));
     free(xq);
