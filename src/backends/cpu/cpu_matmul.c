@@ -50,6 +50,7 @@ typedef struct {
     const char *xq; size_t xq_bytes; float *C; int64_t ldc;
     const kn_sgemm_post *post;    /* NULL, or run on each token's finished block of outputs */
 } qmm_job;
+#define QMM_PREFETCH 4096   /* bytes ahead of the weight row a one-token dot reads */
 static void qmm_rows(void *p, int64_t r0, int64_t r1) {
     qmm_job *j = p;
     /* blocks of 16 weight rows stay in cache while every token visits them */
@@ -70,8 +71,16 @@ static void qmm_rows(void *p, int64_t r0, int64_t r1) {
         for (; t < j->T; t++) {
             const char *x = j->xq + t * j->xq_bytes;
             float *y = j->C + t * j->ldc;
-            /* no software prefetch: measured slower than the hardware prefetchers */
-            for (int64_t n = n0; n < n1; n++) y[n] = j->dot(j->K, j->W + (size_t)n * j->row_bytes, x);
+            /* the row's lines 4 KiB ahead: decode streams the weights once, and
+             * without it the core waited on DRAM, then computed (this Xeon,
+             * AVX-512 and AVX2 kernels alike: Qwen2.5-0.5B Q4_0 tg 39 -> 52 tok/s,
+             * 1B-shaped Q4_K_M 16.5 -> 22; an earlier note on an AMD EPYC
+             * found a software prefetch slower, at a distance it did not give) */
+            for (int64_t n = n0; n < n1; n++) {
+                const char *w = j->W + (size_t)n * j->row_bytes;
+                for (size_t l = 0; l < j->row_bytes; l += 64) __builtin_prefetch(w + QMM_PREFETCH + l);
+                y[n] = j->dot(j->K, w, x);
+            }
             if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, t, t + 1, n0, n1);
         }
     }

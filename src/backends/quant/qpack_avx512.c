@@ -23,6 +23,16 @@ static inline __m512i pair(const kn_block_q16 *a, int c) {   /* activations 2c, 
     __builtin_memcpy(&v, &a->qs[2 * c], 4);
     return _mm512_set1_epi32(v);
 }
+/* Decode streams each group's records once, from DRAM for a model larger
+ * than the caches. Without help the core waited on memory and then computed
+ * (1B-shaped Q4_K_M: 7.8 GB/s a thread from DRAM against 20.7 hot); the one-row
+ * kernels prefetch the lines of the record 4 KiB ahead (measured flat from 3
+ * to 8 KiB; 2 threads: Llama-3.2-1B-shaped Q4_K_M tg 18.9 -> 25.0 tok/s,
+ * Qwen2.5-0.5B Q4_0 58 -> 99, Q8_0 40 -> 50, SmolLM2 Q4_0 415 -> 453-480).
+ * Past the end of the buffer a prefetch is a hint that touches nothing. */
+#define QPACK_PREFETCH 4096
+#define PREFETCH_REC(o, rec)                                                    \
+    do { for (size_t l_ = 0; l_ < (rec); l_ += 64) _mm_prefetch((const char *)(o) + QPACK_PREFETCH + l_, _MM_HINT_T0); } while (0)
 static inline __m512 scales16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* the int32 sums of one Q8_0 record's 16 rows x one activation block */
@@ -114,6 +124,7 @@ static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
+            PREFETCH_REC(o, rec);
             __m512 s = _mm512_cvtepi32_ps(sum_q8(o + 2 * R, &x[b]));
             acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
         }
@@ -137,6 +148,7 @@ static inline void gemv_x0(const void *packed, int64_t g0, int64_t g1, int64_t K
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
+            PREFETCH_REC(o, rec);
             __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 2 * R, &x[b]) : sum_q4(o + 2 * R, &x[b]));
             /* dw * (da * sum - off * s) */
             acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(off * x[b].s)), acc);
@@ -153,6 +165,7 @@ static inline void gemv_x1(const void *packed, int64_t g0, int64_t g1, int64_t K
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
+            PREFETCH_REC(o, rec);
             __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 4 * R, &x[b]) : sum_q4(o + 4 * R, &x[b]));
             acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
             accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
@@ -174,6 +187,7 @@ static inline void gemv_k45(const void *packed, int64_t g0, int64_t g1, int64_t 
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
+            PREFETCH_REC(o, rec);
             const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
             const kn_block_q16 *a = &x[8 * b];
             __m512 accd = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
@@ -563,6 +577,7 @@ static void gemv_q6_K(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
+            PREFETCH_REC(o, rec);
             const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
             const kn_block_q16 *a = &x[8 * b];
             __m512 accd = _mm512_setzero_ps();
