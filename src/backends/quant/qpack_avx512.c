@@ -274,6 +274,7 @@ static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
+        PREFETCH_REC(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         sums4_q8(o + 2 * R, r, s);
@@ -293,6 +294,7 @@ static inline void gemm4_x0(const void *packed, int64_t g, int64_t K, const kn_b
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
+        PREFETCH_REC(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 2 * R, r, s);
@@ -312,6 +314,7 @@ static inline void gemm4_x1(const void *packed, int64_t g, int64_t K, const kn_b
     __m512 acc[XR], accm[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
+        PREFETCH_REC(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 4 * R, r, s);
@@ -338,6 +341,7 @@ static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
+        PREFETCH_REC(o, rec);
         const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
         __m512 accd[XR], accm[XR];
         UNROLL for (int i = 0; i < XR; i++) accd[i] = accm[i] = _mm512_setzero_ps();
@@ -374,6 +378,7 @@ static void gemm4_q6_K(const void *packed, int64_t g, int64_t K, const kn_block_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
+        PREFETCH_REC(o, rec);
         const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
         __m512 accd[XR];
         UNROLL for (int i = 0; i < XR; i++) accd[i] = _mm512_setzero_ps();
