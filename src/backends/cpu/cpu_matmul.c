@@ -258,16 +258,17 @@ static void packed_group_rows(kn_qpack_gemv_fn gemv, kn_qpack_gemm4_fn gemm4, co
 }
 
 /* T activation rows (row t at x + t * ld, K floats) as Q16 blocks, with
- * `extra` bytes after them for the caller; NULL when out of memory or when
- * an activation is not finite (the row dots then take the matmul) */
+ * `extra` bytes after them for the caller, quantized across the pool
+ * (serially they were ~4 % of a SmolLM2 pp512 with the other thread idle);
+ * NULL when out of memory or when an activation is not finite (the caller's
+ * other paths then take the matmul: matmul_quant sends such rows to the f32
+ * product) */
 typedef struct { const float *x; int64_t ld, K; kn_block_q16 *xq; atomic_int bad; } q16_job;
 static void q16_job_rows(void *p, int64_t t0, int64_t t1) {
     q16_job *j = p;
     for (int64_t t = t0; t < t1; t++)
         if (kn_quantize_q16(j->x + t * j->ld, j->xq + t * (j->K / KN_QK), j->K)) atomic_store(&j->bad, 1);
 }
-/* (a prompt's rows are quantized across the pool: serially they were ~4 %
- * of a SmolLM2 pp512 with the other thread idle) */
 static kn_block_q16 *q16_rows(const float *x, int64_t ld, int64_t T, int64_t K, size_t extra) {
     size_t bytes = kn_quant_q16_nbytes(K);
     kn_block_q16 *xq = malloc(bytes * (size_t)(T ? T : 1) + extra);

@@ -32,7 +32,7 @@ typedef struct {
     int mr, nr;                 /* micro-tile                                     */
     int kc, mc, nc;             /* cache blocks (mc % mr == 0, nc % nr == 0)      */
     kn_sgemm_ukr_fn  ukr;
-    kn_sgemm_ukr_direct_fn ukr_d; /* the micro-kernel reading op(A) in place */
+    kn_sgemm_ukr_direct_fn ukr_d; /* the micro-kernel reading rows of A in place */
     kn_sgemv_dot_fn  dot;
     kn_sgemv_axpy_fn axpy;
     kn_sgemm_pack_t_fn pack_t;  /* rows of A (not transposed) / of B (transposed) -> panels */
@@ -146,12 +146,12 @@ void kn_sgemm_ukr_4x8_generic(int64_t kc, const float *Ap, const float *Bp,
             C[i * ldc + j] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[i * ldc + j];
 }
 
-void kn_sgemm_ukr_4x8_direct_generic(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_4x8_direct_generic(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                      float *C, int64_t ldc, float alpha, float beta) {
     float acc[4][8] = {{0}};
     for (int64_t k = 0; k < kc; k++, Bp += 8)
         for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++) acc[i][j] += A[i * ai + k * ak] * Bp[j];
+            for (int j = 0; j < 8; j++) acc[i][j] += A[i * lda + k] * Bp[j];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++)
             C[i * ldc + j] = beta == 0.0f ? alpha * acc[i][j] : alpha * acc[i][j] + beta * C[i * ldc + j];
@@ -365,12 +365,11 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
     float *Ap = pb->a, *Bp = pb->b;
     float tile[16 * 64] __attribute__((aligned(64)));   /* edge tiles: mr*nr <= 1024 */
 
-    /* op(A) in place: element (i, k) at A[i * ai + k * ak]; not for A stored
-     * transposed, whose k steps lda apart fall into a few L1 sets (lda a
-     * multiple of 512 B: the panel is evicted before the next B panel reads
-     * it; measured 10-17 % slower than packing on the weight gradients) */
+    /* rows of A in place; not A stored transposed, whose k steps lda apart
+     * fall into a few L1 sets (lda a multiple of 512 B: the panel is evicted
+     * before the next B panel reads it; measured 10-17 % slower than packing
+     * on the weight gradients) */
     const bool direct = I->ukr_d && !g->ta && n1 - n0 <= DIRECT_MAX_COLS;
-    const int64_t ai = g->ta ? 1 : g->lda, ak = g->ta ? g->lda : 1;
     for (int64_t jc = n0; jc < n1; jc += I->nc) {
         const int64_t nc = n1 - jc < I->nc ? n1 - jc : I->nc;
         for (int64_t pc = 0; pc < K; pc += I->kc) {
@@ -389,12 +388,12 @@ static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, i
                     for (int64_t ir = 0; ir < mc; ir += mr) {
                         const int64_t m = mc - ir < mr ? mc - ir : mr;
                         const float *ap = direct ? Ap : Ap + ir * kc;
-                        const float *ad = g->A + (ic + ir) * ai + pc * ak;
+                        const float *ad = g->A + (ic + ir) * g->lda + pc;   /* direct: row ic + ir, column pc */
                         float *c = g->C + (ic + ir) * ldc + jc + jr;
                         if (direct && m == mr) {
-                            if (n == nr) I->ukr_d(kc, ad, ai, ak, bp, c, ldc, g->alpha, beta);
+                            if (n == nr) I->ukr_d(kc, ad, g->lda, bp, c, ldc, g->alpha, beta);
                             else {
-                                I->ukr_d(kc, ad, ai, ak, bp, tile, nr, g->alpha, 0.0f);
+                                I->ukr_d(kc, ad, g->lda, bp, tile, nr, g->alpha, 0.0f);
                                 edge_store(tile, nr, c, ldc, m, n, beta);
                             }
                         } else if (m == mr && n == nr) {

@@ -85,10 +85,9 @@ int kn_sgemm_force_isa(int isa);
  * (row k holds NR consecutive floats), both 64-byte aligned. beta == 0: C not read. */
 typedef void (*kn_sgemm_ukr_fn)(int64_t kc, const float *Ap, const float *Bp,
                                 float *C, int64_t ldc, float alpha, float beta);
-/* The micro-kernel with op(A) read in place: element (r, k) of the MR x kc
- * panel at A[r * ai + k * ak] (rows of A: ai = lda, ak = 1; A stored
- * transposed: ai = 1, ak = lda). Bp packed as above. */
-typedef void (*kn_sgemm_ukr_direct_fn)(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+/* The micro-kernel with MR rows of A read in place: element (r, k) of the
+ * MR x kc panel at A[r * lda + k] (A not transposed). Bp packed as above. */
+typedef void (*kn_sgemm_ukr_direct_fn)(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                        float *C, int64_t ldc, float alpha, float beta);
 /* y[i] = dot(X[i*ld .. i*ld+K), x) for i in [0, rows).            (matrix-vector, "dot" form) */
 typedef void (*kn_sgemv_dot_fn)(int64_t rows, int64_t K, const float *X, int64_t ld,
@@ -105,7 +104,7 @@ void kn_sgemm_pack_t_generic(const float *src, int64_t ld, int rows, int64_t kc,
                              float *dst, int64_t dstride);
 void kn_sgemm_ukr_4x8_generic(int64_t kc, const float *Ap, const float *Bp,
                               float *C, int64_t ldc, float alpha, float beta);
-void kn_sgemm_ukr_4x8_direct_generic(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_4x8_direct_generic(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                      float *C, int64_t ldc, float alpha, float beta);
 void kn_sgemv_dot_generic(int64_t rows, int64_t K, const float *X, int64_t ld,
                           const float *x, float *y);
@@ -114,7 +113,7 @@ void kn_sgemv_axpy_generic(int64_t K, int64_t cols, const float *X, int64_t ld,
 #if !defined(KN_NO_X86) && (defined(__x86_64__) || defined(__i386__))
 void kn_sgemm_ukr_6x16_avx2(int64_t kc, const float *Ap, const float *Bp,
                             float *C, int64_t ldc, float alpha, float beta);
-void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                    float *C, int64_t ldc, float alpha, float beta);
 void kn_sgemv_dot_avx2(int64_t rows, int64_t K, const float *X, int64_t ld,
                        const float *x, float *y);
@@ -125,7 +124,7 @@ void kn_sgemm_pack_t_avx2(const float *src, int64_t ld, int rows, int64_t kc,
 #ifndef KN_NO_AVX512
 void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
                                float *C, int64_t ldc, float alpha, float beta);
-void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                       float *C, int64_t ldc, float alpha, float beta);
 void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
                          const float *x, float *y);

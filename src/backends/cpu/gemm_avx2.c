@@ -43,14 +43,13 @@ void kn_sgemm_ukr_6x16_avx2(int64_t kc, const float *Ap, const float *Bp,
     STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5);
 }
 
-/* The same tile with op(A) read in place, element (r, k) at A[r * ai + k * ak]
- * (gemm.h, kn_sgemm_ukr_direct_fn); rows of A (ak == 1) from two row
- * pointers plus ai and 2 ai. */
+/* The same tile with its 6 rows of A read in place, lda apart (gemm.h,
+ * kn_sgemm_ukr_direct_fn), from two row pointers plus lda and 2 lda. */
 #define DROW_FMA(i, p)                                                          \
     do { const __m256 a = _mm256_broadcast_ss(p);                               \
          c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                             \
          c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); } while (0)
-void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                    float *C, int64_t ldc, float alpha, float beta) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
            c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
@@ -58,19 +57,12 @@ void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t ai, int64
         _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(C + i * ldc + 15), _MM_HINT_T0);
     }
-    if (ak == 1) {
-        const float *a0 = A, *a3 = A + 3 * ai;
-        const int64_t a2 = 2 * ai;
-        for (int64_t k = 0; k < kc; k++, a0++, a3++, Bp += 16) {
-            const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
-            DROW_FMA(0, a0); DROW_FMA(1, a0 + ai); DROW_FMA(2, a0 + a2);
-            DROW_FMA(3, a3); DROW_FMA(4, a3 + ai); DROW_FMA(5, a3 + a2);
-        }
-    } else {
-        for (int64_t k = 0; k < kc; k++, A += ak, Bp += 16) {
-            const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
-            DROW_FMA(0, A); DROW_FMA(1, A + 1); DROW_FMA(2, A + 2); DROW_FMA(3, A + 3); DROW_FMA(4, A + 4); DROW_FMA(5, A + 5);
-        }
+    const float *a0 = A, *a3 = A + 3 * lda;
+    const int64_t l2 = 2 * lda;
+    for (int64_t k = 0; k < kc; k++, a0++, a3++, Bp += 16) {
+        const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
+        DROW_FMA(0, a0); DROW_FMA(1, a0 + lda); DROW_FMA(2, a0 + l2);
+        DROW_FMA(3, a3); DROW_FMA(4, a3 + lda); DROW_FMA(5, a3 + l2);
     }
     const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
     STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5);

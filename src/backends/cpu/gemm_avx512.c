@@ -59,41 +59,29 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
 }
 #undef ROW_FMA
 
-/* ---- micro-kernel reading A where it lies ----------------------------------
- * The same 14x32 tile with op(A) read in place, element (r, k) at
- * A[r * ai + k * ak]: no packed copy of A (gemm.c uses it when each A panel
- * would serve only a few B panels, so packing costs more than it saves).
- * ai == 1 (A stored transposed): a k step's 14 values are adjacent, as in a
- * packed panel but ak apart. ak == 1 (rows of A): 14 rows, reached from five
- * row pointers (rows 0, 3, 6, 9, 12) plus ai and 2 ai, so the broadcasts stay
- * memory operands of the FMAs and few registers hold addresses. */
+/* ---- micro-kernel reading rows of A where they lie -------------------------
+ * The same 14x32 tile with its 14 rows of A read in place (lda apart): no
+ * packed copy of A (gemm.c uses it when each A panel would serve only a few B
+ * panels, so packing costs more than it saves). The rows are reached from
+ * five row pointers (rows 0, 3, 6, 9, 12) plus lda and 2 lda, so few
+ * registers hold addresses. */
 #define DROW_FMA(i, p)                                                          \
     do { const __m512 a = _mm512_set1_ps(p);                                    \
          c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
          c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
-void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t ai, int64_t ak, const float *Bp,
+void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                       float *C, int64_t ldc, float alpha, float beta) {
     TILE_START();
-    if (ak == 1) {
-        const float *a0 = A, *a3 = A + 3 * ai, *a6 = A + 6 * ai, *a9 = A + 9 * ai, *a12 = A + 12 * ai;
-        const int64_t a2 = 2 * ai;
-        for (int64_t k = 0; k < kc; k++) {
-            const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
-            DROW_FMA(0, a0[0]);  DROW_FMA(1, a0[ai]);  DROW_FMA(2, a0[a2]);
-            DROW_FMA(3, a3[0]);  DROW_FMA(4, a3[ai]);  DROW_FMA(5, a3[a2]);
-            DROW_FMA(6, a6[0]);  DROW_FMA(7, a6[ai]);  DROW_FMA(8, a6[a2]);
-            DROW_FMA(9, a9[0]);  DROW_FMA(10, a9[ai]); DROW_FMA(11, a9[a2]);
-            DROW_FMA(12, a12[0]); DROW_FMA(13, a12[ai]);
-            a0++; a3++; a6++; a9++; a12++; Bp += 32;
-        }
-    } else {
-        for (int64_t k = 0; k < kc; k++, A += ak) {
-            const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
-            DROW_FMA(0, A[0]);  DROW_FMA(1, A[1]);  DROW_FMA(2, A[2]);   DROW_FMA(3, A[3]);   DROW_FMA(4, A[4]);
-            DROW_FMA(5, A[5]);  DROW_FMA(6, A[6]);  DROW_FMA(7, A[7]);   DROW_FMA(8, A[8]);   DROW_FMA(9, A[9]);
-            DROW_FMA(10, A[10]); DROW_FMA(11, A[11]); DROW_FMA(12, A[12]); DROW_FMA(13, A[13]);
-            Bp += 32;
-        }
+    const float *a0 = A, *a3 = A + 3 * lda, *a6 = A + 6 * lda, *a9 = A + 9 * lda, *a12 = A + 12 * lda;
+    const int64_t l2 = 2 * lda;
+    for (int64_t k = 0; k < kc; k++) {
+        const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
+        DROW_FMA(0, a0[0]);  DROW_FMA(1, a0[lda]);  DROW_FMA(2, a0[l2]);
+        DROW_FMA(3, a3[0]);  DROW_FMA(4, a3[lda]);  DROW_FMA(5, a3[l2]);
+        DROW_FMA(6, a6[0]);  DROW_FMA(7, a6[lda]);  DROW_FMA(8, a6[l2]);
+        DROW_FMA(9, a9[0]);  DROW_FMA(10, a9[lda]); DROW_FMA(11, a9[l2]);
+        DROW_FMA(12, a12[0]); DROW_FMA(13, a12[lda]);
+        a0++; a3++; a6++; a9++; a12++; Bp += 32;
     }
     TILE_STORE();
 }

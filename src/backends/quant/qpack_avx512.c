@@ -25,11 +25,12 @@ static inline __m512i pair(const kn_block_q16 *a, int c) {   /* activations 2c, 
 }
 /* Decode streams each group's records once, from DRAM for a model larger
  * than the caches. Without help the core waited on memory and then computed
- * (1B-shaped Q4_K_M: 7.8 GB/s a thread from DRAM against 20.7 hot); the one-row
- * kernels prefetch the lines of the record 4 KiB ahead (measured flat from 3
- * to 8 KiB; 2 threads: Llama-3.2-1B-shaped Q4_K_M tg 18.9 -> 25.0 tok/s,
- * Qwen2.5-0.5B Q4_0 58 -> 99, Q8_0 40 -> 50, SmolLM2 Q4_0 415 -> 453-480).
- * Past the end of the buffer a prefetch is a hint that touches nothing. */
+ * (1B-shaped Q4_K_M: 7.8 GB/s a thread from DRAM against 20.7 hot); the
+ * one-row and four-row kernels prefetch the lines of the record 4 KiB ahead
+ * (measured flat from 3 to 8 KiB; 2 threads: Llama-3.2-1B-shaped Q4_K_M tg
+ * 18.9 -> 25.0 tok/s, Qwen2.5-0.5B Q4_0 58 -> 99, Q8_0 40 -> 50, SmolLM2 Q4_0
+ * 415 -> 453-480; pp4 66 -> 75). Past the end of the buffer a prefetch is a
+ * hint that touches nothing. */
 #define QPACK_PREFETCH 4096
 #define PREFETCH_REC(o, rec)                                                    \
     do { for (size_t l_ = 0; l_ < (rec); l_ += 64) _mm_prefetch((const char *)(o) + QPACK_PREFETCH + l_, _MM_HINT_T0); } while (0)
