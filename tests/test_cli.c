@@ -58,7 +58,7 @@ typedef struct { char kind[16]; char *arg; } check;
 typedef struct {
     char name[128], where[256];
     char *needs[16]; int n_needs;
-    bool needs_model, stdin_open;
+    bool needs_model, stdin_open, sig_from_out;   /* sig_from_out: sigint times count from the first stdout byte */
     char *pre[8]; int n_pre;
     char *run;
     sbuf in; char *in_file;
@@ -176,6 +176,7 @@ static bool directive(cli_case *c, char *line, const char **why) {
     else if (!strcmp(k, "stdin-file")) { free(c->in_file); c->in_file = dupstr(arg); }
     else if (!strcmp(k, "stdin-open")) c->stdin_open = true;
     else if (!strcmp(k, "env")) { if (c->n_env == 8 || !strchr(arg, '=')) { *why = "bad env line"; return false; } c->env[c->n_env++] = dupstr(arg); }
+    else if (!strcmp(k, "sigint-from-output")) c->sig_from_out = true;
     else if (!strcmp(k, "sigint")) { if (c->n_sigs == MAX_SIGS) { *why = "too many sigint lines"; return false; } c->sigs[c->n_sigs++] = atof(arg); }
     else if (!strcmp(k, "timeout")) c->timeout = atof(arg);
     else if (!strcmp(k, "exit")) {
@@ -241,7 +242,7 @@ static bool spawn_and_wait(const cli_case *c, char **w, int n, const sbuf *in, r
     fcntl(ferr, F_SETFL, O_NONBLOCK);
     size_t in_off = 0;
     if (in->len == 0 && !c->stdin_open) { close(fin); fin = -1; }
-    double t0 = now_s(), limit = c->timeout > 0 ? c->timeout : 60;
+    double t0 = now_s(), limit = c->timeout > 0 ? c->timeout : 60, t_out = -1;
     int sent = 0, status = 0;
     bool exited = false;
     while (!exited || fout >= 0 || ferr >= 0) {
@@ -262,7 +263,11 @@ static bool spawn_and_wait(const cli_case *c, char **w, int n, const sbuf *in, r
         }
         if (fin >= 0 && in_off == in->len && !c->stdin_open) { close(fin); fin = -1; }
         double t = now_s() - t0;
-        if (!exited && sent < c->n_sigs && t >= c->sigs[sent]) { kill(pid, SIGINT); sent++; }
+        if (t_out < 0 && r->out.len > 0) t_out = t;
+        /* a reply's length in seconds depends on the machine: timed from its
+         * first byte, a signal lands inside it on fast and slow machines alike */
+        double base = c->sig_from_out ? t_out : 0;
+        if (!exited && sent < c->n_sigs && base >= 0 && t - base >= c->sigs[sent]) { kill(pid, SIGINT); sent++; }
         if (!exited && waitpid(pid, &status, WNOHANG) == pid) exited = true;
         if (!exited && t > limit) {
             kill(pid, SIGKILL);
