@@ -8,13 +8,15 @@
 /* ---- micro-kernel ------------------------------------------------------------
  * Per k step: two 8-wide loads of the packed B row, six broadcasts of the packed
  * A column, twelve FMAs into c[i][0..1]. Ap holds 6 floats per k, Bp 16. */
-#define ROW_FMA(i)                                                              \
-    do { const __m256 a = _mm256_broadcast_ss(Ap + (i));                         \
+/* row i of the tile += the float at p times the B row b0, b1 */
+#define ROW_FMA(i, p)                                                           \
+    do { const __m256 a = _mm256_broadcast_ss(p);                               \
          c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                             \
          c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); } while (0)
 #define STEP()                                                                  \
     do { const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);     \
-         ROW_FMA(0); ROW_FMA(1); ROW_FMA(2); ROW_FMA(3); ROW_FMA(4); ROW_FMA(5); \
+         ROW_FMA(0, Ap); ROW_FMA(1, Ap + 1); ROW_FMA(2, Ap + 2);                \
+         ROW_FMA(3, Ap + 3); ROW_FMA(4, Ap + 4); ROW_FMA(5, Ap + 5);            \
          Ap += 6; Bp += 16; } while (0)
 #define STORE_ROW(i)                                                            \
     do { float *r = C + (i) * ldc;                                              \
@@ -24,50 +26,48 @@
              v1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(r + 8), v1);              \
          }                                                                      \
          _mm256_storeu_ps(r, v0); _mm256_storeu_ps(r + 8, v1); } while (0)
+/* The 12 accumulators c<row><half>, zeroed, and the tile's C rows prefetched
+ * (64 bytes a row, maybe 2 lines) */
+#define TILE_START()                                                            \
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, \
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;   \
+    for (int i = 0; i < 6; i++) {                                               \
+        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);                 \
+        _mm_prefetch((const char *)(C + i * ldc + 15), _MM_HINT_T0);            \
+    }
+/* C = alpha * tile + beta * C (beta == 0: C not read) */
+#define TILE_STORE()                                                            \
+    do { const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);     \
+         STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5); } while (0)
 
 void kn_sgemm_ukr_6x16_avx2(int64_t kc, const float *Ap, const float *Bp,
                             float *C, int64_t ldc, float alpha, float beta) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (int i = 0; i < 6; i++) {                 /* C rows: 64 bytes, maybe 2 lines */
-        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + i * ldc + 15), _MM_HINT_T0);
-    }
+    TILE_START();
     int64_t k = 0;
     for (; k + 4 <= kc; k += 4) {
         _mm_prefetch((const char *)(Ap + 96), _MM_HINT_T0);
         STEP(); STEP(); STEP(); STEP();
     }
     for (; k < kc; k++) STEP();
-    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5);
+    TILE_STORE();
 }
 
 /* The same tile with its 6 rows of A read in place, lda apart (gemm.h,
  * kn_sgemm_ukr_direct_fn), from two row pointers plus lda and 2 lda. */
-#define DROW_FMA(i, p)                                                          \
-    do { const __m256 a = _mm256_broadcast_ss(p);                               \
-         c##i##0 = _mm256_fmadd_ps(a, b0, c##i##0);                             \
-         c##i##1 = _mm256_fmadd_ps(a, b1, c##i##1); } while (0)
 void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                    float *C, int64_t ldc, float alpha, float beta) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
-           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-    for (int i = 0; i < 6; i++) {
-        _mm_prefetch((const char *)(C + i * ldc), _MM_HINT_T0);
-        _mm_prefetch((const char *)(C + i * ldc + 15), _MM_HINT_T0);
-    }
+    TILE_START();
     const float *a0 = A, *a3 = A + 3 * lda;
     const int64_t l2 = 2 * lda;
     for (int64_t k = 0; k < kc; k++, a0++, a3++, Bp += 16) {
         const __m256 b0 = _mm256_load_ps(Bp), b1 = _mm256_load_ps(Bp + 8);
-        DROW_FMA(0, a0); DROW_FMA(1, a0 + lda); DROW_FMA(2, a0 + l2);
-        DROW_FMA(3, a3); DROW_FMA(4, a3 + lda); DROW_FMA(5, a3 + l2);
+        ROW_FMA(0, a0); ROW_FMA(1, a0 + lda); ROW_FMA(2, a0 + l2);
+        ROW_FMA(3, a3); ROW_FMA(4, a3 + lda); ROW_FMA(5, a3 + l2);
     }
-    const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-    STORE_ROW(0); STORE_ROW(1); STORE_ROW(2); STORE_ROW(3); STORE_ROW(4); STORE_ROW(5);
+    TILE_STORE();
 }
-#undef DROW_FMA
+#undef TILE_START
+#undef TILE_STORE
 #undef ROW_FMA
 #undef STEP
 #undef STORE_ROW

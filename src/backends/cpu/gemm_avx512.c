@@ -12,8 +12,9 @@
  * FMAs into c<i>0, c<i>1. Ap holds 14 floats per k, Bp 32. */
 /* Accumulators are named registers (c<row><half>), not an array: compilers keep
  * arrays of vectors in memory at -O2. */
-#define ROW_FMA(i)                                                              \
-    do { const __m512 a = _mm512_set1_ps(Ap[i]);                                \
+/* row i of the tile += the float v times the B row b0, b1 */
+#define ROW_FMA(i, v)                                                           \
+    do { const __m512 a = _mm512_set1_ps(v);                                    \
          c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
          c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
 #define STORE_ROW(i)                                                            \
@@ -45,8 +46,9 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
     TILE_START();
 #define STEP()                                                                  \
     do { const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);     \
-         ROW_FMA(0); ROW_FMA(1); ROW_FMA(2);  ROW_FMA(3);  ROW_FMA(4);  ROW_FMA(5);  ROW_FMA(6);  \
-         ROW_FMA(7); ROW_FMA(8); ROW_FMA(9); ROW_FMA(10); ROW_FMA(11); ROW_FMA(12); ROW_FMA(13); \
+         ROW_FMA(0, Ap[0]); ROW_FMA(1, Ap[1]); ROW_FMA(2, Ap[2]);  ROW_FMA(3, Ap[3]);  ROW_FMA(4, Ap[4]);   \
+         ROW_FMA(5, Ap[5]); ROW_FMA(6, Ap[6]); ROW_FMA(7, Ap[7]);  ROW_FMA(8, Ap[8]);  ROW_FMA(9, Ap[9]);   \
+         ROW_FMA(10, Ap[10]); ROW_FMA(11, Ap[11]); ROW_FMA(12, Ap[12]); ROW_FMA(13, Ap[13]);           \
          Ap += 14; Bp += 32; } while (0)
     /* Not unrolled: with 30 of 32 registers live, unrolling makes gcc 12 spill
      * accumulators; the loop overhead is 3 instructions in ~45. */
@@ -57,7 +59,6 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
 #undef STEP
     TILE_STORE();
 }
-#undef ROW_FMA
 
 /* ---- micro-kernel reading rows of A where they lie -------------------------
  * The same 14x32 tile with its 14 rows of A read in place (lda apart): no
@@ -65,10 +66,6 @@ void kn_sgemm_ukr_14x32_avx512(int64_t kc, const float *Ap, const float *Bp,
  * panels, so packing costs more than it saves). The rows are reached from
  * five row pointers (rows 0, 3, 6, 9, 12) plus lda and 2 lda, so few
  * registers hold addresses. */
-#define DROW_FMA(i, p)                                                          \
-    do { const __m512 a = _mm512_set1_ps(p);                                    \
-         c##i##0 = _mm512_fmadd_ps(a, b0, c##i##0);                             \
-         c##i##1 = _mm512_fmadd_ps(a, b1, c##i##1); } while (0)
 void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t lda, const float *Bp,
                                       float *C, int64_t ldc, float alpha, float beta) {
     TILE_START();
@@ -76,16 +73,16 @@ void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t lda, c
     const int64_t l2 = 2 * lda;
     for (int64_t k = 0; k < kc; k++) {
         const __m512 b0 = _mm512_load_ps(Bp), b1 = _mm512_load_ps(Bp + 16);
-        DROW_FMA(0, a0[0]);  DROW_FMA(1, a0[lda]);  DROW_FMA(2, a0[l2]);
-        DROW_FMA(3, a3[0]);  DROW_FMA(4, a3[lda]);  DROW_FMA(5, a3[l2]);
-        DROW_FMA(6, a6[0]);  DROW_FMA(7, a6[lda]);  DROW_FMA(8, a6[l2]);
-        DROW_FMA(9, a9[0]);  DROW_FMA(10, a9[lda]); DROW_FMA(11, a9[l2]);
-        DROW_FMA(12, a12[0]); DROW_FMA(13, a12[lda]);
+        ROW_FMA(0, a0[0]);  ROW_FMA(1, a0[lda]);  ROW_FMA(2, a0[l2]);
+        ROW_FMA(3, a3[0]);  ROW_FMA(4, a3[lda]);  ROW_FMA(5, a3[l2]);
+        ROW_FMA(6, a6[0]);  ROW_FMA(7, a6[lda]);  ROW_FMA(8, a6[l2]);
+        ROW_FMA(9, a9[0]);  ROW_FMA(10, a9[lda]); ROW_FMA(11, a9[l2]);
+        ROW_FMA(12, a12[0]); ROW_FMA(13, a12[lda]);
         a0++; a3++; a6++; a9++; a12++; Bp += 32;
     }
     TILE_STORE();
 }
-#undef DROW_FMA
+#undef ROW_FMA
 #undef STORE_ROW
 #undef TILE_START
 #undef TILE_STORE
