@@ -50,7 +50,6 @@ typedef struct {
     const char *xq; size_t xq_bytes; float *C; int64_t ldc;
     const kn_sgemm_post *post;    /* NULL, or run on each token's finished block of outputs */
 } qmm_job;
-#define QMM_PREFETCH 4096   /* bytes ahead of the weight row a one-token dot reads */
 static void qmm_rows(void *p, int64_t r0, int64_t r1) {
     qmm_job *j = p;
     /* blocks of 16 weight rows stay in cache while every token visits them */
@@ -71,14 +70,12 @@ static void qmm_rows(void *p, int64_t r0, int64_t r1) {
         for (; t < j->T; t++) {
             const char *x = j->xq + t * j->xq_bytes;
             float *y = j->C + t * j->ldc;
-            /* the row's lines 4 KiB ahead: decode streams the weights once, and
-             * without it the core waited on DRAM, then computed (this Xeon,
-             * AVX-512 and AVX2 kernels alike: Qwen2.5-0.5B Q4_0 tg 39 -> 52 tok/s,
-             * 1B-shaped Q4_K_M 16.5 -> 22; an earlier note on an AMD EPYC
-             * found a software prefetch slower, at a distance it did not give) */
+            /* the row's bytes KN_QUANT_PREFETCH ahead (quant.h; measured on this
+             * Xeon: an earlier note on an AMD EPYC found a software prefetch
+             * slower, at a distance it did not give) */
             for (int64_t n = n0; n < n1; n++) {
                 const char *w = j->W + (size_t)n * j->row_bytes;
-                for (size_t l = 0; l < j->row_bytes; l += 64) __builtin_prefetch(w + QMM_PREFETCH + l);
+                kn_quant_prefetch(w, j->row_bytes);
                 y[n] = j->dot(j->K, w, x);
             }
             if (j->post) j->post->fn(j->post->ctx, j->C, j->ldc, t, t + 1, n0, n1);
@@ -263,20 +260,14 @@ static void packed_group_rows(kn_qpack_gemv_fn gemv, kn_qpack_gemm4_fn gemm4, co
  * NULL when out of memory or when an activation is not finite (the caller's
  * other paths then take the matmul: matmul_quant sends such rows to the f32
  * product) */
-typedef struct { const float *x; int64_t ld, K; kn_block_q16 *xq; atomic_int bad; } q16_job;
-static void q16_job_rows(void *p, int64_t t0, int64_t t1) {
-    q16_job *j = p;
-    for (int64_t t = t0; t < t1; t++)
-        if (kn_quantize_q16(j->x + t * j->ld, j->xq + t * (j->K / KN_QK), j->K)) atomic_store(&j->bad, 1);
-}
 static kn_block_q16 *q16_rows(const float *x, int64_t ld, int64_t T, int64_t K, size_t extra) {
     size_t bytes = kn_quant_q16_nbytes(K);
-    kn_block_q16 *xq = malloc(bytes * (size_t)(T ? T : 1) + extra);
+    char *xq = malloc(bytes * (size_t)(T ? T : 1) + extra);
     if (!xq) return NULL;
-    q16_job j = {x, ld, K, xq, 0};
-    kn_cpu_par_rows(q16_job_rows, &j, T, T * K);
+    qx_job j = {true, KN_F32, x, ld, K, xq, bytes, 0};
+    kn_cpu_par_rows(qx_rows, &j, T, T * K);
     if (atomic_load(&j.bad)) { free(xq); return NULL; }
-    return xq;
+    return (kn_block_q16 *)xq;
 }
 
 typedef struct {

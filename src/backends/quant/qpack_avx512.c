@@ -23,17 +23,6 @@ static inline __m512i pair(const kn_block_q16 *a, int c) {   /* activations 2c, 
     __builtin_memcpy(&v, &a->qs[2 * c], 4);
     return _mm512_set1_epi32(v);
 }
-/* Decode streams each group's records once, from DRAM for a model larger
- * than the caches. Without help the core waited on memory and then computed
- * (1B-shaped Q4_K_M: 7.8 GB/s a thread from DRAM against 20.7 hot); the
- * one-row and four-row kernels prefetch the lines of the record 4 KiB ahead
- * (measured flat from 3 to 8 KiB; 2 threads: Llama-3.2-1B-shaped Q4_K_M tg
- * 18.9 -> 25.0 tok/s, Qwen2.5-0.5B Q4_0 58 -> 99, Q8_0 40 -> 50, SmolLM2 Q4_0
- * 415 -> 453-480; pp4 66 -> 75). Past the end of the buffer a prefetch is a
- * hint that touches nothing. */
-#define QPACK_PREFETCH 4096
-#define PREFETCH_REC(o, rec)                                                    \
-    do { for (size_t l_ = 0; l_ < (rec); l_ += 64) _mm_prefetch((const char *)(o) + QPACK_PREFETCH + l_, _MM_HINT_T0); } while (0)
 static inline __m512 scales16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* the int32 sums of one Q8_0 record's 16 rows x one activation block */
@@ -125,7 +114,7 @@ static void gemv_q8_0(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
-            PREFETCH_REC(o, rec);
+            kn_quant_prefetch(o, rec);
             __m512 s = _mm512_cvtepi32_ps(sum_q8(o + 2 * R, &x[b]));
             acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
         }
@@ -149,7 +138,7 @@ static inline void gemv_x0(const void *packed, int64_t g0, int64_t g1, int64_t K
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
-            PREFETCH_REC(o, rec);
+            kn_quant_prefetch(o, rec);
             __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 2 * R, &x[b]) : sum_q4(o + 2 * R, &x[b]));
             /* dw * (da * sum - off * s) */
             acc = _mm512_fmadd_ps(scales16(o), _mm512_fmsub_ps(s, _mm512_set1_ps(x[b].d), _mm512_set1_ps(off * x[b].s)), acc);
@@ -166,7 +155,7 @@ static inline void gemv_x1(const void *packed, int64_t g0, int64_t g1, int64_t K
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
-            PREFETCH_REC(o, rec);
+            kn_quant_prefetch(o, rec);
             __m512 s = _mm512_cvtepi32_ps(five ? sum_q5(o + 4 * R, &x[b]) : sum_q4(o + 4 * R, &x[b]));
             acc = _mm512_fmadd_ps(_mm512_mul_ps(scales16(o), _mm512_set1_ps(x[b].d)), s, acc);
             accm = _mm512_fmadd_ps(scales16(o + 2 * R), _mm512_set1_ps(x[b].s), accm);   /* mw * s */
@@ -188,7 +177,7 @@ static inline void gemv_k45(const void *packed, int64_t g0, int64_t g1, int64_t 
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
-            PREFETCH_REC(o, rec);
+            kn_quant_prefetch(o, rec);
             const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
             const kn_block_q16 *a = &x[8 * b];
             __m512 accd = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
@@ -275,7 +264,7 @@ static void gemm4_q8_0(const void *packed, int64_t g, int64_t K, const kn_block_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
-        PREFETCH_REC(o, rec);
+        kn_quant_prefetch(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         sums4_q8(o + 2 * R, r, s);
@@ -295,7 +284,7 @@ static inline void gemm4_x0(const void *packed, int64_t g, int64_t K, const kn_b
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
-        PREFETCH_REC(o, rec);
+        kn_quant_prefetch(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 2 * R, r, s);
@@ -315,7 +304,7 @@ static inline void gemm4_x1(const void *packed, int64_t g, int64_t K, const kn_b
     __m512 acc[XR], accm[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = accm[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
-        PREFETCH_REC(o, rec);
+        kn_quant_prefetch(o, rec);
         rows4 r = rows_at(x, xs, b);
         __m512i s[XR];
         if (five) sums4_q5(o + 4 * R, r, s);
@@ -342,7 +331,7 @@ static inline void gemm4_k45(const void *packed, int64_t g, int64_t K, const kn_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
-        PREFETCH_REC(o, rec);
+        kn_quant_prefetch(o, rec);
         const uint8_t *sc = o + 4 * R, *mn = sc + 8 * R, *q = o + 20 * R;
         __m512 accd[XR], accm[XR];
         UNROLL for (int i = 0; i < XR; i++) accd[i] = accm[i] = _mm512_setzero_ps();
@@ -379,7 +368,7 @@ static void gemm4_q6_K(const void *packed, int64_t g, int64_t K, const kn_block_
     __m512 acc[XR];
     UNROLL for (int i = 0; i < XR; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, o += rec) {
-        PREFETCH_REC(o, rec);
+        kn_quant_prefetch(o, rec);
         const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
         __m512 accd[XR];
         UNROLL for (int i = 0; i < XR; i++) accd[i] = _mm512_setzero_ps();
@@ -583,7 +572,7 @@ static void gemv_q6_K(const void *packed, int64_t g0, int64_t g1, int64_t K, con
         const uint8_t *o = (const uint8_t *)packed + (size_t)(g * nb) * rec;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++, o += rec) {
-            PREFETCH_REC(o, rec);
+            kn_quant_prefetch(o, rec);
             const uint8_t *sc = o + 2 * R, *q = o + 18 * R;
             const kn_block_q16 *a = &x[8 * b];
             __m512 accd = _mm512_setzero_ps();

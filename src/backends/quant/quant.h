@@ -195,6 +195,21 @@ typedef void (*kn_vec_dot4_fn)(int64_t n, const void *w, const void *a, size_t a
  * none (the K types, a CPU without AVX2): callers use the single dot. */
 kn_vec_dot4_fn kn_quant_q16_dot4(kn_dtype t);
 
+/* Decode reads each weight once, from DRAM for a model larger than the
+ * caches, and without help the core waited on memory, then computed
+ * (1B-shaped Q4_K_M: 7.8 GB/s a thread from DRAM against 20.7 hot). The
+ * decode kernels (packed records, qpack_avx512.c; weight rows, the CPU
+ * backend's row dots) prefetch the n bytes at p + KN_QUANT_PREFETCH, ahead of
+ * the n bytes at p they are about to read. Measured flat from 3 to 8 KiB; 2
+ * threads: Llama-3.2-1B-shaped Q4_K_M tg 18.9 -> 25.0 tok/s, Qwen2.5-0.5B
+ * Q4_0 58 -> 99 (row dots 39 -> 52, AVX2 kernels alike), SmolLM2 Q4_0 415 ->
+ * 453-480, four-row pp4 66 -> 75. Past the end of a buffer a prefetch is a
+ * hint that touches nothing. */
+#define KN_QUANT_PREFETCH 4096
+static inline void kn_quant_prefetch(const void *p, size_t n) {
+    for (size_t l = 0; l < n; l += 64) __builtin_prefetch((const char *)p + KN_QUANT_PREFETCH + l);
+}
+
 /* ---- kernels (internal) -----------------------------------------------------
  * All take n a multiple of the block size (checked by the callers above).     */
 
