@@ -339,7 +339,8 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
     constexpr int P = D + 8, BC = 64, BR = D == 128 ? 32 : 64, PS = BR + 8;
     extern __shared__ __align__(16) uint16_t fa_sm[];
     uint16_t *Ks = fa_sm, *Vs = Ks + BC * P, *Qs = Vs + BC * P, *Gs = Qs + 2 * BR * P, *Ss = Gs + 2 * BR * P;
-    /* K, V [64][P]; Q, dO [2][BR][P]; dS^T [64 keys][BR + 8] */
+    float *Ls = (float *)(Ss + 64 * PS), *Ds = Ls + BR;
+    /* K, V [64][P]; Q, dO [2][BR][P]; dS^T [64 keys][BR + 8]; L, D of the query tile [BR] each */
     const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, j0 = kt * BC;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int off = a.Tk - a.Tq;
@@ -372,17 +373,16 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
         } else {
             fa_wait<0>();
         }
-        /* this thread's query columns: L and D (rows past Tq: P = 0) */
+        /* the tile's L and D through shared memory (rows past Tq: P = 0):
+         * read only after the MMAs below, they would hold 2 BR / 4 registers
+         * a thread across them (the last reader finished before the previous
+         * iteration's closing barrier) */
         const int64_t rowb = ((int64_t)b * a.Hq + h) * a.Tq;
-        float L[BR / 8][2], Dd[BR / 8][2];
-#pragma unroll
-        for (int n = 0; n < BR / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int c = i0 + n * 8 + 2 * t + e;
-                L[n][e] = c < a.Tq ? __ldg(a.lse + rowb + c) : INFINITY;
-                Dd[n][e] = c < a.Tq ? __ldg(a.dd + rowb + c) : 0.f;
-            }
+        if (threadIdx.x < BR) {
+            int c = i0 + threadIdx.x;
+            Ls[threadIdx.x] = c < a.Tq ? __ldg(a.lse + rowb + c) : INFINITY;
+            Ds[threadIdx.x] = c < a.Tq ? __ldg(a.dd + rowb + c) : 0.f;
+        }
         __syncthreads();
         const uint16_t *Q = Qs + buf * BR * P, *G = Gs + buf * BR * P;
         float s[BR / 8][4], dp[BR / 8][4];
@@ -409,15 +409,17 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
         /* P^T and dS^T in place (s, dp); masked entries are exactly 0 */
         const bool edge = j0 + BC > a.Tk || i0 + BR > a.Tq || (a.causal && j0 + BC - 1 > i0 + off);
 #pragma unroll
-        for (int n = 0; n < BR / 8; n++)
+        for (int n = 0; n < BR / 8; n++) {
+            const float2 L = *(const float2 *)(Ls + n * 8 + 2 * t), Dd = *(const float2 *)(Ds + n * 8 + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int c = i0 + n * 8 + 2 * t + (e & 1), rk = e >> 1 ? rkb : rka;
                 bool ok = !edge || (rk < a.Tk && c < a.Tq && (!a.causal || rk <= c + off));
-                float p = ok ? fa_exp2(s[n][e] * a.sl2 - L[n][e & 1]) : 0.f;
+                float p = ok ? fa_exp2(s[n][e] * a.sl2 - (e & 1 ? L.y : L.x)) : 0.f;
                 s[n][e] = p;
-                dp[n][e] = ok ? a.scale * p * (dp[n][e] - Dd[n][e & 1]) : 0.f;
+                dp[n][e] = ok ? a.scale * p * (dp[n][e] - (e & 1 ? Dd.y : Dd.x)) : 0.f;
             }
+        }
         /* dV += P^T dO, dK += dS^T Q: the accumulators are A fragments (queries 16kc..) */
 #pragma unroll
         for (int kc = 0; kc < BR / 16; kc++) {
@@ -531,7 +533,7 @@ template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
 static size_t fa_fwd_smem(int D, int MT) { return sizeof(uint16_t) * (size_t)((64 * MT + 4 * 64) * (D + 8)); }
 static size_t fa_bwd_smem(int D) {
     int BR = D == 128 ? 32 : 64;
-    return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8));
+    return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8)) + sizeof(float) * 2 * BR;
 }
 template <int D, int MT, int MINB, bool BF, bool PRE> static kn_status fa_launch_fwd(const fa_fwd_args &a, int B) {
     size_t smem = fa_fwd_smem(D, MT);
@@ -585,6 +587,22 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     return st;
 }
 
+/* 210 registers (D = 64) and 65 KiB of shared memory: 2 blocks an SM.
+ * Capping the registers at 168 for 3 blocks (__launch_bounds__(128, 3))
+ * ran GPT-2's step at the same speed on an H100 (session 14). */
+template <int D, bool BF> static kn_status fa_launch_bwd(const fa_bwd_args &a, dim3 grid) {
+    size_t smem = fa_bwd_smem(D);
+    static bool attr = false;
+    if (!attr) { kn_status st = fa_smem_attr(k_flash_bwd<D, BF>, smem); if (st) return st; attr = true; }
+    k_flash_bwd<D, BF><<<grid, 128, smem, kn_cu_stream()>>>(a);
+    if (cudaGetLastError() != cudaSuccess) return kn_set_error(KN_ERR_BACKEND, "sdpa backward: flash kernel launch failed");
+    return KN_OK;
+}
+static kn_status fa_bwd_dispatch(const fa_bwd_args &a, int D, bool bf, dim3 grid) {
+    if (D == 64) return bf ? fa_launch_bwd<64, true>(a, grid) : fa_launch_bwd<64, false>(a, grid);
+    return bf ? fa_launch_bwd<128, true>(a, grid) : fa_launch_bwd<128, false>(a, grid);
+}
+
 /* KN_OP_SDPA_BWD (sources q, k, v, g, y; output dq | dk | dv packed) */
 kn_status kn_cu_flash_bwd(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst, *yf = e->nsrc > 4 ? &e->src[4] : NULL;
@@ -627,24 +645,7 @@ kn_status kn_cu_flash_bwd(const kn_exec *e) {
         a.scale = (float)e->node->p.sdpa.scale;
         a.sl2 = (float)(e->node->p.sdpa.scale * 1.4426950408889634);
         dim3 grid((unsigned)((Tk + 63) / 64), (unsigned)Hkv, (unsigned)B);
-        size_t smem = fa_bwd_smem((int)D);
-        static bool attr[4];
-        int which = (D == 128) * 2 + bf;
-        if (!attr[which]) {
-            st = D == 64 ? (bf ? fa_smem_attr(k_flash_bwd<64, true>, smem) : fa_smem_attr(k_flash_bwd<64, false>, smem))
-                         : (bf ? fa_smem_attr(k_flash_bwd<128, true>, smem) : fa_smem_attr(k_flash_bwd<128, false>, smem));
-            attr[which] = !st;
-        }
-        if (!st) {
-            if (D == 64) {
-                if (bf) k_flash_bwd<64, true><<<grid, 128, smem, kn_cu_stream()>>>(a);
-                else k_flash_bwd<64, false><<<grid, 128, smem, kn_cu_stream()>>>(a);
-            } else {
-                if (bf) k_flash_bwd<128, true><<<grid, 128, smem, kn_cu_stream()>>>(a);
-                else k_flash_bwd<128, false><<<grid, 128, smem, kn_cu_stream()>>>(a);
-            }
-            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: flash kernel launch failed");
-        }
+        st = fa_bwd_dispatch(a, (int)D, bf, grid);
     }
     if (!st) {                                           /* 3. dq in the output dtype */
         k_flash_dq<<<kn_blocks(nq), KN_THREADS, 0, kn_cu_stream()>>>(y->data, (int)y->dtype, acc, lse, nq, (int)D);
