@@ -67,7 +67,16 @@ static const char cuda_prelude[] =
     "#define KN_NAN __int_as_float(0x7fc00000)\n"
     "#define KN_INF __int_as_float(0x7f800000)\n"
     "KN_FN kn_u32 kn_f2u(float f) { return __float_as_uint(f); }\n"
-    "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n";
+    "KN_FN float kn_u2f(kn_u32 u) { return __uint_as_float(u); }\n"
+    /* programmatic dependent launch (the backend's common.cuh says the
+     * contract): wait for the previous kernel before the first global
+     * access, then let the next one be scheduled */
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    "#define KN_PDL_ENTER() do { asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); "
+    "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); } while (0)\n"
+    "#else\n"
+    "#define KN_PDL_ENTER() do { } while (0)\n"
+    "#endif\n";
 
 /* The vocabulary of the op table's expressions (src/graph/scalar_ops.h has
  * the double versions the reference backend uses), over kn_real (float, or
@@ -263,6 +272,13 @@ static void put_extents_of(sb *b, int nd, const int64_t *ext, const int8_t *sym,
         if (sym[d]) put(b, "%sconst %s E%d = (%s)%s[%d] * %lld;\n", ind, ity, d, ity, syms, sym[d], (long long)mul[d]);
         else put(b, "%sconst %s E%d = %lld;\n", ind, ity, d, (long long)ext[d]);
     }
+}
+/* A CUDA kernel's first lines: every generated kernel is launched with
+ * programmatic dependent launch where the device has it (cuda_jit.cu
+ * looks for the KN_PDL_ENTER call), so it waits before reading a.syms. */
+static void cuda_open(sb *b, const kn_kernel *k) {
+    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    put(b, "    KN_PDL_ENTER();\n");
 }
 static void put_extents(sb *b, const kn_kernel *k, const char *ity, const char *syms) {
     put_extents_of(b, k->ndim, k->ext, k->sym, k->mul, ity, syms, "    ");
@@ -506,7 +522,7 @@ static const char *cuda_ew_head(sb *b, const kn_kernel *k, int64_t item_limit) {
     bool narrow = max_items(k) < item_limit;
     for (int i = 0; i < k->nbuf && narrow; i++) narrow = max_offset(k, i) < ((int64_t)1 << 31);
     const char *ity = narrow ? "int" : "long long";
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    cuda_open(b, k);
     put_extents(b, k, ity, "a.syms");
     put(b, "    const %s n = E0", ity);
     for (int d = 1; d < k->ndim; d++) put(b, " * E%d", d);
@@ -576,7 +592,7 @@ static void render_cuda_segments(sb *b, const kn_kernel *k) {
     }
     narrow &= total < ((int64_t)1 << 31);
     const char *ity = narrow ? "int" : "long long";
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    cuda_open(b, k);
     for (int s = 0; s < k->nseg; s++) {
         int i0, i1, nd;
         const int64_t *ext, *mul;
@@ -678,7 +694,7 @@ static void c_item_head(sb *b, const kn_kernel *k) {
     put_buffers(b, k, "a->");
 }
 static void cuda_item_head(sb *b, const kn_kernel *k, int nsh) {
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    cuda_open(b, k);
     put_extents(b, k, "kn_i64", "a.syms");
     put_counts(b, k, "kn_i64");
     put_buffers(b, k, "a.");
@@ -725,7 +741,7 @@ static void put_slice_loop(sb *b, const kn_kernel *k, const char *ind, const cha
  * partials (each thread a fixed stride of them, then the block's fixed
  * tree: the same order every run) and stores. */
 static void render_cuda_reduce_split(sb *b, const kn_kernel *k) {
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    cuda_open(b, k);
     put_extents(b, k, "kn_i64", "a.syms");
     put_counts(b, k, "kn_i64");
     put_buffers(b, k, "a.");
@@ -776,7 +792,7 @@ static void put_kept_rows(sb *b, const kn_kernel *k) {
  * combines the slices in order, as render_cuda_reduce_split does. */
 static void render_cuda_reduce_cols(sb *b, const kn_kernel *k) {
     int last = k->ndim - 1, S = k->split > 1 ? k->split : 1;
-    put(b, "extern \"C\" __global__ void %s(kn_kargs a) {\n", k->name);
+    cuda_open(b, k);
     put_extents(b, k, "kn_i64", "a.syms");
     put_counts(b, k, "kn_i64");
     put_buffers(b, k, "a.");

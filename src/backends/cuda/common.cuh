@@ -27,6 +27,39 @@
 static inline cudaStream_t kn_stream(void *s) { return (cudaStream_t)s; }
 static inline bool kn_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Programmatic dependent launch (sm_90+). A kernel launched with
+ * kn_launch_pdl may be scheduled while the kernel before it in the stream
+ * is still running, which hides the launch gap between small kernels (a
+ * decode step is hundreds of them, inside a CUDA graph as well). Such a
+ * kernel must call kn_pdl_enter() before its first global memory access,
+ * read or write: the wait returns once the previous grid has completed and
+ * its writes are visible; the trigger after it lets the next kernel be
+ * scheduled now (it waits in turn). A kernel that never waits must be
+ * launched plainly. Below sm_90 both are no-ops. */
+__device__ __forceinline__ void kn_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* the device takes it (sm_90+) and KN_CUDA_PDL is not 0 (cuda_backend.cu) */
+bool kn_cu_pdl(void);
+template <typename... P, typename... A>
+static inline cudaError_t kn_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                        A... args) {
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = block;
+    c.dynamicSmemBytes = smem;
+    c.stream = st;
+    c.attrs = &at;
+    c.numAttrs = kn_cu_pdl() ? 1 : 0;
+    return cudaLaunchKernelEx(&c, kern, args...);
+}
+
 __device__ __forceinline__ float kn_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -39,6 +39,7 @@ extern "C" {
 typedef struct cuda_kernel {
     cudaLibrary_t lib;
     cudaKernel_t fn;
+    bool pdl;                           /* the source calls KN_PDL_ENTER (render.c): launch it with PDL */
     char name[64];                      /* for messages */
 } cuda_kernel;
 
@@ -252,6 +253,7 @@ static cuda_kernel *load(const void *code, const char *name, char *why, size_t n
     if (!k) { cudaLibraryUnload(lib); if (why) snprintf(why, nwhy, "out of memory"); return NULL; }
     k->lib = lib;
     k->fn = fn;
+    k->pdl = false;
     snprintf(k->name, sizeof k->name, "%s", name);
     return k;
 }
@@ -285,6 +287,7 @@ extern "C" void *kn__cuda_kernel_build(kn_backend *be, const char *src, const ch
     }
     free(code);
     count(k ? &g_builds : &g_failures);
+    if (k) k->pdl = strstr(src, "KN_PDL_ENTER();") != NULL;
     return k;
 }
 
@@ -321,7 +324,27 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
     pthread_mutex_unlock(&g_sym_mu);
     if (st) return st;
     void *args[] = {&a};
-    cudaError_t ce = cudaLaunchKernel((const void *)k->fn, dim3((unsigned)grid), dim3((unsigned)block), args, 0, kn_cu_stream());
+    /* KN_CUDA_TRACE: timed alone like the hand nodes (cuda_backend.cu) */
+    static cudaEvent_t t0, t1;
+    const bool trace = kn_env_get()->cuda_trace &&
+                       (t0 || (cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess));
+    if (trace) { cudaStreamSynchronize(kn_cu_stream()); cudaEventRecord(t0, kn_cu_stream()); }
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)grid);
+    cfg.blockDim = dim3((unsigned)block);
+    cfg.stream = kn_cu_stream();
+    cfg.attrs = &at;
+    cfg.numAttrs = k->pdl && kn_cu_pdl() ? 1 : 0;
+    cudaError_t ce = cudaLaunchKernelExC(&cfg, (const void *)k->fn, args);
+    if (trace && ce == cudaSuccess && cudaEventRecord(t1, kn_cu_stream()) == cudaSuccess && cudaEventSynchronize(t1) == cudaSuccess) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, t0, t1);
+        fprintf(stderr, "cuda-trace %-14s %9.1f us  %lld items, %lld x %d\n", k->name, 1e3 * (double)ms, (long long)n,
+                (long long)grid, block);
+    }
     if (ce != cudaSuccess) {
         cudaGetLastError();
         return kn_set_error(KN_ERR_BACKEND, "kernel_run %s: launch of %lld blocks x %d threads failed: %s (%s)",

@@ -99,6 +99,7 @@ __global__ void __launch_bounds__(256)
 gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
                 const float *__restrict__ bias, int nv, const float *__restrict__ res) {
     __shared__ float sh[8];
+    kn_pdl_enter();
     const int row = blockIdx.x;
     const VT *w = W + (int64_t)row * nv;
     const float4 *x4 = (const float4 *)x;
@@ -137,10 +138,11 @@ static kn_status gemv_row_launch_act(float *y, const VT *W, const float *x, cons
     int64_t th = (nv + (U >= 8 ? 8 : 4) - 1) / (U >= 8 ? 8 : 4);
     th = th < 32 ? 32 : th > 256 ? 256 : (th + 31) / 32 * 32;
     if (U >= 8)
-        gemv_row_kernel<VT, 8, ACT><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv, res);
+        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 8, ACT>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
+                                  y, W, x, bias, (int)nv, res));
     else
-        gemv_row_kernel<VT, 4, ACT><<<(unsigned)N, (unsigned)th, 0, kn_stream(stream)>>>(y, W, x, bias, (int)nv, res);
-    KN_CUDA_LAUNCHED();
+        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 4, ACT>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
+                                  y, W, x, bias, (int)nv, res));
     return KN_OK;
 }
 template <typename VT>

@@ -64,6 +64,7 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     constexpr int W16 = QG_WIN16(T), PRE = QG_PRE(T);
     __shared__ uint4 win[QG_WARPS][R][W16];
     __shared__ float part[QG_WARPS][R][MM];
+    kn_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = blockIdx.x * R;
     float acc[R][MM];
@@ -153,8 +154,8 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
                      const float *bias, const float *res, cudaStream_t s) {
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
-    qgemv_kernel<T, R, MM><<<(unsigned)((N + R - 1) / R), QG_WARPS * 32, 0, s>>>(
-        y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res);
+    kn_launch_pdl(qgemv_kernel<T, R, MM>, dim3((unsigned)((N + R - 1) / R)), dim3(QG_WARPS * 32), 0, s,
+                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res);
 }
 
 template <int T>
