@@ -686,6 +686,12 @@ TEST(sdpa_decode) {
                       IN(4, SH(1, 2, 129, 64), -1, 1, KN_F32, false)}, 2e-6},
         {{1, KN_BF16}, {IN(4, SH(1, 2, 3, 16), -1, 1, KN_F32, false), IN(4, SH(1, 1, 3, 16), -1, 1, KN_F32, false),
                        IN(4, SH(1, 1, 3, 16), -1, 1, KN_F32, false)}, 2e-6},
+        /* a long cache (sm_90: the cluster kernel, 8 slices of 125 keys), 4 query heads a kv head */
+        {{0, KN_BF16}, {IN(4, SH(1, 8, 1, 128), -1, 1, KN_F32, false), IN(4, SH(1, 2, 1000, 128), -1, 1, KN_F32, false),
+                       IN(4, SH(1, 2, 1000, 128), -1, 1, KN_F32, false)}, 2e-6},
+        /* 4 causal rows over 131 keys: the last slice of the first rows is empty */
+        {{1, KN_F32}, {IN(4, SH(1, 3, 4, 64), -1, 1, KN_F32, false), IN(4, SH(1, 3, 131, 64), -1, 1, KN_F32, false),
+                      IN(4, SH(1, 3, 131, 64), -1, 1, KN_F32, false)}, 2e-6},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         double e = cu_cmp(b_sdpa_dec, &C[i].u, 3, C[i].in);

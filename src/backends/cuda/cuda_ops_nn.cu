@@ -8,6 +8,8 @@
  * Letters: N batch, C/O channels, H/W spatial, KH/KW kernel, g groups,
  * T positions, D head dim. */
 #include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune (KN_CUDA_TUNE=sdpa_cl=0)
+#include <cooperative_groups.h>      // defines: cluster_group (the decode attention's split)
 #include <stdlib.h>
 #include <string.h>
 
@@ -600,6 +602,7 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
                               kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
                               float scale, int64_t window, float cap, const int64_t *dsyms, int tk_sym) {
     extern __shared__ float sm[];                     /* q [D], scores [Tk] */
+    kn_pdl_enter();                                   /* launched with kn_launch_pdl */
     if (dsyms) Tk = dsyms[tk_sym];                    /* a captured launch: the key count of this replay */
     __shared__ float red[32];
     float *qs = sm, *sc = sm + D;
@@ -633,6 +636,88 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
         yr[d] = acc * inv;
     }
 }
+/* The same row on a cluster of SDPA_CL blocks (sm_90): a decode step has a
+ * row per query head (9 for SmolLM2-135M), so one block a row leaves most
+ * SMs idle while each block walks the whole cache. Here block r of the
+ * row's cluster takes the r-th contiguous slice of the visible keys: its
+ * scores, their max m_r and sum l_r of exp(s - m_r), and the unnormalised
+ * o_r = sum exp(s - m_r) v, kept in its shared memory. After a cluster
+ * barrier block 0 reads the others' (m, l, o) through distributed shared
+ * memory and writes y = sum_r w_r o_r / sum_r w_r l_r, w_r = exp(m_r - M),
+ * M = max m_r; a second barrier keeps the others' shared memory alive until
+ * then. A slice with no key gives m = -inf, l = 0 (w = 0); no key at all
+ * gives a NaN row, like the single-block kernel. */
+#define SDPA_CL 8
+template <typename KV>
+__global__ void __launch_bounds__(128) k_sdpa_decode_cl(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v,
+                              kn_dview vv, float *y, kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
+                              float scale, int64_t window, float cap, const int64_t *dsyms, int tk_sym) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ float sm[];                     /* q [D], o_r [Dv], (m_r, l_r), scores [slice] */
+    __shared__ float red[32];
+    kn_pdl_enter();                                   /* launched with PDL as well */
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank();
+    if (dsyms) Tk = dsyms[tk_sym];
+    float *qs = sm, *po = sm + D, *pml = po + Dv, *sc = pml + 2;
+    int64_t row = blockIdx.x / SDPA_CL, i = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq), hk = h / G;
+    const float *qr = q + b * qv.st[0] + h * qv.st[1] + i * qv.st[2];
+    const KV *kb = k + b * kv.st[0] + hk * kv.st[1];
+    const KV *vb = v + b * vv.st[0] + hk * vv.st[1];
+    int64_t lo, lim;                                  /* keys lo <= j < lim */
+    sdpa_range(causal, window, i, Tq, Tk, &lo, &lim);
+    const int64_t nk = lim > lo ? lim - lo : 0, per = (nk + SDPA_CL - 1) / SDPA_CL;
+    const int64_t j0 = lo + rank * per, j1 = j0 + per < lim ? j0 + per : lim;   /* this block's slice (may be empty) */
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
+    __syncthreads();
+    float m = -INFINITY;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        const KV *kr = kb + j * kv.st[2];
+        float a = 0.f;
+        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
+        a *= scale;
+        if (cap > 0.f) a = cap * tanhf(a / cap);
+        sc[j - j0] = a;
+        m = fmaxf(m, a);
+    }
+    m = kn_block_max(m, red);
+    float sum = 0.f;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) { float p = __expf(sc[j - j0] - m); sc[j - j0] = p; sum += p; }
+    sum = kn_block_sum(sum, red);                     /* its barriers also publish sc[] */
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+        float acc = 0.f;
+        for (int64_t j = j0; j < j1; j++) acc += sc[j - j0] * kv_ld<KV>(vb + j * vv.st[2], d);
+        po[d] = acc;
+    }
+    if (threadIdx.x == 0) { pml[0] = m; pml[1] = sum; }
+    cl.sync();
+    if (rank == 0) {
+        float M = -INFINITY, w[SDPA_CL], L = 0.f;
+        const float *pr[SDPA_CL];
+#pragma unroll
+        for (int r = 0; r < SDPA_CL; r++) {
+            pr[r] = cl.map_shared_rank(po, r);
+            M = fmaxf(M, pr[r][Dv]);
+        }
+#pragma unroll
+        for (int r = 0; r < SDPA_CL; r++) {
+            float mr = pr[r][Dv];
+            w[r] = mr == -INFINITY ? 0.f : __expf(mr - M);
+            L += w[r] * pr[r][Dv + 1];
+        }
+        float inv = nk > 0 ? 1.f / L : NAN;           /* no key: NaN, like the reference */
+        float *yr = y + b * yv.st[0] + h * yv.st[1] + i * yv.st[2];
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
+            float acc = 0.f;
+#pragma unroll
+            for (int r = 0; r < SDPA_CL; r++) acc += w[r] * pr[r][d];
+            yr[d] = acc * inv;
+        }
+    }
+    cl.sync();                                        /* block 0 has read every block's o, m, l */
+#endif
+}
 static bool unit_rows(const kn_tview *v) { return v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
 /* The decode kernel takes e when its scores fit smem_keys keys. */
 static bool sdpa_decode_fits(const kn_exec *e, int64_t smem_keys) {
@@ -659,6 +744,41 @@ uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e) {
     if (!s || e->nsrc < 3 || !sdpa_decode_fits(e, e->node->src[1]->shape[2])) return 0;
     return (uint64_t)1 << s;
 }
+/* The cluster kernel: sm_90, and a cache long enough that the split pays
+ * (KN_CUDA_TUNE sdpa_cl=0 keeps one block a row; sdpa_cl=N sets the least
+ * key count, default 128). */
+static bool sdpa_cl_ok(int64_t tk_max) {
+    static int least = -1, arch = -1;
+    if (least < 0) {
+        least = kn_cuda_tune("sdpa_cl", 128);
+        int dev = 0, major = 0;
+        arch = cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess ? major : 0;
+    }
+    return least > 0 && arch >= 9 && tk_max >= least;
+}
+template <typename... P, typename... A>
+static kn_status sdpa_cl_launch(void (*kern)(P...), unsigned rows, size_t smem, A... args) {
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = SDPA_CL;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t c = {};
+    c.gridDim = dim3(rows * SDPA_CL);
+    c.blockDim = dim3(128);
+    c.dynamicSmemBytes = smem;
+    c.stream = kn_cu_stream();
+    c.attrs = at;
+    c.numAttrs = kn_cu_pdl() ? 2 : 1;
+    if (cudaLaunchKernelEx(&c, kern, args...) != cudaSuccess) {   /* not launchable here: the single-block kernel */
+        cudaGetLastError();
+        return KN_ERR_UNSUPPORTED;
+    }
+    return KN_OK;
+}
 static kn_status sdpa_decode(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
@@ -671,15 +791,30 @@ static kn_status sdpa_decode(const kn_exec *e) {
     float scale = (float)e->node->p.sdpa.scale, cap = (float)e->node->p.sdpa.softcap;
     int causal = e->node->p.sdpa.causal;
     int64_t W = e->node->p.sdpa.window;
-    if (k->dtype == KN_F32)
-        k_sdpa_decode<float><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
-            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
-    else if (k->dtype == KN_F16)
-        k_sdpa_decode<kv_f16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
-            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
-    else
-        k_sdpa_decode<kv_bf16><<<blocks, 128, smem, kn_cu_stream()>>>((const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
+    const int64_t tk_max = ds ? e->node->src[1]->shape[2] : Tk;
+    kn_status cst = KN_ERR_UNSUPPORTED;
+    if (sdpa_cl_ok(tk_max)) {
+        size_t csmem = sizeof(float) * (size_t)(D + Dv + 2 + (tk_max + SDPA_CL - 1) / SDPA_CL);
+        if (k->dtype == KN_F32)
+            cst = sdpa_cl_launch(k_sdpa_decode_cl<float>, blocks, csmem, (const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
+                (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
+        else if (k->dtype == KN_F16)
+            cst = sdpa_cl_launch(k_sdpa_decode_cl<kv_f16>, blocks, csmem, (const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
+                (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
+        else
+            cst = sdpa_cl_launch(k_sdpa_decode_cl<kv_bf16>, blocks, csmem, (const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
             (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
+    }
+    if (cst != KN_ERR_UNSUPPORTED) return cst;
+    if (k->dtype == KN_F32)
+        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<float>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
+            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
+    else if (k->dtype == KN_F16)
+        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<kv_f16>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
+            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
+    else
+        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<kv_bf16>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
+            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
     LAUNCHED_OK();
 }
 
