@@ -597,6 +597,35 @@ struct kv_bf16 { uint16_t b; };
 template <> __device__ __forceinline__ float kv_ld<kv_f16>(const kv_f16 *p, int64_t i) { return kn_dev_h2f(p[i].b); }
 template <> __device__ __forceinline__ float kv_ld<kv_bf16>(const kv_bf16 *p, int64_t i) { return kn_bf2f(p[i].b); }
 
+/* One block's share of a decode row: the scores of keys [j0, j1) into
+ * sc[j - j0], then p = exp(s - m) in place; every thread gets (m, l): the
+ * max and the sum of the p (their barriers also publish sc[]). */
+template <typename KV>
+__device__ __forceinline__ float2 sdpa_dec_probs(const float *qs, const KV *kb, int64_t kst, int64_t j0, int64_t j1, int64_t D,
+                                                 float scale, float cap, float *sc, float *red) {
+    float m = -INFINITY;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        const KV *kr = kb + j * kst;
+        float a = 0.f;
+        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
+        a *= scale;
+        if (cap > 0.f) a = cap * tanhf(a / cap);
+        sc[j - j0] = a;
+        m = fmaxf(m, a);
+    }
+    m = kn_block_max(m, red);
+    float sum = 0.f;
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) { float p = __expf(sc[j - j0] - m); sc[j - j0] = p; sum += p; }
+    return make_float2(m, kn_block_sum(sum, red));
+}
+/* sum_j p_j v[j][d] over the block's keys [j0, j1) */
+template <typename KV>
+__device__ __forceinline__ float sdpa_dec_pv(const float *sc, const KV *vb, int64_t vst, int64_t j0, int64_t j1, int64_t d) {
+    float acc = 0.f;
+    for (int64_t j = j0; j < j1; j++) acc += sc[j - j0] * kv_ld<KV>(vb + j * vst, d);
+    return acc;
+}
+
 template <typename KV>
 __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v, kn_dview vv, float *y,
                               kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
@@ -615,26 +644,9 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
     sdpa_range(causal, window, i, Tq, Tk, &lo, &lim);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
     __syncthreads();
-    float m = -INFINITY;
-    for (int64_t j = lo + threadIdx.x; j < lim; j += blockDim.x) {
-        const KV *kr = kb + j * kv.st[2];
-        float a = 0.f;
-        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
-        a *= scale;
-        if (cap > 0.f) a = cap * tanhf(a / cap);
-        sc[j] = a;
-        m = fmaxf(m, a);
-    }
-    m = kn_block_max(m, red);
-    float sum = 0.f;
-    for (int64_t j = lo + threadIdx.x; j < lim; j += blockDim.x) { float p = __expf(sc[j] - m); sc[j] = p; sum += p; }
-    sum = kn_block_sum(sum, red);                     /* its barriers also publish sc[] */
-    float inv = lim > lo ? 1.f / sum : NAN;           /* no key: NaN, like the reference */
-    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
-        float acc = 0.f;
-        for (int64_t j = lo; j < lim; j++) acc += sc[j] * kv_ld<KV>(vb + j * vv.st[2], d);
-        yr[d] = acc * inv;
-    }
+    const float2 ml = sdpa_dec_probs<KV>(qs, kb, kv.st[2], lo, lim, D, scale, cap, sc, red);
+    float inv = lim > lo ? 1.f / ml.y : NAN;           /* no key: NaN, like the reference */
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) yr[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], lo, lim, d) * inv;
 }
 /* The same row on a cluster of SDPA_CL blocks (sm_90): a decode step has a
  * row per query head (9 for SmolLM2-135M), so one block a row leaves most
@@ -671,26 +683,9 @@ __global__ void __launch_bounds__(128) k_sdpa_decode_cl(const float *q, kn_dview
     const int64_t j0 = lo + rank * per, j1 = j0 + per < lim ? j0 + per : lim;   /* this block's slice (may be empty) */
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
     __syncthreads();
-    float m = -INFINITY;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-        const KV *kr = kb + j * kv.st[2];
-        float a = 0.f;
-        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
-        a *= scale;
-        if (cap > 0.f) a = cap * tanhf(a / cap);
-        sc[j - j0] = a;
-        m = fmaxf(m, a);
-    }
-    m = kn_block_max(m, red);
-    float sum = 0.f;
-    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) { float p = __expf(sc[j - j0] - m); sc[j - j0] = p; sum += p; }
-    sum = kn_block_sum(sum, red);                     /* its barriers also publish sc[] */
-    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) {
-        float acc = 0.f;
-        for (int64_t j = j0; j < j1; j++) acc += sc[j - j0] * kv_ld<KV>(vb + j * vv.st[2], d);
-        po[d] = acc;
-    }
-    if (threadIdx.x == 0) { pml[0] = m; pml[1] = sum; }
+    const float2 ml = sdpa_dec_probs<KV>(qs, kb, kv.st[2], j0, j1, D, scale, cap, sc, red);
+    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) po[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], j0, j1, d);
+    if (threadIdx.x == 0) { pml[0] = ml.x; pml[1] = ml.y; }
     cl.sync();
     if (rank == 0) {
         float M = -INFINITY, w[SDPA_CL], L = 0.f;
