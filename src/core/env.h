@@ -53,7 +53,7 @@ typedef struct kn_env {
     bool cuda_trace;         /* KN_CUDA_TRACE: time every node with events */
     bool check;              /* KN_CHECK: on a device backend, rerun every node on the reference backend and report those that differ (runtime/check.c) */
     bool cuda_nograph;       /* KN_CUDA_GRAPH=0: plan runs never captured into CUDA graphs */
-    bool cuda_no_pdl;        /* KN_CUDA_PDL=0: no programmatic dependent launches (common.cuh) */
+    bool cuda_no_pdl;        /* KN_CUDA_PDL=0: no programmatic dependent launches (read by common.cuh itself, as KN_CUDA_TUNE) */
     long long cuda_pool_mb;  /* KN_CUDA_POOL_MB: device pool limit in MiB, 0 = none */
     const char *cuda_tune;   /* KN_CUDA_TUNE: kernel variant overrides "key=v,key=v" */
     const char *fuse_max;    /* KN_FUSE_MAX: a plan keeps only its first n fused groups (bisecting) */

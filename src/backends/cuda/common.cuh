@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <stdlib.h>               // defines: getenv (kn_cu_pdl)
+#include <string.h>               // defines: strcmp
 #include "kiln_base.h"            // defines: kn_status, kn_set_error
 #include "backends/cuda/kn_cuda.h"  // defines: the public C API
 
@@ -42,8 +44,19 @@ __device__ __forceinline__ void kn_pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-/* the device takes it (sm_90+) and KN_CUDA_PDL is not 0 (cuda_backend.cu) */
-bool kn_cu_pdl(void);
+/* The device takes it (sm_90+) and KN_CUDA_PDL is not "0". Read here, once
+ * a file, like KN_CUDA_TUNE (tune.cuh): the standalone kernel benches
+ * (scripts/cuda_run.sh) build these files without the library. */
+static inline bool kn_cu_pdl(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("KN_CUDA_PDL");
+        int dev = 0, major = 0;
+        on = !(e && !strcmp(e, "0")) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
+    return on != 0;
+}
 template <typename... P, typename... A>
 static inline cudaError_t kn_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                                         A... args) {

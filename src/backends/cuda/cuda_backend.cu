@@ -28,16 +28,6 @@ static cudaStream_t g_stream;
 
 cudaStream_t kn_cu_stream(void) { return g_stream; }
 
-bool kn_cu_pdl(void) {
-    static int on = -1;      /* read once (one device a process) */
-    if (on < 0) {
-        int dev = 0, major = 0;
-        on = !kn_env_get()->cuda_no_pdl && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-    }
-    return on != 0;
-}
-
 kn_status kn_cu_pool_take(size_t bytes, void **p) {
     *p = NULL;
     if (!g_pool) return kn_set_error(KN_ERR_STATE, "cuda backend: not initialised; call kn_backend_cuda() first");
