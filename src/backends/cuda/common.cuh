@@ -44,6 +44,17 @@ __device__ __forceinline__ void kn_pdl_enter() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* The current device's compute capability major (0 when it cannot be read),
+ * asked once a file */
+static inline int kn_cu_cc_major(void) {
+    static int major = -1;
+    if (major < 0) {
+        int dev = 0, m = 0;
+        major = cudaGetDevice(&dev) == cudaSuccess &&
+                cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess ? m : 0;
+    }
+    return major;
+}
 /* The device takes it (sm_90+) and KN_CUDA_PDL is not "0". Read here, once
  * a file, like KN_CUDA_TUNE (tune.cuh): the standalone kernel benches
  * (scripts/cuda_run.sh) build these files without the library. */
@@ -51,25 +62,28 @@ static inline bool kn_cu_pdl(void) {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("KN_CUDA_PDL");
-        int dev = 0, major = 0;
-        on = !(e && !strcmp(e, "0")) && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+        on = !(e && !strcmp(e, "0")) && kn_cu_cc_major() >= 9;
     }
     return on != 0;
+}
+/* Writes the programmatic-serialization attribute into *at and returns the
+ * number of attributes it adds to a launch: 1, or 0 where PDL is off */
+static inline unsigned kn_pdl_attr(cudaLaunchAttribute *at) {
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    return kn_cu_pdl() ? 1u : 0u;
 }
 template <typename... P, typename... A>
 static inline cudaError_t kn_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                                         A... args) {
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t c = {};
     c.gridDim = grid;
     c.blockDim = block;
     c.dynamicSmemBytes = smem;
     c.stream = st;
     c.attrs = &at;
-    c.numAttrs = kn_cu_pdl() ? 1 : 0;
+    c.numAttrs = kn_pdl_attr(&at);
     return cudaLaunchKernelEx(&c, kern, args...);
 }
 

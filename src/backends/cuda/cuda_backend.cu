@@ -254,26 +254,44 @@ static void trace_node(const kn_exec *e, double us) {
     fprintf(stderr, "cuda-trace %-14s %9.1f us  %s <- %s %s %s %s\n", kn_op_name(e->node->op), us, d, s[0], s[1], s[2], s[3]);
 }
 
+/* The trace's two events, shared by the nodes here and the generated
+ * kernels (cuda_jit.cu): on when KN_CUDA_TRACE is set and they exist */
+static cudaEvent_t g_tr0, g_tr1;
+bool kn_cu_trace_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        on = kn_env_get()->cuda_trace;
+        if (on && (cudaEventCreate(&g_tr0) != cudaSuccess || cudaEventCreate(&g_tr1) != cudaSuccess)) { cudaGetLastError(); on = 0; }
+    }
+    return on != 0;
+}
+kn_status kn_cu_trace_begin(void) {
+    KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
+    KN_CUDA_TRY(cudaEventRecord(g_tr0, g_stream));
+    return KN_OK;
+}
+kn_status kn_cu_trace_end(double *us) {
+    float ms = 0;
+    KN_CUDA_TRY(cudaEventRecord(g_tr1, g_stream));
+    KN_CUDA_TRY(cudaEventSynchronize(g_tr1));
+    KN_CUDA_TRY(cudaEventElapsedTime(&ms, g_tr0, g_tr1));
+    *us = 1e3 * (double)ms;
+    return KN_OK;
+}
+
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e);
 static kn_status cu_compute(kn_backend *be, const kn_exec *e) {
     kn_cu_bind();
-    static int trace = -1;
-    static cudaEvent_t t0, t1;
-    if (trace < 0) {
-        trace = kn_env_get()->cuda_trace;
-        if (trace && (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess)) { cudaGetLastError(); trace = 0; }
-    }
-    if (!trace) return cu_compute_node(be, e);
+    if (!kn_cu_trace_on()) return cu_compute_node(be, e);
     kn_op_kind kind = kn_op_get(e->node->op)->kind;
     if (kind == KN_KIND_VIEW || kind == KN_KIND_LEAF) return KN_OK;
-    KN_CUDA_TRY(cudaStreamSynchronize(g_stream));
-    KN_CUDA_TRY(cudaEventRecord(t0, g_stream));
-    kn_status st = cu_compute_node(be, e);
-    KN_CUDA_TRY(cudaEventRecord(t1, g_stream));
-    KN_CUDA_TRY(cudaEventSynchronize(t1));
-    float ms = 0;
-    KN_CUDA_TRY(cudaEventElapsedTime(&ms, t0, t1));
-    if (st == KN_OK) trace_node(e, 1e3 * (double)ms);
+    kn_status st = kn_cu_trace_begin();
+    if (st) return st;
+    st = cu_compute_node(be, e);
+    double us = 0;
+    kn_status tst = kn_cu_trace_end(&us);
+    if (tst) return tst;
+    if (st == KN_OK) trace_node(e, us);
     return st;
 }
 

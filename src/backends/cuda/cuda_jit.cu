@@ -324,27 +324,19 @@ extern "C" kn_status kn__cuda_kernel_run(kn_backend *be, void *kernel, const kn_
     pthread_mutex_unlock(&g_sym_mu);
     if (st) return st;
     void *args[] = {&a};
-    /* KN_CUDA_TRACE: timed alone like the hand nodes (cuda_backend.cu) */
-    static cudaEvent_t t0, t1;
-    const bool trace = kn_env_get()->cuda_trace &&
-                       (t0 || (cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess));
-    if (trace) { cudaStreamSynchronize(kn_cu_stream()); cudaEventRecord(t0, kn_cu_stream()); }
+    /* KN_CUDA_TRACE: timed alone like the hand nodes */
+    const bool trace = kn_cu_trace_on() && kn_cu_trace_begin() == KN_OK;
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)grid);
     cfg.blockDim = dim3((unsigned)block);
     cfg.stream = kn_cu_stream();
     cfg.attrs = &at;
-    cfg.numAttrs = k->pdl && kn_cu_pdl() ? 1 : 0;
+    cfg.numAttrs = k->pdl ? kn_pdl_attr(&at) : 0;
     cudaError_t ce = cudaLaunchKernelExC(&cfg, (const void *)k->fn, args);
-    if (trace && ce == cudaSuccess && cudaEventRecord(t1, kn_cu_stream()) == cudaSuccess && cudaEventSynchronize(t1) == cudaSuccess) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, t0, t1);
-        fprintf(stderr, "cuda-trace %-14s %9.1f us  %lld items, %lld x %d\n", k->name, 1e3 * (double)ms, (long long)n,
-                (long long)grid, block);
-    }
+    double us = 0;
+    if (trace && ce == cudaSuccess && kn_cu_trace_end(&us) == KN_OK)
+        fprintf(stderr, "cuda-trace %-14s %9.1f us  %lld items, %lld x %d\n", k->name, us, (long long)n, (long long)grid, block);
     if (ce != cudaSuccess) {
         cudaGetLastError();
         return kn_set_error(KN_ERR_BACKEND, "kernel_run %s: launch of %lld blocks x %d threads failed: %s (%s)",

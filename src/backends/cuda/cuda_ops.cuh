@@ -176,6 +176,11 @@ const int64_t *kn_cu_capture_syms(void);
  * reads (cuda_graph.cu; NULL when it cannot be allocated); is a capture running? */
 int64_t *kn_cu_dev_syms(void);
 bool kn_cu_capturing(void);
+/* KN_CUDA_TRACE (cuda_backend.cu): on? then begin drains the stream and
+ * starts the clock, end stops it and gives the device time in us */
+bool kn_cu_trace_on(void);
+kn_status kn_cu_trace_begin(void);
+kn_status kn_cu_trace_end(double *us);
 kn_status kn_cu_graph_tmp(size_t bytes, void **p);
 bool kn_cu_graph_tmp_free(void *p);    /* false: not a block of the capture */
 uint64_t kn_cu_dynamic_syms(kn_backend *be, const kn_exec *e);

@@ -743,14 +743,8 @@ uint64_t kn_cu_sdpa_dynamic_syms(const kn_exec *e) {
  * (KN_CUDA_TUNE sdpa_cl=0 keeps one block a row; sdpa_cl=N sets the least
  * key count, default 128). */
 static bool sdpa_cl_ok(int64_t tk_max) {
-    static int least = -1, arch = -1;
-    if (least < 0) {
-        least = kn_cuda_tune("sdpa_cl", 128);
-        int dev = 0, major = 0;
-        arch = cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess ? major : 0;
-    }
-    return least > 0 && arch >= 9 && tk_max >= least;
+    static const int least = kn_cuda_tune("sdpa_cl", 128);
+    return least > 0 && kn_cu_cc_major() >= 9 && tk_max >= least;
 }
 template <typename... P, typename... A>
 static kn_status sdpa_cl_launch(void (*kern)(P...), unsigned rows, size_t smem, A... args) {
@@ -759,15 +753,13 @@ static kn_status sdpa_cl_launch(void (*kern)(P...), unsigned rows, size_t smem, 
     at[0].val.clusterDim.x = SDPA_CL;
     at[0].val.clusterDim.y = 1;
     at[0].val.clusterDim.z = 1;
-    at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[1].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t c = {};
     c.gridDim = dim3(rows * SDPA_CL);
     c.blockDim = dim3(128);
     c.dynamicSmemBytes = smem;
     c.stream = kn_cu_stream();
     c.attrs = at;
-    c.numAttrs = kn_cu_pdl() ? 2 : 1;
+    c.numAttrs = 1 + kn_pdl_attr(&at[1]);
     if (cudaLaunchKernelEx(&c, kern, args...) != cudaSuccess) {   /* not launchable here: the single-block kernel */
         cudaGetLastError();
         return KN_ERR_UNSUPPORTED;
