@@ -78,7 +78,7 @@ typedef union kn_op_params {
     struct { int dim; } axis;                /* cat, gather, scatter, index_select/add/copy, softmax */
     struct { int64_t pad[2 * KN_MAX_DIMS]; kn_pad_mode mode; double value; } pad; /* (before, after) per dim, last dim first like torch */
     struct { int64_t k; bool upper; } tri;
-    struct { double eps; int64_t n_norm; int groups; } norm; /* n_norm: trailing dims normalised (layer norm) */
+    struct { double eps; int64_t n_norm; int groups; bool rms; } norm; /* n_norm: trailing dims normalised (layer norm); rms: NORM_BWD of rms_norm */
     struct { int stride[2], padding[2], dilation[2], output_padding[2], groups; } conv;
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
     struct { bool causal; double scale; int64_t window; double softcap; } sdpa; /* window, softcap: 0 = off (kn_sdpa_ex) */

@@ -767,6 +767,16 @@ static kn_tensor *b_nn(kn_ctx *ctx, kn_tensor **in, void *ud) {
         kn_tensor_write(p, pos, KN_I32);
         return kn_rope_ff(ctx, x, p, 6, 10000, w == 22, 0.5, w == 23 ? in[1] : NULL);
     }
+    case 24: case 25: case 26: {     /* NORM_BWD: dx, dw, db flattened one after the other */
+        kn_tensor *wt = w != 26 ? in[1] : NULL, *bt = w == 24 ? in[2] : NULL, *ps[3] = {x, wt, bt}, *gs[3] = {0};
+        int np = w == 24 ? 3 : w == 25 ? 2 : 1;
+        for (int k = 0; k < np; k++) kn_set_requires_grad(ps[k], true);
+        kn_tensor *y = w == 25 ? kn_rms_norm(ctx, x, 1, wt, 1e-6) : kn_layer_norm(ctx, x, w == 26 ? 2 : 1, wt, bt, 1e-5);
+        kn_tensor *seed = kn_sin(ctx, kn_add_scalar(ctx, kn_mul_scalar(ctx, kn_ones_like(ctx, y), 0.7), 0.1));
+        if (!y || kn_gradients(ctx, 1, &y, &seed, np, ps, gs)) return NULL;
+        for (int k = 0; k < np; k++) gs[k] = kn_reshape(ctx, gs[k], 1, (int64_t[]){kn_numel(gs[k])});
+        return np == 1 ? gs[0] : kn_cat(ctx, gs, np, 0);
+    }
     }
     return NULL;
 }
@@ -804,6 +814,17 @@ TEST(nn_family) {
         {21, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false)}, 2e-6},
         {22, 1, {IN(3, SH(2, 5, 8), -1, 1, KN_F64, true)}, 1e-12},
         {23, 2, {IN(3, SH(2, 5, 8), -1, 1, KN_F32, false), IN(1, SH(3), 1, 8, KN_F32, false)}, 2e-6},
+        /* NORM_BWD: the fused f32 kernel at each row width it has (768, 3000, 8192), then the generic one
+         * (C % 4 != 0, C > 8192, f64, bf16, a transposed x) */
+        {24, 3, {IN(3, SH(2, 37, 768), -2, 3, KN_F32, false), IN(1, SH(768), 0.5, 1.5, KN_F32, false), IN(1, SH(768), -1, 1, KN_F32, false)}, 1e-5},
+        {24, 3, {IN(2, SH(300, 3000), -2, 3, KN_F32, false), IN(1, SH(3000), 0.5, 1.5, KN_F32, false), IN(1, SH(3000), -1, 1, KN_F32, false)}, 1e-5},
+        {25, 2, {IN(2, SH(70, 8192), -2, 3, KN_F32, false), IN(1, SH(8192), 0.5, 1.5, KN_F32, false)}, 1e-5},
+        {25, 2, {IN(2, SH(1000, 64), -2, 3, KN_F32, false), IN(1, SH(64), 0.5, 1.5, KN_F32, false)}, 1e-5},
+        {26, 1, {IN(3, SH(9, 4, 32), -2, 3, KN_F32, false)}, 1e-5},
+        {24, 3, {IN(2, SH(5, 33), -2, 3, KN_F32, false), IN(1, SH(33), 0.5, 1.5, KN_F32, false), IN(1, SH(33), -1, 1, KN_F32, false)}, 1e-5},
+        {25, 2, {IN(2, SH(3, 10000), -2, 3, KN_F32, false), IN(1, SH(10000), 0.5, 1.5, KN_F32, false)}, 1e-5},
+        {24, 3, {IN(2, SH(7, 12), -2, 3, KN_F64, true), IN(1, SH(12), 0.5, 1.5, KN_F64, false), IN(1, SH(12), -1, 1, KN_F64, false)}, 1e-12},
+        {24, 3, {IN(2, SH(6, 64), -2, 3, KN_BF16, false), IN(1, SH(64), 0.5, 1.5, KN_BF16, false), IN(1, SH(64), -1, 1, KN_BF16, false)}, 2e-2},
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
         double e = cu_cmp(b_nn, &C[i].w, C[i].n, C[i].in);

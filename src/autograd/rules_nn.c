@@ -2,17 +2,19 @@
  *
  * Same contract as rules.c: fill gin[k] for src k from the node t and its
  * output gradient g, with ordinary lazy ops. Norm rules recompute the
- * statistics from x with lazy ops and use the closed forms; conv uses
+ * statistics from x and use the closed forms, in one NORM_BWD node (lazy
+ * ops where it does not apply); conv uses
  * conv_transpose2d / conv2d for the input and a CONV2D_BWD_W node for the
  * weight; poolings use their *_BWD nodes; sdpa makes one SDPA_BWD node
  * (or, over a symbolic batch, rebuilds the probabilities and applies the
  * matmul chain rule with the key/value heads expanded over each query
  * group); cross_entropy makes one CROSS_ENTROPY_BWD node for the logits
  * (the targets are class ids: no gradient). Gradient-only nodes
- * (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD, CROSS_ENTROPY_BWD) have no rule:
+ * (CONV2D_BWD_W, *_POOL2D_BWD, SDPA_BWD, CROSS_ENTROPY_BWD, NORM_BWD) have no rule:
  * no second derivatives yet.
  */
 #include "autograd/autograd.h"
+#include "core/env.h"
 #include <math.h>
 
 #define X (t->src[0])
@@ -51,7 +53,26 @@ static kn_tensor *norm_dx(kn_ctx *ctx, norm_stats s, kn_tensor *dxhat, int na, c
     return kn_mul(ctx, s.rstd, kn_sub(ctx, kn_sub(ctx, dxhat, m1), kn_mul(ctx, s.xhat, m2)));
 }
 
+/* The fused NORM_BWD node (ops_nn.c) serves fixed sizes with x, w and g of
+ * one dtype; anything else (a symbolic batch, mixed dtypes) and
+ * KN_NORM_COMPOSITE=1 get the lazy-op forms below. Returns whether it built. */
+static bool fused_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    kn_tensor *x = X, *w = t->src[1], *b = t->op == KN_OP_LAYER_NORM ? t->src[2] : NULL;
+    if (kn_env_get()->norm_composite || g->dtype != x->dtype || (w && w->dtype != x->dtype) ||
+        (b && b->dtype != x->dtype))
+        return false;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->sym[i] || g->sym[i]) return false;
+    kn_tensor *dx, *dw, *db;
+    if (kn__norm_bwd(ctx, t, g, rg(w) || rg(b), &dx, &dw, &db) != KN_OK) return true;   /* error set */
+    if (rg(x)) gin[0] = dx;
+    if (rg(w)) gin[1] = dw;
+    if (rg(b)) gin[2] = db;
+    return true;
+}
+
 static void g_layer_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    if (fused_norm(ctx, t, g, gin)) return;
     kn_tensor *x = X, *w = t->src[1], *b = t->src[2];
     int axes[KN_MAX_DIMS], na = 0;
     for (int i = x->ndim - (int)t->p.norm.n_norm; i < x->ndim; i++) axes[na++] = i;
@@ -63,6 +84,7 @@ static void g_layer_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gi
 
 /* y = x * r * w, r = rsqrt(mean(x^2) + eps): dx = r * (gw - x r^2 mean(gw x)) */
 static void g_rms_norm(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
+    if (fused_norm(ctx, t, g, gin)) return;
     kn_tensor *x = X, *w = t->src[1];
     int axes[KN_MAX_DIMS], na = 0;
     for (int i = x->ndim - (int)t->p.norm.n_norm; i < x->ndim; i++) axes[na++] = i;

@@ -31,7 +31,7 @@ static const var g_vars[] = {
     {"KN_EPILOGUE", IS1, F(epilogue)},        {"KN_FUSE_MAX", STR, F(fuse_max)},
     {"KN_CC", STR, F(cc)},                    {"KN_BEAM", INT, F(beam)},
     {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},  {"KN_CUDA_PDL", IS0, F(cuda_no_pdl)},
-    {"KN_CE_COMPOSITE", FLAG, F(ce_composite)},
+    {"KN_CE_COMPOSITE", FLAG, F(ce_composite)}, {"KN_NORM_COMPOSITE", FLAG, F(norm_composite)},
     {"KN_CUDA_DEVICE", STR, F(cuda_device)},  {"KN_DIST_TIMEOUT", STR, F(dist_timeout)},
     {"KN_NCCL_LIB", STR, F(nccl_lib)},        {"KN_DDP_BUCKET_KB", STR, F(ddp_bucket_kb)}, {"KN_LLM_PREFILL_CAST", IS0, F(llm_no_prefill_cast)},
     {"KN_QPACK", IS0, F(qpack_off)},         {"KN_CHECK", FLAG, F(check)},

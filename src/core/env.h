@@ -42,6 +42,7 @@ typedef struct kn_env {
     bool qpack_off;          /* KN_QPACK=0: no 16-row packed copies of constant quantized weights */
     bool epilogue;           /* KN_EPILOGUE=1: fold elementwise consumers into matmul epilogues (opt-in: measured slower on CUDA) */
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
+    bool norm_composite;     /* KN_NORM_COMPOSITE: layer/rms norm gradients as lazy ops (statistics, means, column sums), not one NORM_BWD node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */
     bool llm_top;            /* KN_LLM_TOP=1: sampling-candidates plans on a device (TOPK there; opt-in: slower on an H100) */
     bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU (every plan) */

@@ -55,6 +55,9 @@ kn_tensor *kn__adam_update(kn_ctx *ctx, kn_tensor *p, kn_tensor *g, kn_tensor *m
                            double beta1, double beta2, double eps, double l2);
 /* sdpa's fused gradient (ops_nn.c): views dq, dk, dv of one SDPA_BWD node. */
 kn_status kn__sdpa_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **dq, kn_tensor **dk, kn_tensor **dv);
+/* layer/rms norm's fused gradient (ops_nn.c): views dx and (want_wb) dw, db of one NORM_BWD node. */
+kn_status kn__norm_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, bool want_wb, kn_tensor **dx, kn_tensor **dw,
+                       kn_tensor **db);
 /* cross_entropy's gradient (ops_loss.c): dlogits [N,C], a view of one CROSS_ENTROPY_BWD node [N,Cp]. */
 kn_tensor *kn__cross_entropy_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g);
 int kn__norm_dim(kn_ctx *ctx, const char *op, int dim, int ndim, bool *ok);

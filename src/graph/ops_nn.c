@@ -97,6 +97,40 @@ kn_tensor *kn_rms_norm(kn_ctx *ctx, kn_tensor *x, int n_norm, kn_tensor *w, doub
     return t;
 }
 
+/* layer_norm's or rms_norm's gradient as one node (made by the norm rules in
+ * autograd/rules_nn.c). t is the norm node over the trailing n_norm dims of
+ * x (M elements a row, rows = numel / M), g = dL/dy (x's shape). Per row,
+ * with the statistics recomputed from x (two passes, as the forward does):
+ *   xhat = (x - mean) * rstd     (rms: x * rstd, no mean)
+ *   dxhat = g * w                (g without a weight)
+ *   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))   (rms: no mean(dxhat) term)
+ * and over all rows dw = sum g * xhat, db = sum g (layer norm only). The
+ * node's output packs dx [rows*M] and then, when want_wb, dw [M] and (layer
+ * norm) db [M], one after the other in x's dtype: one pass over x and g.
+ * The number of packed parameter gradients is the output's size less
+ * rows*M, over M. *dx, *dw, *db are views of it (dw, db NULL unless
+ * want_wb). Fixed sizes only; x, g (and w) of one dtype: the rules check. */
+kn_status kn__norm_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, bool want_wb, kn_tensor **dx, kn_tensor **dw,
+                       kn_tensor **db) {
+    *dx = *dw = *db = NULL;
+    kn_tensor *x = t->src[0], *w = t->src[1];
+    bool rms = t->op == KN_OP_RMS_NORM;
+    int nn = (int)t->p.norm.n_norm, lead = x->ndim - nn;
+    int64_t M = 1;
+    for (int i = lead; i < x->ndim; i++) M *= x->shape[i];
+    int64_t nx = kn_numel(x), parts = want_wb ? (rms ? 1 : 2) : 0, n = nx + parts * M;
+    kn_tensor *src[3] = {x, w, g};
+    kn_tensor *d = kn__node(ctx, KN_OP_NORM_BWD, x->dtype, 1, &n, NULL, src, 3);
+    if (!d) return kn_ctx_status(ctx);
+    d->p.norm = t->p.norm;
+    d->p.norm.rms = rms;
+    *dx = kn_reshape(ctx, kn_narrow(ctx, d, 0, 0, nx), x->ndim, x->shape);
+    if (!*dx) return kn_ctx_status(ctx);
+    if (parts >= 1 && !(*dw = kn_reshape(ctx, kn_narrow(ctx, d, 0, nx, M), nn, x->shape + lead))) return kn_ctx_status(ctx);
+    if (parts >= 2 && !(*db = kn_reshape(ctx, kn_narrow(ctx, d, 0, nx + M, M), nn, x->shape + lead))) return kn_ctx_status(ctx);
+    return KN_OK;
+}
+
 /* x [N,C,...]: shared checks of group and batch norm */
 static bool check_nc(kn_ctx *ctx, const char *op, const kn_tensor *x, kn_tensor *w, kn_tensor *b, double eps) {
     char s[160];

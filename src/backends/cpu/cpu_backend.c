@@ -34,6 +34,7 @@ bool kn_cpu_fast(const kn_exec *e) {
     case KN_OP_MATMUL: return kn_cpu_matmul(e);
     /* cpu_norm_softmax.c */
     case KN_OP_RMS_NORM: case KN_OP_LAYER_NORM: return kn_cpu_norm(e);
+    case KN_OP_NORM_BWD: return kn_cpu_norm_bwd(e);
     case KN_OP_SOFTMAX: case KN_OP_LOG_SOFTMAX: return kn_cpu_softmax(e);
     /* cpu_attention.c */
     case KN_OP_ROPE: return kn_cpu_rope(e);

@@ -7,7 +7,7 @@
  *   cpu_reduce.c         SUM/MEAN/MAX/VAR/STD over the last dim, SUM/MEAN
  *                        over the leading dims
  *   cpu_matmul.c         MATMUL (f32, and quantized/f16/bf16 weights)
- *   cpu_norm_softmax.c   RMS_NORM, LAYER_NORM, SOFTMAX, LOG_SOFTMAX
+ *   cpu_norm_softmax.c   RMS_NORM, LAYER_NORM, NORM_BWD, SOFTMAX, LOG_SOFTMAX
  *   cpu_attention.c      ROPE, SDPA, SDPA_BWD
  *   cpu_paged.c          PAGED_ATTN
  *   cpu_loss.c           CROSS_ENTROPY, CROSS_ENTROPY_BWD
@@ -113,6 +113,7 @@ kn_status kn_cpu_matmul_epilogue(const kn_exec *e);
 void kn_cpu_post_whole(const struct kn_sgemm_post *post, float *C, int64_t rows, int64_t N);
 /* cpu_norm_softmax.c */
 bool kn_cpu_norm(const kn_exec *e);
+bool kn_cpu_norm_bwd(const kn_exec *e);
 bool kn_cpu_softmax(const kn_exec *e);
 /* cpu_attention.c */
 bool kn_cpu_rope(const kn_exec *e);

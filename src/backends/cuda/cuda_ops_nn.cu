@@ -2,8 +2,8 @@
  * on the GPU. Same formulas as src/backends/ref/ref_nn.c (double
  * arithmetic); row ops run one block per row, the rest one thread per
  * output element (direct loops). Fast paths: kn_cuda_softmax_f32/_bf16,
- * the f32 layer/RMS norm kernels and the bf16 RMS norm (f32 weight) when
- * the layouts are dense rows, and f32 attention through batched SGEMMs
+ * the f32 layer/RMS norm kernels (forward and NORM_BWD) and the bf16 RMS
+ * norm (f32 weight) when the layouts are dense rows, and f32 attention through batched SGEMMs
  * (sdpa_f32).
  * Letters: N batch, C/O channels, H/W spatial, KH/KW kernel, g groups,
  * T positions, D head dim. */
@@ -123,6 +123,89 @@ static kn_status cu_layer_rms_norm(const kn_exec *e) {
     kn_dview w = hw ? kn_dv(&e->src[1]) : kn_dv(x), b = hb ? kn_dv(&e->src[2]) : kn_dv(x);
     k_lrnorm<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(y), w, b, hw, hb, layer, rows, M, t->p.norm.eps);
     LAUNCHED_OK();
+}
+
+/* ---- NORM_BWD: layer/rms norm's gradient, [dx | dw | db] packed (ops_nn.c) ----
+ * Generic path (any dtype, strides): one block a row writes dx and keeps the
+ * row's mean and rstd in scratch; then one thread a column adds g * xhat and
+ * g over the rows in order. The f32 dense rows take kn_cuda_norm_bwd_fused
+ * (norms.cu). */
+__global__ void __launch_bounds__(KN_THREADS) k_norm_bwd_rows(kn_dview x, kn_dview w, kn_dview g, kn_dview d, int hw,
+                                                              int rms, int64_t rows, int64_t M, double eps, double *stat) {
+    __shared__ double sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        double mean = 0, ss = 0, s1 = 0, s2 = 0;
+        if (!rms) {
+            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) mean += kn_dget(x, kn_doff(x, r * M + j));
+            mean = kn_dblock_sum(mean, sh) / (double)M;
+        }
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, r * M + j)) - mean; ss += v * v; }
+        double rstd = 1.0 / sqrt(kn_dblock_sum(ss, sh) / (double)M + eps);
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            double xh = (kn_dget(x, kn_doff(x, r * M + j)) - mean) * rstd, gv = kn_dget(g, kn_doff(g, r * M + j));
+            double dxh = hw ? gv * kn_dget(w, kn_doff(w, j)) : gv;
+            s1 += dxh; s2 += dxh * xh;
+        }
+        s1 = rms ? 0 : kn_dblock_sum(s1, sh) / (double)M;
+        s2 = kn_dblock_sum(s2, sh) / (double)M;
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            double xh = (kn_dget(x, kn_doff(x, r * M + j)) - mean) * rstd, gv = kn_dget(g, kn_doff(g, r * M + j));
+            double dxh = hw ? gv * kn_dget(w, kn_doff(w, j)) : gv;
+            kn_dput(d, kn_doff(d, r * M + j), rstd * (dxh - s1 - xh * s2));
+        }
+        if (stat && threadIdx.x == 0) { stat[2 * r] = mean; stat[2 * r + 1] = rstd; }
+        __syncthreads();
+    }
+}
+__global__ void __launch_bounds__(KN_THREADS) k_norm_bwd_cols(kn_dview x, kn_dview g, kn_dview d, int parts, int64_t rows,
+                                                              int64_t M, const double *stat) {
+    int64_t nx = rows * M;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < M; j += (int64_t)gridDim.x * blockDim.x) {
+        double sw = 0, sb = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            double gv = kn_dget(g, kn_doff(g, r * M + j));
+            sw += gv * (kn_dget(x, kn_doff(x, r * M + j)) - stat[2 * r]) * stat[2 * r + 1];
+            sb += gv;
+        }
+        kn_dput(d, kn_doff(d, nx + j), sw);
+        if (parts > 1) kn_dput(d, kn_doff(d, nx + M + j), sb);
+    }
+}
+static kn_status cu_norm_bwd(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *g = &e->src[2], *d = &e->dst;
+    bool hw = HAS(1), rms = t->p.norm.rms;
+    int nn = (int)t->p.norm.n_norm;
+    int64_t M = prod_ne(x, x->ndim - nn, x->ndim), nx = kn_tview_numel(x), rows = M ? nx / M : 0;
+    int parts = M ? (int)((kn_tview_numel(d) - nx) / M) : 0;
+    if (M == 0) return KN_OK;
+    kn_status st = KN_OK;
+    if (dense_f32(x) && dense_f32(g) && dense_f32(d) && (!hw || dense_f32(&e->src[1])) && !kn_env_get()->cuda_generic &&
+        kn_cuda_norm_bwd_fused_ok(M, d->data, g->data, x->data, hw ? e->src[1].data : NULL, parts ? (float *)d->data + nx : NULL)) {
+        int64_t np = 0;
+        float *part = NULL;
+        st = kn_cuda_norm_bwd_part_floats(rows, M, rms, parts, &np);
+        if (!st && np) st = kn_cu_tmp(sizeof(float) * (size_t)np, (void **)&part);
+        if (!st)
+            st = kn_cuda_norm_bwd_fused((float *)d->data, (float *)d->data + nx, parts, (const float *)g->data,
+                                        (const float *)x->data, hw ? (const float *)e->src[1].data : NULL,
+                                        (float)t->p.norm.eps, rms, rows, M, part, kn_cu_stream());
+        kn_cu_tmp_free(part);
+        return st;
+    }
+    double *stat = NULL;
+    if (parts && rows && (st = kn_cu_tmp(sizeof(double) * (size_t)(2 * rows), (void **)&stat))) return st;
+    kn_dview wv = hw ? kn_dv(&e->src[1]) : kn_dv(x);
+    if (rows)
+        k_norm_bwd_rows<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), wv, kn_dv(g), kn_dv(d), hw, rms, rows,
+                                                                              M, t->p.norm.eps, stat);
+    int64_t cb = (M + KN_THREADS - 1) / KN_THREADS;
+    if (parts)
+        k_norm_bwd_cols<<<(unsigned)(cb < 65536 ? cb : 65536), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(g), kn_dv(d),
+                                                                                                 parts, rows, M, stat);
+    cudaError_t ce = cudaGetLastError();
+    kn_cu_tmp_free(stat);
+    return ce == cudaSuccess ? KN_OK : kn_set_error(KN_ERR_BACKEND, "norm_bwd: launch failed: %s", cudaGetErrorString(ce));
 }
 
 /* ---- group / batch norm: x [N,C,S...] ---- */
@@ -913,6 +996,7 @@ kn_status kn_cu_nn(const kn_exec *e) {
     case KN_OP_ADAPTIVE_AVG_POOL2D: case KN_OP_ADAPTIVE_AVG_POOL2D_BWD: return cu_pool(e);
     case KN_OP_SDPA: return cu_sdpa(e);
     case KN_OP_SDPA_BWD: return kn_cu_sdpa_bwd(e);   /* cuda_ops_attn.cu */
+    case KN_OP_NORM_BWD: return cu_norm_bwd(e);
     case KN_OP_PAGED_ATTN: return kn_cu_paged_attn(e);   /* cuda_paged_attn.cu */
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_cu_cross_entropy(e);   /* cuda_ops_loss.cu */
     case KN_OP_ROPE: return cu_rope(e);

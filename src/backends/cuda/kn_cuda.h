@@ -101,6 +101,18 @@ kn_status kn_cuda_rmsnorm_fwd(float *y, float *rstd, const float *x, const float
 kn_status kn_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x,
                               const float *w, const float *rstd, int64_t rows, int64_t C,
                               void *stream);
+/* The NORM_BWD node's kernel: dx and (parts = 1: dw; 2: dw then db, packed in
+ * dwb) of a layer norm (rms false) or RMS norm, the statistics recomputed
+ * from x; w NULL means no weight. dw/db are deterministic: per-block partial
+ * sums in `part` (kn_cuda_norm_bwd_part_floats floats) are added in block
+ * order. Needs kn_cuda_norm_bwd_fused_ok (C % 4 == 0, C <= 8192, 16-byte
+ * aligned pointers). */
+bool kn_cuda_norm_bwd_fused_ok(int64_t C, const void *dx, const void *dy, const void *x, const void *w,
+                               const void *dwb);
+kn_status kn_cuda_norm_bwd_part_floats(int64_t rows, int64_t C, bool rms, int parts, int64_t *n);
+kn_status kn_cuda_norm_bwd_fused(float *dx, float *dwb, int parts, const float *dy, const float *x,
+                                 const float *w, float eps, bool rms, int64_t rows, int64_t C,
+                                 float *part, void *stream);
 /* bf16 in/out variants (f32 math, w/b f32). */
 kn_status kn_cuda_rmsnorm_fwd_bf16(uint16_t *y, float *rstd, const uint16_t *x, const float *w,
                                    int64_t rows, int64_t C, float eps, void *stream);

@@ -425,3 +425,204 @@ extern "C" kn_status kn_cuda_rmsnorm_bwd(float *dx, float *dw, const float *dy, 
                                          int64_t C, void *stream) {
     return norm_bwd<true>("kn_cuda_rmsnorm_bwd", dx, dw, NULL, dy, x, w, NULL, rstd, rows, C, stream);
 }
+
+/* ---- fused backward for the NORM_BWD node ------------------------------------------
+ * The same arithmetic as norm_bwd_reg_kernel, but the statistics are
+ * recomputed from the row held in registers (the graph keeps no mean/rstd:
+ * two block reductions a layer-norm row, one an RMS row, both two-pass
+ * accurate since the row is in registers), w may be absent (dxhat = dy), and
+ * dw/db are deterministic: each block writes its partial sums to `part`
+ * ([grid][parts*C]) and nbf_colsum_kernel adds them up in block order.
+ * C % 4 == 0, C <= KN_NM_REG_MAX. */
+template <int N>
+__device__ __forceinline__ void nm_block_sumn(float (&v)[N], float *sh) {   /* sh: 32*N floats */
+    int lane = threadIdx.x & 31, wp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = kn_warp_sum(v[k]);
+    __syncthreads();                 // sh may still be read from the previous reduction
+    if (lane == 0)
+#pragma unroll
+        for (int k = 0; k < N; k++) sh[32 * k + wp] = v[k];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = kn_warp_sum(lane < nw ? sh[32 * k + lane] : 0.f);
+}
+
+template <bool RMS, int VPT>
+__global__ void __launch_bounds__(KN_NM_THREADS, VPT <= 4 ? 2 : 1)
+norm_bwd_fused_kernel(float *dx, float *part, int parts, const float *dy, const float *x, const float *w,
+                      int64_t rows, int C, float eps) {
+    __shared__ float sh[96];
+    float pw[VPT][4], pb[VPT][4];
+    constexpr bool PIPE = VPT <= 4;
+    float4 xc[VPT], dc[VPT], xn[PIPE ? VPT : 1], dn[PIPE ? VPT : 1];
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < VPT; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
+    auto load = [&](int64_t r, float4 *xv, float4 *dv) {
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            xv[j] = z4; dv[j] = z4;
+            if (r < rows && i < C) {
+                xv[j] = __ldcs((const float4 *)(x + r * C + i));
+                dv[j] = __ldcs((const float4 *)(dy + r * C + i));
+            }
+        }
+    };
+    int64_t row = blockIdx.x;
+    if (PIPE) load(row, xc, dc);
+    for (; row < rows; row += gridDim.x) {
+        if constexpr (PIPE) load(row + gridDim.x, xn, dn);   // next row, in flight
+        else load(row, xc, dc);
+        float mu = 0.f;
+        if (!RMS) {
+            float s[1] = {0.f};
+#pragma unroll
+            for (int j = 0; j < VPT; j++) s[0] += (xc[j].x + xc[j].y) + (xc[j].z + xc[j].w);
+            nm_block_sumn<1>(s, sh);
+            mu = s[0] / C;
+        }
+        /* sums of (x-mu)^2, g, g*(x-mu) with g = dy*w; the padding lanes hold
+         * zeros, so (0 - mu) must not count: mask by column */
+        float s3[3] = {0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            if (i >= C) continue;
+            float4 wv = w ? __ldg((const float4 *)(w + i)) : make_float4(1.f, 1.f, 1.f, 1.f);
+            float xa[4] = {xc[j].x, xc[j].y, xc[j].z, xc[j].w}, da[4] = {dc[j].x, dc[j].y, dc[j].z, dc[j].w};
+            float wa[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float xm = xa[q] - mu, g = da[q] * wa[q];
+                s3[0] += xm * xm; s3[1] += g; s3[2] += g * xm;
+            }
+        }
+        nm_block_sumn<3>(s3, sh);
+        const float rs = rsqrtf(s3[0] / C + eps);
+        const float sg = RMS ? 0.f : s3[1] / C, sgx = s3[2] * rs / C;   // mean(g), mean(g * xhat)
+#pragma unroll
+        for (int j = 0; j < VPT; j++) {
+            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+            if (i >= C) continue;
+            float4 wv = w ? __ldg((const float4 *)(w + i)) : make_float4(1.f, 1.f, 1.f, 1.f);
+            float xa[4] = {xc[j].x, xc[j].y, xc[j].z, xc[j].w}, da[4] = {dc[j].x, dc[j].y, dc[j].z, dc[j].w};
+            float wa[4] = {wv.x, wv.y, wv.z, wv.w}, o[4];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float xh = (xa[q] - mu) * rs, g = da[q] * wa[q];
+                o[q] = rs * (g - sg - xh * sgx);
+                pw[j][q] += da[q] * xh;
+                pb[j][q] += da[q];
+            }
+            __stcs((float4 *)(dx + row * C + i), make_float4(o[0], o[1], o[2], o[3]));
+        }
+        if constexpr (PIPE) {
+#pragma unroll
+            for (int j = 0; j < VPT; j++) { xc[j] = xn[j]; dc[j] = dn[j]; }
+        }
+    }
+    if (parts == 0) return;
+    float *pr = part + (int64_t)blockIdx.x * parts * C;
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        if (i >= C) continue;
+        *(float4 *)(pr + i) = make_float4(pw[j][0], pw[j][1], pw[j][2], pw[j][3]);
+        if (parts > 1) *(float4 *)(pr + C + i) = make_float4(pb[j][0], pb[j][1], pb[j][2], pb[j][3]);
+    }
+}
+
+/* out[c] = sum over g < G of part[g][c], c < n, in order of g: 32 columns a
+ * block, 8 row lanes each adding every 8th block's partial, then the lanes'
+ * sums added in lane order (fixed: the result depends only on G). */
+__global__ void __launch_bounds__(256) nbf_colsum_kernel(float *out, const float *part, int G, int64_t n) {
+    __shared__ float sh[8][33];
+    const int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (c < n)
+        for (int g = threadIdx.y; g < G; g += 8) s += part[(int64_t)g * n + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < n) {
+        float t = sh[0][threadIdx.x];
+#pragma unroll
+        for (int k = 1; k < 8; k++) t += sh[k][threadIdx.x];
+        out[c] = t;
+    }
+}
+
+template <bool RMS, int V>
+static kn_status nbf_grid(int64_t rows, int *grid) {
+    int dev = 0, nsm = 0, per_sm = 1;
+    KN_CUDA_TRY(cudaGetDevice(&dev));
+    KN_CUDA_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_fused_kernel<RMS, V>, KN_NM_THREADS, 0));
+    int64_t g = (int64_t)nsm * (per_sm < 1 ? 1 : per_sm);
+    *grid = (int)(g < rows ? g : rows);
+    return KN_OK;
+}
+static int nbf_vpt(int64_t C) { return C <= 1024 ? 1 : C <= 2048 ? 2 : C <= 4096 ? 4 : 8; }
+
+template <bool RMS>
+static kn_status nbf_grid_any(int64_t rows, int64_t C, int *grid) {
+    switch (nbf_vpt(C)) {
+    case 1: return nbf_grid<RMS, 1>(rows, grid);
+    case 2: return nbf_grid<RMS, 2>(rows, grid);
+    case 4: return nbf_grid<RMS, 4>(rows, grid);
+    default: return nbf_grid<RMS, 8>(rows, grid);
+    }
+}
+
+extern "C" bool kn_cuda_norm_bwd_fused_ok(int64_t C, const void *dx, const void *dy, const void *x, const void *w,
+                                          const void *dwb) {
+    return C > 0 && C % 4 == 0 && C <= KN_NM_REG_MAX && kn_aligned16(dx) && kn_aligned16(dy) && kn_aligned16(x) &&
+           (!w || kn_aligned16(w)) && (!dwb || kn_aligned16(dwb));
+}
+
+extern "C" kn_status kn_cuda_norm_bwd_part_floats(int64_t rows, int64_t C, bool rms, int parts, int64_t *n) {
+    *n = 0;
+    if (parts == 0 || rows == 0) return KN_OK;
+    int grid = 0;
+    kn_status st = rms ? nbf_grid_any<true>(rows, C, &grid) : nbf_grid_any<false>(rows, C, &grid);
+    *n = (int64_t)grid * parts * C;
+    return st;
+}
+
+extern "C" kn_status kn_cuda_norm_bwd_fused(float *dx, float *dwb, int parts, const float *dy, const float *x,
+                                            const float *w, float eps, bool rms, int64_t rows, int64_t C,
+                                            float *part, void *stream) {
+    KN_CUDA_REQUIRE(rows >= 0 && kn_cuda_norm_bwd_fused_ok(C, dx, dy, x, w, parts ? dwb : NULL) && parts >= 0 &&
+                        parts <= (rms ? 1 : 2) && (parts == 0 || (dwb && part)),
+                    "kn_cuda_norm_bwd_fused: bad arguments (rows=%lld C=%lld parts=%d)", (long long)rows,
+                    (long long)C, parts);
+    cudaStream_t st = kn_stream(stream);
+    if (rows == 0) {
+        if (parts) KN_CUDA_TRY(cudaMemsetAsync(dwb, 0, sizeof(float) * (size_t)(parts * C), st));
+        return KN_OK;
+    }
+    int grid = 0;
+    kn_status s = rms ? nbf_grid_any<true>(rows, C, &grid) : nbf_grid_any<false>(rows, C, &grid);
+    if (s) return s;
+#define NBF(R, V) norm_bwd_fused_kernel<R, V><<<(unsigned)grid, KN_NM_THREADS, 0, st>>>(dx, part, parts, dy, x, w, rows, (int)C, eps)
+#define NBF_V(R)                                                                                   \
+    switch (nbf_vpt(C)) {                                                                          \
+    case 1: NBF(R, 1); break;                                                                      \
+    case 2: NBF(R, 2); break;                                                                      \
+    case 4: NBF(R, 4); break;                                                                      \
+    default: NBF(R, 8); break;                                                                     \
+    }
+    if (rms) { NBF_V(true) } else { NBF_V(false) }
+#undef NBF_V
+#undef NBF
+    KN_CUDA_LAUNCHED();
+    if (parts) {
+        int64_t n = (int64_t)parts * C;
+        nbf_colsum_kernel<<<(unsigned)((n + 31) / 32), dim3(32, 8), 0, st>>>(dwb, part, grid, n);
+        KN_CUDA_LAUNCHED();
+    }
+    return KN_OK;
+}

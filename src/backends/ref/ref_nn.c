@@ -82,6 +82,46 @@ static kn_status layer_rms_norm(const kn_exec *e) {
     return KN_OK;
 }
 
+/* NORM_BWD (ops_nn.c): x, weight (optional), g -> [dx | dw | db] packed flat;
+ * the statistics recomputed as layer_rms_norm does, the parameter sums
+ * accumulated over rows in order */
+static kn_status norm_bwd(const kn_exec *e) {
+    const kn_tensor *t = e->node;
+    const kn_tview *x = &e->src[0], *g = &e->src[2], *d = &e->dst;
+    const kn_tview *w = HAS(1) ? &e->src[1] : NULL;
+    bool rms = t->p.norm.rms;
+    int nn = (int)t->p.norm.n_norm;
+    int64_t M = prod_ne(x, x->ndim - nn, x->ndim), nx = kn_tview_numel(x), rows = M ? nx / M : 0;
+    int64_t parts = M ? (kn_tview_numel(d) - nx) / M : 0;
+    double eps = t->p.norm.eps, *acc = NULL;
+    if (parts > 0 && !(acc = calloc((size_t)(2 * M), sizeof *acc)))
+        return kn_set_error(KN_ERR_NOMEM, "norm_bwd: out of memory for %lld sums", (long long)(2 * M));
+    for (int64_t r = 0; r < rows; r++) {
+        double mean = 0, ss = 0, s1 = 0, s2 = 0;
+        if (!rms) {
+            for (int64_t j = 0; j < M; j++) mean += LD(x, kn_ref_off(x, r * M + j));
+            mean /= (double)M;
+        }
+        for (int64_t j = 0; j < M; j++) { double v = LD(x, kn_ref_off(x, r * M + j)) - mean; ss += v * v; }
+        double rstd = 1.0 / sqrt(ss / (double)M + eps);
+        for (int64_t j = 0; j < M; j++) {
+            double xh = (LD(x, kn_ref_off(x, r * M + j)) - mean) * rstd, gv = LD(g, kn_ref_off(g, r * M + j));
+            double dxh = w ? gv * LD(w, kn_ref_off(w, j)) : gv;
+            s1 += dxh; s2 += dxh * xh;
+            if (acc) { acc[j] += gv * xh; acc[M + j] += gv; }
+        }
+        s1 = rms ? 0 : s1 / (double)M; s2 /= (double)M;
+        for (int64_t j = 0; j < M; j++) {
+            double xh = (LD(x, kn_ref_off(x, r * M + j)) - mean) * rstd, gv = LD(g, kn_ref_off(g, r * M + j));
+            double dxh = w ? gv * LD(w, kn_ref_off(w, j)) : gv;
+            ST(d, kn_ref_off(d, r * M + j), rstd * (dxh - s1 - xh * s2));
+        }
+    }
+    for (int64_t k = 0; k < parts * M; k++) ST(d, kn_ref_off(d, nx + k), acc[k]);
+    free(acc);
+    return KN_OK;
+}
+
 /* x [N,C,S...]: normalise each set of linear indices {base + j*stride_j} ...
  * group norm: (n, group) blocks of Cg*S consecutive elements;
  * batch norm: per channel c, the N*S elements (n*C + c)*S + s. */
@@ -516,6 +556,7 @@ kn_status kn_ref_nn(const kn_exec *e) {
     case KN_OP_SDPA: return sdpa(e);
     case KN_OP_ROPE: return rope(e);
     case KN_OP_SDPA_BWD: return sdpa_bwd(e);
+    case KN_OP_NORM_BWD: return norm_bwd(e);
     case KN_OP_CROSS_ENTROPY: case KN_OP_CROSS_ENTROPY_BWD: return kn_ref_cross_entropy(e);   /* ref_loss.c */
     case KN_OP_TOPK: case KN_OP_MUL_MAT_ID: return kn_ref_moe(e);                             /* ref_moe.c */
     case KN_OP_PAGED_ATTN: return kn_ref_paged_attn(e);     /* ref_paged.c */
