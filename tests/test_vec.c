@@ -501,6 +501,46 @@ TEST(softmax_special_rows) {
  * Norms
  * ========================================================================== */
 
+/* one row of NORM_BWD on every path against a double reference: dx written,
+ * dw/db accumulated onto what they held, with and without weight, rms too */
+TEST(norm_bwd_rows) {
+    FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) for (int v = 0; v < 4; v++) {
+        int64_t n = SIZES[s];
+        const float eps = 1e-5f;
+        const bool rms = v & 2;
+        float *x = fbuf(n), *g = fbuf(n), *w = fbuf(n), *dx = fbuf(n), *dw = fbuf(n), *db = fbuf(n);
+        kn_test_seed(1900 + (unsigned)n);
+        kn_test_fill_f32(x, n, -3, 5);
+        kn_test_fill_f32(g, n, -1, 1);
+        kn_test_fill_f32(w, n, 0.5, 1.5);
+        for (int64_t i = 0; i < n; i++) { dw[i] = 0.25f; db[i] = -0.5f; }
+        const float *wp = (v & 1) ? w : NULL;
+        double m = 0, var = 0, s1 = 0, s2 = 0;
+        if (!rms) for (int64_t i = 0; i < n; i++) m += x[i];
+        m = n && !rms ? m / n : 0;
+        for (int64_t i = 0; i < n; i++) var += ((double)x[i] - m) * ((double)x[i] - m);
+        double rstd = 1.0 / sqrt((n ? var / n : 0) + eps);
+        for (int64_t i = 0; i < n; i++) {
+            double gw = (double)g[i] * (wp ? wp[i] : 1), xh = ((double)x[i] - m) * rstd;
+            s1 += gw; s2 += gw * xh;
+        }
+        s1 = rms || !n ? 0 : s1 / n; s2 = n ? s2 / n : 0;
+        kn_vec_norm_bwd(dx, dw, rms ? NULL : db, x, g, wp, eps, rms, n);
+        int ok = 1, okw = 1;
+        for (int64_t i = 0; i < n; i++) {
+            double gw = (double)g[i] * (wp ? wp[i] : 1), xh = ((double)x[i] - m) * rstd;
+            double r = rstd * (gw - s1 - xh * s2), rw = 0.25 + g[i] * xh, rb = -0.5 + g[i];
+            ok &= fabs(dx[i] - r) <= 2e-5 * (1 + fabs(r));
+            okw &= fabs(dw[i] - rw) <= 1e-5 * (1 + fabs(rw)) && (rms ? db[i] == -0.5f : fabs(db[i] - rb) <= 1e-6 * (1 + fabs(rb)));
+        }
+        CHECK(ok && guard_ok(dx, n), "%s norm_bwd dx n=%lld w=%d rms=%d", ISA_NAME[isa], (long long)n, !!wp, rms);
+        CHECK(okw && guard_ok(dw, n) && guard_ok(db, n), "%s norm_bwd dw/db n=%lld w=%d rms=%d", ISA_NAME[isa],
+              (long long)n, !!wp, rms);
+        ffree(x); ffree(g); ffree(w); ffree(dx); ffree(dw); ffree(db);
+    }
+    kn_vec_force_isa(-1);
+}
+
 TEST(layer_norm_rms_norm) {
     FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) for (int v = 0; v < 4; v++) {
         int64_t n = SIZES[s];

@@ -47,39 +47,22 @@ bool kn_cpu_norm(const kn_exec *e) {
  * Rows go in fixed chunks of R rows (R from the row count only, at most
  * NB_CHUNKS chunks): each chunk keeps its own dw/db partial sums, added up in
  * chunk order at the end, so the result does not depend on the thread count.
- * Per row, a few vector passes over L1-resident scratch rows:
- *   a = xhat = (x - mean) * rstd,  b = g * w,  dx = rstd * (b - mean(b) - a * mean(b*a)). */
+ * A row is one kn_vec_norm_bwd (three vector passes over L1-resident data). */
 #define NB_CHUNKS 64
 typedef struct {
     const float *x, *g, *w; float *dx, *part;
     int64_t rows, M, R; int parts; float eps; bool rms;
-    int failed;                   /* a worker could not allocate its scratch rows */
 } nb_job;
 static void nb_chunks(void *p, int64_t c0, int64_t c1) {
     nb_job *j = p;
     const int64_t M = j->M;
-    float *a = malloc(sizeof(float) * (size_t)(3 * M)), *b = a ? a + M : NULL, *c = a ? a + 2 * M : NULL;
-    if (!a) { __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED); return; }
     for (int64_t ch = c0; ch < c1; ch++) {
         float *pw = j->parts ? j->part + ch * j->parts * M : NULL, *pb = j->parts > 1 ? pw + M : NULL;
         if (pw) memset(pw, 0, sizeof(float) * (size_t)(j->parts * M));
         int64_t r1 = (ch + 1) * j->R < j->rows ? (ch + 1) * j->R : j->rows;
-        for (int64_t r = ch * j->R; r < r1; r++) {
-            const float *x = j->x + r * M, *g = j->g + r * M;
-            float mean = j->rms ? 0.f : kn_vec_sum(x, M) / (float)M;
-            kn_vec_add_scalar(a, x, -mean, M);
-            float rstd = 1.f / sqrtf(kn_vec_dot(a, a, M) / (float)M + j->eps);
-            kn_vec_mul_scalar(a, a, rstd, M);                       /* xhat */
-            if (j->w) kn_vec_mul(b, g, j->w, M); else kn_vec_copy(b, g, M);
-            float s1 = j->rms ? 0.f : kn_vec_sum(b, M) / (float)M, s2 = kn_vec_dot(b, a, M) / (float)M;
-            kn_vec_fma_scalar(b, a, -s2, M);
-            kn_vec_add_scalar(b, b, -s1, M);
-            kn_vec_mul_scalar(j->dx + r * M, b, rstd, M);
-            if (pw) { kn_vec_mul(c, g, a, M); kn_vec_add(pw, pw, c, M); }
-            if (pb) kn_vec_add(pb, pb, g, M);
-        }
+        for (int64_t r = ch * j->R; r < r1; r++)
+            kn_vec_norm_bwd(j->dx + r * M, pw, pb, j->x + r * M, j->g + r * M, j->w, j->eps, j->rms, M);
     }
-    free(a);
 }
 bool kn_cpu_norm_bwd(const kn_exec *e) {
     const kn_tensor *t = e->node;
@@ -95,15 +78,15 @@ bool kn_cpu_norm_bwd(const kn_exec *e) {
     float *part = parts ? malloc(sizeof(float) * (size_t)(nch * parts * M)) : NULL;
     if (parts && !part) return false;                  /* the reference reports the shortage */
     nb_job j = {(const float *)x->data, (const float *)g->data, t->src[1] ? (const float *)e->src[1].data : NULL,
-                (float *)d->data, part, rows, M, R, parts, (float)t->p.norm.eps, t->p.norm.rms, 0};
-    kn_cpu_par_rows(nb_chunks, &j, nch, nx * 12);
-    if (!j.failed && parts) {
+                (float *)d->data, part, rows, M, R, parts, (float)t->p.norm.eps, t->p.norm.rms};
+    kn_cpu_par_rows(nb_chunks, &j, nch, nx * 4);
+    if (parts) {
         float *sum = (float *)d->data + nx;               /* [dw | db], chunk 0 first */
         kn_vec_copy(sum, part, parts * M);
         for (int64_t ch = 1; ch < nch; ch++) kn_vec_add(sum, sum, part + ch * parts * M, parts * M);
     }
     free(part);
-    return !j.failed;
+    return true;
 }
 
 /* ==== softmax / log_softmax along any dim ====================================

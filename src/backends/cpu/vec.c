@@ -152,6 +152,25 @@ static void rms_norm_generic(float *y, const float *x, const float *w, float eps
     if (rstd_out) *rstd_out = rstd;
 }
 
+static void norm_bwd_generic(float *dx, float *dw, float *db, const float *x, const float *g,
+                             const float *w, float eps, bool rms, int64_t n) {
+    double s = 0, v = 0, sg = 0, sgx = 0;
+    if (!rms) for (int64_t i = 0; i < n; i++) s += x[i];
+    float mean = n > 0 && !rms ? (float)(s / (double)n) : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)x[i] - mean, gw = w ? (double)g[i] * w[i] : g[i];
+        v += d * d; sg += gw; sgx += gw * d;
+    }
+    float rstd = 1.0f / sqrtf((n > 0 ? (float)(v / (double)n) : 0.0f) + eps);
+    float m1 = rms || n == 0 ? 0.0f : (float)(sg / (double)n), m2 = n > 0 ? (float)(sgx / (double)n) * rstd : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float xh = (x[i] - mean) * rstd, gw = w ? g[i] * w[i] : g[i];
+        dx[i] = rstd * (gw - m1 - xh * m2);
+        if (dw) dw[i] += g[i] * xh;
+        if (db) db[i] += g[i];
+    }
+}
+
 static void f32_to_f16_generic(uint16_t *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = kn_fp32_to_fp16(x[i]);
 }
@@ -179,7 +198,7 @@ const kn_vec_impl kn_vec_impl_generic = {
     add_generic, sub_generic, mul_generic, div_generic,
     add_scalar_generic, mul_scalar_generic, fma_scalar_generic, copy_generic,
     unary_generic, sum_generic, max_generic, dot_generic,
-    softmax_generic, log_softmax_generic, layer_norm_generic, rms_norm_generic,
+    softmax_generic, log_softmax_generic, layer_norm_generic, rms_norm_generic, norm_bwd_generic,
     f32_to_f16_generic, f16_to_f32_generic, f32_to_bf16_generic, bf16_to_f32_generic, adam_generic,
 };
 
@@ -235,6 +254,10 @@ void kn_vec_log_softmax(float *y, const float *x, int64_t n) { impl()->log_softm
 void kn_vec_layer_norm(float *y, const float *x, const float *w, const float *b, float eps,
                        int64_t n, float *mean_out, float *rstd_out) {
     impl()->layer_norm(y, x, w, b, eps, n, mean_out, rstd_out);
+}
+void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
+                     float eps, bool rms, int64_t n) {
+    impl()->norm_bwd(dx, dw, db, x, g, w, eps, rms, n);
 }
 void kn_vec_rms_norm(float *y, const float *x, const float *w, float eps, int64_t n,
                      float *rstd_out) {

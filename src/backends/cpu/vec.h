@@ -41,6 +41,7 @@
 #ifndef KN_BACKENDS_CPU_VEC_H
 #define KN_BACKENDS_CPU_VEC_H
 #include <stdint.h>
+#include <stdbool.h>
 
 /* ---- elementwise -------------------------------------------------------- */
 void kn_vec_add(float *y, const float *a, const float *b, int64_t n);   /* y = a + b */
@@ -77,6 +78,12 @@ void kn_vec_layer_norm(float *y, const float *x, const float *w, const float *b,
 /* y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); w and rstd_out may be NULL. */
 void kn_vec_rms_norm(float *y, const float *x, const float *w, float eps, int64_t n,
                      float *rstd_out);
+/* One row of layer/rms norm's gradient (NORM_BWD): with xhat = (x - mean) *
+ * rstd recomputed (rms: x * rstd) and gw = g * w (g when w is NULL):
+ *   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))     (rms: no mean(gw))
+ *   dw[i] += g[i] * xhat[i],  db[i] += g[i]                  (each may be NULL) */
+void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
+                     float eps, bool rms, int64_t n);
 
 /* ---- conversions (bit-exact with src/core/fp16.h) -------------------------- */
 void kn_vec_f32_to_f16(uint16_t *y, const float *x, int64_t n);
@@ -118,6 +125,8 @@ typedef struct kn_vec_impl {
     void (*layer_norm)(float *, const float *, const float *, const float *, float, int64_t,
                        float *, float *);
     void (*rms_norm)(float *, const float *, const float *, float, int64_t, float *);
+    void (*norm_bwd)(float *, float *, float *, const float *, const float *, const float *, float, bool,
+                     int64_t);
     void (*f32_to_f16)(uint16_t *, const float *, int64_t);
     void (*f16_to_f32)(float *, const uint16_t *, int64_t);
     void (*f32_to_bf16)(uint16_t *, const float *, int64_t);

@@ -518,6 +518,51 @@ static void rms_norm_avx2(float *y, const float *x, const float *w, float eps, i
     if (rstd_out) *rstd_out = rstd;
 }
 
+/* norm_bwd: the statistics as layer_norm_avx2 takes them (double-blocked
+ * sums), then one pass for sum(gw) and sum(gw * (x - mean)) in two float
+ * vectors each, one for the outputs */
+static void norm_bwd_avx2(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
+                          float eps, bool rms, int64_t n) {
+    float mean = n > 0 && !rms ? (float)(sumd_avx2(x, n) / (double)n) : 0.0f;
+    float var = n > 0 ? (float)(sum_sqdev_avx2(x, mean, n) / (double)n) : 0.0f;
+    float rstd = 1.0f / sqrtf(var + eps);
+    V vm = SET1(mean), one = SET1(1.0f), s0 = _mm256_setzero_ps(), s1 = s0, t0 = s0, t1 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        V g0 = _mm256_mul_ps(LD(g + i), w ? LD(w + i) : one), g1 = _mm256_mul_ps(LD(g + i + 8), w ? LD(w + i + 8) : one);
+        s0 = _mm256_add_ps(s0, g0); s1 = _mm256_add_ps(s1, g1);
+        t0 = _mm256_fmadd_ps(g0, _mm256_sub_ps(LD(x + i), vm), t0);
+        t1 = _mm256_fmadd_ps(g1, _mm256_sub_ps(LD(x + i + 8), vm), t1);
+    }
+    for (; i < n; i += 8) {
+        __m256i k = tail_mask(n - i < 8 ? n - i : 8);
+        V g0 = _mm256_mul_ps(_mm256_maskload_ps(g + i, k), w ? _mm256_maskload_ps(w + i, k) : one);
+        s0 = _mm256_add_ps(s0, g0);
+        t0 = _mm256_fmadd_ps(g0, _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + i, k), vm), _mm256_castsi256_ps(k)), t0);
+    }
+    __m256d z = _mm256_setzero_pd();
+    float m1 = rms || n == 0 ? 0.0f : (float)(hsum4d(acc_d(z, _mm256_add_ps(s0, s1))) / (double)n);
+    float m2 = n > 0 ? (float)(hsum4d(acc_d(z, _mm256_add_ps(t0, t1))) / (double)n) * rstd : 0.0f;
+    V vr = SET1(rstd), v1 = SET1(m1), v2 = SET1(m2);
+    for (i = 0; i < n; i += 8) {
+        bool full = i + 8 <= n;
+        __m256i k = tail_mask(full ? 8 : n - i);
+        V xv = full ? LD(x + i) : _mm256_maskload_ps(x + i, k), gv = full ? LD(g + i) : _mm256_maskload_ps(g + i, k);
+        V wv = w ? (full ? LD(w + i) : _mm256_maskload_ps(w + i, k)) : one;
+        V xh = _mm256_mul_ps(_mm256_sub_ps(xv, vm), vr);
+        V o = _mm256_mul_ps(vr, _mm256_sub_ps(_mm256_sub_ps(_mm256_mul_ps(gv, wv), v1), _mm256_mul_ps(xh, v2)));
+        if (full) ST(dx + i, o); else _mm256_maskstore_ps(dx + i, k, o);
+        if (dw) {
+            V a = _mm256_fmadd_ps(gv, xh, full ? LD(dw + i) : _mm256_maskload_ps(dw + i, k));
+            if (full) ST(dw + i, a); else _mm256_maskstore_ps(dw + i, k, a);
+        }
+        if (db) {
+            V a = _mm256_add_ps(gv, full ? LD(db + i) : _mm256_maskload_ps(db + i, k));
+            if (full) ST(db + i, a); else _mm256_maskstore_ps(db + i, k, a);
+        }
+    }
+}
+
 /* ============================================================================
  * Conversions, bit-exact with core/fp16.h
  * ========================================================================== */
@@ -622,6 +667,6 @@ const kn_vec_impl kn_vec_impl_avx2 = {
     add_avx2, sub_avx2, mul_avx2, div_avx2,
     add_scalar_avx2, mul_scalar_avx2, fma_scalar_avx2, copy_avx2,
     unary_avx2, sum_avx2, max_avx2, dot_avx2,
-    softmax_avx2, log_softmax_avx2, layer_norm_avx2, rms_norm_avx2,
+    softmax_avx2, log_softmax_avx2, layer_norm_avx2, rms_norm_avx2, norm_bwd_avx2,
     f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2, adam_avx2,
 };

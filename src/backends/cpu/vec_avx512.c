@@ -457,6 +457,39 @@ static void rms_norm_avx512(float *y, const float *x, const float *w, float eps,
     if (rstd_out) *rstd_out = rstd;
 }
 
+/* norm_bwd: as norm_bwd_avx2, 16 lanes, masked tails */
+static void norm_bwd_avx512(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
+                            float eps, bool rms, int64_t n) {
+    float mean = n > 0 && !rms ? (float)(sumd_avx512(x, n) / (double)n) : 0.0f;
+    float var = n > 0 ? (float)(sum_sqdev_avx512(x, mean, n) / (double)n) : 0.0f;
+    float rstd = 1.0f / sqrtf(var + eps);
+    W vm = SET1(mean), one = SET1(1.0f), s0 = _mm512_setzero_ps(), s1 = s0, t0 = s0, t1 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        W g0 = _mm512_mul_ps(LD(g + i), w ? LD(w + i) : one), g1 = _mm512_mul_ps(LD(g + i + 16), w ? LD(w + i + 16) : one);
+        s0 = _mm512_add_ps(s0, g0); s1 = _mm512_add_ps(s1, g1);
+        t0 = _mm512_fmadd_ps(g0, _mm512_sub_ps(LD(x + i), vm), t0);
+        t1 = _mm512_fmadd_ps(g1, _mm512_sub_ps(LD(x + i + 16), vm), t1);
+    }
+    for (; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i < 16 ? n - i : 16);
+        W g0 = _mm512_mul_ps(MLD(k, g + i), w ? MLD(k, w + i) : one);
+        s0 = _mm512_add_ps(s0, g0);
+        t0 = _mm512_fmadd_ps(g0, _mm512_maskz_sub_ps(k, MLD(k, x + i), vm), t0);
+    }
+    float m1 = rms || n == 0 ? 0.0f : (float)(_mm512_reduce_add_pd(acc_d(_mm512_setzero_pd(), _mm512_add_ps(s0, s1))) / (double)n);
+    float m2 = n > 0 ? (float)(_mm512_reduce_add_pd(acc_d(_mm512_setzero_pd(), _mm512_add_ps(t0, t1))) / (double)n) * rstd : 0.0f;
+    W vr = SET1(rstd), v1 = SET1(m1), v2 = SET1(m2);
+    for (i = 0; i < n; i += 16) {
+        __mmask16 k = tail_mask(n - i < 16 ? n - i : 16);
+        W xv = MLD(k, x + i), gv = MLD(k, g + i), wv = w ? MLD(k, w + i) : one;
+        W xh = _mm512_mul_ps(_mm512_sub_ps(xv, vm), vr);
+        MST(dx + i, k, _mm512_mul_ps(vr, _mm512_sub_ps(_mm512_sub_ps(_mm512_mul_ps(gv, wv), v1), _mm512_mul_ps(xh, v2))));
+        if (dw) MST(dw + i, k, _mm512_fmadd_ps(gv, xh, MLD(k, dw + i)));
+        if (db) MST(db + i, k, _mm512_add_ps(gv, MLD(k, db + i)));
+    }
+}
+
 /* ============================================================================
  * Conversions, bit-exact with core/fp16.h (see vec_avx2.c for the NaN fixes)
  * ========================================================================== */
@@ -550,6 +583,6 @@ const kn_vec_impl kn_vec_impl_avx512 = {
     add_avx512, sub_avx512, mul_avx512, div_avx512,
     add_scalar_avx512, mul_scalar_avx512, fma_scalar_avx512, copy_avx512,
     unary_avx512, sum_avx512, max_avx512, dot_avx512,
-    softmax_avx512, log_softmax_avx512, layer_norm_avx512, rms_norm_avx512,
+    softmax_avx512, log_softmax_avx512, layer_norm_avx512, rms_norm_avx512, norm_bwd_avx512,
     f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512, adam_avx512,
 };
