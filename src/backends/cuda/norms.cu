@@ -254,6 +254,22 @@ __device__ __forceinline__ float2 nm_block_sum2(float a, float b, float *sh) {
     return make_float2(kn_warp_sum(a), kn_warp_sum(b));
 }
 
+/* A thread's columns of row r of x and dy, as float4 (zeros past the row's
+ * end or past the last row): the backward kernels' row load. */
+template <int VPT>
+__device__ __forceinline__ void nm_load_row(int64_t r, int64_t rows, int C, const float *x, const float *dy, float4 *xv,
+                                            float4 *dv) {
+#pragma unroll
+    for (int j = 0; j < VPT; j++) {
+        int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
+        xv[j] = dv[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < rows && i < C) {
+            xv[j] = __ldcs((const float4 *)(x + r * C + i));
+            dv[j] = __ldcs((const float4 *)(dy + r * C + i));
+        }
+    }
+}
+
 /* Register variant (v2 of dev/cuda/norms/): C % 4 == 0, C <= 256*4*VPT.
  * Each thread owns fixed columns: the dw/db partials of all its rows stay in
  * registers, x and dy are read once, and the next row's x, dy, mean and rstd
@@ -276,17 +292,7 @@ norm_bwd_reg_kernel(float *dx, float *dw, float *db, const float *dy, const floa
 #pragma unroll
         for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
     const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    auto load = [&](int64_t r, float4 *xv, float4 *dv) {
-#pragma unroll
-        for (int j = 0; j < VPT; j++) {
-            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
-            xv[j] = z4; dv[j] = z4;
-            if (r < rows && i < C) {
-                xv[j] = __ldcs((const float4 *)(x + r * C + i));
-                dv[j] = __ldcs((const float4 *)(dy + r * C + i));
-            }
-        }
-    };
+    auto load = [&](int64_t r, float4 *xv, float4 *dv) { nm_load_row<VPT>(r, rows, C, x, dy, xv, dv); };
     int64_t row = blockIdx.x;
     float mu = 0.f, rs = 0.f;
     if (PIPE) {
@@ -456,22 +462,11 @@ norm_bwd_fused_kernel(float *dx, float *part, int parts, const float *dy, const 
     float pw[VPT][4], pb[VPT][4];
     constexpr bool PIPE = VPT <= 4;
     float4 xc[VPT], dc[VPT], xn[PIPE ? VPT : 1], dn[PIPE ? VPT : 1];
-    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int j = 0; j < VPT; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
-    auto load = [&](int64_t r, float4 *xv, float4 *dv) {
-#pragma unroll
-        for (int j = 0; j < VPT; j++) {
-            int i = (threadIdx.x + j * KN_NM_THREADS) * 4;
-            xv[j] = z4; dv[j] = z4;
-            if (r < rows && i < C) {
-                xv[j] = __ldcs((const float4 *)(x + r * C + i));
-                dv[j] = __ldcs((const float4 *)(dy + r * C + i));
-            }
-        }
-    };
+    auto load = [&](int64_t r, float4 *xv, float4 *dv) { nm_load_row<VPT>(r, rows, C, x, dy, xv, dv); };
     int64_t row = blockIdx.x;
     if (PIPE) load(row, xc, dc);
     for (; row < rows; row += gridDim.x) {
