@@ -4,8 +4,10 @@
  */
 #include "runtime/runtime.h"
 #include "core/env.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>      // defines: mkdir (KN_DUMP_KERNELS)
 
 /* p->nkern: launches of one run (a fused group is one, at its last node; views none). */
 static void count_kernels(kn_plan *p) {
@@ -141,10 +143,15 @@ static int32_t *epi_need(const kn_plan *p) {
     return need;
 }
 
-/* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu */
+/* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu
+ * (DIR is made when missing; its parent must exist) */
 static void dump_source(const char *lang, const char *name, const char *src) {
     const char *dir = kn_env_get()->dump_kernels;
     if (!dir || !*dir) return;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "kiln: KN_DUMP_KERNELS: cannot make %s: %s\n", dir, strerror(errno));
+        return;
+    }
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.%s", dir, name, strcmp(lang, "cuda") ? lang : "cu");
     FILE *f = fopen(path, "w");
