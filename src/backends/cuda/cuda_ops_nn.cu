@@ -76,18 +76,25 @@ static kn_status cu_softmax(const kn_exec *e) {
 }
 
 /* ---- layer / rms norm over the trailing n_norm dims ---- */
+/* mean (0 for rms) and rstd of row r (M elements) of x, in two passes; the
+ * whole block calls it, every thread gets both */
+__device__ void row_stats(const kn_dview &x, int64_t r, int64_t M, bool rms, double eps, double *sh, double *mean,
+                          double *rstd) {
+    double m = 0, ss = 0;
+    if (!rms) {
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) m += kn_dget(x, kn_doff(x, r * M + j));
+        m = kn_dblock_sum(m, sh) / (double)M;
+    }
+    for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, r * M + j)) - m; ss += v * v; }
+    *mean = m;
+    *rstd = 1.0 / sqrt(kn_dblock_sum(ss, sh) / (double)M + eps);
+}
 __global__ void __launch_bounds__(KN_THREADS) k_lrnorm(kn_dview x, kn_dview y, kn_dview w, kn_dview b, int hw, int hb,
                                                        int layer, int64_t rows, int64_t M, double eps) {
     __shared__ double sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        double mean = 0, ss = 0;
-        if (layer) {
-            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) mean += kn_dget(x, kn_doff(x, r * M + j));
-            mean = kn_dblock_sum(mean, sh) / (double)M;
-        }
-        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, r * M + j)) - mean; ss += v * v; }
-        ss = kn_dblock_sum(ss, sh);
-        double rstd = 1.0 / sqrt(ss / (double)M + eps);
+        double mean, rstd;
+        row_stats(x, r, M, !layer, eps, sh, &mean, &rstd);
         for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
             double v = (kn_dget(x, kn_doff(x, r * M + j)) - mean) * rstd;
             if (hw) v *= kn_dget(w, kn_doff(w, j));
@@ -134,13 +141,8 @@ __global__ void __launch_bounds__(KN_THREADS) k_norm_bwd_rows(kn_dview x, kn_dvi
                                                               int rms, int64_t rows, int64_t M, double eps, double *stat) {
     __shared__ double sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        double mean = 0, ss = 0, s1 = 0, s2 = 0;
-        if (!rms) {
-            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) mean += kn_dget(x, kn_doff(x, r * M + j));
-            mean = kn_dblock_sum(mean, sh) / (double)M;
-        }
-        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) { double v = kn_dget(x, kn_doff(x, r * M + j)) - mean; ss += v * v; }
-        double rstd = 1.0 / sqrt(kn_dblock_sum(ss, sh) / (double)M + eps);
+        double mean, rstd, s1 = 0, s2 = 0;
+        row_stats(x, r, M, rms, eps, sh, &mean, &rstd);
         for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
             double xh = (kn_dget(x, kn_doff(x, r * M + j)) - mean) * rstd, gv = kn_dget(g, kn_doff(g, r * M + j));
             double dxh = hw ? gv * kn_dget(w, kn_doff(w, j)) : gv;
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(KN_THREADS) k_norm_bwd_rows(kn_dview x, kn_dvi
 __global__ void __launch_bounds__(KN_THREADS) k_norm_bwd_cols(kn_dview x, kn_dview g, kn_dview d, int parts, int64_t rows,
                                                               int64_t M, const double *stat) {
     int64_t nx = rows * M;
-    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < M; j += (int64_t)gridDim.x * blockDim.x) {
+    KN_GRID_LOOP(j, M) {
         double sw = 0, sb = 0;
         for (int64_t r = 0; r < rows; r++) {
             double gv = kn_dget(g, kn_doff(g, r * M + j));
@@ -199,10 +201,8 @@ static kn_status cu_norm_bwd(const kn_exec *e) {
     if (rows)
         k_norm_bwd_rows<<<row_blocks(rows), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), wv, kn_dv(g), kn_dv(d), hw, rms, rows,
                                                                               M, t->p.norm.eps, stat);
-    int64_t cb = (M + KN_THREADS - 1) / KN_THREADS;
     if (parts)
-        k_norm_bwd_cols<<<(unsigned)(cb < 65536 ? cb : 65536), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(g), kn_dv(d),
-                                                                                                 parts, rows, M, stat);
+        k_norm_bwd_cols<<<kn_blocks(M), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(g), kn_dv(d), parts, rows, M, stat);
     cudaError_t ce = cudaGetLastError();
     kn_cu_tmp_free(stat);
     return ce == cudaSuccess ? KN_OK : kn_set_error(KN_ERR_BACKEND, "norm_bwd: launch failed: %s", cudaGetErrorString(ce));

@@ -284,13 +284,9 @@ norm_bwd_reg_kernel(float *dx, float *dw, float *db, const float *dy, const floa
                     const float *w, const float *mean, const float *rstd, int64_t rows, int C,
                     bool vatom) {
     __shared__ float sh[64];
-    float pw[VPT][4], pb[VPT][4];
+    float pw[VPT][4] = {}, pb[VPT][4] = {};
     constexpr bool PIPE = VPT <= 4;
     float4 xc[VPT], dc[VPT], xn[PIPE ? VPT : 1], dn[PIPE ? VPT : 1];
-#pragma unroll
-    for (int j = 0; j < VPT; j++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
     const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
     auto load = [&](int64_t r, float4 *xv, float4 *dv) { nm_load_row<VPT>(r, rows, C, x, dy, xv, dv); };
     int64_t row = blockIdx.x;
@@ -459,13 +455,9 @@ __global__ void __launch_bounds__(KN_NM_THREADS, VPT <= 4 ? 2 : 1)
 norm_bwd_fused_kernel(float *dx, float *part, int parts, const float *dy, const float *x, const float *w,
                       int64_t rows, int C, float eps) {
     __shared__ float sh[96];
-    float pw[VPT][4], pb[VPT][4];
+    float pw[VPT][4] = {}, pb[VPT][4] = {};
     constexpr bool PIPE = VPT <= 4;
     float4 xc[VPT], dc[VPT], xn[PIPE ? VPT : 1], dn[PIPE ? VPT : 1];
-#pragma unroll
-    for (int j = 0; j < VPT; j++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) { pw[j][q] = 0.f; pb[j][q] = 0.f; }
     auto load = [&](int64_t r, float4 *xv, float4 *dv) { nm_load_row<VPT>(r, rows, C, x, dy, xv, dv); };
     int64_t row = blockIdx.x;
     if (PIPE) load(row, xc, dc);
@@ -550,14 +542,19 @@ __global__ void __launch_bounds__(256) nbf_colsum_kernel(float *out, const float
     }
 }
 
+/* Blocks for `rows` rows: as many as the SMs hold at once (asked once an
+ * instantiation: kn_cuda_norm_bwd_part_floats and the launch both need it) */
 template <bool RMS, int V>
 static kn_status nbf_grid(int64_t rows, int *grid) {
-    int dev = 0, nsm = 0, per_sm = 1;
-    KN_CUDA_TRY(cudaGetDevice(&dev));
-    KN_CUDA_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-    KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_fused_kernel<RMS, V>, KN_NM_THREADS, 0));
-    int64_t g = (int64_t)nsm * (per_sm < 1 ? 1 : per_sm);
-    *grid = (int)(g < rows ? g : rows);
+    static int64_t full = 0;
+    if (full == 0) {
+        int dev = 0, nsm = 0, per_sm = 1;
+        KN_CUDA_TRY(cudaGetDevice(&dev));
+        KN_CUDA_TRY(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+        KN_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_bwd_fused_kernel<RMS, V>, KN_NM_THREADS, 0));
+        full = (int64_t)nsm * (per_sm < 1 ? 1 : per_sm);
+    }
+    *grid = (int)(full < rows ? full : rows);
     return KN_OK;
 }
 static int nbf_vpt(int64_t C) { return C <= 1024 ? 1 : C <= 2048 ? 2 : C <= 4096 ? 4 : 8; }

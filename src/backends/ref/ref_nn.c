@@ -56,6 +56,18 @@ static kn_status softmax(const kn_exec *e) {
 }
 
 /* ---- norms --------------------------------------------------------------------- */
+/* mean (0 for rms) and rstd of row r (M elements) of x, in two passes */
+static void row_stats(const kn_tview *x, int64_t r, int64_t M, bool rms, double eps, double *mean, double *rstd) {
+    double m = 0, ss = 0;
+    if (!rms) {
+        for (int64_t j = 0; j < M; j++) m += LD(x, kn_ref_off(x, r * M + j));
+        m /= (double)M;
+    }
+    for (int64_t j = 0; j < M; j++) { double v = LD(x, kn_ref_off(x, r * M + j)) - m; ss += v * v; }
+    *mean = m;
+    *rstd = 1.0 / sqrt(ss / (double)M + eps);
+}
+
 /* layer norm and rms norm over the trailing n_norm dims */
 static kn_status layer_rms_norm(const kn_exec *e) {
     const kn_tensor *t = e->node;
@@ -65,13 +77,8 @@ static kn_status layer_rms_norm(const kn_exec *e) {
     int64_t M = prod_ne(x, x->ndim - nn, x->ndim), rows = M ? kn_tview_numel(x) / M : 0;
     double eps = t->p.norm.eps;
     for (int64_t r = 0; r < rows; r++) {
-        double mean = 0, ss = 0;
-        if (t->op == KN_OP_LAYER_NORM) {
-            for (int64_t j = 0; j < M; j++) mean += LD(x, kn_ref_off(x, r * M + j));
-            mean /= (double)M;
-        }
-        for (int64_t j = 0; j < M; j++) { double v = LD(x, kn_ref_off(x, r * M + j)) - mean; ss += v * v; }
-        double rstd = 1.0 / sqrt(ss / (double)M + eps);
+        double mean, rstd;
+        row_stats(x, r, M, t->op != KN_OP_LAYER_NORM, eps, &mean, &rstd);
         for (int64_t j = 0; j < M; j++) {
             double v = (LD(x, kn_ref_off(x, r * M + j)) - mean) * rstd;
             if (w) v *= LD(w, kn_ref_off(w, j));
@@ -83,7 +90,7 @@ static kn_status layer_rms_norm(const kn_exec *e) {
 }
 
 /* NORM_BWD (ops_nn.c): x, weight (optional), g -> [dx | dw | db] packed flat;
- * the statistics recomputed as layer_rms_norm does, the parameter sums
+ * the statistics recomputed as layer_rms_norm takes them, the parameter sums
  * accumulated over rows in order */
 static kn_status norm_bwd(const kn_exec *e) {
     const kn_tensor *t = e->node;
@@ -97,13 +104,8 @@ static kn_status norm_bwd(const kn_exec *e) {
     if (parts > 0 && !(acc = calloc((size_t)(2 * M), sizeof *acc)))
         return kn_set_error(KN_ERR_NOMEM, "norm_bwd: out of memory for %lld sums", (long long)(2 * M));
     for (int64_t r = 0; r < rows; r++) {
-        double mean = 0, ss = 0, s1 = 0, s2 = 0;
-        if (!rms) {
-            for (int64_t j = 0; j < M; j++) mean += LD(x, kn_ref_off(x, r * M + j));
-            mean /= (double)M;
-        }
-        for (int64_t j = 0; j < M; j++) { double v = LD(x, kn_ref_off(x, r * M + j)) - mean; ss += v * v; }
-        double rstd = 1.0 / sqrt(ss / (double)M + eps);
+        double mean, rstd, s1 = 0, s2 = 0;
+        row_stats(x, r, M, rms, eps, &mean, &rstd);
         for (int64_t j = 0; j < M; j++) {
             double xh = (LD(x, kn_ref_off(x, r * M + j)) - mean) * rstd, gv = LD(g, kn_ref_off(g, r * M + j));
             double dxh = w ? gv * LD(w, kn_ref_off(w, j)) : gv;
