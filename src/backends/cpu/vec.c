@@ -116,6 +116,10 @@ static void softmax_generic(float *y, const float *x, int64_t n) {
     float r = (float)(1.0 / s);
     for (int64_t i = 0; i < n; i++) y[i] *= r;
 }
+static void softmax_bwd_generic(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+    float d = dot_generic(p, dp, n);
+    for (int64_t i = 0; i < n; i++) ds[i] = ((dp[i] - d) * p[i]) * scale;
+}
 static void log_softmax_generic(float *y, const float *x, int64_t n) {
     float m = max_generic(x, n);
     double s = 0;
@@ -198,7 +202,7 @@ const kn_vec_impl kn_vec_impl_generic = {
     add_generic, sub_generic, mul_generic, div_generic,
     add_scalar_generic, mul_scalar_generic, fma_scalar_generic, copy_generic,
     unary_generic, sum_generic, max_generic, dot_generic,
-    softmax_generic, log_softmax_generic, layer_norm_generic, rms_norm_generic, norm_bwd_generic,
+    softmax_generic, log_softmax_generic, layer_norm_generic, rms_norm_generic, norm_bwd_generic, softmax_bwd_generic,
     f32_to_f16_generic, f16_to_f32_generic, f32_to_bf16_generic, bf16_to_f32_generic, adam_generic,
 };
 
@@ -254,6 +258,9 @@ void kn_vec_log_softmax(float *y, const float *x, int64_t n) { impl()->log_softm
 void kn_vec_layer_norm(float *y, const float *x, const float *w, const float *b, float eps,
                        int64_t n, float *mean_out, float *rstd_out) {
     impl()->layer_norm(y, x, w, b, eps, n, mean_out, rstd_out);
+}
+void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+    impl()->softmax_bwd(ds, p, dp, scale, n);
 }
 void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
                      float eps, bool rms, int64_t n) {

@@ -82,6 +82,10 @@ void kn_vec_rms_norm(float *y, const float *x, const float *w, float eps, int64_
  * rstd recomputed (rms: x * rstd) and gw = g * w (g when w is NULL):
  *   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))     (rms: no mean(gw))
  *   dw[i] += g[i] * xhat[i],  db[i] += g[i]                  (each may be NULL) */
+/* The softmax gradient of one row: ds = ((dp - d) * p) * scale with d =
+   kn_vec_dot(p, dp), each step rounded in that order (the bits of the four
+   calls it replaces); ds may alias dp. */
+void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, float scale, int64_t n);
 void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
                      float eps, bool rms, int64_t n);
 
@@ -127,6 +131,7 @@ typedef struct kn_vec_impl {
     void (*rms_norm)(float *, const float *, const float *, float, int64_t, float *);
     void (*norm_bwd)(float *, float *, float *, const float *, const float *, const float *, float, bool,
                      int64_t);
+    void (*softmax_bwd)(float *, const float *, const float *, float, int64_t);
     void (*f32_to_f16)(uint16_t *, const float *, int64_t);
     void (*f16_to_f32)(float *, const uint16_t *, int64_t);
     void (*f32_to_bf16)(uint16_t *, const float *, int64_t);

@@ -441,6 +441,16 @@ static void softmax_avx2(float *y, const float *x, int64_t n) {
     mul_scalar_avx2(y, y, 1.0f / s, n);
 }
 
+static void softmax_bwd_avx2(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+    V vd = SET1((float)dotd_avx2(p, dp, n)), vs = SET1(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) ST(ds + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(LD(dp + i), vd), LD(p + i)), vs));
+    if (i < n) {
+        __m256i k = tail_mask(n - i);
+        V r = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(dp + i, k), vd), _mm256_maskload_ps(p + i, k)), vs);
+        _mm256_maskstore_ps(ds + i, k, r);
+    }
+}
 static void log_softmax_avx2(float *y, const float *x, int64_t n) {
     if (n <= 0) return;
     float mx = max_avx2(x, n);
@@ -667,6 +677,6 @@ const kn_vec_impl kn_vec_impl_avx2 = {
     add_avx2, sub_avx2, mul_avx2, div_avx2,
     add_scalar_avx2, mul_scalar_avx2, fma_scalar_avx2, copy_avx2,
     unary_avx2, sum_avx2, max_avx2, dot_avx2,
-    softmax_avx2, log_softmax_avx2, layer_norm_avx2, rms_norm_avx2, norm_bwd_avx2,
+    softmax_avx2, log_softmax_avx2, layer_norm_avx2, rms_norm_avx2, norm_bwd_avx2, softmax_bwd_avx2,
     f32_to_f16_avx2, f16_to_f32_avx2, f32_to_bf16_avx2, bf16_to_f32_avx2, adam_avx2,
 };

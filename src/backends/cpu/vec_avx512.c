@@ -382,6 +382,15 @@ static void softmax_avx512(float *y, const float *x, int64_t n) {
     mul_scalar_avx512(y, y, 1.0f / s, n);
 }
 
+static void softmax_bwd_avx512(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+    W vd = SET1((float)dotd_avx512(p, dp, n)), vs = SET1(scale);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) ST(ds + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(LD(dp + i), vd), LD(p + i)), vs));
+    if (i < n) {
+        __mmask16 k = tail_mask(n - i);
+        MST(ds + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(MLD(k, dp + i), vd), MLD(k, p + i)), vs));
+    }
+}
 static void log_softmax_avx512(float *y, const float *x, int64_t n) {
     if (n <= 0) return;
     float mx = max_avx512(x, n);
@@ -583,6 +592,6 @@ const kn_vec_impl kn_vec_impl_avx512 = {
     add_avx512, sub_avx512, mul_avx512, div_avx512,
     add_scalar_avx512, mul_scalar_avx512, fma_scalar_avx512, copy_avx512,
     unary_avx512, sum_avx512, max_avx512, dot_avx512,
-    softmax_avx512, log_softmax_avx512, layer_norm_avx512, rms_norm_avx512, norm_bwd_avx512,
+    softmax_avx512, log_softmax_avx512, layer_norm_avx512, rms_norm_avx512, norm_bwd_avx512, softmax_bwd_avx512,
     f32_to_f16_avx512, f16_to_f32_avx512, f32_to_bf16_avx512, bf16_to_f32_avx512, adam_avx512,
 };
