@@ -82,12 +82,12 @@ void kn_vec_rms_norm(float *y, const float *x, const float *w, float eps, int64_
  * rstd recomputed (rms: x * rstd) and gw = g * w (g when w is NULL):
  *   dx = rstd * (gw - mean(gw) - xhat * mean(gw * xhat))     (rms: no mean(gw))
  *   dw[i] += g[i] * xhat[i],  db[i] += g[i]                  (each may be NULL) */
+void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
+                     float eps, bool rms, int64_t n);
 /* The softmax gradient of one row: ds = ((dp - d) * p) * scale with d =
    kn_vec_dot(p, dp), each step rounded in that order (the bits of the four
    calls it replaces); ds may alias dp. */
 void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, float scale, int64_t n);
-void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
-                     float eps, bool rms, int64_t n);
 
 /* ---- conversions (bit-exact with src/core/fp16.h) -------------------------- */
 void kn_vec_f32_to_f16(uint16_t *y, const float *x, int64_t n);
