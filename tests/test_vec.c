@@ -542,35 +542,39 @@ TEST(norm_bwd_rows) {
     kn_vec_force_isa(-1);
 }
 
-/* one row of the softmax gradient on every path: against a double
- * reference, bit-equal to the four calls it replaces (dot, add_scalar, mul,
- * mul_scalar), in place (ds aliasing dp) too, nothing written past the row */
+/* one row of the softmax gradient on every path, without and with a
+ * softcap's derivative: against a double reference, bit-equal to the calls
+ * it replaces (dot, add_scalar, mul, [mul,] mul_scalar), in place (ds
+ * aliasing dp) too, nothing written past the row */
 TEST(softmax_bwd_rows) {
-    FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) {
+    FOR_PATHS(isa) for (int s = 0; s < NSIZES; s++) for (int capped = 0; capped < 2; capped++) {
         int64_t n = SIZES[s];
         const float scale = 0.3f;
-        float *p = fbuf(n), *dp = fbuf(n), *ds = fbuf(n), *old = fbuf(n), *in = fbuf(n);
+        float *p = fbuf(n), *dp = fbuf(n), *dc = fbuf(n), *ds = fbuf(n), *old = fbuf(n), *in = fbuf(n);
         kn_test_seed(2100 + (unsigned)n);
         kn_test_fill_f32(p, n, 0, 1);
         kn_test_fill_f32(dp, n, -2, 2);
+        kn_test_fill_f32(dc, n, 0, 1);
+        const float *dcap = capped ? dc : NULL;
         double d = 0;
         for (int64_t i = 0; i < n; i++) d += (double)p[i] * dp[i];
-        kn_vec_softmax_bwd(ds, p, dp, scale, n);
+        kn_vec_softmax_bwd(ds, p, dp, dcap, scale, n);
         float di = kn_vec_dot(p, dp, n);
         kn_vec_add_scalar(old, dp, -di, n);
         kn_vec_mul(old, old, p, n);
+        if (dcap) kn_vec_mul(old, old, dcap, n);
         kn_vec_mul_scalar(old, old, scale, n);
         for (int64_t i = 0; i < n; i++) in[i] = dp[i];
-        kn_vec_softmax_bwd(in, p, in, scale, n);
+        kn_vec_softmax_bwd(in, p, in, dcap, scale, n);
         int ok = 1, same = 1;
         for (int64_t i = 0; i < n; i++) {
-            double r = scale * (double)p[i] * ((double)dp[i] - d);
+            double r = scale * (double)p[i] * ((double)dp[i] - d) * (dcap ? dcap[i] : 1);
             ok &= fabs(ds[i] - r) <= 1e-5 * (1 + fabs(d));
             same &= memcmp(&ds[i], &old[i], sizeof(float)) == 0 && memcmp(&in[i], &old[i], sizeof(float)) == 0;
         }
-        CHECK(ok && guard_ok(ds, n) && guard_ok(in, n), "%s softmax_bwd n=%lld", ISA_NAME[isa], (long long)n);
-        CHECK(same, "%s softmax_bwd n=%lld: not the bits of dot, add_scalar, mul, mul_scalar", ISA_NAME[isa], (long long)n);
-        ffree(p); ffree(dp); ffree(ds); ffree(old); ffree(in);
+        CHECK(ok && guard_ok(ds, n) && guard_ok(in, n), "%s softmax_bwd n=%lld cap=%d", ISA_NAME[isa], (long long)n, capped);
+        CHECK(same, "%s softmax_bwd n=%lld cap=%d: not the bits of the separate calls", ISA_NAME[isa], (long long)n, capped);
+        ffree(p); ffree(dp); ffree(dc); ffree(ds); ffree(old); ffree(in);
     }
     kn_vec_force_isa(-1);
 }

@@ -338,14 +338,7 @@ static void sdpab_heads(void *p, int64_t r0, int64_t r1) {
                     }
                 kn_vec_softmax(s, s, n);
                 j->dot(n, Dv, V + lo * ldv, ldv, gr, ds);
-                if (cap > 0) {
-                    float di = kn_vec_dot(s, ds, n);
-                    kn_vec_add_scalar(ds, ds, -di, n);
-                    kn_vec_mul(ds, ds, s, n);
-                    kn_vec_mul(ds, ds, dcap, n);
-                    kn_vec_mul_scalar(ds, ds, j->scale, n);
-                } else
-                    kn_vec_softmax_bwd(ds, s, ds, j->scale, n);
+                kn_vec_softmax_bwd(ds, s, ds, cap > 0 ? dcap : NULL, j->scale, n);
                 j->axpy(n, D, K + lo * ldk, ldk, ds, dqi);
                 for (int64_t c = 0; c < n; c++) { PT[(lo + c) * Tq + i] = s[c]; DST[(lo + c) * Tq + i] = ds[c]; }
             }
@@ -416,14 +409,7 @@ static void sdpab_blocks(void *p, int64_t r0, int64_t r1) {
                     }
                     for (int64_t c = 0; c < a; c++) dpr[c] = 0;
                     for (int64_t c = e; c < n; c++) dpr[c] = 0;
-                    if (dc) {
-                        float di = kn_vec_dot(pr + a, dpr + a, e - a);
-                        kn_vec_add_scalar(dpr + a, dpr + a, -di, e - a);
-                        kn_vec_mul(dpr + a, dpr + a, pr + a, e - a);
-                        kn_vec_mul(dpr + a, dpr + a, dc + a, e - a);
-                        kn_vec_mul_scalar(dpr + a, dpr + a, j->scale, e - a);
-                    } else
-                        kn_vec_softmax_bwd(dpr + a, pr + a, dpr + a, j->scale, e - a);
+                    kn_vec_softmax_bwd(dpr + a, pr + a, dpr + a, dc ? dc + a : NULL, j->scale, e - a);
                 }
                 kn_sgemm(false, false, m, D, n, 1.0f, dP, n, K + lo * ldk, ldk, 0.0f, dq + i0 * D, D);
                 for (int64_t rr = 0; rr < m; rr++)

@@ -116,9 +116,14 @@ static void softmax_generic(float *y, const float *x, int64_t n) {
     float r = (float)(1.0 / s);
     for (int64_t i = 0; i < n; i++) y[i] *= r;
 }
-static void softmax_bwd_generic(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+static void softmax_bwd_generic(float *ds, const float *p, const float *dp, const float *dcap, float scale,
+                                int64_t n) {
     float d = dot_generic(p, dp, n);
-    for (int64_t i = 0; i < n; i++) ds[i] = ((dp[i] - d) * p[i]) * scale;
+    for (int64_t i = 0; i < n; i++) {
+        float t = (dp[i] - d) * p[i];
+        if (dcap) t *= dcap[i];
+        ds[i] = t * scale;
+    }
 }
 static void log_softmax_generic(float *y, const float *x, int64_t n) {
     float m = max_generic(x, n);
@@ -259,8 +264,8 @@ void kn_vec_layer_norm(float *y, const float *x, const float *w, const float *b,
                        int64_t n, float *mean_out, float *rstd_out) {
     impl()->layer_norm(y, x, w, b, eps, n, mean_out, rstd_out);
 }
-void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, float scale, int64_t n) {
-    impl()->softmax_bwd(ds, p, dp, scale, n);
+void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, const float *dcap, float scale, int64_t n) {
+    impl()->softmax_bwd(ds, p, dp, dcap, scale, n);
 }
 void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
                      float eps, bool rms, int64_t n) {

@@ -85,9 +85,11 @@ void kn_vec_rms_norm(float *y, const float *x, const float *w, float eps, int64_
 void kn_vec_norm_bwd(float *dx, float *dw, float *db, const float *x, const float *g, const float *w,
                      float eps, bool rms, int64_t n);
 /* The softmax gradient of one row: ds = ((dp - d) * p) * scale with d =
-   kn_vec_dot(p, dp), each step rounded in that order (the bits of the four
-   calls it replaces); ds may alias dp. */
-void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, float scale, int64_t n);
+   kn_vec_dot(p, dp), or ((dp - d) * p * dcap) * scale where dcap (a softcap's
+   derivative) is not NULL; each step rounded in that order (the bits of the
+   kn_vec_dot, add_scalar, mul(s) and mul_scalar calls it replaces); ds may
+   alias dp. */
+void kn_vec_softmax_bwd(float *ds, const float *p, const float *dp, const float *dcap, float scale, int64_t n);
 
 /* ---- conversions (bit-exact with src/core/fp16.h) -------------------------- */
 void kn_vec_f32_to_f16(uint16_t *y, const float *x, int64_t n);
@@ -131,7 +133,7 @@ typedef struct kn_vec_impl {
     void (*rms_norm)(float *, const float *, const float *, float, int64_t, float *);
     void (*norm_bwd)(float *, float *, float *, const float *, const float *, const float *, float, bool,
                      int64_t);
-    void (*softmax_bwd)(float *, const float *, const float *, float, int64_t);
+    void (*softmax_bwd)(float *, const float *, const float *, const float *, float, int64_t);
     void (*f32_to_f16)(uint16_t *, const float *, int64_t);
     void (*f16_to_f32)(float *, const uint16_t *, int64_t);
     void (*f32_to_bf16)(uint16_t *, const float *, int64_t);

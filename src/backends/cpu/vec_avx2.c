@@ -441,14 +441,19 @@ static void softmax_avx2(float *y, const float *x, int64_t n) {
     mul_scalar_avx2(y, y, 1.0f / s, n);
 }
 
-static void softmax_bwd_avx2(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+static void softmax_bwd_avx2(float *ds, const float *p, const float *dp, const float *dcap, float scale, int64_t n) {
     V vd = SET1((float)dotd_avx2(p, dp, n)), vs = SET1(scale);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) ST(ds + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(LD(dp + i), vd), LD(p + i)), vs));
+    for (; i + 8 <= n; i += 8) {
+        V t = _mm256_mul_ps(_mm256_sub_ps(LD(dp + i), vd), LD(p + i));
+        if (dcap) t = _mm256_mul_ps(t, LD(dcap + i));
+        ST(ds + i, _mm256_mul_ps(t, vs));
+    }
     if (i < n) {
         __m256i k = tail_mask(n - i);
-        V r = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(dp + i, k), vd), _mm256_maskload_ps(p + i, k)), vs);
-        _mm256_maskstore_ps(ds + i, k, r);
+        V t = _mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(dp + i, k), vd), _mm256_maskload_ps(p + i, k));
+        if (dcap) t = _mm256_mul_ps(t, _mm256_maskload_ps(dcap + i, k));
+        _mm256_maskstore_ps(ds + i, k, _mm256_mul_ps(t, vs));
     }
 }
 static void log_softmax_avx2(float *y, const float *x, int64_t n) {

@@ -382,13 +382,19 @@ static void softmax_avx512(float *y, const float *x, int64_t n) {
     mul_scalar_avx512(y, y, 1.0f / s, n);
 }
 
-static void softmax_bwd_avx512(float *ds, const float *p, const float *dp, float scale, int64_t n) {
+static void softmax_bwd_avx512(float *ds, const float *p, const float *dp, const float *dcap, float scale, int64_t n) {
     W vd = SET1((float)dotd_avx512(p, dp, n)), vs = SET1(scale);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) ST(ds + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(LD(dp + i), vd), LD(p + i)), vs));
+    for (; i + 16 <= n; i += 16) {
+        W t = _mm512_mul_ps(_mm512_sub_ps(LD(dp + i), vd), LD(p + i));
+        if (dcap) t = _mm512_mul_ps(t, LD(dcap + i));
+        ST(ds + i, _mm512_mul_ps(t, vs));
+    }
     if (i < n) {
         __mmask16 k = tail_mask(n - i);
-        MST(ds + i, k, _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(MLD(k, dp + i), vd), MLD(k, p + i)), vs));
+        W t = _mm512_mul_ps(_mm512_sub_ps(MLD(k, dp + i), vd), MLD(k, p + i));
+        if (dcap) t = _mm512_mul_ps(t, MLD(k, dcap + i));
+        MST(ds + i, k, _mm512_mul_ps(t, vs));
     }
 }
 static void log_softmax_avx512(float *y, const float *x, int64_t n) {
