@@ -18,31 +18,10 @@
  * with the next RMS norm. */
 #include "kiln.h"
 #include "kiln_llm.h"
-#include "kiln_backend.h"
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-static void *kb(kn_backend *be, const char *src, const char *name, char *why, size_t n) {
-    (void)be; (void)why; (void)n;
-    static int k = 0;
-    if (getenv("DUMP")) {
-        char p[256];
-        snprintf(p, sizeof p, "%s/%s.cu", getenv("DUMP"), name);
-        FILE *f = fopen(p, "w");
-        if (f) { fputs(src, f); fclose(f); }
-    }
-    return (void *)(intptr_t)(++k);
-}
-static kn_status kr(kn_backend *be, void *k, const kn_kernel_launch *l) { (void)be; (void)k; (void)l; return KN_OK; }
-static void kf(kn_backend *be, void *k) { (void)be; (void)k; }
+#include "fake_cuda.h"
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]); return 2; }
-    static kn_backend fake;
-    fake = *kn_backend_cpu();
-    fake.name = "fakecuda";
-    if (getenv("DEVICE")) fake.device = KN_DEVICE_CUDA;
-    fake.kernel_lang = "cuda"; fake.kernel_build = kb; fake.kernel_run = kr; fake.kernel_free = kf;
-    kn_model_opts o = {.backend = &fake};
+    kn_model_opts o = {.backend = fake_cuda_backend()};
     kn_model *m;
     if (kn_model_load(argv[1], &o, &m)) { fprintf(stderr, "load: %s\n", kn_last_error()); return 1; }
     static float logits[1 << 20];

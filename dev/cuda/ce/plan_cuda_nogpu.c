@@ -12,24 +12,13 @@
  */
 #include "kiln.h"
 #include "kiln_nn.h"
-#include "kiln_backend.h"
+#include "../fake_cuda.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-static void *kb(kn_backend *be, const char *src, const char *name, char *why, size_t n) {
-    (void)be; (void)why; (void)n;
-    static int k = 0;
-    if (getenv("DUMP")) { char p[256]; snprintf(p, sizeof p, "%s/%s.cu", getenv("DUMP"), name); FILE *f = fopen(p, "w"); if (f) { fputs(src, f); fclose(f); } }
-    return (void *)(intptr_t)(++k);
-}
-static kn_status kr(kn_backend *be, void *k, const kn_kernel_launch *l) { (void)be; (void)k; (void)l; return KN_OK; }
-static void kf(kn_backend *be, void *k) { (void)be; (void)k; }
 int main(int argc, char **argv) {
     int L = argc > 1 ? atoi(argv[1]) : 1;
-    static kn_backend fake;
-    fake = *kn_backend_cpu();
-    fake.name = "fakecuda"; if (getenv("DEVICE")) fake.device = KN_DEVICE_CUDA; fake.kernel_lang = "cuda"; fake.kernel_build = kb; fake.kernel_run = kr; fake.kernel_free = kf;
-    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){&fake});
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){fake_cuda_backend()});
     kn_gpt2_cfg gc = {.vocab = 50257, .max_seq = 1024, .dim = 768, .n_layers = L, .n_heads = 12, .dropout = 0};
     kn_module *m = kn_gpt2_new(ctx, &gc);
     if (!m || kn_module_set_precision(m, KN_PREC_BF16)) { fprintf(stderr, "model: %s\n", kn_last_error()); return 1; }
