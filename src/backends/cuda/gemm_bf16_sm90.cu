@@ -249,19 +249,44 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         uint8_t *cz = (uint8_t *)p.C + (int64_t)z * p.sc * esz;
         if (!p.vec_out) {
             /* rows not 16-byte aligned (an odd N such as a vocabulary of
-             * 50257): one element per thread, neighbouring threads on
-             * neighbouring columns, so a warp's stores cover 64 or 128
-             * contiguous bytes (per-thread chunks of 8 took 8 scattered
-             * 2-byte stores per warp instruction: the [8192, 50257] logits
-             * ran at half the aligned speed) */
-            for (int e = tid; e < 64 * BN; e += 128) {
-                int rl = e / BN, cl = e % BN;
-                int row = m0 + cw * 64 + rl, col = n0 + cl;
-                if (row >= p.M || col >= p.N) continue;
-                float v = *(const float *)(stg + rl * SROW + cl * 4);
-                uint8_t *cp = cz + ((int64_t)row * p.ldc + col) * esz;
-                if (esz == 4) *(float *)cp = v;
-                else *(uint16_t *)cp = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
+             * 50257): each row of the tile is cut where its addresses cross
+             * 16 bytes, into a head of h < V elements (V = 16 / esz), whole
+             * 16-byte chunks and a tail; item 0 of a row is its head, item
+             * k >= 1 the chunk from column h + (k-1) V. Chunks store as the
+             * aligned path does, head and tail one element at a time. (One
+             * element per thread, the previous way, ran the [8192, 50257]
+             * logits in 2.1 ms against 1.07 for the aligned products of the
+             * same size.) */
+            const int V = 16 / esz, per = BN / V + 1;
+            for (int c = tid; c < 64 * per; c += 128) {
+                const int rl = c / per, k = c % per, row = m0 + cw * 64 + rl;
+                if (row >= p.M) continue;
+                uint8_t *rp = cz + ((int64_t)row * p.ldc + n0) * esz;        /* the row's column n0 */
+                const int h = (int)((16 - ((uintptr_t)rp & 15)) & 15) / esz;
+                const int c0 = k == 0 ? 0 : h + (k - 1) * V, c1 = k == 0 ? h : min(h + k * V, BN);
+                if (c0 >= c1) continue;
+                const float *sv = (const float *)(stg + rl * SROW);
+                if (c1 - c0 == V && n0 + c1 <= p.N) {
+                    if (esz == 4) {
+                        *(float4 *)(rp + c0 * 4) = make_float4(sv[c0], sv[c0 + 1], sv[c0 + 2], sv[c0 + 3]);
+                    } else {
+                        uint32_t w[4];
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            float lo = sv[c0 + 2 * q], hi = sv[c0 + 2 * q + 1];
+                            uint32_t a = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(lo)) : kn_f2bf(lo);
+                            uint32_t b = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(hi)) : kn_f2bf(hi);
+                            w[q] = a | (b << 16);
+                        }
+                        *(uint4 *)(rp + c0 * 2) = make_uint4(w[0], w[1], w[2], w[3]);
+                    }
+                } else {
+                    for (int q = c0; q < c1 && n0 + q < p.N; q++) {
+                        float v = sv[q];
+                        if (esz == 4) ((float *)rp)[q] = v;
+                        else ((uint16_t *)rp)[q] = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
+                    }
+                }
             }
             return;
         }
