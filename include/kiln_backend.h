@@ -59,6 +59,12 @@ typedef struct kn_exec {
      * (dst is then the last folded node's storage, dtype epi's final one).
      * Only a backend whose epilogue_ok accepted it at planning time gets one. */
     const kn_epilogue *epi;
+    /* The by-product a node keeps for its gradient (kn__aux_bytes: sdpa's
+     * log-sum-exp, f32 [B, Hq, Tq]) where the plan gave it room, else NULL:
+     * aux is this node's (a forward may write it), src_aux[k] source k's
+     * (a gradient may read it). */
+    void *aux;
+    void *src_aux[KN_MAX_SRC];
 } kn_exec;
 
 /* The one argument of every generated kernel, passed by value (CUDA) or by

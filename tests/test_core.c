@@ -2,6 +2,7 @@
 #include "kn_optest.h"
 #include <math.h>
 #include "core/env.h"
+#include "kiln_backend.h"
 
 static kn_ctx *ref_ctx(void) { kn_ctx_opts o = {kn_backend_ref()}; return kn_ctx_new(&o); }
 
@@ -216,6 +217,86 @@ TEST(plan_replay_and_memory_reuse) {
     kn_plan_free(p2);
     kn_plan_free(p);
     free(in);
+    kn_ctx_free(ctx);
+}
+
+/* A node's by-product for its gradient (kn__aux_bytes: sdpa's log-sum-exp).
+ * A backend that wraps the reference one records the kn_exec it is handed:
+ * the sdpa forward gets a by-product block (e->aux) that its gradient
+ * node sees as src_aux[4]; the block lies outside y's own storage; it is
+ * kept only where the operands need gradients and are 16-bit; and the
+ * arena grows by at most the block (once the block sat after y's elements
+ * in y's arena block, and first-fit fragmented GPT-2's arena by 150 MB). */
+static kn_backend aux_be;
+static kn_status (*aux_inner)(kn_backend *, const kn_exec *);
+static void *aux_fwd, *aux_bwd, *aux_y;
+static size_t aux_ybytes;
+static kn_status aux_compute(kn_backend *be, const kn_exec *e) {
+    if (e->node->op == KN_OP_SDPA) {
+        aux_fwd = e->aux;
+        aux_y = e->dst.data;
+        aux_ybytes = (size_t)kn_tview_numel(&e->dst) * 2;
+    }
+    if (e->node->op == KN_OP_SDPA_BWD) aux_bwd = e->nsrc > 4 ? e->src_aux[4] : NULL;
+    return aux_inner(be, e);
+}
+static void aux_fill(kn_tensor *t, unsigned seed) {
+    int64_t n = kn_numel(t);
+    float *h = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) h[i] = (float)((i * 2654435761u + seed * 97u) % 1000) / 500.f - 1.f;
+    kn_tensor_write(t, h, KN_F32);
+    free(h);
+}
+static void aux_peak(bool keep, bool y_out, size_t *peak) {
+    kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){&aux_be});
+    int64_t sh[4] = {2, 2, 16, 8};
+    kn_tensor *in[3], *gr[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = kn_empty(ctx, KN_BF16, 4, sh);
+        aux_fill(in[i], 5 + (unsigned)i);
+        kn_set_requires_grad(in[i], true);
+    }
+    kn_tensor *y = kn_sdpa(ctx, in[0], in[1], in[2], true, 0);
+    CHECK(y && y->p.sdpa.lse, "bf16 operands that need gradients: the sdpa node keeps its log-sum-exp");
+    if (!keep) y->p.sdpa.lse = false;
+    kn_tensor *g = kn_empty(ctx, KN_BF16, 4, sh);
+    aux_fill(g, 9);
+    REQUIRE(kn_gradients(ctx, 1, &y, &g, 3, in, gr) == KN_OK, "%s", kn_last_error());
+    kn_tensor *outs[4] = {gr[0], gr[1], gr[2], y};
+    kn_plan *p = kn_plan_new(ctx, y_out ? 4 : 3, outs, NULL);
+    REQUIRE(p, "%s", kn_last_error());
+    aux_fwd = aux_bwd = aux_y = NULL;
+    REQUIRE(kn_plan_run(p) == KN_OK, "%s", kn_last_error());
+    *peak = kn_plan_peak_bytes(p);
+    if (keep) {
+        CHECK(aux_fwd && aux_bwd == aux_fwd, "the forward's by-product %p, the gradient's %p (want one block)", aux_fwd, aux_bwd);
+        CHECK((char *)aux_fwd >= (char *)aux_y + aux_ybytes || (char *)aux_fwd + 2 * 16 * 4 * 2 <= (char *)aux_y,
+              "the by-product overlaps y's elements");
+    } else {
+        CHECK(!aux_fwd && !aux_bwd, "no by-product without the flag: %p %p", aux_fwd, aux_bwd);
+    }
+    kn_plan_free(p);
+    kn_ctx_free(ctx);
+}
+TEST(sdpa_keeps_its_log_sum_exp_for_the_gradient) {
+    aux_be = *kn_backend_ref();
+    aux_inner = aux_be.compute;
+    aux_be.compute = aux_compute;
+    size_t with = 0, without = 0, out = 0;
+    aux_peak(true, false, &with);
+    aux_peak(false, false, &without);
+    CHECK(with <= without + 256, "arena %zu bytes with the by-product, %zu without (its block is 256)", with, without);
+    aux_peak(true, true, &out);                      /* y a plan output: room in its persistent buffer */
+    /* not kept: f32 operands, or no gradient */
+    kn_ctx *ctx = ref_ctx();
+    int64_t sh[4] = {1, 2, 8, 8};
+    kn_tensor *q = kn_empty(ctx, KN_F32, 4, sh);
+    kn_set_requires_grad(q, true);
+    kn_tensor *y = kn_sdpa(ctx, q, q, q, true, 0);
+    CHECK(y && !y->p.sdpa.lse, "f32 sdpa keeps no log-sum-exp");
+    kn_tensor *h = kn_empty(ctx, KN_BF16, 4, sh);
+    y = kn_sdpa(ctx, h, h, h, false, 0);
+    CHECK(y && !y->p.sdpa.lse, "an sdpa without gradients keeps no log-sum-exp");
     kn_ctx_free(ctx);
 }
 

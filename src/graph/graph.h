@@ -53,6 +53,10 @@ void kn__contig_strides(int ndim, const int64_t *shape, int64_t *stride);
 /* Fused in-place Adam/AdamW step of p and its moments m, v (ops_optim.c). */
 kn_tensor *kn__adam_update(kn_ctx *ctx, kn_tensor *p, kn_tensor *g, kn_tensor *m, kn_tensor *v, kn_tensor *c,
                            double beta1, double beta2, double eps, double l2);
+/* Bytes of the by-product a node keeps for its gradient, and their offset
+ * after the elements in a persistent buffer (ops_nn.c: sdpa's log-sum-exp). */
+size_t kn__aux_bytes(const kn_tensor *t);
+size_t kn__aux_offset(const kn_tensor *t);
 /* sdpa's fused gradient (ops_nn.c): views dq, dk, dv of one SDPA_BWD node. */
 kn_status kn__sdpa_bwd(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **dq, kn_tensor **dk, kn_tensor **dv);
 /* layer/rms norm's fused gradient (ops_nn.c): views dx and (want_wb) dw, db of one NORM_BWD node. */

@@ -468,8 +468,31 @@ kn_tensor *kn_sdpa_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, boo
     if (t) {
         t->p.sdpa.causal = causal; t->p.sdpa.scale = scale;
         t->p.sdpa.window = window; t->p.sdpa.softcap = softcap;
+        /* a gradient will want each row's log-sum-exp: a kernel that computes
+         * it anyway (the CUDA flash forward) keeps it after y, and the
+         * gradient's kernel does not recompute Q K^T for it. Only where the
+         * flash kernels can run: 16-bit operands, fixed sizes, no window or cap */
+        bool half = (dt == KN_BF16 || dt == KN_F16) && q->dtype == dt && k->dtype == dt && v->dtype == dt;
+        bool fixed = !sym[0] && !sym[2] && !k->sym[0] && !k->sym[2];
+        t->p.sdpa.lse = (t->flags & KN_FLAG_REQUIRES_GRAD) && half && fixed && !window && !softcap;
     }
     return t;
+}
+
+/* The bytes of the by-product a node keeps for its gradient: an sdpa node
+ * with p.sdpa.lse keeps the log2-domain log-sum-exp of each query row, f32
+ * [B, Hq, Tq], written by a backend whose kernel computes it (others leave
+ * it unwritten; the flash gradient reads it only where the flash forward
+ * ran, which the two kernels' common conditions guarantee: flash_attn.cu).
+ * A plan gives it its own arena block, or room from kn__aux_offset (16-byte
+ * aligned, after the elements) in a persistent buffer (runtime/memplan.c);
+ * backends find it in kn_exec.aux / src_aux. */
+size_t kn__aux_offset(const kn_tensor *t) {
+    return (kn_dtype_nbytes(t->dtype, kn_numel(t)) + 15) & ~(size_t)15;
+}
+size_t kn__aux_bytes(const kn_tensor *t) {
+    if (t->op != KN_OP_SDPA || !t->p.sdpa.lse) return 0;
+    return sizeof(float) * (size_t)(t->shape[0] * t->shape[1] * t->shape[2]);
 }
 
 /* sdpa's gradient as one node (made by the sdpa rule in autograd/rules_nn.c).

@@ -78,6 +78,8 @@ kn_check *kn__check_before(kn_backend *be, const kn_exec *e) {
     c->ok = true;
     if (be->synchronize) be->synchronize(be);
     c->he = *e;
+    c->he.aux = NULL;                                   /* device by-products: the host run neither writes nor reads them */
+    memset(c->he.src_aux, 0, sizeof c->he.src_aux);
     for (int k = 0; k < e->nsrc; k++) c->src[k] = host_copy(be, &e->src[k], &c->he.src[k], &c->ok);
     c->dst0 = host_copy(be, &e->dst, &c->he.dst, &c->ok);
     if (e->epi) {

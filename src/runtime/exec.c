@@ -52,6 +52,18 @@ static kn_status run_group(kn_plan *p, const kn_fgroup *g, void *kernel) {
     return p->be->kernel_run(p->be, kernel, &l);
 }
 
+/* Where node s keeps its by-product (kn__aux_bytes), or NULL: its own
+ * block of the arena, or after its elements in its own buffer (memplan.c). */
+static void *aux_of(const kn_plan *p, kn_tensor *s) {
+    if (!s || s != kn__storage_owner(s) || !kn__aux_bytes(s)) return NULL;
+    if (s->buf) {
+        size_t end = kn__aux_offset(s) + kn__aux_bytes(s);
+        return s->buf->size >= end ? (char *)s->buf->data + kn__aux_offset(s) : NULL;
+    }
+    int64_t o = s->id < p->n_ids ? p->off[p->n_ids + s->id] : -1;
+    return o >= 0 && p->arena ? (char *)p->arena->data + o : NULL;
+}
+
 bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, int *bad) {
     memset(e, 0, sizeof *e);
     const kn_epi_rec *r = kn__pepi(p, t);
@@ -64,9 +76,13 @@ bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, i
         if (!s) continue;
         *bad = k;
         if (!kn__tview_of(p, s, &e->src[k])) return false;
+        e->src_aux[k] = r ? NULL : aux_of(p, s);
         e->nsrc = k + 1;
     }
-    if (!r) return true;
+    if (!r) {
+        e->aux = aux_of(p, t);
+        return true;
+    }
     *epi = r->d;
     if (r->bias) {
         /* [1, .., 1, N] as the vector [N] */

@@ -29,7 +29,8 @@ struct kn_plan {
     kn_tensor **order;     /* schedule, views included */
     int n;
     int32_t n_ids;         /* ctx->n_all at compile time */
-    int64_t *off;          /* by tensor id: arena byte offset of a storage owner, -1 if none */
+    int64_t *off;          /* by tensor id: arena byte offset of a storage owner, -1 if none;
+                            * off[n_ids + id]: of the by-product it keeps (kn__aux_bytes), -1 if none */
     kn_buffer *arena;
     size_t peak, naive;
     int nkern;
