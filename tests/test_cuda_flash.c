@@ -13,7 +13,10 @@
  * "strided" cases take q, k, v as head views of one [B,T,3C] tensor (row
  * stride 3C) and differentiate that tensor. kn_cu_flash_runs() tells that
  * the flash kernels ran (a fallback would pass the comparison too); D = 80
- * must fall back and still be right.
+ * must fall back and still be right. The gradient reads the log-sum-exp the
+ * forward kept after y (sdpa's p.sdpa.lse, set because q, k, v need
+ * gradients); a second pass over some cases clears that flag so that the
+ * gradient recomputes it (the pre-pass), and the counters tell which ran.
  * Built without CUDA or run without a GPU, the tests SKIP.
  */
 #include "kn_test.h"
@@ -25,7 +28,8 @@ TEST(cuda_flash) { SKIP("built without CUDA: build with `make CUDA=1` and run on
 #else
 #include "kiln_cuda.h"
 
-uint64_t kn_cu_flash_runs(int bwd);      /* flash_attn.cu */
+uint64_t kn_cu_flash_runs(int which);    /* flash_attn.cu: 0 forward, 1 backward, 2 backward reading the kept L */
+static bool fa_keep = true;              /* false: clear the sdpa node's lse flag (the gradient's pre-pass runs) */
 
 static kn_backend *gpu(void) { return kn_backend_cuda(); }
 #define NEED_GPU() do { if (!gpu()) SKIP("no GPU: %s", kn_last_error()); } while (0)
@@ -67,6 +71,7 @@ static int fa_build(kn_ctx *ctx, const fa_case *c, double *const *vals, kn_tenso
     kn_tensor_write(*g, vals[3], KN_F64);
     *y = kn_sdpa(ctx, q, k, v, c->causal, 0);
     if (!*y) return -1;
+    if (!fa_keep) (*y)->p.sdpa.lse = false;
     return kn_gradients(ctx, 1, y, g, *ngr, leaf, gr) == KN_OK ? 0 : -1;
 }
 
@@ -124,9 +129,9 @@ static void fa_check(const fa_case *c, int idx) {
     }
     double *ro[4] = {0}, *co[4] = {0};
     int64_t rn[4] = {0}, cn[4] = {0};
-    uint64_t f0 = kn_cu_flash_runs(0), b0 = kn_cu_flash_runs(1);
+    uint64_t f0 = kn_cu_flash_runs(0), b0 = kn_cu_flash_runs(1), k0 = kn_cu_flash_runs(2);
     int nr = fa_run(kn_backend_ref(), c, vals, ro, rn), nc = fa_run(gpu(), c, vals, co, cn);
-    uint64_t df = kn_cu_flash_runs(0) - f0, db = kn_cu_flash_runs(1) - b0;
+    uint64_t df = kn_cu_flash_runs(0) - f0, db = kn_cu_flash_runs(1) - b0, dk = kn_cu_flash_runs(2) - k0;
     CHECK(nr > 0 && nc == nr, "case %d: ref %d cuda %d outputs", idx, nr, nc);
     bool bf = c->dt == KN_BF16;
     double mtol = bf ? 0.02 : 0.004, rtol = bf ? 0.01 : 0.002;   /* ~2-4 ulps of the dtype */
@@ -140,6 +145,8 @@ static void fa_check(const fa_case *c, int idx) {
     }
     if (c->flash) CHECK(df >= 1 && db >= 1, "case %d: flash forward ran %llu times, backward %llu (want both)", idx,
                         (unsigned long long)df, (unsigned long long)db);
+    if (c->flash) CHECK(fa_keep ? dk == db : dk == 0, "case %d (keep %d): %llu of %llu backward runs read the kept log-sum-exp",
+                        idx, fa_keep, (unsigned long long)dk, (unsigned long long)db);
     else CHECK(df == 0 && db == 0, "case %d: must fall back, but flash ran %llu + %llu times", idx,
                (unsigned long long)df, (unsigned long long)db);
     for (int i = 0; i < 4; i++) { free(vals[i]); free(ro[i]); free(co[i]); }
@@ -163,6 +170,11 @@ TEST(flash_attention_matches_reference) {
         {KN_BF16,   1, 2, 2,  50,  50,  80,  1, 0, 0},    /* D = 80: falls back */
     };
     for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) fa_check(&C[i], (int)i);
+    /* the gradient's own pre-pass (no kept log-sum-exp): causal, offset, GQA, views, rows without keys */
+    static const int again[] = {0, 2, 5, 7, 9};
+    fa_keep = false;
+    for (size_t i = 0; i < sizeof again / sizeof again[0]; i++) fa_check(&C[again[i]], 100 + again[i]);
+    fa_keep = true;
 }
 
 /* the sdpa node under graph y (NULL if none) */

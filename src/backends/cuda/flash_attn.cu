@@ -23,9 +23,13 @@
  * pre-multiplied by scale * log2(e), so exp2 is one instruction).
  *
  * Backward (FlashAttention-2, Dao 2023, algorithm 2):
- *   1. pre-pass = the forward kernel's S = Q K^T and online max/sum only (no
- *      V, no P V): per query row the log2 sum-exp L_i, and D_i = dO_i . y_i
- *      from the forward's y (SDPA_BWD's fifth source);
+ *   1. per query row the log2 sum-exp L_i and D_i = dO_i . y_i from the
+ *      forward's y (SDPA_BWD's fifth source). Where the sdpa node keeps L
+ *      after y (p.sdpa.lse: the graph sets it when q, k, v need gradients;
+ *      the plan gives the node's storage the room, kn__aux_bytes) the
+ *      forward wrote it, and a small kernel computes D_i; otherwise a
+ *      pre-pass = the forward kernel's S = Q K^T and online max/sum only
+ *      (no V, no P V) computes both;
  *   2. a block per 64-key tile of one (b, kv head) loops over the group's
  *      query heads and the query tiles that can see the keys:
  *        S^T = K Q^T, P^T = exp2(S^T scale log2e - L), dP^T = V dO^T,
@@ -45,6 +49,10 @@ __device__ __forceinline__ uint32_t fa_smem(const void *p) { return (uint32_t)__
 /* 16 bytes global -> shared; ok false writes 16 zero bytes (reads nothing) */
 __device__ __forceinline__ void fa_cp16(void *dst, const void *src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(fa_smem(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+/* 4 bytes global -> shared (ok false: a zero) */
+__device__ __forceinline__ void fa_cp4(void *dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(fa_smem(dst)), "l"(src), "r"(ok ? 4 : 0));
 }
 __device__ __forceinline__ void fa_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void fa_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -100,16 +108,55 @@ __device__ __forceinline__ void fa_store(void *p, int dt, int64_t i, float x) {
     else ((uint16_t *)p)[i] = kn_dev_f2h(x);
 }
 
+/* The block's (tile rank, head, batch) from its linear index, the rank
+ * varying slowest: every (b, h) takes its rank-0 tile (the longest, under a
+ * causal mask) before any takes rank 1. With the rank fastest, as the grid
+ * is laid out, the last heads' longest tiles started when most blocks were
+ * done and ran alone at the end. */
+__device__ __forceinline__ void fa_block(int &rank, int &h, int &b) {
+    const int nbh = gridDim.y * gridDim.z;
+    const int L = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    rank = L / nbh;
+    h = L % nbh % gridDim.y;
+    b = L % nbh / gridDim.y;
+}
+
 /* R rows x D columns of 16-bit data (row stride ld elements, rows >= n are
  * zero-filled) into shared memory with row pitch D + 8: the 16-byte pad puts
  * the 8 rows of an ldmatrix in 8 different bank groups. */
 template <int R, int D>
 __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *g, int64_t ld, int n, const uint16_t *any) {
-    constexpr int CPR = D / 8, P = D + 8;
-    for (int c = threadIdx.x; c < R * CPR; c += 128) {
-        int r = c / CPR, col = (c % CPR) * 8;
-        bool ok = r < n;
-        fa_cp16(s + r * P + col, ok ? g + r * ld + col : any, ok);
+    constexpr int CPR = D / 8, P = D + 8, RPP = 128 / CPR;    /* rows one pass of the 128 threads covers */
+    static_assert(R % RPP == 0, "whole passes");
+    const int r0 = threadIdx.x / CPR, col = (threadIdx.x % CPR) * 8;
+    const uint16_t *gp = g + r0 * ld + col;
+    uint16_t *sp = s + r0 * P + col;
+    /* a fixed trip count (the loop over c = threadIdx.x + 128 i was a
+     * counted loop with a division a chunk: ~400 instructions for the
+     * backward's two tiles an iteration) */
+#pragma unroll
+    for (int i = 0; i < R / RPP; i++) {
+        const bool ok = r0 + i * RPP < n;
+        fa_cp16(sp + i * RPP * P, ok ? gp + i * RPP * ld : any, ok);
+    }
+}
+/* c[n][0..3] of a thread (rows g, g+8 of 16; columns n*8 + 2t, +1) stored
+ * as pairs: one 4-byte store (16-bit) or 8-byte store (f32) a pair; row
+ * pointers ra, rb (NULL: the row is past the end), elements */
+template <int N, bool BF>
+__device__ __forceinline__ void fa_store_rows(void *ra, void *rb, int odt, const float (*c)[4], int t) {
+    if (odt == KN_F32) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            if (ra) *(float2 *)((float *)ra + n * 8 + 2 * t) = make_float2(c[n][0], c[n][1]);
+            if (rb) *(float2 *)((float *)rb + n * 8 + 2 * t) = make_float2(c[n][2], c[n][3]);
+        }
+    } else {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            if (ra) *(uint32_t *)((uint16_t *)ra + n * 8 + 2 * t) = fa_pack<BF>(c[n][0], c[n][1]);
+            if (rb) *(uint32_t *)((uint16_t *)rb + n * 8 + 2 * t) = fa_pack<BF>(c[n][2], c[n][3]);
+        }
     }
 }
 
@@ -119,17 +166,18 @@ struct fa_fwd_args {
     int64_t qs[3], ks[3], vs[3];
     void *y;                          /* [B,Hq,Tq,D] in ydt, strides ys (NULL in the pre-pass) */
     int64_t ys[4];
-    int ydt;
+    int ydt, ypair;                   /* ypair: ys[3] = 1 and pairs of y's elements aligned (fa_store_rows) */
     const uint16_t *g;                /* pre-pass: dO [B,Hq,Tq,D], strides gs */
     int64_t gs[3];
     const uint16_t *yin;              /* pre-pass: the forward's y [B,Hq,Tq,D] (q's dtype), strides yis */
     int64_t yis[4];
-    float *lse, *dd;                  /* pre-pass: L_i, D_i [B*Hq*Tq] */
+    float *lse, *dd;                  /* pre-pass: L_i, D_i [B*Hq*Tq]; forward: L_i or NULL */
     int Hq, G, Tq, Tk, causal;
     float sl2;                        /* scale * log2(e) */
 };
 
-/* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first.
+/* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first
+ * (fa_block).
  * Warp w owns query rows 16 MT w .. 16 MT (w + 1) - 1 of the BR = 64 MT row
  * tile: each K/V fragment read from shared memory feeds MT MMAs (MT = 2
  * halves the ldmatrix traffic per MMA, at the price of registers). */
@@ -138,7 +186,10 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
     constexpr int P = D + 8, BR = 64 * MT, BC = 64;
     extern __shared__ __align__(16) uint16_t fa_sm[];
     uint16_t *Qs = fa_sm, *Ks = Qs + BR * P, *Vs = Ks + 2 * BC * P;     /* Q [BR][P], K, V [2][64][P] */
-    const int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, hk = h / a.G;
+    int tile, h, b;
+    fa_block(tile, h, b);
+    tile = gridDim.x - 1 - tile;
+    const int hk = h / a.G;
     const int i0 = tile * BR, w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int off = a.Tk - a.Tq;
     const uint16_t *qb = a.q + b * a.qs[0] + h * a.qs[1];
@@ -275,13 +326,27 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
-                    if (r < a.Tq) {                      /* no visible key: a NaN row */
-                        float x = l[mt][e >> 1] > 0.f ? o[mt][n][e] * inv[e >> 1] : __int_as_float(0x7fc00000);
-                        fa_store(a.y, a.ydt, b * a.ys[0] + h * a.ys[1] + r * a.ys[2] + c * a.ys[3], x);
+                for (int e = 0; e < 4; e++)               /* no visible key: a NaN row */
+                    o[mt][n][e] = l[mt][e >> 1] > 0.f ? o[mt][n][e] * inv[e >> 1] : __int_as_float(0x7fc00000);
+            if (a.ypair) {                               /* unit column stride: pairs of columns */
+                const size_t es = a.ydt == KN_F32 ? 4 : 2;
+                char *yb = (char *)a.y + (b * a.ys[0] + h * a.ys[1]) * es;
+                fa_store_rows<D / 8, BF>(ra < a.Tq ? yb + ra * a.ys[2] * es : NULL, rb < a.Tq ? yb + rb * a.ys[2] * es : NULL,
+                                         a.ydt, o[mt], t);
+            } else {
+#pragma unroll
+                for (int n = 0; n < D / 8; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
+                        if (r < a.Tq) fa_store(a.y, a.ydt, b * a.ys[0] + h * a.ys[1] + r * a.ys[2] + c * a.ys[3], o[mt][n][e]);
                     }
-                }
+            }
+            if (a.lse && t == 0) {                       /* kept for the gradient (kn__aux_bytes): as the pre-pass writes it */
+                const int64_t base = ((int64_t)b * a.Hq + h) * a.Tq;
+                if (ra < a.Tq) a.lse[base + ra] = l[mt][0] > 0.f ? m[mt][0] + log2f(l[mt][0]) : -INFINITY;
+                if (rb < a.Tq) a.lse[base + rb] = l[mt][1] > 0.f ? m[mt][1] + log2f(l[mt][1]) : -INFINITY;
+            }
         } else {
             /* D_i = dO_i . y_i over the quad's columns (y as the forward stored
              * it, as in FlashAttention-2), then L_i = m + log2(l) */
@@ -339,9 +404,11 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
     constexpr int P = D + 8, BC = 64, BR = D == 128 ? 32 : 64, PS = BR + 8;
     extern __shared__ __align__(16) uint16_t fa_sm[];
     uint16_t *Ks = fa_sm, *Vs = Ks + BC * P, *Qs = Vs + BC * P, *Gs = Qs + 2 * BR * P, *Ss = Gs + 2 * BR * P;
-    float *Ls = (float *)(Ss + 64 * PS), *Ds = Ls + BR;
-    /* K, V [64][P]; Q, dO [2][BR][P]; dS^T [64 keys][BR + 8]; L, D of the query tile [BR] each */
-    const int kt = blockIdx.x, hk = blockIdx.y, b = blockIdx.z, j0 = kt * BC;
+    float *Ls = (float *)(Ss + 64 * PS), *Ds = Ls + 2 * BR;
+    /* K, V [64][P]; Q, dO [2][BR][P]; dS^T [64 keys][BR + 8]; L, D of the query tile [2][BR] each */
+    int kt, hk, b;
+    fa_block(kt, hk, b);                                 /* key tile 0 first: under a causal mask the most queries see it */
+    const int j0 = kt * BC;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int off = a.Tk - a.Tq;
     const uint16_t *kb = a.k + b * a.ks[0] + hk * a.ks[1] + j0 * a.ks[2];
@@ -351,12 +418,23 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
     const int nqt = (a.Tq + BR - 1) / BR, per = nqt > qt0 ? nqt - qt0 : 0, nit = per * a.G;
     fa_load_tile<BC, D>(Ks, kb, a.ks[2], a.Tk - j0, a.k);
     fa_load_tile<BC, D>(Vs, vb, a.vs[2], a.Tk - j0, a.v);
-    auto load_q = [&](int it, int buf) {
-        int h = hk * a.G + it / per, i0 = (qt0 + it % per) * BR;
+    int lh = 0, lq = qt0;                               /* (head in the group, query tile) of the next load */
+    auto load_q = [&](int buf) {
+        const int h = hk * a.G + lh, i0 = lq * BR;
+        if (++lq == nqt) { lq = qt0; lh++; }
         fa_load_tile<BR, D>(Qs + buf * BR * P, a.q + b * a.qs[0] + h * a.qs[1] + i0 * a.qs[2], a.qs[2], a.Tq - i0, a.q);
         fa_load_tile<BR, D>(Gs + buf * BR * P, a.g + b * a.gs[0] + h * a.gs[1] + i0 * a.gs[2], a.gs[2], a.Tq - i0, a.g);
+        /* the tile's L and D (rows past Tq read as 0: the mask below zeroes their P) */
+        const int64_t rowb = ((int64_t)b * a.Hq + h) * a.Tq + i0;
+        static_assert(2 * BR <= 128, "one value a thread");
+        if (threadIdx.x < 2 * BR) {
+            const int r = threadIdx.x, rr = r % BR;
+            const bool ok = i0 + rr < a.Tq;
+            const float *src = r < BR ? a.lse : a.dd;
+            fa_cp4((r < BR ? Ls : Ds) + buf * BR + rr, ok ? src + rowb + rr : src, ok);
+        }
     };
-    if (nit > 0) load_q(0, 0);
+    if (nit > 0) load_q(0);
     fa_commit();
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -364,25 +442,20 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.f;
     const int rka = j0 + w * 16 + g, rkb = rka + 8;      /* this thread's two keys */
-    for (int it = 0; it < nit; it++) {
-        const int h = hk * a.G + it / per, i0 = (qt0 + it % per) * BR, buf = it & 1;
+    for (int it = 0, ch = 0, cq = qt0; it < nit; it++) {
+        const int h = hk * a.G + ch, i0 = cq * BR, buf = it & 1;
+        if (++cq == nqt) { cq = qt0; ch++; }
         if (it + 1 < nit) {
-            load_q(it + 1, buf ^ 1);
+            load_q(buf ^ 1);
             fa_commit();
             fa_wait<1>();
         } else {
             fa_wait<0>();
         }
-        /* the tile's L and D through shared memory (rows past Tq: P = 0):
-         * read only after the MMAs below, they would hold 2 BR / 4 registers
-         * a thread across them (the last reader finished before the previous
-         * iteration's closing barrier) */
+        /* the tile's L and D came with Q and dO (cp.async); they are read
+         * from shared memory only after the MMAs below, they would hold
+         * 2 BR / 4 registers a thread across them */
         const int64_t rowb = ((int64_t)b * a.Hq + h) * a.Tq;
-        if (threadIdx.x < BR) {
-            int c = i0 + threadIdx.x;
-            Ls[threadIdx.x] = c < a.Tq ? __ldg(a.lse + rowb + c) : INFINITY;
-            Ds[threadIdx.x] = c < a.Tq ? __ldg(a.dd + rowb + c) : 0.f;
-        }
         __syncthreads();
         const uint16_t *Q = Qs + buf * BR * P, *G = Gs + buf * BR * P;
         float s[BR / 8][4], dp[BR / 8][4];
@@ -410,7 +483,7 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
         const bool edge = j0 + BC > a.Tk || i0 + BR > a.Tq || (a.causal && j0 + BC - 1 > i0 + off);
 #pragma unroll
         for (int n = 0; n < BR / 8; n++) {
-            const float2 L = *(const float2 *)(Ls + n * 8 + 2 * t), Dd = *(const float2 *)(Ds + n * 8 + 2 * t);
+            const float2 L = *(const float2 *)(Ls + buf * BR + n * 8 + 2 * t), Dd = *(const float2 *)(Ds + buf * BR + n * 8 + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int c = i0 + n * 8 + 2 * t + (e & 1), rk = e >> 1 ? rkb : rka;
@@ -463,13 +536,21 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
                     fa_mma<BF>(acc[2 * n2 + 1], sa, r[2], r[3]);
                 }
             }
-            float *dqb = a.dq + (rowb + i0) * D;
-            const int qa = qr0 + g, qb = qa + 8;
+            const int qa = qr0 + g;
+            float *pa = a.dq + (rowb + i0 + qa) * D + d0 + 2 * t, *pb = pa + 8 * D;   /* rows qa, qa + 8 */
+            if (i0 + BR <= a.Tq) {                       /* a whole tile: no row checks, constant offsets */
 #pragma unroll
-            for (int n = 0; n < 8; n++) {
-                int c = d0 + n * 8 + 2 * t;
-                if (i0 + qa < a.Tq) fa_atomic2(dqb + qa * D + c, acc[n][0], acc[n][1]);
-                if (i0 + qb < a.Tq) fa_atomic2(dqb + qb * D + c, acc[n][2], acc[n][3]);
+                for (int n = 0; n < 8; n++) {
+                    fa_atomic2(pa + n * 8, acc[n][0], acc[n][1]);
+                    fa_atomic2(pb + n * 8, acc[n][2], acc[n][3]);
+                }
+            } else {
+                const bool oka = i0 + qa < a.Tq, okb = i0 + qa + 8 < a.Tq;
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    if (oka) fa_atomic2(pa + n * 8, acc[n][0], acc[n][1]);
+                    if (okb) fa_atomic2(pb + n * 8, acc[n][2], acc[n][3]);
+                }
             }
         }
         __syncthreads();                                 /* Ss and this Q/dO buffer are reused */
@@ -477,31 +558,64 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
     fa_wait<0>();
     /* dK, dV rows of this tile (zero where no query sees the key) */
     const int64_t ob = ((int64_t)b * a.Hkv + hk) * a.Tk;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int rk = e >> 1 ? rkb : rka, c = n * 8 + 2 * t + (e & 1);
-            if (rk < a.Tk) {
-                fa_store(a.dk, a.odt, (ob + rk) * D + c, dk[n][e]);
-                fa_store(a.dv, a.odt, (ob + rk) * D + c, dv[n][e]);
-            }
-        }
+    const size_t es = a.odt == KN_F32 ? 4 : 2;
+    char *ka = (char *)a.dk + (ob + rka) * D * es, *va = (char *)a.dv + (ob + rka) * D * es;
+    fa_store_rows<D / 8, BF>(rka < a.Tk ? ka : NULL, rkb < a.Tk ? ka + 8 * D * es : NULL, a.odt, dk, t);
+    fa_store_rows<D / 8, BF>(rka < a.Tk ? va : NULL, rkb < a.Tk ? va + 8 * D * es : NULL, a.odt, dv, t);
 }
 
-/* dq (odt, contiguous) from the f32 scratch; rows with no visible key are NaN */
+/* dq (odt, contiguous) from the f32 scratch, 4 elements a thread (D is 64
+ * or 128); rows with no visible key are NaN */
 __global__ void k_flash_dq(void *dq, int odt, const float *acc, const float *lse, int64_t n, int D) {
-    KN_GRID_LOOP(i, n) {
-        float x = lse[i / D] == -INFINITY ? __int_as_float(0x7fc00000) : acc[i];
-        fa_store(dq, odt, i, x);
+    KN_GRID_LOOP(i, n / 4) {
+        float4 x = ((const float4 *)acc)[i];
+        if (lse[i * 4 / D] == -INFINITY) x.x = x.y = x.z = x.w = __int_as_float(0x7fc00000);
+        if (odt == KN_F32) {
+            ((float4 *)dq)[i] = x;
+        } else if (odt == KN_BF16) {
+            ((uint2 *)dq)[i] = make_uint2(kn_f2bf(x.x) | (uint32_t)kn_f2bf(x.y) << 16, kn_f2bf(x.z) | (uint32_t)kn_f2bf(x.w) << 16);
+        } else {
+            ((uint2 *)dq)[i] = make_uint2(kn_dev_f2h(x.x) | (uint32_t)kn_dev_f2h(x.y) << 16,
+                                          kn_dev_f2h(x.z) | (uint32_t)kn_dev_f2h(x.w) << 16);
+        }
     }
 }
 
+/* D_i = dO_i . y_i per query row, where the forward kept L_i (the pre-pass
+ * is then not run): 8 lanes a row, 8 columns (16 bytes) a lane per step */
+template <bool BF>
+__global__ void k_flash_dd(float *dd, const uint16_t *g, const uint16_t *y, int64_t gs0, int64_t gs1, int64_t gs2,
+                           int64_t ys0, int64_t ys1, int64_t ys2, int Hq, int Tq, int D, int64_t rows) {
+    const int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    const int l8 = threadIdx.x & 7;
+    float s = 0.f;
+    if (r < rows) {
+        const int64_t bh = r / Tq, i = r % Tq, b = bh / Hq, h = bh % Hq;
+        const uint16_t *gr = g + b * gs0 + h * gs1 + i * gs2, *yr = y + b * ys0 + h * ys1 + i * ys2;
+        for (int c = l8 * 8; c < D; c += 64) {
+            const uint4 gv = *(const uint4 *)(gr + c), yv = *(const uint4 *)(yr + c);
+            const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w}, yw[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint16_t g0 = (uint16_t)(gw[j] & 0xffff), g1 = (uint16_t)(gw[j] >> 16);
+                uint16_t y0 = (uint16_t)(yw[j] & 0xffff), y1 = (uint16_t)(yw[j] >> 16);
+                s += (BF ? kn_bf2f(g0) : kn_dev_h2f(g0)) * (BF ? kn_bf2f(y0) : kn_dev_h2f(y0));
+                s += (BF ? kn_bf2f(g1) : kn_dev_h2f(g1)) * (BF ? kn_bf2f(y1) : kn_dev_h2f(y1));
+            }
+        }
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (r < rows && l8 == 0) dd[r] = s;
+}
+
 /* ---- host side -------------------------------------------------------------------- */
-/* launches so far, forward and backward: tests check that a case took this
- * path (a fallback would give right answers too) */
-static uint64_t fa_runs[2];
-extern "C" uint64_t kn_cu_flash_runs(int bwd) { return fa_runs[bwd != 0]; }
+/* launches so far: forward, backward, and backward runs that read the
+ * forward's kept log-sum-exp; tests check that a case took this path (a
+ * fallback would give right answers too) */
+static uint64_t fa_runs[3];
+extern "C" uint64_t kn_cu_flash_runs(int which) { return fa_runs[which < 0 ? 0 : which > 2 ? 2 : which]; }
 
 /* a 16-bit [B,H,T,D] operand the tiles can read with 16-byte copies */
 static bool fa_view_ok(const kn_tview *v, kn_dtype dt, int64_t D) {
@@ -533,7 +647,7 @@ template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
 static size_t fa_fwd_smem(int D, int MT) { return sizeof(uint16_t) * (size_t)((64 * MT + 4 * 64) * (D + 8)); }
 static size_t fa_bwd_smem(int D) {
     int BR = D == 128 ? 32 : 64;
-    return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8)) + sizeof(float) * 2 * BR;
+    return sizeof(uint16_t) * (size_t)(2 * 64 * (D + 8) + 4 * BR * (D + 8) + 64 * (BR + 8)) + sizeof(float) * 4 * BR;
 }
 template <int D, int MT, int MINB, bool BF, bool PRE> static kn_status fa_launch_fwd(const fa_fwd_args &a, int B) {
     size_t smem = fa_fwd_smem(D, MT);
@@ -582,6 +696,10 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     a.y = y->data;
     for (int d = 0; d < 4; d++) a.ys[d] = y->st[d];
     a.ydt = (int)y->dtype;
+    a.ypair = y->st[3] == 1 && y->st[0] % 2 == 0 && y->st[1] % 2 == 0 && y->st[2] % 2 == 0 && kn_aligned16(y->data);
+    /* the node keeps each row's log-sum-exp for the gradient (kn__aux_bytes;
+     * the plan's room for it: e->aux) */
+    if (e->aux) a.lse = (float *)e->aux;
     kn_status st = fa_fwd_dispatch<false>(a, (int)q->ne[3], bf, (int)q->ne[0]);
     if (!st) fa_runs[0]++;
     return st;
@@ -608,18 +726,34 @@ kn_status kn_cu_flash_bwd(const kn_exec *e) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *g = &e->src[3], *y = &e->dst, *yf = e->nsrc > 4 ? &e->src[4] : NULL;
     bool bf;
     if (!fa_fits(e, &bf) || !fa_view_ok(g, q->dtype, q->ne[3]) || (y->dtype != q->dtype && y->dtype != KN_F32) ||
-        y->ndim != 1 || y->st[0] != 1 || !yf || yf->dtype != q->dtype || yf->ndim != 4 || yf->ne[0] != q->ne[0] ||
+        y->ndim != 1 || y->st[0] != 1 || !kn_aligned16(y->data) || !yf || yf->dtype != q->dtype || yf->ndim != 4 || yf->ne[0] != q->ne[0] ||
         yf->ne[1] != q->ne[1] || yf->ne[2] != q->ne[2] || yf->ne[3] != q->ne[3])
         return KN_ERR_UNSUPPORTED;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2];
     int64_t rows = B * Hq * Tq, nq = rows * D, nk = B * Hkv * Tk * D;
-    float *lse = NULL, *dd = NULL, *acc = NULL;
-    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&lse);
+    /* L_i kept by the forward (kn__aux_bytes): the flash forward wrote it,
+     * because this kernel's conditions (fa_fits on the same q, k, v, y in
+     * q's dtype) are the forward's, so the forward node took flash too */
+    const kn_tensor *fw = e->node->src[4];
+    float *kept = NULL;
+    if (fw && fw->op == KN_OP_SDPA && e->src_aux[4] && fa_view_ok(yf, q->dtype, D)) kept = (float *)e->src_aux[4];
+    float *lse = kept, *dd = NULL, *acc = NULL;
+    kn_status st = kept ? KN_OK : kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&lse);
     if (!st) st = kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&dd);
     if (!st) st = kn_cu_tmp(sizeof(float) * (size_t)nq, (void **)&acc);
     if (!st && cudaMemsetAsync(acc, 0, sizeof(float) * (size_t)nq, kn_cu_stream()) != cudaSuccess)
         st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: memset of the dq scratch failed");
-    if (!st) {                                           /* 1. L_i and D_i */
+    if (!st && kept) {                                   /* 1. D_i (L_i kept) */
+        unsigned blocks = (unsigned)((rows * 8 + 255) / 256);
+        int64_t gs[3], ys[3];
+        fa_strides(g, gs);
+        fa_strides(yf, ys);
+        if (bf) k_flash_dd<true><<<blocks, 256, 0, kn_cu_stream()>>>(dd, (const uint16_t *)g->data, (const uint16_t *)yf->data,
+                                                                     gs[0], gs[1], gs[2], ys[0], ys[1], ys[2], (int)Hq, (int)Tq, (int)D, rows);
+        else k_flash_dd<false><<<blocks, 256, 0, kn_cu_stream()>>>(dd, (const uint16_t *)g->data, (const uint16_t *)yf->data,
+                                                                    gs[0], gs[1], gs[2], ys[0], ys[1], ys[2], (int)Hq, (int)Tq, (int)D, rows);
+        if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: D_i kernel launch failed");
+    } else if (!st) {                                    /* 1. L_i and D_i (the pre-pass) */
         fa_fwd_args a = fa_fwd_from(e);
         a.g = (const uint16_t *)g->data;
         fa_strides(g, a.gs);
@@ -648,12 +782,13 @@ kn_status kn_cu_flash_bwd(const kn_exec *e) {
         st = fa_bwd_dispatch(a, (int)D, bf, grid);
     }
     if (!st) {                                           /* 3. dq in the output dtype */
-        k_flash_dq<<<kn_blocks(nq), KN_THREADS, 0, kn_cu_stream()>>>(y->data, (int)y->dtype, acc, lse, nq, (int)D);
+        k_flash_dq<<<kn_blocks(nq / 4), KN_THREADS, 0, kn_cu_stream()>>>(y->data, (int)y->dtype, acc, lse, nq, (int)D);
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "sdpa backward: dq kernel launch failed");
     }
-    kn_cu_tmp_free(lse);
+    if (!kept) kn_cu_tmp_free(lse);
     kn_cu_tmp_free(dd);
     kn_cu_tmp_free(acc);
     if (!st) fa_runs[1]++;
+    if (!st && kept) fa_runs[2]++;
     return st;
 }
