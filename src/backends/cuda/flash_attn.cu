@@ -705,7 +705,7 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     return st;
 }
 
-/* 184 registers (D = 64, CUDA 13's ptxas) and 65 KiB of shared memory: 2 blocks an SM.
+/* 218 registers (D = 64, CUDA 13's ptxas) and 65 KiB of shared memory: 2 blocks an SM.
  * Capping the registers at 168 for 3 blocks (__launch_bounds__(128, 3))
  * ran GPT-2's step at the same speed on an H100 (session 14). */
 template <int D, bool BF> static kn_status fa_launch_bwd(const fa_bwd_args &a, dim3 grid) {
