@@ -8,7 +8,9 @@
  *   cc -std=c11 -O1 -Iinclude -Isrc dev/cuda/ce/plan_cuda_nogpu.c build/libkiln.a -lm -lpthread -ldl -o /tmp/plan_nogpu
  *   KN_DEBUG=1 KN_CACHE=0 DUMP=/tmp/k /tmp/plan_nogpu 12 2> fused.txt      (DUMP: write each kernel's source there)
  *   KN_CE_COMPOSITE=1 KN_DEBUG=1 KN_CACHE=0 /tmp/plan_nogpu 12 2> composite.txt
- * CLIP=0 builds the optimizer without gradient clipping (default 1, as kiln train).
+ * CLIP=0 builds the optimizer without gradient clipping (default 1, as kiln train);
+ * B=16 sets the batch (default 8); DEVICE=1 makes the fake backend a CUDA
+ * device, so the bf16 policy casts attention to 16 bits as on a GPU.
  */
 #include "kiln.h"
 #include "kiln_nn.h"
@@ -22,7 +24,8 @@ int main(int argc, char **argv) {
     kn_gpt2_cfg gc = {.vocab = 50257, .max_seq = 1024, .dim = 768, .n_layers = L, .n_heads = 12, .dropout = 0};
     kn_module *m = kn_gpt2_new(ctx, &gc);
     if (!m || kn_module_set_precision(m, KN_PREC_BF16)) { fprintf(stderr, "model: %s\n", kn_last_error()); return 1; }
-    kn_tensor *x = kn_input(ctx, KN_I32, 2, (int64_t[]){8, 1024}), *y = kn_input(ctx, KN_I64, 2, (int64_t[]){8, 1024});
+    int64_t B = getenv("B") ? atoll(getenv("B")) : 8;               /* batch rows (B=16: issue 12's second size) */
+    kn_tensor *x = kn_input(ctx, KN_I32, 2, (int64_t[]){B, 1024}), *y = kn_input(ctx, KN_I64, 2, (int64_t[]){B, 1024});
     kn_tensor *loss = kn_cross_entropy(ctx, kn_gpt2_forward(m, x), y, NULL);
     if (!loss || kn_backward(ctx, loss)) { fprintf(stderr, "graph: %s\n", kn_last_error()); return 1; }
     kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
