@@ -81,8 +81,8 @@ typedef union kn_op_params {
     struct { double eps; int64_t n_norm; int groups; bool rms; } norm; /* n_norm: trailing dims normalised (layer norm); rms: NORM_BWD of rms_norm */
     struct { int stride[2], padding[2], dilation[2], output_padding[2], groups; } conv;
     struct { int kernel[2], stride[2], padding[2], dilation[2]; bool ceil_mode, count_include_pad; } pool;
-    /* window, softcap: 0 = off (kn_sdpa_ex); lse: the node's storage keeps each query row's
-     * log-sum-exp after y for the gradient (set by kn_sdpa_ex, see kn__aux_bytes) */
+    /* window, softcap: 0 = off (kn_sdpa_ex); lse: the node keeps each query row's
+     * log-sum-exp for the gradient in a block of its own (set by kn_sdpa_ex, see kn__aux_bytes) */
     struct { bool causal, lse; double scale; int64_t window; double softcap; } sdpa;
     struct { double scale; int block_size, window; } paged;  /* paged_attn: window 0 = none */
     struct { double theta; int n_rot; bool neox; double freq_scale; } rope;

@@ -469,7 +469,7 @@ kn_tensor *kn_sdpa_ex(kn_ctx *ctx, kn_tensor *q, kn_tensor *k, kn_tensor *v, boo
         t->p.sdpa.causal = causal; t->p.sdpa.scale = scale;
         t->p.sdpa.window = window; t->p.sdpa.softcap = softcap;
         /* a gradient will want each row's log-sum-exp: a kernel that computes
-         * it anyway (the CUDA flash forward) keeps it after y, and the
+         * it anyway (the CUDA flash forward) keeps it (kn__aux_bytes), and the
          * gradient's kernel does not recompute Q K^T for it. Only where the
          * flash kernels can run: 16-bit operands, fixed sizes, no window or cap */
         bool half = (dt == KN_BF16 || dt == KN_F16) && q->dtype == dt && k->dtype == dt && v->dtype == dt;

@@ -180,7 +180,7 @@ static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
             if (off < 0) off = (int64_t)oa_alloc(&oa, bytes);
             p->off[t->id] = off;
             size_t ab = align_up(kn__aux_bytes(t));
-            if (kn__aux_bytes(t)) { p->off[nid + (size_t)t->id] = (int64_t)oa_alloc(&oa, ab); p->naive += ab; }
+            if (ab) { p->off[nid + (size_t)t->id] = (int64_t)oa_alloc(&oa, ab); p->naive += ab; }
             /* a node nobody reads (dead end) frees right away */
             if (reuse && last[t->id] < 0) {
                 ok = oa_free(&oa, (size_t)off, bytes);

@@ -25,8 +25,8 @@
  * Backward (FlashAttention-2, Dao 2023, algorithm 2):
  *   1. per query row the log2 sum-exp L_i and D_i = dO_i . y_i from the
  *      forward's y (SDPA_BWD's fifth source). Where the sdpa node keeps L
- *      after y (p.sdpa.lse: the graph sets it when q, k, v need gradients;
- *      the plan gives the node's storage the room, kn__aux_bytes) the
+ *      (p.sdpa.lse: the graph sets it when q, k, v need gradients; the plan
+ *      gives it a block, kn_exec.aux in the forward and src_aux[4] here) the
  *      forward wrote it, and a small kernel computes D_i; otherwise a
  *      pre-pass = the forward kernel's S = Q K^T and online max/sum only
  *      (no V, no P V) computes both;
@@ -101,6 +101,10 @@ __device__ __forceinline__ void fa_atomic2(float *dst, float x, float y) {
     atomicAdd(dst + 1, y);
 #endif
 }
+/* a row's log2 sum-exp from its running max m and sum l (log2 domain), -inf
+ * for a row with no visible key: one formula for the forward that keeps it
+ * and the pre-pass that recomputes it, so the two give the same bits */
+__device__ __forceinline__ float fa_lse(float m, float l) { return l > 0.f ? m + log2f(l) : -INFINITY; }
 /* a store in the destination dtype (the reference's rounding: RNE) */
 __device__ __forceinline__ void fa_store(void *p, int dt, int64_t i, float x) {
     if (dt == KN_F32) ((float *)p)[i] = x;
@@ -344,8 +348,8 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
             }
             if (a.lse && t == 0) {                       /* kept for the gradient (kn__aux_bytes): as the pre-pass writes it */
                 const int64_t base = ((int64_t)b * a.Hq + h) * a.Tq;
-                if (ra < a.Tq) a.lse[base + ra] = l[mt][0] > 0.f ? m[mt][0] + log2f(l[mt][0]) : -INFINITY;
-                if (rb < a.Tq) a.lse[base + rb] = l[mt][1] > 0.f ? m[mt][1] + log2f(l[mt][1]) : -INFINITY;
+                if (ra < a.Tq) a.lse[base + ra] = fa_lse(m[mt][0], l[mt][0]);
+                if (rb < a.Tq) a.lse[base + rb] = fa_lse(m[mt][1], l[mt][1]);
             }
         } else {
             /* D_i = dO_i . y_i over the quad's columns (y as the forward stored
@@ -374,7 +378,7 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
                 for (int r = 0; r < 2; r++) {
                     int row = r ? rb : ra;
                     if (row < a.Tq) {
-                        a.lse[base + row] = l[mt][r] > 0.f ? m[mt][r] + log2f(l[mt][r]) : -INFINITY;
+                        a.lse[base + row] = fa_lse(m[mt][r], l[mt][r]);
                         a.dd[base + row] = l[mt][r] > 0.f ? dsum[r] : 0.f;
                     }
                 }
@@ -731,12 +735,11 @@ kn_status kn_cu_flash_bwd(const kn_exec *e) {
         return KN_ERR_UNSUPPORTED;
     int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2];
     int64_t rows = B * Hq * Tq, nq = rows * D, nk = B * Hkv * Tk * D;
-    /* L_i kept by the forward (kn__aux_bytes): the flash forward wrote it,
-     * because this kernel's conditions (fa_fits on the same q, k, v, y in
-     * q's dtype) are the forward's, so the forward node took flash too */
-    const kn_tensor *fw = e->node->src[4];
-    float *kept = NULL;
-    if (fw && fw->op == KN_OP_SDPA && e->src_aux[4] && fa_view_ok(yf, q->dtype, D)) kept = (float *)e->src_aux[4];
+    /* L_i kept by the forward (kn__aux_bytes: only an sdpa node has one, so
+     * src_aux[4] is y's node's): the flash forward wrote it, because this
+     * kernel's conditions (fa_fits on the same q, k, v, y in q's dtype) are
+     * the forward's, so the forward node took flash too */
+    float *kept = e->src_aux[4] && fa_view_ok(yf, q->dtype, D) ? (float *)e->src_aux[4] : NULL;
     float *lse = kept, *dd = NULL, *acc = NULL;
     kn_status st = kept ? KN_OK : kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&lse);
     if (!st) st = kn_cu_tmp(sizeof(float) * (size_t)rows, (void **)&dd);

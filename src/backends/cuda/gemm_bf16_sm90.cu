@@ -56,6 +56,10 @@ static_assert(128 * (128 * 4 + 16) <= G_STAGES(128) * G_STAGE_BYTES(128), "stagi
 #define G_OUT_BF16 0
 #define G_OUT_F16 1
 #define G_OUT_F32 2
+/* v in a 16-bit output dtype (G_OUT_BF16 or G_OUT_F16), rounded to nearest even */
+__device__ __forceinline__ uint32_t g_to16(int c_out, float v) {
+    return c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
+}
 
 struct wg_args {
     int M, N, K;
@@ -272,19 +276,14 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                     } else {
                         uint32_t w[4];
 #pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                            float lo = sv[c0 + 2 * q], hi = sv[c0 + 2 * q + 1];
-                            uint32_t a = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(lo)) : kn_f2bf(lo);
-                            uint32_t b = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(hi)) : kn_f2bf(hi);
-                            w[q] = a | (b << 16);
-                        }
+                        for (int q = 0; q < 4; q++) w[q] = g_to16(p.c_out, sv[c0 + 2 * q]) | g_to16(p.c_out, sv[c0 + 2 * q + 1]) << 16;
                         *(uint4 *)(rp + c0 * 2) = make_uint4(w[0], w[1], w[2], w[3]);
                     }
                 } else {
                     for (int q = c0; q < c1 && n0 + q < p.N; q++) {
                         float v = sv[q];
                         if (esz == 4) ((float *)rp)[q] = v;
-                        else ((uint16_t *)rp)[q] = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
+                        else ((uint16_t *)rp)[q] = (uint16_t)g_to16(p.c_out, v);
                     }
                 }
             }
@@ -313,7 +312,7 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                 uint16_t h[8];
 #pragma unroll
                 for (int q = 0; q < 8; q++)
-                    h[q] = p.c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v[q])) : kn_f2bf(v[q]);
+                    h[q] = (uint16_t)g_to16(p.c_out, v[q]);
                 if (whole) {
                     *(uint4 *)cp = make_uint4(h[0] | ((uint32_t)h[1] << 16), h[2] | ((uint32_t)h[3] << 16),
                                               h[4] | ((uint32_t)h[5] << 16), h[6] | ((uint32_t)h[7] << 16));
