@@ -14,7 +14,11 @@
  * bf16 shapes also show the mma.sync kernel. "TN"/"TT": A stored [K,M] and
  * used transposed (a weight gradient dY^T @ X).
  *
- *   make CUDA=1 && build/bench/bench_cuda_backend      (needs a GPU; plain builds print a skip line)
+ *   make CUDA=1 && build/bench/bench_cuda_backend [WORD ...]   (needs a GPU; plain builds print a skip line)
+ *
+ * WORDs pick cases by name: a case runs when its name holds one of the
+ * words and none of the words written -WORD ("gpt2 -logits -mma"); no word
+ * picks them all.
  *
  * Letters: M, N, K GEMM dims; Z batch entries.
  */
@@ -144,7 +148,25 @@ done:
     return ratio;
 }
 
-int main(void) {
+/* the case list's filter (see the top): argc/argv of main */
+static int g_argc;
+static char **g_argv;
+static bool picked(const char *name) {
+    bool any = false, hit = false;
+    for (int i = 1; i < g_argc; i++) {
+        if (g_argv[i][0] == '-') {
+            if (strstr(name, g_argv[i] + 1)) return false;
+        } else {
+            any = true;
+            hit = hit || strstr(name, g_argv[i]) != NULL;
+        }
+    }
+    return hit || !any;
+}
+
+int main(int argc, char **argv) {
+    g_argc = argc;
+    g_argv = argv;
     kn_backend *gpu = kn_backend_cuda();
     if (!gpu) { printf("bench_cuda_backend: %s; skipped\n", kn_last_error()); return 0; }
     struct cudaDeviceProp pr;
@@ -189,7 +211,8 @@ int main(void) {
     };
     printf("%-30s %-5s %5s %6s %6s %6s %9s %9s %8s %8s %6s %9s\n", "case", "dtype", "Z", "M", "N", "K", "kn_us", "cublas_us",
            "kn_TF/s", "cub_TF/s", "kn/cub", "relerr");
-    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) run_case(h, gpu, &C[i]);
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++)
+        if (picked(C[i].name)) run_case(h, gpu, &C[i]);
     /* The sweep (issue 12): every product of GPT-2 124M training (B=8, T=1024:
      * M = 8192 token rows; forward x@W^T "NT", input gradient dy@W "NN",
      * weight gradient dy^T@x "TN"), with the vocabulary of 50257 (odd N or
@@ -228,10 +251,12 @@ int main(void) {
         {"llama3-8b logits decode", KN_BF16, 1, 1, 128256, 4096, true, false},
     };
     printf("\nsweep (target kn/cub >= 0.85):\n");
-    int below = 0, n = (int)(sizeof S / sizeof S[0]);
+    int below = 0, n = 0;
     double worst = 1e9;
     const char *wname = "";
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        if (!picked(S[i].name)) continue;
+        n++;
         double r = run_case(h, gpu, &S[i]);
         if (r < 0.85) below++;
         if (r < worst) { worst = r; wname = S[i].name; }
