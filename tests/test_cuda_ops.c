@@ -439,6 +439,13 @@ TEST(matmul_wgmma_layouts_bf16_f16) {
          * dW [2304, 768] = dY^T X): 128-wide tiles, even and odd N */
         {IN(2, SH(2200, 200), -1, 1, 0, true), IN(2, SH(200, 600), -1, 1, 0, false)},
         {IN(2, SH(2200, 200), -1, 1, 0, true), IN(2, SH(200, 601), -1, 1, 0, false)},
+        /* more tiles than the SMs take at once (the persistent kernel walks
+         * several; its ring of stages runs on from one tile to the next):
+         * 128-wide tiles over an odd count of M tiles (the last pair's second
+         * block lies past M), then 256-wide ones (more k-steps
+         * than stages: 4 against 3) and both operands transposed */
+        {IN(2, SH(2100, 200), -1, 1, 0, false), IN(2, SH(200, 4000), -1, 1, 0, true)},
+        {IN(2, SH(2100, 200), -1, 1, 0, true), IN(2, SH(200, 3000), -1, 1, 0, true)},
     };
     half_matmul_cases(C, sizeof C / sizeof C[0], "wgmma-size matmul");
 }

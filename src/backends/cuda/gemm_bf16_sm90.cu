@@ -10,12 +10,43 @@
  *    operands, C in the operand dtype, a batch whose strides collapse to one per
  *    operand (attention heads: [B,H,T,D] contiguous).
  *
- * Block tile 128 x BN x 64 (BN = 256, or 128 for narrow N), 3 warpgroups:
- * warpgroup 0 is the producer (one thread issues TMA bulk tensor copies into
- * a ring of stages, completing on "full" mbarriers), warpgroups 1 and 2 are
- * consumers, each doing wgmma m64nBNk16 over its 64 rows and releasing the
- * stage on an "empty" mbarrier. setmaxnreg gives the consumers 232 registers
- * (up to 128 accumulators each).
+ * Block tile 128 x BN x 64 (BN = 256, or 128 where it fills the SMs
+ * better), 3 warpgroups: warpgroup 0 is the producer (one thread issues TMA
+ * bulk tensor copies into a ring of stages, completing on "full"
+ * mbarriers), warpgroups 1 and 2 are consumers, each doing wgmma m64nBNk16
+ * over its 64 rows and releasing the stage on an "empty" mbarrier.
+ * setmaxnreg gives the consumers 232 registers (up to 128 accumulators
+ * each).
+ *
+ * The kernel is persistent: one block an SM walks a list of output tiles,
+ * and the ring of stages runs on across tiles, so the producer loads the
+ * next tile's first k-steps while the consumers store the last tile (with
+ * K = 768, GPT-2's width, a tile is only 12 k-steps: a block a tile left
+ * the pipeline fill and the epilogue between every 12 of them). The
+ * epilogue converts to 16 bits in registers, writes 64 columns at a time
+ * into a shared box of its own (not the ring) and stores it by TMA; the
+ * consumers go on to the next tile while the copy engine writes it out.
+ *
+ * Blocks run in clusters of two along M where M has two tiles or more: the
+ * pair computes a 256 x BN unit, each block loads its own 128 rows of A and
+ * half of B's BN rows, and TMA multicasts that half into both blocks' stage
+ * (B's traffic from L2 halves: alone, a 128 x 256 tile reads 384 rows of
+ * operands a k-step, in a pair 256). A stage is free again only when the
+ * consumers of *both* blocks are done with it (each arrives on both
+ * blocks' "empty" barrier); the pair leaves the kernel together (a cluster
+ * barrier) so that no late arrival reaches an exited block.
+ *
+ * Against the kernel before (a block a tile, no pairs, the consumers'
+ * own stores) on an H100, docs/PERF.md "GPU, session 18": 4096^3 0.85 ->
+ * 0.91 of cuBLAS, Llama-7B's qkv, gate|up and down prefill products 0.52-0.74
+ * -> 0.79-0.85, GPT-2's forward products up to 17 % faster; slower: GPT-2's
+ * qkv weight gradient (128-wide tiles, K = 8192) by 21 %, Llama-7B's o
+ * projection by 4 %. The GPT-2 training step is unchanged.
+ *
+ * Tiles are handed out M-fastest (the pairs of one column of B tiles, then
+ * the next column): the blocks running at once share few B tiles, which
+ * keeps a classifier's [50257, 768] weight from being streamed from memory
+ * once per row band.
  *
  * Shared tiles use the 128-byte swizzle (TMA writes it, the wgmma
  * descriptors read it), in one of two forms per operand:
@@ -26,13 +57,17 @@
  *    transpose bit set; descriptor: LBO = 8 KB (next 64 m/n), SBO = 1 KB
  *    (next 8 k rows); the k16 steps start 2 KB apart.
  * Each operand's tensor map is 3-D (inner, outer, batch), so rows/columns
- * past the matrix edge (partial tiles, K % 64) are zero-filled by TMA and
- * never read from the next batch entry; the epilogue masks the stores.
+ * past the matrix edge (partial tiles, K % 64, the second block of a pair
+ * past M) are zero-filled by TMA and never read from the next batch entry;
+ * the epilogue masks the stores.
  * Other GPUs / builds (and misaligned inputs, lda % 8 != 0): the entry
  * points say so (kn_cuda_gemm_wgmma_fits) and the caller uses gemm_tc.cu;
  * kn_cuda_gemm_bf16 keeps a plain tiled FFMA kernel (correct, slow).
  */
 #include "backends/cuda/common.cuh"
+#include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn
+#include "core/env.h"                // kn_env_get()->debug
+#include <stdio.h>
 #include <cuda.h>          // defines: CUtensorMap and its enums (no libcuda link: entry point via cudart)
 #include <cuda_fp16.h>     // defines: __float2half_rn
 #include <string.h>
@@ -43,33 +78,30 @@
 
 #define G_BM 128
 #define G_BK 64
-/* per tile width BN: stages and shared-memory bytes (a stage holds A's
- * 128 x 64 and B's BN x 64 tiles; 1024 of alignment slack; the barriers) */
+/* Per tile width BN: stages of the ring (a stage holds A's 128 x 64 and
+ * B's BN x 64 tiles) and the shared bytes: the ring, the epilogue's two
+ * staging boxes a consumer (64 rows x 64 columns of 16-bit values, 8 KB,
+ * in TMA's 128-byte swizzle), 1024 of alignment slack, the barriers.
+ * 227 KB an SM: 4 stages at BN = 256, 6 at 128. */
 #define G_STAGES(BN) ((BN) == 256 ? 4 : 6)
 #define G_STAGE_BYTES(BN) ((G_BM + (BN)) * G_BK * 2)
-#define G_SMEM_BYTES(BN) (G_STAGES(BN) * G_STAGE_BYTES(BN) + 1024 + 2 * 8 * G_STAGES(BN))
-/* the epilogue stages 128 rows of BN f32 (+16 bytes a row) in the stages */
-static_assert(128 * (256 * 4 + 16) <= G_STAGES(256) * G_STAGE_BYTES(256), "staging fits");
-static_assert(128 * (128 * 4 + 16) <= G_STAGES(128) * G_STAGE_BYTES(128), "staging fits");
-
-/* output dtype codes of the kernel */
-#define G_OUT_BF16 0
-#define G_OUT_F16 1
-#define G_OUT_F32 2
-/* v in a 16-bit output dtype (G_OUT_BF16 or G_OUT_F16), rounded to nearest even */
-__device__ __forceinline__ uint32_t g_to16(int c_out, float v) {
-    return c_out == G_OUT_F16 ? __half_as_ushort(__float2half_rn(v)) : kn_f2bf(v);
-}
+#define G_BOX 8192
+#define G_SMEM_BYTES(BN) (G_STAGES(BN) * G_STAGE_BYTES(BN) + 4 * G_BOX + 1024 + 2 * 8 * G_STAGES(BN))
+/* the odd-N epilogue's padded rows (64 values and 16 bytes: a warp's
+ * 4-byte writes to 8 rows hit 32 banks) fit a consumer's two boxes */
+#define G_SROW (64 * 2 + 16)
+static_assert(64 * G_SROW <= 2 * G_BOX, "padded staging fits");
+static_assert(G_SMEM_BYTES(256) <= 227 * 1024 && G_SMEM_BYTES(128) <= 227 * 1024, "shared memory");
 
 struct wg_args {
     int M, N, K;
     const float *bias;      /* [N] f32 or NULL */
     int epi;                /* kn_cuda_epilogue */
-    void *C;
-    int c_out;              /* G_OUT_* */
+    void *C;                /* in the operand dtype (F16 ? f16 : bf16) */
     int64_t ldc, sc;        /* C row stride and batch stride, elements */
     int a_z, b_z;           /* 1 when the operand steps with the batch entry */
-    int vec_out;            /* 16-byte stores allowed (base, ldc, sc aligned) */
+    int vec_out;            /* C by TMA (base, ldc, sc 16-byte aligned: the map tmC); else element stores */
+    int npair, nnt, units;  /* M-tile groups (pairs, or single tiles without a cluster), N tiles, groups x N tiles x batch */
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -79,6 +111,30 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 #ifdef KN_SM90A_DEVICE
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ uint32_t sreg_cluster_rank(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sreg_cluster_size(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sreg_cluster_id(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t sreg_clusters(void) {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+    return r;
+}
+/* every thread of the cluster: arrive (release) and wait (acquire) */
+__device__ __forceinline__ void cluster_sync(void) {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
@@ -91,8 +147,24 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
                      : "=r"(ok) : "r"(a), "r"(parity) : "memory");
     } while (!ok);
 }
+/* Arrive on the barrier at b's offset in block `rank` of the cluster (this
+ * block's own included). Default semantics (release at CTA scope), as a
+ * stage hand-back needs: with .release.cluster every GPT-2 product ran
+ * 2-2.7x slower on an H100 (KN_CUDA_TUNE=gemm_heavy=1 of that build). */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(b)), "r"(rank));
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
+}
 __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+/* a consumer hands stage b back: to this block's producer, and in a pair to
+ * the other block's as well */
+__device__ __forceinline__ void stage_release(uint64_t *b, int ncta) {
+    if (ncta == 1) mbar_arrive(b);
+    else
+        for (int r = 0; r < ncta; r++) mbar_arrive_cluster(b, (uint32_t)r);
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
@@ -105,6 +177,23 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, i
                  ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z),
                  "r"(smem_u32(bar)) : "memory");
 }
+/* the same box written at dst's offset in every block of `mask` (and
+ * completing on each one's barrier at bar's offset) */
+__device__ __forceinline__ void tma_load_3d_mc(void *dst, const CUtensorMap *map, int x, int y, int z,
+                                               uint64_t *bar, uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3, %4}], [%5], %6;"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z),
+                 "r"(smem_u32(bar)), "h"(mask) : "memory");
+}
+/* TMA store of the box at src (this block's shared memory) to the map's
+ * box at {x, y, z}; rows and columns past the matrix are not written.
+ * bulk_commit closes a group of them (an empty group where none). */
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap *map, const void *src, int x, int y, int z) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 ::"l"((uint64_t)(uintptr_t)map), "r"(smem_u32(src)), "r"(x), "r"(y), "r"(z) : "memory");
+}
+__device__ __forceinline__ void bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 /* Shared-memory matrix descriptor, 128-byte swizzle. K-major: rows of 128
  * bytes of k, 8-row core groups 1024 bytes apart (SBO), LBO unused (1).
  * MN-major: 64 m/n per 128-byte row, next 8 k rows 1024 bytes on (SBO),
@@ -157,10 +246,31 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
 }
 #endif /* KN_SM90A_DEVICE */
 
+/* two values in the operand dtype (f16 or bf16, rounded to nearest even),
+ * the first in the low half */
+template <int F16> __device__ __forceinline__ uint32_t g_pack16(float a, float b) {
+    if constexpr (F16)
+        return (uint32_t)__half_as_ushort(__float2half_rn(a)) | (uint32_t)__half_as_ushort(__float2half_rn(b)) << 16;
+    else
+        return (uint32_t)kn_f2bf(a) | (uint32_t)kn_f2bf(b) << 16;
+}
+
+/* Unit u of the tile list (M-tile group fastest, then N tile, then batch
+ * entry): this block's batch entry z and tile origin (m0, n0). A group is a
+ * pair of M tiles in a cluster of two (rank 0 the upper), one tile alone. */
+__device__ __forceinline__ void wg_tile(const wg_args &p, int u, int ncta, int rank, int bn, int &z, int &m0,
+                                        int &n0) {
+    const int per_z = p.npair * p.nnt;
+    z = u / per_z;
+    const int r = u - z * per_z, nt = r / p.npair, mp = r - nt * p.npair;
+    m0 = (mp * ncta + rank) * G_BM;
+    n0 = nt * bn;
+}
+
 template <int BN, int AMN, int BMN, int F16>
 __global__ void __launch_bounds__(384, 1)
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                  const wg_args p) {
+                  const __grid_constant__ CUtensorMap tmC, const wg_args p) {
 #ifdef KN_SM90A_DEVICE
     constexpr int STAGES = G_STAGES(BN), A_BYTES = G_BM * G_BK * 2, B_BYTES = BN * G_BK * 2;
     constexpr int NACC = BN / 2;
@@ -168,162 +278,199 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     uint8_t *base = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *sA = base;                                   // [STAGES][A_BYTES]
     uint8_t *sB = base + STAGES * A_BYTES;                // [STAGES][B_BYTES]
-    uint64_t *full = (uint64_t *)(base + STAGES * (A_BYTES + B_BYTES));
+    uint8_t *stg0 = base + STAGES * (A_BYTES + B_BYTES);  // [2 consumers][2 boxes][G_BOX]
+    uint64_t *full = (uint64_t *)(stg0 + 4 * G_BOX);
     uint64_t *empty = full + STAGES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const int m0 = blockIdx.y * G_BM, n0 = blockIdx.x * BN, z = blockIdx.z;
+    const int rank = (int)sreg_cluster_rank(), ncta = (int)sreg_cluster_size();
+    const int cid = (int)sreg_cluster_id(), ncl = (int)sreg_clusters();
     const int nk = (p.K + G_BK - 1) / G_BK;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 2); }
+        /* a stage is free when both consumers of every block in the cluster are done with it */
+        for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 2 * ncta); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    cluster_sync();
+    /* launched with programmatic dependent launch (common.cuh): the setup
+     * above ran beside the previous kernel's tail */
+    kn_pdl_enter();
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (tid == 0) {
-            const int za = p.a_z ? z : 0, zb = p.b_z ? z : 0;
-            for (int kt = 0; kt < nk; kt++) {
-                int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) - 1) & 1);
-                /* the full box counts even where TMA zero-fills past the edge */
-                mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
-                uint8_t *a = sA + s * A_BYTES, *b = sB + s * B_BYTES;
-                if (AMN) {       // A stored [K,M]: two 64(m) x 64(k) boxes
-                    tma_load_3d(a, &tmA, m0, kt * G_BK, za, &full[s]);
-                    tma_load_3d(a + 8192, &tmA, m0 + 64, kt * G_BK, za, &full[s]);
-                } else {         // A stored [M,K]: one 64(k) x 128(m) box
-                    tma_load_3d(a, &tmA, kt * G_BK, m0, za, &full[s]);
-                }
-                if (BMN) {       // B stored [K,N]: BN/64 boxes of 64(n) x 64(k)
+        /* warp 0 walks the tiles, converged (the other three warps wait at
+         * the closing cluster barrier); lane 0 issues */
+        if (tid < 32) {
+            uint32_t it = 0;     // k-steps issued, over all of this block's tiles
+            for (int u = cid; u < p.units; u += ncl) {
+                int z, m0, n0;
+                wg_tile(p, u, ncta, rank, BN, z, m0, n0);
+                const int za = p.a_z ? z : 0, zb = p.b_z ? z : 0;
+                for (int kt = 0; kt < nk; kt++, it++) {
+                    const uint32_t s = it % STAGES;
+                    if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
+                    if (tid == 0) {
+                        /* the full box counts even where TMA zero-fills past
+                         * the edge; in a pair, half of B comes from the other
+                         * block */
+                        mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
+                        uint8_t *a = sA + s * A_BYTES, *b = sB + s * B_BYTES;
+                        if (AMN) {       // A stored [K,M]: two 64(m) x 64(k) boxes
+                            tma_load_3d(a, &tmA, m0, kt * G_BK, za, &full[s]);
+                            tma_load_3d(a + 8192, &tmA, m0 + 64, kt * G_BK, za, &full[s]);
+                        } else {         // A stored [M,K]: one 64(k) x 128(m) box
+                            tma_load_3d(a, &tmA, kt * G_BK, m0, za, &full[s]);
+                        }
+                        if (ncta == 1) {
+                            if (BMN) {   // B stored [K,N]: BN/64 boxes of 64(n) x 64(k)
 #pragma unroll
-                    for (int j = 0; j < BN / 64; j++) tma_load_3d(b + j * 8192, &tmB, n0 + j * 64, kt * G_BK, zb, &full[s]);
-                } else {         // B stored [N,K]: one 64(k) x BN(n) box
-                    tma_load_3d(b, &tmB, kt * G_BK, n0, zb, &full[s]);
+                                for (int j = 0; j < BN / 64; j++)
+                                    tma_load_3d(b + j * 8192, &tmB, n0 + j * 64, kt * G_BK, zb, &full[s]);
+                            } else {     // B stored [N,K]: one 64(k) x BN(n) box
+                                tma_load_3d(b, &tmB, kt * G_BK, n0, zb, &full[s]);
+                            }
+                        } else {         // this block's half of B's rows, into both blocks
+                            if (BMN) {
+#pragma unroll
+                                for (int j = 0; j < BN / 128; j++) {
+                                    const int jj = rank * (BN / 128) + j;
+                                    tma_load_3d_mc(b + jj * 8192, &tmB, n0 + jj * 64, kt * G_BK, zb, &full[s], 3);
+                                }
+                            } else {     // 64(k) x BN/2(n): BN/2 rows of 128 bytes
+                                tma_load_3d_mc(b + rank * (BN / 2) * 128, &tmB, kt * G_BK, n0 + rank * (BN / 2),
+                                               zb, &full[s], 3);
+                            }
+                        }
+                    }
+                    __syncwarp();
                 }
             }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1;
-        float d[NACC];
-#pragma unroll
-        for (int i = 0; i < NACC; i++) d[i] = 0.f;
+        const int cw = wg - 1, warp = tid / 32, lane = tid % 32;
+        uint8_t *stg = stg0 + cw * 2 * G_BOX;            // this consumer's two boxes
+        uint32_t nbox = 0;                               // boxes stored so far (TMA path)
         /* byte step between the k16 slices of a 64-deep tile */
         constexpr int A_KSTEP = AMN ? 2048 : 32, B_KSTEP = BMN ? 2048 : 32;
-        for (int kt = 0; kt < nk; kt++) {
-            int s = kt % STAGES;
-            mbar_wait(&full[s], (kt / STAGES) & 1);
-            /* this consumer's 64 rows of A: 8 KB on in either form */
-            const uint8_t *a = sA + s * A_BYTES + cw * 8192;
-            const uint8_t *b = sB + s * B_BYTES;
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        uint32_t it = 0;
+        for (int u = cid; u < p.units; u += ncl) {
+            int z, m0, n0;
+            wg_tile(p, u, ncta, rank, BN, z, m0, n0);
+            float d[NACC];
 #pragma unroll
-            for (int kk = 0; kk < G_BK / 16; kk++)
-                wg_mma<BN, AMN, BMN, F16>(d, wg_desc<AMN>(a + kk * A_KSTEP), wg_desc<BMN>(b + kk * B_KSTEP));
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            /* keep this k-tile's wgmmas in flight; the previous ones are done,
-             * so their stage can go back to the producer */
-            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-            if (kt > 0 && tid == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
-        }
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        /* Epilogue, staged through shared memory as f32 so that global
-         * stores are 16-byte and row-contiguous (and so that no branch on
-         * the output dtype touches the accumulators: ptxas then serializes
-         * the wgmmas, C7514). Fragment j of a thread is row warp*16 +
-         * lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1). The pipeline buffers
-         * are reused: both consumers first finish reading them (the
-         * producer's copies have all landed: every full barrier was waited). */
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        constexpr int SROW = BN * 4 + 16;                 // padded staging row, bytes
-        uint8_t *stg = base + cw * 64 * SROW;
-        const int warp = tid / 32, lane = tid % 32;
+            for (int i = 0; i < NACC; i++) d[i] = 0.f;
+            for (int kt = 0; kt < nk; kt++, it++) {
+                const uint32_t s = it % STAGES;
+                mbar_wait(&full[s], (it / STAGES) & 1);
+                /* this consumer's 64 rows of A: 8 KB on in either form */
+                const uint8_t *a = sA + s * A_BYTES + cw * 8192;
+                const uint8_t *b = sB + s * B_BYTES;
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-        for (int j = 0; j < NACC; j += 2) {
-            int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
-            int cl = (j / 4) * 8 + (lane % 4) * 2;
-            int col = n0 + cl;
-            float v0 = d[j], v1 = d[j + 1];
-            if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
-            if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
-            *(float2 *)(stg + rl * SROW + cl * 4) = make_float2(v0, v1);
-        }
-        asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-        const int esz = p.c_out == G_OUT_F32 ? 4 : 2;
-        uint8_t *cz = (uint8_t *)p.C + (int64_t)z * p.sc * esz;
-        if (!p.vec_out) {
-            /* rows not 16-byte aligned (an odd N such as a vocabulary of
-             * 50257): each row of the tile is cut where its addresses cross
-             * 16 bytes, into a head of h < V elements (V = 16 / esz), whole
-             * 16-byte chunks and a tail; item 0 of a row is its head, item
-             * k >= 1 the chunk from column h + (k-1) V. Chunks store as the
-             * aligned path does, head and tail one element at a time. (One
-             * element per thread, the previous way, ran the [8192, 50257]
-             * logits in 2.1 ms against 1.07 for the aligned products of the
-             * same size.) */
-            const int V = 16 / esz, per = BN / V + 1;
-            for (int c = tid; c < 64 * per; c += 128) {
-                const int rl = c / per, k = c % per, row = m0 + cw * 64 + rl;
-                if (row >= p.M) continue;
-                uint8_t *rp = cz + ((int64_t)row * p.ldc + n0) * esz;        /* the row's column n0 */
-                const int h = (int)((16 - ((uintptr_t)rp & 15)) & 15) / esz;
-                const int c0 = k == 0 ? 0 : h + (k - 1) * V, c1 = k == 0 ? h : min(h + k * V, BN);
-                if (c0 >= c1) continue;
-                const float *sv = (const float *)(stg + rl * SROW);
-                if (c1 - c0 == V && n0 + c1 <= p.N) {
-                    if (esz == 4) {
-                        *(float4 *)(rp + c0 * 4) = make_float4(sv[c0], sv[c0 + 1], sv[c0 + 2], sv[c0 + 3]);
-                    } else {
-                        uint32_t w[4];
-#pragma unroll
-                        for (int q = 0; q < 4; q++) w[q] = g_to16(p.c_out, sv[c0 + 2 * q]) | g_to16(p.c_out, sv[c0 + 2 * q + 1]) << 16;
-                        *(uint4 *)(rp + c0 * 2) = make_uint4(w[0], w[1], w[2], w[3]);
-                    }
-                } else {
-                    for (int q = c0; q < c1 && n0 + q < p.N; q++) {
-                        float v = sv[q];
-                        if (esz == 4) ((float *)rp)[q] = v;
-                        else ((uint16_t *)rp)[q] = (uint16_t)g_to16(p.c_out, v);
-                    }
-                }
+                for (int kk = 0; kk < G_BK / 16; kk++)
+                    wg_mma<BN, AMN, BMN, F16>(d, wg_desc<AMN>(a + kk * A_KSTEP), wg_desc<BMN>(b + kk * B_KSTEP));
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                /* keep this k-step's wgmmas in flight; the previous ones are
+                 * done, so their stage can go back (to every block's producer) */
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                if (kt > 0 && tid == 0) stage_release(&empty[(it - 1) % STAGES], ncta);
             }
-            return;
-        }
-        /* chunks of 8 columns: 32 bytes of f32 or 16 of bf16/f16 */
-        for (int c = tid; c < 64 * (BN / 8); c += 128) {
-            int rl = c / (BN / 8), ch = c % (BN / 8);
-            int row = m0 + cw * 64 + rl, col = n0 + ch * 8;
-            if (row >= p.M || col >= p.N) continue;
-            const float4 lo = *(const float4 *)(stg + rl * SROW + ch * 32);
-            const float4 hi = *(const float4 *)(stg + rl * SROW + ch * 32 + 16);
-            const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-            uint8_t *cp = cz + ((int64_t)row * p.ldc + col) * esz;
-            const bool whole = p.vec_out && col + 8 <= p.N;
-            if (esz == 4) {
-                if (whole) {
-                    ((float4 *)cp)[0] = lo;
-                    ((float4 *)cp)[1] = hi;
-                } else {
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (tid == 0) stage_release(&empty[(it - 1) % STAGES], ncta);
+
+            /* Epilogue, 64 columns at a time: bias and GELU in f32, 16-bit
+             * pairs into shared memory (fragment j of a thread is row
+             * warp*16 + lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1)), then
+             * out. (No branch on a dtype touches the accumulators: ptxas
+             * would then serialize the wgmmas, C7514.) */
+            if (p.vec_out) {
+                /* Each pass fills one of this consumer's two boxes in TMA's
+                 * 128-byte swizzle (16-byte chunk c of row r at chunk
+                 * c ^ (r % 8): a warp's writes to 8 rows hit 32 banks) and
+                 * one thread stores it by TMA, which runs on while the
+                 * consumers go on to the next tile's k-steps. A box is
+                 * written again two passes later, once its store has read it
+                 * (wait_group.read 1: all but the newest store). */
 #pragma unroll
-                    for (int q = 0; q < 8; q++)
-                        if (col + q < p.N) ((float *)cp)[q] = v[q];
+                for (int q = 0; q < BN / 64; q++, nbox++) {
+                    uint8_t *box = stg + (nbox & 1) * G_BOX;
+                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+#pragma unroll
+                    for (int j = q * 32; j < q * 32 + 32; j += 2) {
+                        const int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
+                        const int cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
+                        const int col = n0 + q * 64 + cl;
+                        float v0 = d[j], v1 = d[j + 1];
+                        if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
+                        if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
+                        *(uint32_t *)(box + rl * 128 + (((cl / 8) ^ (rl % 8)) * 16) + (cl % 8) * 2) =
+                            g_pack16<F16>(v0, v1);
+                    }
+                    /* the writes above must be seen by the async proxy (TMA) */
+                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+                    if (tid == 0) {
+                        /* one group a pass, empty past the matrix, so that
+                         * "all but the newest" is always the other box */
+                        if (m0 + cw * 64 < p.M && n0 + q * 64 < p.N)
+                            tma_store_3d(&tmC, box, n0 + q * 64, m0 + cw * 64, z);
+                        bulk_commit();
+                    }
                 }
             } else {
-                uint16_t h[8];
+                /* Rows not 16-byte aligned (an odd N such as a vocabulary of
+                 * 50257): padded rows in the two boxes' room, and each row's
+                 * 64 columns cut where their addresses cross 16 bytes, into a
+                 * head of h < 8 elements, whole 16-byte chunks and a tail;
+                 * item 0 of a row is its head, item k >= 1 the chunk from
+                 * column h + (k-1) 8. (One element a thread, the first way,
+                 * ran the [8192, 50257] logits in 2.1 ms against 1.07 for
+                 * aligned products of that size.) The first barrier of a
+                 * pass: this consumer's reads of the last pass are done. */
+                uint16_t *cz = (uint16_t *)p.C + (int64_t)z * p.sc;
 #pragma unroll
-                for (int q = 0; q < 8; q++)
-                    h[q] = (uint16_t)g_to16(p.c_out, v[q]);
-                if (whole) {
-                    *(uint4 *)cp = make_uint4(h[0] | ((uint32_t)h[1] << 16), h[2] | ((uint32_t)h[3] << 16),
-                                              h[4] | ((uint32_t)h[5] << 16), h[6] | ((uint32_t)h[7] << 16));
-                } else {
+                for (int q = 0; q < BN / 64; q++) {
+                    const int nq = n0 + q * 64;      // the pass's first column
+                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
 #pragma unroll
-                    for (int q = 0; q < 8; q++)
-                        if (col + q < p.N) ((uint16_t *)cp)[q] = h[q];
+                    for (int j = q * 32; j < q * 32 + 32; j += 2) {
+                        const int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
+                        const int cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
+                        const int col = nq + cl;
+                        float v0 = d[j], v1 = d[j + 1];
+                        if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
+                        if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
+                        *(uint32_t *)(stg + rl * G_SROW + cl * 2) = g_pack16<F16>(v0, v1);
+                    }
+                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+                    if (nq >= p.N) continue;
+                    for (int c = tid; c < 64 * 9; c += 128) {
+                        const int rl = c / 9, k = c % 9, row = m0 + cw * 64 + rl;
+                        if (row >= p.M) continue;
+                        uint16_t *rp = cz + (int64_t)row * p.ldc + nq;        /* the row's column nq */
+                        const int h = (int)((16 - ((uintptr_t)rp & 15)) & 15) / 2;
+                        const int c0 = k == 0 ? 0 : h + (k - 1) * 8, c1 = k == 0 ? h : min(h + k * 8, 64);
+                        if (c0 >= c1) continue;
+                        const uint16_t *sv = (const uint16_t *)(stg + rl * G_SROW);
+                        if (c1 - c0 == 8 && nq + c1 <= p.N) {
+                            uint32_t w[4];
+#pragma unroll
+                            for (int e = 0; e < 4; e++)
+                                w[e] = (uint32_t)sv[c0 + 2 * e] | (uint32_t)sv[c0 + 2 * e + 1] << 16;
+                            *(uint4 *)(rp + c0) = make_uint4(w[0], w[1], w[2], w[3]);
+                        } else {
+                            for (int e = c0; e < c1 && nq + e < p.N; e++) rp[e] = sv[e];
+                        }
+                    }
                 }
             }
         }
+        /* the stores by TMA are done before the block leaves */
+        if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
+    /* the pair leaves together: the other block's consumers may still
+     * arrive on this block's barriers */
+    cluster_sync();
 #endif
 }
 
@@ -432,20 +579,149 @@ static kn_status make_map(CUtensorMap *map, const void *ptr, bool f16, int64_t i
     return KN_OK;
 }
 
-/* Launch one instantiation; > 48 KB of dynamic shared memory needs an
- * opt-in, once per kernel. */
+/* SMs of the current device (132 on an H100 / H200 SXM) */
+static int wg_sms(void) {
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
+            cudaGetLastError();
+            n = 132;
+        }
+    }
+    return n;
+}
+
+/* Fewer block tiles than this leave most of the SMs idle; mma.sync's
+ * 128 x 128 tiles (2 blocks per SM) do better there. */
+#define WG_MIN_TILES 66
+
+/* Blocks an M-tile group: 2 (a cluster sharing B's tile) from two M tiles;
+ * KN_CUDA_TUNE=gemm_cluster=1 keeps every block alone. */
+static int wg_ncta(int64_t M) {
+    static int pair = -1;
+    if (pair < 0) pair = kn_cuda_tune("gemm_cluster", 2) == 2;
+    return pair && (M + G_BM - 1) / G_BM >= 2 ? 2 : 1;
+}
+
+/* Tile width: 128 for N <= 128 (attention's P @ V with a head dim of 64),
+ * else the width whose last round of units over the SMs wastes less, a
+ * 128-wide unit taken as 0.55 of a 256-wide one (its B traffic per output
+ * is the same, its A traffic twice). GPT-2's projection [8192, 768] has 96
+ * units of 256 x 256 for 66 clusters (2 rounds, the second a third full)
+ * and 192 of 256 x 128 (3 rounds): 128. KN_CUDA_TUNE=gemm_bn=128 or 256
+ * forces a width. */
+static int wg_bn(int64_t M, int64_t N, int64_t nz) {
+    if (N <= 128) return 128;
+    static int force = -1;
+    if (force < 0) force = kn_cuda_tune("gemm_bn", 0);
+    if (force == 128 || force == 256) return force;
+    const int ncta = wg_ncta(M);
+    const int64_t groups = nz * (((M + G_BM - 1) / G_BM + ncta - 1) / ncta), ncl = wg_sms() / ncta;
+    const int64_t r256 = (groups * ((N + 255) / 256) + ncl - 1) / ncl;
+    const int64_t r128 = (groups * ((N + 127) / 128) + ncl - 1) / ncl;
+    return 0.55 * (double)r128 < (double)r256 ? 128 : 256;
+}
+
+/* Launch one instantiation over p.units units: as many clusters as fit on
+ * the GPU at once (each walks units cid, cid + ncl, ...), each of ncta
+ * blocks, with programmatic dependent launch where it is on. > 48 KB of
+ * dynamic shared memory needs an opt-in, once per kernel. */
 template <int BN, int AMN, int BMN, int F16>
-static kn_status wg_launch(const CUtensorMap &ma, const CUtensorMap &mb, const wg_args &p, dim3 grid,
+static kn_status wg_launch(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, const wg_args &p, int ncta,
                            cudaStream_t st) {
+    void (*kern)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const wg_args) = gemm_wgmma_kernel<BN, AMN, BMN, F16>;
     static bool attr = false;
+    static int fit[3];       /* clusters of 1 and 2 blocks resident at once */
     if (!attr) {
-        KN_CUDA_TRY(cudaFuncSetAttribute(gemm_wgmma_kernel<BN, AMN, BMN, F16>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, G_SMEM_BYTES(BN)));
+        KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, G_SMEM_BYTES(BN)));
         attr = true;
     }
-    gemm_wgmma_kernel<BN, AMN, BMN, F16><<<grid, 384, G_SMEM_BYTES(BN), st>>>(ma, mb, p);
-    KN_CUDA_LAUNCHED();
+    cudaLaunchAttribute at[2];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)ncta;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t c = {};
+    c.blockDim = dim3(384);
+    c.dynamicSmemBytes = G_SMEM_BYTES(BN);
+    c.stream = st;
+    c.attrs = at;
+    c.numAttrs = 1;
+    if (!fit[ncta]) {
+        /* a GPC with an odd number of SMs has one that no pair can use */
+        c.gridDim = dim3((unsigned)(ncta * (wg_sms() / ncta)));
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, (const void *)kern, &c) != cudaSuccess || n < 1) {
+            cudaGetLastError();
+            n = wg_sms() / ncta;
+        }
+        fit[ncta] = n;
+        if (kn_env_get()->debug)
+            fprintf(stderr, "gemm_bf16_sm90: %d x %d tiles%s%s%s, clusters of %d: %d resident (%d SMs)\n", G_BM, BN,
+                    AMN ? ", A stored [K,M]" : "", BMN ? ", B stored [K,N]" : "", F16 ? ", f16" : "", ncta, n, wg_sms());
+    }
+    /* KN_CUDA_TUNE=gemm_persist=0: a cluster a unit (for comparison; the
+     * grid's x is at most 2^31 - 1 blocks) */
+    static int persist = -1;
+    if (persist < 0) persist = kn_cuda_tune("gemm_persist", 1) != 0;
+    int ncl = p.units < fit[ncta] ? p.units : fit[ncta];
+    if (!persist) ncl = p.units < INT32_MAX / 2 ? p.units : INT32_MAX / 2;
+    c.gridDim = dim3((unsigned)(ncta * ncl));
+    c.numAttrs = 1 + kn_pdl_attr(&at[1]);
+    KN_CUDA_TRY(cudaLaunchKernelEx(&c, kern, ma, mb, mc, p));
     return KN_OK;
+}
+
+/* Maps, arguments and launch of C[z] = epi(op(A[z]) @ op(B[z]) + bias) with
+ * nz batch entries (sa, sb, sc elements apart; sa or sb 0: shared). amn:
+ * A stored [K,M]; bmn: B stored [K,N]. Shape and alignment were checked. */
+static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int64_t K, const void *A,
+                        int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, void *C, int64_t ldc,
+                        int64_t sc, int64_t nz, const float *bias, int epi, cudaStream_t st) {
+    const int bn = wg_bn(M, N, nz), ncta = wg_ncta(M);
+    CUtensorMap ma, mb;
+    kn_status s;
+    /* stored shapes: A [M,K] or [K,M]; B [N,K] or [K,N] (in a pair each
+     * block loads half of B's rows of a tile: the K-major box is bn/ncta) */
+    if (amn) s = make_map(&ma, A, f16, M, K, lda, sa ? nz : 1, sa, 64);
+    else s = make_map(&ma, A, f16, K, M, lda, sa ? nz : 1, sa, G_BM);
+    if (s) return s;
+    if (bmn) s = make_map(&mb, B, f16, N, K, ldb, sb ? nz : 1, sb, 64);
+    else s = make_map(&mb, B, f16, K, N, ldb, sb ? nz : 1, sb, (uint32_t)(bn / ncta));
+    if (s) return s;
+    /* C by TMA where its rows are 16-byte aligned: boxes of 64 x 64 */
+    const bool vec = kn_aligned16(C) && (ldc * 2) % 16 == 0 && (sc * 2) % 16 == 0;
+    CUtensorMap mc;
+    memset(&mc, 0, sizeof mc);
+    if (vec && (s = make_map(&mc, C, f16, N, M, ldc, sc ? nz : 1, sc, 64))) return s;
+    const int64_t mt = (M + G_BM - 1) / G_BM, npair = (mt + ncta - 1) / ncta, nnt = (N + bn - 1) / bn;
+    const int64_t units = nz * npair * nnt;
+    if (units >= INT32_MAX)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "gemm_bf16_sm90: %lld tiles of %lld x %lld x %lld batch entries "
+                            "are too many", (long long)units, (long long)M, (long long)N, (long long)nz);
+    wg_args p = {(int)M, (int)N, (int)K, bias, epi, C, ldc, sc, sa != 0, sb != 0,
+                 vec, (int)npair, (int)nnt, (int)units};
+    int key = (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
+    switch (key) {
+    case 0: return wg_launch<128, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 1: return wg_launch<128, 0, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 2: return wg_launch<128, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 3: return wg_launch<128, 0, 1, 1>(ma, mb, mc, p, ncta, st);
+    case 4: return wg_launch<128, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 5: return wg_launch<128, 1, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 6: return wg_launch<128, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 7: return wg_launch<128, 1, 1, 1>(ma, mb, mc, p, ncta, st);
+    case 8: return wg_launch<256, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 9: return wg_launch<256, 0, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 10: return wg_launch<256, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 11: return wg_launch<256, 0, 1, 1>(ma, mb, mc, p, ncta, st);
+    case 12: return wg_launch<256, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 13: return wg_launch<256, 1, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 14: return wg_launch<256, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    default: return wg_launch<256, 1, 1, 1>(ma, mb, mc, p, ncta, st);
+    }
 }
 
 extern "C" kn_status kn_cuda_gemm_bf16(int64_t M, int64_t N, int64_t K, const uint16_t *A,
@@ -459,17 +735,8 @@ extern "C" kn_status kn_cuda_gemm_bf16(int64_t M, int64_t N, int64_t K, const ui
     if (M == 0 || N == 0) return KN_OK;
     KN_CUDA_REQUIRE(A && W && C, "kn_cuda_gemm_bf16: NULL pointer");
     cudaStream_t st = kn_stream(stream);
-    if (wgmma_available() && K % 8 == 0 && kn_aligned16(A) && kn_aligned16(W)) {
-        CUtensorMap ma, mb;
-        kn_status s = make_map(&ma, A, false, K, M, K, 1, 0, G_BM);
-        if (s) return s;
-        if ((s = make_map(&mb, W, false, K, N, K, 1, 0, 256))) return s;
-        wg_args p = {(int)M, (int)N, (int)K, bias, (int)epi, C, G_OUT_BF16, N, 0, 0, 0,
-                     (N % 8) == 0 && kn_aligned16(C)};
-        dim3 grid((unsigned)((N + 255) / 256), (unsigned)((M + G_BM - 1) / G_BM));
-        KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_gemm_bf16: M=%lld too large", (long long)M);
-        return wg_launch<256, 0, 0, 0>(ma, mb, p, grid, st);
-    }
+    if (wgmma_available() && K % 8 == 0 && kn_aligned16(A) && kn_aligned16(W))
+        return wg_run(false, false, false, M, N, K, A, K, 0, W, K, 0, C, N, 0, 1, bias, (int)epi, st);
     dim3 grid((unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64));
     KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_gemm_bf16: M=%lld too large", (long long)M);
     gemm_bf16_simple_kernel<<<grid, 256, 0, st>>>((int)M, (int)N, (int)K, A, W, bias, (int)epi, C);
@@ -492,28 +759,10 @@ static int64_t batch_stride(const kn_cuda_gemm_batch *bt, const int64_t *s) {
     return s[bt->nb - 1] > 0 ? s[bt->nb - 1] : -1;
 }
 
-/* Fewer block tiles than this leave most of the 132 SMs idle; mma.sync's
- * 128 x 128 tiles (2 blocks per SM) do better there. */
-#define WG_MIN_TILES 66
-#define WG_SMS 132                  /* H100 / H200 SXM */
-
-/* Tile width: 128 for narrow products (N <= 128: attention's P @ V with a
- * head dim of 64), else 256, except where 256-wide tiles would fill less
- * than one wave of the SMs and 128-wide ones still fit in one: there the
- * narrow tiles halve the time of the only wave (a weight gradient
- * dW [2304, 768] over 8192 rows: 54 tiles of 128 x 256 left it on the
- * mma.sync kernel at 142 TFLOP/s on an H200; 108 of 128 x 128 fit a wave). */
-static int wg_bn(int64_t M, int64_t N, int64_t nz) {
-    if (N <= 128) return 128;
-    int64_t mt = nz * ((M + G_BM - 1) / G_BM);
-    return mt * ((N + 255) / 256) < WG_SMS && mt * ((N + 127) / 128) <= WG_SMS ? 128 : 256;
-}
-
 extern "C" int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                                        const void *A, int64_t lda, const void *B, int64_t ldb, const void *C,
                                        kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch) {
-    /* C in the operand dtype only: the kernel's f32 (and cross-dtype) output
-     * path is written but has not run against a reference on a GPU yet */
+    /* C in the operand dtype only (the epilogue converts to it) */
     if ((ab != KN_BF16 && ab != KN_F16) || c_dtype != ab) return 0;
     if (M < 1 || N < 1 || K < 1 || M >= INT32_MAX || N >= INT32_MAX || K >= INT32_MAX) return 0;
     if (!A || !B || !C || !kn_aligned16(A) || !kn_aligned16(B) || lda % 8 || ldb % 8) return 0;
@@ -535,7 +784,7 @@ extern "C" int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, 
     }
     const int64_t bn = wg_bn(M, N, nz);
     int64_t tiles = nz * ((M + G_BM - 1) / G_BM) * ((N + bn - 1) / bn);
-    if ((M + G_BM - 1) / G_BM > 65535 || tiles < WG_MIN_TILES) return 0;
+    if (tiles < WG_MIN_TILES) return 0;
     return wgmma_available();
 }
 
@@ -550,40 +799,6 @@ extern "C" kn_status kn_cuda_gemm_wgmma(kn_dtype ab, bool trans_a, bool trans_b,
         for (int i = 0; i < batch->nb; i++) nz *= batch->ne[i];
         if (nz > 1) { sa = batch_stride(batch, batch->sa); sb = batch_stride(batch, batch->sb); sc = batch_stride(batch, batch->sc); }
     }
-    const bool f16 = ab == KN_F16, amn = trans_a, bmn = !trans_b;
-    const int bn = wg_bn(M, N, nz);
-    CUtensorMap ma, mb;
-    kn_status s;
-    /* stored shapes: A [M,K] or [K,M]; B [N,K] or [K,N] */
-    if (amn) s = make_map(&ma, A, f16, M, K, lda, sa ? nz : 1, sa, 64);
-    else s = make_map(&ma, A, f16, K, M, lda, sa ? nz : 1, sa, G_BM);
-    if (s) return s;
-    if (bmn) s = make_map(&mb, B, f16, N, K, ldb, sb ? nz : 1, sb, 64);
-    else s = make_map(&mb, B, f16, K, N, ldb, sb ? nz : 1, sb, (uint32_t)bn);
-    if (s) return s;
-    const int esz = c_dtype == KN_F32 ? 4 : 2;
-    wg_args p = {(int)M, (int)N, (int)K, NULL, KN_CUDA_EPI_NONE, C,
-                 c_dtype == KN_F32 ? G_OUT_F32 : c_dtype == KN_F16 ? G_OUT_F16 : G_OUT_BF16, ldc, sc,
-                 sa != 0, sb != 0, kn_aligned16(C) && (ldc * esz) % 16 == 0 && (sc * esz) % 16 == 0};
-    dim3 grid((unsigned)((N + bn - 1) / bn), (unsigned)((M + G_BM - 1) / G_BM), (unsigned)nz);
-    cudaStream_t st = kn_stream(stream);
-    int key = (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
-    switch (key) {
-    case 0: return wg_launch<128, 0, 0, 0>(ma, mb, p, grid, st);
-    case 1: return wg_launch<128, 0, 0, 1>(ma, mb, p, grid, st);
-    case 2: return wg_launch<128, 0, 1, 0>(ma, mb, p, grid, st);
-    case 3: return wg_launch<128, 0, 1, 1>(ma, mb, p, grid, st);
-    case 4: return wg_launch<128, 1, 0, 0>(ma, mb, p, grid, st);
-    case 5: return wg_launch<128, 1, 0, 1>(ma, mb, p, grid, st);
-    case 6: return wg_launch<128, 1, 1, 0>(ma, mb, p, grid, st);
-    case 7: return wg_launch<128, 1, 1, 1>(ma, mb, p, grid, st);
-    case 8: return wg_launch<256, 0, 0, 0>(ma, mb, p, grid, st);
-    case 9: return wg_launch<256, 0, 0, 1>(ma, mb, p, grid, st);
-    case 10: return wg_launch<256, 0, 1, 0>(ma, mb, p, grid, st);
-    case 11: return wg_launch<256, 0, 1, 1>(ma, mb, p, grid, st);
-    case 12: return wg_launch<256, 1, 0, 0>(ma, mb, p, grid, st);
-    case 13: return wg_launch<256, 1, 0, 1>(ma, mb, p, grid, st);
-    case 14: return wg_launch<256, 1, 1, 0>(ma, mb, p, grid, st);
-    default: return wg_launch<256, 1, 1, 1>(ma, mb, p, grid, st);
-    }
+    return wg_run(ab == KN_F16, trans_a, !trans_b, M, N, K, A, lda, sa, B, ldb, sb, C, ldc, sc, nz, NULL,
+                  KN_CUDA_EPI_NONE, kn_stream(stream));
 }
