@@ -1,5 +1,5 @@
-/* bench_bgemm.c: bf16 x bf16 -> f32 products on the CPU, the AMX kernel
- * (kn_bgemm, gemm_bf16.c) against the path it replaces (widen both operands
+/* bench_bgemm.c: bf16 x bf16 -> f32 products on the CPU, the CPU's kernel
+ * (kn_bgemm, gemm_bf16.c: AMX, else AVX512_BF16) against the path it replaces (widen both operands
  * to f32, then kn_sgemm), GFLOP/s, the CPU pool's threads.
  *
  *   build/bench/bench_bgemm [reps]     (timed runs per block, default 5; median)
@@ -7,8 +7,8 @@
  * Shapes: square 512 and 1024, and a GPT-2-small training step's products on
  * the CPU (x [2048, 768] @ W^T [768, 3072], its weight gradient dY^T X over
  * 2048 rows). Rounds alternate the two paths; the results are compared (f32
- * rounding of the sums). Prints a skip line where the CPU or the OS offers no
- * AMX.
+ * rounding of the sums). Prints a skip line where the CPU or the OS offers
+ * neither.
  */
 #include "kn_bench.h"                  /* kn_bench_now */
 #include "backends/cpu/gemm.h"
@@ -35,7 +35,12 @@ int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
     if (reps < 1) reps = 1;
     kn_bgemm_ukr_fn ukr = kn_bgemm_kernel();
-    if (!ukr) { printf("bench_bgemm: no AMX on this CPU (or the OS refused its tile state): skipped\n"); return 0; }
+    if (!ukr) { printf("bench_bgemm: no AMX or AVX512_BF16 on this CPU (or the OS refused AMX's tile state): skipped\n"); return 0; }
+#if !defined(KN_NO_AVX512)
+    const char *kname = ukr == kn_bgemm_ukr_32x32_amx ? "AMX" : "AVX512_BF16";
+#else
+    const char *kname = "?";           /* not reached: such a build has neither kernel */
+#endif
     static const shape S[] = {
         {"512^3", 512, 512, 512, false, false},
         {"1024^3", 1024, 1024, 1024, false, false},
@@ -43,7 +48,7 @@ int main(int argc, char **argv) {
         {"dW = dY^T[3072,2048] @ X[2048,768]", 3072, 768, 2048, true, false},
     };
     printf("bf16 products, %d threads, median of %d runs x 3 rounds\n\n", kn_pool_nthreads(), reps);
-    printf("| shape | AMX GFLOP/s | widen + SGEMM GFLOP/s | ratio |\n|---|---:|---:|---:|\n");
+    printf("| shape | %s GFLOP/s | widen + SGEMM GFLOP/s | ratio |\n|---|---:|---:|---:|\n", kname);
     for (size_t si = 0; si < sizeof S / sizeof S[0]; si++) {
         const shape *s = &S[si];
         int64_t na = s->M * s->K, nb = s->K * s->N, lda = s->ta ? s->M : s->K, ldb = s->tb ? s->K : s->N;

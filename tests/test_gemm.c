@@ -345,8 +345,9 @@ static void count_fn(void *ctx, int ith, int nth) {
  * Random bf16 operands in every layout, odd M, N and K (a zero-padded last
  * k-pair), edge tiles, more than one K block (K > 512), against a double
  * reference: each product of two bf16 values is exact in f32, so the only
- * error is f32 rounding of the sums, bounded by K ulps of sum |a||b|. Both
- * the CPU's kernel (AMX, when the CPU and OS offer it) and the scalar twin. */
+ * error is f32 rounding of the sums, bounded by K ulps of sum |a||b|. The
+ * CPU's kernel (AMX or AVX512_BF16, when the CPU and OS offer them), the
+ * AVX512_BF16 one beside AMX, and the scalar twin. */
 static uint16_t to_bf(float f) {
     union { float f; uint32_t u; } x = {f};
     return (uint16_t)((x.u + 0x7fffu + ((x.u >> 16) & 1u)) >> 16);
@@ -357,8 +358,14 @@ static double from_bf(uint16_t h) {
 }
 TEST(bf16_products_all_layouts) {
     static const int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {14, 32, 512}, {29, 65, 513}, {3, 200, 1031}, {170, 97, 40}, {5, 7, 0}};
-    kn_bgemm_ukr_fn ks[2] = {kn_bgemm_kernel(), kn_bgemm_ukr_generic};
-    if (!ks[0]) fprintf(stderr, "  (no AMX here: the scalar kernel only)\n");
+    /* the CPU's choice, AVX512_BF16's kernel where the CPU has it (also
+     * beside AMX, which the choice prefers), the scalar twin */
+    kn_bgemm_ukr_fn ks[3] = {kn_bgemm_kernel(), NULL, kn_bgemm_ukr_generic};
+#if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
+    if (kn_cpu()->avx512bf16 && kn_cpu()->isa >= KN_ISA_AVX512 && ks[0] != kn_bgemm_ukr_32x32_dpbf16)
+        ks[1] = kn_bgemm_ukr_32x32_dpbf16;
+#endif
+    if (!ks[0]) fprintf(stderr, "  (no AMX or AVX512_BF16 here: the scalar kernel only)\n");
     uint32_t seed = 7;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
         for (int lay = 0; lay < 4; lay++) {
@@ -370,7 +377,7 @@ TEST(bf16_products_all_layouts) {
             REQUIRE(A && B && C, "out of memory");
             for (int64_t i = 0; i < (ta ? K : M) * lda; i++) { seed = seed * 1664525u + 1013904223u; A[i] = to_bf((float)(seed >> 8) / (1 << 24) * 4 - 2); }
             for (int64_t i = 0; i < (tb ? N : K) * ldb; i++) { seed = seed * 1664525u + 1013904223u; B[i] = to_bf((float)(seed >> 8) / (1 << 24) * 4 - 2); }
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 if (!ks[k]) continue;
                 for (int64_t i = 0; i < M * ldc; i++) C[i] = NAN;   /* overwritten, never read */
                 kn_bgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ks[k]);
@@ -385,7 +392,8 @@ TEST(bf16_products_all_layouts) {
                         double e = fabs(C[i * ldc + j] - r) / ((double)(K + 1) * 1.2e-7 * mag + 1e-30);
                         if (!(e <= worst)) worst = e;    /* NaN sticks */
                     }
-                CHECK(worst <= 1.0, "%s kernel %lldx%lldx%lld ta=%d tb=%d: error %.3g of the bound", k ? "scalar" : "cpu",
+                CHECK(worst <= 1.0, "%s kernel %lldx%lldx%lld ta=%d tb=%d: error %.3g of the bound",
+                      k == 2 ? "scalar" : k == 1 ? "avx512_bf16" : "cpu",
                       (long long)M, (long long)N, (long long)K, ta, tb, worst);
             }
             free(A); free(B); free(C);

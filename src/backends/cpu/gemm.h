@@ -60,8 +60,9 @@ void kn_sgemm_set_max_threads(int n);
 /* ---- bf16 products (gemm_bf16.c) ------------------------------------------------
  * C[M,N] (f32, row stride ldc, overwritten) = op(A)[M,K] @ op(B)[K,N] for bf16
  * A and B (raw 16-bit words), op and strides as kn_sgemm. ukr: the
- * micro-kernel, kn_bgemm_kernel() for this CPU's (AMX; NULL when the CPU or
- * the OS has none: the caller widens to f32 instead), or kn_bgemm_ukr_generic
+ * micro-kernel, kn_bgemm_kernel() for this CPU's (AMX, else AVX512_BF16;
+ * NULL when the CPU or the OS has neither: the caller widens to f32
+ * instead), or kn_bgemm_ukr_generic
  * (tests). Micro-kernels: a 32 x 32 block of C over kp k-pairs (a multiple of
  * 16), Ap row-major [32][2 kp] bf16, Bp [kp][32] pair words. Threads from the
  * CPU pool. */
@@ -71,6 +72,7 @@ void kn_bgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const u
               const uint16_t *B, int64_t ldb, float *C, int64_t ldc, kn_bgemm_ukr_fn ukr);
 void kn_bgemm_ukr_generic(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc);
 void kn_bgemm_ukr_32x32_amx(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc);
+void kn_bgemm_ukr_32x32_dpbf16(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc);
 
 /* ---- internal: for tests and the ISA files ------------------------------------ */
 

@@ -1,5 +1,5 @@
 /* gemm_bf16.c: C[M,N] (f32) = op(A)[M,K] @ op(B)[K,N] for bf16 A and B on
- * CPUs with AMX (the CPU side of bf16 mixed-precision training; issue 17:
+ * CPUs with AMX or AVX512_BF16 (the CPU side of bf16 mixed-precision training; issue 17:
  * "bf16 matrix products use AVX512_BF16 or AMX where the CPU has them").
  *
  * One AMX TDPBF16PS multiplies a 16 x 32 bf16 tile of A by a 32 x 16 tile of
@@ -12,10 +12,13 @@
  * columns, KP = K rounded up to 32 with zeros (rows and columns past the
  * matrix are zero too).
  *
- * Measured (bench/bench_bgemm.c, this 2-core VM, docs/PERF.md): AVX512_BF16's
- * vdpbf16ps was tried first and ran at 0.6x of widening to f32 + SGEMM here
- * (on this core it issues one a cycle, where FMAs issue two), so a CPU without
- * AMX keeps the widening path (kn_bgemm_kernel returns NULL).
+ * Without AMX but with AVX512_BF16 (AMD Zen 4 / 5) the same blocks run on
+ * VDPBF16PS (gemm_bf16_avx512.c: 32 multiply-adds an instruction where an
+ * FMA does 16): 1.5-2.3x the widening path on a 2-core Zen 4 (bench_bgemm,
+ * docs/PERF.md, session 18). A first AVX512_BF16 kernel (14 x 32, on an
+ * Intel core that also had AMX) had run at 0.6x; no Intel CPU without AMX
+ * was at hand to time this one. Neither: kn_bgemm_kernel returns NULL and
+ * the caller widens to f32.
  *
  * Numerics: each product of two bf16 values is exact in f32 and each add
  * rounds to f32 (the instruction flushes denormals); kn_bgemm_ukr_generic
@@ -202,6 +205,7 @@ kn_bgemm_ukr_fn kn_bgemm_kernel(void) {
     pthread_once(&g_amx_once, amx_init);
 #if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
     if (g_amx) return kn_bgemm_ukr_32x32_amx;
+    if (kn_cpu()->avx512bf16 && kn_cpu()->isa >= KN_ISA_AVX512) return kn_bgemm_ukr_32x32_dpbf16;   /* KN_CPU=avx2: neither */
 #else
     (void)g_amx;                      /* a build without the AMX kernel never sets it */
 #endif

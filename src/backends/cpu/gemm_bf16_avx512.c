@@ -1,4 +1,4 @@
-/* gemm_bf16_avx512.c: the AMX micro-kernel of gemm_bf16.c.
+/* gemm_bf16_avx512.c: the AMX and AVX512_BF16 micro-kernels of gemm_bf16.c.
  * C[32,32] (f32) = (acc ? C : 0) + A @ B over kp k-pairs (a multiple of 16):
  * Ap row-major [32][2 kp] bf16, Bp [kp][32] pair words. Tiles: 0-3 hold C
  * (rows 0-15 / 16-31 x columns 0-15 / 16-31), 4-5 the A rows of a 32-k step,
@@ -56,4 +56,37 @@ void kn_bgemm_ukr_32x32_amx(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, 
     _tile_stored(1, C + 16, ldc * 4);
     _tile_stored(2, C + 16 * ldc, ldc * 4);
     _tile_stored(3, C + 16 * ldc + 16, ldc * 4);
+}
+
+/* The AVX512_BF16 micro-kernel, for CPUs with that and no AMX (AMD Zen 4 and
+ * 5): the same 32 x 32 block, panels and result, as four groups of 8 rows.
+ * A group keeps its 8 x 32 block of C in 16 zmm accumulators and walks the
+ * k-pairs: two loads of B's pair row (32 words), then per row one
+ * VDPBF16PS a half with A's pair broadcast (a[i][2p], a[i][2p+1] as one
+ * word). Each instruction does 32 multiply-adds where an FMA does 16.
+ * Numerics as AMX: products exact, sums rounded to f32, denormals flushed. */
+void kn_bgemm_ukr_32x32_dpbf16(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc) {
+    for (int g = 0; g < 32; g += 8) {
+        const uint32_t *a = Ap + g * kp;            /* row g + r's pair p: a[r * kp + p] */
+        float *c = C + g * ldc;
+        __m512 c0[8], c1[8];
+        for (int r = 0; r < 8; r++) {
+            c0[r] = acc ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+            c1[r] = acc ? _mm512_loadu_ps(c + r * ldc + 16) : _mm512_setzero_ps();
+        }
+        for (int64_t p = 0; p < kp; p++) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(Bp + p * 32);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(Bp + p * 32 + 16);
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                const __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[r * kp + p]);
+                c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);
+                c1[r] = _mm512_dpbf16_ps(c1[r], av, b1);
+            }
+        }
+        for (int r = 0; r < 8; r++) {
+            _mm512_storeu_ps(c + r * ldc, c0[r]);
+            _mm512_storeu_ps(c + r * ldc + 16, c1[r]);
+        }
+    }
 }
