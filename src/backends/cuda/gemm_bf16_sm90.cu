@@ -112,26 +112,8 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
-__device__ __forceinline__ uint32_t sreg_cluster_rank(void) {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t sreg_cluster_size(void) {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t sreg_cluster_id(void) {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t sreg_clusters(void) {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-    return r;
-}
+/* a special register: G_SREG(r, "%%cluster_ctarank") */
+#define G_SREG(var, name) asm volatile("mov.u32 %0, " name ";" : "=r"(var))
 /* every thread of the cluster: arrive (release) and wait (acquire) */
 __device__ __forceinline__ void cluster_sync(void) {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
@@ -282,8 +264,12 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     uint64_t *full = (uint64_t *)(stg0 + 4 * G_BOX);
     uint64_t *empty = full + STAGES;
     const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const int rank = (int)sreg_cluster_rank(), ncta = (int)sreg_cluster_size();
-    const int cid = (int)sreg_cluster_id(), ncl = (int)sreg_clusters();
+    uint32_t rank_, ncta_, cid_, ncl_;     /* this block in its cluster, the cluster in the grid */
+    G_SREG(rank_, "%%cluster_ctarank");
+    G_SREG(ncta_, "%%cluster_nctarank");
+    G_SREG(cid_, "%%clusterid.x");
+    G_SREG(ncl_, "%%nclusterid.x");
+    const int rank = (int)rank_, ncta = (int)ncta_, cid = (int)cid_, ncl = (int)ncl_;
     const int nk = (p.K + G_BK - 1) / G_BK;
     if (threadIdx.x == 0) {
         /* a stage is free when both consumers of every block in the cluster are done with it */
