@@ -360,11 +360,8 @@ TEST(bf16_products_all_layouts) {
     static const int64_t shapes[][3] = {{1, 1, 1}, {13, 31, 7}, {14, 32, 512}, {29, 65, 513}, {3, 200, 1031}, {170, 97, 40}, {5, 7, 0}};
     /* the CPU's choice, AVX512_BF16's kernel where the CPU has it (also
      * beside AMX, which the choice prefers), the scalar twin */
-    kn_bgemm_ukr_fn ks[3] = {kn_bgemm_kernel(), NULL, kn_bgemm_ukr_generic};
-#if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
-    if (kn_cpu()->avx512bf16 && kn_cpu()->isa >= KN_ISA_AVX512 && ks[0] != kn_bgemm_ukr_32x32_dpbf16)
-        ks[1] = kn_bgemm_ukr_32x32_dpbf16;
-#endif
+    kn_bgemm_ukr_fn ks[3] = {kn_bgemm_kernel(), kn_bgemm_kernel_dpbf16(), kn_bgemm_ukr_generic};
+    if (ks[1] == ks[0]) ks[1] = NULL;
     if (!ks[0]) fprintf(stderr, "  (no AMX or AVX512_BF16 here: the scalar kernel only)\n");
     uint32_t seed = 7;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)

@@ -68,6 +68,9 @@ void kn_sgemm_set_max_threads(int n);
  * CPU pool. */
 typedef void (*kn_bgemm_ukr_fn)(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc);
 kn_bgemm_ukr_fn kn_bgemm_kernel(void);
+/* the AVX512_BF16 micro-kernel where the CPU (and KN_CPU) allows it, else
+ * NULL; kn_bgemm_kernel's choice without AMX (tests run it beside AMX) */
+kn_bgemm_ukr_fn kn_bgemm_kernel_dpbf16(void);
 void kn_bgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
               const uint16_t *B, int64_t ldb, float *C, int64_t ldc, kn_bgemm_ukr_fn ukr);
 void kn_bgemm_ukr_generic(int64_t kp, const uint32_t *Ap, const uint32_t *Bp, float *C, int64_t ldc, bool acc);

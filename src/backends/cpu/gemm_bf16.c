@@ -201,11 +201,17 @@ static void amx_init(void) {
     if (kn_cpu()->amx_bf16) g_amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 #endif
 }
+kn_bgemm_ukr_fn kn_bgemm_kernel_dpbf16(void) {
+#if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
+    if (kn_cpu()->avx512bf16 && kn_cpu()->isa >= KN_ISA_AVX512) return kn_bgemm_ukr_32x32_dpbf16;   /* KN_CPU=avx2: not */
+#endif
+    return NULL;
+}
 kn_bgemm_ukr_fn kn_bgemm_kernel(void) {
     pthread_once(&g_amx_once, amx_init);
 #if !defined(KN_NO_AVX512) && (defined(__x86_64__) || defined(__i386__))
     if (g_amx) return kn_bgemm_ukr_32x32_amx;
-    if (kn_cpu()->avx512bf16 && kn_cpu()->isa >= KN_ISA_AVX512) return kn_bgemm_ukr_32x32_dpbf16;   /* KN_CPU=avx2: neither */
+    return kn_bgemm_kernel_dpbf16();
 #else
     (void)g_amx;                      /* a build without the AMX kernel never sets it */
 #endif
