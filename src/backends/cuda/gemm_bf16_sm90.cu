@@ -236,6 +236,23 @@ template <int F16> __device__ __forceinline__ uint32_t g_pack16(float a, float b
         return (uint32_t)kn_f2bf(a) | (uint32_t)kn_f2bf(b) << 16;
 }
 
+/* Accumulators j, j + 1 of a consumer thread (warp, lane) in the epilogue's
+ * pass of 64 columns from column nq: the pair's row rl of the consumer's 64
+ * and column cl of the pass (fragment j is row warp*16 + lane/4 (+8), col
+ * (j/4)*8 + (lane%4)*2 (+1)), and the two values with bias and GELU,
+ * packed in the operand dtype. */
+template <int F16>
+__device__ __forceinline__ uint32_t wg_epi_pair(const wg_args &p, const float *d, int j, int warp, int lane, int nq,
+                                                int &rl, int &cl) {
+    rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
+    cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
+    const int col = nq + cl;
+    float v0 = d[j], v1 = d[j + 1];
+    if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
+    if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
+    return g_pack16<F16>(v0, v1);
+}
+
 /* Unit u of the tile list (M-tile group fastest, then N tile, then batch
  * entry): this block's batch entry z and tile origin (m0, n0). A group is a
  * pair of M tiles in a cluster of two (rank 0 the upper), one tile alone. */
@@ -363,9 +380,7 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
             if (tid == 0) stage_release(&empty[(it - 1) % STAGES], ncta);
 
             /* Epilogue, 64 columns at a time: bias and GELU in f32, 16-bit
-             * pairs into shared memory (fragment j of a thread is row
-             * warp*16 + lane/4 (+8), col (j/4)*8 + (lane%4)*2 (+1)), then
-             * out. (No branch on a dtype touches the accumulators: ptxas
+             * pairs into shared memory (wg_epi_pair), then out. (No branch on a dtype touches the accumulators: ptxas
              * would then serialize the wgmmas, C7514.) */
             if (p.vec_out) {
                 /* Each pass fills one of this consumer's two boxes in TMA's
@@ -382,14 +397,9 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                     asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
 #pragma unroll
                     for (int j = q * 32; j < q * 32 + 32; j += 2) {
-                        const int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
-                        const int cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
-                        const int col = n0 + q * 64 + cl;
-                        float v0 = d[j], v1 = d[j + 1];
-                        if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
-                        if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
-                        *(uint32_t *)(box + rl * 128 + (((cl / 8) ^ (rl % 8)) * 16) + (cl % 8) * 2) =
-                            g_pack16<F16>(v0, v1);
+                        int rl, cl;
+                        const uint32_t v = wg_epi_pair<F16>(p, d, j, warp, lane, n0 + q * 64, rl, cl);
+                        *(uint32_t *)(box + rl * 128 + (((cl / 8) ^ (rl % 8)) * 16) + (cl % 8) * 2) = v;
                     }
                     /* the writes above must be seen by the async proxy (TMA) */
                     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -419,13 +429,9 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                     asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
 #pragma unroll
                     for (int j = q * 32; j < q * 32 + 32; j += 2) {
-                        const int rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
-                        const int cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
-                        const int col = nq + cl;
-                        float v0 = d[j], v1 = d[j + 1];
-                        if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
-                        if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
-                        *(uint32_t *)(stg + rl * G_SROW + cl * 2) = g_pack16<F16>(v0, v1);
+                        int rl, cl;
+                        const uint32_t v = wg_epi_pair<F16>(p, d, j, warp, lane, nq, rl, cl);
+                        *(uint32_t *)(stg + rl * G_SROW + cl * 2) = v;
                     }
                     asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
                     if (nq >= p.N) continue;
