@@ -14,8 +14,8 @@
  * stride 3C) and differentiate that tensor. kn_cu_flash_runs() tells that
  * the flash kernels ran (a fallback would pass the comparison too); D = 80
  * must fall back and still be right. The gradient reads the log-sum-exp the
- * forward kept after y (sdpa's p.sdpa.lse, set because q, k, v need
- * gradients); a second pass over some cases clears that flag so that the
+ * forward kept in its own block (sdpa's p.sdpa.lse, set because q, k, v
+ * need gradients; kn__aux_bytes); a second pass over some cases clears that flag so that the
  * gradient recomputes it (the pre-pass), and the counters tell which ran.
  * Built without CUDA or run without a GPU, the tests SKIP.
  */

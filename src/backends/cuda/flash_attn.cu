@@ -86,6 +86,8 @@ template <bool BF> __device__ __forceinline__ uint32_t fa_pack(float lo, float h
     else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+/* a 16-bit value (bf16 or f16) as f32 */
+template <bool BF> __device__ __forceinline__ float fa_to_f(uint16_t h) { return BF ? kn_bf2f(h) : kn_dev_h2f(h); }
 /* 2^x on the SFU (flush to zero; 2^-inf = 0) */
 __device__ __forceinline__ float fa_exp2(float x) {
     float y;
@@ -363,7 +365,7 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
                     int r = e >> 1 ? rb : ra, c = n * 8 + 2 * t + (e & 1);
                     if (r < a.Tq) {
                         uint16_t gv = gb[r * a.gs[2] + c], yv = yb[r * a.yis[2] + c * a.yis[3]];
-                        float gf = BF ? kn_bf2f(gv) : kn_dev_h2f(gv), yf = BF ? kn_bf2f(yv) : kn_dev_h2f(yv);
+                        float gf = fa_to_f<BF>(gv), yf = fa_to_f<BF>(yv);
                         dsum[e >> 1] += gf * yf;
                     }
                 }
@@ -603,8 +605,8 @@ __global__ void k_flash_dd(float *dd, const uint16_t *g, const uint16_t *y, int6
             for (int j = 0; j < 4; j++) {
                 uint16_t g0 = (uint16_t)(gw[j] & 0xffff), g1 = (uint16_t)(gw[j] >> 16);
                 uint16_t y0 = (uint16_t)(yw[j] & 0xffff), y1 = (uint16_t)(yw[j] >> 16);
-                s += (BF ? kn_bf2f(g0) : kn_dev_h2f(g0)) * (BF ? kn_bf2f(y0) : kn_dev_h2f(y0));
-                s += (BF ? kn_bf2f(g1) : kn_dev_h2f(g1)) * (BF ? kn_bf2f(y1) : kn_dev_h2f(y1));
+                s += fa_to_f<BF>(g0) * fa_to_f<BF>(y0);
+                s += fa_to_f<BF>(g1) * fa_to_f<BF>(y1);
             }
         }
     }
