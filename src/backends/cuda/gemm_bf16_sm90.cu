@@ -36,12 +36,17 @@
  * blocks' "empty" barrier); the pair leaves the kernel together (a cluster
  * barrier) so that no late arrival reaches an exited block.
  *
- * Against the kernel before (a block a tile, no pairs, the consumers'
- * own stores) on an H100, docs/PERF.md "GPU, session 18": 4096^3 0.85 ->
- * 0.91 of cuBLAS, Llama-7B's qkv, gate|up and down prefill products 0.52-0.74
- * -> 0.79-0.85, GPT-2's forward products up to 17 % faster; slower: GPT-2's
- * qkv weight gradient (128-wide tiles, K = 8192) by 21 %, Llama-7B's o
- * projection by 4 %. The GPT-2 training step is unchanged.
+ * The epilogue is compiled twice: with the bias and GELU of the linear
+ * layers (EX), and without (every matmul node). With their checks inline
+ * in every kernel, the code was eight times the size and a 128-wide tile's
+ * epilogue took ~5,000 cycles (G_TRACE, H200), mostly waiting for
+ * instructions; without them ~1,300 (docs/PERF.md "GPU, session 19":
+ * GPT-2's products 1.07-1.54x faster, 0.67-1.00 of cuBLAS; 4096^3 0.98).
+ *
+ * G_TRACE (a diagnostics build, not the library's: nvcc -DG_TRACE of this
+ * file linked into bench_cuda_backend) prints, every tenth launch, the
+ * cycles each warpgroup of a block spent waiting for stages, for wgmmas
+ * and in the epilogue.
  *
  * Tiles are handed out M-fastest (the pairs of one column of B tiles, then
  * the next column): the blocks running at once share few B tiles, which
@@ -101,6 +106,9 @@ struct wg_args {
     int a_z, b_z;           /* 1 when the operand steps with the batch entry */
     int vec_out;            /* C by TMA (base, ldc, sc 16-byte aligned: the map tmC); else element stores */
     int npair, nnt, units;  /* M-tile groups (pairs, or single tiles without a cluster), N tiles, groups x N tiles x batch */
+#ifdef G_TRACE
+    unsigned long long *trace;   /* [grid][3 warpgroups][8] */
+#endif
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -113,6 +121,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 }
 /* a special register: G_SREG(r, "%%cluster_ctarank") */
 #define G_SREG(var, name) asm volatile("mov.u32 %0, " name ";" : "=r"(var))
+#ifdef G_TRACE   /* diagnostics build: cycles per phase, per block (not in the library) */
+#define G_TCLK(v) uint64_t v = clock64()
+#define G_TADD(slot, v0) (tr[slot] += clock64() - (v0))
+#else
+#define G_TCLK(v)
+#define G_TADD(slot, v0)
+#endif
 /* every thread of the cluster: arrive (release) and wait (acquire) */
 __device__ __forceinline__ void cluster_sync(void) {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
@@ -141,11 +156,15 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
 }
 /* a consumer hands stage b back: to this block's producer, and in a pair to
- * the other block's as well */
+ * both blocks'. (Clusters are of 1 or 2 blocks; a loop over ncta compiled
+ * to a 16-way unrolled, branching one.) */
 __device__ __forceinline__ void stage_release(uint64_t *b, int ncta) {
-    if (ncta == 1) mbar_arrive(b);
-    else
-        for (int r = 0; r < ncta; r++) mbar_arrive_cluster(b, (uint32_t)r);
+    if (ncta == 1) {
+        mbar_arrive(b);
+    } else {
+        mbar_arrive_cluster(b, 0);
+        mbar_arrive_cluster(b, 1);
+    }
 }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
@@ -228,30 +247,119 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
 #endif /* KN_SM90A_DEVICE */
 
 /* two values in the operand dtype (f16 or bf16, rounded to nearest even),
- * the first in the low half */
+ * the first in the low half: one cvt for both. (The bit-twiddling kn_f2bf
+ * on the accumulators made ptxas serialize the wgmmas, C7514; a NaN comes
+ * out as the canonical NaN here.) */
 template <int F16> __device__ __forceinline__ uint32_t g_pack16(float a, float b) {
+    uint32_t r;
     if constexpr (F16)
-        return (uint32_t)__half_as_ushort(__float2half_rn(a)) | (uint32_t)__half_as_ushort(__float2half_rn(b)) << 16;
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
     else
-        return (uint32_t)kn_f2bf(a) | (uint32_t)kn_f2bf(b) << 16;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
 }
 
 /* Accumulators j, j + 1 of a consumer thread (warp, lane) in the epilogue's
  * pass of 64 columns from column nq: the pair's row rl of the consumer's 64
  * and column cl of the pass (fragment j is row warp*16 + lane/4 (+8), col
- * (j/4)*8 + (lane%4)*2 (+1)), and the two values with bias and GELU,
- * packed in the operand dtype. */
-template <int F16>
+ * (j/4)*8 + (lane%4)*2 (+1)), and the two values (EX: with bias and GELU
+ * where p asks), packed in the operand dtype. */
+template <int F16, bool EX>
 __device__ __forceinline__ uint32_t wg_epi_pair(const wg_args &p, const float *d, int j, int warp, int lane, int nq,
                                                 int &rl, int &cl) {
     rl = warp * 16 + lane / 4 + ((j & 2) ? 8 : 0);
     cl = ((j / 4) % 8) * 8 + (lane % 4) * 2;
     const int col = nq + cl;
     float v0 = d[j], v1 = d[j + 1];
-    if (p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
-    if (p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
+    if (EX && p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
+    if (EX && p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
     return g_pack16<F16>(v0, v1);
 }
+
+#ifdef KN_SM90A_DEVICE
+/* The epilogue of one 64-row slab of a tile: rows r0 .. r0 + 63 of C[z],
+ * columns n0 .. n0 + BN - 1, from a consumer's accumulators d (wgmma's
+ * m64nBN fragments), 64 columns at a time: bias and GELU in f32, 16-bit
+ * pairs into shared memory (wg_epi_pair), then out. stg: the consumer's
+ * two staging boxes; bar: its named barrier (128 threads); nbox: the boxes
+ * it has stored by TMA so far. EX: p may ask for a bias or GELU (a kernel
+ * of its own, see the top; no branch here may choose between epilogues or
+ * dtypes on the accumulators: ptxas would then serialize the wgmmas, C7514). */
+template <int BN, int F16, bool EX>
+__device__ __forceinline__ void wg_store_slab(const wg_args &p, const CUtensorMap *tmC, const float *d, int z,
+                                              int r0, int n0, uint8_t *stg, uint32_t &nbox, int bar, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    if (p.vec_out) {
+        /* Each pass fills one of the two boxes in TMA's 128-byte swizzle
+         * (16-byte chunk c of row r at chunk c ^ (r % 8): a warp's writes
+         * to 8 rows hit 32 banks) and one thread stores it by TMA, which
+         * runs on while the consumer goes on to its next tile's k-steps. A
+         * box is written again two passes later, once its store has read
+         * it (wait_group.read 1: all but the newest store). */
+#pragma unroll
+        for (int q = 0; q < BN / 64; q++, nbox++) {
+            uint8_t *box = stg + (nbox & 1) * G_BOX;
+            if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+#pragma unroll
+            for (int j = q * 32; j < q * 32 + 32; j += 2) {
+                int rl, cl;
+                const uint32_t v = wg_epi_pair<F16, EX>(p, d, j, warp, lane, n0 + q * 64, rl, cl);
+                *(uint32_t *)(box + rl * 128 + (((cl / 8) ^ (rl % 8)) * 16) + (cl % 8) * 2) = v;
+            }
+            /* the writes above must be seen by the async proxy (TMA) */
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+            if (tid == 0) {
+                /* one group a pass, empty past the matrix, so that "all but
+                 * the newest" is always the other box */
+                if (r0 < p.M && n0 + q * 64 < p.N) tma_store_3d(tmC, box, n0 + q * 64, r0, z);
+                bulk_commit();
+            }
+        }
+    } else {
+        /* Rows not 16-byte aligned (an odd N such as a vocabulary of
+         * 50257): padded rows in the two boxes' room, and each row's 64
+         * columns cut where their addresses cross 16 bytes, into a head of
+         * h < 8 elements, whole 16-byte chunks and a tail; item 0 of a row
+         * is its head, item k >= 1 the chunk from column h + (k-1) 8. (One
+         * element a thread, the first way, ran the [8192, 50257] logits in
+         * 2.1 ms against 1.07 for aligned products of that size.) The first
+         * barrier of a pass: the consumer's reads of the last pass are done. */
+        uint16_t *cz = (uint16_t *)p.C + (int64_t)z * p.sc;
+#pragma unroll
+        for (int q = 0; q < BN / 64; q++) {
+            const int nq = n0 + q * 64;      // the pass's first column
+            asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+#pragma unroll
+            for (int j = q * 32; j < q * 32 + 32; j += 2) {
+                int rl, cl;
+                const uint32_t v = wg_epi_pair<F16, EX>(p, d, j, warp, lane, nq, rl, cl);
+                *(uint32_t *)(stg + rl * G_SROW + cl * 2) = v;
+            }
+            asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+            if (nq >= p.N) continue;
+            for (int c = tid; c < 64 * 9; c += 128) {
+                const int rl = c / 9, k = c % 9, row = r0 + rl;
+                if (row >= p.M) continue;
+                uint16_t *rp = cz + (int64_t)row * p.ldc + nq;        /* the row's column nq */
+                const int h = (int)((16 - ((uintptr_t)rp & 15)) & 15) / 2;
+                const int c0 = k == 0 ? 0 : h + (k - 1) * 8, c1 = k == 0 ? h : min(h + k * 8, 64);
+                if (c0 >= c1) continue;
+                const uint16_t *sv = (const uint16_t *)(stg + rl * G_SROW);
+                if (c1 - c0 == 8 && nq + c1 <= p.N) {
+                    uint32_t w[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) w[e] = (uint32_t)sv[c0 + 2 * e] | (uint32_t)sv[c0 + 2 * e + 1] << 16;
+                    *(uint4 *)(rp + c0) = make_uint4(w[0], w[1], w[2], w[3]);
+                } else {
+                    for (int e = c0; e < c1 && nq + e < p.N; e++) rp[e] = sv[e];
+                }
+            }
+        }
+    }
+}
+#endif /* KN_SM90A_DEVICE */
 
 /* Unit u of the tile list (M-tile group fastest, then N tile, then batch
  * entry): this block's batch entry z and tile origin (m0, n0). A group is a
@@ -265,7 +373,7 @@ __device__ __forceinline__ void wg_tile(const wg_args &p, int u, int ncta, int r
     n0 = nt * bn;
 }
 
-template <int BN, int AMN, int BMN, int F16>
+template <int BN, int AMN, int BMN, int F16, int EX>
 __global__ void __launch_bounds__(384, 1)
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                   const __grid_constant__ CUtensorMap tmC, const wg_args p) {
@@ -296,6 +404,10 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     /* launched with programmatic dependent launch (common.cuh): the setup
      * above ran beside the previous kernel's tail */
     kn_pdl_enter();
+#ifdef G_TRACE
+    uint64_t tr[8] = {0, 0, 0, 0, 0, 0, 0, 0};   /* 0 total, 1 full/empty waits, 2 mma waits, 3 epilogue, 4 tiles */
+    const uint64_t t_start = clock64();
+#endif
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         /* warp 0 walks the tiles, converged (the other three warps wait at
@@ -308,7 +420,9 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                 const int za = p.a_z ? z : 0, zb = p.b_z ? z : 0;
                 for (int kt = 0; kt < nk; kt++, it++) {
                     const uint32_t s = it % STAGES;
+                    G_TCLK(t0);
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
+                    G_TADD(1, t0);
                     if (tid == 0) {
                         /* the full box counts even where TMA zero-fills past
                          * the edge; in a pair, half of B comes from the other
@@ -348,21 +462,23 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1, warp = tid / 32, lane = tid % 32;
+        const int cw = wg - 1;
         uint8_t *stg = stg0 + cw * 2 * G_BOX;            // this consumer's two boxes
         uint32_t nbox = 0;                               // boxes stored so far (TMA path)
         /* byte step between the k16 slices of a 64-deep tile */
         constexpr int A_KSTEP = AMN ? 2048 : 32, B_KSTEP = BMN ? 2048 : 32;
-        uint32_t it = 0;
+        uint32_t it = 0;     // the ring's k-steps up to here, over all of this block's tiles
         for (int u = cid; u < p.units; u += ncl) {
             int z, m0, n0;
             wg_tile(p, u, ncta, rank, BN, z, m0, n0);
             float d[NACC];
 #pragma unroll
-            for (int i = 0; i < NACC; i++) d[i] = 0.f;
+            for (int e = 0; e < NACC; e++) d[e] = 0.f;
             for (int kt = 0; kt < nk; kt++, it++) {
                 const uint32_t s = it % STAGES;
+                G_TCLK(t0);
                 mbar_wait(&full[s], (it / STAGES) & 1);
+                G_TADD(1, t0);
                 /* this consumer's 64 rows of A: 8 KB on in either form */
                 const uint8_t *a = sA + s * A_BYTES + cw * 8192;
                 const uint8_t *b = sB + s * B_BYTES;
@@ -373,92 +489,33 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                 asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
                 /* keep this k-step's wgmmas in flight; the previous ones are
                  * done, so their stage can go back (to every block's producer) */
+                G_TCLK(t1);
                 asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                G_TADD(2, t1);
                 if (kt > 0 && tid == 0) stage_release(&empty[(it - 1) % STAGES], ncta);
             }
+            G_TCLK(t2);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            G_TADD(2, t2);
             if (tid == 0) stage_release(&empty[(it - 1) % STAGES], ncta);
+            G_TCLK(t3);
 
-            /* Epilogue, 64 columns at a time: bias and GELU in f32, 16-bit
-             * pairs into shared memory (wg_epi_pair), then out. (No branch on a dtype touches the accumulators: ptxas
-             * would then serialize the wgmmas, C7514.) */
-            if (p.vec_out) {
-                /* Each pass fills one of this consumer's two boxes in TMA's
-                 * 128-byte swizzle (16-byte chunk c of row r at chunk
-                 * c ^ (r % 8): a warp's writes to 8 rows hit 32 banks) and
-                 * one thread stores it by TMA, which runs on while the
-                 * consumers go on to the next tile's k-steps. A box is
-                 * written again two passes later, once its store has read it
-                 * (wait_group.read 1: all but the newest store). */
-#pragma unroll
-                for (int q = 0; q < BN / 64; q++, nbox++) {
-                    uint8_t *box = stg + (nbox & 1) * G_BOX;
-                    if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-#pragma unroll
-                    for (int j = q * 32; j < q * 32 + 32; j += 2) {
-                        int rl, cl;
-                        const uint32_t v = wg_epi_pair<F16>(p, d, j, warp, lane, n0 + q * 64, rl, cl);
-                        *(uint32_t *)(box + rl * 128 + (((cl / 8) ^ (rl % 8)) * 16) + (cl % 8) * 2) = v;
-                    }
-                    /* the writes above must be seen by the async proxy (TMA) */
-                    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-                    if (tid == 0) {
-                        /* one group a pass, empty past the matrix, so that
-                         * "all but the newest" is always the other box */
-                        if (m0 + cw * 64 < p.M && n0 + q * 64 < p.N)
-                            tma_store_3d(&tmC, box, n0 + q * 64, m0 + cw * 64, z);
-                        bulk_commit();
-                    }
-                }
-            } else {
-                /* Rows not 16-byte aligned (an odd N such as a vocabulary of
-                 * 50257): padded rows in the two boxes' room, and each row's
-                 * 64 columns cut where their addresses cross 16 bytes, into a
-                 * head of h < 8 elements, whole 16-byte chunks and a tail;
-                 * item 0 of a row is its head, item k >= 1 the chunk from
-                 * column h + (k-1) 8. (One element a thread, the first way,
-                 * ran the [8192, 50257] logits in 2.1 ms against 1.07 for
-                 * aligned products of that size.) The first barrier of a
-                 * pass: this consumer's reads of the last pass are done. */
-                uint16_t *cz = (uint16_t *)p.C + (int64_t)z * p.sc;
-#pragma unroll
-                for (int q = 0; q < BN / 64; q++) {
-                    const int nq = n0 + q * 64;      // the pass's first column
-                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-#pragma unroll
-                    for (int j = q * 32; j < q * 32 + 32; j += 2) {
-                        int rl, cl;
-                        const uint32_t v = wg_epi_pair<F16>(p, d, j, warp, lane, nq, rl, cl);
-                        *(uint32_t *)(stg + rl * G_SROW + cl * 2) = v;
-                    }
-                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-                    if (nq >= p.N) continue;
-                    for (int c = tid; c < 64 * 9; c += 128) {
-                        const int rl = c / 9, k = c % 9, row = m0 + cw * 64 + rl;
-                        if (row >= p.M) continue;
-                        uint16_t *rp = cz + (int64_t)row * p.ldc + nq;        /* the row's column nq */
-                        const int h = (int)((16 - ((uintptr_t)rp & 15)) & 15) / 2;
-                        const int c0 = k == 0 ? 0 : h + (k - 1) * 8, c1 = k == 0 ? h : min(h + k * 8, 64);
-                        if (c0 >= c1) continue;
-                        const uint16_t *sv = (const uint16_t *)(stg + rl * G_SROW);
-                        if (c1 - c0 == 8 && nq + c1 <= p.N) {
-                            uint32_t w[4];
-#pragma unroll
-                            for (int e = 0; e < 4; e++)
-                                w[e] = (uint32_t)sv[c0 + 2 * e] | (uint32_t)sv[c0 + 2 * e + 1] << 16;
-                            *(uint4 *)(rp + c0) = make_uint4(w[0], w[1], w[2], w[3]);
-                        } else {
-                            for (int e = c0; e < c1 && nq + e < p.N; e++) rp[e] = sv[e];
-                        }
-                    }
-                }
-            }
+            /* the epilogue: this consumer's 64 rows */
+            wg_store_slab<BN, F16, EX>(p, &tmC, d, z, m0 + cw * 64, n0, stg, nbox, 2 + cw, tid);
+            G_TADD(3, t3);
+#ifdef G_TRACE
+            tr[4]++;
+#endif
         }
         /* the stores by TMA are done before the block leaves */
         if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     }
+#ifdef G_TRACE
+    if (tid == 0 && p.trace) {
+        tr[0] = clock64() - t_start;
+        for (int k = 0; k < 8; k++) p.trace[((size_t)blockIdx.x * 3 + wg) * 8 + k] = tr[k];
+    }
+#endif
     /* the pair leaves together: the other block's consumers may still
      * arrive on this block's barriers */
     cluster_sync();
@@ -619,10 +676,10 @@ static int wg_bn(int64_t M, int64_t N, int64_t nz) {
  * the GPU at once (each walks units cid, cid + ncl, ...), each of ncta
  * blocks, with programmatic dependent launch where it is on. > 48 KB of
  * dynamic shared memory needs an opt-in, once per kernel. */
-template <int BN, int AMN, int BMN, int F16>
+template <int BN, int AMN, int BMN, int F16, int EX>
 static kn_status wg_launch(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, const wg_args &p, int ncta,
                            cudaStream_t st) {
-    void (*kern)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const wg_args) = gemm_wgmma_kernel<BN, AMN, BMN, F16>;
+    void (*kern)(const CUtensorMap, const CUtensorMap, const CUtensorMap, const wg_args) = gemm_wgmma_kernel<BN, AMN, BMN, F16, EX>;
     static bool attr = false;
     static int fit[3];       /* clusters of 1 and 2 blocks resident at once */
     if (!attr) {
@@ -664,7 +721,29 @@ static kn_status wg_launch(const CUtensorMap &ma, const CUtensorMap &mb, const C
     if (!persist) ncl = p.units < INT32_MAX / 2 ? p.units : INT32_MAX / 2;
     c.gridDim = dim3((unsigned)(ncta * ncl));
     c.numAttrs = 1 + kn_pdl_attr(&at[1]);
+#ifdef G_TRACE
+    static unsigned long long *tbuf = NULL;
+    static int nl = 0;
+    const int nblk = (int)c.gridDim.x;
+    if (!tbuf) KN_CUDA_TRY(cudaMalloc(&tbuf, sizeof(unsigned long long) * 24 * 4096));
+    wg_args pt = p;
+    pt.trace = nblk <= 4096 ? tbuf : NULL;
+    KN_CUDA_TRY(cudaLaunchKernelEx(&c, kern, ma, mb, mc, pt));
+    if (pt.trace && ++nl % 10 == 0) {
+        static unsigned long long h[24 * 4096];
+        KN_CUDA_TRY(cudaMemcpy(h, tbuf, sizeof(unsigned long long) * 24 * nblk, cudaMemcpyDeviceToHost));
+        double a[3][5] = {{0}};
+        for (int b = 0; b < nblk; b++)
+            for (int w = 0; w < 3; w++)
+                for (int k = 0; k < 5; k++) a[w][k] += (double)h[(b * 3 + w) * 8 + k] / nblk;
+        fprintf(stderr, "G_TRACE M=%d N=%d K=%d BN=%d blocks %d: kcyc/block total %.1f | producer empty-wait %.1f | "
+                "consumer1 full-wait %.1f mma-wait %.1f epi %.1f tiles %.2f | consumer2 full-wait %.1f mma-wait %.1f epi %.1f tiles %.2f\n",
+                p.M, p.N, p.K, BN, nblk, a[1][0] / 1e3, a[0][1] / 1e3, a[1][1] / 1e3, a[1][2] / 1e3, a[1][3] / 1e3,
+                a[1][4], a[2][1] / 1e3, a[2][2] / 1e3, a[2][3] / 1e3, a[2][4]);
+    }
+#else
     KN_CUDA_TRY(cudaLaunchKernelEx(&c, kern, ma, mb, mc, p));
+#endif
     return KN_OK;
 }
 
@@ -697,24 +776,32 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
                             "are too many", (long long)units, (long long)M, (long long)N, (long long)nz);
     wg_args p = {(int)M, (int)N, (int)K, bias, epi, C, ldc, sc, sa != 0, sb != 0,
                  vec, (int)npair, (int)nnt, (int)units};
-    int key = (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
+    /* a bias or GELU (kn_cuda_gemm_bf16: A [M,K], W [N,K], bf16) has kernels of its own */
+    const bool ex = bias || epi != KN_CUDA_EPI_NONE;
+    int key = ex ? 32 | (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0)
+                 : (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
     switch (key) {
-    case 0: return wg_launch<128, 0, 0, 0>(ma, mb, mc, p, ncta, st);
-    case 1: return wg_launch<128, 0, 0, 1>(ma, mb, mc, p, ncta, st);
-    case 2: return wg_launch<128, 0, 1, 0>(ma, mb, mc, p, ncta, st);
-    case 3: return wg_launch<128, 0, 1, 1>(ma, mb, mc, p, ncta, st);
-    case 4: return wg_launch<128, 1, 0, 0>(ma, mb, mc, p, ncta, st);
-    case 5: return wg_launch<128, 1, 0, 1>(ma, mb, mc, p, ncta, st);
-    case 6: return wg_launch<128, 1, 1, 0>(ma, mb, mc, p, ncta, st);
-    case 7: return wg_launch<128, 1, 1, 1>(ma, mb, mc, p, ncta, st);
-    case 8: return wg_launch<256, 0, 0, 0>(ma, mb, mc, p, ncta, st);
-    case 9: return wg_launch<256, 0, 0, 1>(ma, mb, mc, p, ncta, st);
-    case 10: return wg_launch<256, 0, 1, 0>(ma, mb, mc, p, ncta, st);
-    case 11: return wg_launch<256, 0, 1, 1>(ma, mb, mc, p, ncta, st);
-    case 12: return wg_launch<256, 1, 0, 0>(ma, mb, mc, p, ncta, st);
-    case 13: return wg_launch<256, 1, 0, 1>(ma, mb, mc, p, ncta, st);
-    case 14: return wg_launch<256, 1, 1, 0>(ma, mb, mc, p, ncta, st);
-    default: return wg_launch<256, 1, 1, 1>(ma, mb, mc, p, ncta, st);
+    case 0: return wg_launch<128, 0, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 1: return wg_launch<128, 0, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 2: return wg_launch<128, 0, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 3: return wg_launch<128, 0, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 4: return wg_launch<128, 1, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 5: return wg_launch<128, 1, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 6: return wg_launch<128, 1, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 7: return wg_launch<128, 1, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 8: return wg_launch<256, 0, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 9: return wg_launch<256, 0, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 10: return wg_launch<256, 0, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 11: return wg_launch<256, 0, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 12: return wg_launch<256, 1, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 13: return wg_launch<256, 1, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 14: return wg_launch<256, 1, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 15: return wg_launch<256, 1, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 32: return wg_launch<128, 0, 0, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 40: return wg_launch<256, 0, 0, 0, 1>(ma, mb, mc, p, ncta, st);
+    default:
+        return kn_set_error(KN_ERR_UNSUPPORTED, "gemm_bf16_sm90: no kernel for a bias or GELU with %s operands%s%s",
+                            f16 ? "f16" : "bf16", amn ? ", A stored [K,M]" : "", bmn ? ", B stored [K,N]" : "");
     }
 }
 
