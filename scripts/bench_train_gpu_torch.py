@@ -10,7 +10,11 @@ mode; --kiln CMD (a shell command running `kiln train`) runs between the
 torch modes, so both see the same GPU state in the same run.
 
     python3 scripts/bench_train_gpu_torch.py [--gpt V,T,C,L,H,B] [--steps 20] [--warmup 5]
-        [--modes f32-eager,bf16-compiled] [--rounds 1] [--kiln CMD]
+        [--modes f32-eager,bf16-compiled] [--rounds 1] [--kiln CMD] [--profile N]
+
+--profile N: after the timed rounds of each mode, N more steps under
+torch.profiler, and the kernels that took the most GPU time (where the
+peer's step goes, beside kiln's KN_PROFILE=shapes).
 """
 import argparse
 import os
@@ -64,6 +68,19 @@ def make(mode, v, t, c, n_layers, h, b, steps, warmup):
         torch.cuda.synchronize()
         return b * t * steps / (time.perf_counter() - t0)
 
+    def profile(n, top=40):
+        from torch.profiler import ProfilerActivity, profile as tprof
+        with tprof(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                step()
+            torch.cuda.synchronize()
+        ev = [e for e in prof.key_averages() if e.device_time_total > 0]
+        total = sum(e.device_time_total for e in ev)
+        print(f"# profile: {n} steps, {total / n / 1e3:.2f} ms of kernels a step; per step:")
+        for e in sorted(ev, key=lambda e: -e.device_time_total)[:top]:
+            print(f"  {e.device_time_total / n / 1e3:8.3f} ms {e.count // n:5d}x  {e.key[:110]}")
+
+    timed.profile = profile
     return timed
 
 
@@ -75,6 +92,7 @@ def main():
     ap.add_argument("--modes", default="f32-eager,bf16-compiled")
     ap.add_argument("--rounds", type=int, default=1, help="timed rounds per mode, kiln after each")
     ap.add_argument("--kiln", action="append", default=[])
+    ap.add_argument("--profile", type=int, default=0, help="steps to profile after timing (0: none)")
     a = ap.parse_args()
     v, t, c, n_layers, h, b = (int(x) for x in a.gpt.split(","))
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, GPT V={v} T={t} C={c} L={n_layers} H={h} B={b}")
@@ -86,6 +104,8 @@ def main():
                 out = subprocess.run(cmd, shell=True, capture_output=True, text=True)
                 lines = [ln for ln in (out.stdout + out.stderr).splitlines() if "tok/s" in ln or "error" in ln.lower()]
                 print(f"kiln: {lines[-1] if lines else '(no rate line) ' + out.stderr[-300:]}   ({cmd})", flush=True)
+        if a.profile:
+            timed.profile(a.profile)
         del timed
         torch.cuda.empty_cache()
 
