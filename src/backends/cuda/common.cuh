@@ -130,6 +130,17 @@ __device__ __forceinline__ void kn_ms_merge(float &m, float &s, float m2, float 
 }
 
 __device__ __forceinline__ float kn_bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+/* (lo, hi) -> two 16-bit values (BF: bf16, else f16) in one cvt, round to
+ * nearest even, lo in the low half; a NaN becomes the canonical NaN (where
+ * kn_f2bf keeps the payload). Its operands are plain floats: on wgmma
+ * accumulators kn_f2bf's integer operations made ptxas serialize the
+ * wgmmas (C7514). */
+template <bool BF> __device__ __forceinline__ uint32_t kn_pack16(float lo, float hi) {
+    uint32_t r;
+    if (BF) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
 __device__ __forceinline__ uint16_t kn_f2bf(float f) {  // round to nearest even, NaN kept
     uint32_t u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);

@@ -79,13 +79,6 @@ __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-/* (lo, hi) -> two 16-bit values, round to nearest even; lo in the low half */
-template <bool BF> __device__ __forceinline__ uint32_t fa_pack(float lo, float hi) {
-    uint32_t r;
-    if (BF) asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    else asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 /* a 16-bit value (bf16 or f16) as f32 */
 template <bool BF> __device__ __forceinline__ float fa_to_f(uint16_t h) { return BF ? kn_bf2f(h) : kn_dev_h2f(h); }
 /* 2^x on the SFU (flush to zero; 2^-inf = 0) */
@@ -160,8 +153,8 @@ __device__ __forceinline__ void fa_store_rows(void *ra, void *rb, int odt, const
     } else {
 #pragma unroll
         for (int n = 0; n < N; n++) {
-            if (ra) *(uint32_t *)((uint16_t *)ra + n * 8 + 2 * t) = fa_pack<BF>(c[n][0], c[n][1]);
-            if (rb) *(uint32_t *)((uint16_t *)rb + n * 8 + 2 * t) = fa_pack<BF>(c[n][2], c[n][3]);
+            if (ra) *(uint32_t *)((uint16_t *)ra + n * 8 + 2 * t) = kn_pack16<BF>(c[n][0], c[n][1]);
+            if (rb) *(uint32_t *)((uint16_t *)rb + n * 8 + 2 * t) = kn_pack16<BF>(c[n][2], c[n][3]);
         }
     }
 }
@@ -299,10 +292,10 @@ __global__ void __launch_bounds__(128, MINB) k_flash_fwd(fa_fwd_args a) {
             uint32_t pa[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                pa[mt][0] = fa_pack<BF>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
-                pa[mt][1] = fa_pack<BF>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
-                pa[mt][2] = fa_pack<BF>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
-                pa[mt][3] = fa_pack<BF>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+                pa[mt][0] = kn_pack16<BF>(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                pa[mt][1] = kn_pack16<BF>(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                pa[mt][2] = kn_pack16<BF>(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                pa[mt][3] = kn_pack16<BF>(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
             }
 #pragma unroll
             for (int n2 = 0; n2 < D / 16; n2++) {
@@ -502,10 +495,10 @@ __global__ void __launch_bounds__(128) k_flash_bwd(fa_bwd_args a) {
         /* dV += P^T dO, dK += dS^T Q: the accumulators are A fragments (queries 16kc..) */
 #pragma unroll
         for (int kc = 0; kc < BR / 16; kc++) {
-            uint32_t pa[4] = {fa_pack<BF>(s[2 * kc][0], s[2 * kc][1]), fa_pack<BF>(s[2 * kc][2], s[2 * kc][3]),
-                              fa_pack<BF>(s[2 * kc + 1][0], s[2 * kc + 1][1]), fa_pack<BF>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
-            uint32_t da[4] = {fa_pack<BF>(dp[2 * kc][0], dp[2 * kc][1]), fa_pack<BF>(dp[2 * kc][2], dp[2 * kc][3]),
-                              fa_pack<BF>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]), fa_pack<BF>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
+            uint32_t pa[4] = {kn_pack16<BF>(s[2 * kc][0], s[2 * kc][1]), kn_pack16<BF>(s[2 * kc][2], s[2 * kc][3]),
+                              kn_pack16<BF>(s[2 * kc + 1][0], s[2 * kc + 1][1]), kn_pack16<BF>(s[2 * kc + 1][2], s[2 * kc + 1][3])};
+            uint32_t da[4] = {kn_pack16<BF>(dp[2 * kc][0], dp[2 * kc][1]), kn_pack16<BF>(dp[2 * kc][2], dp[2 * kc][3]),
+                              kn_pack16<BF>(dp[2 * kc + 1][0], dp[2 * kc + 1][1]), kn_pack16<BF>(dp[2 * kc + 1][2], dp[2 * kc + 1][3])};
             /* dS^T to shared memory for dQ (rows: keys, columns: queries) */
             *(uint32_t *)(Ss + (w * 16 + g) * PS + kc * 16 + 2 * t) = da[0];
             *(uint32_t *)(Ss + (w * 16 + g + 8) * PS + kc * 16 + 2 * t) = da[1];

@@ -246,19 +246,6 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
 }
 #endif /* KN_SM90A_DEVICE */
 
-/* two values in the operand dtype (f16 or bf16, rounded to nearest even),
- * the first in the low half: one cvt for both. (The bit-twiddling kn_f2bf
- * on the accumulators made ptxas serialize the wgmmas, C7514; a NaN comes
- * out as the canonical NaN here.) */
-template <int F16> __device__ __forceinline__ uint32_t g_pack16(float a, float b) {
-    uint32_t r;
-    if constexpr (F16)
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
-    else
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
-    return r;
-}
-
 /* Accumulators j, j + 1 of a consumer thread (warp, lane) in the epilogue's
  * pass of 64 columns from column nq: the pair's row rl of the consumer's 64
  * and column cl of the pass (fragment j is row warp*16 + lane/4 (+8), col
@@ -273,7 +260,7 @@ __device__ __forceinline__ uint32_t wg_epi_pair(const wg_args &p, const float *d
     float v0 = d[j], v1 = d[j + 1];
     if (EX && p.bias) { if (col < p.N) v0 += p.bias[col]; if (col + 1 < p.N) v1 += p.bias[col + 1]; }
     if (EX && p.epi == KN_CUDA_EPI_GELU) { v0 = gelu_tanh(v0); v1 = gelu_tanh(v1); }
-    return g_pack16<F16>(v0, v1);
+    return kn_pack16<!F16>(v0, v1);
 }
 
 #ifdef KN_SM90A_DEVICE
@@ -778,8 +765,7 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
                  vec, (int)npair, (int)nnt, (int)units};
     /* a bias or GELU (kn_cuda_gemm_bf16: A [M,K], W [N,K], bf16) has kernels of its own */
     const bool ex = bias || epi != KN_CUDA_EPI_NONE;
-    int key = ex ? 32 | (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0)
-                 : (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
+    int key = (ex ? 32 : 0) | (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
     switch (key) {
     case 0: return wg_launch<128, 0, 0, 0, 0>(ma, mb, mc, p, ncta, st);
     case 1: return wg_launch<128, 0, 0, 1, 0>(ma, mb, mc, p, ncta, st);
