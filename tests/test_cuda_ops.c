@@ -404,9 +404,14 @@ TEST(matmul_tensor_cores_bf16_f16) {
         {IN(2, SH(300, 1000), -1, 1, 0, false), IN(2, SH(1000, 136), -1, 1, 0, false)},       /* long K */
         {IN(2, SH(7, 64), -1, 1, 0, false), IN(2, SH(64, 50257), -1, 1, 0, true)},           /* prompt logits: few rows, a 50257 vocabulary */
         {IN(2, SH(16, 48), -1, 1, 0, false), IN(2, SH(48, 2305), -1, 1, 0, true)},            /* few rows, odd N over a wave */
-        /* few output tiles over a long K (weight gradients dY^T X): split-K, each layout */
+        /* few output tiles over a long K (weight gradients dY^T X): split-K, each layout
+         * (on an sm_90a GPU the wgmma kernel's: slices of unequal length, a K % 64 tail,
+         * partial tiles; an odd N takes the mma.sync slices) */
         {IN(2, SH(200, 4096), -1, 1, 0, true), IN(2, SH(4096, 136), -1, 1, 0, false)},
         {IN(2, SH(96, 4160), -1, 1, 0, false), IN(2, SH(4160, 72), -1, 1, 0, true)},
+        {IN(2, SH(300, 4504), -1, 1, 0, false), IN(2, SH(4504, 264), -1, 1, 0, false)},
+        {IN(2, SH(136, 4504), -1, 1, 0, true), IN(2, SH(4504, 200), -1, 1, 0, true)},
+        {IN(2, SH(128, 4096), -1, 1, 0, false), IN(2, SH(4096, 135), -1, 1, 0, true)},
         /* x [2, 512, 72] @ W^T, W [2304, 72]: folds into one 1024 x 2304 GEMM, the wgmma shape for bf16 */
         {IN(3, SH(2, 512, 72), -1, 1, 0, false), IN(2, SH(72, 2304), -1, 1, 0, true)},
     };

@@ -331,8 +331,10 @@ static bool mat_layout(const kn_tview *v, bool *trans, int64_t *ld) {
 /* Split-K for a single product with few output tiles and a long K (a weight
  * gradient: [384,1152] summed over 16384 token rows is 27 tiles of 128x128,
  * a fifth of the SMs, each running the whole K). The K range is cut into S
- * slices, run as one batched SGEMM into scratch partials [S,M,N] (the batch
- * dim steps A and B along K), then k_split_k_sum_cast adds the slices in order. */
+ * slices, run as one batched GEMM into scratch partials [S,M,N] (the batch
+ * dim steps A and B along K; for bf16/f16 on an sm_90a device the wgmma
+ * kernel's split-K, which picks its own slices), then k_split_k_sum_cast
+ * adds the slices in order. */
 #define SPLITK_TILES 66             /* below half the SMs of an H100/H200 */
 /* The slices' f32 partials [S, M, N] summed in slice order into C (f32, bf16
  * or f16), rounded once */
@@ -368,15 +370,25 @@ static kn_status matmul_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t 
                                 const void *B, int64_t ldb, void *C, kn_dtype cdt, int64_t ldc) {
     bool f32 = ab == KN_F32;
     if (cdt != KN_F32 && (f32 || cdt != ab)) return KN_ERR_UNSUPPORTED;
-    int64_t S = f32 && (M % 4 || N % 4) ? 0 : split_k_slices(M, N, K, f32 ? 8 : 64);
-    if (!S) return KN_ERR_UNSUPPORTED;
-    int64_t kc = K / S;
+    /* 16-bit operands on an sm_90a device: the wgmma kernel's own split-K
+     * (slices of any length, one launch, f32 partials) */
+    int64_t kc = 0;
+    int64_t S = f32 || kn_env_get()->cuda_no_splitk || kn_env_get()->cuda_no_wgmma ? 0 :
+                kn_cuda_gemm_wgmma_split(ab, ta, tb, M, N, K, A, lda, B, ldb, &kc);
+    const bool wg = S > 0;
+    if (!wg) {
+        S = f32 && (M % 4 || N % 4) ? 0 : split_k_slices(M, N, K, f32 ? 8 : 64);
+        if (!S) return KN_ERR_UNSUPPORTED;
+        kc = K / S;
+    }
     float *part = NULL;
     kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(S * M * N), (void **)&part);
     if (st) return st;
     /* slice s reads columns [s*kc, (s+1)*kc) of op(A) and rows of op(B) */
     kn_cuda_gemm_batch bt = {1, {S}, {ta ? kc * lda : kc}, {tb ? kc : kc * ldb}, {M * N}};
-    if (f32)
+    if (wg)
+        st = kn_cuda_gemm_wgmma_splitk(ab, ta, tb, M, N, K, A, lda, B, ldb, part, kn_cu_stream());
+    else if (f32)
         st = kn_cuda_sgemm_batched(ta, tb, M, N, kc, 1.0f, (const float *)A, lda, (const float *)B, ldb, 0.0f, part, N, &bt,
                                    kn_cu_stream());
     else

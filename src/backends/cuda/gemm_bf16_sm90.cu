@@ -70,7 +70,7 @@
  * kn_cuda_gemm_bf16 keeps a plain tiled FFMA kernel (correct, slow).
  */
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn
+#include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn, gemm_split
 #include <stdio.h>
 #include <cuda.h>          // defines: CUtensorMap and its enums (no libcuda link: entry point via cudart)
 #include <cuda_fp16.h>     // defines: __float2half_rn
@@ -106,6 +106,7 @@ struct wg_args {
     int a_z, b_z;           /* 1 when the operand steps with the batch entry */
     int vec_out;            /* C by TMA (base, ldc, sc 16-byte aligned: the map tmC); else element stores */
     int npair, nnt, units;  /* M-tile groups (pairs, or single tiles without a cluster), N tiles, groups x N tiles x batch */
+    int kslice;             /* split-K (EX == 2): batch entry z is K's slice [z kslice, (z+1) kslice), a multiple of 64; else 0 */
 #ifdef G_TRACE
     unsigned long long *trace;   /* [grid][3 warpgroups][8] */
 #endif
@@ -346,6 +347,24 @@ __device__ __forceinline__ void wg_store_slab(const wg_args &p, const CUtensorMa
         }
     }
 }
+
+/* Split-K's epilogue: a consumer's 64 rows of the slice's f32 partial sums
+ * into C[z] (f32, row stride ldc even, 8-byte aligned), pairs of columns as
+ * they lie in the fragments (row warp*16 + lane/4 (+8), column (j/4)*8 +
+ * (lane%4)*2); a long K makes the element stores' cost small. */
+template <int BN>
+__device__ __forceinline__ void wg_store_f32(const wg_args &p, const float *d, int z, int r0, int n0, int tid) {
+    const int warp = tid / 32, lane = tid % 32;
+    float *cz = (float *)p.C + (int64_t)z * p.sc;
+#pragma unroll
+    for (int j = 0; j < BN / 2; j += 2) {
+        const int row = r0 + warp * 16 + lane / 4 + ((j & 2) ? 8 : 0), col = n0 + (j / 4) * 8 + (lane % 4) * 2;
+        if (row >= p.M || col >= p.N) continue;
+        float *o = cz + (int64_t)row * p.ldc + col;
+        if (col + 1 < p.N) *(float2 *)o = make_float2(d[j], d[j + 1]);
+        else *o = d[j];
+    }
+}
 #endif /* KN_SM90A_DEVICE */
 
 /* Unit u of the tile list (M-tile group fastest, then N tile, then batch
@@ -360,6 +379,14 @@ __device__ __forceinline__ void wg_tile(const wg_args &p, int u, int ncta, int r
     n0 = nt * bn;
 }
 
+/* k-steps of unit z's product: all of K's, or split-K's slice z's */
+__device__ __forceinline__ int wg_nk(const wg_args &p, int z) {
+    const int k = p.kslice ? min(p.kslice, p.K - z * p.kslice) : p.K;
+    return (k + G_BK - 1) / G_BK;
+}
+
+/* EX: 0 the plain epilogue, 1 with bias and GELU, 2 f32 partial sums of a
+ * K slice (split-K) */
 template <int BN, int AMN, int BMN, int F16, int EX>
 __global__ void __launch_bounds__(384, 1)
 gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
@@ -381,7 +408,6 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
     G_SREG(cid_, "%%clusterid.x");
     G_SREG(ncl_, "%%nclusterid.x");
     const int rank = (int)rank_, ncta = (int)ncta_, cid = (int)cid_, ncl = (int)ncl_;
-    const int nk = (p.K + G_BK - 1) / G_BK;
     if (threadIdx.x == 0) {
         /* a stage is free when both consumers of every block in the cluster are done with it */
         for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 2 * ncta); }
@@ -405,7 +431,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                 int z, m0, n0;
                 wg_tile(p, u, ncta, rank, BN, z, m0, n0);
                 const int za = p.a_z ? z : 0, zb = p.b_z ? z : 0;
-                for (int kt = 0; kt < nk; kt++, it++) {
+                const int k0 = p.kslice * z, nku = wg_nk(p, z);
+                for (int kt = 0; kt < nku; kt++, it++) {
                     const uint32_t s = it % STAGES;
                     G_TCLK(t0);
                     if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) - 1) & 1);
@@ -417,28 +444,28 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                         mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
                         uint8_t *a = sA + s * A_BYTES, *b = sB + s * B_BYTES;
                         if (AMN) {       // A stored [K,M]: two 64(m) x 64(k) boxes
-                            tma_load_3d(a, &tmA, m0, kt * G_BK, za, &full[s]);
-                            tma_load_3d(a + 8192, &tmA, m0 + 64, kt * G_BK, za, &full[s]);
+                            tma_load_3d(a, &tmA, m0, k0 + kt * G_BK, za, &full[s]);
+                            tma_load_3d(a + 8192, &tmA, m0 + 64, k0 + kt * G_BK, za, &full[s]);
                         } else {         // A stored [M,K]: one 64(k) x 128(m) box
-                            tma_load_3d(a, &tmA, kt * G_BK, m0, za, &full[s]);
+                            tma_load_3d(a, &tmA, k0 + kt * G_BK, m0, za, &full[s]);
                         }
                         if (ncta == 1) {
                             if (BMN) {   // B stored [K,N]: BN/64 boxes of 64(n) x 64(k)
 #pragma unroll
                                 for (int j = 0; j < BN / 64; j++)
-                                    tma_load_3d(b + j * 8192, &tmB, n0 + j * 64, kt * G_BK, zb, &full[s]);
+                                    tma_load_3d(b + j * 8192, &tmB, n0 + j * 64, k0 + kt * G_BK, zb, &full[s]);
                             } else {     // B stored [N,K]: one 64(k) x BN(n) box
-                                tma_load_3d(b, &tmB, kt * G_BK, n0, zb, &full[s]);
+                                tma_load_3d(b, &tmB, k0 + kt * G_BK, n0, zb, &full[s]);
                             }
                         } else {         // this block's half of B's rows, into both blocks
                             if (BMN) {
 #pragma unroll
                                 for (int j = 0; j < BN / 128; j++) {
                                     const int jj = rank * (BN / 128) + j;
-                                    tma_load_3d_mc(b + jj * 8192, &tmB, n0 + jj * 64, kt * G_BK, zb, &full[s], 3);
+                                    tma_load_3d_mc(b + jj * 8192, &tmB, n0 + jj * 64, k0 + kt * G_BK, zb, &full[s], 3);
                                 }
                             } else {     // 64(k) x BN/2(n): BN/2 rows of 128 bytes
-                                tma_load_3d_mc(b + rank * (BN / 2) * 128, &tmB, kt * G_BK, n0 + rank * (BN / 2),
+                                tma_load_3d_mc(b + rank * (BN / 2) * 128, &tmB, k0 + kt * G_BK, n0 + rank * (BN / 2),
                                                zb, &full[s], 3);
                             }
                         }
@@ -461,7 +488,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
             float d[NACC];
 #pragma unroll
             for (int e = 0; e < NACC; e++) d[e] = 0.f;
-            for (int kt = 0; kt < nk; kt++, it++) {
+            const int nku = wg_nk(p, z);
+            for (int kt = 0; kt < nku; kt++, it++) {
                 const uint32_t s = it % STAGES;
                 G_TCLK(t0);
                 mbar_wait(&full[s], (it / STAGES) & 1);
@@ -488,7 +516,8 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
             G_TCLK(t3);
 
             /* the epilogue: this consumer's 64 rows */
-            wg_store_slab<BN, F16, EX>(p, &tmC, d, z, m0 + cw * 64, n0, stg, nbox, 2 + cw, tid);
+            if constexpr (EX == 2) wg_store_f32<BN>(p, d, z, m0 + cw * 64, n0, tid);
+            else wg_store_slab<BN, F16, EX == 1>(p, &tmC, d, z, m0 + cw * 64, n0, stg, nbox, 2 + cw, tid);
             G_TADD(3, t3);
 #ifdef G_TRACE
             tr[4]++;
@@ -788,6 +817,80 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
     default:
         return kn_set_error(KN_ERR_UNSUPPORTED, "gemm_bf16_sm90: no kernel for a bias or GELU with %s operands%s%s",
                             f16 ? "f16" : "bf16", amn ? ", A stored [K,M]" : "", bmn ? ", B stored [K,N]" : "");
+    }
+}
+
+/* ---- split-K: few output tiles over a long K (weight gradients) ---- */
+
+/* Slices (and their length, *kslice, a multiple of 64; and the cluster size,
+ * *ncta) for splitting a product of few 128 x 128 tiles (< WG_MIN_TILES)
+ * over K >= 2048: the count whose rounds of units over the resident
+ * clusters times k-steps a slice is least, with or without pairs; 0 where
+ * one unsplit pass would do as well. */
+static int wg_split_plan(int64_t M, int64_t N, int64_t K, int64_t *kslice, int *ncta) {
+    const int64_t mt = (M + G_BM - 1) / G_BM, nt = (N + 127) / 128;
+    if (mt * nt >= WG_MIN_TILES || K < 2048) return 0;
+    int best_s = 0;
+    int64_t best = 0;
+    for (int c = 1; c <= wg_ncta(M); c++) {
+        const int64_t u = (mt + c - 1) / c * nt, ncl = wg_sms() / c;
+        for (int64_t S = 1; S <= 16 && S <= K / 512; S++) {
+            const int64_t ks = (K + S * G_BK - 1) / (S * G_BK) * G_BK, Sa = (K + ks - 1) / ks;
+            const int64_t cost = (u * Sa + ncl - 1) / ncl * (ks / G_BK);
+            if (best_s == 0 || cost < best) { best = cost; best_s = (int)Sa; *kslice = ks; *ncta = c; }
+        }
+    }
+    return best_s >= 2 ? best_s : 0;
+}
+
+extern "C" int kn_cuda_gemm_wgmma_split(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                        const void *A, int64_t lda, const void *B, int64_t ldb, int64_t *kslice) {
+    (void)trans_a; (void)trans_b;
+    if ((ab != KN_BF16 && ab != KN_F16) || M < 1 || N < 2 || N % 2 || M >= INT32_MAX || N >= INT32_MAX ||
+        K >= INT32_MAX || M * N >= INT32_MAX)
+        return 0;
+    if (!A || !B || !kn_aligned16(A) || !kn_aligned16(B) || lda % 8 || ldb % 8) return 0;
+    /* KN_CUDA_TUNE=gemm_split=0: the mma.sync slices instead (for comparison) */
+    static int on = -1;
+    if (on < 0) on = kn_cuda_tune("gemm_split", 1) != 0;
+    if (!on || !wgmma_available()) return 0;
+    int ncta = 1;
+    return wg_split_plan(M, N, K, kslice, &ncta);
+}
+
+extern "C" kn_status kn_cuda_gemm_wgmma_splitk(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                                               int64_t K, const void *A, int64_t lda, const void *B, int64_t ldb,
+                                               float *part, void *stream) {
+    int64_t ks = 0;
+    int ncta = 1;
+    const int S = kn_cuda_gemm_wgmma_split(ab, trans_a, trans_b, M, N, K, A, lda, B, ldb, &ks) ?
+                  wg_split_plan(M, N, K, &ks, &ncta) : 0;
+    if (!S || !part)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "kn_cuda_gemm_wgmma_splitk: this product is not split here "
+                            "(check kn_cuda_gemm_wgmma_split first)");
+    const bool f16 = ab == KN_F16, amn = trans_a, bmn = !trans_b;
+    CUtensorMap ma, mb, mc;
+    memset(&mc, 0, sizeof mc);
+    kn_status s;
+    if (amn) s = make_map(&ma, A, f16, M, K, lda, 1, 0, 64);
+    else s = make_map(&ma, A, f16, K, M, lda, 1, 0, G_BM);
+    if (s) return s;
+    if (bmn) s = make_map(&mb, B, f16, N, K, ldb, 1, 0, 64);
+    else s = make_map(&mb, B, f16, K, N, ldb, 1, 0, (uint32_t)(128 / ncta));
+    if (s) return s;
+    const int64_t npair = ((M + G_BM - 1) / G_BM + ncta - 1) / ncta, nnt = (N + 127) / 128;
+    wg_args p = {(int)M, (int)N, (int)K, NULL, KN_CUDA_EPI_NONE, part, N, M * N, 0, 0,
+                 0, (int)npair, (int)nnt, (int)(S * npair * nnt), (int)ks};
+    cudaStream_t st = kn_stream(stream);
+    switch ((amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0)) {
+    case 0: return wg_launch<128, 0, 0, 0, 2>(ma, mb, mc, p, ncta, st);
+    case 1: return wg_launch<128, 0, 0, 1, 2>(ma, mb, mc, p, ncta, st);
+    case 2: return wg_launch<128, 0, 1, 0, 2>(ma, mb, mc, p, ncta, st);
+    case 3: return wg_launch<128, 0, 1, 1, 2>(ma, mb, mc, p, ncta, st);
+    case 4: return wg_launch<128, 1, 0, 0, 2>(ma, mb, mc, p, ncta, st);
+    case 5: return wg_launch<128, 1, 0, 1, 2>(ma, mb, mc, p, ncta, st);
+    case 6: return wg_launch<128, 1, 1, 0, 2>(ma, mb, mc, p, ncta, st);
+    default: return wg_launch<128, 1, 1, 1, 2>(ma, mb, mc, p, ncta, st);
     }
 }
 

@@ -198,6 +198,19 @@ kn_status kn_cuda_gemm_wgmma(kn_dtype ab, bool trans_a, bool trans_b, int64_t M,
                              const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
                              kn_dtype c_dtype, int64_t ldc, const kn_cuda_gemm_batch *batch, void *stream);
 
+/* Split-K on the wgmma kernel for a product of few output tiles over a long
+ * K (a weight gradient dY^T X): kn_cuda_gemm_wgmma_split returns the number
+ * of K slices S it would cut (and their length, *kslice; the last may be
+ * shorter), 0 where it does not take the product (another device or build,
+ * misaligned operands, odd N, enough tiles without it, a short K).
+ * kn_cuda_gemm_wgmma_splitk then writes each slice's f32 product into
+ * part [S, M, N] (the caller sums the slices in order). */
+int kn_cuda_gemm_wgmma_split(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                             const void *A, int64_t lda, const void *B, int64_t ldb, int64_t *kslice);
+kn_status kn_cuda_gemm_wgmma_splitk(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                    const void *A, int64_t lda, const void *B, int64_t ldb, float *part,
+                                    void *stream);
+
 #ifdef __cplusplus
 }
 #endif
