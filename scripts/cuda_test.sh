@@ -43,6 +43,18 @@ for t in $TESTS $ON_GPU; do
     echo "$t: rc=$rc $(tail -1 "$LOG/$t.log") ($(( $(date +%s) - start )) s)"
     [ $rc -ne 0 ] && fail=1
 done
+# the GEMM's matmul tests again under each forced variant of the wgmma
+# kernel's plan (gemm_bf16_sm90.cu: the tile order's swaths, the tile
+# widths, split-K, clusters), which the defaults pick only at sizes too big
+# for the reference to check quickly
+for v in gemm_swath=1 gemm_swath=3 gemm_bn=128 gemm_bn=192 gemm_bn=256 gemm_split=0 gemm_cluster=1; do
+    [ -x "$BUILD/tests/test_cuda_ops" ] || break
+    start=$(date +%s)
+    KN_TEST_ONLY=matmul KN_CUDA_TUNE=$v timeout 300 "$BUILD/tests/test_cuda_ops" > "$LOG/test_cuda_ops.$v.log" 2>&1
+    rc=$?
+    echo "test_cuda_ops matmul, KN_CUDA_TUNE=$v: rc=$rc $(tail -1 "$LOG/test_cuda_ops.$v.log") ($(( $(date +%s) - start )) s)"
+    [ $rc -ne 0 ] && fail=1
+done
 # kiln serve on the GPU: the end-to-end test (tests/serve/e2e.py) with
 # --backend cuda on the server and on the `kiln generate` it compares with
 # (f32 weights: its greedy texts are compared across batch compositions)

@@ -70,15 +70,12 @@
  * kn_cuda_gemm_bf16 keeps a plain tiled FFMA kernel (correct, slow).
  */
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn, gemm_split
+#include "backends/cuda/sm90.cuh"     // defines: KN_SM90A_DEVICE, mbarrier / TMA / wgmma wrappers
+#include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn, gemm_swath, gemm_split, gemm_split_kb
 #include <stdio.h>
-#include <cuda.h>          // defines: CUtensorMap and its enums (no libcuda link: entry point via cudart)
 #include <cuda_fp16.h>     // defines: __float2half_rn
 #include <string.h>
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KN_SM90A_DEVICE 1
-#endif
 
 #define G_BM 128
 #define G_BK 64
@@ -86,8 +83,8 @@
  * B's BN x 64 tiles) and the shared bytes: the ring, the epilogue's two
  * staging boxes a consumer (64 rows x 64 columns of 16-bit values, 8 KB,
  * in TMA's 128-byte swizzle), 1024 of alignment slack, the barriers.
- * 227 KB an SM: 4 stages at BN = 256, 6 at 128. */
-#define G_STAGES(BN) ((BN) == 256 ? 4 : 6)
+ * 227 KB an SM: 4 stages at BN = 256 and 192, 6 at 128. */
+#define G_STAGES(BN) ((BN) == 128 ? 6 : 4)
 #define G_STAGE_BYTES(BN) ((G_BM + (BN)) * G_BK * 2)
 #define G_BOX 8192
 #define G_SMEM_BYTES(BN) (G_STAGES(BN) * G_STAGE_BYTES(BN) + 4 * G_BOX + 1024 + 2 * 8 * G_STAGES(BN))
@@ -95,7 +92,8 @@
  * 4-byte writes to 8 rows hit 32 banks) fit a consumer's two boxes */
 #define G_SROW (64 * 2 + 16)
 static_assert(64 * G_SROW <= 2 * G_BOX, "padded staging fits");
-static_assert(G_SMEM_BYTES(256) <= 227 * 1024 && G_SMEM_BYTES(128) <= 227 * 1024, "shared memory");
+static_assert(G_SMEM_BYTES(256) <= 227 * 1024 && G_SMEM_BYTES(192) <= 227 * 1024 && G_SMEM_BYTES(128) <= 227 * 1024,
+              "shared memory");
 
 struct wg_args {
     int M, N, K;
@@ -107,6 +105,7 @@ struct wg_args {
     int vec_out;            /* C by TMA (base, ldc, sc 16-byte aligned: the map tmC); else element stores */
     int npair, nnt, units;  /* M-tile groups (pairs, or single tiles without a cluster), N tiles, groups x N tiles x batch */
     int kslice;             /* split-K (EX == 2): batch entry z is K's slice [z kslice, (z+1) kslice), a multiple of 64; else 0 */
+    int swath;              /* M-tile groups a swath of the tile order (1 .. npair; wg_swath) */
 #ifdef G_TRACE
     unsigned long long *trace;   /* [grid][3 warpgroups][8] */
 #endif
@@ -117,9 +116,6 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 }
 
 #ifdef KN_SM90A_DEVICE
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 /* a special register: G_SREG(r, "%%cluster_ctarank") */
 #define G_SREG(var, name) asm volatile("mov.u32 %0, " name ";" : "=r"(var))
 #ifdef G_TRACE   /* diagnostics build: cycles per phase, per block (not in the library) */
@@ -129,33 +125,6 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p) {
 #define G_TCLK(v)
 #define G_TADD(slot, v0)
 #endif
-/* every thread of the cluster: arrive (release) and wait (acquire) */
-__device__ __forceinline__ void cluster_sync(void) {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *b, unsigned parity) {
-    uint32_t a = smem_u32(b), ok = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(ok) : "r"(a), "r"(parity) : "memory");
-    } while (!ok);
-}
-/* Arrive on the barrier at b's offset in block `rank` of the cluster (this
- * block's own included). Default semantics (release at CTA scope), as a
- * stage hand-back needs: with .release.cluster every GPT-2 product ran
- * 2-2.7x slower on an H100 (KN_CUDA_TUNE=gemm_heavy=1 of that build). */
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *b, uint32_t rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(b)), "r"(rank));
-    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(r) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
 /* a consumer hands stage b back: to this block's producer, and in a pair to
  * both blocks'. (Clusters are of 1 or 2 blocks; a loop over ncta compiled
  * to a 16-way unrolled, branching one.) */
@@ -165,84 +134,6 @@ __device__ __forceinline__ void stage_release(uint64_t *b, int ncta) {
     } else {
         mbar_arrive_cluster(b, 0);
         mbar_arrive_cluster(b, 1);
-    }
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
-                 "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, int x, int y, int z,
-                                            uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3, %4}], [%5];"
-                 ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z),
-                 "r"(smem_u32(bar)) : "memory");
-}
-/* the same box written at dst's offset in every block of `mask` (and
- * completing on each one's barrier at bar's offset) */
-__device__ __forceinline__ void tma_load_3d_mc(void *dst, const CUtensorMap *map, int x, int y, int z,
-                                               uint64_t *bar, uint16_t mask) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1, {%2, %3, %4}], [%5], %6;"
-                 ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z),
-                 "r"(smem_u32(bar)), "h"(mask) : "memory");
-}
-/* TMA store of the box at src (this block's shared memory) to the map's
- * box at {x, y, z}; rows and columns past the matrix are not written.
- * bulk_commit closes a group of them (an empty group where none). */
-__device__ __forceinline__ void tma_store_3d(const CUtensorMap *map, const void *src, int x, int y, int z) {
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
-                 ::"l"((uint64_t)(uintptr_t)map), "r"(smem_u32(src)), "r"(x), "r"(y), "r"(z) : "memory");
-}
-__device__ __forceinline__ void bulk_commit(void) { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-/* Shared-memory matrix descriptor, 128-byte swizzle. K-major: rows of 128
- * bytes of k, 8-row core groups 1024 bytes apart (SBO), LBO unused (1).
- * MN-major: 64 m/n per 128-byte row, next 8 k rows 1024 bytes on (SBO),
- * next 64 m/n one 8 KB box on (LBO). Fields are in 16-byte units. */
-template <int MN> __device__ __forceinline__ uint64_t wg_desc(const void *p) {
-    uint64_t a = smem_u32(p);
-    uint64_t lbo = MN ? (8192 >> 4) : 1;
-    return ((a & 0x3FFFFull) >> 4) | (lbo << 16) | (64ull << 32) | (1ull << 62);
-}
-/* One wgmma m64nBNk16 (BN = 256: 128 accumulators per thread, 128: 64),
- * D += A * B with A from descriptor da, B from db; AMN / BMN set the
- * transpose bits (operand stored MN-major); F16 picks .f16 over .bf16. The
- * scale-d predicate is always 1: accumulators start at zero. */
-template <int AMN, int BMN> __device__ __forceinline__ void wg_mma_256_bf16(float *d, uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "r"(1), "n"(AMN), "n"(BMN));
-}
-template <int AMN, int BMN> __device__ __forceinline__ void wg_mma_256_f16(float *d, uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "r"(1), "n"(AMN), "n"(BMN));
-}
-template <int AMN, int BMN> __device__ __forceinline__ void wg_mma_128_bf16(float *d, uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(1), "n"(AMN), "n"(BMN));
-}
-template <int AMN, int BMN> __device__ __forceinline__ void wg_mma_128_f16(float *d, uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(1), "n"(AMN), "n"(BMN));
-}
-template <int BN, int AMN, int BMN, int F16>
-__device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
-    static_assert(BN == 256 || BN == 128, "only the m64n256k16 and m64n128k16 shapes are written");
-    if constexpr (BN == 256) {
-        if constexpr (F16) wg_mma_256_f16<AMN, BMN>(d, da, db); else wg_mma_256_bf16<AMN, BMN>(d, da, db);
-    } else {
-        if constexpr (F16) wg_mma_128_f16<AMN, BMN>(d, da, db); else wg_mma_128_bf16<AMN, BMN>(d, da, db);
     }
 }
 #endif /* KN_SM90A_DEVICE */
@@ -367,14 +258,18 @@ __device__ __forceinline__ void wg_store_f32(const wg_args &p, const float *d, i
 }
 #endif /* KN_SM90A_DEVICE */
 
-/* Unit u of the tile list (M-tile group fastest, then N tile, then batch
- * entry): this block's batch entry z and tile origin (m0, n0). A group is a
- * pair of M tiles in a cluster of two (rank 0 the upper), one tile alone. */
+/* Unit u of the tile list: batch entry slowest; within an entry, swaths of
+ * p.swath M-tile groups, each swath all its N tiles, M-tile group fastest
+ * inside it (p.swath = npair: the whole column of M tiles, then the next N
+ * tile). Gives this block's batch entry z and tile origin (m0, n0). A group
+ * is a pair of M tiles in a cluster of two (rank 0 the upper), one tile
+ * alone. */
 __device__ __forceinline__ void wg_tile(const wg_args &p, int u, int ncta, int rank, int bn, int &z, int &m0,
                                         int &n0) {
     const int per_z = p.npair * p.nnt;
     z = u / per_z;
-    const int r = u - z * per_z, nt = r / p.npair, mp = r - nt * p.npair;
+    const int r = u - z * per_z, g0 = r / (p.swath * p.nnt) * p.swath, gs = min(p.swath, p.npair - g0);
+    const int q = r - g0 * p.nnt, nt = q / gs, mp = g0 + (q - nt * gs);
     m0 = (mp * ncta + rank) * G_BM;
     n0 = nt * bn;
 }
@@ -458,12 +353,11 @@ gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant
                                 tma_load_3d(b, &tmB, k0 + kt * G_BK, n0, zb, &full[s]);
                             }
                         } else {         // this block's half of B's rows, into both blocks
-                            if (BMN) {
+                            if (BMN) {   // the 64-wide boxes alternate between the blocks (BN = 192: 2 and 1)
 #pragma unroll
-                                for (int j = 0; j < BN / 128; j++) {
-                                    const int jj = rank * (BN / 128) + j;
-                                    tma_load_3d_mc(b + jj * 8192, &tmB, n0 + jj * 64, k0 + kt * G_BK, zb, &full[s], 3);
-                                }
+                                for (int j = 0; j < BN / 64; j++)
+                                    if (j % 2 == rank)
+                                        tma_load_3d_mc(b + j * 8192, &tmB, n0 + j * 64, k0 + kt * G_BK, zb, &full[s], 3);
                             } else {     // 64(k) x BN/2(n): BN/2 rows of 128 bytes
                                 tma_load_3d_mc(b + rank * (BN / 2) * 128, &tmB, k0 + kt * G_BK, n0 + rank * (BN / 2),
                                                zb, &full[s], 3);
@@ -590,7 +484,7 @@ typedef CUresult (*kn_encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuin
 static int g_wgmma_state = -1;     // -1 unknown, 0 no, 1 yes (per process; first device)
 static kn_encode_tiled_fn g_encode = NULL;
 
-static int wgmma_available(void) {
+int kn_sm90_available(void) {
     if (g_wgmma_state >= 0) return g_wgmma_state;
     int dev = 0, major = 0, ok = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -620,6 +514,8 @@ static int wgmma_available(void) {
     }
     return g_wgmma_state = ok;
 }
+
+static int wgmma_available(void) { return kn_sm90_available(); }
 
 extern "C" int kn_cuda_gemm_bf16_uses_wgmma(void) { return wgmma_available(); }
 
@@ -670,22 +566,67 @@ static int wg_ncta(int64_t M) {
 }
 
 /* Tile width: 128 for N <= 128 (attention's P @ V with a head dim of 64),
- * else the width whose last round of units over the SMs wastes less, a
- * 128-wide unit taken as 0.55 of a 256-wide one (its B traffic per output
- * is the same, its A traffic twice). GPT-2's projection [8192, 768] has 96
- * units of 256 x 256 for 66 clusters (2 rounds, the second a third full)
- * and 192 of 256 x 128 (3 rounds): 128. KN_CUDA_TUNE=gemm_bn=128 or 256
- * forces a width. */
+ * else the width whose rounds of units over the resident clusters take
+ * least time, a unit's time taken as its width's weight: a 256-wide unit
+ * 1, a 192-wide 0.78, a 128-wide 0.55. The narrower tiles do less work a
+ * unit but read more shared memory per product (a consumer's m64nBNk16
+ * reads 64 rows of A and BN of B; with TMA's writes a 128-wide tile needs
+ * ~160 bytes a cycle of the SM's 128). GPT-2's fc2 forward [8192, 768] in
+ * pairs: 192 units of 128 columns (3 rounds over 66 clusters, 1.65), 128 of
+ * 192 (2 rounds, 1.56), 96 of 256 (2 rounds, 2). KN_CUDA_TUNE=gemm_bn=128,
+ * 192 or 256 forces a width. */
 static int wg_bn(int64_t M, int64_t N, int64_t nz) {
     if (N <= 128) return 128;
     static int force = -1;
     if (force < 0) force = kn_cuda_tune("gemm_bn", 0);
-    if (force == 128 || force == 256) return force;
+    if (force == 128 || force == 192 || force == 256) return force;
     const int ncta = wg_ncta(M);
     const int64_t groups = nz * (((M + G_BM - 1) / G_BM + ncta - 1) / ncta), ncl = wg_sms() / ncta;
-    const int64_t r256 = (groups * ((N + 255) / 256) + ncl - 1) / ncl;
-    const int64_t r128 = (groups * ((N + 127) / 128) + ncl - 1) / ncl;
-    return 0.55 * (double)r128 < (double)r256 ? 128 : 256;
+    static const int width[3] = {256, 192, 128};
+    static const double weight[3] = {1.0, 0.78, 0.55};
+    int best = 256;
+    double best_t = 0;
+    for (int i = 0; i < 3; i++) {
+        const int64_t rounds = (groups * ((N + width[i] - 1) / width[i]) + ncl - 1) / ncl;
+        const double t = weight[i] * (double)rounds;
+        if (i == 0 || t < best_t) { best_t = t; best = width[i]; }
+    }
+    return best;
+}
+
+/* M-tile groups a swath of the tile order (wg_tile). The clusters resident
+ * at once work on a window of units, a few groups by a few N tiles; what
+ * that window reads from memory is its A rows (groups x 128 ncta x K) and
+ * its B columns (N tiles x bn x K), unless the whole operand stays in L2
+ * (half of it, or less) and is read once. The swath whose window reads the
+ * fewest bytes, the widest of equals: GPT-2's fc2 forward [8192, 3072] @
+ * [3072, 768] has an A of 50 MB and a B of 4.7 MB, and with whole columns
+ * of M tiles (the widest swath) the window of 66 clusters spans 2 of 6 N
+ * tiles, so all of A came from memory three times; one group a swath reads
+ * it once. KN_CUDA_TUNE=gemm_swath=G forces G groups. */
+static int wg_swath(int64_t M, int64_t N, int64_t K, int64_t npair, int64_t nnt, int bn, int ncta, int64_t units) {
+    static int force = -1;
+    static int64_t l2 = 0;
+    if (force < 0) {
+        force = kn_cuda_tune("gemm_swath", 0);
+        int dev = 0, b = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&b, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||
+            b < 1) {
+            cudaGetLastError();
+            b = 50 << 20;
+        }
+        l2 = b;
+    }
+    if (force > 0) return (int)(force < npair ? force : npair);
+    const bool a_fits = M * K * 2 <= l2 / 2, b_fits = N * K * 2 <= l2 / 2;
+    const int64_t w = units < wg_sms() / ncta ? units : wg_sms() / ncta;
+    int64_t best = -1, best_g = npair;
+    for (int64_t g = npair; g >= 1; g--) {
+        const int64_t cols = (w + g - 1) / g < nnt ? (w + g - 1) / g : nnt;
+        const int64_t bytes = (a_fits ? 0 : g * G_BM * ncta) + (b_fits ? 0 : cols * bn);
+        if (best < 0 || bytes < best) { best = bytes; best_g = g; }
+    }
+    return (int)best_g;
 }
 
 /* Launch one instantiation over p.units units: as many clusters as fit on
@@ -791,10 +732,10 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
         return kn_set_error(KN_ERR_UNSUPPORTED, "gemm_bf16_sm90: %lld tiles of %lld x %lld x %lld batch entries "
                             "are too many", (long long)units, (long long)M, (long long)N, (long long)nz);
     wg_args p = {(int)M, (int)N, (int)K, bias, epi, C, ldc, sc, sa != 0, sb != 0,
-                 vec, (int)npair, (int)nnt, (int)units};
+                 vec, (int)npair, (int)nnt, (int)units, 0, wg_swath(M, N, K, npair, nnt, bn, ncta, units)};
     /* a bias or GELU (kn_cuda_gemm_bf16: A [M,K], W [N,K], bf16) has kernels of its own */
     const bool ex = bias || epi != KN_CUDA_EPI_NONE;
-    int key = (ex ? 32 : 0) | (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
+    int key = (ex ? 32 : 0) | (bn == 192 ? 16 : 0) | (bn == 256 ? 8 : 0) | (amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0);
     switch (key) {
     case 0: return wg_launch<128, 0, 0, 0, 0>(ma, mb, mc, p, ncta, st);
     case 1: return wg_launch<128, 0, 0, 1, 0>(ma, mb, mc, p, ncta, st);
@@ -812,8 +753,17 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
     case 13: return wg_launch<256, 1, 0, 1, 0>(ma, mb, mc, p, ncta, st);
     case 14: return wg_launch<256, 1, 1, 0, 0>(ma, mb, mc, p, ncta, st);
     case 15: return wg_launch<256, 1, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 16: return wg_launch<192, 0, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 17: return wg_launch<192, 0, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 18: return wg_launch<192, 0, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 19: return wg_launch<192, 0, 1, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 20: return wg_launch<192, 1, 0, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 21: return wg_launch<192, 1, 0, 1, 0>(ma, mb, mc, p, ncta, st);
+    case 22: return wg_launch<192, 1, 1, 0, 0>(ma, mb, mc, p, ncta, st);
+    case 23: return wg_launch<192, 1, 1, 1, 0>(ma, mb, mc, p, ncta, st);
     case 32: return wg_launch<128, 0, 0, 0, 1>(ma, mb, mc, p, ncta, st);
     case 40: return wg_launch<256, 0, 0, 0, 1>(ma, mb, mc, p, ncta, st);
+    case 48: return wg_launch<192, 0, 0, 0, 1>(ma, mb, mc, p, ncta, st);
     default:
         return kn_set_error(KN_ERR_UNSUPPORTED, "gemm_bf16_sm90: no kernel for a bias or GELU with %s operands%s%s",
                             f16 ? "f16" : "bf16", amn ? ", A stored [K,M]" : "", bmn ? ", B stored [K,N]" : "");
@@ -824,19 +774,27 @@ static kn_status wg_run(bool f16, bool amn, bool bmn, int64_t M, int64_t N, int6
 
 /* Slices (and their length, *kslice, a multiple of 64; and the cluster size,
  * *ncta) for splitting a product of few 128 x 128 tiles (< WG_MIN_TILES)
- * over K >= 2048: the count whose rounds of units over the resident
- * clusters times k-steps a slice is least, with or without pairs; 0 where
- * one unsplit pass would do as well. */
+ * over K >= 2048: the count whose time is least, with or without pairs; 0
+ * where one unsplit pass would do as well. Time in k-steps of a tile (128 x
+ * 128 x 64, ~0.3 us on an H100): rounds of units over the resident clusters
+ * times k-steps a slice, plus the slices' f32 partial sums written and read
+ * back (M N 8 bytes a slice; ~900 KB of memory traffic a k-step's time).
+ * Without that term GPT-2's proj dW [768, 768] over K = 8192 took 11 slices
+ * of 12 k-steps (26 MB of partial sums, 40 us); with it, 3 of 43.
+ * KN_CUDA_TUNE=gemm_split_kb=B sets the KB a k-step (0: partials free). */
 static int wg_split_plan(int64_t M, int64_t N, int64_t K, int64_t *kslice, int *ncta) {
     const int64_t mt = (M + G_BM - 1) / G_BM, nt = (N + 127) / 128;
     if (mt * nt >= WG_MIN_TILES || K < 2048) return 0;
+    static int kb = -1;
+    if (kb < 0) kb = kn_cuda_tune("gemm_split_kb", 900);
+    const double part = kb > 0 ? (double)M * (double)N * 8.0 / (kb * 1024.0) : 0;   /* k-steps a slice's partials cost */
     int best_s = 0;
-    int64_t best = 0;
+    double best = 0;
     for (int c = 1; c <= wg_ncta(M); c++) {
         const int64_t u = (mt + c - 1) / c * nt, ncl = wg_sms() / c;
         for (int64_t S = 1; S <= 16 && S <= K / 512; S++) {
             const int64_t ks = (K + S * G_BK - 1) / (S * G_BK) * G_BK, Sa = (K + ks - 1) / ks;
-            const int64_t cost = (u * Sa + ncl - 1) / ncl * (ks / G_BK);
+            const double cost = (double)((u * Sa + ncl - 1) / ncl * (ks / G_BK)) + (Sa > 1 ? part * (double)Sa : 0);
             if (best_s == 0 || cost < best) { best = cost; best_s = (int)Sa; *kslice = ks; *ncta = c; }
         }
     }
@@ -880,7 +838,7 @@ extern "C" kn_status kn_cuda_gemm_wgmma_splitk(kn_dtype ab, bool trans_a, bool t
     if (s) return s;
     const int64_t npair = ((M + G_BM - 1) / G_BM + ncta - 1) / ncta, nnt = (N + 127) / 128;
     wg_args p = {(int)M, (int)N, (int)K, NULL, KN_CUDA_EPI_NONE, part, N, M * N, 0, 0,
-                 0, (int)npair, (int)nnt, (int)(S * npair * nnt), (int)ks};
+                 0, (int)npair, (int)nnt, (int)(S * npair * nnt), (int)ks, (int)npair};
     cudaStream_t st = kn_stream(stream);
     switch ((amn ? 4 : 0) | (bmn ? 2 : 0) | (f16 ? 1 : 0)) {
     case 0: return wg_launch<128, 0, 0, 0, 2>(ma, mb, mc, p, ncta, st);
