@@ -48,10 +48,11 @@
  * cycles each warpgroup of a block spent waiting for stages, for wgmmas
  * and in the epilogue.
  *
- * Tiles are handed out M-fastest (the pairs of one column of B tiles, then
- * the next column): the blocks running at once share few B tiles, which
- * keeps a classifier's [50257, 768] weight from being streamed from memory
- * once per row band.
+ * Tiles are handed out in swaths of M-tile groups (wg_swath, wg_tile): M
+ * fastest within a swath, the swath's N tiles in turn, sized so that the
+ * blocks running at once read the larger operand from memory once (a
+ * classifier's [50257, 768] weight: the whole column of M tiles a swath; a
+ * 50 MB A against a small B: one group a swath).
  *
  * Shared tiles use the 128-byte swizzle (TMA writes it, the wgmma
  * descriptors read it), in one of two forms per operand:
@@ -515,9 +516,7 @@ int kn_sm90_available(void) {
     return g_wgmma_state = ok;
 }
 
-static int wgmma_available(void) { return kn_sm90_available(); }
-
-extern "C" int kn_cuda_gemm_bf16_uses_wgmma(void) { return wgmma_available(); }
+extern "C" int kn_cuda_gemm_bf16_uses_wgmma(void) { return kn_sm90_available(); }
 
 /* A 3-D map over a stored matrix [outer][inner] (row stride ld elements) and
  * nz batch entries sz elements apart; box: 64 inner x box_outer, 128-byte
@@ -540,16 +539,18 @@ static kn_status make_map(CUtensorMap *map, const void *ptr, bool f16, int64_t i
 }
 
 /* SMs of the current device (132 on an H100 / H200 SXM) */
+/* An attribute of the current device, dflt where it cannot be read */
+static int wg_dev_attr(cudaDeviceAttr attr, int dflt) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess || v < 1) {
+        cudaGetLastError();
+        return dflt;
+    }
+    return v;
+}
 static int wg_sms(void) {
     static int n = 0;
-    if (!n) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) {
-            cudaGetLastError();
-            n = 132;
-        }
-    }
+    if (!n) n = wg_dev_attr(cudaDevAttrMultiProcessorCount, 132);
     return n;
 }
 
@@ -609,13 +610,7 @@ static int wg_swath(int64_t M, int64_t N, int64_t K, int64_t npair, int64_t nnt,
     static int64_t l2 = 0;
     if (force < 0) {
         force = kn_cuda_tune("gemm_swath", 0);
-        int dev = 0, b = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&b, cudaDevAttrL2CacheSize, dev) != cudaSuccess ||
-            b < 1) {
-            cudaGetLastError();
-            b = 50 << 20;
-        }
-        l2 = b;
+        l2 = wg_dev_attr(cudaDevAttrL2CacheSize, 50 << 20);
     }
     if (force > 0) return (int)(force < npair ? force : npair);
     const bool a_fits = M * K * 2 <= l2 / 2, b_fits = N * K * 2 <= l2 / 2;
@@ -801,9 +796,9 @@ static int wg_split_plan(int64_t M, int64_t N, int64_t K, int64_t *kslice, int *
     return best_s >= 2 ? best_s : 0;
 }
 
-extern "C" int kn_cuda_gemm_wgmma_split(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                                        const void *A, int64_t lda, const void *B, int64_t ldb, int64_t *kslice) {
-    (void)trans_a; (void)trans_b;
+/* The checks of kn_cuda_gemm_wgmma_split, then the plan (wg_split_plan) */
+static int wg_split(kn_dtype ab, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, const void *B,
+                    int64_t ldb, int64_t *kslice, int *ncta) {
     if ((ab != KN_BF16 && ab != KN_F16) || M < 1 || N < 2 || N % 2 || M >= INT32_MAX || N >= INT32_MAX ||
         K >= INT32_MAX || M * N >= INT32_MAX)
         return 0;
@@ -811,9 +806,15 @@ extern "C" int kn_cuda_gemm_wgmma_split(kn_dtype ab, bool trans_a, bool trans_b,
     /* KN_CUDA_TUNE=gemm_split=0: the mma.sync slices instead (for comparison) */
     static int on = -1;
     if (on < 0) on = kn_cuda_tune("gemm_split", 1) != 0;
-    if (!on || !wgmma_available()) return 0;
+    if (!on || !kn_sm90_available()) return 0;
+    return wg_split_plan(M, N, K, kslice, ncta);
+}
+
+extern "C" int kn_cuda_gemm_wgmma_split(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                        const void *A, int64_t lda, const void *B, int64_t ldb, int64_t *kslice) {
+    (void)trans_a; (void)trans_b;
     int ncta = 1;
-    return wg_split_plan(M, N, K, kslice, &ncta);
+    return wg_split(ab, M, N, K, A, lda, B, ldb, kslice, &ncta);
 }
 
 extern "C" kn_status kn_cuda_gemm_wgmma_splitk(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N,
@@ -821,8 +822,7 @@ extern "C" kn_status kn_cuda_gemm_wgmma_splitk(kn_dtype ab, bool trans_a, bool t
                                                float *part, void *stream) {
     int64_t ks = 0;
     int ncta = 1;
-    const int S = kn_cuda_gemm_wgmma_split(ab, trans_a, trans_b, M, N, K, A, lda, B, ldb, &ks) ?
-                  wg_split_plan(M, N, K, &ks, &ncta) : 0;
+    const int S = wg_split(ab, M, N, K, A, lda, B, ldb, &ks, &ncta);
     if (!S || !part)
         return kn_set_error(KN_ERR_UNSUPPORTED, "kn_cuda_gemm_wgmma_splitk: this product is not split here "
                             "(check kn_cuda_gemm_wgmma_split first)");
@@ -863,7 +863,7 @@ extern "C" kn_status kn_cuda_gemm_bf16(int64_t M, int64_t N, int64_t K, const ui
     if (M == 0 || N == 0) return KN_OK;
     KN_CUDA_REQUIRE(A && W && C, "kn_cuda_gemm_bf16: NULL pointer");
     cudaStream_t st = kn_stream(stream);
-    if (wgmma_available() && K % 8 == 0 && kn_aligned16(A) && kn_aligned16(W))
+    if (kn_sm90_available() && K % 8 == 0 && kn_aligned16(A) && kn_aligned16(W))
         return wg_run(false, false, false, M, N, K, A, K, 0, W, K, 0, C, N, 0, 1, bias, (int)epi, st);
     dim3 grid((unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64));
     KN_CUDA_REQUIRE(grid.y <= 65535, "kn_cuda_gemm_bf16: M=%lld too large", (long long)M);
@@ -913,7 +913,7 @@ extern "C" int kn_cuda_gemm_wgmma_fits(kn_dtype ab, bool trans_a, bool trans_b, 
     const int64_t bn = wg_bn(M, N, nz);
     int64_t tiles = nz * ((M + G_BM - 1) / G_BM) * ((N + bn - 1) / bn);
     if (tiles < WG_MIN_TILES) return 0;
-    return wgmma_available();
+    return kn_sm90_available();
 }
 
 extern "C" kn_status kn_cuda_gemm_wgmma(kn_dtype ab, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
