@@ -3,6 +3,8 @@
  *   gpt2   B=8,  H=12, Hkv=12, T=1024, D=64
  *   llama  B=4,  H=32, Hkv=8,  T=2048, D=128
  *   char   B=64, H=6,  Hkv=6,  T=256,  D=64
+ *   prefill B=1, H=32, Hkv=8,  T=512,  D=128  (a Llama-3-8B prompt)
+ *   short128 B=16, H=16, Hkv=16, T=256, D=128
  * in bf16 (the flash kernels, backends/cuda/flash_attn.cu) and, for
  * comparison, f32 (the batched-SGEMM path). A plan holds R copies of the
  * op (each with a slightly different scale, so that no rewrite can merge
@@ -25,7 +27,8 @@ int main(void) { printf("bench_attn: built without CUDA (make CUDA=1)\n"); retur
 #include "kiln_cuda.h"
 
 typedef struct { const char *name; int B, H, Hkv, T, D; } shape;
-static const shape SH[] = {{"gpt2", 8, 12, 12, 1024, 64}, {"llama", 4, 32, 8, 2048, 128}, {"char", 64, 6, 6, 256, 64}};
+static const shape SH[] = {{"gpt2", 8, 12, 12, 1024, 64}, {"llama", 4, 32, 8, 2048, 128}, {"char", 64, 6, 6, 256, 64},
+                           {"prefill", 1, 32, 8, 512, 128}, {"short128", 16, 16, 16, 256, 128}};
 enum { R = 4 };
 
 static kn_tensor *rand_t(kn_ctx *ctx, kn_dtype dt, int64_t a, int64_t b, int64_t c, int64_t d, unsigned seed) {

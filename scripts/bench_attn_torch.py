@@ -5,6 +5,8 @@ forward and forward+backward, on the shapes bench_attn knows:
   gpt2   B=8,  H=12, Hkv=12, T=1024, D=64
   llama  B=4,  H=32, Hkv=8,  T=2048, D=128
   char   B=64, H=6,  Hkv=6,  T=256,  D=64
+  prefill B=1, H=32, Hkv=8, T=512, D=128
+  short128 B=16, H=16, Hkv=16, T=256, D=128
 Rounds alternate (kiln, then torch, per round) so both see the same clocks
 and heat; each side reports a median per round, the table shows the median
 over rounds and the ratio torch_ms / kiln_ms (above 1: kiln is faster).
@@ -16,7 +18,8 @@ Usage: python3 scripts/bench_attn_torch.py --bin build-cuda/bench/bench_attn [--
 """
 import argparse, json, statistics, subprocess, sys
 
-SHAPES = {"gpt2": (8, 12, 12, 1024, 64), "llama": (4, 32, 8, 2048, 128), "char": (64, 6, 6, 256, 64)}
+SHAPES = {"gpt2": (8, 12, 12, 1024, 64), "llama": (4, 32, 8, 2048, 128), "char": (64, 6, 6, 256, 64),
+          "prefill": (1, 32, 8, 512, 128), "short128": (16, 16, 16, 256, 128)}
 
 
 def kiln_round(binary, runs):

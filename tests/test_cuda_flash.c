@@ -28,8 +28,11 @@ TEST(cuda_flash) { SKIP("built without CUDA: build with `make CUDA=1` and run on
 #else
 #include "kiln_cuda.h"
 
-uint64_t kn_cu_flash_runs(int which);    /* flash_attn.cu: 0 forward, 1 backward, 2 backward reading the kept L */
+uint64_t kn_cu_flash_runs(int which);    /* flash_attn.cu: 0 forward, 1 backward, 2 backward reading the kept L, 3 forward on wgmma */
+void kn_cu_flash_sm90_mode(int mode);    /* flash_sm90.cu: 1 the wgmma forward wherever it fits, 0 never, -1 its own rule */
+int kn_cuda_gemm_bf16_uses_wgmma(void);  /* 1 on an sm_90 device with wgmma */
 static bool fa_keep = true;              /* false: clear the sdpa node's lse flag (the gradient's pre-pass runs) */
+static int fa_want9 = -1;                /* the wgmma forward must (1) or must not (0) have run; -1 either */
 
 static kn_backend *gpu(void) { return kn_backend_cuda(); }
 #define NEED_GPU() do { if (!gpu()) SKIP("no GPU: %s", kn_last_error()); } while (0)
@@ -129,9 +132,10 @@ static void fa_check(const fa_case *c, int idx) {
     }
     double *ro[4] = {0}, *co[4] = {0};
     int64_t rn[4] = {0}, cn[4] = {0};
-    uint64_t f0 = kn_cu_flash_runs(0), b0 = kn_cu_flash_runs(1), k0 = kn_cu_flash_runs(2);
+    uint64_t f0 = kn_cu_flash_runs(0), b0 = kn_cu_flash_runs(1), k0 = kn_cu_flash_runs(2), w0 = kn_cu_flash_runs(3);
     int nr = fa_run(kn_backend_ref(), c, vals, ro, rn), nc = fa_run(gpu(), c, vals, co, cn);
     uint64_t df = kn_cu_flash_runs(0) - f0, db = kn_cu_flash_runs(1) - b0, dk = kn_cu_flash_runs(2) - k0;
+    uint64_t dw = kn_cu_flash_runs(3) - w0;
     CHECK(nr > 0 && nc == nr, "case %d: ref %d cuda %d outputs", idx, nr, nc);
     bool bf = c->dt == KN_BF16;
     double mtol = bf ? 0.02 : 0.004, rtol = bf ? 0.01 : 0.002;   /* ~2-4 ulps of the dtype */
@@ -149,6 +153,9 @@ static void fa_check(const fa_case *c, int idx) {
                         idx, fa_keep, (unsigned long long)dk, (unsigned long long)db);
     else CHECK(df == 0 && db == 0, "case %d: must fall back, but flash ran %llu + %llu times", idx,
                (unsigned long long)df, (unsigned long long)db);
+    if (c->flash && fa_want9 >= 0)
+        CHECK(fa_want9 ? dw == df : dw == 0, "case %d: %llu of %llu forwards on the wgmma kernel (want %s)", idx,
+              (unsigned long long)dw, (unsigned long long)df, fa_want9 ? "all" : "none");
     for (int i = 0; i < 4; i++) { free(vals[i]); free(ro[i]); free(co[i]); }
 }
 
@@ -169,7 +176,16 @@ TEST(flash_attention_matches_reference) {
         {KN_BF16,   1, 2, 1,  40,  30,  64,  1, 0, 1},    /* Tq > Tk: rows 0..9 see no key (NaN y, dq) */
         {KN_BF16,   1, 2, 2,  50,  50,  80,  1, 0, 0},    /* D = 80: falls back */
     };
-    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) fa_check(&C[i], (int)i);
+    /* on an sm_90 GPU every case runs on both forward kernels: flash_sm90.cu's
+     * (wgmma + TMA) and flash_attn.cu's (mma.sync); elsewhere once */
+    const bool sm90 = kn_cuda_gemm_bf16_uses_wgmma() != 0;
+    for (int mode = sm90 ? 1 : -1; mode >= (sm90 ? 0 : -1); mode--) {
+        kn_cu_flash_sm90_mode(mode);
+        fa_want9 = mode;
+        for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) fa_check(&C[i], (int)i + (mode == 0 ? 200 : 0));
+    }
+    kn_cu_flash_sm90_mode(-1);
+    fa_want9 = -1;
     /* the gradient's own pre-pass (no kept log-sum-exp): causal, offset, GQA, views, rows without keys */
     static const int again[] = {0, 2, 5, 7, 9};
     fa_keep = false;

@@ -13,7 +13,8 @@
  * A sliding window or a softcap (kn_sdpa_ex) is not handled here yet.
  * Anything else returns KN_ERR_UNSUPPORTED without a message and the caller
  * takes its older path. Portable sm_80 code (mma.sync m16n8k16, ldmatrix,
- * cp.async), which the H100/H200 run as it is; no wgmma/TMA path yet.
+ * cp.async), which other GPUs run; on an sm_90a GPU the forward is
+ * flash_sm90.cu's wgmma/TMA kernel where it applies (KN_CUDA_TUNE=flash_sm90).
  *
  * Forward, a block of 4 warps per 64 query rows of one (b, h) (D = 64 has
  * variants, see fa_fwd_dispatch): Q stays in
@@ -41,6 +42,7 @@
  * paper's kernels; everything else accumulates in f32.
  */
 #include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/flash.cuh"       // defines: fa_fwd_args, fa_exp2, fa_lse, fa_store, fa_block, fa_store_rows
 #include "backends/cuda/kn_cuda.h"
 #include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune (KN_CUDA_TUNE=flash_mt=2,flash_minb=1)
 
@@ -81,12 +83,6 @@ __device__ __forceinline__ void fa_mma(float c[4], const uint32_t a[4], uint32_t
 }
 /* a 16-bit value (bf16 or f16) as f32 */
 template <bool BF> __device__ __forceinline__ float fa_to_f(uint16_t h) { return BF ? kn_bf2f(h) : kn_dev_h2f(h); }
-/* 2^x on the SFU (flush to zero; 2^-inf = 0) */
-__device__ __forceinline__ float fa_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 /* dst[0..1] += (x, y) in global memory (8-byte aligned); one vector atomic on sm_90 */
 __device__ __forceinline__ void fa_atomic2(float *dst, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -96,29 +92,7 @@ __device__ __forceinline__ void fa_atomic2(float *dst, float x, float y) {
     atomicAdd(dst + 1, y);
 #endif
 }
-/* a row's log2 sum-exp from its running max m and sum l (log2 domain), -inf
- * for a row with no visible key: one formula for the forward that keeps it
- * and the pre-pass that recomputes it, so the two give the same bits */
-__device__ __forceinline__ float fa_lse(float m, float l) { return l > 0.f ? m + log2f(l) : -INFINITY; }
-/* a store in the destination dtype (the reference's rounding: RNE) */
-__device__ __forceinline__ void fa_store(void *p, int dt, int64_t i, float x) {
-    if (dt == KN_F32) ((float *)p)[i] = x;
-    else if (dt == KN_BF16) ((uint16_t *)p)[i] = kn_f2bf(x);
-    else ((uint16_t *)p)[i] = kn_dev_f2h(x);
-}
 
-/* The block's (tile rank, head, batch) from its linear index, the rank
- * varying slowest: every (b, h) takes its rank-0 tile (the longest, under a
- * causal mask) before any takes rank 1. With the rank fastest, as the grid
- * is laid out, the last heads' longest tiles started when most blocks were
- * done and ran alone at the end. */
-__device__ __forceinline__ void fa_block(int &rank, int &h, int &b) {
-    const int nbh = gridDim.y * gridDim.z;
-    const int L = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    rank = L / nbh;
-    h = L % nbh % gridDim.y;
-    b = L % nbh / gridDim.y;
-}
 
 /* R rows x D columns of 16-bit data (row stride ld elements, rows >= n are
  * zero-filled) into shared memory with row pitch D + 8: the 16-byte pad puts
@@ -139,41 +113,8 @@ __device__ __forceinline__ void fa_load_tile(uint16_t *s, const uint16_t *g, int
         fa_cp16(sp + i * RPP * P, ok ? gp + i * RPP * ld : any, ok);
     }
 }
-/* c[n][0..3] of a thread (rows g, g+8 of 16; columns n*8 + 2t, +1) stored
- * as pairs: one 4-byte store (16-bit) or 8-byte store (f32) a pair; row
- * pointers ra, rb (NULL: the row is past the end), elements */
-template <int N, bool BF>
-__device__ __forceinline__ void fa_store_rows(void *ra, void *rb, int odt, const float (*c)[4], int t) {
-    if (odt == KN_F32) {
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            if (ra) *(float2 *)((float *)ra + n * 8 + 2 * t) = make_float2(c[n][0], c[n][1]);
-            if (rb) *(float2 *)((float *)rb + n * 8 + 2 * t) = make_float2(c[n][2], c[n][3]);
-        }
-    } else {
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            if (ra) *(uint32_t *)((uint16_t *)ra + n * 8 + 2 * t) = kn_pack16<BF>(c[n][0], c[n][1]);
-            if (rb) *(uint32_t *)((uint16_t *)rb + n * 8 + 2 * t) = kn_pack16<BF>(c[n][2], c[n][3]);
-        }
-    }
-}
 
 /* ---- forward (and the backward's pre-pass) --------------------------------------- */
-struct fa_fwd_args {
-    const uint16_t *q, *k, *v;        /* element strides [b, h, t] below; unit along D */
-    int64_t qs[3], ks[3], vs[3];
-    void *y;                          /* [B,Hq,Tq,D] in ydt, strides ys (NULL in the pre-pass) */
-    int64_t ys[4];
-    int ydt, ypair;                   /* ypair: ys[3] = 1 and pairs of y's elements aligned (fa_store_rows) */
-    const uint16_t *g;                /* pre-pass: dO [B,Hq,Tq,D], strides gs */
-    int64_t gs[3];
-    const uint16_t *yin;              /* pre-pass: the forward's y [B,Hq,Tq,D] (q's dtype), strides yis */
-    int64_t yis[4];
-    float *lse, *dd;                  /* pre-pass: L_i, D_i [B*Hq*Tq]; forward: L_i or NULL */
-    int Hq, G, Tq, Tk, causal;
-    float sl2;                        /* scale * log2(e) */
-};
 
 /* grid (query tiles, Hq, B), 128 threads; the longest causal tiles first
  * (fa_block).
@@ -610,11 +551,12 @@ __global__ void k_flash_dd(float *dd, const uint16_t *g, const uint16_t *y, int6
 }
 
 /* ---- host side -------------------------------------------------------------------- */
-/* launches so far: forward, backward, and backward runs that read the
- * forward's kept log-sum-exp; tests check that a case took this path (a
- * fallback would give right answers too) */
-static uint64_t fa_runs[3];
-extern "C" uint64_t kn_cu_flash_runs(int which) { return fa_runs[which < 0 ? 0 : which > 2 ? 2 : which]; }
+/* launches so far: forward, backward, backward runs that read the
+ * forward's kept log-sum-exp, and forwards on flash_sm90.cu's wgmma kernel;
+ * tests check that a case took this path (a fallback would give right
+ * answers too) */
+static uint64_t fa_runs[4];
+extern "C" uint64_t kn_cu_flash_runs(int which) { return fa_runs[which < 0 ? 0 : which > 3 ? 3 : which]; }
 
 /* a 16-bit [B,H,T,D] operand the tiles can read with 16-byte copies */
 static bool fa_view_ok(const kn_tview *v, kn_dtype dt, int64_t D) {
@@ -699,7 +641,10 @@ kn_status kn_cu_flash_fwd(const kn_exec *e) {
     /* the node keeps each row's log-sum-exp for the gradient (kn__aux_bytes;
      * the plan's room for it: e->aux) */
     if (e->aux) a.lse = (float *)e->aux;
-    kn_status st = fa_fwd_dispatch<false>(a, (int)q->ne[3], bf, (int)q->ne[0]);
+    /* Hopper's wgmma kernel first (flash_sm90.cu), where it applies */
+    kn_status st = kn_cu_flash_fwd_sm90(a, (int)q->ne[3], bf, (int)q->ne[0]);
+    if (!st) fa_runs[3]++;
+    if (st == KN_ERR_UNSUPPORTED) st = fa_fwd_dispatch<false>(a, (int)q->ne[3], bf, (int)q->ne[0]);
     if (!st) fa_runs[0]++;
     return st;
 }

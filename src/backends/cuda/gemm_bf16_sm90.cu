@@ -71,7 +71,7 @@
  * kn_cuda_gemm_bf16 keeps a plain tiled FFMA kernel (correct, slow).
  */
 #include "backends/cuda/common.cuh"
-#include "backends/cuda/sm90.cuh"     // defines: KN_SM90A_DEVICE, mbarrier / TMA / wgmma wrappers
+#include "backends/cuda/sm90.cuh"     // defines: KN_SM90A_DEVICE, mbarrier / TMA / wgmma wrappers, kn_sm90_map
 #include "backends/cuda/tune.cuh"    // kn_cuda_tune: gemm_cluster, gemm_persist, gemm_bn, gemm_swath, gemm_split, gemm_split_kb
 #include <stdio.h>
 #include <cuda_fp16.h>     // defines: __float2half_rn
@@ -517,6 +517,28 @@ int kn_sm90_available(void) {
 }
 
 extern "C" int kn_cuda_gemm_bf16_uses_wgmma(void) { return kn_sm90_available(); }
+
+kn_status kn_sm90_map(CUtensorMap *map, const void *ptr, bool f16, int rank, const uint64_t *dims,
+                      const uint64_t *strides, const uint32_t *box, const char *what) {
+    if (!kn_sm90_available() || rank < 2 || rank > 5)
+        return kn_set_error(KN_ERR_UNSUPPORTED, "%s: no sm_90a tensor maps here (rank %d)", what, rank);
+    cuuint64_t d[5], st[4];
+    cuuint32_t bx[5], es[5];
+    for (int i = 0; i < rank; i++) {
+        d[i] = (cuuint64_t)dims[i];
+        bx[i] = (cuuint32_t)box[i];
+        es[i] = 1;
+        if (i + 1 < rank) st[i] = (cuuint64_t)strides[i];
+    }
+    CUresult r = g_encode(map, f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, (cuuint32_t)rank,
+                          (void *)ptr, d, st, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return kn_set_error(KN_ERR_BACKEND, "%s: cuTensorMapEncodeTiled failed (%d) for a %dd view of %llu x %llu "
+                            "(innermost first)", what, (int)r, rank, (unsigned long long)dims[0],
+                            (unsigned long long)dims[1]);
+    return KN_OK;
+}
 
 /* A 3-D map over a stored matrix [outer][inner] (row stride ld elements) and
  * nz batch entries sz elements apart; box: 64 inner x box_outer, 128-byte

@@ -1,9 +1,10 @@
 /* sm90.cuh: the Hopper (sm_90a) primitives of kiln's wgmma kernels, for
- * gemm_bf16_sm90.cu: mbarriers, TMA loads and stores, shared-memory matrix
+ * gemm_bf16_sm90.cu and flash_sm90.cu: mbarriers, TMA loads and stores
+ * (tensor maps built on the host by kn_sm90_map), shared-memory matrix
  * descriptors in the 128-byte swizzle, and wgmma with both operands in
- * shared memory (m64nNk16, N = 128, 192, 256). The device half compiles
- * only for sm_90a (KN_SM90A_DEVICE); the host half (kn_sm90_available)
- * lives in gemm_bf16_sm90.cu.
+ * shared memory (m64nNk16, N = 128, 192, 256) or A in registers (N = 64,
+ * 128). The device half compiles only for sm_90a (KN_SM90A_DEVICE); the
+ * host half (kn_sm90_available, kn_sm90_map) lives in gemm_bf16_sm90.cu.
  * Internal: not installed. */
 #pragma once
 #include "backends/cuda/common.cuh"
@@ -17,6 +18,13 @@
 /* 1 where this process's GPU runs the sm_90a kernels (a probe kernel built
  * for sm_90a ran there) and the driver's tensor-map encoder was found */
 int kn_sm90_available(void);
+/* A tensor map over a 16-bit tensor of `rank` (2..5) dimensions, innermost
+ * first: dims[i] elements, strides[i] bytes between steps of dimension i + 1
+ * (multiples of 16), a box of box[i] elements (box[0] = 64: 128 bytes, the
+ * swizzle's row), 128-byte swizzle, zero fill past the edges. KN_OK or
+ * KN_ERR_BACKEND with the shape in the message. */
+kn_status kn_sm90_map(CUtensorMap *map, const void *ptr, bool f16, int rank, const uint64_t *dims,
+                      const uint64_t *strides, const uint32_t *box, const char *what);
 
 #ifdef KN_SM90A_DEVICE
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
@@ -68,6 +76,14 @@ __device__ __forceinline__ void tma_load_3d_mc(void *dst, const CUtensorMap *map
                  "[%0], [%1, {%2, %3, %4}], [%5], %6;"
                  ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z),
                  "r"(smem_u32(bar)), "h"(mask) : "memory");
+}
+/* a 4-D box ({x, y, z, w}: e.g. {d, t, head, batch} of a [B,H,T,D] view) */
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, int x, int y, int z, int w,
+                                            uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];"
+                 ::"r"(smem_u32(dst)), "l"((uint64_t)(uintptr_t)map), "r"(x), "r"(y), "r"(z), "r"(w),
+                 "r"(smem_u32(bar)) : "memory");
 }
 /* TMA store of the box at src (this block's shared memory) to the map's
  * box at {x, y, z}; rows and columns past the matrix are not written.
@@ -141,6 +157,47 @@ __device__ __forceinline__ void wg_mma(float *d, uint64_t da, uint64_t db) {
         if constexpr (F16) wg_mma_192_f16<AMN, BMN>(d, da, db); else wg_mma_192_bf16<AMN, BMN>(d, da, db);
     } else {
         if constexpr (F16) wg_mma_128_f16<AMN, BMN>(d, da, db); else wg_mma_128_bf16<AMN, BMN>(d, da, db);
+    }
+}
+/* One wgmma m64nNk16 with A from registers (a[4]: the m16n8k16 A fragment
+ * of the thread's warp, rows 16 warp + lane/4 (+8), k 2 (lane%4) (+1, +8,
+ * +9); an m64nN accumulator's columns 16c .. 16c+15 packed in pairs are
+ * exactly that), B from descriptor db (BMN: stored MN-major); D += A B. */
+template <int BMN> __device__ __forceinline__ void wg_mma_rs_64_bf16(float *d, const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(BMN));
+}
+template <int BMN> __device__ __forceinline__ void wg_mma_rs_64_f16(float *d, const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(BMN));
+}
+template <int BMN> __device__ __forceinline__ void wg_mma_rs_128_bf16(float *d, const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(BMN));
+}
+template <int BMN> __device__ __forceinline__ void wg_mma_rs_128_f16(float *d, const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(BMN));
+}
+template <int N, int BMN, int F16>
+__device__ __forceinline__ void wg_mma_rs(float *d, const uint32_t a[4], uint64_t db) {
+    static_assert(N == 64 || N == 128, "only the m64n64k16 and m64n128k16 register-A shapes are written");
+    if constexpr (N == 64) {
+        if constexpr (F16) wg_mma_rs_64_f16<BMN>(d, a, db); else wg_mma_rs_64_bf16<BMN>(d, a, db);
+    } else {
+        if constexpr (F16) wg_mma_rs_128_f16<BMN>(d, a, db); else wg_mma_rs_128_bf16<BMN>(d, a, db);
     }
 }
 #endif /* KN_SM90A_DEVICE */
