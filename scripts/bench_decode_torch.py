@@ -1,13 +1,19 @@
 """bench_decode_torch.py: the GPU decode peer at its best, for `kiln bench`.
 
-PyTorch decode of a Llama-shaped model (SmolLM2-135M's shapes, random bf16
-weights: values do not change the speed) with a static KV cache and
-torch.compile(mode="reduce-overhead") (CUDA graphs), greedy, one token a
-step. Prints the median tokens/s of decoding N tokens after a prompt of P,
-over R rounds, one number a line ("torch-compiled tgN: X tok/s"), so that
-scripts/bench_decode_gpu.sh can alternate it with kiln in the same run.
+PyTorch decode of a Llama-shaped model (--shape: SmolLM2-135M's, the
+default, or Llama-3-8B's; random bf16 weights: values do not change the
+speed) with a static KV cache and torch.compile(mode="reduce-overhead")
+(CUDA graphs), greedy, one token a step; and the prompt (prefill) of P
+tokens through torch.compile (default mode; logits of the last position
+only, as kiln computes them). Prints, each round, the tokens/s of the
+prompt ("torch-compiled ppP: X tok/s") and of decoding N tokens after it
+("torch-compiled tgN: X tok/s"), then medians over R rounds.
 
-    python3 scripts/bench_decode_torch.py [--prompt 512] [--gen 128] [--rounds 5] [--kiln 'CMD' ...]
+    python3 scripts/bench_decode_torch.py [--shape smollm2-135m|llama3-8b] [--save DIR]
+                                          [--prompt 512] [--gen 128] [--rounds 5] [--kiln 'CMD' ...]
+
+--save DIR writes the model (config.json + safetensors) before the rounds,
+so that the --kiln commands can load the very same weights with -m DIR.
 
 The model and the compiled step stay in this process across rounds; the
 first call compiles (not timed). Each --kiln CMD (a shell command printing
@@ -33,6 +39,15 @@ def smollm2_135m():
                        rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, hidden_act="silu")
 
 
+def llama3_8b():
+    return LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                       rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu")
+
+
+SHAPES = {"smollm2-135m": smollm2_135m, "llama3-8b": llama3_8b}
+
+
 def make_static_cache(cfg, max_len, dtype):
     """StaticCache's constructor changed across transformers releases."""
     from transformers import StaticCache
@@ -56,12 +71,22 @@ def main():
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--shape", default="smollm2-135m", choices=sorted(SHAPES))
+    ap.add_argument("--save", default="", help="write the model here (Hugging Face directory) for the kiln commands")
     ap.add_argument("--kiln", action="append", default=[], help="shell command printing a kiln bench table")
     a = ap.parse_args()
     torch.manual_seed(0)
-    cfg = smollm2_135m()
+    cfg = SHAPES[a.shape]()
     dtype = torch.bfloat16
-    model = LlamaForCausalLM(cfg).to(device="cuda", dtype=dtype).eval()
+    # built on the device in bf16: an 8B model initialized on the host in f32 would take minutes and 32 GB
+    torch.set_default_dtype(dtype)
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    if a.save:
+        t = time.perf_counter()
+        model.save_pretrained(a.save, safe_serialization=True)
+        print(f"# wrote {a.save} in {time.perf_counter() - t:.1f} s", flush=True)
     max_len = a.prompt + a.gen + 8
     cache = make_static_cache(cfg, max_len, dtype)
 
@@ -70,13 +95,27 @@ def main():
                     past_key_values=cache, use_cache=True, return_dict=True)
         return out.logits[:, -1].argmax(-1, keepdim=True)
 
+    def prefill(ids, pos):
+        kw = dict(input_ids=ids, position_ids=pos.unsqueeze(0), cache_position=pos, past_key_values=cache, use_cache=True)
+        try:
+            out = model(logits_to_keep=1, **kw)
+        except TypeError:     # transformers before 4.50 calls it num_logits_to_keep
+            out = model(num_logits_to_keep=1, **kw)
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
     step_c = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+    prefill_c = torch.compile(prefill)
     prompt = torch.randint(0, cfg.vocab_size, (1, a.prompt), device="cuda")
+    pp = []
 
     def decode():
         cache.reset()
         pos = torch.arange(a.prompt, device="cuda")
-        model(input_ids=prompt, position_ids=pos.unsqueeze(0), cache_position=pos, past_key_values=cache, use_cache=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        prefill_c(prompt, pos)
+        torch.cuda.synchronize()
+        pp.append(a.prompt / (time.perf_counter() - t0))
         tok = prompt[:, -1:].clone()
         p = torch.tensor([a.prompt], device="cuda")
         torch.cuda.synchronize()
@@ -93,20 +132,36 @@ def main():
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name()}, compile + warm-up {time.perf_counter() - t:.1f} s",
           flush=True)
     res = []
+    pp.clear()
     kres = [[] for _ in a.kiln]
+    kpp = [[] for _ in a.kiln]
+
+    def kiln_row(out, name):   # `kiln bench`'s table: "| model | ... | ppN | X ± Y |"
+        m = [l for l in out.splitlines() if re.search(r"\b%s\b" % name, l)]
+        try:
+            return float(m[-1].split("|")[-2].split()[0])
+        except (IndexError, ValueError):
+            return float("nan")
+
     for _ in range(a.rounds):
         r = decode()
         res.append(r)
+        print(f"torch-compiled pp{a.prompt}: {pp[-1]:.1f} tok/s", flush=True)
         print(f"torch-compiled tg{a.gen}: {r:.1f} tok/s", flush=True)
         for j, cmd in enumerate(a.kiln):
-            out = subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
-            m = [l for l in out.splitlines() if re.search(r"\btg%d\b" % a.gen, l)]
-            v = float(m[-1].split("|")[-2].split()[0]) if m else float("nan")
-            kres[j].append(v)
-            print(f"kiln[{j}] tg{a.gen}: {v:.1f} tok/s   ({cmd})", flush=True)
-    print(f"# torch-compiled median {statistics.median(res):.1f} tok/s (rounds: {' '.join(f'{x:.0f}' for x in res)})")
+            p = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+            if p.returncode:
+                sys.stdout.write(p.stderr[-1500:])
+            kpp[j].append(kiln_row(p.stdout, f"pp{a.prompt}"))
+            kres[j].append(kiln_row(p.stdout, f"tg{a.gen}"))
+            print(f"kiln[{j}] pp{a.prompt}: {kpp[j][-1]:.1f} tok/s", flush=True)
+            print(f"kiln[{j}] tg{a.gen}: {kres[j][-1]:.1f} tok/s   ({cmd})", flush=True)
+    rounds = lambda xs: " ".join(f"{x:.0f}" for x in xs)
+    print(f"# torch-compiled median pp{a.prompt} {statistics.median(pp):.1f} tok/s (rounds: {rounds(pp)})")
+    print(f"# torch-compiled median {statistics.median(res):.1f} tok/s (rounds: {rounds(res)})")
     for j, cmd in enumerate(a.kiln):
-        print(f"# kiln[{j}] median {statistics.median(kres[j]):.1f} tok/s (rounds: {' '.join(f'{x:.0f}' for x in kres[j])}): {cmd}")
+        print(f"# kiln[{j}] median pp{a.prompt} {statistics.median(kpp[j]):.1f} tok/s (rounds: {rounds(kpp[j])}): {cmd}")
+        print(f"# kiln[{j}] median {statistics.median(kres[j]):.1f} tok/s (rounds: {rounds(kres[j])}): {cmd}")
 
 
 if __name__ == "__main__":

@@ -12,10 +12,13 @@ the peer alternating):
           AdamW (scripts/bench_train_gpu_torch.py, random tokens)
   char    the char GPT shape (6 x 384, 6 heads, T=256, B=64, vocabulary 65)
   decode  SmolLM2-135M bf16 (--model: a directory or file; default: random
-          weights written by scripts/make_random_smollm2.py), tg128 after a
-          512-token prompt, vs PyTorch with a static cache and
-          torch.compile(mode="reduce-overhead") (scripts/bench_decode_torch.py);
-          with --quant also kiln on that quantized file with --gpu-dtype file
+          weights written by scripts/make_random_smollm2.py): a 512-token
+          prompt (pp512) and tg128 after it, vs PyTorch with a static cache,
+          torch.compile for the prompt and torch.compile(mode="reduce-overhead")
+          for the steps (scripts/bench_decode_torch.py); with --quant also
+          kiln on that quantized file with --gpu-dtype file
+  decode8b the same on a Llama-3-8B-shaped model (random bf16 weights, 16 GB,
+          written by the peer's script for both; not in the default set)
 Both sides train without gradient clipping (kiln --clip 0; the peer does not
 clip). Ratios are kiln / PyTorch (higher is better for kiln).
 """
@@ -54,21 +57,28 @@ def train_row(a, name, gpt, kiln_args):
     return torch_r, kiln_r
 
 
-def decode_rows(a):
-    model = a.model
-    if not model:
+def decode_rows(a, shape="smollm2-135m"):
+    """(name, torch rounds, kiln rounds) for pp512 and tg128 of each kiln command"""
+    model, save = a.model, ""
+    if shape != "smollm2-135m":       # the peer writes its own random weights for kiln to load
+        model = f"/tmp/kn_{shape}_random"
+        save = f"--save {model}"
+    elif not model:
         model = "/tmp/kn_smollm2_random"
         run(f"python3 {HERE}/make_random_smollm2.py {model} > /dev/null")
     cmds = [f"{a.kiln} bench -m {model} --backend cuda --gpu-dtype bf16 --bench-prompt 512 -n 128 -r 3"]
-    if a.quant:
+    if a.quant and shape == "smollm2-135m":
         cmds.append(f"{a.kiln} bench -m {a.quant} --backend cuda --gpu-dtype file --bench-prompt 512 -n 128 -r 3")
     kargs = " ".join(f"--kiln '{c}'" for c in cmds)
-    out = run(f"python3 {HERE}/bench_decode_torch.py --prompt 512 --gen 128 --rounds {a.rounds + 2} {kargs}")
-    torch_r = [float(m) for m in re.findall(r"^torch-compiled tg128: (\S+) tok/s", out, re.M)]
+    out = run(f"python3 {HERE}/bench_decode_torch.py --shape {shape} {save} --prompt 512 --gen 128 "
+              f"--rounds {a.rounds + 2} {kargs}")
     rows = []
-    for j, c in enumerate(cmds):
-        kr = [float(m) for m in re.findall(r"^kiln\[%d\] tg128: (\S+) tok/s" % j, out, re.M)]
-        rows.append(("decode bf16" if j == 0 else "decode " + os.path.basename(a.quant), torch_r, kr))
+    for test in ("pp512", "tg128"):
+        torch_r = [float(m) for m in re.findall(r"^torch-compiled %s: (\S+) tok/s" % test, out, re.M)]
+        for j, c in enumerate(cmds):
+            kr = [float(m) for m in re.findall(r"^kiln\[%d\] %s: (\S+) tok/s" % (j, test), out, re.M)]
+            what = "bf16" if j == 0 else os.path.basename(a.quant)
+            rows.append((f"{what} {test}", torch_r, kr))
     return rows
 
 
@@ -90,7 +100,9 @@ def main():
     if "char" in want:
         rows.append(("char GPT 6x384 train, B=64 T=256 (tok/s)",) + train_row(a, "char", "65,256,384,6,6,64", ""))
     if "decode" in want:
-        rows += [(f"SmolLM2-135M {n} tg128 (tok/s)", t, k) for n, t, k in decode_rows(a)]
+        rows += [(f"SmolLM2-135M {n} (tok/s)", t, k) for n, t, k in decode_rows(a)]
+    if "decode8b" in want:
+        rows += [(f"Llama-3-8B-shaped {n} (tok/s)", t, k) for n, t, k in decode_rows(a, "llama3-8b")]
     print("\n| work | kiln (median) | PyTorch compiled (median) | kiln / PyTorch |")
     print("|---|---|---|---|")
     for name, t, k in rows:
