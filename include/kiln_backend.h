@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define KN_BACKEND_VERSION 4   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op; 4: kn_kargs.scratch */
+#define KN_BACKEND_VERSION 5   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op; 4: kn_kargs.scratch; 5: batch_ok, compute_batch */
 
 typedef enum { KN_DEVICE_HOST = 0, KN_DEVICE_CUDA = 1 } kn_device;
 
@@ -170,7 +170,18 @@ struct kn_backend {
      * carry dtypes only; dst will have dtype out)? NULL: never, and the
      * compiler leaves the consumers as nodes of their own. */
     bool (*epilogue_ok)(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
+    /* ---- (optional, version >= 5) several nodes in one launch (the
+     * multi-tensor optimizer step: a model's hundreds of parameter updates,
+     * most of them small, as a few kernels). batch_ok: may the node of e
+     * join a batch? compute_batch: run es[0 .. n), 2 <= n <= KN_BATCH_MAX,
+     * nodes of one op that batch_ok accepted, none of which reads or writes
+     * memory another one writes (the runtime checks), with the same result
+     * as n compute() calls; KN_ERR_UNSUPPORTED (no message) hands them back
+     * to compute() one at a time. Both or neither. */
+    bool (*batch_ok)(kn_backend *be, const kn_exec *e);
+    kn_status (*compute_batch)(kn_backend *be, const kn_exec *es, int n);
 };
+#define KN_BATCH_MAX 64
 
 /* Helpers shared by backends (src/core/tview.c) */
 int64_t kn_tview_numel(const kn_tview *v);

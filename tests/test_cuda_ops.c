@@ -14,7 +14,8 @@
  * Built without CUDA (no KN_CUDA) or run without a GPU, the GPU tests SKIP.
  */
 #include "kn_optest.h"
-#include "kn_adamtest.h"      /* kn_adam_steps */
+#include "kn_adamtest.h"      /* kn_adam_steps, kn_adam_many */
+#include "core/env.h"         /* kn_env_reload */
 #include "kiln_nn.h"
 #include <time.h>
 
@@ -493,6 +494,44 @@ TEST(adam_update_f32_kernel) {
             free(p0); free(a);
             for (int i = 0; i < 3; i++) free(r[i]);
         }
+}
+
+/* The multi-tensor step on the GPU: 70 parameters' updates (kn_adam_many:
+ * odd sizes, strided gradients, two groups) as batched launches
+ * (k_adam_f32_batch, 32 updates a launch), bit for bit the cpu backend's
+ * (which batches its own way) and the GPU's own one-at-a-time kernel. */
+uint64_t kn_cu_adam_batches(void);      /* cuda_ops_optim.cu: batched launches so far */
+TEST(adam_batched_updates_match_cpu_bits) {
+    NEED_GPU();
+    int64_t len = kn_am_len();
+    double *r[3];
+    for (int i = 0; i < 3; i++) r[i] = malloc(sizeof(double) * (size_t)len);
+    for (int kind = 0; kind < 2; kind++) {
+        kn_optim_cfg c = kn_optim_defaults(kind ? KN_OPTIM_ADAMW : KN_OPTIM_ADAM);
+        c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
+        int nb[3];
+        uint64_t l0 = kn_cu_adam_batches();
+        REQUIRE(kn_adam_many(gpu(), &c, r[0], &nb[0]), "cuda batched: %s", kn_last_error());
+        uint64_t launches = kn_cu_adam_batches() - l0;
+        setenv("KN_BATCH", "0", 1);
+        kn_env_reload();
+        bool ok = kn_adam_many(gpu(), &c, r[1], &nb[1]);
+        unsetenv("KN_BATCH");
+        kn_env_reload();
+        REQUIRE(ok, "cuda one at a time: %s", kn_last_error());
+        REQUIRE(kn_adam_many(kn_backend_cpu(), &c, r[2], &nb[2]), "cpu: %s", kn_last_error());
+        CHECK(nb[0] == KN_AM_NP && nb[1] == 0, "batched nodes: %d (want %d), with KN_BATCH=0 %d", nb[0], KN_AM_NP, nb[1]);
+        /* 3 a stepped run (32 + 32 + 6 updates); a CUDA graph's replays launch from the device, uncounted */
+        CHECK(launches >= 3 && launches % 3 == 0, "%llu batched launches (want 3 a stepped run)", (unsigned long long)launches);
+        int64_t d01 = 0, d02 = 0;
+        for (int64_t i = 0; i < len; i++) {
+            d01 += memcmp(&r[0][i], &r[1][i], sizeof(double)) != 0;
+            d02 += memcmp(&r[0][i], &r[2][i], sizeof(double)) != 0;
+        }
+        CHECK(d01 == 0 && d02 == 0, "%s: of %lld values, %lld differ from the one-at-a-time kernel, %lld from the cpu",
+              kind ? "AdamW" : "Adam", (long long)len, (long long)d01, (long long)d02);
+    }
+    for (int i = 0; i < 3; i++) free(r[i]);
 }
 
 /* Asking for more device memory than the GPU has is KN_ERR_NOMEM with the

@@ -8,6 +8,7 @@
 #include "kiln.h"
 #include "kiln_nn.h"
 #include "graph/graph.h"          /* kn__adam_update: its argument checks */
+#include "core/env.h"             /* kn_env_reload */
 #include <string.h>
 
 static double item(kn_tensor *t) { return kn_item(t); }
@@ -267,6 +268,41 @@ TEST(fused_adam_matches_composite) {
             free(p0); free(a);
             for (int i = 0; i < 3; i++) free(r[i]);
         }
+}
+
+/* The multi-tensor step: 70 parameters' Adam/AdamW updates run as batches
+ * (kn_backend.compute_batch) on the cpu backend, bit for bit what they give
+ * one node at a time (KN_BATCH=0), and within the double reference's 1e-4. */
+TEST(batched_adam_matches_one_at_a_time) {
+    int64_t len = kn_am_len();
+    double *r[3];
+    for (int i = 0; i < 3; i++) r[i] = malloc(sizeof(double) * (size_t)len);
+    for (int kind = 0; kind < 2; kind++) {
+        kn_optim_cfg c = kn_optim_defaults(kind ? KN_OPTIM_ADAMW : KN_OPTIM_ADAM);
+        c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
+        int nb[3];
+        REQUIRE(kn_adam_many(kn_backend_cpu(), &c, r[0], &nb[0]), "cpu batched: %s", kn_last_error());
+        setenv("KN_BATCH", "0", 1);
+        kn_env_reload();
+        bool ok = kn_adam_many(kn_backend_cpu(), &c, r[1], &nb[1]);
+        unsetenv("KN_BATCH");
+        kn_env_reload();
+        REQUIRE(ok, "cpu one at a time: %s", kn_last_error());
+        REQUIRE(kn_adam_many(kn_backend_ref(), &c, r[2], &nb[2]), "ref: %s", kn_last_error());
+        CHECK(nb[0] == KN_AM_NP && nb[1] == 0 && nb[2] == 0, "batched nodes: cpu %d (want %d), KN_BATCH=0 %d, ref %d",
+              nb[0], KN_AM_NP, nb[1], nb[2]);
+        int64_t ndiff = 0;
+        double wr = 0;
+        for (int64_t i = 0; i < len; i++) {
+            ndiff += memcmp(&r[0][i], &r[1][i], sizeof(double)) != 0;
+            double d = fabs(r[0][i] - r[2][i]) / (fabs(r[2][i]) + 1e-3);
+            if (!(d <= wr)) wr = d;
+        }
+        CHECK(ndiff == 0, "%s: %lld of %lld values differ between batched and one-at-a-time", kind ? "AdamW" : "Adam",
+              (long long)ndiff, (long long)len);
+        CHECK(wr < 1e-4, "%s: batched vs ref worst rel diff %.3g", kind ? "AdamW" : "Adam", wr);
+    }
+    for (int i = 0; i < 3; i++) free(r[i]);
 }
 
 TEST(optim_errors_and_state) {

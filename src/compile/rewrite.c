@@ -257,9 +257,7 @@ bool kn__rewrite(kn_ctx *ctx, kn_tensor ***order_io, int *n_io, int32_t *n_ids_i
         kn_tensor *t = order[i];
         if (t->view_src) w.fl[t->view_src->id] |= F_ALIASED;
         if (kind_of(t) == KN_KIND_EFFECT) {
-            /* assign and index_copy write src[0]; adam_update p, m, v (src 0, 2, 3);
-             * an effect not listed here: every operand counts as written */
-            unsigned mask = t->op == KN_OP_ASSIGN || t->op == KN_OP_INDEX_COPY ? 1u : t->op == KN_OP_ADAM_UPDATE ? 0xdu : 0xffu;
+            unsigned mask = kn__effect_writes(t->op);    /* the sources it writes in place */
             for (int k = 0; k < KN_MAX_SRC; k++)
                 if (t->src[k] && (mask >> k & 1)) w.fl[kn__storage_owner(t->src[k])->id] |= F_WRITTEN;
             w.fl[kn__storage_owner(t)->id] |= F_WRITTEN;

@@ -26,6 +26,7 @@ typedef struct kn_env {
     const char *cpu;         /* KN_CPU: scalar | avx2 caps the SIMD level; NULL = detected */
     bool debug;              /* KN_DEBUG: print plans and op errors on stderr */
     bool nofuse;             /* KN_NOFUSE: plans skip the graph rewrites (src/compile/) */
+    bool batch_off;          /* KN_BATCH=0: no batched node runs (the multi-tensor optimizer step; runtime/exec.c) */
     int profile;             /* KN_PROFILE: 0 off, 1 time per op at exit, 2 (=shapes) also per shape */
     /* generated kernels (docs/COMPILER.md, "The cache") */
     const char *dump_kernels;/* KN_DUMP_KERNELS: directory to write each generated kernel's source into */

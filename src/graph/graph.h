@@ -70,6 +70,14 @@ bool kn__broadcast_shape(kn_ctx *ctx, const char *op, const kn_tensor *a, const 
                          int *ndim, int64_t *shape, int8_t *sym);
 kn_dtype kn__promote(kn_dtype a, kn_dtype b);
 bool kn__is_view_op(kn_op op);
+/* The sources an effect node writes in place, bit k for src[k] (its own
+ * storage, the dst, is written too): assign and index_copy write src[0],
+ * adam_update p, exp_avg and exp_avg_sq (src 0, 2, 3); an effect not listed
+ * here counts as writing every operand. 0 for the other kinds. */
+static inline unsigned kn__effect_writes(kn_op op) {
+    if (kn_op_get(op)->kind != KN_KIND_EFFECT) return 0;
+    return op == KN_OP_ASSIGN || op == KN_OP_INDEX_COPY ? 1u : op == KN_OP_ADAM_UPDATE ? 0xdu : 0xffu;
+}
 /* extent of dim i at run time given symbol values (syms may be NULL: max) */
 static inline int64_t kn__extent(const kn_tensor *t, int i, const int64_t *syms) {
     return (t->sym[i] && syms) ? syms[t->sym[i]] : t->shape[i];

@@ -7,6 +7,9 @@
  * eager kn_realize runs a temporary plan through it too.
  */
 #include "runtime/runtime.h"
+#include "core/env.h"          // defines: kn_env_get (KN_BATCH)
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Byte address of t's element 0 in this plan. */
@@ -100,6 +103,85 @@ bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, i
     return true;
 }
 
+static double prof_mark(kn_plan *p);
+
+/* ---- batches: runs of independent nodes one backend call takes together ----
+ * (kn_backend.batch_ok / compute_batch: the multi-tensor optimizer step).
+ * The effects that nobody reads stand last in the schedule (schedule.c), so
+ * a model's parameter updates follow one another there. */
+
+/* The bytes [lo, hi) view v can touch (a block type's partial blocks counted whole). */
+typedef struct { const char *lo, *hi; } span;
+static span span_of(const kn_tview *v) {
+    const kn_dtype_info *d = kn_dtype_get(v->dtype);
+    int64_t a = 0, b = 0;
+    for (int i = 0; i < v->ndim; i++) {
+        if (v->ne[i] <= 0) return (span){v->data, v->data};
+        int64_t s = (v->ne[i] - 1) * v->st[i];
+        if (s < 0) a += s; else b += s;
+    }
+    const char *base = v->data;
+    return (span){base - (-a + d->block_size - 1) / d->block_size * d->type_size,
+                  base + (b / d->block_size + 1) * d->type_size};
+}
+static bool spans_meet(span x, span y) { return x.lo < y.hi && y.lo < x.hi; }
+
+/* Does x write memory that y reads or writes (or the other way round)? */
+static bool execs_conflict(const kn_exec *x, const kn_exec *y) {
+    for (int pass = 0; pass < 2; pass++) {
+        const kn_exec *w = pass ? y : x, *r = pass ? x : y;
+        unsigned wm = kn__effect_writes(w->node->op);
+        for (int a = -1; a < w->nsrc; a++) {
+            if (a >= 0 && !(wm >> a & 1)) continue;
+            const kn_tview *wv = a < 0 ? &w->dst : &w->src[a];
+            if (a >= 0 && !w->node->src[a]) continue;
+            span ws = span_of(wv);
+            if (spans_meet(ws, span_of(&r->dst))) return true;
+            for (int b = 0; b < r->nsrc; b++)
+                if (r->node->src[b] && spans_meet(ws, span_of(&r->src[b]))) return true;
+        }
+    }
+    return false;
+}
+
+/* Node order[i] starts a batch if the backend takes it and at least one of
+ * the computing nodes right after it: returns how many schedule entries the
+ * batch covers (views between its nodes compute nothing), 0 for no batch;
+ * *st: the backend's status. */
+static int run_batch(kn_plan *p, int i, int prof, kn_status *st) {
+    kn_backend *be = p->be;
+    kn_tensor *t = p->order[i];
+    if (be->version < 5 || !be->batch_ok || !be->compute_batch || kn_env_get()->batch_off || kn__pgroup(p, t) ||
+        kn__pepi(p, t) || kn_op_get(t->op)->kind != KN_KIND_EFFECT)
+        return 0;
+    if (!p->batch && !(p->batch = malloc(sizeof *p->batch * KN_BATCH_MAX))) return 0;
+    kn_exec *es = p->batch;
+    kn_epilogue epi;
+    int bad, n = 0, last = i;
+    for (int j = i; j < p->n && n < KN_BATCH_MAX; j++) {
+        kn_tensor *u = p->order[j];
+        if (kn__pgroup(p, u) || kn__pepi(p, u)) break;
+        if (!kn__computes(u)) continue;
+        if (u->op != t->op || !kn__exec_of(p, u, &es[n], &epi, &bad) || !be->batch_ok(be, &es[n])) break;
+        bool clash = false;
+        for (int m = 0; m < n && !clash; m++) clash = execs_conflict(&es[m], &es[n]);
+        if (clash) break;
+        n++;
+        last = j;
+    }
+    if (n < 2) return 0;
+    double t0 = prof ? prof_mark(p) : 0;
+    *st = be->compute_batch(be, es, n);
+    if (*st == KN_ERR_UNSUPPORTED) { *st = KN_OK; return 0; }
+    p->nbatched += n;
+    if (prof) {
+        char name[64];
+        snprintf(name, sizeof name, "%s x%d (batched)", kn_op_name(t->op), n);
+        kn__profile_kernel(name, prof_mark(p) - t0);
+    }
+    return last - i + 1;
+}
+
 /* KN_PROFILE's clock: on an asynchronous (device) backend it first waits
  * for the work queued so far, so each timed call is charged its own kernels
  * (launch latency included), not its predecessors'. Profiling turns CUDA
@@ -116,6 +198,7 @@ kn_status kn__plan_run_steps(kn_plan *p) {
         kn_status st = p->be->syms_upload(p->be, p->ctx->sym_val, KN_MAX_SYMS);
         if (st != KN_OK) return st;
     }
+    p->nbatched = 0;
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         if (!kn__alive(t)) return kn_set_error(KN_ERR_STATE, "kn_plan_run: the plan's tensors were freed (context reset); build a new plan");
@@ -129,6 +212,12 @@ kn_status kn__plan_run_steps(kn_plan *p) {
             continue;
         }
         if (!kn__computes(t)) continue;
+        if (!chk) {
+            kn_status st = KN_OK;
+            int nb = run_batch(p, i, prof, &st);
+            if (st != KN_OK) return st;
+            if (nb > 0) { i += nb - 1; continue; }
+        }
         kn_exec e;
         kn_epilogue epi;
         int bad;
@@ -146,6 +235,8 @@ kn_status kn__plan_run_steps(kn_plan *p) {
     }
     return KN_OK;
 }
+
+int kn__plan_batched(const kn_plan *p) { return p ? p->nbatched : 0; }
 
 kn_status kn_plan_run(kn_plan *p) {
     if (!p) return kn_set_error(KN_ERR_INVALID, "kn_plan_run: NULL plan (did kn_plan_new fail? %s)", kn_last_error());

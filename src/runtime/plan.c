@@ -335,6 +335,7 @@ void kn_plan_free(kn_plan *p) {
     free(p->kernel);
     free(p->epi);
     free(p->epi_of);
+    free(p->batch);
     free(p);
 }
 

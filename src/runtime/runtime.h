@@ -49,7 +49,12 @@ struct kn_plan {
     int32_t *epi_of;       /* by tensor id: the record whose `last` the node is, -1; NULL when none */
     int epi_nodes;         /* consumer nodes run in epilogues (as many left the schedule: the matmuls, and the chains but their last) */
     struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
+    kn_exec *batch;        /* KN_BATCH_MAX records for a backend's compute_batch (exec.c); NULL until needed */
+    int nbatched;          /* nodes the last stepped run (not a replay) handed to compute_batch (tests) */
 };
+
+/* Nodes the plan's last stepped run handed to compute_batch (exec.c; tests). */
+int kn__plan_batched(const kn_plan *p);
 
 /* The group node t belongs to, or NULL. */
 static inline kn_fgroup *kn__pgroup(const kn_plan *p, const kn_tensor *t) {

@@ -16,6 +16,7 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_jit.h"      // defines: the kernel_* entries (generated kernels)
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ==== dispatch =============================================================== */
@@ -77,6 +78,16 @@ static bool cpu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilog
     return kn_cpu_epilogue_ok(mm, epi, out);
 }
 
+/* the multi-tensor optimizer step (cpu_elementwise.c) */
+static bool cpu_batch_ok(kn_backend *be, const kn_exec *e) {
+    (void)be;
+    return kn_cpu_adam_batch_ok(e);
+}
+static kn_status cpu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
+    (void)be;
+    return kn_cpu_adam_batch(es, n) ? KN_OK : KN_ERR_UNSUPPORTED;
+}
+
 static kn_backend g_cpu = {
     .version = KN_BACKEND_VERSION,
     .name = "cpu",
@@ -91,6 +102,8 @@ static kn_backend g_cpu = {
     .kernel_build = kn__cpu_kernel_build,
     .kernel_run = kn__cpu_kernel_run,
     .kernel_free = kn__cpu_kernel_free,
+    .batch_ok = cpu_batch_ok,
+    .compute_batch = cpu_compute_batch,
 };
 
 kn_backend *kn_backend_cpu(void) { return &g_cpu; }

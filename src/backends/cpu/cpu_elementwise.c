@@ -11,6 +11,7 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/vec.h"          // defines: kn_vec_*
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ==== unary maps and contiguous binaries: vec.h kernels over chunks ========= */
@@ -252,18 +253,63 @@ static void adam_rows(void *vp, int64_t r0, int64_t r1) {
         j->p[i] = p * j->c0 - (m / (sqrtf(v) / j->c2 + j->eps)) * j->c1;
     }
 }
-bool kn_cpu_adam(const kn_exec *e) {
+static bool adam_job_of(const kn_exec *e, adam_job *j) {
     const kn_tview *p = &e->dst, *g = &e->src[1], *m = &e->src[2], *v = &e->src[3], *c = &e->src[4];
-    if (!is_f32(p) || !is_f32(g) || !is_f32(m) || !is_f32(v) || !is_f32(c)) return false;
+    if (e->node->op != KN_OP_ADAM_UPDATE || !is_f32(p) || !is_f32(g) || !is_f32(m) || !is_f32(v) || !is_f32(c)) return false;
     if (!contig(p) || !contig(m) || !contig(v) || (!contig(g) && g->ndim != 2)) return false;
-    int64_t n = kn_tview_numel(p);
     const float *cf = c->data;
     const kn_op_params *q = &e->node->p;
-    adam_job j = {p->data, m->data, v->data, g->data, n, g->ndim == 2 ? g->ne[1] : 1, g->ndim == 2 ? g->st[0] : 0,
-                  g->ndim == 2 ? g->st[1] : 0, contig(g), cf[0], cf[c->st[0]], cf[2 * c->st[0]],
-                  (float)(1 - q->adam.beta1), (float)q->adam.beta2, (float)(1 - q->adam.beta2), (float)q->adam.eps,
-                  (float)q->adam.l2};
-    kn_cpu_par_rows(adam_rows, &j, kn_cpu_chunks(n), n * 7);
+    *j = (adam_job){p->data, m->data, v->data, g->data, kn_tview_numel(p), g->ndim == 2 ? g->ne[1] : 1,
+                    g->ndim == 2 ? g->st[0] : 0, g->ndim == 2 ? g->st[1] : 0, contig(g), cf[0], cf[c->st[0]],
+                    cf[2 * c->st[0]], (float)(1 - q->adam.beta1), (float)q->adam.beta2, (float)(1 - q->adam.beta2),
+                    (float)q->adam.eps, (float)q->adam.l2};
+    return true;
+}
+bool kn_cpu_adam(const kn_exec *e) {
+    adam_job j;
+    if (!adam_job_of(e, &j)) return false;
+    kn_cpu_par_rows(adam_rows, &j, kn_cpu_chunks(j.n), j.n * 7);
+    return true;
+}
+
+/* An optimizer step's updates at once (kn_backend.compute_batch): one
+ * parallel region over the chunks of all of them instead of a wake-up of
+ * the pool per parameter; each element computed as kn_cpu_adam does. */
+typedef struct {
+    adam_job j[KN_BATCH_MAX];
+    int64_t chunk0[KN_BATCH_MAX + 1];     /* update k has the chunks [chunk0[k], chunk0[k+1]) */
+    int n;
+} adam_batch;
+static void adam_batch_rows(void *vp, int64_t r0, int64_t r1) {
+    adam_batch *b = vp;
+    int lo = 0, hi = b->n - 1;           /* the last k with chunk0[k] <= r0 */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b->chunk0[mid] <= r0) lo = mid; else hi = mid - 1;
+    }
+    for (int k = lo; r0 < r1 && k < b->n; k++) {
+        int64_t e = b->chunk0[k + 1] < r1 ? b->chunk0[k + 1] : r1;
+        if (e > r0) adam_rows(&b->j[k], r0 - b->chunk0[k], e - b->chunk0[k]);
+        r0 = e;
+    }
+}
+bool kn_cpu_adam_batch_ok(const kn_exec *e) {
+    adam_job j;
+    return adam_job_of(e, &j) && j.n > 0;
+}
+bool kn_cpu_adam_batch(const kn_exec *es, int n) {
+    adam_batch *b = malloc(sizeof *b);
+    if (!b || n > KN_BATCH_MAX) { free(b); return false; }
+    int64_t work = 0;
+    b->n = n;
+    b->chunk0[0] = 0;
+    for (int k = 0; k < n; k++) {
+        if (!adam_job_of(&es[k], &b->j[k])) { free(b); return false; }
+        b->chunk0[k + 1] = b->chunk0[k] + kn_cpu_chunks(b->j[k].n);
+        work += b->j[k].n * 7;
+    }
+    kn_cpu_par_rows(adam_batch_rows, b, b->chunk0[n], work);
+    free(b);
     return true;
 }
 

@@ -91,6 +91,8 @@ bool kn_cpu_compare(const kn_exec *e);
 bool kn_cpu_where(const kn_exec *e);
 bool kn_cpu_fill_assign(const kn_exec *e);
 bool kn_cpu_adam(const kn_exec *e);
+bool kn_cpu_adam_batch_ok(const kn_exec *e);            /* kn_backend.batch_ok */
+bool kn_cpu_adam_batch(const kn_exec *es, int n);       /* kn_backend.compute_batch: the updates of one step */
 /* cpu_reduce.c */
 bool kn_cpu_reduce_last(const kn_exec *e);
 bool kn_cpu_reduce_leading(const kn_exec *e);

@@ -329,6 +329,7 @@ static kn_backend g_cuda = {
     "cuda", kn__cuda_kernel_build, kn__cuda_kernel_run, kn__cuda_kernel_free, kn__cuda_syms_upload,
     kn_cu_dynamic_syms, kn_cu_capture_begin, kn_cu_capture_end, kn_cu_graph_launch, kn_cu_graph_free,  /* cuda_graph.cu */
     kn_cu_epilogue_ok,                                                                                  /* cuda_ops_epilogue.cu */
+    kn_cu_batch_ok, kn_cu_compute_batch,                                                                /* cuda_ops_optim.cu */
 };
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static kn_status g_init_st;

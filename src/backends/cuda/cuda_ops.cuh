@@ -238,6 +238,8 @@ extern "C" kn_status kn_cu_comm_join(void);                            /* wait f
 extern "C" kn_status kn_cu_comm_sync(void);                            /* join + stream wait with a timeout */
 extern "C" void kn_cu_bind(void);                                      /* this thread uses the backend's GPU */
 kn_status kn_cu_optim(const kn_exec *e);     /* ADAM_UPDATE */
+bool kn_cu_batch_ok(kn_backend *be, const kn_exec *e);                  /* kn_backend.batch_ok: f32 ADAM_UPDATE */
+kn_status kn_cu_compute_batch(kn_backend *be, const kn_exec *es, int n);  /* kn_backend.compute_batch */
 kn_status kn_cu_unary(const kn_exec *e);
 kn_status kn_cu_binary(const kn_exec *e);
 kn_status kn_cu_reduce(const kn_exec *e);

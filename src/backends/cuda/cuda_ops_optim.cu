@@ -8,13 +8,18 @@
  * stores, the f32 operation sequence of ops_optim.c and of the cpu
  * backend's fast_adam, with every product and sum rounded on its own
  * (__fmul_rn/__fadd_rn: no FMA contraction), so it matches the cpu backend
- * bit for bit and the double reference to f32 rounding.
+ * bit for bit and the double reference to f32 rounding. The runtime hands
+ * a run of such updates (an optimizer step's, up to KN_BATCH_MAX) to
+ * kn_cu_compute_batch, which launches them 32 a kernel (k_adam_f32_batch,
+ * each update on blocks of its own): a GPT-2 step's 148 updates are 5
+ * launches instead of 148, most of them tiny.
  * Anything else: k_adam, one thread per element, any float dtype and
  * strides, computed in double like the reference.
  * (adamw.cu's kn_cuda_adamw is a different recipe -- lr and the bias
  * corrections as host floats, decoupled decay inside -- so the node does
  * not call it.) */
 #include "backends/cuda/cuda_ops.cuh"
+#include <string.h>
 
 /* one element: the f32 recipe of ops_optim.c */
 __device__ __forceinline__ float adam_one(float p, float g, float &m, float &v, float c0, float c1, float c2, float b1c,
@@ -24,57 +29,132 @@ __device__ __forceinline__ float adam_one(float p, float g, float &m, float &v, 
     v = __fadd_rn(__fmul_rn(v, b2), __fmul_rn(__fmul_rn(g, g), b2c));
     return __fsub_rn(__fmul_rn(p, c0), __fmul_rn(__fdiv_rn(m, __fadd_rn(__fdiv_rn(__fsqrt_rn(v), c2), eps)), c1));
 }
-/* p, m, v: [n] contiguous, 16-byte aligned; g contiguous (GC) or g[i] at
- * (i / C) * gs0 + (i % C) * gs1; c: the 3 coefficients (stride cst) */
-template <bool GC>
-__global__ void k_adam_f32(float *p, float *m, float *v, const float *g, int64_t n, int64_t C, int64_t gs0, int64_t gs1,
-                           const float *c, int64_t cst, float b1c, float b2, float b2c, float eps, float l2) {
-    const float c0 = c[0], c1 = c[cst], c2 = c[2 * cst];
-    const int64_t n4 = n / 4;
-    KN_GRID_LOOP(i, n4) {
+/* One parameter's update: p, m, v [n] f32 contiguous and 16-byte aligned;
+ * g contiguous and aligned (gc) or g[i] at (i / C) * gs0 + (i % C) * gs1;
+ * c: the 3 coefficients (stride cst). */
+struct adam_ent {
+    float *p, *m, *v;
+    const float *g, *c;
+    int64_t n, C, gs0, gs1, cst;
+    float b1c, b2, b2c, eps, l2;
+    int gc;
+};
+/* Blocks blk of nblk that an update has: a grid-stride loop over its float4
+ * groups; block 0 also takes the n % 4 tail, one element a thread. */
+template <bool GC> __device__ __forceinline__ void adam_part(const adam_ent &E, int64_t blk, int64_t nblk) {
+    const float c0 = E.c[0], c1 = E.c[E.cst], c2 = E.c[2 * E.cst];
+    const int64_t n4 = E.n / 4;
+    float *p = E.p, *m = E.m, *v = E.v;
+    const float *g = E.g;
+    for (int64_t i = blk * blockDim.x + threadIdx.x; i < n4; i += nblk * blockDim.x) {
         float4 pp = ((const float4 *)p)[i], mm = ((const float4 *)m)[i], vv = ((const float4 *)v)[i], gg;
         if (GC) gg = __ldg((const float4 *)g + i);
         else {
             int64_t j = 4 * i;
-            gg.x = g[(j / C) * gs0 + (j % C) * gs1]; j++;
-            gg.y = g[(j / C) * gs0 + (j % C) * gs1]; j++;
-            gg.z = g[(j / C) * gs0 + (j % C) * gs1]; j++;
-            gg.w = g[(j / C) * gs0 + (j % C) * gs1];
+            gg.x = g[(j / E.C) * E.gs0 + (j % E.C) * E.gs1]; j++;
+            gg.y = g[(j / E.C) * E.gs0 + (j % E.C) * E.gs1]; j++;
+            gg.z = g[(j / E.C) * E.gs0 + (j % E.C) * E.gs1]; j++;
+            gg.w = g[(j / E.C) * E.gs0 + (j % E.C) * E.gs1];
         }
-        pp.x = adam_one(pp.x, gg.x, mm.x, vv.x, c0, c1, c2, b1c, b2, b2c, eps, l2);
-        pp.y = adam_one(pp.y, gg.y, mm.y, vv.y, c0, c1, c2, b1c, b2, b2c, eps, l2);
-        pp.z = adam_one(pp.z, gg.z, mm.z, vv.z, c0, c1, c2, b1c, b2, b2c, eps, l2);
-        pp.w = adam_one(pp.w, gg.w, mm.w, vv.w, c0, c1, c2, b1c, b2, b2c, eps, l2);
+        pp.x = adam_one(pp.x, gg.x, mm.x, vv.x, c0, c1, c2, E.b1c, E.b2, E.b2c, E.eps, E.l2);
+        pp.y = adam_one(pp.y, gg.y, mm.y, vv.y, c0, c1, c2, E.b1c, E.b2, E.b2c, E.eps, E.l2);
+        pp.z = adam_one(pp.z, gg.z, mm.z, vv.z, c0, c1, c2, E.b1c, E.b2, E.b2c, E.eps, E.l2);
+        pp.w = adam_one(pp.w, gg.w, mm.w, vv.w, c0, c1, c2, E.b1c, E.b2, E.b2c, E.eps, E.l2);
         ((float4 *)p)[i] = pp; ((float4 *)m)[i] = mm; ((float4 *)v)[i] = vv;
     }
-    /* the n % 4 tail, one element per thread of the first block */
-    int64_t j = 4 * n4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j < n) {
-        float gj = GC ? g[j] : g[(j / C) * gs0 + (j % C) * gs1];
-        p[j] = adam_one(p[j], gj, m[j], v[j], c0, c1, c2, b1c, b2, b2c, eps, l2);
+    const int64_t j = 4 * n4 + threadIdx.x;
+    if (blk == 0 && j < E.n) {
+        float gj = GC ? g[j] : g[(j / E.C) * E.gs0 + (j % E.C) * E.gs1];
+        p[j] = adam_one(p[j], gj, m[j], v[j], c0, c1, c2, E.b1c, E.b2, E.b2c, E.eps, E.l2);
     }
 }
+template <bool GC> __global__ void k_adam_f32(const adam_ent E) { adam_part<GC>(E, blockIdx.x, gridDim.x); }
+
+/* Several updates in one launch (compute_batch: the multi-tensor step).
+ * Update k has blocks [blk0[k], blk0[k+1]); 32 of them keep the table
+ * (3.5 KB) under the 4 KB of kernel parameters every CUDA version takes. */
+enum { ADAM_TAB = 32 };
+struct adam_tab {
+    adam_ent e[ADAM_TAB];
+    int blk0[ADAM_TAB + 1];
+    int n;
+};
+__global__ void k_adam_f32_batch(const __grid_constant__ adam_tab t) {
+    int k = 0;
+    while (k + 1 < t.n && (int)blockIdx.x >= t.blk0[k + 1]) k++;
+    const adam_ent &E = t.e[k];
+    const int64_t blk = (int64_t)blockIdx.x - t.blk0[k], nblk = t.blk0[k + 1] - t.blk0[k];
+    if (E.gc) adam_part<true>(E, blk, nblk);
+    else adam_part<false>(E, blk, nblk);
+}
+
 static bool dense32(const kn_tview *v) { return v->dtype == KN_F32 && kn_tview_is_contiguous(v) && kn_aligned16(v->data); }
 
-static kn_status adam_fast(const kn_exec *e, int64_t n) {
+/* e as an f32 float4 update; false where it is not one (k_adam takes it) */
+static bool adam_ent_of(const kn_exec *e, adam_ent *E) {
     const kn_tview *p = &e->dst, *g = &e->src[1], *m = &e->src[2], *v = &e->src[3], *c = &e->src[4];
-    if (!dense32(p) || !dense32(m) || !dense32(v) || g->dtype != KN_F32 || c->dtype != KN_F32 || kn_env_get()->cuda_generic)
-        return KN_ERR_UNSUPPORTED;
-    bool gc = kn_tview_is_contiguous(g) && kn_aligned16(g->data);
-    if (!gc && g->ndim != 2) return KN_ERR_UNSUPPORTED;
+    if (e->node->op != KN_OP_ADAM_UPDATE || !dense32(p) || !dense32(m) || !dense32(v) || g->dtype != KN_F32 ||
+        c->dtype != KN_F32 || kn_env_get()->cuda_generic)
+        return false;
+    const bool gc = kn_tview_is_contiguous(g) && kn_aligned16(g->data);
+    if (!gc && g->ndim != 2) return false;
     const kn_op_params *q = &e->node->p;
-    int64_t C = g->ndim == 2 ? g->ne[1] : 1, gs0 = g->ndim == 2 ? g->st[0] : 0, gs1 = g->ndim == 2 ? g->st[1] : 0;
-    int64_t cst = c->ndim ? c->st[0] : 1;
-    float b1c = (float)(1 - q->adam.beta1), b2 = (float)q->adam.beta2, b2c = (float)(1 - q->adam.beta2);
-    float eps = (float)q->adam.eps, l2 = (float)q->adam.l2;
-    unsigned blocks = kn_blocks(n / 4 > 0 ? n / 4 : 1);
-    if (gc)
-        k_adam_f32<true><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>((float *)p->data, (float *)m->data, (float *)v->data,
-            (const float *)g->data, n, C, gs0, gs1, (const float *)c->data, cst, b1c, b2, b2c, eps, l2);
-    else
-        k_adam_f32<false><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>((float *)p->data, (float *)m->data, (float *)v->data,
-            (const float *)g->data, n, C, gs0, gs1, (const float *)c->data, cst, b1c, b2, b2c, eps, l2);
+    E->p = (float *)p->data; E->m = (float *)m->data; E->v = (float *)v->data;
+    E->g = (const float *)g->data; E->c = (const float *)c->data;
+    E->n = kn_tview_numel(p);
+    E->C = g->ndim == 2 ? g->ne[1] : 1;
+    E->gs0 = g->ndim == 2 ? g->st[0] : 0;
+    E->gs1 = g->ndim == 2 ? g->st[1] : 0;
+    E->cst = c->ndim ? c->st[0] : 1;
+    E->b1c = (float)(1 - q->adam.beta1); E->b2 = (float)q->adam.beta2; E->b2c = (float)(1 - q->adam.beta2);
+    E->eps = (float)q->adam.eps; E->l2 = (float)q->adam.l2;
+    E->gc = gc;
+    return true;
+}
+
+static kn_status adam_fast(const kn_exec *e) {
+    adam_ent E;
+    if (!adam_ent_of(e, &E)) return KN_ERR_UNSUPPORTED;
+    const unsigned blocks = kn_blocks(E.n / 4 > 0 ? E.n / 4 : 1);
+    if (E.gc) k_adam_f32<true><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(E);
+    else k_adam_f32<false><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(E);
     KN_CUDA_LAUNCHED();
+    return KN_OK;
+}
+
+/* The multi-tensor step (kn_backend.batch_ok / compute_batch): a model's
+ * f32 updates, ADAM_TAB a launch. Each update keeps its own blocks, so the
+ * bits are the one-at-a-time kernel's (KN_BATCH=0: one at a time).
+ * kn_cu_adam_batches counts the launches, for tests. */
+static uint64_t g_adam_batches;
+extern "C" uint64_t kn_cu_adam_batches(void) { return g_adam_batches; }
+
+bool kn_cu_batch_ok(kn_backend *be, const kn_exec *e) {
+    (void)be;
+    adam_ent E;
+    return adam_ent_of(e, &E) && E.n > 0;
+}
+
+kn_status kn_cu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
+    (void)be;
+    for (int i = 0; i < n; i++) {
+        kn_status st = kn_cu_comm_before(&es[i]);    /* a gradient still being all-reduced (cuda_dist.cu) */
+        if (st != KN_OK) return st;
+    }
+    for (int i0 = 0; i0 < n; i0 += ADAM_TAB) {
+        adam_tab t;
+        memset(&t, 0, sizeof t);
+        int64_t blocks = 0;
+        for (t.n = 0; t.n < ADAM_TAB && i0 + t.n < n; t.n++) {
+            if (!adam_ent_of(&es[i0 + t.n], &t.e[t.n])) return KN_ERR_UNSUPPORTED;   /* batch_ok said yes: not reached */
+            t.blk0[t.n] = (int)blocks;
+            blocks += kn_blocks(t.e[t.n].n / 4 > 0 ? t.e[t.n].n / 4 : 1);
+        }
+        t.blk0[t.n] = (int)blocks;
+        k_adam_f32_batch<<<(unsigned)blocks, KN_THREADS, 0, kn_cu_stream()>>>(t);
+        KN_CUDA_LAUNCHED();
+        g_adam_batches++;
+    }
     return KN_OK;
 }
 
@@ -98,7 +178,7 @@ kn_status kn_cu_optim(const kn_exec *e) {
     if (t->op != KN_OP_ADAM_UPDATE) return kn_set_error(KN_ERR_UNSUPPORTED, "cuda backend: no kernel for %s", kn_op_name(t->op));
     int64_t n = kn_tview_numel(&e->dst);
     if (n == 0) return KN_OK;
-    kn_status st = adam_fast(e, n);
+    kn_status st = adam_fast(e);
     if (st != KN_ERR_UNSUPPORTED) return st;
     k_adam<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&e->dst), kn_dv(&e->src[1]), kn_dv(&e->src[2]), kn_dv(&e->src[3]),
                                          kn_dv(&e->src[4]), n, t->p.adam.beta1, t->p.adam.beta2, t->p.adam.eps,
