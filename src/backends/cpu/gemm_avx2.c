@@ -80,50 +80,24 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* Four rows at a time, two accumulators per row (8 independent FMA chains),
- * each x load shared by the four rows. */
+/* One row at a time, left to right, four accumulators (independent FMA
+ * chains): the product is bound by reading X, and one sequential stream is
+ * what the prefetchers follow (four rows interleaved, sharing each x load,
+ * read 14 GB/s on a Zen 4 core where this reads 29; K = 288). */
 void kn_sgemv_dot_avx2(int64_t rows, int64_t K, const float *X, int64_t ld,
                        const float *x, float *y) {
-    int64_t i = 0;
-    for (; i + 4 <= rows; i += 4) {
-        const float *r0 = X + i * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-        int64_t k = 0;
-        for (; k + 16 <= K; k += 16) {
-            const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), x0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), x0, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), x0, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), x0, a3);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k + 8), x1, b0);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k + 8), x1, b1);
-            b2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k + 8), x1, b2);
-            b3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k + 8), x1, b3);
-        }
-        for (; k + 8 <= K; k += 8) {
-            const __m256 x0 = _mm256_loadu_ps(x + k);
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), x0, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), x0, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), x0, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), x0, a3);
-        }
-        float s0 = hsum8(_mm256_add_ps(a0, b0)), s1 = hsum8(_mm256_add_ps(a1, b1));
-        float s2 = hsum8(_mm256_add_ps(a2, b2)), s3 = hsum8(_mm256_add_ps(a3, b3));
-        for (; k < K; k++) {
-            s0 += r0[k] * x[k]; s1 += r1[k] * x[k]; s2 += r2[k] * x[k]; s3 += r3[k] * x[k];
-        }
-        y[i] = s0; y[i + 1] = s1; y[i + 2] = s2; y[i + 3] = s3;
-    }
-    for (; i < rows; i++) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *r = X + i * ld;
-        __m256 a = _mm256_setzero_ps(), b = a;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         int64_t k = 0;
-        for (; k + 16 <= K; k += 16) {
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a);
-            b = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), b);
+        for (; k + 32 <= K; k += 32) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 16), _mm256_loadu_ps(x + k + 16), a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 24), _mm256_loadu_ps(x + k + 24), a3);
         }
-        for (; k + 8 <= K; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a);
-        float s = hsum8(_mm256_add_ps(a, b));
+        for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         for (; k < K; k++) s += r[k] * x[k];
         y[i] = s;
     }

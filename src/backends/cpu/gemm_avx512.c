@@ -88,17 +88,6 @@ void kn_sgemm_ukr_14x32_direct_avx512(int64_t kc, const float *A, int64_t lda, c
 #undef TILE_STORE
 
 /* ---- matrix-vector ---------------------------------------------------------- */
-/* Four rows at a time, two accumulators per row; a masked load finishes K. */
-/* y[0..4) = the sums of a0..a3: one transposing reduction for the four
- * (13 instructions; four separate horizontal sums take about 32) */
-static inline void hsum4_store(__m512 a0, __m512 a1, __m512 a2, __m512 a3, float *y) {
-    __m512 x01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-    __m512 x23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-    __m512 t = _mm512_add_ps(_mm512_shuffle_ps(x01, x23, 0x44), _mm512_shuffle_ps(x01, x23, 0xee));   /* lanes: a0 a1 a2 a3 */
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
-    _mm_storeu_ps(y, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-}
-
 /* ---- rows of 8 (attention heads of dimension 8 over a contiguous cache) ----
  * The general kernels give a row of 8 half a register and one horizontal sum
  * each; here a register holds two rows and 16 rows' sums come out of one
@@ -155,47 +144,25 @@ static void rows8_axpy(int64_t n, const float *X, const float *x, float *y) {
 void kn_sgemv_dot_avx512(int64_t rows, int64_t K, const float *X, int64_t ld,
                          const float *x, float *y) {
     if (K == 8 && ld == 8) { rows8_dot(rows, X, x, y); return; }
-    const int64_t kt = K & ~(int64_t)15;
+    /* One row at a time, left to right: the product is bound by reading X,
+     * and one sequential stream is what the prefetchers follow. Four rows
+     * interleaved (x loaded once for four) read 12 GB/s on a Zen 4 core
+     * where this reads 28 (stories15M's K = 288; 22 against 25 at 2048). */
+    const int64_t k64 = K & ~(int64_t)63, kt = K & ~(int64_t)15;
     const __mmask16 tail = (__mmask16)((1u << (K - kt)) - 1u);
-    int64_t i = 0;
-    for (; i + 4 <= rows; i += 4) {
-        const float *r0 = X + i * ld, *r1 = r0 + ld, *r2 = r1 + ld, *r3 = r2 + ld;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-        int64_t k = 0;
-        for (; k + 32 <= kt; k += 32) {
-            const __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k), x0, a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k), x0, a1);
-            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k), x0, a2);
-            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k), x0, a3);
-            b0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k + 16), x1, b0);
-            b1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k + 16), x1, b1);
-            b2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k + 16), x1, b2);
-            b3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k + 16), x1, b3);
-        }
-        for (; k < kt; k += 16) {
-            const __m512 x0 = _mm512_loadu_ps(x + k);
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r0 + k), x0, a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r1 + k), x0, a1);
-            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r2 + k), x0, a2);
-            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r3 + k), x0, a3);
-        }
-        if (tail) {
-            const __m512 x0 = _mm512_maskz_loadu_ps(tail, x + kt);
-            b0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r0 + kt), x0, b0);
-            b1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r1 + kt), x0, b1);
-            b2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r2 + kt), x0, b2);
-            b3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r3 + kt), x0, b3);
-        }
-        hsum4_store(_mm512_add_ps(a0, b0), _mm512_add_ps(a1, b1), _mm512_add_ps(a2, b2), _mm512_add_ps(a3, b3), y + i);
-    }
-    for (; i < rows; i++) {
+    for (int64_t i = 0; i < rows; i++) {
         const float *r = X + i * ld;
-        __m512 a = _mm512_setzero_ps();
-        for (int64_t k = 0; k < kt; k += 16)
-            a = _mm512_fmadd_ps(_mm512_loadu_ps(r + k), _mm512_loadu_ps(x + k), a);
-        if (tail) a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kt), _mm512_maskz_loadu_ps(tail, x + kt), a);
-        y[i] = _mm512_reduce_add_ps(a);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        int64_t k = 0;
+        for (; k < k64; k += 64) {
+            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r + k), _mm512_loadu_ps(x + k), a0);
+            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(r + k + 16), _mm512_loadu_ps(x + k + 16), a1);
+            a2 = _mm512_fmadd_ps(_mm512_loadu_ps(r + k + 32), _mm512_loadu_ps(x + k + 32), a2);
+            a3 = _mm512_fmadd_ps(_mm512_loadu_ps(r + k + 48), _mm512_loadu_ps(x + k + 48), a3);
+        }
+        for (; k < kt; k += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(r + k), _mm512_loadu_ps(x + k), a0);
+        if (tail) a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, r + kt), _mm512_maskz_loadu_ps(tail, x + kt), a1);
+        y[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
 }
 
