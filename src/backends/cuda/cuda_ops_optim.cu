@@ -82,7 +82,7 @@ struct adam_tab {
 __global__ void k_adam_f32_batch(const __grid_constant__ adam_tab t) {
     int k = 0;
     while (k + 1 < t.n && (int)blockIdx.x >= t.blk0[k + 1]) k++;
-    const adam_ent &E = t.e[k];
+    const adam_ent E = t.e[k];           /* into registers: the loop reads no parameter memory */
     const int64_t blk = (int64_t)blockIdx.x - t.blk0[k], nblk = t.blk0[k + 1] - t.blk0[k];
     if (E.gc) adam_part<true>(E, blk, nblk);
     else adam_part<false>(E, blk, nblk);
