@@ -501,6 +501,7 @@ TEST(adam_update_f32_kernel) {
  * (k_adam_f32_batch, 32 updates a launch), bit for bit the cpu backend's
  * (which batches its own way) and the GPU's own one-at-a-time kernel. */
 uint64_t kn_cu_adam_batches(void);      /* cuda_ops_optim.cu: batched launches so far */
+void kn_cu_adam_batch_mode(int on);      /* cuda_ops_optim.cu: batches on (off by default: KN_CUDA_TUNE=adam_batch=1) */
 TEST(adam_batched_updates_match_cpu_bits) {
     NEED_GPU();
     int64_t len = kn_am_len();
@@ -511,7 +512,10 @@ TEST(adam_batched_updates_match_cpu_bits) {
         c.lr = 0.05; c.weight_decay = kind ? 0.05 : 0.1;
         int nb[3];
         uint64_t l0 = kn_cu_adam_batches();
-        REQUIRE(kn_adam_many(gpu(), &c, r[0], &nb[0]), "cuda batched: %s", kn_last_error());
+        kn_cu_adam_batch_mode(1);
+        bool okb = kn_adam_many(gpu(), &c, r[0], &nb[0]);
+        kn_cu_adam_batch_mode(0);
+        REQUIRE(okb, "cuda batched: %s", kn_last_error());
         uint64_t launches = kn_cu_adam_batches() - l0;
         setenv("KN_BATCH", "0", 1);
         kn_env_reload();

@@ -323,13 +323,28 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     return st;
 }
 
+/* the multi-tensor optimizer step (cuda_ops_optim.cu); KN_CUDA_TRACE times
+ * nodes one by one, so it leaves them to cu_compute */
+static kn_status cu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
+    kn_cu_bind();
+    if (kn_cu_trace_on()) return KN_ERR_UNSUPPORTED;
+    kn_status st = kn_cu_compute_batch(be, es, n);
+    if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
+        cudaError_t ce = cudaStreamSynchronize(g_stream);
+        if (ce != cudaSuccess)
+            return kn_set_error(KN_ERR_BACKEND, "cuda backend: %d batched %s updates failed: %s", n,
+                                kn_op_name(es[0].node->op), cudaGetErrorString(ce));
+    }
+    return st;
+}
+
 static kn_backend g_cuda = {
     KN_BACKEND_VERSION, "cuda", KN_DEVICE_CUDA, cu_alloc, cu_free, cu_copy_in, cu_copy_out,
     cu_compute, cu_sync, NULL, NULL,
     "cuda", kn__cuda_kernel_build, kn__cuda_kernel_run, kn__cuda_kernel_free, kn__cuda_syms_upload,
     kn_cu_dynamic_syms, kn_cu_capture_begin, kn_cu_capture_end, kn_cu_graph_launch, kn_cu_graph_free,  /* cuda_graph.cu */
     kn_cu_epilogue_ok,                                                                                  /* cuda_ops_epilogue.cu */
-    kn_cu_batch_ok, kn_cu_compute_batch,                                                                /* cuda_ops_optim.cu */
+    kn_cu_batch_ok, cu_compute_batch,                                                                   /* cuda_ops_optim.cu */
 };
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static kn_status g_init_st;

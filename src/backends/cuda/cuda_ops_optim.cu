@@ -8,17 +8,18 @@
  * stores, the f32 operation sequence of ops_optim.c and of the cpu
  * backend's fast_adam, with every product and sum rounded on its own
  * (__fmul_rn/__fadd_rn: no FMA contraction), so it matches the cpu backend
- * bit for bit and the double reference to f32 rounding. The runtime hands
- * a run of such updates (an optimizer step's, up to KN_BATCH_MAX) to
- * kn_cu_compute_batch, which launches them 32 a kernel (k_adam_f32_batch,
- * each update on blocks of its own): a GPT-2 step's 148 updates are 5
- * launches instead of 148, most of them tiny.
+ * bit for bit and the double reference to f32 rounding. With
+ * KN_CUDA_TUNE=adam_batch=1 the runtime hands a run of such updates (an
+ * optimizer step's, up to KN_BATCH_MAX) to kn_cu_compute_batch, which
+ * launches them 32 a kernel (k_adam_f32_batch, each update on blocks of its
+ * own): a GPT-2 step's 148 updates as 5 launches instead of 148.
  * Anything else: k_adam, one thread per element, any float dtype and
  * strides, computed in double like the reference.
  * (adamw.cu's kn_cuda_adamw is a different recipe -- lr and the bias
  * corrections as host floats, decoupled decay inside -- so the node does
  * not call it.) */
 #include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/tune.cuh"     // defines: kn_cuda_tune (KN_CUDA_TUNE=adam_batch=1)
 #include <string.h>
 
 /* one element: the f32 recipe of ops_optim.c */
@@ -124,15 +125,20 @@ static kn_status adam_fast(const kn_exec *e) {
 
 /* The multi-tensor step (kn_backend.batch_ok / compute_batch): a model's
  * f32 updates, ADAM_TAB a launch. Each update keeps its own blocks, so the
- * bits are the one-at-a-time kernel's (KN_BATCH=0: one at a time).
+ * bits are the one-at-a-time kernel's. Off unless KN_CUDA_TUNE=adam_batch=1:
+ * on an H100 (session 21) it gained nothing on GPT-2 and ran the char GPT
+ * 2-5 % slower (PERF.md); tests turn it on with kn_cu_adam_batch_mode(1).
  * kn_cu_adam_batches counts the launches, for tests. */
+static int g_adam_batch = -1;
 static uint64_t g_adam_batches;
+extern "C" void kn_cu_adam_batch_mode(int on) { g_adam_batch = on != 0; }
 extern "C" uint64_t kn_cu_adam_batches(void) { return g_adam_batches; }
 
 bool kn_cu_batch_ok(kn_backend *be, const kn_exec *e) {
     (void)be;
+    if (g_adam_batch < 0) g_adam_batch = kn_cuda_tune("adam_batch", 0) != 0;
     adam_ent E;
-    return adam_ent_of(e, &E) && E.n > 0;
+    return g_adam_batch && adam_ent_of(e, &E) && E.n > 0;
 }
 
 kn_status kn_cu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
