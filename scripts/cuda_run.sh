@@ -19,7 +19,7 @@ pids=""
 # the whole library and is tested by scripts/cuda_test.sh
 for f in src/backends/cuda/*.cu dev/cuda/kernels/*.cu dev/cuda/bench.cu; do
     case "$(basename "$f")" in
-        cuda_backend.cu|cuda_ops_*.cu|cuda_jit.cu|cuda_graph.cu|cuda_dist.cu|cuda_paged_attn.cu|flash_attn.cu) continue ;;
+        cuda_backend.cu|cuda_ops_*.cu|cuda_jit.cu|cuda_graph.cu|cuda_dist.cu|cuda_paged_attn.cu|flash_attn.cu|flash_sm90.cu) continue ;;
     esac
     o="$BUILD/$(basename "$f" .cu).o"
     "$NVCC" $FLAGS --resource-usage -c "$f" -o "$o" > "$o.log" 2>&1 &
