@@ -144,21 +144,22 @@ static bool execs_conflict(const kn_exec *x, const kn_exec *y) {
     return false;
 }
 
-/* Node order[i] starts a batch if the backend takes it and at least one of
- * the computing nodes right after it: returns how many schedule entries the
- * batch covers (views between its nodes compute nothing), 0 for no batch;
- * *st: the backend's status. */
-static int run_batch(kn_plan *p, int i, int prof, kn_status *st) {
+/* Node order[i], resolved as *first, starts a batch if the backend takes
+ * it and at least one of the computing nodes right after it: returns how
+ * many schedule entries the batch covers (views between its nodes compute
+ * nothing), 0 for no batch; *st: the backend's status. */
+static int run_batch(kn_plan *p, int i, const kn_exec *first, int prof, kn_status *st) {
     kn_backend *be = p->be;
     kn_tensor *t = p->order[i];
-    if (be->version < 5 || !be->batch_ok || !be->compute_batch || kn_env_get()->batch_off || kn__pgroup(p, t) ||
-        kn__pepi(p, t) || kn_op_get(t->op)->kind != KN_KIND_EFFECT)
+    if (be->version < 5 || !be->batch_ok || !be->compute_batch || kn_env_get()->batch_off ||
+        kn_op_get(t->op)->kind != KN_KIND_EFFECT || !be->batch_ok(be, first))
         return 0;
     if (!p->batch && !(p->batch = malloc(sizeof *p->batch * KN_BATCH_MAX))) return 0;
     kn_exec *es = p->batch;
     kn_epilogue epi;
-    int bad, n = 0, last = i;
-    for (int j = i; j < p->n && n < KN_BATCH_MAX; j++) {
+    int bad, n = 1, last = i;
+    es[0] = *first;
+    for (int j = i + 1; j < p->n && n < KN_BATCH_MAX; j++) {
         kn_tensor *u = p->order[j];
         if (kn__pgroup(p, u) || kn__pepi(p, u)) break;
         if (!kn__computes(u)) continue;
@@ -212,18 +213,18 @@ kn_status kn__plan_run_steps(kn_plan *p) {
             continue;
         }
         if (!kn__computes(t)) continue;
-        if (!chk) {
-            kn_status st = KN_OK;
-            int nb = run_batch(p, i, prof, &st);
-            if (st != KN_OK) return st;
-            if (nb > 0) { i += nb - 1; continue; }
-        }
         kn_exec e;
         kn_epilogue epi;
         int bad;
         if (!kn__exec_of(p, t, &e, &epi, &bad)) {
             if (bad < 0) return kn_set_error(KN_ERR_STATE, "kn_plan_run: no storage for %s node", kn_op_name(t->op));
             return kn_set_error(KN_ERR_STATE, "kn_plan_run: input %d of %s has no data (an input tensor without storage?)", bad, kn_op_name(e.node->op));
+        }
+        if (!chk) {
+            kn_status st = KN_OK;
+            int nb = run_batch(p, i, &e, prof, &st);
+            if (st != KN_OK) return st;
+            if (nb > 0) { i += nb - 1; continue; }
         }
         double t0 = prof ? prof_mark(p) : 0;
         kn_check *ck = chk ? kn__check_before(p->be, &e) : NULL;
