@@ -16,7 +16,6 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_jit.h"      // defines: the kernel_* entries (generated kernels)
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ==== dispatch =============================================================== */

@@ -11,7 +11,6 @@
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/vec.h"          // defines: kn_vec_*
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ==== unary maps and contiguous binaries: vec.h kernels over chunks ========= */
@@ -298,18 +297,17 @@ bool kn_cpu_adam_batch_ok(const kn_exec *e) {
     return adam_job_of(e, &j) && j.n > 0;
 }
 bool kn_cpu_adam_batch(const kn_exec *es, int n) {
-    adam_batch *b = malloc(sizeof *b);
-    if (!b || n > KN_BATCH_MAX) { free(b); return false; }
+    adam_batch b;                        /* ~7 KB: on the stack, no allocation a step */
+    if (n > KN_BATCH_MAX) return false;
     int64_t work = 0;
-    b->n = n;
-    b->chunk0[0] = 0;
+    b.n = n;
+    b.chunk0[0] = 0;
     for (int k = 0; k < n; k++) {
-        if (!adam_job_of(&es[k], &b->j[k])) { free(b); return false; }
-        b->chunk0[k + 1] = b->chunk0[k] + kn_cpu_chunks(b->j[k].n);
-        work += b->j[k].n * 7;
+        if (!adam_job_of(&es[k], &b.j[k])) return false;
+        b.chunk0[k + 1] = b.chunk0[k] + kn_cpu_chunks(b.j[k].n);
+        work += b.j[k].n * 7;
     }
-    kn_cpu_par_rows(adam_batch_rows, b, b->chunk0[n], work);
-    free(b);
+    kn_cpu_par_rows(adam_batch_rows, &b, b.chunk0[n], work);
     return true;
 }
 
