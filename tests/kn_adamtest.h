@@ -9,10 +9,11 @@
 #define KN_ADAMTEST_H
 #include "kiln.h"
 #include "kiln_nn.h"
+#include "core/env.h"            /* kn_env_reload (KN_BATCH) */
+#include "runtime/runtime.h"     /* kn__plan_batched */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-int kn__plan_batched(const kn_plan *p);   /* runtime/exec.c: nodes the plan's last stepped run batched */
 
 static inline bool kn_adam_steps(kn_backend *be, const kn_optim_cfg *cfg, int R, int C, bool tr, const double *p0,
                                  const double *a, double *out) {
@@ -104,6 +105,15 @@ static inline bool kn_adam_many(kn_backend *be, const kn_optim_cfg *cfg, double 
     }
     ok = ok && pl;
     kn_plan_free(pl); kn_optim_free(o); kn_ctx_free(ctx);
+    return ok;
+}
+/* kn_adam_many with KN_BATCH=0: every update one node at a time */
+static inline bool kn_adam_many_unbatched(kn_backend *be, const kn_optim_cfg *cfg, double *out, int *batched) {
+    setenv("KN_BATCH", "0", 1);
+    kn_env_reload();
+    bool ok = kn_adam_many(be, cfg, out, batched);
+    unsetenv("KN_BATCH");
+    kn_env_reload();
     return ok;
 }
 #endif

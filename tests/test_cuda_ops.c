@@ -15,7 +15,6 @@
  */
 #include "kn_optest.h"
 #include "kn_adamtest.h"      /* kn_adam_steps, kn_adam_many */
-#include "core/env.h"         /* kn_env_reload */
 #include "kiln_nn.h"
 #include <time.h>
 
@@ -517,11 +516,7 @@ TEST(adam_batched_updates_match_cpu_bits) {
         kn_cu_adam_batch_mode(0);
         REQUIRE(okb, "cuda batched: %s", kn_last_error());
         uint64_t launches = kn_cu_adam_batches() - l0;
-        setenv("KN_BATCH", "0", 1);
-        kn_env_reload();
-        bool ok = kn_adam_many(gpu(), &c, r[1], &nb[1]);
-        unsetenv("KN_BATCH");
-        kn_env_reload();
+        bool ok = kn_adam_many_unbatched(gpu(), &c, r[1], &nb[1]);
         REQUIRE(ok, "cuda one at a time: %s", kn_last_error());
         REQUIRE(kn_adam_many(kn_backend_cpu(), &c, r[2], &nb[2]), "cpu: %s", kn_last_error());
         CHECK(nb[0] == KN_AM_NP && nb[1] == 0, "batched nodes: %d (want %d), with KN_BATCH=0 %d", nb[0], KN_AM_NP, nb[1]);
