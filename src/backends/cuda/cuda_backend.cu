@@ -300,6 +300,15 @@ static const kn_families g_families = {
     kn_cu_matmul, kn_cu_copy, kn_cu_optim, kn_cu_index, kn_cu_nn, kn_cu_comm,
 };
 
+/* KN_CUDA_SYNC (debugging): wait after each node, so that a fault is
+ * reported at the op (what) that caused it */
+static kn_status cu_sync_debug(const char *what) {
+    if (!kn_env_get()->cuda_sync) return KN_OK;
+    cudaError_t ce = cudaStreamSynchronize(g_stream);
+    if (ce != cudaSuccess) return kn_set_error(KN_ERR_BACKEND, "cuda backend: %s failed: %s", what, cudaGetErrorString(ce));
+    return KN_OK;
+}
+
 static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     const kn_tensor *t = e->node;
     kn_op_kind kind = kn_op_get(t->op)->kind;
@@ -315,12 +324,7 @@ static kn_status cu_compute_node(kn_backend *be, const kn_exec *e) {
     if (kn_tview_numel(&e->dst) == 0 && t->op != KN_OP_INDEX_COPY && t->op != KN_OP_ASSIGN) return KN_OK;
     kn_status st = kn_cu_comm_before(e);       /* a pending collective's output (cuda_dist.cu) */
     if (st == KN_OK) st = kn__dispatch(&g_families, e);
-    if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
-        cudaError_t ce = cudaStreamSynchronize(g_stream);
-        if (ce != cudaSuccess)
-            return kn_set_error(KN_ERR_BACKEND, "cuda backend: %s failed: %s", kn_op_name(t->op), cudaGetErrorString(ce));
-    }
-    return st;
+    return st == KN_OK ? cu_sync_debug(kn_op_name(t->op)) : st;
 }
 
 /* the multi-tensor optimizer step (cuda_ops_optim.cu); KN_CUDA_TRACE times
@@ -329,13 +333,10 @@ static kn_status cu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
     kn_cu_bind();
     if (kn_cu_trace_on()) return KN_ERR_UNSUPPORTED;
     kn_status st = kn_cu_compute_batch(be, es, n);
-    if (st == KN_OK && kn_env_get()->cuda_sync) {      /* debugging: fault at the op that caused it */
-        cudaError_t ce = cudaStreamSynchronize(g_stream);
-        if (ce != cudaSuccess)
-            return kn_set_error(KN_ERR_BACKEND, "cuda backend: %d batched %s updates failed: %s", n,
-                                kn_op_name(es[0].node->op), cudaGetErrorString(ce));
-    }
-    return st;
+    if (st != KN_OK) return st;
+    char what[64];
+    snprintf(what, sizeof what, "%d batched %s nodes", n, kn_op_name(es[0].node->op));
+    return cu_sync_debug(what);
 }
 
 static kn_backend g_cuda = {

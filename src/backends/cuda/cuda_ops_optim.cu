@@ -89,6 +89,9 @@ __global__ void k_adam_f32_batch(const __grid_constant__ adam_tab t) {
     else adam_part<false>(E, blk, nblk);
 }
 
+/* blocks of KN_THREADS for an update: a float4 group a thread (kn_blocks' cap) */
+static unsigned adam_blocks(const adam_ent &E) { return kn_blocks(E.n / 4 > 0 ? E.n / 4 : 1); }
+
 static bool dense32(const kn_tview *v) { return v->dtype == KN_F32 && kn_tview_is_contiguous(v) && kn_aligned16(v->data); }
 
 /* e as an f32 float4 update; false where it is not one (k_adam takes it) */
@@ -116,7 +119,7 @@ static bool adam_ent_of(const kn_exec *e, adam_ent *E) {
 static kn_status adam_fast(const kn_exec *e) {
     adam_ent E;
     if (!adam_ent_of(e, &E)) return KN_ERR_UNSUPPORTED;
-    const unsigned blocks = kn_blocks(E.n / 4 > 0 ? E.n / 4 : 1);
+    const unsigned blocks = adam_blocks(E);
     if (E.gc) k_adam_f32<true><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(E);
     else k_adam_f32<false><<<blocks, KN_THREADS, 0, kn_cu_stream()>>>(E);
     KN_CUDA_LAUNCHED();
@@ -154,7 +157,7 @@ kn_status kn_cu_compute_batch(kn_backend *be, const kn_exec *es, int n) {
         for (t.n = 0; t.n < ADAM_TAB && i0 + t.n < n; t.n++) {
             if (!adam_ent_of(&es[i0 + t.n], &t.e[t.n])) return KN_ERR_UNSUPPORTED;   /* batch_ok said yes: not reached */
             t.blk0[t.n] = (int)blocks;
-            blocks += kn_blocks(t.e[t.n].n / 4 > 0 ? t.e[t.n].n / 4 : 1);
+            blocks += adam_blocks(t.e[t.n]);
         }
         t.blk0[t.n] = (int)blocks;
         k_adam_f32_batch<<<(unsigned)blocks, KN_THREADS, 0, kn_cu_stream()>>>(t);

@@ -70,6 +70,12 @@ __device__ __forceinline__ void fa_store_rows(void *ra, void *rb, int odt, const
     }
 }
 
+/* A kernel's dynamic shared memory above the default 48 KB */
+template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
+    KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    return KN_OK;
+}
+
 /* The sm_90a forward (flash_sm90.cu) for a.y != NULL: KN_OK when it ran,
  * KN_ERR_UNSUPPORTED (no message) where it does not apply (another GPU, a
  * head dimension other than 64 or 128, operands TMA cannot map, too few key

@@ -581,10 +581,6 @@ static bool fa_fits(const kn_exec *e, bool *bf) {
     *bf = dt == KN_BF16;
     return true;
 }
-template <typename K> static kn_status fa_smem_attr(K kern, size_t smem) {
-    KN_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    return KN_OK;
-}
 static size_t fa_fwd_smem(int D, int MT) { return sizeof(uint16_t) * (size_t)((64 * MT + 4 * 64) * (D + 8)); }
 static size_t fa_bwd_smem(int D) {
     int BR = D == 128 ? 32 : 64;

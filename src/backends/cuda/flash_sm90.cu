@@ -206,10 +206,7 @@ template <int D, bool BF>
 static kn_status fa9_launch(const CUtensorMap &q, const CUtensorMap &k, const CUtensorMap &v, const fa_fwd_args &a,
                             int B) {
     static bool attr = false;
-    if (!attr) {
-        KN_CUDA_TRY(cudaFuncSetAttribute(k_fa9_fwd<D, BF>, cudaFuncAttributeMaxDynamicSharedMemorySize, fa9_smem(D)));
-        attr = true;
-    }
+    if (!attr) { kn_status st = fa_smem_attr(k_fa9_fwd<D, BF>, fa9_smem(D)); if (st) return st; attr = true; }
     dim3 grid((unsigned)((a.Tq + FA9_BR - 1) / FA9_BR), (unsigned)a.Hq, (unsigned)B);
     k_fa9_fwd<D, BF><<<grid, 384, fa9_smem(D), kn_cu_stream()>>>(q, k, v, a);
     KN_CUDA_LAUNCHED();
