@@ -254,24 +254,29 @@ static void drop_group(kn_plan *p, int gi) {
 }
 
 /* Fusion raises the arena by at most 1/16 of the unfused one
- * (KN_FUSE_SLACK): a group keeps its operands and its stored values alive
- * together for the length of one kernel, where the hand kernels could free
- * some and reuse them in place one by one. While the fused plan needs more
- * than that, the group with the most bytes in memory (operands and stored
- * values) goes back to the hand kernels. The slack is there because
- * first-fit placement moves the peak by a few percent either way: GPT-2's
- * bf16 step at B=16 needed 1.6 % more with its 192 groups (10.74 against
- * 10.57 GB), no single group was the cause, and without slack all 192 went
- * back (930 kernels a step, 0.59x compiled PyTorch on an H100). */
+ * (KN_FUSE_SLACK) or 1 MiB (KN_FUSE_SLACK_MIN), whichever is more: a group
+ * keeps its operands and its stored values alive together for the length of
+ * one kernel, where the hand kernels could free some and reuse them in place
+ * one by one. While the fused plan needs more than that, the group with the
+ * most bytes in memory (operands and stored values) goes back to the hand
+ * kernels. The slack is there because first-fit placement moves the peak by
+ * a few percent either way: GPT-2's bf16 step at B=16 needed 1.6 % more with
+ * its 192 groups (10.74 against 10.57 GB), no single group was the cause,
+ * and without slack all 192 went back (930 kernels a step, 0.59x compiled
+ * PyTorch on an H100). The floor is for small plans: a decode step's arena
+ * is a few KB to a few hundred KB, and 1/16 of it sent every group back
+ * (a Llama-3-8B-shaped step ran 16 kernels a layer instead of 10). */
 #define KN_FUSE_SLACK 16
+#define KN_FUSE_SLACK_MIN ((size_t)1 << 20)
 static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
     if (!p->ngroups) return true;
     size_t plain = 0, fused = 0;
     if (!kn__memplan_peak(p, nout, outs, opts, false, &plain)) return false;   /* out of host memory: recorded */
+    size_t slack = plain / KN_FUSE_SLACK > KN_FUSE_SLACK_MIN ? plain / KN_FUSE_SLACK : KN_FUSE_SLACK_MIN;
     int dropped = 0;
     while (p->ngroups) {
         if (!kn__memplan_peak(p, nout, outs, opts, true, &fused)) return false;
-        if (fused <= plain + plain / KN_FUSE_SLACK) break;
+        if (fused <= plain + slack) break;
         int worst = 0;
         size_t worst_b = 0;
         for (int gi = 0; gi < p->ngroups; gi++) {
@@ -287,7 +292,7 @@ static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opt
         count_kernels(p);
         if (kn_env_get()->debug)
             fprintf(stderr, "fuse: %d groups left to the hand kernels to keep the arena at most %zu bytes\n", dropped,
-                    plain + plain / KN_FUSE_SLACK);
+                    plain + slack);
     }
     return true;
 }
