@@ -603,13 +603,21 @@ static kn_status zero_fill(kn_model *m, kn_tensor *t) {
 /* x [T, in] @ W^T -> [T, out], f32. Weights in bf16/f16 meet f32 activations
  * in the backend's mixed-precision matmul; KN_LLM_GPU_CAST=1 (device runs)
  * casts x to the weight dtype and the product back in the graph instead. */
-static kn_tensor *lin(kn_model *m, kn_tensor *x, kn_tensor *w) {
+static kn_tensor *widen(kn_model *m, kn_tensor *x) { return x && x->dtype != KN_F32 ? kn_cast(m->ctx, x, KN_F32) : x; }
+
+/* The product as the matmul leaves it: in the weights' 16-bit dtype where
+ * activations are cast (a product split into q|k|v or gate|up is cut first
+ * and widened piece by piece, so the widening fuses into the pieces'
+ * readers instead of writing an f32 copy of the whole product). */
+static kn_tensor *lin_raw(kn_model *m, kn_tensor *x, kn_tensor *w) {
     kn_ctx *ctx = m->ctx;
     kn_tensor *wt = kn_transpose(ctx, w, 0, 1);
     if (m->cast_acts && w && (w->dtype == KN_BF16 || w->dtype == KN_F16))
-        return kn_cast(ctx, kn_matmul(ctx, kn_cast(ctx, x, w->dtype), wt), KN_F32);
-    return kn_matmul(ctx, x, wt);
+        return kn_matmul(ctx, kn_cast(ctx, x, w->dtype), wt);
+    return kn_matmul(ctx, widen(m, x), wt);   /* a 16-bit attention output meets f32 or quantized weights */
 }
+
+static kn_tensor *lin(kn_model *m, kn_tensor *x, kn_tensor *w) { return widen(m, lin_raw(m, x, w)); }
 
 static kn_tensor *lin_b(kn_model *m, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
     kn_tensor *y = lin(m, x, w);
@@ -658,6 +666,20 @@ static kn_status make_caches(kn_model *m) {
     return KN_OK;
 }
 
+/* The dtype a prompt's attention runs in: where activations are cast for
+ * 16-bit weights (the device's prompt plan), q and the cache rows are cast
+ * to 16 bits (the f16 cache's own dtype, else the weights') so that the
+ * flash kernels take the product, as bf16 autocast does; one-token steps,
+ * weights kept as the file stores them (--gpu-dtype file: the CPU's
+ * arithmetic on quantized blocks) and the others stay f32 (the decode
+ * kernel reads f32 q against any cache).
+ * The flash kernels take head dims 64 and 128 without window or softcap. */
+static kn_dtype attn_half(const kn_model *m, int l, int64_t D) {
+    if (!m->cast_acts || !m->on_device || m->keep_file || (m->dev_wdt != KN_BF16 && m->dev_wdt != KN_F16)) return KN_F32;
+    if ((D != 64 && D != 128) || !kn__arch_attn_plain(m, l)) return KN_F32;
+    return m->kv_f16 ? KN_F16 : m->dev_wdt;
+}
+
 /* Attention of one layer over the single-sequence caches: q [H, T, D],
  * k, v [Hkv, T, D] at positions pos are written into the caches, then the
  * rows see cache rows 0 .. S-1 causally. Out: [T, H, D] (a view). */
@@ -670,6 +692,8 @@ static kn_tensor *cache_attend(kn_model *m, int l, kn_tensor *q, kn_tensor *k, k
     kn_tensor *vc = kn_index_copy(ctx, L->v_cache, 1, pos, v);
     kn_tensor *K = kn_slice_sym(ctx, kc, 1, 0, m->sym_S);                 /* [Hkv, S, D] */
     kn_tensor *Vv = kn_slice_sym(ctx, vc, 1, 0, m->sym_S);
+    kn_dtype hd = q ? attn_half(m, l, q->shape[2]) : KN_F32;
+    if (hd != KN_F32) { q = kn_cast(ctx, q, hd); K = kn_cast(ctx, K, hd); Vv = kn_cast(ctx, Vv, hd); }
     /* window and softcap per layer (model_arch.c; plain sdpa for the others) */
     kn_tensor *a = kn__arch_attn(m, l, kn_unsqueeze(ctx, q, 0), kn_unsqueeze(ctx, K, 0), kn_unsqueeze(ctx, Vv, 0));
     return kn_permute(ctx, kn_squeeze(ctx, a, 0), perm);                   /* [T, H, D] */
@@ -697,10 +721,10 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         kn_tensor *h = norm(ctx, c, x, L->attn_norm, L->attn_norm_b);
         kn_tensor *q, *k, *v;
         if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
-            kn_tensor *qkv = lin_b(m, h, L->wqkv, L->bqkv);
-            q = kn_narrow(ctx, qkv, 1, 0, QD);
-            k = kn_narrow(ctx, qkv, 1, QD, KD);
-            v = kn_narrow(ctx, qkv, 1, QD + KD, KD);
+            kn_tensor *qkv = L->bqkv ? lin_b(m, h, L->wqkv, L->bqkv) : lin_raw(m, h, L->wqkv);
+            q = widen(m, kn_narrow(ctx, qkv, 1, 0, QD));
+            k = widen(m, kn_narrow(ctx, qkv, 1, QD, KD));
+            v = widen(m, kn_narrow(ctx, qkv, 1, QD + KD, KD));
         } else {
             q = lin_b(m, h, L->wq, L->bq);
             k = lin_b(m, h, L->wk, L->bk);
@@ -730,8 +754,8 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         if (gpt2) f = kn_gelu_tanh(ctx, lin_b(m, h, L->w1, L->b1));
         else if (L->gate_inp) f = kn__moe_ffn(m, L, h);                   /* model_moe.c: experts, [T, C] */
         else if (L->w13) {                                                  /* [T, 2F]: gate | up */
-            kn_tensor *gu = lin(m, h, L->w13);
-            f = kn_mul(ctx, kn__arch_gate_act(m, kn_narrow(ctx, gu, 1, 0, F)), kn_narrow(ctx, gu, 1, F, F));
+            kn_tensor *gu = lin_raw(m, h, L->w13);
+            f = kn_mul(ctx, kn__arch_gate_act(m, widen(m, kn_narrow(ctx, gu, 1, 0, F))), widen(m, kn_narrow(ctx, gu, 1, F, F)));
         } else f = kn_mul(ctx, kn__arch_gate_act(m, lin(m, h, L->w1)), lin(m, h, L->w3));
         x = kn_add(ctx, x, kn__arch_post_norm(m, L->gate_inp ? f : lin_sum(m, f, L->w2, L->b2), L->ffn_post_norm));
         if (!x) { *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE; return NULL; }

@@ -90,6 +90,8 @@ kn_tensor *kn__arch_attn(kn_model *m, int l, kn_tensor *q, kn_tensor *k, kn_tens
     return kn_sdpa_ex(m->ctx, q, k, v, true, c->attn_scale, windowed(m, l) ? c->sliding_window : 0, c->attn_softcap);
 }
 
+bool kn__arch_attn_plain(const kn_model *m, int l) { return !windowed(m, l) && !(m->cfg.attn_softcap > 0); }
+
 kn_tensor *kn__arch_post_norm(kn_model *m, kn_tensor *x, kn_tensor *w) {
     return w ? kn_rms_norm(m->ctx, x, 1, w, m->cfg.norm_eps) : x;
 }

@@ -224,6 +224,7 @@ kn_tensor *kn__arch_gain_plus1(kn_model *m, kn_tensor *w);
 kn_tensor *kn__arch_embed(kn_model *m, kn_tensor *x);                    /* Gemma: x sqrt(C)        */
 kn_tensor *kn__arch_rope(kn_model *m, int layer, kn_tensor *x, kn_tensor *pos); /* the layer's rope */
 kn_tensor *kn__arch_attn(kn_model *m, int layer, kn_tensor *q, kn_tensor *k, kn_tensor *v); /* sdpa */
+bool kn__arch_attn_plain(const kn_model *m, int layer);   /* no sliding window, no softcap */
 int kn__arch_window(const kn_model *m, int layer);                     /* the layer's window, 0 = none */
 kn_tensor *kn__arch_post_norm(kn_model *m, kn_tensor *x, kn_tensor *w);  /* Gemma; w NULL: x      */
 kn_tensor *kn__arch_gate_act(kn_model *m, kn_tensor *x);                 /* silu, Gemma gelu_tanh */
