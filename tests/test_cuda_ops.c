@@ -642,6 +642,26 @@ TEST(strided_copies_and_pads_through_the_gather) {
     CHECK(cu_cmp(b_gather, &w1, 1, &pd) == 0, "f32 constant pad");
 }
 
+/* casts out of views with unit-stride rows (k_cast_rows): column blocks of a
+ * [7, 37] product (q of q|k|v) and a 3-d view cut along its last dim */
+static kn_tensor *b_cast_rows(kn_ctx *ctx, kn_tensor **in, void *ud) {
+    switch (*(int *)ud) {
+    case 0: return kn_cast(ctx, kn_narrow(ctx, in[0], 1, 5, 20), KN_BF16);
+    case 1: return kn_cast(ctx, kn_narrow(ctx, kn_cast(ctx, in[0], KN_BF16), 1, 3, 30), KN_F32);
+    case 2: return kn_cast(ctx, kn_narrow(ctx, kn_cast(ctx, in[0], KN_F16), 1, 0, 17), KN_F32);
+    default: return kn_cast(ctx, kn_narrow(ctx, kn_reshape(ctx, kn_narrow(ctx, in[0], 1, 0, 36), 3, SH(7, 3, 12)), 2, 1, 7), KN_F16);
+    }
+}
+TEST(casts_of_row_strided_views) {
+    NEED_GPU();
+    kn_test_seed(23);
+    for (int w = 0; w < 4; w++) {
+        kn_opin in = IN(2, SH(7, 37), -3, 3, KN_F32, false);
+        double e = cu_cmp(b_cast_rows, &w, 1, &in);
+        CHECK(e == 0, "case %d: rel err %g", w, e);
+    }
+}
+
 TEST(creation_copy_where_tri_assign) {
     NEED_GPU();
     kn_test_seed(15);
@@ -697,24 +717,30 @@ TEST(index_family) {
         CHECK(e <= (w == 6 || w == 8 ? 1e-12 : 0), "index case %d: %g", w, e);
     }
 }
-/* index_copy with more than 64 indices (the generic path; decode's short
- * lists take a two-launch path, covered by index_family) and a repeat */
+/* index_copy with a long index list and a repeat: 100 indices (the
+ * two-launch path of bit copies, a prompt's cache write) and 4500 (past its
+ * 4096, the generic path); decode's one-index lists: index_family */
 static kn_tensor *b_ic_long(kn_ctx *ctx, kn_tensor **in, void *ud) {
-    (void)ud;
-    int64_t idx[100];
-    for (int i = 0; i < 100; i++) idx[i] = (i * 7) % 200;
-    idx[99] = idx[3];                                  /* a repeat: the later slice wins */
-    kn_tensor *iv = kn_from_data(ctx, KN_I64, 1, SH(100), idx);
+    int n = *(const int *)ud;
+    int64_t *idx = malloc(sizeof *idx * (size_t)n);
+    if (!idx) return NULL;
+    for (int i = 0; i < n; i++) idx[i] = ((int64_t)i * 7) % (2 * n);
+    idx[n - 1] = idx[3];                               /* a repeat: the later slice wins */
+    kn_tensor *iv = kn_from_data(ctx, KN_I64, 1, SH(n), idx);
+    free(idx);
     kn_tensor *buf = kn_contiguous(ctx, in[0]);
-    kn_tensor *ic = kn_index_copy(ctx, buf, 1, iv, in[1]);
-    return ic;
+    return kn_index_copy(ctx, buf, 1, iv, in[1]);
 }
 TEST(index_copy_long_index) {
     NEED_GPU();
     kn_test_seed(19);
-    kn_opin in[2] = {IN(2, SH(3, 200), -2, 2, KN_F32, false), IN(2, SH(3, 100), -2, 2, KN_F32, false)};
-    double e = cu_cmp(b_ic_long, NULL, 2, in);
-    CHECK(e == 0, "index_copy with 100 indices: %g", e);
+    static const int ns[] = {100, 4500};
+    for (int i = 0; i < 2; i++) {
+        int n = ns[i];
+        kn_opin in[2] = {IN(2, SH(3, 2 * n), -2, 2, KN_F32, false), IN(2, SH(3, n), -2, 2, KN_F32, false)};
+        double e = cu_cmp(b_ic_long, (void *)&ns[i], 2, in);
+        CHECK(e == 0, "index_copy with %d indices: %g", n, e);
+    }
 }
 /* decode attention (a few query rows: one fused kernel), f32 and half K/V */
 typedef struct { int causal; kn_dtype kv; } dec_ud;
