@@ -367,12 +367,16 @@ static void put_gather(sb *b, const kn_kernel *k, int i, const char *ind) {
 
 /* The per-item program; idx(b) is the element offset expression of buffer b.
  * stores: false in the later passes of a normalisation (written in the first). */
-static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores, int i0, int i1);
-static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores) {
+/* What a program's stored values become: reloaded from the buffer the first
+ * pass wrote (a later pass), stored, or kept in st<i>[kk] for a store loop
+ * after the pass (a row normalisation's cached first pass, render_cuda_rownorm) */
+enum { PUT_RELOAD = 0, PUT_STORE = 1, PUT_DEFER = 2 };
+static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, int stores, int i0, int i1);
+static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, int stores) {
     put_program_r(b, k, ind, idx, stores, 0, k->ninst);
 }
 /* instructions [i0, i1) only (a segment) */
-static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, bool stores, int i0, int i1) {
+static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, int stores, int i0, int i1) {
     int ld[KN_KMAX_INST];
     kn__kernel_stored_values(k, ld);
     for (int i = i0; i < i1; i++) {
@@ -409,7 +413,8 @@ static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char
             put(b, "%sconst kn_real v%d = %s(%s(v%d));\n", ind, i, load_fn(in->dt), store_fn(in->dt), in->a);
             break;
         case KN_KI_STORE:
-            if (stores) put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
+            if (stores == PUT_DEFER) put(b, "%sst%d[kk] = v%d;\n", ind, i, in->a);
+            else if (stores) put(b, "%sb%d[%s] = %s(v%d);\n", ind, in->buf, idx[in->buf], store_fn(in->dt), in->a);
             break;
         }
     }
@@ -879,18 +884,34 @@ typedef struct {
     kidx x;                   /* every buffer's offset at the element */
     int K;                    /* CUDA: a thread's K elements of the row kept in registers (vc[]); 0: none */
     int blk;                  /* CUDA: threads per block (the stride between a thread's elements) */
+    bool defer;               /* CUDA, K > 0: the first pass's stores wait in st<i>[K] for a loop of their own */
 } rn_ctx;
 
 /* CUDA with a register row: for each of the thread's K elements of the row
  * (q = threadIdx.x + kk * block): the first pass computes the group's value
  * and keeps it in vc[kk]; later passes read vc[kk] as the value (no load, no
  * recomputation). Opens the loop and the bounds test; the caller closes both. */
+/* The stores of the cached first pass, after it: a store among its loads
+ * may alias the next load for all nvcc knows, so each of a thread's K
+ * elements would cost a round trip to memory in turn (a [1, 4096] add + RMS
+ * norm: 15 us; the hand kernels' pair: 8) */
+static void rn_deferred_stores(sb *b, rn_ctx *c, const char *in2, const char *in3) {
+    const kn_kernel *k = c->k;
+    put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
+    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
+    put_decompose(b, k, true, c->ity, "q", in3);
+    for (int i = 0; i < k->ninst; i++)
+        if (k->inst[i].kind == KN_KI_STORE)
+            put(b, "%sb%d[%s] = %s(st%d[kk]);\n", in3, k->inst[i].buf, c->x.idx[k->inst[i].buf], store_fn(k->inst[i].dt), i);
+    put(b, "%s}\n%s}\n", in2, c->ind);
+}
+
 static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const char *in3) {
     put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
     put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
     put_decompose(b, c->k, true, c->ity, "q", in3);
     if (first) {
-        put_program_s(b, c->k, in3, c->x.idx, true);
+        put_program_s(b, c->k, in3, c->x.idx, c->defer ? PUT_DEFER : PUT_STORE);
         put(b, "%svc[kk] = v%d;\n", in3, c->k->red_val);
     } else {
         put(b, "%sconst kn_real v%d = vc[kk];\n", in3, c->k->red_val);
@@ -922,6 +943,7 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op k
         if (pre) put(b, "%s%s\n", in3, pre);
         put_combine(b, kind, in3, acc, expr);
         put(b, "%s}\n%s}\n", in2, ind);
+        if (stores && c->defer) rn_deferred_stores(b, c, in2, in3);
         return;
     }
     if (c->cuda) {
@@ -957,21 +979,26 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op k
 }
 
 /* The last pass: stmt (writes the row's outputs) at every element. */
-static void rn_write(sb *b, rn_ctx *c, const char *stmt) {
+static void rn_write(sb *b, rn_ctx *c, const char *value) {
+    const kn_kernel *k = c->k;
     const char *ind = c->ind;
     char in2[40], in3[48];
     snprintf(in2, sizeof in2, "%s    ", ind);
     snprintf(in3, sizeof in3, "%s        ", ind);
-    if (c->cuda && c->K) {
+    if (c->cuda && c->K) {   /* the values into vc[], then their stores (loads first: rn_deferred_stores) */
         rn_cached_open(b, c, false, in2, in3);
-        put(b, "%s%s\n%s}\n%s}\n", in3, stmt, in2, ind);
+        put(b, "%svc[kk] = %s;\n%s}\n%s}\n", in3, value, in2, ind);
+        put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", ind, ind, c->K);
+        put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
+        put_decompose(b, k, true, c->ity, "q", in3);
+        put(b, "%sb%d[%s] = %s(vc[kk]);\n%s}\n%s}\n", in3, k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), in2, ind);
         return;
     }
     if (c->cuda) put(b, "%sfor (kn_i64 q = threadIdx.x; q < RN; q += blockDim.x) {\n", ind);
     else put(b, "%sfor (kn_i64 q = 0; q < RN; q++) {\n", ind);
-    put_decompose(b, c->k, true, c->ity, "q", in2);
-    put_program_s(b, c->k, in2, c->x.idx, false);
-    put(b, "%s%s\n%s}\n", in2, stmt, ind);
+    put_decompose(b, k, true, c->ity, "q", in2);
+    put_program_s(b, k, in2, c->x.idx, false);
+    put(b, "%sb%d[%s] = %s(%s);\n%s}\n", in2, k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), value, ind);
 }
 
 /* stmt at every element of the row, without the program (a pass over the output) */
@@ -1003,7 +1030,7 @@ static void rn_body(sb *b, rn_ctx *c) {
         rn_accum(b, c, true, "s1", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss1 = %s(s1%s);\n", ind, sum, shp);
         put(b, "%sconst kn_real rs = (kn_real)(1 / KN_SQRT_ACC(s1 / (kn_acc)RN + (kn_acc)%a));\n", ind, k->eps);
-        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(%s * rs)%s);", k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), v, w);
+        snprintf(st, sizeof st, "(kn_real)(%s * rs)%s", v, w);
         rn_write(b, c, st);
         break;
     case KN_OP_LAYER_NORM:
@@ -1016,8 +1043,7 @@ static void rn_body(sb *b, rn_ctx *c) {
         rn_accum(b, c, false, "s2", KN_OP_SUM, "0", e);
         if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
         put(b, "%sconst kn_acc rs = 1 / KN_SQRT_ACC(s2 / (kn_acc)RN + (kn_acc)%a);\n", ind, k->eps);
-        snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)(((kn_acc)%s - mean) * rs)%s%s);", k->red_buf, c->x.idx[k->red_buf],
-                 store_fn(k->red_dt), v, w, bb);
+        snprintf(st, sizeof st, "(kn_real)(((kn_acc)%s - mean) * rs)%s%s", v, w, bb);
         rn_write(b, c, st);
         break;
     default: {   /* softmax, log_softmax */
@@ -1044,11 +1070,10 @@ static void rn_body(sb *b, rn_ctx *c) {
         if (c->cuda) put(b, "%ss2 = %s(s2%s);\n", ind, sum, shp);
         if (lg) {
             put(b, "%sconst kn_acc ls = KN_LOG_ACC(s2);\n", ind);
-            snprintf(st, sizeof st, "b%d[%s] = %s((kn_real)((kn_acc)%s - m - ls));", k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), v);
+            snprintf(st, sizeof st, "(kn_real)((kn_acc)%s - m - ls)", v);
         } else {
             put(b, "%sconst kn_real is = (kn_real)(1 / s2);\n", ind);
-            snprintf(st, sizeof st, "b%d[%s] = %s(KN_EXP((kn_real)((kn_acc)%s - m)) * is);", k->red_buf,
-                     c->x.idx[k->red_buf], store_fn(k->red_dt), v);
+            snprintf(st, sizeof st, "KN_EXP((kn_real)((kn_acc)%s - m)) * is", v);
         }
         rn_write(b, c, st);
         break;
@@ -1162,6 +1187,14 @@ static void render_cuda_rownorm(sb *b, const kn_kernel *k) {
         c.K = (int)K;
         c.blk = blk;
         put(b, "        kn_real vc[%d];\n", c.K);
+        /* at most 2 stored values: 2 K more registers */
+        int nst = 0;
+        for (int i = 0; i < k->ninst; i++) nst += k->inst[i].kind == KN_KI_STORE;
+        if (K > 1 && nst >= 1 && nst <= 2) {
+            c.defer = true;
+            for (int i = 0; i < k->ninst; i++)
+                if (k->inst[i].kind == KN_KI_STORE) put(b, "        kn_real st%d[%d];\n", i, c.K);
+        }
     }
     rn_body(b, &c);
     put(b, "    }\n}\n");
