@@ -366,10 +366,10 @@ static void put_gather(sb *b, const kn_kernel *k, int i, const char *ind) {
 }
 
 /* The per-item program; idx(b) is the element offset expression of buffer b.
- * stores: false in the later passes of a normalisation (written in the first). */
-/* What a program's stored values become: reloaded from the buffer the first
- * pass wrote (a later pass), stored, or kept in st<i>[kk] for a store loop
- * after the pass (a row normalisation's cached first pass, render_cuda_rownorm) */
+ * stores says what its stored values become: reloaded from the buffer the
+ * first pass wrote (PUT_RELOAD: the later passes of a normalisation), stored
+ * (PUT_STORE), or kept in st<i>[kk] for a store loop after the pass
+ * (PUT_DEFER: a CUDA row normalisation's cached first pass, rn_deferred_stores). */
 enum { PUT_RELOAD = 0, PUT_STORE = 1, PUT_DEFER = 2 };
 static void put_program_r(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, int stores, int i0, int i1);
 static void put_program_s(sb *b, const kn_kernel *k, const char *ind, const char *const *idx, int stores) {
@@ -887,29 +887,34 @@ typedef struct {
     bool defer;               /* CUDA, K > 0: the first pass's stores wait in st<i>[K] for a loop of their own */
 } rn_ctx;
 
-/* CUDA with a register row: for each of the thread's K elements of the row
- * (q = threadIdx.x + kk * block): the first pass computes the group's value
- * and keeps it in vc[kk]; later passes read vc[kk] as the value (no load, no
- * recomputation). Opens the loop and the bounds test; the caller closes both. */
+/* Opens a loop over a thread's K elements of the row (q = threadIdx.x +
+ * kk * block) and the bounds test, the element's coordinates decomposed;
+ * the caller closes both. */
+static void rn_kk_open(sb *b, rn_ctx *c, const char *in2, const char *in3) {
+    put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
+    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
+    put_decompose(b, c->k, true, c->ity, "q", in3);
+}
+
 /* The stores of the cached first pass, after it: a store among its loads
  * may alias the next load for all nvcc knows, so each of a thread's K
  * elements would cost a round trip to memory in turn (a [1, 4096] add + RMS
  * norm: 15 us; the hand kernels' pair: 8) */
 static void rn_deferred_stores(sb *b, rn_ctx *c, const char *in2, const char *in3) {
     const kn_kernel *k = c->k;
-    put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
-    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
-    put_decompose(b, k, true, c->ity, "q", in3);
+    rn_kk_open(b, c, in2, in3);
     for (int i = 0; i < k->ninst; i++)
         if (k->inst[i].kind == KN_KI_STORE)
             put(b, "%sb%d[%s] = %s(st%d[kk]);\n", in3, k->inst[i].buf, c->x.idx[k->inst[i].buf], store_fn(k->inst[i].dt), i);
     put(b, "%s}\n%s}\n", in2, c->ind);
 }
 
+/* CUDA with a register row: for each of the thread's K elements of the row
+ * the first pass computes the group's value and keeps it in vc[kk]; later
+ * passes read vc[kk] as the value (no load, no recomputation). Opens the
+ * loop and the bounds test; the caller closes both. */
 static void rn_cached_open(sb *b, rn_ctx *c, bool first, const char *in2, const char *in3) {
-    put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", c->ind, c->ind, c->K);
-    put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
-    put_decompose(b, c->k, true, c->ity, "q", in3);
+    rn_kk_open(b, c, in2, in3);
     if (first) {
         put_program_s(b, c->k, in3, c->x.idx, c->defer ? PUT_DEFER : PUT_STORE);
         put(b, "%svc[kk] = v%d;\n", in3, c->k->red_val);
@@ -978,19 +983,18 @@ static void rn_accum_pre(sb *b, rn_ctx *c, bool stores, const char *acc, kn_op k
     (void)in3;
 }
 
-/* The last pass: stmt (writes the row's outputs) at every element. */
+/* The last pass: the row's output, value (an expression of the element's
+ * value v<red_val>), stored at every element. */
 static void rn_write(sb *b, rn_ctx *c, const char *value) {
     const kn_kernel *k = c->k;
     const char *ind = c->ind;
     char in2[40], in3[48];
     snprintf(in2, sizeof in2, "%s    ", ind);
     snprintf(in3, sizeof in3, "%s        ", ind);
-    if (c->cuda && c->K) {   /* the values into vc[], then their stores (loads first: rn_deferred_stores) */
+    if (c->cuda && c->K) {   /* the outputs into vc[], then their stores (loads first, as rn_deferred_stores) */
         rn_cached_open(b, c, false, in2, in3);
         put(b, "%svc[kk] = %s;\n%s}\n%s}\n", in3, value, in2, ind);
-        put(b, "%s#pragma unroll\n%sfor (int kk = 0; kk < %d; kk++) {\n", ind, ind, c->K);
-        put(b, "%sconst kn_i64 q = threadIdx.x + (kn_i64)kk * %d;\n%sif (q < RN) {\n", in2, c->blk, in2);
-        put_decompose(b, k, true, c->ity, "q", in3);
+        rn_kk_open(b, c, in2, in3);
         put(b, "%sb%d[%s] = %s(vc[kk]);\n%s}\n%s}\n", in3, k->red_buf, c->x.idx[k->red_buf], store_fn(k->red_dt), in2, ind);
         return;
     }

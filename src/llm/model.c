@@ -600,15 +600,15 @@ static kn_status zero_fill(kn_model *m, kn_tensor *t) {
 }
 
 /* ---- the forward graph --------------------------------------------------------------- */
-/* x [T, in] @ W^T -> [T, out], f32. Weights in bf16/f16 meet f32 activations
- * in the backend's mixed-precision matmul; KN_LLM_GPU_CAST=1 (device runs)
- * casts x to the weight dtype and the product back in the graph instead. */
 static kn_tensor *widen(kn_model *m, kn_tensor *x) { return x && x->dtype != KN_F32 ? kn_cast(m->ctx, x, KN_F32) : x; }
 
-/* The product as the matmul leaves it: in the weights' 16-bit dtype where
- * activations are cast (a product split into q|k|v or gate|up is cut first
- * and widened piece by piece, so the widening fuses into the pieces'
- * readers instead of writing an f32 copy of the whole product). */
+/* x [T, in] @ W^T -> [T, out]. Weights in bf16/f16 meet f32 activations in
+ * the backend's mixed-precision matmul; where activations are cast (the
+ * device's prompt plan, KN_LLM_GPU_CAST=1) x goes to the weight dtype and
+ * the product stays in it: lin_raw returns it so, lin widens it to f32. A
+ * product split into q|k|v or gate|up is cut first and widened piece by
+ * piece, so the widening fuses into the pieces' readers instead of writing
+ * an f32 copy of the whole product. */
 static kn_tensor *lin_raw(kn_model *m, kn_tensor *x, kn_tensor *w) {
     kn_ctx *ctx = m->ctx;
     kn_tensor *wt = kn_transpose(ctx, w, 0, 1);

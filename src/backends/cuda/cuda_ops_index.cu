@@ -358,9 +358,8 @@ static kn_status cu_index_copy(const kn_exec *e) {
     const char *y0, *y1, *s0, *s1;
     bool apart = span(y, es, &y0, &y1) && span(s, es, &s0, &s1) && (s1 <= y0 || y1 <= s0);   /* src read as it is written */
     /* k <= 4096: the duplicate test compares every pair of index values, a
-     * thread per index (a prompt's 512 cache rows: 512 loads at most); the
-     * generic path widens every value to double in scratch (a Llama-3-8B
-     * prompt's K or V write took ~0.1 ms there) */
+     * block per index; the generic path widens every value to double in
+     * scratch (a Llama-3-8B prompt's K or V write took ~0.1 ms there) */
     if (apart && k <= 4096 && y->dtype == s->dtype && !kn_dtype_get(y->dtype)->is_quant && (es == 2 || es == 4) &&
         !kn_env_get()->cuda_generic) {
         long long *pos = NULL;
