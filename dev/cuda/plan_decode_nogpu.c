@@ -15,7 +15,10 @@
  * 2026-12-06, SmolLM2-135M Q4_1: the step plan is 847 nodes, 274 kernels a
  * token (119 generated): per layer the qkv, o, gate|up and down GEMVs, one
  * kernel for rope + the two cache writes, sdpa, SwiGLU, and the residual add
- * with the next RMS norm. */
+ * with the next RMS norm. A Llama-3-8B-shaped model's step had no generated
+ * kernel at all until the fuser's memory rule got its 1 MiB floor (1/16 of
+ * a few-KB arena sent every group back): now 292 kernels a token, 127 of
+ * them generated (the same count `kiln bench` printed on an H100). */
 #include "kiln.h"
 #include "kiln_llm.h"
 #include "fake_cuda.h"
