@@ -3,6 +3,7 @@
  * Compiled with -mavx2 -mfma -mf16c (Makefile rule for *_avx2.c); only called
  * when kn_cpu() reports AVX2. */
 #include "backends/cpu/gemm.h"   // defines: kernel signatures
+#include "backends/quant/quant_x86.h"   // defines: dot_f32_avx2 (also the f32 weights' row dot of quant_avx2.c)
 #include <immintrin.h>
 
 /* ---- micro-kernel ------------------------------------------------------------
@@ -73,34 +74,14 @@ void kn_sgemm_ukr_6x16_direct_avx2(int64_t kc, const float *A, int64_t lda, cons
 #undef STORE_ROW
 
 /* ---- matrix-vector ---------------------------------------------------------- */
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* One row at a time, left to right, four accumulators (independent FMA
- * chains): the product is bound by reading X, and one sequential stream is
- * what the prefetchers follow (four rows interleaved, sharing each x load,
- * read 14 GB/s on a Zen 4 core where this reads 29; K = 288). */
+ * chains, dot_f32_avx2): the product is bound by reading X, and one
+ * sequential stream is what the prefetchers follow (four rows interleaved,
+ * sharing each x load, read 14 GB/s on a Zen 4 core where this reads 29;
+ * K = 288). */
 void kn_sgemv_dot_avx2(int64_t rows, int64_t K, const float *X, int64_t ld,
                        const float *x, float *y) {
-    for (int64_t i = 0; i < rows; i++) {
-        const float *r = X + i * ld;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        int64_t k = 0;
-        for (; k + 32 <= K; k += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 16), _mm256_loadu_ps(x + k + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 24), _mm256_loadu_ps(x + k + 24), a3);
-        }
-        for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
-        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        for (; k < K; k++) s += r[k] * x[k];
-        y[i] = s;
-    }
+    for (int64_t i = 0; i < rows; i++) y[i] = dot_f32_avx2(K, X + i * ld, x);
 }
 
 /* y (cols <= a few thousand, stays in L1) += x[k..k+3] * four rows, streaming

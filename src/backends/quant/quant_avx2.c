@@ -235,21 +235,7 @@ static float dot_q8_K_q8_K(int64_t n, const void *vw, const void *va) {
 
 /* ---- float weights -------------------------------------------------------- */
 
-static float dot_f32_f32(int64_t n, const void *vw, const void *va) {
-    const float *w = vw, *a = va;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
-    }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
-    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += w[i] * a[i];
-    return s;
-}
+static float dot_f32_f32(int64_t n, const void *vw, const void *va) { return dot_f32_avx2(n, vw, va); }
 
 static inline __m256 ld_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 static float dot_f16_f32(int64_t n, const void *vw, const void *va) {

@@ -1,4 +1,5 @@
-/* quant_x86.h: small AVX2 helpers shared by quant_avx2.c and quant16_avx2.c
+/* quant_x86.h: small AVX2 helpers shared by quant_avx2.c, quant16_avx2.c and
+ * the CPU's matrix-vector dot (backends/cpu/gemm_avx2.c: dot_f32_avx2)
  * (include only from files compiled with -mavx2 -mfma -mf16c). */
 #ifndef KN_QUANT_X86_H
 #define KN_QUANT_X86_H
@@ -16,6 +17,22 @@ static inline float hsum_ps(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+/* w . a over n floats: four 8-wide FMA chains over blocks of 32 (independent
+ * chains, one sequential stream a row), then 8 at a time, the rest scalar */
+static inline float dot_f32_avx2(int64_t n, const float *w, const float *a) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(a + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
+    float s = hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) s += w[i] * a[i];
+    return s;
 }
 static inline int hsum_epi32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
