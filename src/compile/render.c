@@ -309,8 +309,13 @@ static int seg_ndim(const kn_kernel *k, int i) {
 /* rope of buffer in->buf at this item (CUDA: coordinates i<d>, the last dim
  * kept by the fuser): the item's element and its pair partner (2p, 2p+1, or
  * p, p + n_rot/2 with neox) rotated by pos * freq_scale * theta^(-2p/n_rot)
- * (/ the pair's frequency divisor), in double as the hand kernels do; past
- * n_rot the element passes through. */
+ * (/ the pair's frequency divisor); past n_rot the element passes through.
+ * The angle is formed in double (positions reach 10^5 radians); in a float
+ * kernel it is reduced to [-pi, pi] in double and its sine and cosine are
+ * taken in float, as the CPU backend rounds them (kn_rope_angle in
+ * cuda_ops_nn.cu does the same): double pow, cos and sin per element cost
+ * an 8B-shaped prompt 44 us a layer. theta^(-2p/n_rot) is exp2 of
+ * p * (-2 log2(theta) / n_rot), the constant formed here. */
 static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const char *const *idx) {
     const kn_kinst *in = &k->inst[i];
     int L = seg_ndim(k, i) - 1, h = in->rot / 2;
@@ -322,12 +327,19 @@ static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const ch
     put(b, "%s    else {\n", ind);
     if (in->neox) put(b, "%s        const kn_i64 pr = jj < %d ? jj : jj - %d, ja = pr, jb = pr + %d;\n", ind, h, h, h);
     else put(b, "%s        const kn_i64 pr = jj >> 1, ja = 2 * pr, jb = ja + 1;\n", ind);
-    put(b, "%s        double ang = (double)v%d * %a * pow(%a, -2.0 * (double)pr / %d);\n", ind, in->b, in->p1, in->p0, in->rot);
+    put(b, "%s        double ang = (double)v%d * %a * exp2((double)pr * %a);\n", ind, in->b, in->p1,
+        -2.0 * log2(in->p0) / in->rot);
     if (in->aux >= 0) put(b, "%s        ang /= (double)%s(b%d[pr * %lld]);\n", ind, load_fn(k->buf[in->aux].dt), in->aux, (long long)in->ast);
-    put(b, "%s        const double c = cos(ang), s = sin(ang);\n", ind);
-    put(b, "%s        const double xa = (double)%s(b%d[o + (ja - jj) * %lld]), xb = (double)%s(b%d[o + (jb - jj) * %lld]);\n",
+    if (k->f64) {
+        put(b, "%s        const double c = cos(ang), s = sin(ang);\n", ind);
+    } else {   /* ang - 2 pi round(ang / 2 pi): 2 pi's double error times the turns stays below 1e-11 */
+        put(b, "%s        const double turns = rint(ang * %a);\n", ind, 1.0 / (2.0 * 3.14159265358979323846));
+        put(b, "%s        float s, c;\n%s        sincosf((float)fma(-turns, %a, ang), &s, &c);\n", ind, ind,
+            2.0 * 3.14159265358979323846);
+    }
+    put(b, "%s        const kn_real xa = (kn_real)%s(b%d[o + (ja - jj) * %lld]), xb = (kn_real)%s(b%d[o + (jb - jj) * %lld]);\n",
         ind, ld, in->buf, (long long)sx, ld, in->buf, (long long)sx);
-    put(b, "%s        v%d = (kn_real)(jj == ja ? xa * c - xb * s : xa * s + xb * c);\n%s    }\n%s}\n", ind, i, ind, ind);
+    put(b, "%s        v%d = jj == ja ? xa * c - xb * s : xa * s + xb * c;\n%s    }\n%s}\n", ind, i, ind, ind);
 }
 
 /* index_copy at this item: every index of the vector is checked (a bad one

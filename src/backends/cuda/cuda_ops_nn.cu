@@ -910,11 +910,29 @@ static kn_status cu_sdpa(const kn_exec *e) {
     return st;
 }
 
-/* ---- rope: pair (a, b) -> (a cos - b sin, a sin + b cos) ---- */
+/* ---- rope: pair (a, b) -> (a cos - b sin, a sin + b cos) ----
+ * The angle of pair i at position p is formed in double as the reference
+ * forms it, theta^(-2i/n_rot) as exp2(i * l2) with l2 = -2 log2(theta) / n_rot
+ * from the host. Then it is reduced to [-pi, pi] in double and its cosine
+ * and sine are taken in float, as the CPU backend rounds them (f64 data keeps
+ * double trig): double pow, cos and sin per pair cost an 8B-shaped prompt's
+ * key rope 12 us a layer. The generated rope (render.c, put_rope) does the same. */
+__device__ __forceinline__ void rope_cs(double p, int i, double l2, const kn_dview &ff, int has_ff, bool f64, double *c,
+                                        double *s) {
+    double ang = p * exp2((double)i * l2);
+    if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
+    if (f64) { sincos(ang, s, c); return; }
+    double turns = rint(ang * 0.15915494309189535);   /* 1 / (2 pi); 2 pi's double error x turns < 1e-11 */
+    float fs, fc;
+    sincosf((float)fma(-turns, 6.283185307179586, ang), &fs, &fc);
+    *c = fc; *s = fs;
+}
+
 __global__ void k_rope(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dview y, int64_t rows, int64_t T, int64_t D,
-                       int n_rot, int neox, double theta, double fscale) {
+                       int n_rot, int neox, double l2, double fscale) {
     int half = n_rot / 2;
     int64_t per = (int64_t)half + (D - n_rot);        /* pairs, then the untouched tail */
+    bool f64 = x.dtype == KN_F64 || y.dtype == KN_F64;
     KN_GRID_LOOP(idx, rows * T * per) {
         int64_t q = idx % per, rt = idx / per, ti = rt % T;
         int64_t base = rt * D;
@@ -924,10 +942,8 @@ __global__ void k_rope(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dvi
             continue;
         }
         int i = (int)q;
-        double p = kn_dget(pos, ti * pos.st[0]) * fscale;
-        double ang = p * pow(theta, -2.0 * i / n_rot);
-        if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
-        double c = cos(ang), s = sin(ang);
+        double c, s;
+        rope_cs(kn_dget(pos, ti * pos.st[0]) * fscale, i, l2, ff, has_ff, f64, &c, &s);
         int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         double a = kn_dget(x, kn_doff(x, base + ia)), bb = kn_dget(x, kn_doff(x, base + ib));
         kn_dput(y, kn_doff(y, base + ia), a * c - bb * s);
@@ -935,10 +951,10 @@ __global__ void k_rope(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dvi
     }
 }
 /* f32 rows with unit stride along D (q and k of every layer): float loads
- * and stores, the angle still in double like the reference. One thread per
- * (row, position, pair); the untouched tail is copied when y is not x. */
+ * and stores. One thread per (row, position, pair); the untouched tail is
+ * copied when y is not x. */
 __global__ void k_rope_f32(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn_dview y, int64_t rows, int64_t T,
-                           int64_t D, int n_rot, int neox, double theta, double fscale) {
+                           int64_t D, int n_rot, int neox, double l2, double fscale) {
     int half = n_rot / 2;
     int64_t per = (int64_t)half + (x.data != y.data ? D - n_rot : 0);
     const float *xd = (const float *)x.data;
@@ -952,9 +968,8 @@ __global__ void k_rope_f32(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn
             continue;
         }
         int i = (int)q;
-        double ang = kn_dget(pos, ti * pos.st[0]) * fscale * pow(theta, -2.0 * i / n_rot);
-        if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
-        double c = cos(ang), sn = sin(ang);
+        double c, sn;
+        rope_cs(kn_dget(pos, ti * pos.st[0]) * fscale, i, l2, ff, has_ff, false, &c, &sn);
         int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
         double a = xd[ox + ia], b = xd[ox + ib];
         yd[oy + ia] = (float)(a * c - b * sn);
@@ -970,6 +985,7 @@ static kn_status cu_rope(const kn_exec *e) {
     int64_t n = rows * T * (n_rot / 2 + (D - n_rot));
     if (n == 0) return KN_OK;
     bool has_ff = e->nsrc > 2;
+    double l2 = -2.0 * log2(t->p.rope.theta) / n_rot;   /* theta^(-2i/n_rot) = exp2(i l2) */
     const kn_tview *y = &e->dst;
     bool same = x->data == y->data;
     for (int i = 0; same && i < nd; i++) same = x->ne[i] == y->ne[i] && (x->ne[i] == 1 || x->st[i] == y->st[i]);
@@ -977,11 +993,11 @@ static kn_status cu_rope(const kn_exec *e) {
         (same || x->data != y->data) && !kn_env_get()->cuda_generic) {
         k_rope_f32<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]),
                                                                  has_ff, kn_dv(y), rows, T, D, n_rot, t->p.rope.neox,
-                                                                 t->p.rope.theta, t->p.rope.freq_scale);
+                                                                 l2, t->p.rope.freq_scale);
         LAUNCHED_OK();
     }
     k_rope<<<kn_blocks(n), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(x), kn_dv(&e->src[1]), kn_dv(has_ff ? &e->src[2] : &e->src[1]), has_ff,
-                                          kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox, t->p.rope.theta,
+                                          kn_dv(&e->dst), rows, T, D, n_rot, t->p.rope.neox, l2,
                                           t->p.rope.freq_scale);
     LAUNCHED_OK();
 }
