@@ -722,7 +722,13 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
         kn_tensor *q, *k, *v;
         if (L->wqkv) {                                                      /* [T, QD + 2 KD] */
             kn_tensor *qkv = L->bqkv ? lin_b(m, h, L->wqkv, L->bqkv) : lin_raw(m, h, L->wqkv);
-            q = widen(m, kn_narrow(ctx, qkv, 1, 0, QD));
+            /* a 16-bit attention (attn_half) of q in the product's own dtype:
+             * rope rotates q's 16-bit rows, rounded once, where widening them
+             * and narrowing the result cost a copy of q each way */
+            bool q16 = !pg && !gpt2 && !L->q_norm && !L->k_norm && !m->rope_mag && c->arch != KN_ARCH_OLMOE &&
+                       qkv->dtype != KN_F32 && attn_half(m, l, D) == qkv->dtype;
+            q = kn_narrow(ctx, qkv, 1, 0, QD);
+            if (!q16) q = widen(m, q);
             k = widen(m, kn_narrow(ctx, qkv, 1, QD, KD));
             v = widen(m, kn_narrow(ctx, qkv, 1, QD + KD, KD));
         } else {
