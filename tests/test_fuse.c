@@ -881,3 +881,67 @@ TEST(golden_embedding_gather) { golden_in("embedding_gather", g_embed, "cuda"); 
 TEST(golden_rope_qkv_segments) { golden_in("rope_qkv_segments", g_ropeqkv, "cuda"); }
 
 int main(void) { return kn_test_main(); }
+
+/* A cast of a row normalisation that nothing else reads is stored by the
+ * normalisation's kernel in the cast's dtype (fuse.c, join_tail): the
+ * device prompt's norms before their bf16 GEMMs. Variants: rms and layer
+ * norm after an add, to bf16 and f16 (one kernel, on every backend that
+ * generates); the norm also an output (the cast stays apart); a lone norm
+ * (a kernel of its own on CUDA, hand kernels elsewhere). Values as
+ * unfused and the reference. */
+static int g_tail(kn_ctx *ctx, kn_tensor **outs, int v) {
+    int64_t sh[2] = {37, 96}, wsh[1] = {96};
+    kn_tensor *x = rand_data(ctx, KN_F32, 2, sh, 71), *o = rand_data(ctx, KN_F32, 2, sh, 72);
+    kn_tensor *w = rand_data(ctx, KN_F32, 1, wsh, 73), *b = rand_data(ctx, KN_F32, 1, wsh, 74);
+    kn_tensor *h = v == 6 ? x : kn_add(ctx, x, o);
+    kn_tensor *n = v % 2 ? kn_layer_norm(ctx, h, 1, w, b, 1e-5) : kn_rms_norm(ctx, h, 1, w, 1e-5);
+    outs[0] = kn_cast(ctx, n, v / 2 == 1 ? KN_F16 : KN_BF16);
+    if (v / 2 == 2) { outs[1] = n; return 2; }
+    return 1;
+}
+/* Builds variant v of fn in three contexts (reference, fused, unfused), runs
+ * them and compares every output; want_kernels >= 0: the fused plan's
+ * kernels per run. */
+typedef int (*variant_fn)(kn_ctx *ctx, kn_tensor **outs, int v);
+static void run_variant(variant_fn fn, int v, int want_kernels) {
+    kn_ctx *cr = kn_ctx_new(&(kn_ctx_opts){.backend = kn_backend_ref()});
+    kn_ctx *cf = kn_ctx_new(NULL), *cp = kn_ctx_new(NULL);
+    kn_tensor *or_[2], *of[2], *op[2];
+    int no = fn(cr, or_, v);
+    fn(cf, of, v);
+    fn(cp, op, v);
+    kn_plan *pr = kn_plan_new(cr, no, or_, NULL), *pf = kn_plan_new(cf, no, of, NULL);
+    kn_plan *pp = kn_plan_new(cp, no, op, &(kn_plan_opts){.no_fuse = true});
+    CHECK(pr && pf && pp, "variant %d: plan: %s", v, kn_last_error());
+    if (pr && pf && pp) {
+        CHECK(want_kernels < 0 || kn_plan_n_kernels(pf) == want_kernels, "variant %d: %d kernels, expected %d", v,
+              kn_plan_n_kernels(pf), want_kernels);
+        bool ran = !kn_plan_run(pr) && !kn_plan_run(pf) && !kn_plan_run(pp);
+        CHECK(ran, "variant %d: run: %s", v, kn_last_error());
+        for (int o = 0; ran && o < no; o++) {
+            int64_t n1, n2, n3, at;
+            float *a = read_f32(of[o], &n1), *b = read_f32(op[o], &n2), *r = read_f32(or_[o], &n3);
+            CHECK(a && b && r && n1 == n2 && n1 == n3, "variant %d: read output %d", v, o);
+            if (a && b && r && n1 == n2 && n1 == n3) {
+                double tol = of[o]->dtype == KN_F32 ? 2e-5 : of[o]->dtype == KN_F16 ? 4e-3 : 3e-2;
+                int64_t bad = mismatches(a, b, n1, tol, &at);
+                CHECK(!bad, "variant %d output %d: fused vs unfused: %lld differ, first [%lld] %g vs %g", v, o, (long long)bad,
+                      (long long)at, a[at < 0 ? 0 : at], b[at < 0 ? 0 : at]);
+                bad = mismatches(a, r, n1, tol, &at);
+                CHECK(!bad, "variant %d output %d: fused vs reference: %lld differ, first [%lld] %g vs %g", v, o, (long long)bad,
+                      (long long)at, a[at < 0 ? 0 : at], r[at < 0 ? 0 : at]);
+            }
+            free(a); free(b); free(r);
+        }
+    }
+    kn_plan_free(pr); kn_plan_free(pf); kn_plan_free(pp);
+    kn_ctx_free(cr); kn_ctx_free(cf); kn_ctx_free(cp);
+}
+TEST(norm_cast_tail) {
+    if (!jit_available()) SKIP("no generated kernels on this backend");
+    for (int v = 0; v < 7; v++) run_variant(g_tail, v, v < 4 ? 1 : v < 6 ? 2 : cuda_fuses() ? 1 : 2);
+}
+
+/* the add + RMS norm of golden_add_rms_norm, stored as bf16 */
+static kn_tensor *g_addrms_bf16(kn_ctx *ctx) { return kn_cast(ctx, g_addrms(ctx), KN_BF16); }
+TEST(golden_add_rms_norm_bf16) { golden("add_rms_norm_bf16", g_addrms_bf16); }

@@ -324,6 +324,55 @@ static bool lone_reduce(fz *f, kn_tensor *t, int i) {
     return true;
 }
 
+/* The node of a closed group that reduces or normalises: its last, or the
+ * one before a cast tail */
+static kn_tensor *red_node(const kn_fgroup *g) { return g->node[g->nnode - 1 - (g->tail ? 1 : 0)]; }
+
+/* t, a cast of a row normalisation s that nothing else reads, ends s's
+ * group, or makes one with a lone s on CUDA: the kernel stores the
+ * normalised rows in t's dtype. A separate cast read and wrote [T, C] again:
+ * 10 us for each of a layer's two norms of an 8B-shaped prompt, whose GEMMs
+ * take bf16. The same values: the kernel computes in float, which s's f32
+ * store would have kept (no tail where a value is f64: a double rounded
+ * twice may differ from one rounding). */
+static bool join_tail(fz *f, kn_tensor *t, int i, kn_tensor **U) {
+    kn_tensor *s = src_of(f, t, 0);
+    if (t->op != KN_OP_CAST || !s || s->id >= f->n_ids || (s->op != KN_OP_RMS_NORM && s->op != KN_OP_LAYER_NORM)) return false;
+    if (s->dtype == KN_F64 || t->dtype == KN_F64 || !same_space(s, t)) return false;
+    if (f->out[s->id] || s->buf || f->view_read[s->id] != INT_MAX) return false;
+    int readers = 0;
+    for (int32_t e = f->rhead[s->id]; e >= 0; e = f->rnext[e]) readers++;
+    if (readers != 1) return false;
+    int gi = f->gid[s->id], nu = 0;
+    if (gi >= 0) {
+        kn_fgroup *g = &f->g[gi];
+        if (!g->closed || g->tail || g->node[g->nnode - 1] != s || g->nnode + 1 > KN_KMAX_NODES) return false;
+        for (int m = 0; m < g->nnode; m++) U[nu++] = g->node[m];
+    } else {
+        if (!is_cuda(f) || !fusable_rownorm(f, s)) return false;
+        U[nu++] = s;
+    }
+    for (int m = 0; m < nu; m++)
+        for (int a = 0; a < KN_MAX_SRC; a++) {
+            kn_tensor *x = U[m]->src[a] ? src_of(f, U[m], a) : NULL;
+            if (U[m]->dtype == KN_F64 || (x && x->dtype == KN_F64)) return false;
+        }
+    U[nu++] = t;
+    if (!group_ok(f, U, nu, i, src_of(f, s, 0))) return false;
+    if (gi < 0) {
+        if (!add_group(f)) return false;
+        gi = f->ng - 1;
+        f->g[gi].closed = true;
+    }
+    kn_fgroup *g = &f->g[gi];
+    memcpy(g->node, U, sizeof *U * (size_t)nu);
+    g->nnode = nu;
+    g->tail = true;
+    g->last = i;
+    for (int m = 0; m < nu; m++) f->gid[U[m]->id] = gi;
+    return true;
+}
+
 /* Groups by the predicate; members in schedule order. */
 static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
@@ -338,6 +387,7 @@ static bool form_groups(fz *f) {
             continue;
         }
         if (!fusable(f, t)) continue;
+        if (join_tail(f, t, i, U)) continue;
         int gs[KN_MAX_SRC], ngs = 0;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = t->src[k] ? src_of(f, t, k) : NULL;
@@ -573,8 +623,8 @@ static bool lower_index(fz *f, kn_fgroup *g, int m, int *val, int *loads, const 
 
 static bool lower(fz *f, kn_fgroup *g) {
     kn_kernel *k = &g->k;
-    kn_tensor *last = g->node[g->nnode - 1];
     bool red = g->closed;
+    kn_tensor *last = red ? red_node(g) : g->node[g->nnode - 1], *tail = g->tail ? g->node[g->nnode - 1] : NULL;
     kn_tensor *space = red ? src_of(f, last, 0) : (kn_tensor *)node_space(f, last);
     memset(k, 0, sizeof *k);
     k->red = KN_OP_NONE;
@@ -602,6 +652,7 @@ static bool lower(fz *f, kn_fgroup *g) {
     for (int m = 0; m < g->nnode; m++) {
         kn_tensor *x = g->node[m];
         val[m] = -1;
+        if (x == tail) continue;     /* the normalisation's output dtype (red_dt) */
         if (x->op == KN_OP_FILL) {   /* an absorbed constant */
             val[m] = emit(k, (kn_kinst){.kind = KN_KI_CONST, .dt = x->dtype, .p0 = fill_value(x)});
             if (val[m] < 0) return false;
@@ -618,9 +669,9 @@ static bool lower(fz *f, kn_fgroup *g) {
                 if ((k->red_val = loads[b]) < 0) return false;
             }
             k->red = x->op;
-            k->red_dt = x->dtype;
+            k->red_dt = tail ? tail->dtype : x->dtype;
             if (kn__is_rownorm(x->op)) {
-                k->red_buf = buffer_of(g, x, true, space);
+                k->red_buf = buffer_of(g, tail ? tail : x, true, space);
                 if (x->op == KN_OP_RMS_NORM || x->op == KN_OP_LAYER_NORM) {
                     kn_tensor *w = x->src[1] ? src_of(f, x, 1) : NULL;
                     kn_tensor *b = x->op == KN_OP_LAYER_NORM && x->src[2] ? src_of(f, x, 2) : NULL;
@@ -662,7 +713,7 @@ static bool lower(fz *f, kn_fgroup *g) {
         if (val[m] < 0) return false;
     }
     for (int m = 0; m < g->nnode; m++) {
-        if (!g->stored[m] || (red && g->node[m] == last) || g->node[m]->op == KN_OP_INDEX_COPY) continue;
+        if (!g->stored[m] || (red && g->node[m] == last) || g->node[m] == tail || g->node[m]->op == KN_OP_INDEX_COPY) continue;
         int b = buffer_of(g, g->node[m], true, space);
         if (b < 0 || emit(k, (kn_kinst){.kind = KN_KI_STORE, .dt = g->node[m]->dtype, .a = val[m], .buf = b}) < 0) return false;
     }
@@ -727,14 +778,14 @@ void kn__kernel_items(const kn_kernel *k, const int64_t *syms, int64_t *n, int64
  * not stored); a final reduction or normalisation reads its operands from memory. */
 static void absorb_fills(fz *f, kn_fgroup *g, int gi) {
     for (int m = 0; m < g->nnode && g->nnode < KN_KMAX_NODES; m++) {
-        if (g->closed && m == g->nnode - 1) break;
+        if (g->closed && g->node[m] == red_node(g)) break;
         for (int k = 0; k < KN_MAX_SRC; k++) {
             kn_tensor *s = g->node[m]->src[k] ? src_of(f, g->node[m], k) : NULL;
             if (!s || !is_fill(s) || s->id >= f->n_ids || f->pos[s->id] < 0 || f->gid[s->id] >= 0) continue;
             if (f->out[s->id] || s->buf) continue;
             bool read_by_last = false;   /* the final op reads it from memory */
             for (int j = 0; g->closed && j < KN_MAX_SRC; j++)
-                read_by_last |= g->node[g->nnode - 1]->src[j] && src_of(f, g->node[g->nnode - 1], j) == s;
+                read_by_last |= red_node(g)->src[j] && src_of(f, red_node(g), j) == s;
             if (read_by_last) continue;
             bool only = true;
             for (int32_t e = f->rhead[s->id]; e >= 0 && only; e = f->rnext[e]) only = f->gid[f->order[f->rnode[e]]->id] == gi;
@@ -799,7 +850,7 @@ bool kn__fuse_inplace_ok(const kn_fgroup *g, const kn_tensor *m, const kn_tensor
 
 bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *const *rep, int32_t n_ids) {
     if (g->k.nseg > 1) return false;   /* several item spaces: never in place */
-    const kn_tensor *last = g->node[g->nnode - 1];
+    const kn_tensor *last = g->closed ? red_node(g) : g->node[g->nnode - 1];
     /* the item space: a closed group's is its final op's input */
     const kn_tensor *space = g->closed ? kn__rw_src(rep, n_ids, last, 0)
                            : last->op == KN_OP_INDEX_COPY ? kn__rw_src(rep, n_ids, last, 2) : last;
@@ -809,7 +860,7 @@ bool kn__fuse_aligned_reads(const kn_fgroup *g, const kn_tensor *s, kn_tensor *c
             if (!x || kn__storage_owner(x) != s) continue;
             if (g->node[m]->op == KN_OP_ROPE || g->node[m]->op == KN_OP_INDEX_SELECT) return false;   /* reads other items */
             if (x != s || !kn_same_shape(x, space) || !kn_is_contiguous(x)) return false;
-            if (g->closed && m == g->nnode - 1 && k > 0) return false;   /* a norm's weight or bias: read across rows */
+            if (g->closed && g->node[m] == last && k > 0) return false;   /* a norm's weight or bias: read across rows */
         }
     return true;
 }

@@ -168,6 +168,9 @@ typedef struct kn_fgroup {
     uint8_t stored[KN_KMAX_NODES];
     int last;                       /* schedule index of node[nnode-1] */
     bool closed;                    /* ends in a reduction: nothing joins after it */
+    bool tail;                      /* closed, and node[nnode-1] is a cast of the normalisation
+                                     * node[nnode-2] that nothing else reads: the kernel stores the
+                                     * normalised rows in the cast's dtype (fuse.c, join_tail) */
     kn_tensor *bt[KN_KERNEL_MAXBUF];/* the tensor (view) each kernel buffer is */
     kn_kernel k;
 } kn_fgroup;
