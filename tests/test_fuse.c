@@ -942,6 +942,44 @@ TEST(norm_cast_tail) {
     for (int v = 0; v < 7; v++) run_variant(g_tail, v, v < 4 ? 1 : v < 6 ? 2 : cuda_fuses() ? 1 : 2);
 }
 
+/* CUDA's vector loop (kn__kernel_vec: 8 items a thread as 16-byte words):
+ * SwiGLU-like chains over [6, 64] in f32, bf16 and f16 with a broadcast
+ * row, in place over a matmul's result, over a symbolic row count, and
+ * over views that start 1 element off 16 bytes (the one-item loop runs) or
+ * whose rows are 72 apart. C renders no vectors: the same checks hold. */
+static int g_vec(kn_ctx *ctx, kn_tensor **outs, int v) {
+    static const kn_dtype dts[] = {KN_F32, KN_BF16, KN_F16};
+    kn_dtype dt = dts[v % 3];
+    int64_t sh[2] = {6, 64}, flat[1] = {6 * 72 + 1}, wsh[1] = {64};
+    kn_tensor *g, *u;
+    if (v / 3 == 1) {          /* 1 element off: not 16-byte aligned */
+        g = kn_reshape(ctx, kn_narrow(ctx, rand_data(ctx, dt, 1, flat, 81), 0, 1, 384), 2, sh);
+        u = kn_reshape(ctx, kn_narrow(ctx, rand_data(ctx, dt, 1, flat, 82), 0, 1, 384), 2, sh);
+    } else if (v / 3 == 2) {   /* rows 72 apart */
+        int64_t wide[2] = {6, 72};
+        g = kn_narrow(ctx, rand_data(ctx, dt, 2, wide, 83), 1, 8, 64);
+        u = kn_narrow(ctx, rand_data(ctx, dt, 2, wide, 84), 1, 0, 64);
+    } else if (v / 3 == 3) {   /* a matmul's result, written over in place */
+        int64_t ash[2] = {6, 8}, bsh[2] = {8, 64};
+        g = kn_cast(ctx, kn_matmul(ctx, rand_data(ctx, KN_F32, 2, ash, 85), rand_data(ctx, KN_F32, 2, bsh, 86)), dt);
+        u = kn_cast(ctx, kn_matmul(ctx, rand_data(ctx, KN_F32, 2, ash, 87), rand_data(ctx, KN_F32, 2, bsh, 88)), dt);
+    } else {
+        g = rand_data(ctx, dt, 2, sh, 89);
+        u = rand_data(ctx, dt, 2, sh, 90);
+        if (v / 3 == 4) {      /* a symbolic row count, run at its maximum */
+            int T = kn_sym_new(ctx, "T", 6);
+            g = kn_slice_sym(ctx, g, 0, 0, T);
+            u = kn_slice_sym(ctx, u, 0, 0, T);
+        }
+    }
+    kn_tensor *w = rand_data(ctx, KN_F32, 1, wsh, 91);
+    outs[0] = kn_cast(ctx, kn_add(ctx, kn_mul(ctx, kn_silu(ctx, g), u), kn_cast(ctx, w, dt)), dt);
+    return 1;
+}
+TEST(vector_loop) {
+    if (!jit_available()) SKIP("no generated kernels on this backend");
+    for (int v = 0; v < 15; v++) run_variant(g_vec, v, -1);
+}
 /* the add + RMS norm of golden_add_rms_norm, stored as bf16 */
 static kn_tensor *g_addrms_bf16(kn_ctx *ctx) { return kn_cast(ctx, g_addrms(ctx), KN_BF16); }
 TEST(golden_add_rms_norm_bf16) { golden("add_rms_norm_bf16", g_addrms_bf16); }

@@ -653,12 +653,65 @@ static void render_cuda_segments(sb *b, const kn_kernel *k) {
     put(b, "    }\n}\n");
 }
 
+/* The vector loop (kn__kernel_vec): a thread loads each contiguous buffer's
+ * 8 items as 16-byte words into a local array, runs the program 8 times
+ * over them (the buffer names shadowed by the arrays, lane index u; a
+ * broadcast buffer is read once, at the vector's first item), and stores the
+ * outputs' arrays as words. Items stay with the thread that loads them, so
+ * in-place writes (item over item) keep the one-item loop's order. Taken
+ * when every vector buffer is 16-byte aligned (a view may start anywhere);
+ * the one-item loop below it runs otherwise. */
+static void put_vector_loop(sb *b, const kn_kernel *k, const char *ity) {
+    int nd = k->ndim, L = nd - 1;
+    bool vec[KN_KERNEL_MAXBUF];
+    put(b, "    if (((0");
+    for (int i = 0; i < k->nbuf; i++) {
+        vec[i] = k->buf[i].st[L] == 1;
+        if (vec[i]) put(b, " | (size_t)b%d", i);
+    }
+    put(b, ") & 15) == 0) {\n");
+    put(b, "        for (%s iv = blockIdx.x * (%s)blockDim.x + threadIdx.x; iv < n / 8; iv += (%s)gridDim.x * blockDim.x) {\n",
+        ity, ity, ity);
+    put(b, "            const %s i = iv * 8;\n", ity);
+    put_item_coords(b, nd, ity, "            ");
+    kidx x;
+    full_index(&x, k);
+    for (int i = 0; i < k->nbuf; i++) {
+        if (!vec[i]) continue;
+        int words = (int)kn_dtype_get(k->buf[i].dt)->type_size / 2;   /* 16-byte words of 8 items */
+        put(b, "            __align__(16) %s l%d[8];\n", ctype(k->buf[i].dt), i);
+        if (k->buf[i].out) continue;
+        for (int w = 0; w < words; w++)
+            put(b, "            ((uint4 *)l%d)[%d] = ((const uint4 *)(b%d + %s))[%d];\n", i, w, i, x.idx[i], w);
+    }
+    put(b, "            {\n");
+    for (int i = 0; i < k->nbuf; i++)
+        if (vec[i]) put(b, "                %s%s *b%d = l%d;\n", k->buf[i].out ? "" : "const ", ctype(k->buf[i].dt), i, i);
+    put(b, "                #pragma unroll\n                for (int u = 0; u < 8; u++) {\n");
+    kidx lx;
+    for (int i = 0; i < k->nbuf; i++) {
+        if (vec[i]) snprintf(lx.ix[i], sizeof lx.ix[i], "u");
+        else memcpy(lx.ix[i], x.ix[i], sizeof lx.ix[i]);
+        lx.idx[i] = lx.ix[i];
+    }
+    put_program(b, k, "                    ", lx.idx);
+    put(b, "                }\n            }\n");
+    for (int i = 0; i < k->nbuf; i++) {
+        if (!vec[i] || !k->buf[i].out) continue;
+        int words = (int)kn_dtype_get(k->buf[i].dt)->type_size / 2;
+        for (int w = 0; w < words; w++)
+            put(b, "            ((uint4 *)(b%d + %s))[%d] = ((const uint4 *)l%d)[%d];\n", i, x.idx[i], w, i, w);
+    }
+    put(b, "        }\n        return;\n    }\n");
+}
+
 static void render_cuda(sb *b, const kn_kernel *k) {
     if (k->nseg > 1) { render_cuda_segments(b, k); return; }
     if (k->tune.unroll > 1 && !kn__kernel_indexed(k)) { render_cuda_unrolled(b, k); return; }
     put_kerr(b, k);
     int nd = k->ndim;
     const char *ity = cuda_ew_head(b, k, (int64_t)1 << 31);
+    if (kn__kernel_vec(k) == 8) put_vector_loop(b, k, ity);
     put(b, "    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < n; i += (%s)gridDim.x * blockDim.x) {\n", ity, ity, ity);
     put_item_coords(b, nd, ity, "        ");
     kidx x;

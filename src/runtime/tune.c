@@ -48,6 +48,9 @@ void kn__kernel_launch_fill(const kn_backend *be, const kn_kernel *k, const int6
         l->waves = t.waves;
         /* a reduction runs a block per item: n sizes the grid in threads */
         if (k->red != KN_OP_NONE) { l->a.n *= t.block; l->n_max *= t.block; }
+        /* vectors of 8 items: a thread each */
+        int v = kn__kernel_vec(k);
+        if (v > 1) { l->a.n = (l->a.n + v - 1) / v; l->n_max = (l->n_max + v - 1) / v; }
     }
 }
 
