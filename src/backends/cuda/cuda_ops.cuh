@@ -102,9 +102,23 @@ __device__ __forceinline__ void kn_dst(int dt, char *base, int64_t i, double v) 
     default: break;
     }
 }
-/* element offset of row-major linear index lin over v's extents */
+/* element offset of row-major linear index lin over v's extents. Below
+ * 2^31 the divisions are 32-bit (a 64-bit division is a long emulated
+ * sequence: the generic copies and the index_copy writes of an 8B-shaped
+ * prompt ran at 0.2-0.4 TB/s on them); an extent above the remaining index
+ * takes all of it. */
 __device__ __forceinline__ int64_t kn_doff(const kn_dview &v, int64_t lin) {
     int64_t o = 0;
+    if (lin <= INT32_MAX) {
+        uint32_t l = (uint32_t)lin;
+        for (int d = v.ndim - 1; d >= 0 && l; d--) {
+            if (v.ne[d] > (int64_t)l) { o += (int64_t)l * v.st[d]; break; }
+            uint32_t n = (uint32_t)v.ne[d];
+            o += (int64_t)(l % n) * v.st[d];
+            l /= n;
+        }
+        return o;
+    }
     for (int d = v.ndim - 1; d >= 0; d--) {
         int64_t n = v.ne[d];
         o += (lin % n) * v.st[d];
@@ -227,6 +241,26 @@ kn_status kn_cu_load_all(const kn_tview *x, double *acc, int64_t n);
  * n or an extent does not fit 32 bits, or esize is not 2 or 4. */
 kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
                             const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n);
+
+/* Views v[0..nv) of es-byte elements (same extents) as views of 16-byte
+ * words, for copies that move bits (a thread a word instead of an element):
+ * when every view runs the last dim with stride 1, that run and every other
+ * stride are whole words, and the data is 16-byte aligned. false: v unchanged. */
+static inline bool kn_cu_words16(kn_tview *const *v, int nv, int es) {
+    if (es <= 0 || 16 % es) return false;
+    int64_t k = 16 / es;
+    for (int i = 0; i < nv; i++) {
+        int nd = v[i]->ndim;
+        if (nd < 1 || v[i]->st[nd - 1] != 1 || v[i]->ne[nd - 1] % k || ((uintptr_t)v[i]->data & 15)) return false;
+        for (int d = 0; d < nd - 1; d++) if (v[i]->st[d] % k) return false;
+    }
+    for (int i = 0; i < nv; i++) {
+        int nd = v[i]->ndim;
+        v[i]->ne[nd - 1] /= k;
+        for (int d = 0; d < nd - 1; d++) v[i]->st[d] /= k;
+    }
+    return true;
+}
 
 kn_status kn_cu_create(const kn_exec *e);
 kn_status kn_cu_copy(const kn_exec *e);      /* COPY CAST ASSIGN TRI WHERE */

@@ -204,6 +204,26 @@ __global__ void k_gather_bits(T *__restrict__ d, const T *__restrict__ s, gather
 kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
                             const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n) {
     if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || kn_env_get()->cuda_generic) return KN_ERR_UNSUPPORTED;
+    if (!lo && !sne && nd >= 1) {   /* 16-byte words when the last dim's runs allow (a permute copy's [.., D] rows) */
+        kn_tview sv = {}, dv = {};
+        sv.data = (void *)src; sv.ndim = nd; dv.data = dst; dv.ndim = nd;
+        for (int k = nd - 1, c = 1; k >= 0; c *= (int)ne[k], k--) { sv.ne[k] = dv.ne[k] = ne[k]; sv.st[k] = st[k]; dv.st[k] = c; }
+        kn_tview *vv[2] = {&sv, &dv};
+        if (kn_cu_words16(vv, 2, esize)) {
+            gather_geo g;
+            memset(&g, 0, sizeof g);
+            g.nd = nd;
+            for (int k = 0; k < nd; k++) {
+                if (sv.ne[k] > INT32_MAX) return KN_ERR_UNSUPPORTED;
+                g.ne[k] = g.sne[k] = (uint32_t)sv.ne[k]; g.st[k] = sv.st[k];
+            }
+            int64_t nw = n / (16 / esize);
+            k_gather_bits<uint4, false><<<kn_blocks(nw), KN_THREADS, 0, kn_cu_stream()>>>((uint4 *)dst, (const uint4 *)src, g,
+                                                                                           (uint32_t)nw, make_uint4(0, 0, 0, 0));
+            KN_CUDA_LAUNCHED();
+            return KN_OK;
+        }
+    }
     gather_geo g;
     memset(&g, 0, sizeof g);
     g.nd = nd;
@@ -251,29 +271,43 @@ static void cast_from(kn_dtype od, void *d, const void *s, int64_t n) {
 }
 static bool cast_dt(kn_dtype t) { return t == KN_F32 || t == KN_BF16 || t == KN_F16; }
 
-/* A cast out of a view whose rows are unit-stride runs (a column block of a
- * fused q|k|v product, a prefix of a KV cache), into a contiguous dst:
- * src [R0, R1, C] (R0 = 1 for two dims) with row strides st0, st1. k_copy's
- * per-element double path ran a [512, 4096] block of a [512, 6144] bf16
- * product at 25 us. */
-template <class I, class O>
+/* A cast between views whose rows are unit-stride runs (a column block of
+ * a fused q|k|v product, a prefix of a KV cache into a buffer laid out for
+ * the longest prefix): [R0, R1, C] (R0 = 1 for two dims) with row strides
+ * (st0, st1) in the source and (dt0, dt1) in dst. k_copy's per-element double
+ * path ran a [512, 4096] block of a [512, 6144] bf16 product at 25 us; index
+ * math in 32 bits when n allows (NARROW). */
+template <class I, class O, bool NARROW>
 __global__ void k_cast_rows(typename O::raw *__restrict__ d, const typename I::raw *__restrict__ s, int64_t n, int64_t C,
-                            int64_t R1, int64_t st0, int64_t st1) {
+                            int64_t R1, int64_t st0, int64_t st1, int64_t dt0, int64_t dt1) {
     KN_GRID_LOOP(i, n) {
-        int64_t r = i / C, c = i - r * C;
-        d[i] = O::put(I::get(s[(r / R1) * st0 + (r % R1) * st1 + c]));
+        int64_t r, c, r0, r1;
+        if (NARROW) {
+            uint32_t u = (uint32_t)i, ru = u / (uint32_t)C;
+            r = ru; c = u - ru * (uint32_t)C; r0 = ru / (uint32_t)R1; r1 = ru - (uint32_t)r0 * (uint32_t)R1;
+        } else {
+            r = i / C; c = i - r * C; r0 = r / R1; r1 = r % R1;
+        }
+        d[r0 * dt0 + r1 * dt1 + c] = O::put(I::get(s[r0 * st0 + r1 * st1 + c]));
     }
 }
-template <class I>
-static void cast_rows_from(kn_dtype od, void *d, const kn_tview *v, int64_t n) {
+template <class I, class O>
+static void cast_rows_to(void *d, const kn_tview *dv, const kn_tview *v, int64_t n) {
     const typename I::raw *si = (const typename I::raw *)v->data;
+    typename O::raw *di = (typename O::raw *)d;
     int nd = v->ndim;
     int64_t C = v->ne[nd - 1], R1 = nd >= 2 ? v->ne[nd - 2] : 1, st1 = nd >= 2 ? v->st[nd - 2] : 0, st0 = nd == 3 ? v->st[0] : 0;
+    int64_t dt1 = nd >= 2 ? dv->st[nd - 2] : 0, dt0 = nd == 3 ? dv->st[0] : 0;
     unsigned bl = kn_blocks(n);
     cudaStream_t cs = kn_cu_stream();
-    if (od == KN_F32) k_cast_rows<I, cv_f32><<<bl, KN_THREADS, 0, cs>>>((float *)d, si, n, C, R1, st0, st1);
-    else if (od == KN_BF16) k_cast_rows<I, cv_bf16><<<bl, KN_THREADS, 0, cs>>>((uint16_t *)d, si, n, C, R1, st0, st1);
-    else k_cast_rows<I, cv_f16><<<bl, KN_THREADS, 0, cs>>>((uint16_t *)d, si, n, C, R1, st0, st1);
+    if (n <= INT32_MAX) k_cast_rows<I, O, true><<<bl, KN_THREADS, 0, cs>>>(di, si, n, C, R1, st0, st1, dt0, dt1);
+    else k_cast_rows<I, O, false><<<bl, KN_THREADS, 0, cs>>>(di, si, n, C, R1, st0, st1, dt0, dt1);
+}
+template <class I>
+static void cast_rows_from(kn_dtype od, void *d, const kn_tview *dv, const kn_tview *v, int64_t n) {
+    if (od == KN_F32) cast_rows_to<I, cv_f32>(d, dv, v, n);
+    else if (od == KN_BF16) cast_rows_to<I, cv_bf16>(d, dv, v, n);
+    else cast_rows_to<I, cv_f16>(d, dv, v, n);
 }
 
 /* dst = src converted; same-dtype contiguous copies are a cudaMemcpy, other
@@ -304,11 +338,11 @@ static kn_status copy_view(const kn_tview *dst, const kn_tview *src) {
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }
-    if (cast_dt(d.dtype) && cast_dt(s.dtype) && same && kn_tview_is_contiguous(&d) && s.ndim >= 1 && s.ndim <= 3 && s.st[s.ndim - 1] == 1 &&
-        !kn_env_get()->cuda_generic) {
-        if (s.dtype == KN_F32) cast_rows_from<cv_f32>(d.dtype, d.data, &s, n);
-        else if (s.dtype == KN_BF16) cast_rows_from<cv_bf16>(d.dtype, d.data, &s, n);
-        else cast_rows_from<cv_f16>(d.dtype, d.data, &s, n);
+    if (cast_dt(d.dtype) && cast_dt(s.dtype) && same && d.ndim == s.ndim && s.ndim >= 1 && s.ndim <= 3 &&
+        s.st[s.ndim - 1] == 1 && d.st[d.ndim - 1] == 1 && !kn_env_get()->cuda_generic) {
+        if (s.dtype == KN_F32) cast_rows_from<cv_f32>(d.dtype, d.data, &d, &s, n);
+        else if (s.dtype == KN_BF16) cast_rows_from<cv_bf16>(d.dtype, d.data, &d, &s, n);
+        else cast_rows_from<cv_f16>(d.dtype, d.data, &d, &s, n);
         KN_CUDA_LAUNCHED();
         return KN_OK;
     }

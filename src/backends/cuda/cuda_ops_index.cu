@@ -9,7 +9,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* below 2^31 in 32-bit divisions, as kn_doff */
 __device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin, int64_t *c) {
+    if (lin <= INT32_MAX) {
+        uint32_t l = (uint32_t)lin;
+        for (int d = ndim - 1; d >= 0; d--) {
+            if (ne[d] > (int64_t)l) { c[d] = l; l = 0; continue; }
+            c[d] = l % (uint32_t)ne[d];
+            l /= (uint32_t)ne[d];
+        }
+        return;
+    }
     for (int d = ndim - 1; d >= 0; d--) { c[d] = ne[d] ? lin % ne[d] : 0; lin = ne[d] ? lin / ne[d] : 0; }
 }
 __device__ __forceinline__ int64_t off_of(const kn_dview &v, const int64_t *c) {
@@ -369,7 +379,12 @@ static kn_status cu_index_copy(const kn_exec *e) {
         if (!st) {
             kn_cu_err *err = kn_cu_err_dev(KN_OP_INDEX_COPY);
             k_ic_pos_dup<<<(unsigned)k, 128, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, dup, err);
-            if (m > 0 && es == 4)
+            kn_tview yw = *y, sw = *s;
+            kn_tview *vv[2] = {&yw, &sw};
+            if (m > 0 && d < y->ndim - 1 && kn_cu_words16(vv, 2, (int)es))   /* rows of 16-byte words: a cache row of D */
+                k_ic_write_bits<uint4><<<kn_blocks(m / (16 / (int64_t)es)), KN_THREADS, 0, kn_cu_stream()>>>(
+                    kn_dv(&yw), kn_dv(&sw), d, m / (16 / (int64_t)es), pos, dup, err);
+            else if (m > 0 && es == 4)
                 k_ic_write_bits<uint32_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
             else if (m > 0)
                 k_ic_write_bits<uint16_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
