@@ -310,36 +310,49 @@ static int seg_ndim(const kn_kernel *k, int i) {
  * kept by the fuser): the item's element and its pair partner (2p, 2p+1, or
  * p, p + n_rot/2 with neox) rotated by pos * freq_scale * theta^(-2p/n_rot)
  * (/ the pair's frequency divisor); past n_rot the element passes through.
- * The angle is formed in double (positions reach 10^5 radians); in a float
- * kernel it is reduced to [-pi, pi] in double and its sine and cosine are
- * taken in float, as the CPU backend rounds them (kn_rope_angle in
- * cuda_ops_nn.cu does the same): double pow, cos and sin per element cost
- * an 8B-shaped prompt 44 us a layer. theta^(-2p/n_rot) is exp2 of
- * p * (-2 log2(theta) / n_rot), the constant formed here. */
+ * theta^(-2p/n_rot) comes from a table the host wrote as the reference forms
+ * it (put_rope_tables). The angle is formed in double (positions reach 10^5
+ * radians); in a float kernel it is reduced to [-pi, pi] in double (whole
+ * turns off) and its sine and cosine are taken in float (sincospif, no
+ * large-argument path), as the CPU backend rounds them
+ * (cuda_ops_nn.cu's rope_cs does the same): double pow, cos and sin per
+ * element cost an 8B-shaped prompt 44 us a layer. Index math in the item
+ * coordinates' own type (auto: int where the kernel's offsets fit). */
 static void put_rope(sb *b, const kn_kernel *k, int i, const char *ind, const char *const *idx) {
     const kn_kinst *in = &k->inst[i];
     int L = seg_ndim(k, i) - 1, h = in->rot / 2;
     int64_t sx = k->buf[in->buf].st[L];
     const char *ld = load_fn(k->buf[in->buf].dt);
     put(b, "%skn_real v%d;\n%s{\n", ind, i, ind);
-    put(b, "%s    const kn_i64 jj = i%d, o = %s;\n", ind, L, idx[in->buf]);
+    put(b, "%s    const auto jj = i%d;\n%s    const auto o = %s;\n", ind, L, ind, idx[in->buf]);
     put(b, "%s    if (jj >= %d) v%d = (kn_real)%s(b%d[o]);\n", ind, in->rot, i, ld, in->buf);
     put(b, "%s    else {\n", ind);
-    if (in->neox) put(b, "%s        const kn_i64 pr = jj < %d ? jj : jj - %d, ja = pr, jb = pr + %d;\n", ind, h, h, h);
-    else put(b, "%s        const kn_i64 pr = jj >> 1, ja = 2 * pr, jb = ja + 1;\n", ind);
-    put(b, "%s        double ang = (double)v%d * %a * exp2((double)pr * %a);\n", ind, in->b, in->p1,
-        -2.0 * log2(in->p0) / in->rot);
+    if (in->neox) put(b, "%s        const auto pr = jj < %d ? jj : jj - %d, ja = pr, jb = pr + %d;\n", ind, h, h, h);
+    else put(b, "%s        const auto pr = jj >> 1, ja = 2 * pr, jb = ja + 1;\n", ind);
+    put(b, "%s        double ang = (double)v%d * %a * kn_rope_if%d[pr];\n", ind, in->b, in->p1, i);
     if (in->aux >= 0) put(b, "%s        ang /= (double)%s(b%d[pr * %lld]);\n", ind, load_fn(k->buf[in->aux].dt), in->aux, (long long)in->ast);
     if (k->f64) {
         put(b, "%s        const double c = cos(ang), s = sin(ang);\n", ind);
-    } else {   /* ang - 2 pi round(ang / 2 pi): 2 pi's double error times the turns stays below 1e-11 */
-        put(b, "%s        const double turns = rint(ang * %a);\n", ind, 1.0 / (2.0 * 3.14159265358979323846));
-        put(b, "%s        float s, c;\n%s        sincosf((float)fma(-turns, %a, ang), &s, &c);\n", ind, ind,
-            2.0 * 3.14159265358979323846);
+    } else {   /* the angle in turns, less whole turns, as a fraction of pi in [-1, 1] */
+        put(b, "%s        const double t = ang * %a;\n", ind, 1.0 / (2.0 * 3.14159265358979323846));
+        put(b, "%s        float s, c;\n%s        sincospif((float)(2.0 * (t - rint(t))), &s, &c);\n", ind, ind);
     }
     put(b, "%s        const kn_real xa = (kn_real)%s(b%d[o + (ja - jj) * %lld]), xb = (kn_real)%s(b%d[o + (jb - jj) * %lld]);\n",
         ind, ld, in->buf, (long long)sx, ld, in->buf, (long long)sx);
     put(b, "%s        v%d = jj == ja ? xa * c - xb * s : xa * s + xb * c;\n%s    }\n%s}\n", ind, i, ind, ind);
+}
+
+/* Each rope's theta^(-2p/n_rot), p < n_rot/2, as the reference computes it
+ * (pow in double), a table in global memory read by pair (L1-cached; a
+ * constant bank would serialise a warp's different pairs). */
+static void put_rope_tables(sb *b, const kn_kernel *k) {
+    for (int i = 0; i < k->ninst; i++) {
+        const kn_kinst *in = &k->inst[i];
+        if (in->kind != KN_KI_ROPE) continue;
+        put(b, "static __device__ const double kn_rope_if%d[%d] = {", i, in->rot / 2);
+        for (int p = 0; p < in->rot / 2; p++) put(b, "%s%a", p ? (p % 4 ? ", " : ",\n    ") : "\n    ", pow(in->p0, -2.0 * p / in->rot));
+        put(b, "};\n");
+    }
 }
 
 /* index_copy at this item: every index of the vector is checked (a bad one
@@ -1275,6 +1288,7 @@ static void render_all(sb *b, const dialect *d, const kn_kernel *k) {
     put_vocabulary(b, k->f64, d->rint, !d->cuda);
     put(b, "%s", shared_prelude);
     op_functions(b, k);
+    if (d->cuda) put_rope_tables(b, k);
     if (kn__is_rownorm(k->red)) {
         if (d->cuda) render_cuda_rownorm(b, k);
         else render_c_rownorm(b, k);

@@ -913,8 +913,9 @@ static kn_status cu_sdpa(const kn_exec *e) {
 /* ---- rope: pair (a, b) -> (a cos - b sin, a sin + b cos) ----
  * The angle of pair i at position p is formed in double as the reference
  * forms it, theta^(-2i/n_rot) as exp2(i * l2) with l2 = -2 log2(theta) / n_rot
- * from the host. Then it is reduced to [-pi, pi] in double and its cosine
- * and sine are taken in float, as the CPU backend rounds them (f64 data keeps
+ * from the host. Then it is reduced to [-pi, pi] in double (whole turns
+ * off) and its cosine and sine are taken in float (sincospif), as the CPU
+ * backend rounds them (f64 data keeps
  * double trig): double pow, cos and sin per pair cost an 8B-shaped prompt's
  * key rope 12 us a layer. The generated rope (render.c, put_rope) does the same. */
 __device__ __forceinline__ void rope_cs(double p, int i, double l2, const kn_dview &ff, int has_ff, bool f64, double *c,
@@ -922,9 +923,9 @@ __device__ __forceinline__ void rope_cs(double p, int i, double l2, const kn_dvi
     double ang = p * exp2((double)i * l2);
     if (has_ff) ang /= kn_dget(ff, i * ff.st[0]);
     if (f64) { sincos(ang, s, c); return; }
-    double turns = rint(ang * 0.15915494309189535);   /* 1 / (2 pi); 2 pi's double error x turns < 1e-11 */
+    double t = ang * 0.15915494309189535;   /* turns (1 / (2 pi)); less whole turns, a fraction of pi in [-1, 1] */
     float fs, fc;
-    sincosf((float)fma(-turns, 6.283185307179586, ang), &fs, &fc);
+    sincospif((float)(2.0 * (t - rint(t))), &fs, &fc);
     *c = fc; *s = fs;
 }
 
@@ -959,8 +960,15 @@ __global__ void k_rope_f32(kn_dview x, kn_dview pos, kn_dview ff, int has_ff, kn
     int64_t per = (int64_t)half + (x.data != y.data ? D - n_rot : 0);
     const float *xd = (const float *)x.data;
     float *yd = (float *)y.data;
-    KN_GRID_LOOP(idx, rows * T * per) {
-        int64_t q = idx % per, rt = idx / per, ti = rt % T;
+    int64_t total = rows * T * per;
+    KN_GRID_LOOP(idx, total) {
+        int64_t q, rt, ti;
+        if (total <= INT32_MAX) {   /* 32-bit divisions (a 64-bit one is a long emulated sequence) */
+            uint32_t u = (uint32_t)idx, r = u / (uint32_t)per;
+            q = u - r * (uint32_t)per; rt = r; ti = r % (uint32_t)T;
+        } else {
+            q = idx % per; rt = idx / per; ti = rt % T;
+        }
         int64_t ox = kn_doff(x, rt * D), oy = kn_doff(y, rt * D);   /* element 0 of the row; D has stride 1 */
         if (q >= half) {
             int64_t j = n_rot + (q - half);
