@@ -665,8 +665,8 @@ TEST(casts_of_row_strided_views) {
 /* Copies that move 16-byte words (kn_cu_words16): a permute copy of rows
  * of 16 f32 and of 24 bf16 (whole words), one whose rows start 4 bytes
  * off 16 (elements, not words), rows of 6 f32 (not whole words); an
- * index_copy of [3, k, 8] f32 rows with a repeated index (the later row
- * wins) and of bf16 rows of 8 */
+ * index_copy of [4, 4, 8] rows into [4, 12, 8], f32 and bf16, with a
+ * repeated index (the later row wins) */
 static kn_tensor *b_words(kn_ctx *ctx, kn_tensor **in, void *ud) {
     int perm[3] = {1, 0, 2};
     switch (*(int *)ud) {
@@ -674,13 +674,9 @@ static kn_tensor *b_words(kn_ctx *ctx, kn_tensor **in, void *ud) {
     case 1: return kn_copy(ctx, kn_permute(ctx, kn_reshape(ctx, kn_cast(ctx, kn_narrow(ctx, in[0], 1, 0, 72), KN_BF16), 3, SH(4, 3, 24)), perm));
     case 2: return kn_copy(ctx, kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, kn_reshape(ctx, in[0], 3, SH(4, 6, 16)), 2, 1, 8), 3, SH(4, 6, 8)), perm));
     case 3: return kn_copy(ctx, kn_permute(ctx, kn_reshape(ctx, kn_narrow(ctx, in[0], 1, 0, 90), 3, SH(4, 15, 6)), perm));
-    default: {
-        bool half = *(int *)ud == 5;
-        kn_tensor *iv = kn_from_data(ctx, KN_I64, 1, SH(4), (const int64_t[]){5, 1, 8, 1});
-        kn_tensor *dst = kn_contiguous(ctx, kn_reshape(ctx, kn_narrow(ctx, in[0], 1, 0, 72), 3, SH(4, 9, 8)));
-        kn_tensor *src = kn_contiguous(ctx, kn_reshape(ctx, kn_narrow(ctx, in[0], 1, 8, 32), 3, SH(4, 4, 8)));
-        if (half) { dst = kn_cast(ctx, dst, KN_BF16); src = kn_cast(ctx, src, KN_BF16); }
-        return kn_index_copy(ctx, dst, 1, kn_reshape(ctx, iv, 1, SH(4)), src);
+    default: {   /* in[0] the destination [4, 96] (f32 or bf16), in[1] the rows [4, 32] */
+        kn_tensor *iv = kn_from_data(ctx, KN_I64, 1, SH(4), (const int64_t[]){5, 1, 11, 1});
+        return kn_index_copy(ctx, kn_reshape(ctx, in[0], 3, SH(4, 12, 8)), 1, iv, kn_reshape(ctx, in[1], 3, SH(4, 4, 8)));
     }
     }
 }
@@ -688,8 +684,9 @@ TEST(copies_in_words) {
     NEED_GPU();
     kn_test_seed(31);
     for (int w = 0; w < 6; w++) {
-        kn_opin in = IN(2, SH(4, 96), -3, 3, KN_F32, false);
-        double e = cu_cmp(b_words, &w, 1, &in);
+        kn_dtype dt = w == 5 ? KN_BF16 : KN_F32;
+        kn_opin in[2] = {IN(2, SH(4, 96), -3, 3, dt, false), IN(2, SH(4, 32), -3, 3, dt, false)};
+        double e = cu_cmp(b_words, &w, w >= 4 ? 2 : 1, in);
         CHECK(e == 0, "case %d: rel err %g", w, e);
     }
 }
