@@ -14,6 +14,7 @@ __device__ __forceinline__ void unravel(const int64_t *ne, int ndim, int64_t lin
     if (lin <= INT32_MAX) {
         uint32_t l = (uint32_t)lin;
         for (int d = ndim - 1; d >= 0; d--) {
+            if (ne[d] <= 0) { c[d] = 0; l = 0; continue; }   /* as below: an empty extent takes nothing */
             if (ne[d] > (int64_t)l) { c[d] = l; l = 0; continue; }
             c[d] = l % (uint32_t)ne[d];
             l /= (uint32_t)ne[d];
