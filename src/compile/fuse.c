@@ -324,6 +324,19 @@ static bool lone_reduce(fz *f, kn_tensor *t, int i) {
     return true;
 }
 
+/* Does a node of U[0..n), or one of their sources, hold f64 (the kernel then
+ * computes in double)? */
+static bool any_f64(const fz *f, kn_tensor *const *U, int n) {
+    for (int m = 0; m < n; m++) {
+        if (U[m]->dtype == KN_F64) return true;
+        for (int a = 0; a < KN_MAX_SRC; a++) {
+            kn_tensor *s = U[m]->src[a] ? src_of(f, U[m], a) : NULL;
+            if (s && s->dtype == KN_F64) return true;
+        }
+    }
+    return false;
+}
+
 /* The node of a closed group that reduces or normalises: its last, or the
  * one before a cast tail */
 static kn_tensor *red_node(const kn_fgroup *g) { return g->node[g->nnode - 1 - (g->tail ? 1 : 0)]; }
@@ -352,11 +365,7 @@ static bool join_tail(fz *f, kn_tensor *t, int i, kn_tensor **U) {
         if (!is_cuda(f) || !fusable_rownorm(f, s)) return false;
         U[nu++] = s;
     }
-    for (int m = 0; m < nu; m++)
-        for (int a = 0; a < KN_MAX_SRC; a++) {
-            kn_tensor *x = U[m]->src[a] ? src_of(f, U[m], a) : NULL;
-            if (U[m]->dtype == KN_F64 || (x && x->dtype == KN_F64)) return false;
-        }
+    if (any_f64(f, U, nu)) return false;
     U[nu++] = t;
     if (!group_ok(f, U, nu, i, src_of(f, s, 0))) return false;
     if (gi < 0) {
@@ -628,13 +637,7 @@ static bool lower(fz *f, kn_fgroup *g) {
     kn_tensor *space = red ? src_of(f, last, 0) : (kn_tensor *)node_space(f, last);
     memset(k, 0, sizeof *k);
     k->red = KN_OP_NONE;
-    for (int m = 0; m < g->nnode; m++) {
-        k->f64 |= g->node[m]->dtype == KN_F64;
-        for (int a = 0; a < KN_MAX_SRC; a++) {
-            kn_tensor *s = g->node[m]->src[a] ? src_of(f, g->node[m], a) : NULL;
-            k->f64 |= s && s->dtype == KN_F64;
-        }
-    }
+    k->f64 = any_f64(f, g->node, g->nnode);
     k->ndim = space->ndim;
     for (int d = 0; d < space->ndim; d++) {
         k->ext[d] = space->shape[d]; k->sym[d] = space->sym[d]; k->mul[d] = 1;
