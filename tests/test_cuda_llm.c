@@ -342,6 +342,57 @@ TEST(fake_device_matches_host) {
     kn_quant_force_act_mode(-1);
 }
 
+/* A device model gathers the token rows from a device copy of an f32/f16/bf16
+ * table (the ids cross the bus, not the rows); KN_LLM_HOST_EMBED=1 and
+ * quantized tables look them up on the host. Both must give the same bits:
+ * a prompt in chunks of 5 and two decode steps, f32 and bf16 weights. */
+TEST(fake_device_gathers_tokens) {
+    model_case mc[8];
+    int nm = model_cases(mc);
+    kn_quant_force_act_mode(KN_QACT_F32);
+    int gathered = 0;
+    for (int i = 0; i < nm; i++) {
+        if (strstr(mc[i].name, "SmolLM2")) continue;                  /* slow, and a quantized table like tiny-llama's */
+        bool quant_table = strstr(mc[i].name, "tiny-llama") != NULL;  /* Q8_0 / Q6_K token_embd (tiny_quant) */
+        for (int w = 0; w < 2; w++) {
+            kn_model *d[2];
+            for (int h = 0; h < 2; h++) {
+                setenv("KN_LLM_HOST_EMBED", h ? "1" : "0", 1);
+                kn_env_reload();
+                d[h] = load_on(&mc[i], &g_fake, w ? KN_WEIGHTS_BF16 : KN_WEIGHTS_F32, 5, false);
+            }
+            unsetenv("KN_LLM_HOST_EMBED");
+            kn_env_reload();
+            CHECK(d[0] && d[1], "%s: loads", mc[i].name);
+            if (!d[0] || !d[1]) { kn_model_free(d[0]); kn_model_free(d[1]); continue; }
+            int V = kn_model_get_config(d[0])->n_vocab;
+            int32_t ids[64];
+            int n = prompt_tokens(d[0], ids, 62);
+            ids[n] = ids[1]; ids[n + 1] = ids[2];
+            float *lg[2] = {malloc(sizeof(float) * (size_t)V * 3), malloc(sizeof(float) * (size_t)V * 3)};
+            for (int h = 0; h < 2; h++)
+                CHECK(kn_model_eval(d[h], ids, n, 0, lg[h], false) == KN_OK && kn_model_eval(d[h], ids + n, 1, n, lg[h] + V, false) == KN_OK &&
+                      kn_model_eval(d[h], ids + n + 1, 1, n + 1, lg[h] + 2 * V, false) == KN_OK, "%s", kn_last_error());
+            CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 3), "%s %s weights: gathered rows' logits differ from the host lookup's",
+                  mc[i].name, w ? "bf16" : "f32");
+            kn_plan_stats s[2];
+            for (int h = 0; h < 2; h++) kn_model_plan_stats(d[h], &s[h]);
+            /* the gather is one node more in the step plan (and a cast of 16-bit rows) */
+            CHECK(quant_table ? s[0].nodes == s[1].nodes : s[0].nodes > s[1].nodes, "%s: %d nodes a step with the gather, %d without",
+                  mc[i].name, s[0].nodes, s[1].nodes);
+            gathered += !quant_table;
+            /* an id outside the vocabulary: refused before anything runs, as on the host */
+            int32_t bad[2] = {ids[0], V};
+            CHECK(kn_model_eval(d[0], bad, 2, 0, lg[0], false) == KN_ERR_INVALID && strstr(kn_last_error(), "outside the vocabulary"),
+                  "%s", kn_last_error());
+            free(lg[0]); free(lg[1]);
+            kn_model_free(d[0]); kn_model_free(d[1]);
+        }
+    }
+    kn_quant_force_act_mode(-1);
+    if (!gathered) SKIP("no model with an f32/f16/bf16 token table (the tiny GPT-2 could not be written to /tmp)");
+}
+
 /* ---- GPU ------------------------------------------------------------------------------- */
 #ifndef KN_CUDA
 TEST(cuda_llm) { SKIP("built without CUDA: build with `make CUDA=1` and run on a GPU machine"); }

@@ -485,17 +485,15 @@ static kn_dtype mat_dtype(const kn_model *m, kn_dtype dt) {
     return m->keep_file && (gpu_decodes(dt) || kn__model_half_or_f32(dt)) ? dt : m->dev_wdt;
 }
 
-/* Device copy of host tensors hs[0..n) stacked by rows (n = 1: a plain copy):
- * a matrix in its device dtype (mat_dtype; stacked matrices share it), else
- * f32. NULL (u->st set) on failure, NULL without error when hs[0] is NULL. */
-static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, bool matrix) {
+/* Device copy of host tensors hs[0..n) stacked by rows (n = 1: a plain copy)
+ * in dtype dt. NULL (u->st set) on failure, NULL without error when hs[0]
+ * is NULL. */
+static kn_tensor *upload_stack_as(kn__uploader *u, kn_tensor *const *hs, int n, kn_dtype dt) {
     if (u->st || !hs[0]) return NULL;
     int64_t rows = 0, r, cols;
     for (int i = 0; i < n; i++) { mat_dims(hs[i], &r, &cols); rows += r; }
     int64_t shape[2] = {rows, cols};
-    kn_dtype mdt = mat_dtype(u->m, hs[0]->dtype);
-    kn_tensor *d = n == 1 ? kn_empty(u->m->ctx, matrix ? mdt : KN_F32, hs[0]->ndim, hs[0]->shape)
-                          : kn_empty(u->m->ctx, mdt, 2, shape);
+    kn_tensor *d = n == 1 ? kn_empty(u->m->ctx, dt, hs[0]->ndim, hs[0]->shape) : kn_empty(u->m->ctx, dt, 2, shape);
     if (!d) {
         char pre[96];
         snprintf(pre, sizeof pre, "uploading '%s' to the %s backend", hs[0]->name, u->be->name);
@@ -510,6 +508,11 @@ static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, boo
         at += r;
     }
     return u->st ? NULL : d;
+}
+/* ... a matrix in its device dtype (mat_dtype; stacked matrices share it),
+ * else f32 */
+static kn_tensor *upload_stack(kn__uploader *u, kn_tensor *const *hs, int n, bool matrix) {
+    return hs[0] ? upload_stack_as(u, hs, n, matrix || n > 1 ? mat_dtype(u->m, hs[0]->dtype) : KN_F32) : NULL;
 }
 static kn_tensor *upload(kn__uploader *u, kn_tensor *h, bool matrix) { return upload_stack(u, &h, 1, matrix); }
 
@@ -534,19 +537,30 @@ static kn_tensor *host_cat3(kn_model *m, kn_tensor *a, kn_tensor *b, kn_tensor *
 
 /* Replaces the model's host weights by device copies in a new context on be
  * (the host context stays as m->hctx: tok_embd, used by embed(), lives there).
- * KN_LLM_FUSE=0 keeps wq, wk, wv and w1, w3 as separate matrices. */
+ * KN_LLM_FUSE=0 keeps wq, wk, wv and w1, w3 as separate matrices.
+ *
+ * A token table of f32/f16/bf16 gets a device copy in its own dtype
+ * (embd_dev), so the graph gathers the rows embed() would make, exactly,
+ * and only the ids cross the bus: for a 512-token prompt of an 8B model
+ * the host lookup and the 8 MB of f32 rows it sent were ~1.5 ms the GPU
+ * waited for. A tied output matrix kept in that dtype is the same table.
+ * Quantized tables (the GPU has no gather of blocks) and
+ * KN_LLM_HOST_EMBED=1 keep the host lookup. */
 static kn_status to_device(kn_model *m, kn_backend *be) {
     m->hctx = m->ctx;
     m->ctx = kn_ctx_new(&(kn_ctx_opts){be});
     if (!m->ctx) return kn_set_error(KN_ERR_NOMEM, "out of memory");
     bool fuse = !kn_env_get()->llm_nofuse;
     kn__uploader u = {m, be, NULL, NULL, 0, 0, KN_OK};
+    kn_tensor *te = m->tok_embd;
+    bool dev_embd = kn__model_half_or_f32(te->dtype) && !kn_env_get()->llm_host_embed, tied = m->wout == te;
     m->pos_embd = upload(&u, m->pos_embd, false);
     m->out_norm = upload(&u, m->out_norm, false);
     m->out_norm_b = upload(&u, m->out_norm_b, false);
     m->rope_ff = upload(&u, m->rope_ff, false);
     m->rope_mag = upload(&u, m->rope_mag, false);
     m->wout = upload(&u, m->wout, true);          /* tied: a device copy of tok_embd */
+    if (dev_embd) m->embd_dev = tied && m->wout && m->wout->dtype == te->dtype ? m->wout : upload_stack_as(&u, &te, 1, te->dtype);
     for (int l = 0; l < m->cfg.n_layers && !u.st; l++) {
         kn__layer_w *L = &m->layers[l];
         bool same_qkv = L->wq && mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wk->dtype) &&
@@ -780,32 +794,46 @@ kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tenso
 /* Two plans over the same weights and caches: any T <= n_batch (symbolic T,
  * S, R: prompts, and decode when the step plan is off), and the one-token
  * step (T = R = 1 fixed). KN_LLM_STEP_PLAN=0 builds only the first. */
+/* The token rows x [T, C] f32 of a forward over the first T inputs (one:
+ * T = 1 fixed, else the symbol): the host-filled x_in, or on a device with
+ * embd_dev the gather of the ids' rows, widened as embed() widens them. */
+static kn_tensor *token_rows(kn_model *m, bool one) {
+    kn_ctx *ctx = m->ctx;
+    kn_tensor *in = m->ids_in ? m->ids_in : m->x_in;
+    in = one ? kn_narrow(ctx, in, 0, 0, 1) : kn_slice_sym(ctx, in, 0, 0, m->sym_T);
+    if (!m->ids_in) return in;
+    kn_tensor *x = kn_index_select(ctx, m->embd_dev, 0, in);
+    return x && x->dtype != KN_F32 ? kn_cast(ctx, x, KN_F32) : x;
+}
+
 static kn_status build_graph(kn_model *m) {
     kn_ctx *ctx = m->ctx;
     int64_t C = m->cfg.dim, NB = m->n_batch;
     m->sym_T = kn_sym_new(ctx, "T", NB);
     m->sym_S = kn_sym_new(ctx, "S", m->n_ctx);
     m->sym_R = kn_sym_new(ctx, "R", NB);
-    m->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
+    if (m->embd_dev) m->ids_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    else m->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
     m->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     m->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
-    if (!m->x_in || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
+    if (!(m->x_in || m->ids_in) || !m->pos_in || !m->rows_in) return kn_ctx_status(ctx);
     kn_status zst;
-    if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)))  /* every index valid from the start */
+    if ((zst = zero_fill(m, m->pos_in)) || (zst = zero_fill(m, m->rows_in)) ||   /* every index valid from the start */
+        (m->ids_in && (zst = zero_fill(m, m->ids_in))))
         return zst;
     /* the prompt plan casts activations for its GEMMs when a step plan takes
      * the decode (cast_prefill); the step plan, and the batch engine's graphs
      * built later, keep cast_acts */
     bool step_plan = NB > 1 && !kn_env_get()->llm_no_step_plan, dec_cast = m->cast_acts;
     if (step_plan) m->cast_acts = m->cast_prefill;
-    m->logits = build_forward(m, kn_slice_sym(ctx, m->x_in, 0, 0, m->sym_T), kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T),
+    m->logits = build_forward(m, token_rows(m, false), kn_slice_sym(ctx, m->pos_in, 0, 0, m->sym_T),
                               kn_slice_sym(ctx, m->rows_in, 0, 0, m->sym_R), NULL, &zst);
     m->cast_acts = dec_cast;
     if (!m->logits) return zst;
     m->plan = kn_plan_new(ctx, 1, &m->logits, NULL);
     if (!m->plan) return kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     if (step_plan) {
-        m->logits1 = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
+        m->logits1 = build_forward(m, token_rows(m, true), kn_narrow(ctx, m->pos_in, 0, 0, 1),
                                    kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
         if (!m->logits1) return zst;
         m->plan1 = kn_plan_new(ctx, 1, &m->logits1, NULL);
@@ -814,7 +842,7 @@ static kn_status build_graph(kn_model *m) {
          * only outputs (the logits stay in the arena) */
         int64_t kt = m->cfg.n_vocab < KN_MODEL_TOP_MAX ? m->cfg.n_vocab : KN_MODEL_TOP_MAX;
         if (m->on_device && kn_env_get()->llm_top) {
-            kn_tensor *lt = build_forward(m, kn_narrow(ctx, m->x_in, 0, 0, 1), kn_narrow(ctx, m->pos_in, 0, 0, 1),
+            kn_tensor *lt = build_forward(m, token_rows(m, true), kn_narrow(ctx, m->pos_in, 0, 0, 1),
                                           kn_narrow(ctx, m->rows_in, 0, 0, 1), NULL, &zst);
             if (!lt) return zst;
             m->top_vals1 = kn_cast(ctx, kn_topk(ctx, lt, kt, true, &m->top_ids1), KN_F32);
@@ -916,10 +944,11 @@ kn_status kn_model_load(const char *path, const kn_model_opts *opts, kn_model **
             m->cast_acts = kn_env_get()->llm_gpu_cast;
             m->cast_prefill = m->cast_acts || !kn_env_get()->llm_no_prefill_cast;
             c->run_weight_type = mat_dtype(m, c->weight_type);
-            m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim);
             m->pos_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
             m->rows_stage = malloc(sizeof(int32_t) * (size_t)m->n_batch);
-            st = m->x_stage && m->pos_stage && m->rows_stage ? to_device(m, be) : kn_set_error(KN_ERR_NOMEM, "out of memory");
+            st = m->pos_stage && m->rows_stage ? to_device(m, be) : kn_set_error(KN_ERR_NOMEM, "out of memory");
+            if (!st && !m->embd_dev && !(m->x_stage = malloc(sizeof(float) * (size_t)m->n_batch * (size_t)c->dim)))
+                st = kn_set_error(KN_ERR_NOMEM, "out of memory");
         }
         m->row_buf = malloc(sizeof(float) * (size_t)c->dim);
         if (!st) st = m->row_buf ? build_graph(m) : KN_ERR_NOMEM;
@@ -960,16 +989,21 @@ const char *kn_model_chat_template(const kn_model *m) { return m->chat_template;
 
 /* x rows = token embeddings, dequantized on the host straight into the input
  * (a host backend) or into the staging copy x (a device) */
+static kn_status check_ids(const kn_model *m, const int32_t *tokens, int n) {
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.n_vocab)
+            return kn_set_error(KN_ERR_INVALID, "token id %d is outside the vocabulary [0, %d)", tokens[i], m->cfg.n_vocab);
+    return KN_OK;
+}
 static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
     const kn_tensor *te = m->tok_embd;
     int64_t C = m->cfg.dim;
     size_t row_bytes = kn_dtype_nbytes(te->dtype, C);
+    kn_status st = check_ids(m, tokens, n);
+    if (st) return st;
     for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= m->cfg.n_vocab)
-            return kn_set_error(KN_ERR_INVALID, "token id %d is outside the vocabulary [0, %d)", tokens[i], m->cfg.n_vocab);
         const char *row = (const char *)te->buf->data + row_bytes * (size_t)tokens[i];
-        kn_status st = kn_dequantize_row(te->dtype, row, x + (int64_t)i * C, C);
-        if (st) return st;
+        if ((st = kn_dequantize_row(te->dtype, row, x + (int64_t)i * C, C))) return st;
     }
     return KN_OK;
 }
@@ -997,12 +1031,12 @@ static kn_status eval(kn_model *m, const int32_t *tokens, int n, int n_past, flo
                             "start a new conversation or load with a larger --ctx", n_past, n, m->n_ctx);
     int V = m->cfg.n_vocab;
     kn_backend *be = kn_ctx_backend(m->ctx);
-    float *x = m->on_device ? m->x_stage : m->x_in->buf->data;
+    float *x = m->on_device ? m->x_stage : m->x_in->buf->data;     /* NULL where the device gathers (ids_in) */
     int32_t *pos = m->on_device ? m->pos_stage : m->pos_in->buf->data;
     int32_t *rows = m->on_device ? m->rows_stage : m->rows_in->buf->data;
     for (int done = 0; done < n;) {
         int T = n - done < m->n_batch ? n - done : m->n_batch;
-        kn_status st = embed(m, tokens + done, T, x);
+        kn_status st = m->ids_in ? check_ids(m, tokens + done, T) : embed(m, tokens + done, T, x);
         if (st) return st;
         for (int i = 0; i < T; i++) pos[i] = n_past + done + i;
         bool last_chunk = done + T == n;
@@ -1012,7 +1046,8 @@ static kn_status eval(kn_model *m, const int32_t *tokens, int n, int n_past, flo
             (st = kn_sym_set(m->ctx, m->sym_R, R)))
             return st;
         if (m->on_device &&   /* only the rows this call uses cross the bus */
-            ((st = be->copy_in(be, m->x_in->buf->data, x, sizeof(float) * (size_t)T * (size_t)m->cfg.dim)) ||
+            ((st = m->ids_in ? be->copy_in(be, m->ids_in->buf->data, tokens + done, sizeof(int32_t) * (size_t)T)
+                             : be->copy_in(be, m->x_in->buf->data, x, sizeof(float) * (size_t)T * (size_t)m->cfg.dim)) ||
              (st = be->copy_in(be, m->pos_in->buf->data, pos, sizeof(int32_t) * (size_t)T)) ||
              (st = be->copy_in(be, m->rows_in->buf->data, rows, sizeof(int32_t) * (size_t)R))))
             return st;

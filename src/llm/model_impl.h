@@ -13,8 +13,9 @@
  * On a device backend the loaders still fill a host context (hctx, the file
  * wrapped in place); model.c then uploads the weights into ctx in the chosen
  * dtype (optionally stacking wq|wk|wv and w1|w3), keeps tok_embd on the host
- * for the embedding lookup, and stages the graph inputs and logits through
- * host buffers.
+ * for the embedding lookup (and, when it is f32/f16/bf16, a device copy the
+ * graph gathers from: embd_dev), and stages the graph inputs and logits
+ * through host buffers.
  */
 #ifndef KN_MODEL_IMPL_H
 #define KN_MODEL_IMPL_H
@@ -90,6 +91,9 @@ struct kn_model {
     /* graph */
     int sym_T, sym_S, sym_R;
     kn_tensor *x_in, *pos_in, *rows_in, *logits;
+    /* a device model with embd_dev: ids_in [n_batch] int32 replaces x_in
+     * [n_batch, C] f32 as the token input, the graph gathering the rows */
+    kn_tensor *embd_dev, *ids_in;
     kn_plan *plan;
     /* the one-token step (decode): the same layers over the first row of the
      * inputs with T = R = 1 fixed, so the compiler sees static shapes (the
