@@ -180,7 +180,8 @@ static kn_status upload(kn_batch *b, int T, int R) {
     kn_backend *be = kn_ctx_backend(b->m->ctx);
     size_t C = (size_t)b->m->cfg.dim, tb = sizeof(int32_t) * (size_t)b->o.n_seq_max * (size_t)b->max_blocks;
     struct { kn_tensor *t; const void *src; size_t n; } w[] = {
-        {b->x_in, b->x, sizeof(float) * (size_t)T * C}, {b->pos_in, b->pos, sizeof(int32_t) * (size_t)T},
+        {b->ids_in ? b->ids_in : b->x_in, b->ids_in ? (const void *)b->ids : b->x, b->ids_in ? sizeof(int32_t) * (size_t)T : sizeof(float) * (size_t)T * C},
+        {b->pos_in, b->pos, sizeof(int32_t) * (size_t)T},
         {b->slot_in, b->slot, sizeof(int32_t) * (size_t)T}, {b->seq_in, b->rseq, sizeof(int32_t) * (size_t)T},
         {b->rows_in, b->rows, sizeof(int32_t) * (size_t)R}, {b->table_in, b->table, tb}};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
@@ -280,7 +281,8 @@ kn_status kn_batch_step_top(kn_batch *b, const kn_batch_item *items, int n_items
         int want = (q->len + it->n + bs - 1) / bs;
         while (q->n_blocks < want) q->blocks[q->n_blocks++] = kn__block_take(b);   /* checked: cannot fail */
         for (int k = 0; k < q->n_blocks; k++) b->table[(size_t)it->seq * MB + k] = q->blocks[k];
-        if ((st = kn__model_embed(m, it->tokens, it->n, b->x + (size_t)T * C))) break;
+        if (b->ids_in) memcpy(b->ids + T, it->tokens, sizeof(int32_t) * (size_t)it->n);   /* ids checked by check_step */
+        else if ((st = kn__model_embed(m, it->tokens, it->n, b->x + (size_t)T * C))) break;
         for (int t = 0; t < it->n; t++) {
             int p = q->len + t;
             b->pos[T + t] = p;

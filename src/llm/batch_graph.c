@@ -50,12 +50,14 @@ kn_status kn__batch_build(kn_batch *b) {
     size_t one = kn_dtype_nbytes(kv_dt, pshape[0] * pshape[1] * pshape[2]);
     b->k_pool = calloc((size_t)L, sizeof *b->k_pool);
     b->v_pool = calloc((size_t)L, sizeof *b->v_pool);
-    b->x = malloc(sizeof(float) * (size_t)NB * (size_t)C);
-    b->pos = malloc(sizeof(int32_t) * (size_t)NB * 3);
+    bool ids = m->embd_dev != NULL;          /* token rows gathered on the device (model.c to_device) */
+    if (!ids) b->x = malloc(sizeof(float) * (size_t)NB * (size_t)C);
+    b->pos = malloc(sizeof(int32_t) * (size_t)NB * 4);
     b->rows = calloc((size_t)NS, sizeof(int32_t));
     b->table = calloc((size_t)NS * (size_t)b->max_blocks, sizeof(int32_t));
-    if (!b->k_pool || !b->v_pool || !b->x || !b->pos || !b->rows || !b->table) return kn_set_error(KN_ERR_NOMEM, "kn_batch_new: out of memory");
+    if (!b->k_pool || !b->v_pool || !(ids || b->x) || !b->pos || !b->rows || !b->table) return kn_set_error(KN_ERR_NOMEM, "kn_batch_new: out of memory");
     b->slot = b->pos + NB; b->rseq = b->slot + NB;
+    if (ids) b->ids = b->rseq + NB;
     memset(b->pos, 0, sizeof(int32_t) * (size_t)NB * 3);
     b->pool_bytes = one * 2 * (size_t)L;
     if (be->device == KN_DEVICE_HOST && !(b->pool_map = kn__lazy_alloc(b->pool_bytes)))
@@ -79,22 +81,24 @@ kn_status kn__batch_build(kn_batch *b) {
     b->sym_T = kn_sym_new(ctx, "batch_T", NB);
     b->sym_R = kn_sym_new(ctx, "batch_R", NS);
     if (!b->sym_T || !b->sym_R) return kn__model_err_prefix(kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_LIMIT, "kn_batch_new");
-    b->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
+    if (ids) b->ids_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
+    else b->x_in = kn_input(ctx, KN_F32, 2, (int64_t[]){NB, C});
     b->pos_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     b->slot_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     b->seq_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NB});
     b->rows_in = kn_input(ctx, KN_I32, 1, (int64_t[]){NS});
     b->table_in = kn_input(ctx, KN_I32, 2, (int64_t[]){NS, b->max_blocks});
-    if (!b->x_in || !b->pos_in || !b->slot_in || !b->seq_in || !b->rows_in || !b->table_in) return kn_ctx_status(ctx);
-    kn_tensor *in[] = {b->pos_in, b->slot_in, b->seq_in, b->rows_in, b->table_in};   /* every index valid from the start */
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+    if (!(b->x_in || b->ids_in) || !b->pos_in || !b->slot_in || !b->seq_in || !b->rows_in || !b->table_in) return kn_ctx_status(ctx);
+    kn_tensor *in[] = {b->pos_in, b->slot_in, b->seq_in, b->rows_in, b->table_in, b->ids_in};   /* every index valid from the start */
+    for (size_t i = 0; i < sizeof in / sizeof in[0] && in[i]; i++) {
         kn_status st = be->device == KN_DEVICE_HOST ? (memset(in[i]->buf->data, 0, in[i]->buf->size), KN_OK) : zero_dev(be, in[i]);
         if (st) return st;
     }
     kn__paged pg = {b->k_pool, b->v_pool, kn_slice_sym(ctx, b->slot_in, 0, 0, b->sym_T), kn_slice_sym(ctx, b->seq_in, 0, 0, b->sym_T),
                     b->table_in, b->o.block_size};
     kn_status st = KN_OK;
-    b->logits = kn__model_forward(m, kn_slice_sym(ctx, b->x_in, 0, 0, b->sym_T), kn_slice_sym(ctx, b->pos_in, 0, 0, b->sym_T),
+    kn_tensor *x = ids ? kn__model_token_rows(m, kn_slice_sym(ctx, b->ids_in, 0, 0, b->sym_T)) : kn_slice_sym(ctx, b->x_in, 0, 0, b->sym_T);
+    b->logits = kn__model_forward(m, x, kn_slice_sym(ctx, b->pos_in, 0, 0, b->sym_T),
                                   kn_slice_sym(ctx, b->rows_in, 0, 0, b->sym_R), &pg, &st);
     if (!b->logits) return st ? st : KN_ERR_STATE;
     kn_tensor *outs[3] = {b->logits};

@@ -66,6 +66,7 @@ struct kn_batch {
     /* graph (batch_graph.c) */
     int sym_T, sym_R;
     kn_tensor *x_in, *pos_in, *slot_in, *seq_in, *rows_in, *table_in, *logits;
+    kn_tensor *ids_in;                 /* a device model with its token table there: [n_batch] ids, in x_in's place (NULL) */
     kn_tensor *top_ids, *top_vals;     /* device: [R, KN_MODEL_TOP_MAX] candidates of the logits rows (TOPK), else NULL */
     int32_t *top_scratch;              /* [n_vocab] ids for a host selection */
     float *top_rows;                   /* [n_seq_max, n_vocab] a device step's rows copied for host selection (no TOPK outputs) */
@@ -74,7 +75,7 @@ struct kn_batch {
     size_t pool_bytes;
     kn_plan *plan;
     /* host staging of the inputs */
-    float *x; int32_t *pos, *slot, *rseq, *rows, *table;
+    float *x; int32_t *ids, *pos, *slot, *rseq, *rows, *table;   /* x or ids: the one the graph reads */
     kn_batch_stats st;
 };
 

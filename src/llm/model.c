@@ -797,13 +797,15 @@ kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tenso
 /* The token rows x [T, C] f32 of a forward over the first T inputs (one:
  * T = 1 fixed, else the symbol): the host-filled x_in, or on a device with
  * embd_dev the gather of the ids' rows, widened as embed() widens them. */
+kn_tensor *kn__model_token_rows(kn_model *m, kn_tensor *ids) {
+    kn_tensor *x = kn_index_select(m->ctx, m->embd_dev, 0, ids);
+    return x && x->dtype != KN_F32 ? kn_cast(m->ctx, x, KN_F32) : x;
+}
 static kn_tensor *token_rows(kn_model *m, bool one) {
     kn_ctx *ctx = m->ctx;
     kn_tensor *in = m->ids_in ? m->ids_in : m->x_in;
     in = one ? kn_narrow(ctx, in, 0, 0, 1) : kn_slice_sym(ctx, in, 0, 0, m->sym_T);
-    if (!m->ids_in) return in;
-    kn_tensor *x = kn_index_select(ctx, m->embd_dev, 0, in);
-    return x && x->dtype != KN_F32 ? kn_cast(ctx, x, KN_F32) : x;
+    return m->ids_in ? kn__model_token_rows(m, in) : in;
 }
 
 static kn_status build_graph(kn_model *m) {

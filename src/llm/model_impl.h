@@ -142,6 +142,10 @@ typedef struct kn__paged {
 kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tensor *rows, const kn__paged *pg, kn_status *st);
 /* x [n, C] f32 = the embeddings of tokens (KN_ERR_INVALID for an id outside the vocabulary). */
 kn_status kn__model_embed(kn_model *m, const int32_t *tokens, int n, float *x);
+/* x [n, C] f32: the rows of ids [n] (int32, in the model's context) gathered
+ * from the device token table m->embd_dev (set by a device load where the
+ * table is f32/f16/bf16), widened as kn__model_embed widens them */
+kn_tensor *kn__model_token_rows(kn_model *m, kn_tensor *ids);
 /* batch_graph.c: one layer's attention through the pool: q [H, T, D] (after
  * rope), k, v [Hkv, T, D] written at pg->slot, out [T, H, D]. */
 kn_tensor *kn__paged_attend(kn_model *m, int layer, kn_tensor *q, kn_tensor *k, kn_tensor *v, kn_tensor *pos, const kn__paged *pg);
