@@ -32,9 +32,10 @@
  *   kn_model_load("SmolLM2-135M-Instruct.Q4_1.gguf", &o, &m);
  * uploads every weight matrix in weight_dtype (quantized blocks dequantized
  * on the host, a block of rows at a time; KN_WEIGHTS_FILE keeps them as
- * stored); the graph runs on the device (gathering token rows from a device
- * copy of an f32/f16/bf16 table; a quantized one is looked up on the host)
- * and only the tokens, positions and the wanted logits cross the bus.
+ * stored); the graph runs on the device and
+ * only token embeddings (looked up on the host; with KN_LLM_DEVICE_EMBED=1
+ * gathered on the device from a copy of an f32/f16/bf16 table, so only the
+ * ids), positions and the wanted logits cross the bus.
  */
 #ifndef KILN_LLM_H
 #define KILN_LLM_H

@@ -635,16 +635,21 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 /* KN_LLM_TOP unset (the default): candidates selected on the host from the
- * step's rows, copied back at once; =1: selected in the plan (TOPK) */
+ * step's rows, copied back at once; =1: selected in the plan (TOPK), and
+ * with KN_LLM_DEVICE_EMBED=1 the token rows gathered in the plan (ids
+ * staged instead of rows) */
 TEST(batch_device_path) {
     for (int top = 0; top < 2; top++) {
         if (top) setenv("KN_LLM_TOP", "1", 1); else unsetenv("KN_LLM_TOP");
+        if (top) setenv("KN_LLM_DEVICE_EMBED", "1", 1); else unsetenv("KN_LLM_DEVICE_EMBED");
         kn_env_reload();
         model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
         schedule(&mc, 31, 4, 16, 96 * 4, 64);
         mc = (model_case){"gpt2 fake device", gpt2_path(), NULL, false, 1e-4, &g_fake};
         schedule(&mc, 32, 4, 8, 200, 48);
     }
+    unsetenv("KN_LLM_DEVICE_EMBED");
+    kn_env_reload();
 }
 
 #ifdef KN_CUDA

@@ -342,10 +342,11 @@ TEST(fake_device_matches_host) {
     kn_quant_force_act_mode(-1);
 }
 
-/* A device model gathers the token rows from a device copy of an f32/f16/bf16
- * table (the ids cross the bus, not the rows); KN_LLM_HOST_EMBED=1 and
- * quantized tables look them up on the host. Both must give the same bits:
- * a prompt in chunks of 5 and two decode steps, f32 and bf16 weights. */
+/* With KN_LLM_DEVICE_EMBED=1 a device model gathers the token rows from a
+ * device copy of an f32/f16/bf16 table (the ids cross the bus, not the
+ * rows); by default, and for quantized tables, the host looks them up.
+ * Both must give the same bits: a prompt in chunks of 5 and two decode
+ * steps, f32 and bf16 weights. */
 TEST(fake_device_gathers_tokens) {
     model_case mc[8];
     int nm = model_cases(mc);
@@ -357,11 +358,11 @@ TEST(fake_device_gathers_tokens) {
         for (int w = 0; w < 2; w++) {
             kn_model *d[2];
             for (int h = 0; h < 2; h++) {
-                setenv("KN_LLM_HOST_EMBED", h ? "1" : "0", 1);
+                setenv("KN_LLM_DEVICE_EMBED", h ? "0" : "1", 1);
                 kn_env_reload();
                 d[h] = load_on(&mc[i], &g_fake, w ? KN_WEIGHTS_BF16 : KN_WEIGHTS_F32, 5, false);
             }
-            unsetenv("KN_LLM_HOST_EMBED");
+            unsetenv("KN_LLM_DEVICE_EMBED");
             kn_env_reload();
             CHECK(d[0] && d[1], "%s: loads", mc[i].name);
             if (!d[0] || !d[1]) { kn_model_free(d[0]); kn_model_free(d[1]); continue; }
