@@ -791,16 +791,14 @@ kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tenso
     return build_forward(m, x, pos, rows, pg, st);
 }
 
-/* Two plans over the same weights and caches: any T <= n_batch (symbolic T,
- * S, R: prompts, and decode when the step plan is off), and the one-token
- * step (T = R = 1 fixed). KN_LLM_STEP_PLAN=0 builds only the first. */
-/* The token rows x [T, C] f32 of a forward over the first T inputs (one:
- * T = 1 fixed, else the symbol): the host-filled x_in, or on a device with
- * embd_dev the gather of the ids' rows, widened as embed() widens them. */
+/* the gathered rows of ids (model_impl.h) */
 kn_tensor *kn__model_token_rows(kn_model *m, kn_tensor *ids) {
     kn_tensor *x = kn_index_select(m->ctx, m->embd_dev, 0, ids);
     return x && x->dtype != KN_F32 ? kn_cast(m->ctx, x, KN_F32) : x;
 }
+/* The token rows x [T, C] f32 of a forward over the first T inputs (one:
+ * T = 1 fixed, else the symbol): the host-filled x_in, or on a device with
+ * embd_dev the gather of the ids' rows, widened as embed() widens them. */
 static kn_tensor *token_rows(kn_model *m, bool one) {
     kn_ctx *ctx = m->ctx;
     kn_tensor *in = m->ids_in ? m->ids_in : m->x_in;
@@ -808,6 +806,9 @@ static kn_tensor *token_rows(kn_model *m, bool one) {
     return m->ids_in ? kn__model_token_rows(m, in) : in;
 }
 
+/* Two plans over the same weights and caches: any T <= n_batch (symbolic T,
+ * S, R: prompts, and decode when the step plan is off), and the one-token
+ * step (T = R = 1 fixed). KN_LLM_STEP_PLAN=0 builds only the first. */
 static kn_status build_graph(kn_model *m) {
     kn_ctx *ctx = m->ctx;
     int64_t C = m->cfg.dim, NB = m->n_batch;
