@@ -428,7 +428,8 @@ static bool up_reserve(kn__uploader *u, int64_t cols, size_t row_bytes) {
 
 /* Host tensor h (f32/f16/bf16 with any strides, e.g. the transposed view of a
  * Conv1D weight, or contiguous quantized rows) converted to d's dtype into
- * rows [r0, r0 + rows(h)) of the device matrix d. */
+ * rows [r0, r0 + rows(h)) of the device matrix d (copied as they are where
+ * they are dense and already in that dtype). */
 static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h) {
     if (u->st) return;
     int64_t rows, cols;
@@ -443,9 +444,13 @@ static void upload_rows(kn__uploader *u, kn_tensor *d, int64_t r0, kn_tensor *h)
                              hi->name);
         return;
     }
-    if (hi->is_quant && d->dtype == h->dtype) {   /* KN_WEIGHTS_FILE: the blocks as stored */
-        size_t qrow = kn_dtype_nbytes(h->dtype, cols);
-        u->st = u->be->copy_in(u->be, (char *)d->buf->data + qrow * (size_t)r0, base, qrow * (size_t)rows);
+    /* the rows as stored: KN_WEIGHTS_FILE's blocks, or dense f32/f16/bf16 rows
+     * already in d's dtype (the loop below would round-trip each element
+     * through f32 to the same value) */
+    if (d->dtype == h->dtype && kn_is_contiguous(h)) {
+        size_t rb = kn_dtype_nbytes(h->dtype, cols);
+        u->st = u->be->copy_in(u->be, (char *)d->buf->data + rb * (size_t)r0, base + kn_dtype_nbytes(h->dtype, h->offset),
+                               rb * (size_t)rows);
         if (u->st) kn__model_err_prefix(u->st, h->name);
         return;
     }
