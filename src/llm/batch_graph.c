@@ -52,7 +52,7 @@ kn_status kn__batch_build(kn_batch *b) {
     b->v_pool = calloc((size_t)L, sizeof *b->v_pool);
     bool ids = m->embd_dev != NULL;          /* token rows gathered on the device (model.c to_device) */
     if (!ids) b->x = malloc(sizeof(float) * (size_t)NB * (size_t)C);
-    b->pos = malloc(sizeof(int32_t) * (size_t)NB * 4);
+    b->pos = malloc(sizeof(int32_t) * (size_t)NB * (ids ? 4 : 3));   /* pos | slot | rseq [| ids] */
     b->rows = calloc((size_t)NS, sizeof(int32_t));
     b->table = calloc((size_t)NS * (size_t)b->max_blocks, sizeof(int32_t));
     if (!b->k_pool || !b->v_pool || !(ids || b->x) || !b->pos || !b->rows || !b->table) return kn_set_error(KN_ERR_NOMEM, "kn_batch_new: out of memory");
