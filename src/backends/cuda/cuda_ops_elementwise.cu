@@ -204,25 +204,12 @@ __global__ void k_gather_bits(T *__restrict__ d, const T *__restrict__ s, gather
 kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const int64_t *ne, const int64_t *st,
                             const int64_t *lo, const int64_t *sne, uint32_t fill, int64_t n) {
     if ((esize != 2 && esize != 4) || n <= 0 || n > INT32_MAX || nd > KN_MAX_DIMS || kn_env_get()->cuda_generic) return KN_ERR_UNSUPPORTED;
+    kn_tview sv = {}, dv = {};
     if (!lo && !sne && nd >= 1) {   /* 16-byte words when the last dim's runs allow (a permute copy's [.., D] rows) */
-        kn_tview sv = {}, dv = {};
         sv.data = (void *)src; sv.ndim = nd; dv.data = dst; dv.ndim = nd;
         for (int k = nd - 1, c = 1; k >= 0; c *= (int)ne[k], k--) { sv.ne[k] = dv.ne[k] = ne[k]; sv.st[k] = st[k]; dv.st[k] = c; }
         kn_tview *vv[2] = {&sv, &dv};
-        if (kn_cu_words16(vv, 2, esize)) {
-            gather_geo g;
-            memset(&g, 0, sizeof g);
-            g.nd = nd;
-            for (int k = 0; k < nd; k++) {
-                if (sv.ne[k] > INT32_MAX) return KN_ERR_UNSUPPORTED;
-                g.ne[k] = g.sne[k] = (uint32_t)sv.ne[k]; g.st[k] = sv.st[k];
-            }
-            int64_t nw = n / (16 / esize);
-            k_gather_bits<uint4, false><<<kn_blocks(nw), KN_THREADS, 0, kn_cu_stream()>>>((uint4 *)dst, (const uint4 *)src, g,
-                                                                                           (uint32_t)nw, make_uint4(0, 0, 0, 0));
-            KN_CUDA_LAUNCHED();
-            return KN_OK;
-        }
+        if (kn_cu_words16(vv, 2, esize)) { ne = sv.ne; st = sv.st; n /= 16 / esize; esize = 16; }
     }
     gather_geo g;
     memset(&g, 0, sizeof g);
@@ -236,7 +223,9 @@ kn_status kn_cu_gather_bits(void *dst, const void *src, int esize, int nd, const
     bool bounds = lo || sne;
     unsigned blocks = kn_blocks(n);
     cudaStream_t s = kn_cu_stream();
-    if (esize == 4) {
+    if (esize == 16) {                 /* words: no bounds (lo, sne NULL) */
+        k_gather_bits<uint4, false><<<blocks, KN_THREADS, 0, s>>>((uint4 *)dst, (const uint4 *)src, g, (uint32_t)n, make_uint4(0, 0, 0, 0));
+    } else if (esize == 4) {
         if (bounds) k_gather_bits<uint32_t, true><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
         else k_gather_bits<uint32_t, false><<<blocks, KN_THREADS, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, g, (uint32_t)n, fill);
     } else {

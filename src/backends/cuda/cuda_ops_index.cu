@@ -382,9 +382,9 @@ static kn_status cu_index_copy(const kn_exec *e) {
             k_ic_pos_dup<<<(unsigned)k, 128, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, dup, err);
             kn_tview yw = *y, sw = *s;
             kn_tview *vv[2] = {&yw, &sw};
+            int64_t mw = m / (16 / (int64_t)es);                             /* ... in words */
             if (m > 0 && d < y->ndim - 1 && kn_cu_words16(vv, 2, (int)es))   /* rows of 16-byte words: a cache row of D */
-                k_ic_write_bits<uint4><<<kn_blocks(m / (16 / (int64_t)es)), KN_THREADS, 0, kn_cu_stream()>>>(
-                    kn_dv(&yw), kn_dv(&sw), d, m / (16 / (int64_t)es), pos, dup, err);
+                k_ic_write_bits<uint4><<<kn_blocks(mw), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&yw), kn_dv(&sw), d, mw, pos, dup, err);
             else if (m > 0 && es == 4)
                 k_ic_write_bits<uint32_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
             else if (m > 0)
