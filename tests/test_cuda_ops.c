@@ -746,9 +746,10 @@ TEST(index_family) {
         CHECK(e <= (w == 6 || w == 8 ? 1e-12 : 0), "index case %d: %g", w, e);
     }
 }
-/* index_copy with a long index list and a repeat: 100 indices (the
- * two-launch path of bit copies, a prompt's cache write) and 4500 (past its
- * 4096, the generic path); decode's one-index lists: index_family */
+/* index_copy with a long index list and a repeat: 100 and 4096 indices
+ * (the one-launch path of bit copies, a prompt's cache write; 4096 fills
+ * its 32 KB of shared index values) and 4500 (past its 4096, the generic
+ * path); decode's one-index lists: index_family */
 static kn_tensor *b_ic_long(kn_ctx *ctx, kn_tensor **in, void *ud) {
     int n = *(const int *)ud;
     int64_t *idx = malloc(sizeof *idx * (size_t)n);
@@ -763,8 +764,8 @@ static kn_tensor *b_ic_long(kn_ctx *ctx, kn_tensor **in, void *ud) {
 TEST(index_copy_long_index) {
     NEED_GPU();
     kn_test_seed(19);
-    static const int ns[] = {100, 4500};
-    for (int i = 0; i < 2; i++) {
+    static const int ns[] = {100, 4096, 4500};
+    for (int i = 0; i < 3; i++) {
         int n = ns[i];
         kn_opin in[2] = {IN(2, SH(3, 2 * n), -2, 2, KN_F32, false), IN(2, SH(3, n), -2, 2, KN_F32, false)};
         double e = cu_cmp(b_ic_long, (void *)&ns[i], 2, in);

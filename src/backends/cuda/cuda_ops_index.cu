@@ -313,38 +313,44 @@ __global__ void k_ic_write(kn_dview y, kn_dview s, int d, int64_t m, const doubl
     }
 }
 /* Same-dtype 2- or 4-byte elements and at most 4096 indices (the KV cache
- * writes of every decode step and prompt): two launches instead of four. One
- * checks every index and marks the ones a later index overwrites (comparing
- * index values, so it needs no second pass: a block per index, its threads
- * over the later ones; one thread per index scanning them in turn took 68 us
- * for a prompt's 512), the other copies the bits of the winners, unless the
- * op's error slot is set. */
-__global__ void k_ic_pos_dup(kn_dview iv, int64_t k, int d, int64_t n, long long *pos, int *dup, kn_cu_err *err) {
-    for (int64_t i = blockIdx.x; i < k; i += gridDim.x) {
-        double v = kn_dget(iv, i * iv.st[0]);
-        int u = 0;
-        for (int64_t j = i + 1 + threadIdx.x; j < k && !u; j += blockDim.x) u = kn_dget(iv, j * iv.st[0]) == v;
-        u = __syncthreads_or(u);
-        if (threadIdx.x == 0) {
-            pos[i] = load_index(iv, i * iv.st[0], d, n, err);
-            dup[i] = u;
-        }
-    }
-}
+ * writes of every decode step and prompt): one launch. Every block reads all
+ * k index values into shared memory and checks them (a bad one: no block
+ * writes anything, and the op's slot says which); block i then copies the
+ * source's slice i (its elements with coordinate i in dim d) to index i's
+ * position, unless a later index equals it (the later one wins), which its
+ * threads test over the later values. A prompt's K or V write of 512 rows
+ * had taken two launches, one marking the overwritten indices (3.8 us) and
+ * one copying (5.2 us); before those, one thread per index scanning the
+ * later ones in turn took 68 us. */
 template <typename T>
-__global__ void k_ic_write_bits(kn_dview y, kn_dview s, int d, int64_t m, const long long *pos, const int *dup,
-                                const kn_cu_err *err) {
-    if (err->code) return;                 /* a bad index: write nothing */
+__global__ void k_ic_rows(kn_dview y, kn_dview s, kn_dview iv, int d, int64_t k, int64_t n, kn_cu_err *err) {
+    extern __shared__ long long ic_at[];   /* [k] */
+    __shared__ int bad;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+        int64_t p = load_index(iv, j * iv.st[0], d, n, err);
+        if (p < 0) bad = 1;
+        ic_at[j] = p;
+    }
+    __syncthreads();
+    if (bad) return;
+    int64_t sl[KN_MAX_DIMS], per = 1;       /* one slice: s's extents with dim d's 1 */
+    for (int q = 0; q < s.ndim; q++) { sl[q] = q == d ? 1 : s.ne[q]; per *= sl[q]; }
     T *yd = (T *)y.data;
     const T *sd = (const T *)s.data;
-    KN_GRID_LOOP(i, m) {
-        int64_t c[KN_MAX_DIMS];
-        unravel(s.ne, s.ndim, i, c);
-        int64_t at = c[d];
-        if (dup[at]) continue;
-        int64_t so = off_of(s, c);
-        c[d] = pos[at];
-        yd[off_of(y, c)] = sd[so];
+    for (int64_t i = blockIdx.x; i < s.ne[d]; i += gridDim.x) {
+        int u = 0;
+        for (int64_t j = i + 1 + threadIdx.x; j < k && !u; j += blockDim.x) u = ic_at[j] == ic_at[i];
+        if (__syncthreads_or(u)) continue;
+        for (int64_t e = threadIdx.x; e < per; e += blockDim.x) {
+            int64_t c[KN_MAX_DIMS];
+            unravel(sl, s.ndim, e, c);
+            c[d] = i;
+            int64_t so = off_of(s, c);
+            c[d] = ic_at[i];
+            yd[off_of(y, c)] = sd[so];
+        }
     }
 }
 /* byte range [lo, hi) view v can touch; false when a stride is negative */
@@ -368,32 +374,24 @@ static kn_status cu_index_copy(const kn_exec *e) {
     size_t es = kn_dtype_get(y->dtype)->type_size;
     const char *y0, *y1, *s0, *s1;
     bool apart = span(y, es, &y0, &y1) && span(s, es, &s0, &s1) && (s1 <= y0 || y1 <= s0);   /* src read as it is written */
-    /* k <= 4096: the duplicate test compares every pair of index values, a
-     * block per index; the generic path widens every value to double in
-     * scratch (a Llama-3-8B prompt's K or V write took ~0.1 ms there) */
+    /* k <= 4096: every block holds the k index values in shared memory (at
+     * most 32 KB); the generic path widens every value to double in scratch
+     * (a Llama-3-8B prompt's K or V write took ~0.1 ms there) */
     if (apart && k <= 4096 && y->dtype == s->dtype && !kn_dtype_get(y->dtype)->is_quant && (es == 2 || es == 4) &&
         !kn_env_get()->cuda_generic) {
-        long long *pos = NULL;
-        int *dup = NULL;
-        st = kn_cu_tmp(sizeof(long long) * (size_t)k, (void **)&pos);
-        if (!st) st = kn_cu_tmp(sizeof(int) * (size_t)k, (void **)&dup);
-        if (!st) {
-            kn_cu_err *err = kn_cu_err_dev(KN_OP_INDEX_COPY);
-            k_ic_pos_dup<<<(unsigned)k, 128, 0, kn_cu_stream()>>>(kn_dv(iv), k, d, y->ne[d], pos, dup, err);
-            kn_tview yw = *y, sw = *s;
-            kn_tview *vv[2] = {&yw, &sw};
-            int64_t mw = m / (16 / (int64_t)es);                             /* ... in words */
-            if (m > 0 && d < y->ndim - 1 && kn_cu_words16(vv, 2, (int)es))   /* rows of 16-byte words: a cache row of D */
-                k_ic_write_bits<uint4><<<kn_blocks(mw), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(&yw), kn_dv(&sw), d, mw, pos, dup, err);
-            else if (m > 0 && es == 4)
-                k_ic_write_bits<uint32_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
-            else if (m > 0)
-                k_ic_write_bits<uint16_t><<<kn_blocks(m), KN_THREADS, 0, kn_cu_stream()>>>(kn_dv(y), kn_dv(s), d, m, pos, dup, err);
-            if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
-        }
-        kn_cu_tmp_free(pos);
-        kn_cu_tmp_free(dup);
-        return st;
+        kn_cu_err *err = kn_cu_err_dev(KN_OP_INDEX_COPY);
+        kn_tview yw = *y, sw = *s;
+        kn_tview *vv[2] = {&yw, &sw};
+        unsigned nb = s->ne[d] < 1 ? 1u : s->ne[d] < 65535 ? (unsigned)s->ne[d] : 65535u;   /* no slices: still every index checked */
+        size_t sh = sizeof(long long) * (size_t)k;
+        cudaStream_t cs = kn_cu_stream();
+        if (d < y->ndim - 1 && kn_cu_words16(vv, 2, (int)es))   /* rows of 16-byte words: a cache row of D */
+            k_ic_rows<uint4><<<nb, 128, sh, cs>>>(kn_dv(&yw), kn_dv(&sw), kn_dv(iv), d, k, y->ne[d], err);
+        else if (es == 4)
+            k_ic_rows<uint32_t><<<nb, 128, sh, cs>>>(kn_dv(y), kn_dv(s), kn_dv(iv), d, k, y->ne[d], err);
+        else
+            k_ic_rows<uint16_t><<<nb, 128, sh, cs>>>(kn_dv(y), kn_dv(s), kn_dv(iv), d, k, y->ne[d], err);
+        return cudaGetLastError() == cudaSuccess ? KN_OK : kn_set_error(KN_ERR_BACKEND, "index_copy: kernel launch failed");
     }
     double *val = NULL;
     long long *pos = NULL;
