@@ -33,9 +33,10 @@
  * uploads every weight matrix in weight_dtype (quantized blocks dequantized
  * on the host, a block of rows at a time; KN_WEIGHTS_FILE keeps them as
  * stored); the graph runs on the device and
- * only token embeddings (looked up on the host; with KN_LLM_DEVICE_EMBED=1
- * gathered on the device from a copy of an f32/f16/bf16 table, so only the
- * ids), positions and the wanted logits cross the bus.
+ * only token ids (the rows gathered on the device from a copy of an
+ * f32/f16/bf16 table; a quantized table, or KN_LLM_DEVICE_EMBED=0, looks the
+ * rows up on the host and copies them in), positions and the wanted logits
+ * cross the bus.
  */
 #ifndef KILN_LLM_H
 #define KILN_LLM_H

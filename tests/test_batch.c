@@ -635,13 +635,14 @@ static kn_backend g_fake = {KN_BACKEND_VERSION, "fake-device", KN_DEVICE_CUDA, f
                             fd_compute, NULL, NULL, NULL};
 
 /* KN_LLM_TOP unset (the default): candidates selected on the host from the
- * step's rows, copied back at once; =1: selected in the plan (TOPK), and
- * with KN_LLM_DEVICE_EMBED=1 the token rows gathered in the plan (ids
- * staged instead of rows) */
+ * step's rows, copied back at once, and (KN_LLM_DEVICE_EMBED=0) the token
+ * rows looked up on the host and staged; =1: selected in the plan (TOPK),
+ * and the token rows gathered in the plan (the default: ids staged instead
+ * of rows) */
 TEST(batch_device_path) {
     for (int top = 0; top < 2; top++) {
         if (top) setenv("KN_LLM_TOP", "1", 1); else unsetenv("KN_LLM_TOP");
-        if (top) setenv("KN_LLM_DEVICE_EMBED", "1", 1); else unsetenv("KN_LLM_DEVICE_EMBED");
+        if (top) unsetenv("KN_LLM_DEVICE_EMBED"); else setenv("KN_LLM_DEVICE_EMBED", "0", 1);
         kn_env_reload();
         model_case mc = {"qwen3 fake device", "tests/fixtures/qwen/qwen3.gguf", NULL, false, 1e-4, &g_fake};
         schedule(&mc, 31, 4, 16, 96 * 4, 64);

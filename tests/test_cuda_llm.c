@@ -342,9 +342,9 @@ TEST(fake_device_matches_host) {
     kn_quant_force_act_mode(-1);
 }
 
-/* With KN_LLM_DEVICE_EMBED=1 a device model gathers the token rows from a
- * device copy of an f32/f16/bf16 table (the ids cross the bus, not the
- * rows); by default, and for quantized tables, the host looks them up.
+/* A device model gathers the token rows from a device copy of an
+ * f32/f16/bf16 table (the ids cross the bus, not the rows); with
+ * KN_LLM_DEVICE_EMBED=0, and for quantized tables, the host looks them up.
  * Both must give the same bits: a prompt in chunks of 5 and two decode
  * steps, f32 and bf16 weights. */
 TEST(fake_device_gathers_tokens) {

@@ -36,7 +36,7 @@ static const var g_vars[] = {
     {"KN_NCCL_LIB", STR, F(nccl_lib)},        {"KN_DDP_BUCKET_KB", STR, F(ddp_bucket_kb)}, {"KN_LLM_PREFILL_CAST", IS0, F(llm_no_prefill_cast)},
     {"KN_QPACK", IS0, F(qpack_off)},         {"KN_CHECK", FLAG, F(check)},
     {"KN_LLM_TOP", IS1, F(llm_top)},          {"KN_BATCH", IS0, F(batch_off)},
-    {"KN_LLM_DEVICE_EMBED", IS1, F(llm_device_embed)},
+    {"KN_LLM_DEVICE_EMBED", IS0, F(llm_host_embed)},
 };
 #undef F
 #define N_VARS (sizeof g_vars / sizeof g_vars[0])

@@ -45,7 +45,7 @@ typedef struct kn_env {
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
     bool norm_composite;     /* KN_NORM_COMPOSITE: layer/rms norm gradients as lazy ops (statistics, means, column sums), not one NORM_BWD node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */
-    bool llm_device_embed;   /* KN_LLM_DEVICE_EMBED=1: a device model gathers token rows from a device copy of the table */
+    bool llm_host_embed;     /* KN_LLM_DEVICE_EMBED=0: a device model looks token rows up on the host (default: it gathers them from a device copy of the table) */
     bool llm_top;            /* KN_LLM_TOP=1: sampling-candidates plans on a device (TOPK there; opt-in: slower on an H100) */
     bool llm_gpu_cast;       /* KN_LLM_GPU_CAST=1: cast activations to the weight dtype on the GPU (every plan) */
     bool llm_no_prefill_cast; /* KN_LLM_PREFILL_CAST=0: the GPU prompt plan keeps f32 activations (default: cast to the weight dtype) */

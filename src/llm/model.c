@@ -544,13 +544,13 @@ static kn_tensor *host_cat3(kn_model *m, kn_tensor *a, kn_tensor *b, kn_tensor *
  * (the host context stays as m->hctx: tok_embd, used by embed(), lives there).
  * KN_LLM_FUSE=0 keeps wq, wk, wv and w1, w3 as separate matrices.
  *
- * With KN_LLM_DEVICE_EMBED=1 a token table of f32/f16/bf16 gets a device
- * copy in its own dtype (embd_dev), so the graph gathers the rows embed()
- * would make, exactly, and only the ids cross the bus, where a 512-token
- * prompt of an 8B model otherwise waits for the host lookup and 8 MB of
- * f32 rows. A tied output matrix kept in that dtype is the same table.
- * Opt-in until it is timed on a GPU (docs/ENV.md); quantized tables (the
- * GPU has no gather of blocks) keep the host lookup. */
+ * A token table of f32/f16/bf16 gets a device copy in its own dtype
+ * (embd_dev), so the graph gathers the rows embed() would make, exactly,
+ * and only the ids cross the bus, where a 512-token prompt of an 8B model
+ * otherwise waits for the host lookup and 8 MB of f32 rows (2x on a 4-layer
+ * 8B-shaped prompt, H100, docs/PERF.md). A tied output matrix kept in that
+ * dtype is the same table. Quantized tables (the GPU has no gather of
+ * blocks) and KN_LLM_DEVICE_EMBED=0 keep the host lookup. */
 static kn_status to_device(kn_model *m, kn_backend *be) {
     m->hctx = m->ctx;
     m->ctx = kn_ctx_new(&(kn_ctx_opts){be});
@@ -558,7 +558,7 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     bool fuse = !kn_env_get()->llm_nofuse;
     kn__uploader u = {m, be, NULL, NULL, 0, 0, KN_OK};
     kn_tensor *te = m->tok_embd;
-    bool dev_embd = kn__model_half_or_f32(te->dtype) && kn_env_get()->llm_device_embed, tied = m->wout == te;
+    bool dev_embd = kn__model_half_or_f32(te->dtype) && !kn_env_get()->llm_host_embed, tied = m->wout == te;
     m->pos_embd = upload(&u, m->pos_embd, false);
     m->out_norm = upload(&u, m->out_norm, false);
     m->out_norm_b = upload(&u, m->out_norm_b, false);

@@ -13,8 +13,9 @@
  * On a device backend the loaders still fill a host context (hctx, the file
  * wrapped in place); model.c then uploads the weights into ctx in the chosen
  * dtype (optionally stacking wq|wk|wv and w1|w3), keeps tok_embd on the host
- * for the embedding lookup (and with KN_LLM_DEVICE_EMBED=1, when it is
- * f32/f16/bf16, a device copy the graph gathers from: embd_dev), and stages
+ * for the embedding lookup of quantized tables (an f32/f16/bf16 table also
+ * gets a device copy the graph gathers from, embd_dev, unless
+ * KN_LLM_DEVICE_EMBED=0), and stages
  * the graph inputs and logits through host buffers.
  */
 #ifndef KN_MODEL_IMPL_H
@@ -143,8 +144,8 @@ kn_tensor *kn__model_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_tenso
 /* x [n, C] f32 = the embeddings of tokens (KN_ERR_INVALID for an id outside the vocabulary). */
 kn_status kn__model_embed(kn_model *m, const int32_t *tokens, int n, float *x);
 /* x [n, C] f32: the rows of ids [n] (int32, in the model's context) gathered
- * from the device token table m->embd_dev (set by a device load with
- * KN_LLM_DEVICE_EMBED=1 where the table is f32/f16/bf16), widened as
+ * from the device token table m->embd_dev (set by a device load where the
+ * table is f32/f16/bf16, unless KN_LLM_DEVICE_EMBED=0), widened as
  * kn__model_embed widens them */
 kn_tensor *kn__model_token_rows(kn_model *m, kn_tensor *ids);
 /* batch_graph.c: one layer's attention through the pool: q [H, T, D] (after
