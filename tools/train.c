@@ -63,7 +63,7 @@ typedef struct targs {
     const char *model, *data, *out, *resume, *tokenizer, *shards, *precision;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
         eval_batches, warmup, log_every, threads, full_vocab, gpus;
-    double lr, min_lr_frac, wd, val_frac, temp, clip, dropout;
+    double lr, min_lr_frac, wd, beta1, beta2, val_frac, temp, clip, dropout;
     uint64_t seed;
     kn_precision prec;                 /* parsed --precision */
     bool set[64];                      /* set[i]: option i was given */
@@ -102,6 +102,9 @@ static const topt k_opts[] = {
     {"--batch", "B", "batch size (images, or windows of --ctx tokens)", O_INT, T_ALL, 1, 65536, false, false, F(batch), NULL},
     {"--lr", "LR", "peak learning rate (AdamW, cosine schedule to lr/10)", O_REAL, T_ALL, 0, 10, true, false, F(lr), NULL},
     {"--wd", "W", "weight decay (matrices only)", O_REAL, T_ALL, 0, 10, false, false, F(wd), NULL},
+    {"--beta1", "B", "AdamW's first-moment decay", O_REAL, T_ALL, 0, 1, false, true, F(beta1), NULL},
+    {"--beta2", "B", "AdamW's second-moment decay (0.99 suits small batches of tokens: nanoGPT's char recipe)", O_REAL,
+     T_ALL, 0, 1, false, true, F(beta2), NULL},
     {"--warmup", "N", "linear warm-up steps", O_INT, T_ALL, 0, 1e9, false, false, F(warmup), NULL},
     {"--clip", "NORM", "clip the gradient norm (0: off)", O_REAL, T_ALL, 0, 1e6, false, false, F(clip), NULL},
     {"--layers", "L", "transformer blocks", O_INT, T_LM, 1, 1024, false, false, F(layers), NULL},
@@ -157,6 +160,7 @@ static void set_defaults(targs *a, unsigned task) {
     if (task == T_MNIST && !a->model) a->model = "mlp";
     a->seed = 1337; a->min_lr_frac = 0.1; a->precision = "f32"; a->log_every = task == T_MNIST ? 50 : 10;
     a->wd = task == T_MNIST ? 0.0 : 0.01;
+    a->beta1 = 0.9; a->beta2 = 0.999;             /* kn_optim_defaults' */
     a->clip = 1.0;
     if (task == T_MNIST) {
         a->epochs = cnn ? 3 : 8; a->batch = cnn ? 64 : 128; a->lr = cnn ? 2e-3 : 1e-3; a->warmup = 100;
@@ -509,6 +513,8 @@ static kn_optim *make_opt(kn_ctx *ctx, kn_module *m, const targs *a) {
     kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
     oc.lr = a->lr;
     oc.weight_decay = a->wd;
+    oc.beta1 = a->beta1;
+    oc.beta2 = a->beta2;
     oc.clip_norm = a->clip;
     return kn_optim_new_decay_groups(ctx, m, &oc);
 }
