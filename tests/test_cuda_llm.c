@@ -270,7 +270,8 @@ static int top_check(kn_model *d, kn_model *h, int32_t tok, int pos, int k, doub
 
 /* host memory posing as a device: kn_from_ptr refuses it, so model.c takes
  * the upload path; compute is the cpu backend's */
-static void *fd_alloc(kn_backend *be, size_t n) { return kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
+static size_t g_fd_refuse;   /* a test's out-of-memory: allocations of exactly this many bytes fail */
+static void *fd_alloc(kn_backend *be, size_t n) { return n && n == g_fd_refuse ? NULL : kn_backend_cpu()->alloc(kn_backend_cpu(), n); }
 static void fd_free(kn_backend *be, void *p) { kn_backend_cpu()->free(kn_backend_cpu(), p); }
 static kn_status fd_copy(kn_backend *be, void *d, const void *s, size_t n) { memcpy(d, s, n); return KN_OK; }
 static kn_status fd_compute(kn_backend *be, const kn_exec *e) { return kn_backend_cpu()->compute(kn_backend_cpu(), e); }
@@ -392,6 +393,38 @@ TEST(fake_device_gathers_tokens) {
     }
     kn_quant_force_act_mode(-1);
     if (!gathered) SKIP("no model with an f32/f16/bf16 token table (the tiny GPT-2 could not be written to /tmp)");
+}
+
+/* The device copy of an untied table is an optimisation: where the device
+ * has no room for it the model still loads and the host looks the rows up.
+ * The f16 table of tiny-random-f16 with f32 weights is the only allocation
+ * of V x C x 2 bytes, so refusing that size refuses just the copy. */
+TEST(fake_device_table_without_room) {
+    model_case mc[8];
+    int nm = model_cases(mc), at = -1;
+    for (int i = 0; i < nm; i++) if (!strcmp(mc[i].name, "tiny-random-f16")) at = i;
+    if (at < 0) SKIP("gguf/llama-2-tiny-random.gguf not found under KN_ASSETS (scripts/fetch_assets.sh)");
+    kn_model *d[2];
+    d[0] = load_on(&mc[at], &g_fake, KN_WEIGHTS_F32, 5, false);
+    CHECK(d[0], "loads with room");
+    if (!d[0]) return;
+    const kn_model_config *c = kn_model_get_config(d[0]);
+    int V = c->n_vocab;
+    g_fd_refuse = (size_t)V * (size_t)c->dim * 2;
+    d[1] = load_on(&mc[at], &g_fake, KN_WEIGHTS_F32, 5, false);
+    g_fd_refuse = 0;
+    CHECK(d[1], "loads without room for the table's copy: %s", kn_last_error());
+    if (d[1]) {
+        int32_t ids[8] = {1, 5, 9, 2, 7, 3, 4, 6};
+        float *lg[2] = {malloc(sizeof(float) * (size_t)V), malloc(sizeof(float) * (size_t)V)};
+        for (int h = 0; h < 2; h++) CHECK(kn_model_eval(d[h], ids, 8, 0, lg[h], false) == KN_OK, "%s", kn_last_error());
+        CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)V), "the host lookup's logits differ from the gather's");
+        kn_plan_stats s[2];
+        for (int h = 0; h < 2; h++) kn_model_plan_stats(d[h], &s[h]);
+        CHECK(s[1].nodes < s[0].nodes, "without the copy the step plan has no gather: %d nodes against %d", s[1].nodes, s[0].nodes);
+        free(lg[0]); free(lg[1]);
+    }
+    kn_model_free(d[0]); kn_model_free(d[1]);
 }
 
 /* ---- GPU ------------------------------------------------------------------------------- */

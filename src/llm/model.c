@@ -549,8 +549,9 @@ static kn_tensor *host_cat3(kn_model *m, kn_tensor *a, kn_tensor *b, kn_tensor *
  * and only the ids cross the bus, where a 512-token prompt of an 8B model
  * otherwise waits for the host lookup and 8 MB of f32 rows (2x on a 4-layer
  * 8B-shaped prompt, H100, docs/PERF.md). A tied output matrix kept in that
- * dtype is the same table. Quantized tables (the GPU has no gather of
- * blocks) and KN_LLM_DEVICE_EMBED=0 keep the host lookup. */
+ * dtype is the same table; an untied one is uploaded after every weight and
+ * dropped when the device has no room for it. Quantized tables (the GPU has
+ * no gather of blocks) and KN_LLM_DEVICE_EMBED=0 keep the host lookup. */
 static kn_status to_device(kn_model *m, kn_backend *be) {
     m->hctx = m->ctx;
     m->ctx = kn_ctx_new(&(kn_ctx_opts){be});
@@ -565,7 +566,7 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     m->rope_ff = upload(&u, m->rope_ff, false);
     m->rope_mag = upload(&u, m->rope_mag, false);
     m->wout = upload(&u, m->wout, true);          /* tied: a device copy of tok_embd */
-    if (dev_embd) m->embd_dev = tied && m->wout && m->wout->dtype == te->dtype ? m->wout : upload_stack_as(&u, &te, 1, te->dtype);
+    if (dev_embd && tied && m->wout && m->wout->dtype == te->dtype) m->embd_dev = m->wout;
     for (int l = 0; l < m->cfg.n_layers && !u.st; l++) {
         kn__layer_w *L = &m->layers[l];
         bool same_qkv = L->wq && mat_dtype(m, L->wq->dtype) == mat_dtype(m, L->wk->dtype) &&
@@ -598,6 +599,13 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
         for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) *moe[i] = upload(&u, *moe[i], true);
         L->gate_inp = upload(&u, L->gate_inp, false);            /* the router stays f32: it picks the experts */
         L->gate_inp_shexp = upload(&u, L->gate_inp_shexp, false);
+    }
+    /* An untied table's copy goes last, and only where there is room for it:
+     * it saves the host lookup, but a model that fits without it must load. */
+    if (dev_embd && !m->embd_dev && !u.st && !(m->embd_dev = upload_stack_as(&u, &te, 1, te->dtype)) && u.st == KN_ERR_NOMEM) {
+        u.st = KN_OK;
+        kn_ctx_clear_status(m->ctx);
+        if (kn_env_get()->debug) fprintf(stderr, "model: no device memory for a copy of the token table; the host looks the rows up\n");
     }
     free(u.row);
     free(u.blk);
