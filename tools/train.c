@@ -160,7 +160,8 @@ static void set_defaults(targs *a, unsigned task) {
     if (task == T_MNIST && !a->model) a->model = "mlp";
     a->seed = 1337; a->min_lr_frac = 0.1; a->precision = "f32"; a->log_every = task == T_MNIST ? 50 : 10;
     a->wd = task == T_MNIST ? 0.0 : 0.01;
-    a->beta1 = 0.9; a->beta2 = 0.999;             /* kn_optim_defaults' */
+    kn_optim_cfg od = kn_optim_defaults(KN_OPTIM_ADAMW);   /* the library's betas, not a copy of them */
+    a->beta1 = od.beta1; a->beta2 = od.beta2;
     a->clip = 1.0;
     if (task == T_MNIST) {
         a->epochs = cnn ? 3 : 8; a->batch = cnn ? 64 : 128; a->lr = cnn ? 2e-3 : 1e-3; a->warmup = 100;

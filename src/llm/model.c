@@ -602,10 +602,13 @@ static kn_status to_device(kn_model *m, kn_backend *be) {
     }
     /* An untied table's copy goes last, and only where there is room for it:
      * it saves the host lookup, but a model that fits without it must load. */
-    if (dev_embd && !m->embd_dev && !u.st && !(m->embd_dev = upload_stack_as(&u, &te, 1, te->dtype)) && u.st == KN_ERR_NOMEM) {
-        u.st = KN_OK;
-        kn_ctx_clear_status(m->ctx);
-        if (kn_env_get()->debug) fprintf(stderr, "model: no device memory for a copy of the token table; the host looks the rows up\n");
+    if (dev_embd && !m->embd_dev && !u.st) {
+        m->embd_dev = upload_stack_as(&u, &te, 1, te->dtype);
+        if (!m->embd_dev && u.st == KN_ERR_NOMEM) {
+            u.st = KN_OK;
+            kn_ctx_clear_status(m->ctx);
+            if (kn_env_get()->debug) fprintf(stderr, "model: no device memory for a copy of the token table; the host looks the rows up\n");
+        }
     }
     free(u.row);
     free(u.blk);
@@ -1003,14 +1006,16 @@ int kn_model_n_ctx(const kn_model *m) { return m->n_ctx; }
 kn_backend *kn_model_backend(const kn_model *m) { return kn_ctx_backend(m->ctx); }
 const char *kn_model_chat_template(const kn_model *m) { return m->chat_template; }
 
-/* x rows = token embeddings, dequantized on the host straight into the input
- * (a host backend) or into the staging copy x (a device) */
+/* every id inside the vocabulary (the host lookup's check, also made before
+ * a device gathers the rows) */
 static kn_status check_ids(const kn_model *m, const int32_t *tokens, int n) {
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->cfg.n_vocab)
             return kn_set_error(KN_ERR_INVALID, "token id %d is outside the vocabulary [0, %d)", tokens[i], m->cfg.n_vocab);
     return KN_OK;
 }
+/* x rows = token embeddings, dequantized on the host straight into the input
+ * (a host backend) or into the staging copy x (a device) */
 static kn_status embed(kn_model *m, const int32_t *tokens, int n, float *x) {
     const kn_tensor *te = m->tok_embd;
     int64_t C = m->cfg.dim;
