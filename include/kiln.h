@@ -486,7 +486,8 @@ typedef struct kn_plan_stats {
     uint64_t captures;      /* graphs captured                                 */
     int graphs;             /* graphs held now                                 */
     int epilogues;          /* matmuls that run elementwise consumers in their epilogue */
-    int epilogue_nodes;     /* consumer nodes those took in (not counting the matmuls) */
+    int epilogue_nodes;     /* consumer nodes those took in (not counting the matmuls), prologue nodes included */
+    int prologues;          /* matmuls that compute their left operand (an rms_norm, a gated unit) as they read it */
 } kn_plan_stats;
 void kn_plan_get_stats(const kn_plan *p, kn_plan_stats *out);   /* zeros for NULL */
 void kn_plan_print(const kn_plan *p, void *FILE_ptr);  /* the schedule (KN_DEBUG=1 prints it at build) */

@@ -15,7 +15,7 @@
 extern "C" {
 #endif
 
-#define KN_BACKEND_VERSION 5   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op; 4: kn_kargs.scratch; 5: batch_ok, compute_batch */
+#define KN_BACKEND_VERSION 6   /* 2: the kernel_*, syms_upload and capture/replay fields (the runtime reads them only from version >= 2); 3: epilogue_ok, kn_kargs.err and kn_kernel_launch.err_op; 4: kn_kargs.scratch; 5: batch_ok, compute_batch; 6: kn_epilogue's prologue (pre) */
 
 typedef enum { KN_DEVICE_HOST = 0, KN_DEVICE_CUDA = 1 } kn_device;
 
@@ -47,6 +47,21 @@ typedef struct kn_epilogue {
     bool res;                  /* vres is read: dst's shape (never dst's storage) */
     kn_tview vbias;            /* ndim 1, ne[0] = N, any stride; planning time: dtype only */
     kn_tview vres;             /* dst's extents, any strides; planning time: dtype only */
+    /* The prologue (version >= 6; docs/COMPILER.md "Matmul prologues"): the
+     * matmul's left operand A [..., M, K] is not in memory; the product
+     * computes it from the rows of x (kn_exec.src[0], what the planner
+     * passes as A) as it reads them, in f32:
+     *   KN_OP_RMS_NORM  A = rms_norm(x) * w over the last dim, eps pre_eps
+     *                   (w = vpre, [K]; pre_w false: no weight)
+     *   KN_OP_SILU      A = silu(x) * u (u = vpre, x's extents: a gated unit)
+     * KN_OP_NONE: A is src[0] as it is. The sum of squares may be taken in
+     * another order than the unfused norm's kernel: results agree within
+     * f32 rounding, not bit for bit. Offered to backends of version >= 6
+     * only; a backend that does not know it refuses any epi with pre set. */
+    kn_op pre;
+    bool pre_w;
+    float pre_eps;
+    kn_tview vpre;             /* planning time: dtype only */
 } kn_epilogue;
 
 typedef struct kn_exec {

@@ -201,6 +201,95 @@ static void run_case(const ecase *c, kn_backend *be, bool exact, bool all_taken)
     kn_ctx_free(rf); kn_ctx_free(rp); kn_ctx_free(ff); kn_ctx_free(fp);
 }
 
+/* ---- prologues: y = res? + A @ W^T with A = rms_norm(x) * w? or silu(g) * u ---- */
+typedef struct {
+    const char *name;
+    int64_t M, K, N;
+    kn_op pre;            /* KN_OP_RMS_NORM or KN_OP_SILU (g, u: the two halves of one [M, 2K] tensor, as gate | up) */
+    bool w;               /* the norm's weight */
+    int wk;               /* W [N, K]: 0 f32, 1 f16, 2 bf16, 3 Q8_0, 4 Q4_0 */
+    bool res;             /* + a residual [M, N] (the epilogue) */
+    int bad;              /* 1: A is also an output (no prologue) */
+} pcase;
+
+static int pbuild(kn_ctx *ctx, const pcase *c, kn_tensor **outs) {
+    int no = 1;
+    int64_t xsh[2] = {c->M, c->pre == KN_OP_SILU ? 2 * c->K : c->K}, ysh[2] = {c->M, c->N};
+    kn_tensor *x = rand_t(ctx, KN_F32, 2, xsh, 21), *a;
+    if (c->pre == KN_OP_RMS_NORM)
+        a = kn_rms_norm(ctx, x, 1, c->w ? rand_t(ctx, KN_F32, 1, &c->K, 22) : NULL, 1e-5f);
+    else
+        a = kn_mul(ctx, kn_silu(ctx, kn_narrow(ctx, x, 1, 0, c->K)), kn_narrow(ctx, x, 1, c->K, c->K));
+    if (c->bad == 1) outs[no++] = a;
+    static const kn_dtype wts[] = {KN_F32, KN_F16, KN_BF16, KN_Q8_0, KN_Q4_0};
+    kn_tensor *y = kn_matmul(ctx, a, weight(ctx, wts[c->wk], c->K, c->N, 23));
+    if (c->res) y = kn_add(ctx, y, rand_t(ctx, KN_F32, 2, ysh, 24));
+    outs[0] = y;
+    return no;
+}
+
+/* Case c: the reference fused (prologue taken) and unfused give the same
+ * bits; backend be fused against its unfused plan and the reference within
+ * tolerance (a prologue sums the squares in its own order; quantized
+ * weights: the CPU quantizes A at decode). taken: be must take the prologue. */
+static void run_pcase(const pcase *c, kn_backend *be, bool taken) {
+    kn_backend *bes[2] = {kn_backend_ref(), be};
+    float *v[2][2][2] = {{{0}}};   /* [backend][fused?][output] */
+    int64_t n[2] = {0, 0};
+    int no = 0;
+    for (int b = 0; b < 2; b++)
+        for (int f = 0; f < 2; f++) {
+            kn_ctx *ctx = kn_ctx_new(&(kn_ctx_opts){.backend = bes[b]});
+            kn_tensor *o[2];
+            no = pbuild(ctx, c, o);
+            kn_plan *p = kn_plan_new(ctx, no, o, f ? NULL : &(kn_plan_opts){.no_fuse = true});
+            bool ok = p && kn_plan_run(p) == KN_OK;
+            CHECK(ok, "%s on %s: plan/run: %s", c->name, bes[b]->name, kn_last_error());
+            if (ok && f && getenv("KN_TEST_VERBOSE")) kn_plan_print(p, stderr);
+            kn_plan_stats st;
+            kn_plan_get_stats(p, &st);
+            bool want = f && !c->bad && (b == 0 || taken);
+            CHECK(st.prologues == (int)want, "%s on %s (%s): %d prologues, expected %d", c->name, bes[b]->name,
+                  f ? "fused" : "no_fuse", st.prologues, (int)want);
+            for (int k = 0; k < no && ok; k++) v[b][f][k] = read_f32(o[k], &n[k]);
+            kn_plan_free(p);
+            kn_ctx_free(ctx);
+        }
+    double tol = c->wk >= 3 ? 3e-2 : c->wk ? 2e-2 : 2e-5;
+    for (int k = 0; k < no; k++) {
+        if (!v[0][0][k] || !v[0][1][k] || !v[1][0][k] || !v[1][1][k]) { CHECK(0, "%s: read back", c->name); break; }
+        int64_t at, bad = differ(v[0][1][k], v[0][0][k], n[k], -1, &at);
+        CHECK(!bad, "%s out %d: ref fused vs unfused: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, k,
+              (long long)bad, (long long)n[k], (long long)at, bad ? v[0][1][k][at] : 0, bad ? v[0][0][k][at] : 0);
+        bad = differ(v[1][1][k], v[1][0][k], n[k], c->wk >= 3 ? 3e-2 : 2e-5, &at);
+        CHECK(!bad, "%s out %d: %s fused vs unfused: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, k, be->name,
+              (long long)bad, (long long)n[k], (long long)at, bad ? v[1][1][k][at] : 0, bad ? v[1][0][k][at] : 0);
+        bad = differ(v[1][1][k], v[0][0][k], n[k], tol, &at);
+        CHECK(!bad, "%s out %d: %s fused vs reference: %lld of %lld differ, first [%lld] %.9g vs %.9g", c->name, k, be->name,
+              (long long)bad, (long long)n[k], (long long)at, bad ? v[1][1][k][at] : 0, bad ? v[0][0][k][at] : 0);
+    }
+    for (int b = 0; b < 2; b++) for (int f = 0; f < 2; f++) for (int k = 0; k < 2; k++) free(v[b][f][k]);
+}
+
+static const pcase g_pcases[] = {
+    /* name            M  K     N    pre             w  wk res bad */
+    {"norm_f32",       1, 1088, 77,  KN_OP_RMS_NORM, 1, 0, 1, 0},
+    {"norm_f16",       1, 1088, 77,  KN_OP_RMS_NORM, 1, 1, 0, 0},
+    {"norm_bf16_res",  1, 1088, 77,  KN_OP_RMS_NORM, 1, 2, 1, 0},
+    {"norm_no_weight", 1, 576,  33,  KN_OP_RMS_NORM, 0, 2, 0, 0},
+    {"norm_q8",        1, 1088, 77,  KN_OP_RMS_NORM, 1, 3, 1, 0},
+    {"norm_q4",        1, 2080, 45,  KN_OP_RMS_NORM, 1, 4, 0, 0},
+    {"silu_f32",       1, 1088, 77,  KN_OP_SILU,     0, 0, 0, 0},
+    {"silu_bf16_res",  1, 1536, 77,  KN_OP_SILU,     0, 2, 1, 0},
+    {"silu_f16",       1, 64,   300, KN_OP_SILU,     0, 1, 1, 0},
+    {"silu_q8_res",    1, 1088, 77,  KN_OP_SILU,     0, 3, 1, 0},
+    {"silu_q4",        1, 2080, 45,  KN_OP_SILU,     0, 4, 0, 0},
+    {"norm_rows",      5, 1088, 77,  KN_OP_RMS_NORM, 1, 2, 1, 0},   /* not a decode row: the GPU leaves it to fusion */
+    {"silu_rows",      3, 1088, 77,  KN_OP_SILU,     0, 0, 1, 0},
+    {"norm_is_output", 1, 1088, 77,  KN_OP_RMS_NORM, 1, 2, 1, 1},   /* A is read elsewhere: stays a node */
+    {"silu_is_output", 1, 1088, 77,  KN_OP_SILU,     0, 2, 0, 1},
+};
+
 #define F32 KN_F32
 #define N_ KN_OP_NONE
 static const ecase g_cases[] = {

@@ -27,6 +27,15 @@ TEST(epilogue_forms) {
         if (host || !quant_weight(&g_cases[i])) run_case(&g_cases[i], be, host, host);
 }
 
+/* Matmul prologues (an rms_norm or silu(g) * u computed as the product reads
+ * its left operand): the host backends take every one under KN_EPILOGUE=1 */
+TEST(prologue_forms) {
+    kn_backend *be = kn_backend_default();
+    bool host = be == kn_backend_cpu() || be == kn_backend_ref();
+    for (size_t i = 0; i < sizeof g_pcases / sizeof g_pcases[0]; i++)
+        if (host || g_pcases[i].wk < 3) run_pcase(&g_pcases[i], be, host);
+}
+
 /* A training step's graph: loss = mean(gelu(x @ w + b)^2); gradients of w, b
  * with the forward's bias add in the matmul's epilogue (gelu's gradient reads
  * the add, so the chain stops there) equal the unfused plan's. */

@@ -557,7 +557,7 @@ TEST(cache_writes_run_before_the_attention) {
     for (int i = 0; i < f->n; i++) if (f->order[i]->op == KN_OP_SDPA) at = i;
     kn_fgroup *groups = NULL;
     int ng = 0;
-    REQUIRE(at >= 0 && kn__fuse("cuda", f->order, f->n, f->n_ids, 1, &out[1], f->rep, &groups, &ng), "fuse");
+    REQUIRE(at >= 0 && kn__fuse("cuda", f->order, f->n, f->n_ids, 1, &out[1], f->rep, NULL, &groups, &ng), "fuse");
     for (int gi = 0; gi < ng; gi++)
         for (int m = 0; m < groups[gi].nnode; m++)
             CHECK(groups[gi].node[m]->op != KN_OP_INDEX_COPY || groups[gi].last < at,
@@ -725,7 +725,7 @@ static void golden_in(const char *name, golden_fn fn, const char *lang) {
     kn_tensor **order = NULL;
     int n = 0;
     REQUIRE(kn__toposort(ctx, 1, outs, false, &order, &n) == KN_OK, "toposort");
-    REQUIRE(kn__fuse(lang, order, n, ctx->n_all, 1, outs, NULL, &groups, &ng), "fuse");
+    REQUIRE(kn__fuse(lang, order, n, ctx->n_all, 1, outs, NULL, NULL, &groups, &ng), "fuse");
     CHECK(ng == 1, "%s: %d groups, expected 1", name, ng);
     static const char *langs[][2] = {{"c", "c"}, {"cuda", "cu"}};
     for (int l = 0; l < 2 && ng == 1; l++) {
@@ -817,7 +817,7 @@ TEST(prompt_kv_write_not_fused) {
     kn_fgroup *groups = NULL;
     int n = 0, ng = -1, ic = 0;
     REQUIRE(out[0] && kn__toposort(ctx, 1, out, false, &order, &n) == KN_OK, "graph: %s", kn_last_error());
-    REQUIRE(kn__fuse("cuda", order, n, ctx->n_all, 1, out, NULL, &groups, &ng), "fuse");
+    REQUIRE(kn__fuse("cuda", order, n, ctx->n_all, 1, out, NULL, NULL, &groups, &ng), "fuse");
     for (int g = 0; g < ng; g++)
         for (int m = 0; m < groups[g].nnode; m++) ic += groups[g].node[m]->op == KN_OP_INDEX_COPY;
     CHECK(ic == 0, "a 512-row cache write joined a generated kernel (%d groups)", ng);
@@ -850,7 +850,7 @@ static int cuda_groups(kn_tensor **outs, int nout, kn_ctx *ctx, int *nseg) {
     kn_tensor **order = NULL;
     kn_fgroup *groups = NULL;
     int n = 0, ng = -1;
-    if (kn__toposort(ctx, nout, outs, false, &order, &n) == KN_OK && kn__fuse("cuda", order, n, ctx->n_all, nout, outs, NULL, &groups, &ng))
+    if (kn__toposort(ctx, nout, outs, false, &order, &n) == KN_OK && kn__fuse("cuda", order, n, ctx->n_all, nout, outs, NULL, NULL, &groups, &ng))
         *nseg = ng > 0 ? groups[0].k.nseg : 0;
     free(groups);
     free(order);

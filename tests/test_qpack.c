@@ -150,7 +150,7 @@ static void matmul(kn_backend *be, kn_dtype t, const void *w, int64_t rows, int6
     REQUIRE(pl && kn_plan_run(pl) == KN_OK && kn_tensor_read(Y, y, KN_F32) == KN_OK, "%s", kn_last_error());
     kn_plan_stats st;
     kn_plan_get_stats(pl, &st);
-    if (be == kn_backend_cpu() && !kn_env_get()->nofuse && kn_env_get()->epilogue)
+    if (be == kn_backend_cpu() && !kn_env_get()->nofuse && kn_env_get()->epilogue == 1)
         CHECK(st.epilogues == 1, "%s: the bias and relu did not become the matmul's epilogue", kn_dtype_name(t));
     kn_plan_free(pl);
     if (packed) *packed = __atomic_load_n(&W->buf->derived, __ATOMIC_ACQUIRE) != NULL;

@@ -510,7 +510,7 @@ TEST(nvrtc_compiles_unrolled_variants) {
         kn_fgroup *groups = NULL;
         int n = 0, ng = 0;
         CHECK(out && kn__toposort(ctx, 1, &out, false, &order, &n) == KN_OK &&
-              kn__fuse("cuda", order, n, ctx->n_all, 1, &out, NULL, &groups, &ng) && ng >= 1, "fuse graph %zu", v);
+              kn__fuse("cuda", order, n, ctx->n_all, 1, &out, NULL, NULL, &groups, &ng) && ng >= 1, "fuse graph %zu", v);
         for (int u = 1; u <= 8 && ng >= 1; u *= 4) {
             kn_kernel k = groups[0].k;
             k.tune.unroll = u;

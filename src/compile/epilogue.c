@@ -33,6 +33,23 @@
  * never the destination's storage: the runtime plans `last` without
  * in-place reuse (memplan.c), so no backend has to handle an aliased
  * residual.
+ *
+ * Prologues. The matmul's left operand a may be computed as the product
+ * reads it, instead of by a kernel of its own that stores it: a decode
+ * step's GEMV reads a [1, K] row once per block, so the norm before the
+ * projection, or SwiGLU before the down projection, costs the GEMV a few
+ * loads and no launch. a is taken when:
+ *   1. a is f32, contiguous, no view, not a plan output, no storage of its
+ *      own, mm its only reader, and in no other record;
+ *   2. a = rms_norm(x, w?) over the last dim, x f32 of a's shape, w f32
+ *      [K] (prologue KN_OP_RMS_NORM); or a = mul(silu(x), u) (either
+ *      order), silu f32 read only by the mul, x and u f32 of a's shape
+ *      (views allowed: the two halves of gate | up; prologue KN_OP_SILU);
+ *   3. no effect lies in the schedule between the prologue's first node
+ *      and mm (its inputs are read later than unfused).
+ * The record's a is then x and its pre w or u; the prologue's nodes leave
+ * the schedule. The backend is asked with the prologue and each epilogue
+ * prefix first, then without it.
  */
 #include "compile/epilogue.h"
 #include <stdlib.h>
@@ -119,6 +136,44 @@ static int chain(const ep *w, kn_tensor *mm, step *s) {
     return ns;
 }
 
+/* ---- prologues ---- */
+typedef struct { kn_op op; kn_tensor *x, *p, *node[2]; int nnode; float eps; } pro;
+
+/* no effect lies in the schedule strictly between node a and mm */
+static bool calm_between(const ep *w, const kn_tensor *a, const kn_tensor *mm) {
+    return w->neff[w->pos[mm->id]] == w->neff[w->pos[a->id] + 1];
+}
+
+/* node t may leave the schedule for a prologue read only by `by` */
+static bool absorbable(const ep *w, const kn_tensor *t, const kn_tensor *by) {
+    return t && t->id < w->n_ids && w->pos[t->id] >= 0 && !w->taken[t->id] && only_reader(w, t) == by &&
+           !(t->flags & KN_FLAG_VIEW) && !kn__is_view_op(t->op) && t->dtype == KN_F32 && kn_is_contiguous(t);
+}
+
+/* mm's left operand as a prologue (predicate in the header); false: none */
+static bool prologue(const ep *w, kn_tensor *mm, pro *p) {
+    kn_tensor *a = src_of(w, mm, 0);
+    memset(p, 0, sizeof *p);
+    if (!absorbable(w, a, mm) || !calm_between(w, a, mm) || src_of(w, mm, 1) == a) return false;
+    if (a->op == KN_OP_RMS_NORM && a->p.norm.n_norm == 1) {
+        kn_tensor *x = src_of(w, a, 0), *g = a->src[1] ? src_of(w, a, 1) : NULL;
+        if (!x || x->dtype != KN_F32 || !same_space(x, a)) return false;
+        if (g && (g->dtype != KN_F32 || g->ndim != 1 || g->shape[0] != a->shape[a->ndim - 1] || g->sym[0])) return false;
+        *p = (pro){KN_OP_RMS_NORM, x, g, {a, NULL}, 1, (float)a->p.norm.eps};
+        return true;
+    }
+    if (a->op != KN_OP_MUL) return false;
+    for (int k = 0; k < 2; k++) {
+        kn_tensor *act = src_of(w, a, k), *u = src_of(w, a, 1 - k);
+        if (!act || !u || act == u || act->op != KN_OP_SILU || !absorbable(w, act, a) || !calm_between(w, act, mm)) continue;
+        kn_tensor *x = src_of(w, act, 0);
+        if (!x || x->dtype != KN_F32 || u->dtype != KN_F32 || !same_space(x, a) || !same_space(u, a)) continue;
+        *p = (pro){KN_OP_SILU, x, u, {act, a}, 2, 0.f};
+        return true;
+    }
+    return false;
+}
+
 static kn_epilogue describe(const kn_tensor *mm, const step *s, int ns, kn_tensor **bias, kn_tensor **res) {
     kn_epilogue d;
     memset(&d, 0, sizeof d);
@@ -165,24 +220,52 @@ bool kn__epilogue(kn_tensor **order, int *n, int32_t n_ids, int nout, kn_tensor 
         kn_tensor *mm = order[i];
         if (mm->op != KN_OP_MATMUL || mm->ndim < 2 || !float_dt(mm->dtype) || (mm->flags & KN_FLAG_VIEW) || w.taken[mm->id]) continue;
         step s[4];
-        int ns = chain(&w, mm, s);
-        for (; ns > 0; ns--) {
-            kn_tensor *bias, *res;
-            kn_epilogue d = describe(mm, s, ns, &bias, &res);
-            if (!ok(okctx, mm, &d, s[ns - 1].node->dtype)) continue;
-            if (nr == cap) {
-                int nc = cap ? cap * 2 : 8;
-                kn_epi_rec *g = realloc(r, sizeof *r * (size_t)nc);
-                if (!g) { okm = false; break; }
-                r = g; cap = nc;
+        int ns0 = chain(&w, mm, s);
+        pro pr;
+        bool found = false;
+        /* with the prologue: each epilogue prefix down to none; then without */
+        for (int wp = prologue(&w, mm, &pr); wp >= 0 && !found && okm; wp--) {
+            for (int ns = ns0; ns >= (wp ? 0 : 1); ns--) {
+                kn_tensor *bias, *res;
+                kn_epilogue d = describe(mm, s, ns, &bias, &res);
+                if (wp) {
+                    d.pre = pr.op;
+                    d.pre_w = pr.op == KN_OP_RMS_NORM && pr.p;
+                    d.pre_eps = pr.eps;
+                    d.vpre.dtype = KN_F32;
+                    d.vpre.ndim = pr.p ? pr.p->ndim : 0;
+                }
+                if (!ok(okctx, mm, &d, ns ? s[ns - 1].node->dtype : mm->dtype)) continue;
+                if (nr == cap) {
+                    int nc = cap ? cap * 2 : 8;
+                    kn_epi_rec *g = realloc(r, sizeof *r * (size_t)nc);
+                    if (!g) { okm = false; break; }
+                    r = g; cap = nc;
+                }
+                kn_epi_rec *e = &r[nr++];
+                memset(e, 0, sizeof *e);
+                e->mm = mm;
+                e->last = ns ? s[ns - 1].node : mm;
+                e->a = wp ? pr.x : src_of(&w, mm, 0);
+                e->b = src_of(&w, mm, 1);
+                e->bias = bias;
+                e->res = res;
+                e->d = d;
+                e->nabs = ns;
+                for (int k = 0; k < ns; k++) e->chain[k] = s[k].node;
+                if (wp) {
+                    e->pre = pr.p;
+                    e->npro = pr.nnode;
+                    for (int k = 0; k < pr.nnode; k++) e->pro[k] = pr.node[k];
+                }
+                w.taken[mm->id] = 1;
+                if (ns) drop[mm->id] = 1;
+                for (int k = 0; k < ns; k++) w.taken[s[k].node->id] = 1;
+                for (int k = 0; k < ns - 1; k++) drop[s[k].node->id] = 1;
+                for (int k = 0; k < e->npro; k++) drop[e->pro[k]->id] = w.taken[e->pro[k]->id] = 1;
+                found = true;
+                break;
             }
-            r[nr] = (kn_epi_rec){mm, s[ns - 1].node, src_of(&w, mm, 0), src_of(&w, mm, 1), bias, res, d, ns, {NULL}};
-            for (int k = 0; k < ns; k++) r[nr].chain[k] = s[k].node;
-            nr++;
-            drop[mm->id] = w.taken[mm->id] = 1;
-            for (int k = 0; k < ns; k++) w.taken[s[k].node->id] = 1;
-            for (int k = 0; k < ns - 1; k++) drop[s[k].node->id] = 1;
-            break;
         }
     }
     if (okm && nr) {

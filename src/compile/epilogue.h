@@ -16,11 +16,16 @@
 typedef struct kn_epi_rec {
     kn_tensor *mm;          /* the MATMUL node, [..., M, N] */
     kn_tensor *last;        /* the chain's last node, mm's shape */
-    kn_tensor *a, *b;       /* mm's operands as the plan reads them (through rep) */
+    kn_tensor *a, *b;       /* mm's operands as the plan reads them (through rep); with a
+                             * prologue, a is the prologue's input x instead */
+    kn_tensor *pre;         /* the prologue's second operand (norm weight w, gate's u) or NULL */
+    kn_tensor *pro[2];      /* the prologue's nodes (rms_norm; or silu, mul), npro of them; they left the schedule */
+    int npro;
     kn_tensor *bias;        /* [N] (or [1, .., 1, N]) or NULL */
     kn_tensor *res;         /* mm's shape, or NULL */
     kn_epilogue d;          /* bias, act, res, dt; the views are the runtime's to fill */
-    int nabs;               /* chain nodes taken (last included); as many left the schedule: the matmul and the chain before last */
+    int nabs;               /* chain nodes taken (last included); as many left the schedule: the matmul and the chain
+                             * before last. 0: a prologue alone, last = mm runs in its place */
     kn_tensor *chain[4];    /* the chain in order, chain[nabs - 1] = last */
 } kn_epi_rec;
 
@@ -28,8 +33,10 @@ typedef struct kn_epi_rec {
 typedef bool (*kn_epi_ok_fn)(void *ctx, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 
 /* Finds the matmuls of a rewritten schedule whose output feeds a chain
- * `cast?(res? + act?(mm + bias?))` (predicate in epilogue.c), keeps for each
- * the longest prefix ok accepts, and removes the absorbed nodes from *order
+ * `cast?(res? + act?(mm + bias?))` and whose left operand is an rms_norm or
+ * a gated unit silu(x) * u (predicates in epilogue.c), keeps for each the
+ * longest prefix with and then without the prologue that ok accepts, and
+ * removes the absorbed nodes from *order
  * (the rest keep their order). *recs: malloc'd, *nrec entries (NULL when none).
  * false: out of host memory (nothing changed). */
 bool kn__epilogue(kn_tensor **order, int *n, int32_t n_ids, int nout, kn_tensor *const *outs, kn_tensor *const *rep,

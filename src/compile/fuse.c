@@ -49,11 +49,19 @@ typedef struct {
     int32_t *gid;        /* by id: group, -1 */
     uint8_t *out;        /* by id: an output of the plan */
     int *neff;           /* effects before schedule index i */
+    const kn_fuse_opaque *opq;  /* nodes never fused that read other values than their sources, NULL */
     kn_fgroup *g;
     int ng, cap;
 } fz;
 
 static kn_tensor *src_of(const fz *f, const kn_tensor *t, int k) { return kn__rw_src(f->rep, f->n_ids, t, k); }
+/* a node that runs a matmul with its epilogue or prologue: never fused */
+static bool opaque(const fz *f, const kn_tensor *t) { return f->opq && f->opq->is(f->opq->ctx, t); }
+/* the k-th value t reads (NULL where none): a source, or an opaque node's read */
+static kn_tensor *read_of(const fz *f, const kn_tensor *t, int k) {
+    if (opaque(f, t)) return f->opq->read(f->opq->ctx, t, k);
+    return t->src[k] ? src_of(f, t, k) : NULL;
+}
 
 static bool int_dt(kn_dtype d) { return d == KN_I32 || d == KN_I64; }
 /* the ops that read or write other items than their own: rope (the pair
@@ -195,7 +203,7 @@ static bool storage_read_between(const fz *f, kn_tensor *const *U, int nu, const
         kn_tensor *r = f->order[j];
         if (in_set(U, nu, r) || (r->flags & KN_FLAG_VIEW)) continue;   /* a view reads nothing; its reader does */
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = r->src[k] ? src_of(f, r, k) : NULL;
+            kn_tensor *s = read_of(f, r, k);
             if (s && kn__storage_owner(s) == owner) return true;
         }
     }
@@ -387,6 +395,7 @@ static bool form_groups(fz *f) {
     kn_tensor *U[KN_KMAX_NODES + 1];
     for (int i = 0; i < f->n; i++) {
         kn_tensor *t = f->order[i];
+        if (opaque(f, t)) continue;
         if (fusable_reduce(f, t) || fusable_rownorm(f, t)) {
             /* ends the group of its input, if that is open and has its shape;
              * else, on CUDA, a reduction of its own (kept at the end only
@@ -963,9 +972,9 @@ static void merge_segments(fz *f) {
 }
 
 bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
-              kn_tensor *const *rep, kn_fgroup **groups, int *ngroups) {
+              kn_tensor *const *rep, const kn_fuse_opaque *opq, kn_fgroup **groups, int *ngroups) {
     *groups = NULL; *ngroups = 0;
-    fz f = {.lang = lang, .order = order, .n = n, .n_ids = n_ids, .rep = rep};
+    fz f = {.lang = lang, .order = order, .n = n, .n_ids = n_ids, .rep = rep, .opq = opq};
     size_t ni = (size_t)(n_ids ? n_ids : 1), nn = (size_t)n + 1;
     f.pos = malloc(sizeof *f.pos * ni);
     f.rhead = malloc(sizeof *f.rhead * ni);
@@ -986,7 +995,7 @@ bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, i
             f.pos[t->id] = i;
             f.neff[i + 1] = f.neff[i] + (kn_op_get(t->op)->kind == KN_KIND_EFFECT);
             for (int k = 0; k < KN_MAX_SRC; k++) {
-                kn_tensor *s = t->src[k] ? src_of(&f, t, k) : NULL;
+                kn_tensor *s = read_of(&f, t, k);
                 if (!s || s->id >= n_ids) continue;
                 f.rnode[f.nread] = i; f.rnext[f.nread] = f.rhead[s->id]; f.rhead[s->id] = f.nread++;
             }

@@ -202,8 +202,16 @@ typedef struct kn_fgroup {
  * through rep) and lowers each to a kernel for language lang ("c", "cuda":
  * a few templates exist in one only). Groups have 2 or more nodes.
  * *groups (malloc'd, *ngroups entries; NULL when none). false: out of host memory. */
+/* Nodes fusion leaves alone whose reads are not their sources: a node that
+ * runs a matmul with its epilogue or prologue (runtime/plan.c). is: is t
+ * one? read: its k-th read (k < KN_MAX_SRC; NULL where none). */
+typedef struct kn_fuse_opaque {
+    bool (*is)(const void *ctx, const kn_tensor *t);
+    kn_tensor *(*read)(const void *ctx, const kn_tensor *t, int k);
+    const void *ctx;
+} kn_fuse_opaque;
 bool kn__fuse(const char *lang, kn_tensor *const *order, int n, int32_t n_ids, int nout, kn_tensor *const *outs,
-              kn_tensor *const *rep, kn_fgroup **groups, int *ngroups);
+              kn_tensor *const *rep, const kn_fuse_opaque *opq, kn_fgroup **groups, int *ngroups);
 
 /* True when every read that group g makes of the storage of s is a read of s
  * itself at the kernel's item index (same shape, contiguous), so the group's

@@ -8,9 +8,10 @@
 
 /* how a variable's text becomes its field:
  * FLAG     bool, on unless "" or "0";  IS0 / IS1  bool, on only for "0" / "1"
+ * TRI      int: 1 for "1", -1 for "0", 0 otherwise (unset: a default chosen elsewhere)
  * INT      int >= 0 (capped at 2^20);  LONG       long long >= 0
  * STR      the text (NULL when empty); PROFILE    "shapes" 2, another flag value 1 */
-typedef enum { FLAG, IS0, IS1, INT, LONG, STR, PROFILE } kind;
+typedef enum { FLAG, IS0, IS1, TRI, INT, LONG, STR, PROFILE } kind;
 typedef struct { const char *name; kind k; size_t off; } var;
 
 #define F(field) offsetof(kn_env, field)
@@ -28,7 +29,7 @@ static const var g_vars[] = {
     {"KN_CUDA_TUNE", STR, F(cuda_tune)},        {"KN_NOFUSE", FLAG, F(nofuse)},
     {"KN_CACHE_DIR", STR, F(cache_dir)},      {"KN_CACHE", IS0, F(cache_off)},
     {"KN_DUMP_KERNELS", STR, F(dump_kernels)}, {"KN_LLM_STEP_PLAN", IS0, F(llm_no_step_plan)},
-    {"KN_EPILOGUE", IS1, F(epilogue)},        {"KN_FUSE_MAX", STR, F(fuse_max)},
+    {"KN_EPILOGUE", TRI, F(epilogue)},        {"KN_FUSE_MAX", STR, F(fuse_max)},
     {"KN_CC", STR, F(cc)},                    {"KN_BEAM", INT, F(beam)},
     {"KN_CUDA_GRAPH", IS0, F(cuda_nograph)},  {"KN_CUDA_PDL", IS0, F(cuda_no_pdl)},
     {"KN_CE_COMPOSITE", FLAG, F(ce_composite)}, {"KN_NORM_COMPOSITE", FLAG, F(norm_composite)},
@@ -70,6 +71,7 @@ static void read_all(void) {
         case FLAG: *(bool *)p = flag_on(s); break;
         case IS0: *(bool *)p = !strcmp(s, "0"); break;     /* KN_LLM_FUSE, KN_CACHE: on by default, "0" turns it off */
         case IS1: *(bool *)p = !strcmp(s, "1"); break;     /* KN_LLM_GPU_CAST: only "1", as documented */
+        case TRI: *(int *)p = !strcmp(s, "1") ? 1 : !strcmp(s, "0") ? -1 : 0; break;   /* KN_EPILOGUE: on, off, or each backend's choice */
         case PROFILE: *(int *)p = !strcmp(s, "shapes") ? 2 : flag_on(s) ? 1 : 0; break;
         case INT: if (*s) { long long x = int_of(v->name, s); *(int *)p = x > 1 << 20 ? 1 << 20 : (int)x; } break;
         case LONG: if (*s) *(long long *)p = int_of(v->name, s); break;

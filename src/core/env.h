@@ -41,7 +41,10 @@ typedef struct kn_env {
     bool qmm_exact;          /* KN_QMM_EXACT: same as KN_QMM_ACT=f32 */
     bool llm_nofuse;         /* KN_LLM_FUSE=0: keep wq/wk/wv and w1/w3 as separate matmuls */
     bool qpack_off;          /* KN_QPACK=0: no 16-row packed copies of constant quantized weights */
-    bool epilogue;           /* KN_EPILOGUE=1: fold elementwise consumers into matmul epilogues (opt-in: measured slower on CUDA) */
+    /* matmul epilogues and prologues (docs/COMPILER.md): unset, each backend
+     * takes those that pay (CUDA: decode's GEMV rows; the CPU none);
+     * KN_EPILOGUE=1 every one a backend can run; KN_EPILOGUE=0 none */
+    int epilogue;            /* 1: KN_EPILOGUE=1, -1: KN_EPILOGUE=0, 0: unset (or another value) */
     bool ce_composite;       /* KN_CE_COMPOSITE: kn_cross_entropy builds the composite (log_softmax, gather, masks), not the fused node */
     bool norm_composite;     /* KN_NORM_COMPOSITE: layer/rms norm gradients as lazy ops (statistics, means, column sums), not one NORM_BWD node */
     bool llm_no_step_plan;   /* KN_LLM_STEP_PLAN=0: no separate one-token plan (decode runs the prompt plan) */

@@ -99,6 +99,8 @@ bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, i
     }
     *bad = 3;
     if (r->res && !kn__tview_of(p, r->res, &epi->vres)) return false;
+    *bad = 4;
+    if (r->pre && !kn__tview_of(p, r->pre, &epi->vpre)) return false;
     e->epi = epi;
     return true;
 }

@@ -125,7 +125,7 @@ static bool memplan(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
         kn_tensor *t = p->order[i];
         int at = exec_at(p, t, i);
         for (int k = 0; k < KN_MAX_SRC; k++) {
-            kn_tensor *s = kn__pread(p, t, k);   /* a node that runs a matmul's epilogue: a, b, bias, res */
+            kn_tensor *s = kn__pread(p, t, k);   /* a node that runs a matmul with its epilogue: a, b, bias, res, pre */
             if (!s || !reads_memory(p, t, s)) continue;
             int32_t *l = &last[kn__storage_owner(s)->id];
             if (*l < at) *l = at;

@@ -48,19 +48,22 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
  * kn_plan_new's plans; off with KN_NOFUSE=1 or opts->no_fuse. */
 static bool epi_ok(void *be_, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
     kn_backend *be = be_;
+    if (epi->pre != KN_OP_NONE && be->version < 6) return false;   /* prologues came with version 6 */
     return be->epilogue_ok(be, mm, epi, out);
 }
 /* p->order = orig without the nodes records 0..p->nepi-1 took out; p->epi_of */
 static void epi_apply(kn_plan *p, kn_tensor **orig, int n0, uint8_t *drop) {
     memset(drop, 0, (size_t)p->n_ids);
     for (int32_t i = 0; i < p->n_ids; i++) p->epi_of[i] = -1;
-    p->epi_nodes = 0;
+    p->epi_nodes = p->epi_pro = 0;
     for (int r = 0; r < p->nepi; r++) {
         const kn_epi_rec *e = &p->epi[r];
-        drop[e->mm->id] = 1;
+        if (e->nabs) drop[e->mm->id] = 1;   /* a prologue alone: the matmul runs at its own place */
         for (int k = 0; k < e->nabs - 1; k++) drop[e->chain[k]->id] = 1;
+        for (int k = 0; k < e->npro; k++) drop[e->pro[k]->id] = 1;
         p->epi_of[e->last->id] = r;
-        p->epi_nodes += e->nabs;
+        p->epi_nodes += e->nabs + e->npro;
+        p->epi_pro += e->npro > 0;
     }
     p->n = 0;
     for (int i = 0; i < n0; i++) if (!drop[orig[i]->id]) p->order[p->n++] = orig[i];
@@ -68,7 +71,7 @@ static void epi_apply(kn_plan *p, kn_tensor **orig, int n0, uint8_t *drop) {
 
 static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     kn_backend *be = p->be;
-    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || !kn_env_get()->epilogue || p->n == 0) return true;
+    if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || kn_env_get()->epilogue < 0 || p->n == 0) return true;
     if (be->version < 3 || !be->epilogue_ok) return true;
     int n0 = p->n;
     kn_tensor **orig = malloc(sizeof *orig * (size_t)n0);
@@ -102,21 +105,22 @@ static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts
     }
     free(orig); free(drop);
     if (!okm) return false;   /* out of host memory: recorded */
-    if (!p->nepi) { free(p->epi); p->epi = NULL; free(p->epi_of); p->epi_of = NULL; p->epi_nodes = 0; }
+    if (!p->nepi) { free(p->epi); p->epi = NULL; free(p->epi_of); p->epi_of = NULL; p->epi_nodes = p->epi_pro = 0; }
     count_kernels(p);
     if (kn_env_get()->debug) {
-        fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues", p->nepi, p->epi_nodes);
+        fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues and prologues (%d prologues)", p->nepi,
+                p->epi_nodes, p->epi_pro);
         if (dropped) fprintf(stderr, " (%d left out to keep the arena at most %zu bytes)", dropped, plain);
         fprintf(stderr, "\n");
     }
     return true;
 }
 
-/* Fusion does not see what a matmul epilogue reads (a, b, bias, res are
- * operands of nodes that left the schedule): a group that computes one of
- * them must store it and run before the node that runs the matmul, else it
- * goes back to the hand kernels. need[id]: the earliest schedule index at
- * which an epilogue reads node id (or storage it owns), -1. */
+/* A group that computes an operand of a matmul's epilogue or prologue must
+ * store it and run before the node that runs the matmul. Fusion sees those
+ * reads (fuse_opaque below), so this only guards against a rule it missed:
+ * such a group goes back to the hand kernels. need[id]: the earliest
+ * schedule index at which an epilogue reads node id (or storage it owns), -1. */
 static bool epi_conflict(const kn_fgroup *g, const int32_t *need) {
     for (int m = 0; m < g->nnode; m++) {
         int32_t at = need[g->node[m]->id];
@@ -132,16 +136,19 @@ static int32_t *epi_need(const kn_plan *p) {
     for (int i = 0; i < p->n; i++) {
         const kn_epi_rec *e = kn__pepi(p, p->order[i]);
         if (!e) continue;
-        kn_tensor *ops[4] = {e->a, e->b, e->bias, e->res};
-        for (int k = 0; k < 4; k++) {
-            if (!ops[k]) continue;
-            kn_tensor *ids[2] = {ops[k], kn__storage_owner(ops[k])};
+        for (int k = 0; k < KN_MAX_SRC; k++) {
+            kn_tensor *s = kn__pread(p, p->order[i], k);
+            if (!s) continue;
+            kn_tensor *ids[2] = {s, kn__storage_owner(s)};
             for (int j = 0; j < 2; j++)
                 if (ids[j]->id < p->n_ids && (need[ids[j]->id] < 0 || need[ids[j]->id] > i)) need[ids[j]->id] = i;
         }
     }
     return need;
 }
+
+static bool fuse_is_opaque(const void *ctx, const kn_tensor *t) { return kn__pepi(ctx, t) != NULL; }
+static kn_tensor *fuse_read(const void *ctx, const kn_tensor *t, int k) { return kn__pread(ctx, t, k); }
 
 /* KN_DUMP_KERNELS=DIR: each generated kernel's source as DIR/NAME.c or .cu
  * (DIR is made when missing; its parent must exist) */
@@ -170,24 +177,12 @@ static bool fuse(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opt
     if (stop_at_realized || (opts && opts->no_fuse) || kn_env_get()->nofuse || p->n == 0) return true;
     if (be->version < 2 || !be->kernel_lang || !be->kernel_build || !be->kernel_run) return true;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
-    /* nodes that run a matmul's epilogue are not fused: fusion sees a schedule
-     * without them (their values are read like a leaf's), and each group's
-     * last index is mapped back to p->order */
-    kn_tensor **ord = p->order;
-    int nord = p->n;
-    if (p->nepi) {
-        ord = malloc(sizeof *ord * (size_t)p->n);
-        if (!ord) { kn__plan_nomem(p->ctx, p, "fusion"); return false; }
-        nord = 0;
-        for (int i = 0; i < p->n; i++) if (!kn__pepi(p, p->order[i])) ord[nord++] = p->order[i];
-    }
-    bool fused_ok = kn__fuse(be->kernel_lang, ord, nord, p->n_ids, nout, outs, p->rep, &p->groups, &p->ngroups);
-    if (ord != p->order) {
-        free(ord);
-        for (int gi = 0; fused_ok && gi < p->ngroups; gi++)
-            for (int i = 0; i < p->n; i++)
-                if (p->order[i] == p->groups[gi].node[p->groups[gi].nnode - 1]) { p->groups[gi].last = i; break; }
-    }
+    /* a node that runs a matmul with its epilogue or prologue is opaque to
+     * fusion: never fused, reading the record's operands (kn__pread), so the
+     * groups around it form as they would around a plain matmul */
+    kn_fuse_opaque opq = {fuse_is_opaque, fuse_read, p};
+    bool fused_ok = kn__fuse(be->kernel_lang, p->order, p->n, p->n_ids, nout, outs, p->rep, p->nepi ? &opq : NULL,
+                             &p->groups, &p->ngroups);
     if (!fused_ok) {
         kn__plan_nomem(p->ctx, p, "fusion");
         return false;
@@ -373,7 +368,8 @@ void kn_plan_print(const kn_plan *p, void *fp) {
         else if (t->view_src) fprintf(f, " -> writes #%d", t->view_src->id);
         fprintf(f, "  <-");
         const kn_epi_rec *er = kn__pepi(p, t);
-        if (er) fprintf(f, " [matmul #%d%s%s%s%s%s]", er->mm->id, er->d.bias ? " +bias" : "", er->d.act ? " " : "",
+        if (er) fprintf(f, " [%s%smatmul #%d%s%s%s%s%s]", er->d.pre == KN_OP_RMS_NORM ? "rms_norm " : "",
+                        er->d.pre == KN_OP_SILU ? "silu*u " : "", er->mm->id, er->d.bias ? " +bias" : "", er->d.act ? " " : "",
                         er->d.act ? kn_op_name(er->d.act) : "", er->d.res ? " +res" : "", t->dtype != er->d.dt ? " cast" : "");
         for (int k = 0; k < KN_MAX_SRC; k++) if (kn__pread(p, t, k)) fprintf(f, " #%d", kn__pread(p, t, k)->id);
         fprintf(f, "  (#%d%s%s)\n", t->id, t->name[0] ? " " : "", t->name);

@@ -204,5 +204,6 @@ void kn_plan_get_stats(const kn_plan *p, kn_plan_stats *out) {
     out->fused_nodes = p->nfused;
     out->epilogues = p->nepi;
     out->epilogue_nodes = p->epi_nodes;
+    out->prologues = p->epi_pro;
     out->peak_bytes = p->peak;
 }

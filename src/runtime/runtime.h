@@ -47,7 +47,8 @@ struct kn_plan {
     kn_epi_rec *epi;
     int nepi;
     int32_t *epi_of;       /* by tensor id: the record whose `last` the node is, -1; NULL when none */
-    int epi_nodes;         /* consumer nodes run in epilogues (as many left the schedule: the matmuls, and the chains but their last) */
+    int epi_nodes;         /* consumer nodes run in epilogues (as many left the schedule: the matmuls, and the chains but their last) and prologue nodes */
+    int epi_pro;           /* records with a prologue */
     struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
     kn_exec *batch;        /* KN_BATCH_MAX records for a backend's compute_batch (exec.c); NULL until needed */
     int nbatched;          /* nodes the last stepped run (not a replay) handed to compute_batch (tests) */
@@ -77,12 +78,13 @@ static inline bool kn__computes(const kn_tensor *t) { return !kn__is_view_op(t->
 /* Source k of t as this plan reads it (after graph rewrites, src/compile/). */
 static inline kn_tensor *kn__psrc(const kn_plan *p, const kn_tensor *t, int k) { return kn__rw_src(p->rep, p->n_ids, t, k); }
 /* Operand k of what t runs: kn__psrc, except for a node that runs a matmul
- * with its epilogue: a, b, bias, res (NULL where absent). Memory planning
- * keeps these alive up to t. */
+ * with its epilogue or prologue: a (the prologue's x), b, bias, res, the
+ * prologue's second operand (NULL where absent). Memory planning and fusion
+ * keep these alive up to t. */
 static inline kn_tensor *kn__pread(const kn_plan *p, const kn_tensor *t, int k) {
     const kn_epi_rec *r = kn__pepi(p, t);
     if (!r) return kn__psrc(p, t, k);
-    return k == 0 ? r->a : k == 1 ? r->b : k == 2 ? r->bias : k == 3 ? r->res : NULL;
+    return k == 0 ? r->a : k == 1 ? r->b : k == 2 ? r->bias : k == 3 ? r->res : k == 4 ? r->pre : NULL;
 }
 
 /* ---- plan.c ----------------------------------------------------------------- */

@@ -84,6 +84,15 @@ void kn_cpu_post_whole(const kn_sgemm_post *post, float *C, int64_t rows, int64_
 }
 
 kn_status kn_cpu_matmul_epilogue(const kn_exec *e) {
+    if (e->epi->pre != KN_OP_NONE) {    /* A computed first (the reference's arithmetic), then the rest */
+        kn_exec pm;
+        kn_epilogue pe;
+        void *pa;
+        kn_status st = kn_ref_prologue(e, &pm, &pe, &pa);
+        if (!st) st = pm.epi ? kn_cpu_matmul_epilogue(&pm) : mm_plain(&pm);
+        free(pa);
+        return st;
+    }
     const kn_epilogue *p = e->epi;
     const kn_tview *d = &e->dst;
     kn_vec_unary_op uop = KN_VU_RELU;

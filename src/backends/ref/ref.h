@@ -44,6 +44,12 @@ kn_status kn_ref_fold(const kn_exec *e);       /* UNFOLD, FOLD: ref_fold.c, thro
 bool kn_ref_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);
 /* dst = e->epi applied to mm (dst's extents, dtype epi->dt; may be dst itself) */
 void kn_ref_epilogue_apply(const kn_exec *e, const kn_tview *mm);
+/* e's prologue (e->epi->pre, kn_epilogue) computed on the host: *m = e
+ * with src[0] the computed A (f32, contiguous, malloc'd into *tmp: free it
+ * after) and m->epi the rest of the epilogue (*epi) or NULL when nothing is
+ * left; *m = *e and *tmp = NULL when e has none. The CUDA backend's
+ * fallback does the same on the device. */
+kn_status kn_ref_prologue(const kn_exec *e, kn_exec *m, kn_epilogue *epi, void **tmp);
 /* matmul (which ignores e->epi) into dst or a scratch of the matmul's dtype, then the epilogue */
 kn_status kn_ref_matmul_epilogue(const kn_exec *e, kn_status (*matmul)(const kn_exec *));
 #endif

@@ -10,6 +10,8 @@
  */
 #include "backends/ref/ref.h"
 #include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary
+#include "core/env.h"            // defines: kn_env_get (KN_EPILOGUE)
+#include <math.h>
 #include <stdlib.h>
 
 /* v as a value of dtype dt holds it (RNE), back in double */
@@ -22,6 +24,10 @@ static double round_to(kn_dtype dt, double v) {
 
 bool kn_ref_epilogue_ok(const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
     (void)mm;
+    /* the host backends gain nothing measurable from epilogues (docs/COMPILER.md):
+     * only when asked for (KN_EPILOGUE=1), for the tests and comparisons */
+    if (kn_env_get()->epilogue != 1) return false;
+    if (epi->pre != KN_OP_NONE && (epi->pre != KN_OP_RMS_NORM && epi->pre != KN_OP_SILU)) return false;
     bool fl = epi->dt == KN_F32 || epi->dt == KN_F64 || epi->dt == KN_F16 || epi->dt == KN_BF16;
     bool ofl = out == KN_F32 || out == KN_F64 || out == KN_F16 || out == KN_BF16;
     return fl && ofl && (!epi->bias || !kn_dtype_get(epi->vbias.dtype)->is_quant) &&
@@ -42,9 +48,59 @@ void kn_ref_epilogue_apply(const kn_exec *e, const kn_tview *mm) {
     }
 }
 
+kn_status kn_ref_prologue(const kn_exec *e, kn_exec *m, kn_epilogue *epi, void **tmp) {
+    *m = *e;
+    *tmp = NULL;
+    const kn_epilogue *p = e->epi;
+    if (!p || p->pre == KN_OP_NONE) return KN_OK;
+    const kn_tview *x = &e->src[0], *w = &p->vpre;
+    int64_t n = kn_tview_numel(x), K = x->ndim ? x->ne[x->ndim - 1] : 1, rows = K ? n / K : 0;
+    float *a = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!a) return kn_set_error(KN_ERR_NOMEM, "matmul prologue: out of host memory for %lld elements", (long long)n);
+    for (int64_t r = 0; r < rows; r++) {
+        double rstd = 1.0;
+        if (p->pre == KN_OP_RMS_NORM) {     /* as the unfused rms_norm (ref_nn.c): double statistics */
+            double ss = 0;
+            for (int64_t j = 0; j < K; j++) { double v = LD(x, kn_ref_off(x, r * K + j)); ss += v * v; }
+            rstd = 1.0 / sqrt(ss / (double)K + (double)p->pre_eps);
+        }
+        for (int64_t j = 0; j < K; j++) {
+            double v = LD(x, kn_ref_off(x, r * K + j));
+            if (p->pre == KN_OP_RMS_NORM) {
+                v *= rstd;
+                if (p->pre_w) v *= LD(w, j * w->st[0]);
+            } else {                        /* silu(x) * u, each rounded to f32 as the unfused nodes store it */
+                v = round_to(KN_F32, kn_scalar_unary(KN_OP_SILU, v, 0, 0));
+                v = kn_scalar_binary(KN_OP_MUL, v, LD(w, kn_ref_off(w, r * K + j)));
+            }
+            a[r * K + j] = (float)v;
+        }
+    }
+    kn_tview *s = &m->src[0];
+    s->data = a;
+    s->dtype = KN_F32;
+    s->buf = NULL;
+    for (int64_t i = s->ndim - 1, st = 1; i >= 0; i--) { s->st[i] = st; st *= s->ne[i]; }
+    *epi = *p;
+    epi->pre = KN_OP_NONE;
+    bool rest = epi->bias || epi->act != KN_OP_NONE || epi->res || e->dst.dtype != epi->dt;
+    m->epi = rest ? epi : NULL;
+    *tmp = a;
+    return KN_OK;
+}
+
 /* The matmul of e (epilogue included) with matmul(e') doing the product
  * alone: dst itself when it has the matmul's dtype, else a scratch copy. */
 kn_status kn_ref_matmul_epilogue(const kn_exec *e, kn_status (*matmul)(const kn_exec *)) {
+    if (e->epi->pre != KN_OP_NONE) {    /* A computed first, then the rest */
+        kn_exec pm;
+        kn_epilogue pe;
+        void *pa;
+        kn_status st = kn_ref_prologue(e, &pm, &pe, &pa);
+        if (!st) st = pm.epi ? kn_ref_matmul_epilogue(&pm, matmul) : matmul(&pm);
+        free(pa);
+        return st;
+    }
     kn_exec m = *e;
     m.epi = NULL;
     void *tmp = NULL;
