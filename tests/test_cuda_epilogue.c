@@ -36,6 +36,25 @@ TEST(cuda_epilogue_forms) {
         if (!quant_weight(&g_cases[i])) run_case(&g_cases[i], gpu(), true, true);
 }
 
+/* Prologues in the GEMV kernels (gemv.cu, gemv_quant.cu): taken on decode
+ * rows (M = 1) for every weight type, left to fusion on other shapes */
+TEST(cuda_prologues) {
+    NEED_GPU();
+    for (size_t i = 0; i < sizeof g_pcases / sizeof g_pcases[0]; i++) run_pcase(&g_pcases[i], gpu(), g_pcases[i].M == 1);
+}
+
+/* The fallback (the product off the GEMV kernels: KN_CUDA_NO_GEMV=1): A
+ * from k_prologue first, the same results */
+TEST(cuda_prologue_fallback) {
+    NEED_GPU();
+    setenv("KN_CUDA_NO_GEMV", "1", 1);
+    kn_env_reload();
+    for (size_t i = 0; i < sizeof g_pcases / sizeof g_pcases[0]; i++)
+        if (g_pcases[i].M == 1) run_pcase(&g_pcases[i], gpu(), true);
+    unsetenv("KN_CUDA_NO_GEMV");
+    kn_env_reload();
+}
+
 static const ecase g_gpu_cases[] = {
     /* name               dt      B  M    K    N     ta tb bias act           res cast    bad expect wk */
     {"gemv_bias_f32w",    F32,    0, 1,   256, 300,  0, 1, 1, N_,             0, NONE_DT, 0, 1, 0},

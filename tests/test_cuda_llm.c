@@ -395,6 +395,56 @@ TEST(fake_device_gathers_tokens) {
     if (!gathered) SKIP("no model with an f32/f16/bf16 token table (the tiny GPT-2 could not be written to /tmp)");
 }
 
+/* Matmul prologues and epilogues in the step plan (docs/COMPILER.md "Matmul
+ * prologues"): a fake device that takes them as the CUDA backend does
+ * (decode rows only; kn_cu_epilogue_ok), computing them on the cpu
+ * (kn_ref_prologue). Each Llama layer's step runs its q|k|v and gate|up
+ * products with the RMS norm before them, the down product with SwiGLU,
+ * and the output with the final norm: 3 L + 1 prologues; prompt plans take
+ * none. Logits of a prompt and two decode steps match the plain fake
+ * device's. */
+static bool fdp_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    (void)be;
+    bool row = mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
+    return row && epi->dt == KN_F32 && out == KN_F32;
+}
+TEST(fake_device_step_prologues) {
+    kn_backend pro = g_fake;
+    pro.name = "fake-device-prologues";
+    pro.epilogue_ok = fdp_epilogue_ok;
+    model_case mc[8];
+    int nm = model_cases(mc), seen = 0;
+    kn_quant_force_act_mode(KN_QACT_F32);
+    for (int i = 0; i < nm; i++) {
+        if (strcmp(mc[i].name, "stories260K") && strcmp(mc[i].name, "tiny-random-f16")) continue;
+        kn_model *d[2] = {load_on(&mc[i], &g_fake, KN_WEIGHTS_F32, 5, false), load_on(&mc[i], &pro, KN_WEIGHTS_F32, 5, false)};
+        CHECK(d[0] && d[1], "%s: loads", mc[i].name);
+        if (!d[0] || !d[1]) { kn_model_free(d[0]); kn_model_free(d[1]); continue; }
+        int V = kn_model_get_config(d[0])->n_vocab, L = kn_model_get_config(d[0])->n_layers;
+        int32_t ids[64];
+        int n = prompt_tokens(d[0], ids, 62);
+        ids[n] = ids[1]; ids[n + 1] = ids[2];
+        float *lg[2] = {malloc(sizeof(float) * (size_t)V * 3), malloc(sizeof(float) * (size_t)V * 3)};
+        for (int h = 0; h < 2; h++)
+            CHECK(kn_model_eval(d[h], ids, n, 0, lg[h], false) == KN_OK && kn_model_eval(d[h], ids + n, 1, n, lg[h] + V, false) == KN_OK &&
+                  kn_model_eval(d[h], ids + n + 1, 1, n + 1, lg[h] + 2 * V, false) == KN_OK, "%s", kn_last_error());
+        double e = rel_l2(lg[1], lg[0], V * 3);
+        CHECK(e < 1e-5, "%s: logits with prologues rel L2 %.3g from without", mc[i].name, e);
+        kn_plan_stats s[2];
+        for (int h = 0; h < 2; h++) kn_model_plan_stats(d[h], &s[h]);
+        CHECK(s[0].prologues == 0 && s[1].prologues == 3 * L + 1, "%s: %d prologues in the step plan, expected %d (L = %d)",
+              mc[i].name, s[1].prologues, 3 * L + 1, L);
+        /* records: q|k|v, o (+ residual), gate|up, down (+ residual) a layer, and the output */
+        CHECK(s[1].epilogues == 4 * L + 1 && s[1].nodes < s[0].nodes, "%s: %d matmuls with epilogues or prologues, %d nodes against %d",
+              mc[i].name, s[1].epilogues, s[1].nodes, s[0].nodes);
+        seen++;
+        free(lg[0]); free(lg[1]);
+        kn_model_free(d[0]); kn_model_free(d[1]);
+    }
+    kn_quant_force_act_mode(-1);
+    if (!seen) SKIP("stories260K and llama-2-tiny-random.gguf missing under KN_ASSETS (scripts/fetch_assets.sh)");
+}
+
 /* The device copy of an untied table is an optimisation: where the device
  * has no room for it the model still loads and the host looks the rows up.
  * The f16 table of tiny-random-f16 with f32 weights is the only allocation

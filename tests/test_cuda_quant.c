@@ -129,9 +129,9 @@ TEST(quantized_gemv_direct_call_checks_arguments) {
           !kn_cuda_quant_supported(KN_F32), "kn_cuda_quant_supported");
     void *w = NULL, *x = NULL, *y = NULL;
     REQUIRE(cudaMalloc(&w, 4096) == cudaSuccess && cudaMalloc(&x, 4096) == cudaSuccess && cudaMalloc(&y, 4096) == cudaSuccess, "cudaMalloc");
-    CHECK(kn_cuda_gemv_quant(KN_Q4_0, y, 4, w, x, 48, 1, 4, 48, NULL, NULL, NULL) == KN_ERR_INVALID, "K = 48 is not whole blocks");
-    CHECK(kn_cuda_gemv_quant(KN_Q8_K, y, 4, w, x, 256, 1, 4, 256, NULL, NULL, NULL) == KN_ERR_UNSUPPORTED, "Q8_K");
-    CHECK(kn_cuda_gemv_quant(KN_Q4_0, y, 4, w, x, 64, 9, 4, 64, NULL, NULL, NULL) == KN_ERR_UNSUPPORTED, "M = 9");
+    CHECK(kn_cuda_gemv_quant(KN_Q4_0, y, 4, w, x, 48, 1, 4, 48, NULL, NULL, NULL, NULL) == KN_ERR_INVALID, "K = 48 is not whole blocks");
+    CHECK(kn_cuda_gemv_quant(KN_Q8_K, y, 4, w, x, 256, 1, 4, 256, NULL, NULL, NULL, NULL) == KN_ERR_UNSUPPORTED, "Q8_K");
+    CHECK(kn_cuda_gemv_quant(KN_Q4_0, y, 4, w, x, 64, 9, 4, 64, NULL, NULL, NULL, NULL) == KN_ERR_UNSUPPORTED, "M = 9");
     CHECK(kn_cuda_dequant(KN_Q4_0, y, KN_F16, w, 64, NULL) == KN_ERR_INVALID, "f16 out");
     cudaFree(w); cudaFree(x); cudaFree(y);
 }
@@ -177,11 +177,11 @@ TEST(quantized_gemv_bandwidth) {
                 kn_status st = KN_OK;
                 for (int i = 0; i < 3; i++)
                     st = wt == KN_BF16 ? kn_cuda_gemv_bf16(y, src, x, NULL, N, K, NULL)
-                                       : kn_cuda_gemv_quant(wt, y, N, src, x, K, M, N, K, NULL, NULL, NULL);
+                                       : kn_cuda_gemv_quant(wt, y, N, src, x, K, M, N, K, NULL, NULL, NULL, NULL);
                 cudaEventRecord(a, NULL);
                 for (int i = 0; i < REPS && !st; i++)
                     st = wt == KN_BF16 ? kn_cuda_gemv_bf16(y, src, x, NULL, N, K, NULL)
-                                       : kn_cuda_gemv_quant(wt, y, N, src, x, K, M, N, K, NULL, NULL, NULL);
+                                       : kn_cuda_gemv_quant(wt, y, N, src, x, K, M, N, K, NULL, NULL, NULL, NULL);
                 cudaEventRecord(b, NULL);
                 CHECK(st == KN_OK, "%s", kn_last_error());
                 us = time_us(REPS, a, b);

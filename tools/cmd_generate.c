@@ -138,8 +138,9 @@ int cmd_bench(const cli_args *a) {
         printf("decode: %.1f host launches per token (%d kernel nodes a plain step; %llu of %llu steps graph replays); "
                "plan: %llu runs, %llu graphs captured\n", per, s.kernels, (unsigned long long)tg_replays,
                (unsigned long long)tg_runs, (unsigned long long)s.runs, (unsigned long long)s.captures);
-        printf("compiler: %d kernel launches per plain step, %d of them generated kernels fusing %d nodes (KN_NOFUSE=1: off)\n",
-               s.kernels, s.generated, s.fused_nodes);
+        printf("compiler: %d kernel launches per plain step, %d of them generated kernels fusing %d nodes; %d matmuls "
+               "took %d nodes into epilogues and prologues (%d prologues) (KN_NOFUSE=1: off)\n",
+               s.kernels, s.generated, s.fused_nodes, s.epilogues, s.epilogue_nodes, s.prologues);
     }
     free(toks); free(logits); free(pp); free(tg);
     kn_model_free(m);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void *fake_kernel_build(kn_backend *be, const char *src, const char *name, char *why, size_t n) {
     (void)be; (void)why; (void)n;
@@ -26,6 +27,17 @@ static void *fake_kernel_build(kn_backend *be, const char *src, const char *name
 static kn_status fake_kernel_run(kn_backend *be, void *k, const kn_kernel_launch *l) { (void)be; (void)k; (void)l; return KN_OK; }
 static void fake_kernel_free(kn_backend *be, void *k) { (void)be; (void)k; }
 
+/* the CUDA backend's rule (cuda_ops_epilogue.cu, kn_cu_epilogue_ok): decode
+ * rows only unless KN_EPILOGUE=1; the CPU backend runs what it accepts */
+static bool fake_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
+    (void)be;
+    bool row = mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
+    const char *all = getenv("KN_EPILOGUE");
+    if ((all && !strcmp(all, "0")) || (!row && !(all && !strcmp(all, "1")))) return false;
+    if (epi->pre != KN_OP_NONE && (!row || epi->dt != KN_F32)) return false;
+    return epi->dt == KN_F32 && (out == KN_F32 || out == KN_BF16 || out == KN_F16);
+}
+
 static kn_backend *fake_cuda_backend(void) {
     static kn_backend fake;
     fake = *kn_backend_cpu();
@@ -35,6 +47,7 @@ static kn_backend *fake_cuda_backend(void) {
     fake.kernel_build = fake_kernel_build;
     fake.kernel_run = fake_kernel_run;
     fake.kernel_free = fake_kernel_free;
+    fake.epilogue_ok = fake_epilogue_ok;
     return &fake;
 }
 #endif

@@ -280,17 +280,20 @@ kn_status kn_cu_reduce(const kn_exec *e);
 kn_status kn_cu_scan(const kn_exec *e);
 kn_status kn_cu_matmul(const kn_exec *e);
 /* What the GEMV kernels can do in their store: y = res + act(dot + bias)
- * (f32 [N] contiguous device vectors or NULL; act 0 or an activation op). */
-typedef struct { const float *bias; int act; const float *res; } kn_cu_gemv_epi;
+ * (f32 [N] contiguous device vectors or NULL; act 0 or an activation op),
+ * and a prologue before their dot (pre, kn_cuda.h). */
+typedef struct { const float *bias; int act; const float *res; kn_cuda_gemv_pre pre; } kn_cu_gemv_epi;
 /* The product alone (e->epi ignored), with ge (NULL: none) done in the
- * kernel where it can be: *done = 2 all of ge, 1 only its bias, 0 none. */
+ * kernel where it can be: *done = 2 all of ge, 1 only its bias, 0 none.
+ * A prologue (ge->pre.kind) runs in the kernel or not at all: then
+ * KN_ERR_UNSUPPORTED, nothing launched, no error recorded. */
 kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
 /* cuda_ops_quant.cu: the same for a GGUF-quantized right operand (a weight
  * kept as stored): kn_cu_matmul_gemv_epi branches here */
 kn_status kn_cu_matmul_quant(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
 /* gemv.cu: the GEMV with that epilogue; KN_ERR_UNSUPPORTED: not launched */
 extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
-                                      const float *res, int64_t N, int64_t K, void *stream);
+                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, void *stream);
 /* cuda_ops_epilogue.cu: a matmul with its epilogue (kn_epilogue) */
 kn_status kn_cu_matmul_epilogue(const kn_exec *e);
 bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);

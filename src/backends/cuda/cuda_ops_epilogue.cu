@@ -13,8 +13,21 @@
  * the unfused plan's bits. Not in-kernel (yet): the SGEMM store, the wgmma
  * kernel's f32-bias + tanh-GELU epilogue (it does not round between steps,
  * so it would not match the unfused graph).
+ *
+ * Prologues (kn_epilogue.pre: the left operand is an RMS norm or a gated
+ * unit of x): the GEMV kernels compute the row as they read it
+ * (gemv_pre.cuh); any other product gets A from k_prologue first, into a
+ * pool scratch. Taken only on one fixed activation row (a decode step),
+ * where it saves the launch of the norm's or SwiGLU's kernel.
+ *
+ * Which ones are offered (KN_EPILOGUE unset): only those of decode rows
+ * (a [1, N] product, M fixed at 1), where the GEMV does them in its kernel;
+ * elsewhere the fused elementwise kernels do as well or better
+ * (docs/COMPILER.md). KN_EPILOGUE=1: every one.
  */
 #include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/gemv_pre.cuh"   // defines: gx_silu1
+#include "backends/cuda/tune.cuh"       // defines: kn_cuda_tune
 #include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary
 #include <string.h>
 
@@ -38,12 +51,86 @@ __global__ void k_epilogue(kn_dview d, kn_dview mm, kn_dview bias, kn_dview res,
     }
 }
 
+/* a[r, :] = the prologue's A of row r (one block a row): rms_norm(x) * w or
+ * silu(x) * u, with the GEMV loaders' float arithmetic */
+__global__ void k_prologue(float *a, kn_dview x, kn_dview p, int64_t rows, int64_t K, int pre, int has_w, float eps) {
+    __shared__ float part[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float s = 1.f;
+        if (pre == KN_OP_RMS_NORM) {
+            float ss = 0.f;
+            for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+                float v = (float)kn_dget(x, kn_doff(x, r * K + j));
+                ss += v * v;
+            }
+            ss = kn_warp_sum(ss);
+            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+            __syncthreads();
+            float t = 0.f;
+            for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
+            __syncthreads();
+            s = 1.f / sqrtf(t / (float)K + eps);
+        }
+        for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+            float v = (float)kn_dget(x, kn_doff(x, r * K + j));
+            if (pre == KN_OP_RMS_NORM) {
+                v *= s;
+                if (has_w) v *= (float)kn_dget(p, j * p.st[0]);
+            } else {
+                v = gx_silu1(v) * (float)kn_dget(p, kn_doff(p, r * K + j));
+            }
+            a[r * K + j] = v;
+        }
+    }
+}
+
 static bool float_dt(kn_dtype t) { return t == KN_F32 || t == KN_F16 || t == KN_BF16 || t == KN_F64; }
 
+/* one activation row, fixed: a decode step's [1, N] product */
+static bool decode_row(const kn_tensor *mm) {
+    return mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
+}
+
 bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
-    (void)be; (void)mm;
+    (void)be;
+    bool row = decode_row(mm);
+    if (kn_env_get()->epilogue != 1 && !row) return false;
+    if (epi->pre != KN_OP_NONE &&
+        (!row || epi->dt != KN_F32 || (epi->pre != KN_OP_RMS_NORM && epi->pre != KN_OP_SILU) ||
+         (epi->vpre.ndim && epi->vpre.dtype != KN_F32)))
+        return false;
+    /* a gated prologue computes silu K times in each of the GEMV's N blocks;
+     * past N * K = 2^pro_silu (default 22: estimated a few microseconds of
+     * the SFUs on an H100) SwiGLU's own kernel is cheaper. A Llama-3-8B down
+     * product is 2^25.8; SmolLM2's 2^19.8. KN_CUDA_TUNE=pro_silu=N moves it. */
+    static const int silu_max = kn_cuda_tune("pro_silu", 22);
+    const kn_tensor *a = mm->src[0];
+    if (epi->pre == KN_OP_SILU && a && a->ndim >= 1 &&
+        (double)mm->shape[1] * (double)a->shape[a->ndim - 1] > ldexp(1.0, silu_max))
+        return false;
     return float_dt(epi->dt) && float_dt(out) && (!epi->bias || float_dt(epi->vbias.dtype)) &&
            (!epi->res || float_dt(epi->vres.dtype));
+}
+
+/* e's prologue computed into a pool scratch *tmp: m->src[0] the f32 rows of A */
+static kn_status prologue_first(const kn_exec *e, kn_exec *m, void **tmp) {
+    const kn_epilogue *p = e->epi;
+    const kn_tview *x = &e->src[0];
+    int64_t n = kn_tview_numel(x), K = x->ndim ? x->ne[x->ndim - 1] : 1, rows = K ? n / K : 0;
+    kn_status st = kn_cu_tmp(sizeof(float) * (size_t)(n ? n : 1), tmp);
+    if (st) return st;
+    if (rows > 0) {
+        unsigned grid = (unsigned)(rows < 65535 ? rows : 65535);
+        k_prologue<<<grid, 256, 0, kn_cu_stream()>>>((float *)*tmp, kn_dv(x), kn_dv(&p->vpre), rows, K, (int)p->pre,
+                                                     p->pre_w, p->pre_eps);
+        if (cudaGetLastError() != cudaSuccess) return kn_set_error(KN_ERR_BACKEND, "matmul prologue: launch failed");
+    }
+    kn_tview *s = &m->src[0];
+    s->data = *tmp;
+    s->dtype = KN_F32;
+    s->buf = NULL;
+    for (int64_t i = s->ndim - 1, sd = 1; i >= 0; i--) { s->st[i] = sd; sd *= s->ne[i]; }
+    return KN_OK;
 }
 
 kn_status kn_cu_matmul_epilogue(const kn_exec *e) {
@@ -71,8 +158,23 @@ kn_status kn_cu_matmul_epilogue(const kn_exec *e) {
         ge.act = p->act == KN_OP_NONE ? 0 : (int)p->act;
         ge.res = p->res ? (const float *)p->vres.data : NULL;
     }
+    if (p->pre != KN_OP_NONE) {
+        ge.pre.kind = p->pre == KN_OP_RMS_NORM ? KN_GV_PRE_NORM : KN_GV_PRE_SILU;
+        ge.pre.p = p->pre == KN_OP_SILU || p->pre_w ? (const float *)p->vpre.data : NULL;
+        ge.pre.eps = p->pre_eps;
+        /* the GEMV loaders read the vector as [K] contiguous */
+        int pl = p->vpre.ndim - 1;
+        if (ge.pre.p && pl >= 0 && p->vpre.st[pl] != 1 && p->vpre.ne[pl] != 1) ge.pre.kind = KN_GV_PRE_NONE;
+        if (e->src[0].ndim && e->src[0].st[e->src[0].ndim - 1] != 1) ge.pre.kind = KN_GV_PRE_NONE;
+    }
     int done = 0;
-    kn_status st = kn_cu_matmul_gemv_epi(&m, &ge, &done);
+    kn_status st = p->pre != KN_OP_NONE && ge.pre.kind == KN_GV_PRE_NONE ? KN_ERR_UNSUPPORTED : kn_cu_matmul_gemv_epi(&m, &ge, &done);
+    void *ptmp = NULL;
+    if (st == KN_ERR_UNSUPPORTED && p->pre != KN_OP_NONE) {   /* A first, then the product as without a prologue */
+        ge.pre.kind = KN_GV_PRE_NONE;
+        st = prologue_first(e, &m, &ptmp);
+        if (!st) st = kn_cu_matmul_gemv_epi(&m, &ge, &done);
+    }
     bool bias_left = p->bias && done == 0, act_left = p->act != KN_OP_NONE && done < 2, res_left = p->res && done < 2;
     if (st == KN_OK && (bias_left || act_left || res_left || tmp) && n > 0) {
         kn_tview none;
@@ -84,5 +186,6 @@ kn_status kn_cu_matmul_epilogue(const kn_exec *e) {
         if (cudaGetLastError() != cudaSuccess) st = kn_set_error(KN_ERR_BACKEND, "matmul epilogue: launch failed");
     }
     if (tmp) kn_cu_tmp_free(tmp);
+    if (ptmp) kn_cu_tmp_free(ptmp);
     return st;
 }

@@ -63,15 +63,17 @@ kn_status kn_cu_matmul_quant(const kn_exec *e, const kn_cu_gemv_epi *ge, int *do
                  (a->st[an - 1] == 1 || K == 1) && lda >= K && (d->st[nb + 1] == 1 || N == 1) && ldc >= N &&
                  (b->st[bn - 2] == 1 || K == 1) && (b->st[bn - 1] == K || N == 1) &&
                  K % kn_dtype_get(b->dtype)->block_size == 0 && ((uintptr_t)b->data & 1) == 0 && !kn_env_get()->cuda_no_gemv;
-    if (dense && M <= 8) {
+    bool pre = ge && ge->pre.kind != KN_GV_PRE_NONE;
+    if (dense && M <= 8 && (!pre || !ge->act)) {
         const float *bias = ge ? ge->bias : NULL, *res = ge && !ge->act && M == 1 ? ge->res : NULL;
         kn_status st = kn_cuda_gemv_quant((int)b->dtype, (float *)d->data, ldc, b->data, (const float *)a->data, lda, M, N, K,
-                                          bias, res, kn_cu_stream());
+                                          bias, res, pre ? &ge->pre : NULL, kn_cu_stream());
         if (st != KN_ERR_UNSUPPORTED) {
             if (!st && done) *done = res || (ge && !ge->act && !ge->res) ? 2 : bias ? 1 : 0;
             return st;
         }
     }
+    if (pre) return KN_ERR_UNSUPPORTED;   /* the caller computes the prologue's A first */
     if (dense && kn_cuda_gemm_tc_available() && !kn_env_get()->cuda_no_tc) {
         void *wb = NULL;
         kn_status st = kn_cu_tmp(sizeof(uint16_t) * (size_t)(N * K), &wb);

@@ -489,15 +489,18 @@ kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int 
                 (b.dtype == KN_F32 ? K % 4 == 0 : (b.dtype == KN_BF16 || b.dtype == KN_F16) && K % 8 == 0) &&
                 kn_aligned16(a.data) && kn_aligned16(b.data) && (N == 1 || d->st[nb + 1] == 1) && N <= INT32_MAX &&
                 K <= INT32_MAX && !kn_env_get()->cuda_no_gemv;
+    bool pre = ge && ge->pre.kind != KN_GV_PRE_NONE;
+    if (pre && !gemv) return KN_ERR_UNSUPPORTED;   /* the caller computes the prologue's A first */
     if (gemv) {
         /* a matmul epilogue in the GEMV's store (gemv.cu: every step rounded
-         * as the unfused f32 nodes round it); else at least the bias, which
-         * every GEMV kernel adds: y = dot + bias[n] */
+         * as the unfused f32 nodes round it) and its prologue; else at least
+         * the bias, which every GEMV kernel adds: y = dot + bias[n] */
         const float *bias = ge ? ge->bias : NULL;
-        if (ge && (ge->act || ge->res)) {
+        if (ge && (ge->act || ge->res || pre)) {
             kn_status st = kn_cuda_gemv_epi((int)b.dtype, (float *)d->data, b.data, (const float *)a.data, ge->bias, ge->act,
-                                            ge->res, N, K, kn_cu_stream());
+                                            ge->res, N, K, &ge->pre, kn_cu_stream());
             if (st != KN_ERR_UNSUPPORTED) { *done = 2; return st; }
+            if (pre) return st;
         }
         if (done && bias) *done = 1;
         if (b.dtype == KN_F32)

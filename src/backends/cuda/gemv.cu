@@ -39,13 +39,13 @@ gemv_f32_kernel(float *y, const float *__restrict__ W, const float *__restrict__
     if (lane == 0) y[row] = a + (bias ? bias[row] : 0.f);
 }
 
-__device__ __forceinline__ float gv_dot8(uint4 w, const float4 *x) {
-    float4 xa = __ldg(x), xb = __ldg(x + 1);
+__device__ __forceinline__ float gv_dot8v(uint4 w, float4 xa, float4 xb) {
     return kn_bf2f(w.x & 0xffff) * xa.x + kn_bf2f(w.x >> 16) * xa.y +
            kn_bf2f(w.y & 0xffff) * xa.z + kn_bf2f(w.y >> 16) * xa.w +
            kn_bf2f(w.z & 0xffff) * xb.x + kn_bf2f(w.z >> 16) * xb.y +
            kn_bf2f(w.w & 0xffff) * xb.z + kn_bf2f(w.w >> 16) * xb.w;
 }
+__device__ __forceinline__ float gv_dot8(uint4 w, const float4 *x) { return gv_dot8v(w, __ldg(x), __ldg(x + 1)); }
 
 __global__ void __launch_bounds__(KN_GV_WARPS * 32)
 gemv_bf16_kernel(float *y, const uint16_t *__restrict__ W, const float *__restrict__ x,
@@ -69,11 +69,19 @@ gemv_bf16_kernel(float *y, const uint16_t *__restrict__ W, const float *__restri
 }
 
 /* ---- v2: one block per row, U loads in flight per thread ----------------------------- */
-__device__ __forceinline__ float gv_dot(float4 w, const float4 *x4, int i) {
-    float4 xv = __ldg(x4 + i);
+/* The activation row as the dot reads it, float4 j (elements 4j .. 4j+3):
+ * as stored, or a matmul prologue's A computed from it (gemv_pre.cuh,
+ * shared with gemv_quant.cu) */
+#include "backends/cuda/gemv_pre.cuh"   // defines: gx_plain, gx_norm, gx_silu, gx_norm_scale
+
+template <class GX> __device__ __forceinline__ float gv_dot(float4 w, GX &g, int i) {
+    float4 xv = g(i);
     return w.x * xv.x + w.y * xv.y + w.z * xv.z + w.w * xv.w;
 }
-__device__ __forceinline__ float gv_dot(uint4 w, const float4 *x4, int i) { return gv_dot8(w, x4 + 2 * i); }
+template <class GX> __device__ __forceinline__ float gv_dot(uint4 w, GX &g, int i) {
+    float4 xa = g(2 * i), xb = g(2 * i + 1);
+    return gv_dot8v(w, xa, xb);
+}
 
 /* 8 f16 weights: a type of its own so that the row kernel's overloads pick
  * the f16 dot; loaded as one 16-byte streaming load like the bf16 vector */
@@ -81,8 +89,8 @@ struct __align__(16) gv_h8 { uint4 u; };
 __device__ __forceinline__ float2 gv_h2f(uint32_t u) {
     return __half22float2(__halves2half2(__ushort_as_half((unsigned short)(u & 0xffff)), __ushort_as_half((unsigned short)(u >> 16))));
 }
-__device__ __forceinline__ float gv_dot(gv_h8 w, const float4 *x4, int i) {
-    float4 xa = __ldg(x4 + 2 * i), xb = __ldg(x4 + 2 * i + 1);
+template <class GX> __device__ __forceinline__ float gv_dot(gv_h8 w, GX &g, int i) {
+    float4 xa = g(2 * i), xb = g(2 * i + 1);
     float2 a = gv_h2f(w.u.x), b = gv_h2f(w.u.y), c = gv_h2f(w.u.z), d = gv_h2f(w.u.w);
     return a.x * xa.x + a.y * xa.y + b.x * xa.z + b.y * xa.w + c.x * xb.x + c.y * xb.y + d.x * xb.z + d.y * xb.w;
 }
@@ -90,19 +98,14 @@ __device__ __forceinline__ float4 gv_load(const float4 *p) { return __ldcs(p); }
 __device__ __forceinline__ uint4 gv_load(const uint4 *p) { return __ldcs(p); }
 __device__ __forceinline__ gv_h8 gv_load(const gv_h8 *p) { gv_h8 r; r.u = __ldcs((const uint4 *)p); return r; }
 
-/* VT: float4 (f32 W), uint4 (8 bf16) or gv_h8 (8 f16); nv = K / elements per vector.
- * A matmul epilogue in the store (kn_cuda_gemv_epi): y = res + act(dot + bias),
- * ACT an op (0: none) applied as the unfused f32 unary kernel does (the op
- * table's double function, rounded to float), res [N] f32 or NULL. */
-template <typename VT, int U, int ACT>
-__global__ void __launch_bounds__(256)
-gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
-                const float *__restrict__ bias, int nv, const float *__restrict__ res) {
-    __shared__ float sh[8];
-    kn_pdl_enter();
-    const int row = blockIdx.x;
-    const VT *w = W + (int64_t)row * nv;
-    const float4 *x4 = (const float4 *)x;
+/* float4s of activations one weight vector meets: 1 for 4 f32, 2 for 8 bf16/f16 */
+template <typename VT> struct gv_xper { static constexpr int n = 2; };
+template <> struct gv_xper<float4> { static constexpr int n = 1; };
+
+/* One row's dot over nv vectors, U loads in flight per thread: this
+ * thread's share of the sum. Every vector index is one thread's, once. */
+template <typename VT, int U, class GX>
+__device__ __forceinline__ float gv_row(const VT *__restrict__ w, GX &g, int nv) {
     float acc = 0.f;
     for (int b = threadIdx.x; b < nv; b += blockDim.x * U) {
         VT v[U];
@@ -114,15 +117,48 @@ gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int i = b + u * blockDim.x;
-            if (i < nv) acc += gv_dot(v[u], x4, i);
+            if (i < nv) acc += gv_dot(v[u], g, i);
         }
     }
+    return acc;
+}
+
+/* VT: float4 (f32 W), uint4 (8 bf16) or gv_h8 (8 f16); nv = K / elements per vector.
+ * A matmul epilogue in the store (kn_cuda_gemv_epi): y = res + act(dot + bias),
+ * ACT an op (0: none) applied as the unfused f32 unary kernel does (the op
+ * table's double function, rounded to float), res [N] f32 or NULL.
+ * PRE a prologue (KN_GV_PRE_*; pp its vector, eps the norm's): the
+ * activation row computed as it is read (the norm's scale applied to the
+ * dot, gemv_pre.cuh). */
+template <typename VT, int U, int ACT, int PRE>
+__global__ void __launch_bounds__(256)
+gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
+                const float *__restrict__ bias, int nv, const float *__restrict__ res,
+                const float *__restrict__ pp, float eps) {
+    __shared__ float sh[8], shs[8];
+    kn_pdl_enter();
+    const int row = blockIdx.x;
+    const VT *w = W + (int64_t)row * nv;
+    const float4 *x4 = (const float4 *)x;
+    float acc, ss = 0.f;
+    if (PRE == KN_GV_PRE_NORM) {
+        gx_norm g{x4, (const float4 *)pp, 0.f};
+        acc = gv_row<VT, U>(w, g, nv);
+        ss = kn_warp_sum(g.ss);
+    } else if (PRE == KN_GV_PRE_SILU) {
+        gx_silu g{x4, (const float4 *)pp};
+        acc = gv_row<VT, U>(w, g, nv);
+    } else {
+        gx_plain g{x4};
+        acc = gv_row<VT, U>(w, g, nv);
+    }
     acc = kn_warp_sum(acc);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = acc;
+    if ((threadIdx.x & 31) == 0) { sh[threadIdx.x >> 5] = acc; shs[threadIdx.x >> 5] = ss; }
     __syncthreads();
     if (threadIdx.x == 0) {
-        float s = 0.f;
-        for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += sh[i];
+        float s = 0.f, t = 0.f;
+        for (int i = 0; i < (int)(blockDim.x >> 5); i++) { s += sh[i]; t += shs[i]; }
+        if (PRE == KN_GV_PRE_NORM) s *= gx_norm_scale(t, nv * 4 * gv_xper<VT>::n, eps);
         float v = s + (bias ? bias[row] : 0.f);
         if (ACT) v = (float)kn_scalar_unary(ACT, (double)v, 0.0, 0.0);
         if (res) v = res[row] + v;
@@ -131,18 +167,18 @@ gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
 }
 
 /* Threads per block: enough for U vectors each to cover the row, 32..256. */
-template <typename VT, int ACT>
+template <typename VT, int ACT, int PRE = KN_GV_PRE_NONE>
 static kn_status gemv_row_launch_act(float *y, const VT *W, const float *x, const float *bias, int64_t N,
-                                     int64_t nv, const float *res, void *stream) {
+                                     int64_t nv, const float *res, void *stream, const float *pp = NULL, float eps = 0.f) {
     static const int U = kn_cuda_tune("gemv_u", 4);
     int64_t th = (nv + (U >= 8 ? 8 : 4) - 1) / (U >= 8 ? 8 : 4);
     th = th < 32 ? 32 : th > 256 ? 256 : (th + 31) / 32 * 32;
     if (U >= 8)
-        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 8, ACT>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
-                                  y, W, x, bias, (int)nv, res));
+        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 8, ACT, PRE>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
+                                  y, W, x, bias, (int)nv, res, pp, eps));
     else
-        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 4, ACT>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
-                                  y, W, x, bias, (int)nv, res));
+        KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 4, ACT, PRE>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
+                                  y, W, x, bias, (int)nv, res, pp, eps));
     return KN_OK;
 }
 template <typename VT>
@@ -150,10 +186,15 @@ static kn_status gemv_row_launch(float *y, const VT *W, const float *x, const fl
                                  int64_t nv, void *stream) {
     return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, NULL, stream);
 }
-/* act: 0 or one of the four epilogue activations */
+/* act: 0 or one of the four epilogue activations; pre: a prologue (act 0 only) */
 template <typename VT>
 static kn_status gemv_row_launch_epi(float *y, const VT *W, const float *x, const float *bias, int64_t N,
-                                     int64_t nv, int act, const float *res, void *stream) {
+                                     int64_t nv, int act, const float *res, const kn_cuda_gemv_pre *pre, void *stream) {
+    if (pre && pre->kind == KN_GV_PRE_NORM && !act)
+        return gemv_row_launch_act<VT, 0, KN_GV_PRE_NORM>(y, W, x, bias, N, nv, res, stream, pre->p, pre->eps);
+    if (pre && pre->kind == KN_GV_PRE_SILU && !act)
+        return gemv_row_launch_act<VT, 0, KN_GV_PRE_SILU>(y, W, x, bias, N, nv, res, stream, pre->p, 0.f);
+    if (pre && pre->kind != KN_GV_PRE_NONE) return KN_ERR_UNSUPPORTED;
     switch (act) {
     case 0: return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, res, stream);
     case KN_OP_RELU: return gemv_row_launch_act<VT, KN_OP_RELU>(y, W, x, bias, N, nv, res, stream);
@@ -206,20 +247,25 @@ extern "C" kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *
 
 /* The GEMV with a matmul epilogue in its store (the CUDA backend's
  * cuda_ops_epilogue.cu): y[n] = res[n] + act(W[n,:] . x + bias[n]), each
- * step rounded to float as the unfused f32 nodes round it. wt: KN_F32,
- * KN_BF16 or KN_F16 W; act 0 or KN_OP_RELU / GELU / GELU_TANH / SILU; bias,
- * res: f32 [N] or NULL. KN_ERR_UNSUPPORTED (nothing launched) for another
- * act, W dtype, or the v1 kernels (KN_CUDA_TUNE=gemv_v=1): the caller then
- * runs the epilogue after a plain GEMV. */
+ * step rounded to float as the unfused f32 nodes round it; with a prologue
+ * (pre, act 0 only) x is the row it computes. wt: KN_F32, KN_BF16 or
+ * KN_F16 W; act 0 or KN_OP_RELU / GELU / GELU_TANH / SILU; bias, res: f32
+ * [N] or NULL. KN_ERR_UNSUPPORTED (nothing launched) for another act, W
+ * dtype, an unaligned prologue vector, or the v1 kernels
+ * (KN_CUDA_TUNE=gemv_v=1): the caller then runs the epilogue after a plain
+ * GEMV (and the prologue before it). */
 extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
-                                      const float *res, int64_t N, int64_t K, void *stream) {
+                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, void *stream) {
     static const int ver = kn_cuda_tune("gemv_v", 2);
-    if ((ver == 1 && wt != KN_F16) || (act && act != KN_OP_RELU && act != KN_OP_GELU && act != KN_OP_GELU_TANH && act != KN_OP_SILU))
+    bool has_pre = pre && pre->kind != KN_GV_PRE_NONE;
+    if ((ver == 1 && (wt != KN_F16 || has_pre)) ||
+        (act && act != KN_OP_RELU && act != KN_OP_GELU && act != KN_OP_GELU_TANH && act != KN_OP_SILU))
         return KN_ERR_UNSUPPORTED;
+    if (has_pre && ((pre->p && !kn_aligned16(pre->p)) || (pre->kind == KN_GV_PRE_SILU && !pre->p))) return KN_ERR_UNSUPPORTED;
     kn_status s = gemv_check("kn_cuda_gemv_epi", y, W, x, N, K, wt == KN_F32 ? 4 : 8);
     if (s || N == 0) return s;
-    if (wt == KN_F32) return gemv_row_launch_epi<float4>(y, (const float4 *)W, x, bias, N, K / 4, act, res, stream);
-    if (wt == KN_BF16) return gemv_row_launch_epi<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, act, res, stream);
-    if (wt == KN_F16) return gemv_row_launch_epi<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, act, res, stream);
+    if (wt == KN_F32) return gemv_row_launch_epi<float4>(y, (const float4 *)W, x, bias, N, K / 4, act, res, pre, stream);
+    if (wt == KN_BF16) return gemv_row_launch_epi<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, act, res, pre, stream);
+    if (wt == KN_F16) return gemv_row_launch_epi<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, act, res, pre, stream);
     return KN_ERR_UNSUPPORTED;
 }

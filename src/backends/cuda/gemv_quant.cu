@@ -43,6 +43,7 @@
  */
 #include "backends/cuda/common.cuh"
 #include "backends/cuda/quant_blocks.cuh"   // defines: kq_run, kn_qt
+#include "backends/cuda/gemv_pre.cuh"       // defines: gx_norm, gx_silu, gx_norm_scale (matmul prologues)
 #include "backends/cuda/tune.cuh"           // defines: kn_cuda_tune
 
 #define QG_WARPS 4
@@ -53,17 +54,21 @@
 
 /* x: [M, ldx] f32, 16-byte aligned rows; y: [M, ldy]; W: N rows of row_bytes;
  * nblk blocks a row; MM >= M the unrolled activation rows. A block takes R
- * rows; its warps split the row's steps (warp w: steps w, w + 4, ...). */
-template <int T, int R, int MM>
+ * rows; its warps split the row's steps (warp w: steps w, w + 4, ...).
+ * PK: a matmul prologue (KN_GV_PRE_*, MM = 1 only; pp its vector, eps the
+ * norm's): the activation row computed as it is loaded. */
+template <int T, int R, int MM, int PK>
 __global__ void __launch_bounds__(QG_WARPS * 32)
 qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_bytes, const float *__restrict__ x,
-             int64_t ldx, int M, int N, int nblk, const float *__restrict__ bias, const float *__restrict__ res) {
+             int64_t ldx, int M, int N, int nblk, const float *__restrict__ bias, const float *__restrict__ res,
+             const float *__restrict__ pp, float eps) {
+    static_assert(PK == KN_GV_PRE_NONE || MM == 1, "a prologue computes one activation row");
     typedef kn_qt<T> Q;
     constexpr int BPG = QG_STEP / Q::QK;                 /* blocks a step */
     constexpr int RPB = Q::QK / 8;                       /* runs of 8 a block */
     constexpr int W16 = QG_WIN16(T), PRE = QG_PRE(T);
     __shared__ uint4 win[QG_WARPS][R][W16];
-    __shared__ float part[QG_WARPS][R][MM];
+    __shared__ float part[QG_WARPS][R][MM], part_ss[QG_WARPS];
     kn_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = blockIdx.x * R;
@@ -91,6 +96,10 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     };
     int b0 = warp * BPG;
     if (b0 < nblk) fetch(b0);
+    /* prologue loaders; the norm's adds up the row's squares as it goes (each
+     * element once a block: the warps split the steps, the lanes the runs) */
+    gx_norm nrm{(const float4 *)x, (const float4 *)pp, 0.f};
+    gx_silu slu{(const float4 *)x, (const float4 *)pp};
     for (; b0 < nblk; b0 += QG_WARPS * BPG) {
         const int nb = nblk - b0 < BPG ? nblk - b0 : BPG;
         int off[R];
@@ -118,7 +127,16 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             for (int m = 0; m < MM; m++) {
                 if (m >= M) break;
                 const float4 *xr = (const float4 *)(xs + (int64_t)m * ldx + 8 * g);
-                float4 xa = __ldg(xr), xb = __ldg(xr + 1);
+                float4 xa, xb;
+                if (PK == KN_GV_PRE_NORM) {
+                    const int j = (b0 * Q::QK + 8 * g) / 4;
+                    xa = nrm(j); xb = nrm(j + 1);
+                } else if (PK == KN_GV_PRE_SILU) {
+                    const int j = (b0 * Q::QK + 8 * g) / 4;
+                    xa = slu(j); xb = slu(j + 1);
+                } else {
+                    xa = __ldg(xr); xb = __ldg(xr + 1);
+                }
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     acc[r][m] += w[r][0] * xa.x + w[r][1] * xa.y + w[r][2] * xa.z + w[r][3] * xa.w +
@@ -134,6 +152,10 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             float v = kn_warp_sum(acc[r][m]);
             if (lane == 0) part[warp][r][m] = v;
         }
+    if (PK == KN_GV_PRE_NORM) {
+        float t = kn_warp_sum(nrm.ss);
+        if (lane == 0) part_ss[warp] = t;
+    }
     __syncthreads();
     /* thread (r, m) of warp 0 adds the warps' partial sums in order */
     if (threadIdx.x < R * MM) {
@@ -142,6 +164,12 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             float v = 0.f;
 #pragma unroll
             for (int k = 0; k < QG_WARPS; k++) v += part[k][r][m];
+            if (PK == KN_GV_PRE_NORM) {   /* the norm's scale, applied to the dot (gemv_pre.cuh) */
+                float t = 0.f;
+#pragma unroll
+                for (int k = 0; k < QG_WARPS; k++) t += part_ss[k];
+                v *= gx_norm_scale(t, nblk * Q::QK, eps);
+            }
             if (bias) v = v + bias[row];
             if (res) v = res[row] + v;
             y[(int64_t)m * ldy + row] = v;
@@ -149,18 +177,20 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     }
 }
 
-template <int T, int R, int MM>
+template <int T, int R, int MM, int PK = KN_GV_PRE_NONE>
 static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64_t ldx, int M, int64_t N, int64_t K,
-                     const float *bias, const float *res, cudaStream_t s) {
+                     const float *bias, const float *res, cudaStream_t s, const float *pp = NULL, float eps = 0.f) {
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
-    kn_launch_pdl(qgemv_kernel<T, R, MM>, dim3((unsigned)((N + R - 1) / R)), dim3(QG_WARPS * 32), 0, s,
-                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res);
+    kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + R - 1) / R)), dim3(QG_WARPS * 32), 0, s,
+                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res, pp, eps);
 }
 
 template <int T>
 static void qgemv_type(float *y, int64_t ldy, const void *W, const float *x, int64_t ldx, int M, int64_t N, int64_t K,
-                       const float *bias, const float *res, cudaStream_t s) {
+                       const float *bias, const float *res, const kn_cuda_gemv_pre *pre, cudaStream_t s) {
+    if (pre && pre->kind == KN_GV_PRE_NORM) return qgemv_go<T, 2, 1, KN_GV_PRE_NORM>(y, ldy, W, x, ldx, M, N, K, bias, res, s, pre->p, pre->eps);
+    if (pre && pre->kind == KN_GV_PRE_SILU) return qgemv_go<T, 2, 1, KN_GV_PRE_SILU>(y, ldy, W, x, ldx, M, N, K, bias, res, s, pre->p);
     /* two rows a block: the activations a lane loads serve both; faster on
      * every shape measured (docs/PERF.md); KN_CUDA_TUNE=qgemv_r=1 for one */
     static const int rt = kn_cuda_tune("qgemv_r", 2);
@@ -184,12 +214,16 @@ extern "C" int kn_cuda_quant_supported(int wt) {
 }
 
 /* y [M, ldy] = x [M, ldx] @ W^T, W [N, K] quantized rows of type wt; bias
- * [N] or NULL; res [N] or NULL (M = 1 only). KN_ERR_UNSUPPORTED (nothing
- * launched) for another type, M outside 1..8, or unaligned x. */
+ * [N] or NULL; res [N] or NULL (M = 1 only); pre a prologue or NULL (M = 1
+ * only). KN_ERR_UNSUPPORTED (nothing launched) for another type, M outside
+ * 1..8, or unaligned x or prologue vector. */
 extern "C" kn_status kn_cuda_gemv_quant(int wt, float *y, int64_t ldy, const void *W, const float *x, int64_t ldx,
                                         int64_t M, int64_t N, int64_t K, const float *bias, const float *res,
-                                        void *stream) {
+                                        const kn_cuda_gemv_pre *pre, void *stream) {
+    bool has_pre = pre && pre->kind != KN_GV_PRE_NONE;
     if (!kn_cuda_quant_supported(wt) || M < 1 || M > 8 || (res && M != 1) || !kn_aligned16(x) || ldx % 4)
+        return KN_ERR_UNSUPPORTED;
+    if (has_pre && (M != 1 || (pre->p && !kn_aligned16(pre->p)) || (pre->kind == KN_GV_PRE_SILU && !pre->p)))
         return KN_ERR_UNSUPPORTED;
     const kn_dtype_info *di = kn_dtype_get((kn_dtype)wt);
     KN_CUDA_REQUIRE(K > 0 && K % di->block_size == 0 && K / di->block_size <= INT32_MAX && N >= 0 && N <= INT32_MAX,
@@ -199,7 +233,7 @@ extern "C" kn_status kn_cuda_gemv_quant(int wt, float *y, int64_t ldy, const voi
     if (N == 0) return KN_OK;
     cudaStream_t s = kn_stream(stream);
     switch (wt) {
-#define QCASE(T) case T: qgemv_type<T>(y, ldy, W, x, ldx, (int)M, N, K, bias, res, s); break;
+#define QCASE(T) case T: qgemv_type<T>(y, ldy, W, x, ldx, (int)M, N, K, bias, res, has_pre ? pre : NULL, s); break;
     KN_QUANT_GPU_TYPES(QCASE)
 #undef QCASE
     default: return KN_ERR_UNSUPPORTED;

@@ -177,8 +177,18 @@ kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *x, const fl
  * kn_cuda_dequant: n elements (whole blocks) of W expanded to bf16 or f32
  * (out_dt KN_BF16 / KN_F32) at out (16-byte aligned). */
 int kn_cuda_quant_supported(int wt);
+/* A matmul prologue in the GEMV kernels (kn_epilogue.pre, one activation
+ * row): the row they dot with W is computed from x as it is loaded.
+ *   KN_GV_PRE_NORM: x[k] * s * p[k], s = 1 / sqrt(sum(x^2) / K + eps) over
+ *                   the row (p NULL: no weight); the RMS norm
+ *   KN_GV_PRE_SILU: silu(x[k]) * p[k]; a gated unit (SwiGLU)
+ * p: f32 [K], 16-byte aligned. NULL or KN_GV_PRE_NONE: x as stored. */
+enum { KN_GV_PRE_NONE, KN_GV_PRE_NORM, KN_GV_PRE_SILU };
+typedef struct { int kind; const float *p; float eps; } kn_cuda_gemv_pre;
+/* pre: M = 1 only (else KN_ERR_UNSUPPORTED, nothing launched) */
 kn_status kn_cuda_gemv_quant(int wt, float *y, int64_t ldy, const void *W, const float *x, int64_t ldx,
-                             int64_t M, int64_t N, int64_t K, const float *bias, const float *res, void *stream);
+                             int64_t M, int64_t N, int64_t K, const float *bias, const float *res,
+                             const kn_cuda_gemv_pre *pre, void *stream);
 kn_status kn_cuda_dequant(int wt, void *out, int out_dt, const void *W, int64_t n, void *stream);
 
 /* ---- general wgmma GEMM for bf16/f16 operands (gemm_bf16_sm90.cu, sm_90a) --------
