@@ -470,7 +470,7 @@ static float *permute_qk(const float *w, int heads, int D, int in) {
                 memcpy(o + ((size_t)h * D + 2 * j + s) * in, w + ((size_t)h * D + s * D / 2 + j) * in, sizeof(float) * in);
     return o;
 }
-static bool write_llama_gguf(const char *path, const char *rope) {
+static bool write_llama_gguf(const char *path, const char *rope, bool vocab) {
     st_set s = {0};
     llama_hf_set(&s);
     gguf_t T[40];
@@ -513,18 +513,20 @@ static bool write_llama_gguf(const char *path, const char *rope) {
     }
     bb b = {0};
     bb_put(&b, "GGUF", 4); bb_u32(&b, 3); bb_u64(&b, (uint64_t)nt);
-    int nkv = 12 + (!strcmp(rope, "yarn") ? 3 : 0);
+    int nkv = 9 + (vocab ? 3 : 0) + (!strcmp(rope, "yarn") ? 3 : 0);
     bb_u64(&b, (uint64_t)nkv);
     gkv_str(&b, "general.architecture", "llama");
     gkv_u32(&b, "llama.block_count", LL_L); gkv_u32(&b, "llama.context_length", 64);
     gkv_u32(&b, "llama.embedding_length", LL_C); gkv_u32(&b, "llama.feed_forward_length", LL_F);
     gkv_u32(&b, "llama.attention.head_count", LL_H); gkv_u32(&b, "llama.attention.head_count_kv", LL_HKV);
     gkv_f32(&b, "llama.rope.freq_base", 10000.0f); gkv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gkv_str(&b, "tokenizer.ggml.model", "llama");
-    bb_str(&b, "tokenizer.ggml.tokens"); bb_u32(&b, 9); bb_u32(&b, 8); bb_u64(&b, LL_V);
-    for (int i = 0; i < LL_V; i++) { char t[16]; snprintf(t, sizeof t, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i); bb_str(&b, t); }
-    bb_str(&b, "tokenizer.ggml.scores"); bb_u32(&b, 9); bb_u32(&b, 6); bb_u64(&b, LL_V);
-    for (int i = 0; i < LL_V; i++) bb_f32(&b, (float)-i);
+    if (vocab) {
+        gkv_str(&b, "tokenizer.ggml.model", "llama");
+        bb_str(&b, "tokenizer.ggml.tokens"); bb_u32(&b, 9); bb_u32(&b, 8); bb_u64(&b, LL_V);
+        for (int i = 0; i < LL_V; i++) { char t[16]; snprintf(t, sizeof t, i == 0 ? "<unk>" : i == 1 ? "<s>" : i == 2 ? "</s>" : "t%d", i); bb_str(&b, t); }
+        bb_str(&b, "tokenizer.ggml.scores"); bb_u32(&b, 9); bb_u32(&b, 6); bb_u64(&b, LL_V);
+        for (int i = 0; i < LL_V; i++) bb_f32(&b, (float)-i);
+    }
     if (!strcmp(rope, "yarn")) {
         gkv_str(&b, "llama.rope.scaling.type", "yarn"); gkv_f32(&b, "llama.rope.scaling.factor", 4.0f);
         gkv_u32(&b, "llama.rope.scaling.original_context_length", 64);
@@ -622,7 +624,7 @@ TEST(llama_gguf_rope_scaling_match_pytorch) {
     for (int i = 0; i < 2; i++) {
         ref_file r = {0};
         REQUIRE(read_ref(C[i].ref, &r), "%s unreadable", C[i].ref);
-        REQUIRE(write_llama_gguf(path, C[i].rope), "cannot write %s", path);
+        REQUIRE(write_llama_gguf(path, C[i].rope, true), "cannot write %s", path);
         kn_model *m = load(path, NULL);
         REQUIRE(m, "%s", kn_last_error());
         CHECK(!strcmp(kn_model_get_config(m)->rope_scaling, C[i].rope) && !kn_model_get_config(m)->rope_neox,
@@ -634,6 +636,31 @@ TEST(llama_gguf_rope_scaling_match_pytorch) {
         free_ref(&r);
     }
     unlink(path);
+}
+
+/* A Llama GGUF without a vocabulary (what `kiln quantize` writes from a
+ * Hugging Face directory without tokenizer.json) loads and evaluates ids
+ * as the same file with one does; generating text asks for a tokenizer */
+TEST(llama_gguf_without_vocabulary_evaluates_ids) {
+    const char *with = tmp_path("tiny_llama_vocab.gguf");
+    char without[256];
+    snprintf(without, sizeof without, "%s", tmp_path("tiny_llama_novocab.gguf"));
+    REQUIRE(write_llama_gguf(with, "llama3", true) && write_llama_gguf(without, "llama3", false), "cannot write the files");
+    kn_model *m[2] = {load(with, NULL), load(without, NULL)};
+    REQUIRE(m[0] && m[1], "loads: %s", kn_last_error());
+    CHECK(kn_model_tokenizer(m[0]) && !kn_model_tokenizer(m[1]), "the vocabulary-less file has no tokenizer");
+    int V = kn_model_get_config(m[0])->n_vocab;
+    int32_t ids[5] = {1, 7, 3, 9, 4};
+    float *lg[2] = {malloc(sizeof(float) * (size_t)V), malloc(sizeof(float) * (size_t)V)};
+    for (int h = 0; h < 2; h++) CHECK(lg[h] && kn_model_eval(m[h], ids, 5, 0, lg[h], false) == KN_OK, "eval: %s", kn_last_error());
+    CHECK(lg[0] && lg[1] && !memcmp(lg[0], lg[1], sizeof(float) * (size_t)V), "logits differ with and without the vocabulary");
+    kn_generate_params gp = kn_generate_defaults();
+    gp.max_tokens = 4;
+    CHECK(kn_generate(m[1], "hello", &gp, NULL, NULL, NULL) == KN_ERR_STATE && strstr(kn_last_error(), "tokenizer"),
+          "generate without a tokenizer: %s", kn_last_error());
+    free(lg[0]); free(lg[1]);
+    kn_model_free(m[0]); kn_model_free(m[1]);
+    unlink(with); unlink(without);
 }
 
 /* the shared classifier is the embedding: counted once (dim 64, hidden 172,

@@ -49,6 +49,11 @@ int cmd_tokenize(const cli_args *a) {
     kn_model *m = cli_load(a);
     if (!m) return 1;
     const kn_tokenizer *tok = kn_model_tokenizer(m);
+    if (!tok) {
+        fprintf(stderr, "kiln tokenize: the model has no tokenizer; give one with -z FILE\n");
+        kn_model_free(m);
+        return 1;
+    }
     int cap = (int)strlen(a->prompt) + 8, n = 0;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
     kn_status st = ids ? kn_tokenize(tok, a->prompt, strlen(a->prompt), kn_tokenizer_add_bos(tok), true, ids, cap, &n) : KN_ERR_NOMEM;

@@ -338,10 +338,12 @@ static kn_status load_gguf(kn_model *m, const char *path) {
     }
     if (st) return kn__model_err_prefix(st, path);
     c->weight_type = m->layers[0].wq->dtype;
-    /* a Llama GGUF must carry its vocabulary (chat and generate need it);
-     * for Qwen it is read when present, so id-only test models load too */
-    if ((!strcmp(arch, "llama") || kn_gguf_get_str(m->gguf, "tokenizer.ggml.model", &s)) &&
-        (st = kn_tokenizer_from_gguf(m->gguf, &m->tok)))
+    /* the vocabulary, when the file carries one. Without it the model
+     * evaluates token ids (kiln bench; `kiln quantize` of a Hugging Face
+     * directory without tokenizer.json writes such a file), and generate,
+     * chat, serve and perplexity ask for a tokenizer file (-z), as for a
+     * directory without tokenizer.json */
+    if (kn_gguf_get_str(m->gguf, "tokenizer.ggml.model", &s) && (st = kn_tokenizer_from_gguf(m->gguf, &m->tok)))
         return st;
     if (kn_gguf_get_str(m->gguf, "tokenizer.chat_template", &s)) {
         m->chat_template = malloc(s.len + 1);
