@@ -201,6 +201,9 @@ struct kn_backend {
 /* Helpers shared by backends (src/core/tview.c) */
 int64_t kn_tview_numel(const kn_tview *v);
 bool kn_tview_is_contiguous(const kn_tview *v);
+/* v made a contiguous (row-major) tensor of its extents at data, of dtype
+ * dt, in no buffer: a backend's scratch copy of an operand or result */
+void kn_tview_dense(kn_tview *v, void *data, kn_dtype dt);
 /* Align v to an output of ndim dims (right-aligned; size-1 dims get stride 0). */
 kn_tview kn_tview_broadcast(const kn_tview *v, int ndim, const int64_t *ne);
 double kn_load(kn_dtype t, const void *base, int64_t i);   /* element i as double */

@@ -19,6 +19,14 @@ bool kn_tview_is_contiguous(const kn_tview *v) {
     return true;
 }
 
+void kn_tview_dense(kn_tview *v, void *data, kn_dtype dt) {
+    v->data = data;
+    v->dtype = dt;
+    v->buf = NULL;
+    int64_t s = 1;
+    for (int i = v->ndim - 1; i >= 0; i--) { v->st[i] = s; s *= v->ne[i]; }
+}
+
 kn_tview kn_tview_broadcast(const kn_tview *v, int ndim, const int64_t *ne) {
     kn_tview r = *v;
     r.ndim = ndim;

@@ -116,10 +116,7 @@ kn_status kn_cpu_matmul_epilogue(const kn_exec *e) {
     kn_exec m = *e;
     m.epi = NULL;
     if (cast) {
-        m.dst.data = scratch;
-        m.dst.dtype = KN_F32;
-        int64_t s = 1;
-        for (int i = m.dst.ndim - 1; i >= 0; i--) { m.dst.st[i] = s; s *= m.dst.ne[i]; }
+        kn_tview_dense(&m.dst, scratch, KN_F32);
     }
     kn_status st = KN_OK;
     if (!kn_cpu_matmul_ep(&m, &post)) {     /* a layout the fast paths do not take: reference, then the pieces */

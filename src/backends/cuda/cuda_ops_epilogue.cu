@@ -26,7 +26,7 @@
  * (docs/COMPILER.md). KN_EPILOGUE=1: every one.
  */
 #include "backends/cuda/cuda_ops.cuh"
-#include "backends/cuda/gemv_pre.cuh"   // defines: gx_silu1
+#include "backends/cuda/gemv_pre.cuh"   // defines: gx_silu1, gx_norm_scale
 #include "backends/cuda/tune.cuh"       // defines: kn_cuda_tune
 #include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary
 #include <string.h>
@@ -54,7 +54,7 @@ __global__ void k_epilogue(kn_dview d, kn_dview mm, kn_dview bias, kn_dview res,
 /* a[r, :] = the prologue's A of row r (one block a row): rms_norm(x) * w or
  * silu(x) * u, with the GEMV loaders' float arithmetic */
 __global__ void k_prologue(float *a, kn_dview x, kn_dview p, int64_t rows, int64_t K, int pre, int has_w, float eps) {
-    __shared__ float part[32];
+    __shared__ float sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float s = 1.f;
         if (pre == KN_OP_RMS_NORM) {
@@ -63,13 +63,7 @@ __global__ void k_prologue(float *a, kn_dview x, kn_dview p, int64_t rows, int64
                 float v = (float)kn_dget(x, kn_doff(x, r * K + j));
                 ss += v * v;
             }
-            ss = kn_warp_sum(ss);
-            if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-            __syncthreads();
-            float t = 0.f;
-            for (int i = 0; i < (int)(blockDim.x >> 5); i++) t += part[i];
-            __syncthreads();
-            s = 1.f / sqrtf(t / (float)K + eps);
+            s = gx_norm_scale(kn_block_sum(ss, sh), (int)K, eps);
         }
         for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
             float v = (float)kn_dget(x, kn_doff(x, r * K + j));
@@ -125,11 +119,7 @@ static kn_status prologue_first(const kn_exec *e, kn_exec *m, void **tmp) {
                                                      p->pre_w, p->pre_eps);
         if (cudaGetLastError() != cudaSuccess) return kn_set_error(KN_ERR_BACKEND, "matmul prologue: launch failed");
     }
-    kn_tview *s = &m->src[0];
-    s->data = *tmp;
-    s->dtype = KN_F32;
-    s->buf = NULL;
-    for (int64_t i = s->ndim - 1, sd = 1; i >= 0; i--) { s->st[i] = sd; sd *= s->ne[i]; }
+    kn_tview_dense(&m->src[0], *tmp, KN_F32);
     return KN_OK;
 }
 
@@ -142,10 +132,7 @@ kn_status kn_cu_matmul_epilogue(const kn_exec *e) {
     if (e->dst.dtype != p->dt) {        /* the cast: the product in the matmul's dtype first */
         kn_status st = kn_cu_tmp(kn_dtype_nbytes(p->dt, n ? n : 1), &tmp);
         if (st) return st;
-        m.dst.data = tmp;
-        m.dst.dtype = p->dt;
-        int64_t s = 1;
-        for (int i = m.dst.ndim - 1; i >= 0; i--) { m.dst.st[i] = s; s *= m.dst.ne[i]; }
+        kn_tview_dense(&m.dst, tmp, p->dt);
     }
     /* what the GEMV (decode rows) can do in its store: f32 steps with an f32
      * contiguous bias and residual */

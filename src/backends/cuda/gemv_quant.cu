@@ -127,16 +127,11 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             for (int m = 0; m < MM; m++) {
                 if (m >= M) break;
                 const float4 *xr = (const float4 *)(xs + (int64_t)m * ldx + 8 * g);
+                const int j = (b0 * Q::QK + 8 * g) / 4;   /* the float4 of xr in the row (a prologue: m = 0) */
                 float4 xa, xb;
-                if (PK == KN_GV_PRE_NORM) {
-                    const int j = (b0 * Q::QK + 8 * g) / 4;
-                    xa = nrm(j); xb = nrm(j + 1);
-                } else if (PK == KN_GV_PRE_SILU) {
-                    const int j = (b0 * Q::QK + 8 * g) / 4;
-                    xa = slu(j); xb = slu(j + 1);
-                } else {
-                    xa = __ldg(xr); xb = __ldg(xr + 1);
-                }
+                if (PK == KN_GV_PRE_NORM) { xa = nrm(j); xb = nrm(j + 1); }
+                else if (PK == KN_GV_PRE_SILU) { xa = slu(j); xb = slu(j + 1); }
+                else { xa = __ldg(xr); xb = __ldg(xr + 1); }
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     acc[r][m] += w[r][0] * xa.x + w[r][1] * xa.y + w[r][2] * xa.z + w[r][3] * xa.w +

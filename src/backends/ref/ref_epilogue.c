@@ -76,11 +76,7 @@ kn_status kn_ref_prologue(const kn_exec *e, kn_exec *m, kn_epilogue *epi, void *
             a[r * K + j] = (float)v;
         }
     }
-    kn_tview *s = &m->src[0];
-    s->data = a;
-    s->dtype = KN_F32;
-    s->buf = NULL;
-    for (int64_t i = s->ndim - 1, st = 1; i >= 0; i--) { s->st[i] = st; st *= s->ne[i]; }
+    kn_tview_dense(&m->src[0], a, KN_F32);
     *epi = *p;
     epi->pre = KN_OP_NONE;
     bool rest = epi->bias || epi->act != KN_OP_NONE || epi->res || e->dst.dtype != epi->dt;
@@ -108,10 +104,7 @@ kn_status kn_ref_matmul_epilogue(const kn_exec *e, kn_status (*matmul)(const kn_
         int64_t n = kn_tview_numel(&e->dst);
         tmp = malloc(kn_dtype_nbytes(e->epi->dt, n ? n : 1));
         if (!tmp) return kn_set_error(KN_ERR_NOMEM, "matmul epilogue: out of host memory for %lld elements", (long long)n);
-        m.dst.data = tmp;
-        m.dst.dtype = e->epi->dt;
-        int64_t s = 1;
-        for (int i = m.dst.ndim - 1; i >= 0; i--) { m.dst.st[i] = s; s *= m.dst.ne[i]; }
+        kn_tview_dense(&m.dst, tmp, e->epi->dt);
     }
     kn_status st = matmul(&m);
     if (st == KN_OK) kn_ref_epilogue_apply(e, &m.dst);
