@@ -80,6 +80,13 @@ typedef struct kn_exec {
      * (a gradient may read it). */
     void *aux;
     void *src_aux[KN_MAX_SRC];
+    /* Bit k: src[k] is fixed for the plan's run, the storage of a leaf that
+     * no node of the plan writes (an effect's target is not fixed). A device
+     * backend may read it before the work queued ahead of this node has
+     * finished (CUDA: the GEMV loads its weights before the wait of a
+     * programmatic dependent launch). Runs start with a stream-ordered copy
+     * (syms_upload), so a previous run's writes are always complete. */
+    unsigned fixed;
 } kn_exec;
 
 /* The one argument of every generated kernel, passed by value (CUDA) or by

@@ -67,6 +67,12 @@ static void *aux_of(const kn_plan *p, kn_tensor *s) {
     return o >= 0 && p->arena ? (char *)p->arena->data + o : NULL;
 }
 
+/* s is a leaf's storage that no node of the plan writes (kn_exec.fixed) */
+static bool fixed_src(const kn_plan *p, kn_tensor *s) {
+    kn_tensor *o = kn__storage_owner(s);
+    return p->written && o->op == KN_OP_NONE && o->id < p->n_ids && !p->written[o->id];
+}
+
 bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, int *bad) {
     memset(e, 0, sizeof *e);
     const kn_epi_rec *r = kn__pepi(p, t);
@@ -80,6 +86,7 @@ bool kn__exec_of(const kn_plan *p, kn_tensor *t, kn_exec *e, kn_epilogue *epi, i
         *bad = k;
         if (!kn__tview_of(p, s, &e->src[k])) return false;
         e->src_aux[k] = r ? NULL : aux_of(p, s);
+        if (fixed_src(p, s)) e->fixed |= 1u << k;
         e->nsrc = k + 1;
     }
     if (!r) {

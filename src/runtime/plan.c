@@ -292,6 +292,29 @@ static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opt
     return true;
 }
 
+/* p->written: the storages the plan's effects write in place (their own
+ * and the sources kn__effect_writes names), so that kn__exec_of can say
+ * which leaves stay fixed for a run. Without memory for the table none is
+ * fixed, which only costs speed. */
+static void mark_written(kn_plan *p) {
+    p->written = calloc(p->n_ids > 0 ? (size_t)p->n_ids : 1, 1);
+    if (!p->written) return;
+    for (int i = 0; i < p->n; i++) {
+        kn_tensor *t = p->order[i];
+        unsigned mask = kn__effect_writes(t->op);
+        if (!mask) continue;
+        kn_tensor *w[1 + 2 * KN_MAX_SRC];
+        int nw = 0;
+        w[nw++] = t;
+        for (int k = 0; k < KN_MAX_SRC; k++)
+            if (mask >> k & 1) { w[nw++] = t->src[k]; w[nw++] = kn__psrc(p, t, k); }
+        for (int j = 0; j < nw; j++) {
+            kn_tensor *o = w[j] ? kn__storage_owner(w[j]) : NULL;
+            if (o && o->id < p->n_ids) p->written[o->id] = 1;
+        }
+    }
+}
+
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
     if (!ctx) return NULL;
     double t0 = kn_env_get()->debug ? kn__profile_now() : 0;
@@ -306,6 +329,7 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
         kn_plan_free(p);
         return NULL;
     }
+    mark_written(p);
     if (kn_env_get()->debug) {
         fprintf(stderr, "plan built in %.3f ms\n", (kn__profile_now() - t0) * 1e3);
         if (p->ngroups)
@@ -335,6 +359,7 @@ void kn_plan_free(kn_plan *p) {
     free(p->kernel);
     free(p->epi);
     free(p->epi_of);
+    free(p->written);
     free(p->batch);
     free(p);
 }

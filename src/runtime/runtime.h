@@ -49,6 +49,7 @@ struct kn_plan {
     int32_t *epi_of;       /* by tensor id: the record whose `last` the node is, -1; NULL when none */
     int epi_nodes;         /* consumer nodes run in epilogues (as many left the schedule: the matmuls, and the chains but their last) and prologue nodes */
     int epi_pro;           /* records with a prologue */
+    uint8_t *written;      /* by tensor id: 1 for a storage an effect of the plan writes (kn_exec.fixed); NULL: none is fixed */
     struct kn_replay *replay;  /* captured graphs and run counts (replay.c); NULL until the first run */
     kn_exec *batch;        /* KN_BATCH_MAX records for a backend's compute_batch (exec.c); NULL until needed */
     int nbatched;          /* nodes the last stepped run (not a replay) handed to compute_batch (tests) */

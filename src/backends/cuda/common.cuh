@@ -36,7 +36,11 @@ static inline bool kn_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 
  * kernel must call kn_pdl_enter() before its first global memory access,
  * read or write: the wait returns once the previous grid has completed and
  * its writes are visible; the trigger after it lets the next kernel be
- * scheduled now (it waits in turn). A kernel that never waits must be
+ * scheduled now (it waits in turn). The one exception: memory no kernel can
+ * be writing may be read before it (a GEMV's weights, kn_exec.fixed), so
+ * that its latency passes while the kernel before still runs; the kernel
+ * before that one has finished by then (its successor waited for it before
+ * letting this one be scheduled). A kernel that never waits must be
  * launched plainly. Below sm_90 both are no-ops. */
 __device__ __forceinline__ void kn_pdl_enter() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -293,7 +293,8 @@ kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int 
 kn_status kn_cu_matmul_quant(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done);
 /* gemv.cu: the GEMV with that epilogue; KN_ERR_UNSUPPORTED: not launched */
 extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
-                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, void *stream);
+                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, int wfix,
+                                      void *stream);
 /* cuda_ops_epilogue.cu: a matmul with its epilogue (kn_epilogue) */
 kn_status kn_cu_matmul_epilogue(const kn_exec *e);
 bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out);

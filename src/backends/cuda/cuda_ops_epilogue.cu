@@ -120,6 +120,7 @@ static kn_status prologue_first(const kn_exec *e, kn_exec *m, void **tmp) {
         if (cudaGetLastError() != cudaSuccess) return kn_set_error(KN_ERR_BACKEND, "matmul prologue: launch failed");
     }
     kn_tview_dense(&m->src[0], *tmp, KN_F32);
+    m->fixed &= ~1u;                    /* A is now the scratch k_prologue writes */
     return KN_OK;
 }
 

@@ -40,6 +40,7 @@ static kn_status q_generic(const kn_exec *e, const kn_cu_gemv_epi *ge, int *done
         kn_exec f = *e;
         f.src[1].data = tmp;
         f.src[1].dtype = KN_F32;
+        f.fixed &= ~2u;                 /* tmp is written by the kernel just before */
         st = kn_cu_matmul_gemv_epi(&f, ge, done);
     }
     kn_cu_tmp_free(tmp);

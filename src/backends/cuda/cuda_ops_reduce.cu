@@ -11,6 +11,7 @@
  * strides). A GGUF-quantized right operand (a weight kept as stored) takes
  * cuda_ops_quant.cu. */
 #include "backends/cuda/cuda_ops.cuh"
+#include "backends/cuda/tune.cuh"      // defines: kn_cuda_tune (gemv_early)
 #include <stdlib.h>
 #include <string.h>
 
@@ -496,10 +497,17 @@ kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int 
          * as the unfused f32 nodes round it) and its prologue; else at least
          * the bias, which every GEMV kernel adds: y = dot + bias[n] */
         const float *bias = ge ? ge->bias : NULL;
-        if (ge && (ge->act || ge->res || pre)) {
-            kn_status st = kn_cuda_gemv_epi((int)b.dtype, (float *)d->data, b.data, (const float *)a.data, ge->bias, ge->act,
-                                            ge->res, N, K, &ge->pre, kn_cu_stream());
-            if (st != KN_ERR_UNSUPPORTED) { *done = 2; return st; }
+        /* no kernel of the plan writes W: loaded before the PDL wait
+         * (KN_CUDA_TUNE=gemv_early=0 waits first, to compare) */
+        static const int early = kn_cuda_tune("gemv_early", 1);
+        const int wfix = early && (e->fixed >> 1 & 1u);
+        if ((ge && (ge->act || ge->res || pre)) || wfix) {
+            kn_status st = kn_cuda_gemv_epi((int)b.dtype, (float *)d->data, b.data, (const float *)a.data, bias, ge ? ge->act : 0,
+                                            ge ? ge->res : NULL, N, K, ge ? &ge->pre : NULL, wfix, kn_cu_stream());
+            if (st != KN_ERR_UNSUPPORTED) {
+                if (done) *done = 2;
+                return st;
+            }
             if (pre) return st;
         }
         if (done && bias) *done = 1;

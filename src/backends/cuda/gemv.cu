@@ -102,23 +102,30 @@ __device__ __forceinline__ gv_h8 gv_load(const gv_h8 *p) { gv_h8 r; r.u = __ldcs
 template <typename VT> struct gv_xper { static constexpr int n = 2; };
 template <> struct gv_xper<float4> { static constexpr int n = 1; };
 
-/* One row's dot over nv vectors, U loads in flight per thread: this
- * thread's share of the sum. Every vector index is one thread's, once. */
-template <typename VT, int U, class GX>
-__device__ __forceinline__ float gv_row(const VT *__restrict__ w, GX &g, int nv) {
-    float acc = 0.f;
-    for (int b = threadIdx.x; b < nv; b += blockDim.x * U) {
-        VT v[U];
+/* One row's U-vector batch from vector b on (a thread's vectors b, b + bd, ..) */
+template <typename VT, int U>
+__device__ __forceinline__ void gv_fetch(const VT *__restrict__ w, int b, int nv, VT (&v)[U]) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            int i = b + u * blockDim.x;
-            if (i < nv) v[u] = gv_load(w + i);
-        }
+    for (int u = 0; u < U; u++) {
+        int i = b + u * blockDim.x;
+        if (i < nv) v[u] = gv_load(w + i);
+    }
+}
+/* One row's dot over nv vectors, U loads in flight per thread: this
+ * thread's share of the sum. v holds its first batch (gv_fetch from
+ * threadIdx.x), each next batch is loaded once the last is used. Every
+ * vector index is one thread's, once. */
+template <typename VT, int U, class GX>
+__device__ __forceinline__ float gv_row(const VT *__restrict__ w, GX &g, int nv, VT (&v)[U]) {
+    float acc = 0.f;
+    for (int b = threadIdx.x; b < nv;) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int i = b + u * blockDim.x;
             if (i < nv) acc += gv_dot(v[u], g, i);
         }
+        b += blockDim.x * U;
+        if (b < nv) gv_fetch<VT, U>(w, b, nv, v);
     }
     return acc;
 }
@@ -134,23 +141,29 @@ template <typename VT, int U, int ACT, int PRE>
 __global__ void __launch_bounds__(256)
 gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
                 const float *__restrict__ bias, int nv, const float *__restrict__ res,
-                const float *__restrict__ pp, float eps) {
+                const float *__restrict__ pp, float eps, int wfix) {
     __shared__ float sh[8], shs[8];
-    kn_pdl_enter();
     const int row = blockIdx.x;
     const VT *w = W + (int64_t)row * nv;
+    /* wfix: no kernel of the plan writes W (kn_exec.fixed), so its first
+     * batch is loaded before the wait for the kernel before (PDL,
+     * common.cuh) and its DRAM latency passes while that kernel runs */
+    VT v[U];
+    if (wfix) gv_fetch<VT, U>(w, threadIdx.x, nv, v);
+    kn_pdl_enter();
+    if (!wfix) gv_fetch<VT, U>(w, threadIdx.x, nv, v);
     const float4 *x4 = (const float4 *)x;
     float acc, ss = 0.f;
     if (PRE == KN_GV_PRE_NORM) {
         gx_norm g{x4, (const float4 *)pp, 0.f};
-        acc = gv_row<VT, U>(w, g, nv);
+        acc = gv_row<VT, U>(w, g, nv, v);
         ss = kn_warp_sum(g.ss);
     } else if (PRE == KN_GV_PRE_SILU) {
         gx_silu g{x4, (const float4 *)pp};
-        acc = gv_row<VT, U>(w, g, nv);
+        acc = gv_row<VT, U>(w, g, nv, v);
     } else {
         gx_plain g{x4};
-        acc = gv_row<VT, U>(w, g, nv);
+        acc = gv_row<VT, U>(w, g, nv, v);
     }
     acc = kn_warp_sum(acc);
     if ((threadIdx.x & 31) == 0) { sh[threadIdx.x >> 5] = acc; shs[threadIdx.x >> 5] = ss; }
@@ -169,16 +182,17 @@ gemv_row_kernel(float *y, const VT *__restrict__ W, const float *__restrict__ x,
 /* Threads per block: enough for U vectors each to cover the row, 32..256. */
 template <typename VT, int ACT, int PRE = KN_GV_PRE_NONE>
 static kn_status gemv_row_launch_act(float *y, const VT *W, const float *x, const float *bias, int64_t N,
-                                     int64_t nv, const float *res, void *stream, const float *pp = NULL, float eps = 0.f) {
+                                     int64_t nv, const float *res, void *stream, const float *pp = NULL, float eps = 0.f,
+                                     int wfix = 0) {
     static const int U = kn_cuda_tune("gemv_u", 4);
     int64_t th = (nv + (U >= 8 ? 8 : 4) - 1) / (U >= 8 ? 8 : 4);
     th = th < 32 ? 32 : th > 256 ? 256 : (th + 31) / 32 * 32;
     if (U >= 8)
         KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 8, ACT, PRE>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
-                                  y, W, x, bias, (int)nv, res, pp, eps));
+                                  y, W, x, bias, (int)nv, res, pp, eps, wfix));
     else
         KN_CUDA_TRY(kn_launch_pdl(gemv_row_kernel<VT, 4, ACT, PRE>, dim3((unsigned)N), dim3((unsigned)th), 0, kn_stream(stream),
-                                  y, W, x, bias, (int)nv, res, pp, eps));
+                                  y, W, x, bias, (int)nv, res, pp, eps, wfix));
     return KN_OK;
 }
 template <typename VT>
@@ -189,18 +203,19 @@ static kn_status gemv_row_launch(float *y, const VT *W, const float *x, const fl
 /* act: 0 or one of the four epilogue activations; pre: a prologue (act 0 only) */
 template <typename VT>
 static kn_status gemv_row_launch_epi(float *y, const VT *W, const float *x, const float *bias, int64_t N,
-                                     int64_t nv, int act, const float *res, const kn_cuda_gemv_pre *pre, void *stream) {
+                                     int64_t nv, int act, const float *res, const kn_cuda_gemv_pre *pre, int wfix,
+                                     void *stream) {
     if (pre && pre->kind == KN_GV_PRE_NORM && !act)
-        return gemv_row_launch_act<VT, 0, KN_GV_PRE_NORM>(y, W, x, bias, N, nv, res, stream, pre->p, pre->eps);
+        return gemv_row_launch_act<VT, 0, KN_GV_PRE_NORM>(y, W, x, bias, N, nv, res, stream, pre->p, pre->eps, wfix);
     if (pre && pre->kind == KN_GV_PRE_SILU && !act)
-        return gemv_row_launch_act<VT, 0, KN_GV_PRE_SILU>(y, W, x, bias, N, nv, res, stream, pre->p, 0.f);
+        return gemv_row_launch_act<VT, 0, KN_GV_PRE_SILU>(y, W, x, bias, N, nv, res, stream, pre->p, 0.f, wfix);
     if (pre && pre->kind != KN_GV_PRE_NONE) return KN_ERR_UNSUPPORTED;
     switch (act) {
-    case 0: return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, res, stream);
-    case KN_OP_RELU: return gemv_row_launch_act<VT, KN_OP_RELU>(y, W, x, bias, N, nv, res, stream);
-    case KN_OP_GELU: return gemv_row_launch_act<VT, KN_OP_GELU>(y, W, x, bias, N, nv, res, stream);
-    case KN_OP_GELU_TANH: return gemv_row_launch_act<VT, KN_OP_GELU_TANH>(y, W, x, bias, N, nv, res, stream);
-    case KN_OP_SILU: return gemv_row_launch_act<VT, KN_OP_SILU>(y, W, x, bias, N, nv, res, stream);
+    case 0: return gemv_row_launch_act<VT, 0>(y, W, x, bias, N, nv, res, stream, NULL, 0.f, wfix);
+    case KN_OP_RELU: return gemv_row_launch_act<VT, KN_OP_RELU>(y, W, x, bias, N, nv, res, stream, NULL, 0.f, wfix);
+    case KN_OP_GELU: return gemv_row_launch_act<VT, KN_OP_GELU>(y, W, x, bias, N, nv, res, stream, NULL, 0.f, wfix);
+    case KN_OP_GELU_TANH: return gemv_row_launch_act<VT, KN_OP_GELU_TANH>(y, W, x, bias, N, nv, res, stream, NULL, 0.f, wfix);
+    case KN_OP_SILU: return gemv_row_launch_act<VT, KN_OP_SILU>(y, W, x, bias, N, nv, res, stream, NULL, 0.f, wfix);
     default: return KN_ERR_UNSUPPORTED;
     }
 }
@@ -253,9 +268,12 @@ extern "C" kn_status kn_cuda_gemv_f16(float *y, const uint16_t *W, const float *
  * [N] or NULL. KN_ERR_UNSUPPORTED (nothing launched) for another act, W
  * dtype, an unaligned prologue vector, or the v1 kernels
  * (KN_CUDA_TUNE=gemv_v=1): the caller then runs the epilogue after a plain
- * GEMV (and the prologue before it). */
+ * GEMV (and the prologue before it). wfix: no kernel writes W while this one
+ * may overlap the kernel before it (kn_exec.fixed): its first loads of W
+ * are then made before the PDL wait. */
 extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const float *x, const float *bias, int act,
-                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, void *stream) {
+                                      const float *res, int64_t N, int64_t K, const kn_cuda_gemv_pre *pre, int wfix,
+                                      void *stream) {
     static const int ver = kn_cuda_tune("gemv_v", 2);
     bool has_pre = pre && pre->kind != KN_GV_PRE_NONE;
     if ((ver == 1 && (wt != KN_F16 || has_pre)) ||
@@ -264,8 +282,8 @@ extern "C" kn_status kn_cuda_gemv_epi(int wt, float *y, const void *W, const flo
     if (has_pre && ((pre->p && !kn_aligned16(pre->p)) || (pre->kind == KN_GV_PRE_SILU && !pre->p))) return KN_ERR_UNSUPPORTED;
     kn_status s = gemv_check("kn_cuda_gemv_epi", y, W, x, N, K, wt == KN_F32 ? 4 : 8);
     if (s || N == 0) return s;
-    if (wt == KN_F32) return gemv_row_launch_epi<float4>(y, (const float4 *)W, x, bias, N, K / 4, act, res, pre, stream);
-    if (wt == KN_BF16) return gemv_row_launch_epi<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, act, res, pre, stream);
-    if (wt == KN_F16) return gemv_row_launch_epi<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, act, res, pre, stream);
+    if (wt == KN_F32) return gemv_row_launch_epi<float4>(y, (const float4 *)W, x, bias, N, K / 4, act, res, pre, wfix, stream);
+    if (wt == KN_BF16) return gemv_row_launch_epi<uint4>(y, (const uint4 *)W, x, bias, N, K / 8, act, res, pre, wfix, stream);
+    if (wt == KN_F16) return gemv_row_launch_epi<gv_h8>(y, (const gv_h8 *)W, x, bias, N, K / 8, act, res, pre, wfix, stream);
     return KN_ERR_UNSUPPORTED;
 }

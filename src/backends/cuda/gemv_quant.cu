@@ -61,7 +61,7 @@ template <int T, int R, int MM, int PK>
 __global__ void __launch_bounds__(QG_WARPS * 32)
 qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_bytes, const float *__restrict__ x,
              int64_t ldx, int M, int N, int nblk, const float *__restrict__ bias, const float *__restrict__ res,
-             const float *__restrict__ pp, float eps) {
+             const float *__restrict__ pp, float eps, int early) {
     static_assert(PK == KN_GV_PRE_NONE || MM == 1, "a prologue computes one activation row");
     typedef kn_qt<T> Q;
     constexpr int BPG = QG_STEP / Q::QK;                 /* blocks a step */
@@ -69,7 +69,6 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     constexpr int W16 = QG_WIN16(T), PRE = QG_PRE(T);
     __shared__ uint4 win[QG_WARPS][R][W16];
     __shared__ float part[QG_WARPS][R][MM], part_ss[QG_WARPS];
-    kn_pdl_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row0 = blockIdx.x * R;
     float acc[R][MM];
@@ -94,8 +93,15 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
                 if (lane + 32 * k < n16[r]) pre[r][k] = __ldcs((const uint4 *)a0 + lane + 32 * k);
         }
     };
+    /* The first step's weights are loaded before the wait for the kernel
+     * before (PDL, common.cuh), so that their DRAM latency passes while it
+     * still runs: no kernel writes quantized data (the GPU takes quantized
+     * tensors only as a matmul's weight, written by uploads, which are
+     * stream-ordered copies), so W is the same before the wait as after. */
     int b0 = warp * BPG;
-    if (b0 < nblk) fetch(b0);
+    if (early && b0 < nblk) fetch(b0);
+    kn_pdl_enter();
+    if (!early && b0 < nblk) fetch(b0);
     /* prologue loaders; the norm's adds up the row's squares as it goes (each
      * element once a block: the warps split the steps, the lanes the runs) */
     gx_norm nrm{(const float4 *)x, (const float4 *)pp, 0.f};
@@ -177,8 +183,9 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
                      const float *bias, const float *res, cudaStream_t s, const float *pp = NULL, float eps = 0.f) {
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
+    static const int early = kn_cuda_tune("gemv_early", 1);   /* 0: every load after the wait (to compare) */
     kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + R - 1) / R)), dim3(QG_WARPS * 32), 0, s,
-                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res, pp, eps);
+                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res, pp, eps, early != 0);
 }
 
 template <int T>
