@@ -679,18 +679,42 @@ struct kv_f16 { uint16_t b; };
 struct kv_bf16 { uint16_t b; };
 template <> __device__ __forceinline__ float kv_ld<kv_f16>(const kv_f16 *p, int64_t i) { return kn_dev_h2f(p[i].b); }
 template <> __device__ __forceinline__ float kv_ld<kv_bf16>(const kv_bf16 *p, int64_t i) { return kn_bf2f(p[i].b); }
+/* Elements 0..3 of p in one load (the vectorised kernels: p aligned to 4 elements) */
+template <typename KV>
+__device__ __forceinline__ float4 kv_ld4(const KV *p);
+template <> __device__ __forceinline__ float4 kv_ld4<float>(const float *p) { return *(const float4 *)p; }
+template <> __device__ __forceinline__ float4 kv_ld4<kv_f16>(const kv_f16 *p) {
+    uint2 u = *(const uint2 *)p;
+    return make_float4(kn_dev_h2f(u.x & 0xffff), kn_dev_h2f(u.x >> 16), kn_dev_h2f(u.y & 0xffff), kn_dev_h2f(u.y >> 16));
+}
+template <> __device__ __forceinline__ float4 kv_ld4<kv_bf16>(const kv_bf16 *p) {
+    uint2 u = *(const uint2 *)p;
+    return make_float4(kn_bf2f(u.x & 0xffff), kn_bf2f(u.x >> 16), kn_bf2f(u.y & 0xffff), kn_bf2f(u.y >> 16));
+}
 
 /* One block's share of a decode row: the scores of keys [j0, j1) into
  * sc[j - j0], then p = exp(s - m) in place; every thread gets (m, l): the
- * max and the sum of the p (their barriers also publish sc[]). */
-template <typename KV>
+ * max and the sum of the p (their barriers also publish sc[]). V4: K rows
+ * read 4 elements a load (aligned, D % 4 == 0), added in the same order. */
+template <typename KV, bool V4>
 __device__ __forceinline__ float2 sdpa_dec_probs(const float *qs, const KV *kb, int64_t kst, int64_t j0, int64_t j1, int64_t D,
                                                  float scale, float cap, float *sc, float *red) {
     float m = -INFINITY;
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         const KV *kr = kb + j * kst;
         float a = 0.f;
-        for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
+        if (V4) {
+#pragma unroll 4
+            for (int64_t d = 0; d < D; d += 4) {   /* the loads of a row in flight together, not one a step */
+                float4 k4 = kv_ld4<KV>(kr + d);
+                a += qs[d] * k4.x;
+                a += qs[d + 1] * k4.y;
+                a += qs[d + 2] * k4.z;
+                a += qs[d + 3] * k4.w;
+            }
+        } else {
+            for (int64_t d = 0; d < D; d++) a += qs[d] * kv_ld<KV>(kr, d);
+        }
         a *= scale;
         if (cap > 0.f) a = cap * tanhf(a / cap);
         sc[j - j0] = a;
@@ -708,12 +732,45 @@ __device__ __forceinline__ float sdpa_dec_pv(const float *sc, const KV *vb, int6
     for (int64_t j = j0; j < j1; j++) acc += sc[j - j0] * kv_ld<KV>(vb + j * vst, d);
     return acc;
 }
-
+/* The same, vectorised (Dv % 4 == 0, Dv <= 4 * blockDim, V rows aligned):
+ * thread (c, g) adds columns 4c .. 4c+3 of keys j0 + g, j0 + g + NG, ...,
+ * NG = blockDim / (Dv / 4) groups, 4-wide loads, several in flight (a thread
+ * a column walked every key one load after another: at a 600-key cache,
+ * hundreds of dependent round trips). part [NG][Dv] (shared) gets the
+ * groups' sums; after the barrier sdpa_dec_pv_sum adds them in g order. */
+#define SDPA_PART 512   /* floats of part: NG * Dv <= 4 * blockDim (128) */
 template <typename KV>
+__device__ __forceinline__ void sdpa_dec_pv4(const float *sc, const KV *vb, int64_t vst, int64_t j0, int64_t j1, int64_t Dv,
+                                             float *part) {
+    const int C = (int)(Dv / 4), NG = (int)blockDim.x / C, c = (int)threadIdx.x % C, g = (int)threadIdx.x / C;
+    if (g < NG) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+        for (int64_t j = j0 + g; j < j1; j += NG) {
+            const float p = sc[j - j0];
+            const float4 v = kv_ld4<KV>(vb + j * vst + 4 * c);
+            acc.x += p * v.x;
+            acc.y += p * v.y;
+            acc.z += p * v.z;
+            acc.w += p * v.w;
+        }
+        *(float4 *)(part + (int64_t)g * Dv + 4 * c) = acc;
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ float sdpa_dec_pv_sum(const float *part, int64_t Dv, int64_t d) {
+    const int NG = (int)blockDim.x / (int)(Dv / 4);
+    float acc = 0.f;
+    for (int g = 0; g < NG; g++) acc += part[(int64_t)g * Dv + d];
+    return acc;
+}
+
+template <typename KV, bool V4>
 __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v, kn_dview vv, float *y,
                               kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
                               float scale, int64_t window, float cap, const int64_t *dsyms, int tk_sym) {
     extern __shared__ float sm[];                     /* q [D], scores [Tk] */
+    __shared__ __align__(16) float part[V4 ? SDPA_PART : 1];
     kn_pdl_enter();                                   /* launched with kn_launch_pdl */
     if (dsyms) Tk = dsyms[tk_sym];                    /* a captured launch: the key count of this replay */
     __shared__ float red[32];
@@ -727,9 +784,14 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
     sdpa_range(causal, window, i, Tq, Tk, &lo, &lim);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
     __syncthreads();
-    const float2 ml = sdpa_dec_probs<KV>(qs, kb, kv.st[2], lo, lim, D, scale, cap, sc, red);
+    const float2 ml = sdpa_dec_probs<KV, V4>(qs, kb, kv.st[2], lo, lim, D, scale, cap, sc, red);
     float inv = lim > lo ? 1.f / ml.y : NAN;           /* no key: NaN, like the reference */
-    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) yr[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], lo, lim, d) * inv;
+    if (V4) {
+        sdpa_dec_pv4<KV>(sc, vb, vv.st[2], lo, lim, Dv, part);
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) yr[d] = sdpa_dec_pv_sum(part, Dv, d) * inv;
+    } else {
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) yr[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], lo, lim, d) * inv;
+    }
 }
 /* The same row on a cluster of SDPA_CL blocks (sm_90): a decode step has a
  * row per query head (9 for SmolLM2-135M), so one block a row leaves most
@@ -743,13 +805,14 @@ __global__ void k_sdpa_decode(const float *q, kn_dview qv, const KV *k, kn_dview
  * then. A slice with no key gives m = -inf, l = 0 (w = 0); no key at all
  * gives a NaN row, like the single-block kernel. */
 #define SDPA_CL 8
-template <typename KV>
+template <typename KV, bool V4>
 __global__ void __launch_bounds__(128) k_sdpa_decode_cl(const float *q, kn_dview qv, const KV *k, kn_dview kv, const KV *v,
                               kn_dview vv, float *y, kn_dview yv, int64_t Hq, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, int64_t G, int causal,
                               float scale, int64_t window, float cap, const int64_t *dsyms, int tk_sym) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ float sm[];                     /* q [D], o_r [Dv], (m_r, l_r), scores [slice] */
     __shared__ float red[32];
+    __shared__ __align__(16) float part[V4 ? SDPA_PART : 1];
     kn_pdl_enter();                                   /* launched with PDL as well */
     namespace cg = cooperative_groups;
     cg::cluster_group cl = cg::this_cluster();
@@ -766,8 +829,13 @@ __global__ void __launch_bounds__(128) k_sdpa_decode_cl(const float *q, kn_dview
     const int64_t j0 = lo + rank * per, j1 = j0 + per < lim ? j0 + per : lim;   /* this block's slice (may be empty) */
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) qs[d] = qr[d];
     __syncthreads();
-    const float2 ml = sdpa_dec_probs<KV>(qs, kb, kv.st[2], j0, j1, D, scale, cap, sc, red);
-    for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) po[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], j0, j1, d);
+    const float2 ml = sdpa_dec_probs<KV, V4>(qs, kb, kv.st[2], j0, j1, D, scale, cap, sc, red);
+    if (V4) {
+        sdpa_dec_pv4<KV>(sc, vb, vv.st[2], j0, j1, Dv, part);
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) po[d] = sdpa_dec_pv_sum(part, Dv, d);
+    } else {
+        for (int64_t d = threadIdx.x; d < Dv; d += blockDim.x) po[d] = sdpa_dec_pv<KV>(sc, vb, vv.st[2], j0, j1, d);
+    }
     if (threadIdx.x == 0) { pml[0] = ml.x; pml[1] = ml.y; }
     cl.sync();
     if (rank == 0) {
@@ -849,43 +917,61 @@ static kn_status sdpa_cl_launch(void (*kern)(P...), unsigned rows, size_t smem, 
     }
     return KN_OK;
 }
-static kn_status sdpa_decode(const kn_exec *e) {
+/* K and V rows readable 4 elements a load: D and Dv multiples of 4 (Dv at
+ * most 4 x 128 threads), every stride a multiple of 4, bases aligned */
+static bool sdpa_dec_v4(const kn_tview *k, const kn_tview *v, int64_t D, int64_t Dv) {
+    if (D % 4 || Dv % 4 || Dv > SDPA_PART) return false;
+    const kn_tview *kv[2] = {k, v};
+    for (int s = 0; s < 2; s++) {
+        size_t es = kn_dtype_get(kv[s]->dtype)->type_size;
+        if ((uintptr_t)kv[s]->data % (4 * es)) return false;
+        for (int d = 0; d < 3; d++)
+            if (kv[s]->st[d] % 4) return false;
+    }
+    return true;
+}
+/* One decode attention launch of KV type T: the cluster kernel where it
+ * pays and launches, else a block a row; V4 as sdpa_dec_v4 says. */
+template <typename T, bool V4>
+static kn_status sdpa_decode_go(const kn_exec *e, bool cl, size_t smem, size_t csmem, unsigned rows, const int64_t *ds, int tk_sym) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
-    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    int64_t Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Hkv = k->ne[1], Tk = k->ne[2], Dv = v->ne[3];
+    float scale = (float)e->node->p.sdpa.scale, cap = (float)e->node->p.sdpa.softcap;
+    int causal = e->node->p.sdpa.causal;
+    int64_t W = e->node->p.sdpa.window;
+    if (cl) {
+        kn_status cst = sdpa_cl_launch(k_sdpa_decode_cl<T, V4>, rows, csmem, (const float *)q->data, kn_dv(q), (const T *)k->data,
+                                       kn_dv(k), (const T *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv,
+                                       Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
+        if (cst != KN_ERR_UNSUPPORTED) return cst;
+    }
+    KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<T, V4>, dim3(rows), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q),
+                              (const T *)k->data, kn_dv(k), (const T *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D,
+                              Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
+    LAUNCHED_OK();
+}
+template <typename T>
+static kn_status sdpa_decode_kv(const kn_exec *e, bool v4, bool cl, size_t smem, size_t csmem, unsigned rows, const int64_t *ds, int tk_sym) {
+    return v4 ? sdpa_decode_go<T, true>(e, cl, smem, csmem, rows, ds, tk_sym)
+              : sdpa_decode_go<T, false>(e, cl, smem, csmem, rows, ds, tk_sym);
+}
+static kn_status sdpa_decode(const kn_exec *e) {
+    const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2];
+    int64_t B = q->ne[0], Hq = q->ne[1], Tq = q->ne[2], D = q->ne[3], Tk = k->ne[2], Dv = v->ne[3];
     if (!sdpa_decode_fits(e, Tk)) return KN_ERR_UNSUPPORTED;
     const int64_t *ds = kn_cu_capture_syms();
     int tk_sym = ds ? (int)(kn_cu_sdpa_dynamic_syms(e) ? sdpa_key_sym(e) : 0) : 0;
     if (!tk_sym) ds = NULL;
     size_t smem = sizeof(float) * (size_t)(D + (ds ? e->node->src[1]->shape[2] : Tk));
-    unsigned blocks = (unsigned)(B * Hq * Tq);
-    float scale = (float)e->node->p.sdpa.scale, cap = (float)e->node->p.sdpa.softcap;
-    int causal = e->node->p.sdpa.causal;
-    int64_t W = e->node->p.sdpa.window;
+    unsigned rows = (unsigned)(B * Hq * Tq);
     const int64_t tk_max = ds ? e->node->src[1]->shape[2] : Tk;
-    kn_status cst = KN_ERR_UNSUPPORTED;
-    if (sdpa_cl_ok(tk_max)) {
-        size_t csmem = sizeof(float) * (size_t)(D + Dv + 2 + (tk_max + SDPA_CL - 1) / SDPA_CL);
-        if (k->dtype == KN_F32)
-            cst = sdpa_cl_launch(k_sdpa_decode_cl<float>, blocks, csmem, (const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
-                (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
-        else if (k->dtype == KN_F16)
-            cst = sdpa_cl_launch(k_sdpa_decode_cl<kv_f16>, blocks, csmem, (const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
-                (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
-        else
-            cst = sdpa_cl_launch(k_sdpa_decode_cl<kv_bf16>, blocks, csmem, (const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
-            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym);
-    }
-    if (cst != KN_ERR_UNSUPPORTED) return cst;
-    if (k->dtype == KN_F32)
-        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<float>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const float *)k->data, kn_dv(k),
-            (const float *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
-    else if (k->dtype == KN_F16)
-        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<kv_f16>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const kv_f16 *)k->data, kn_dv(k),
-            (const kv_f16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
-    else
-        KN_CUDA_TRY(kn_launch_pdl(k_sdpa_decode<kv_bf16>, dim3(blocks), dim3(128), smem, kn_cu_stream(), (const float *)q->data, kn_dv(q), (const kv_bf16 *)k->data, kn_dv(k),
-            (const kv_bf16 *)v->data, kn_dv(v), (float *)y->data, kn_dv(y), Hq, Tq, Tk, D, Dv, Hq / Hkv, causal, scale, W, cap, ds, tk_sym));
-    LAUNCHED_OK();
+    bool cl = sdpa_cl_ok(tk_max);
+    size_t csmem = sizeof(float) * (size_t)(D + Dv + 2 + (tk_max + SDPA_CL - 1) / SDPA_CL);
+    static const int v4_on = kn_cuda_tune("sdpa_v4", 1);   /* 0: the scalar loads (to compare) */
+    bool v4 = v4_on && sdpa_dec_v4(k, v, D, Dv);
+    if (k->dtype == KN_F32) return sdpa_decode_kv<float>(e, v4, cl, smem, csmem, rows, ds, tk_sym);
+    if (k->dtype == KN_F16) return sdpa_decode_kv<kv_f16>(e, v4, cl, smem, csmem, rows, ds, tk_sym);
+    return sdpa_decode_kv<kv_bf16>(e, v4, cl, smem, csmem, rows, ds, tk_sym);
 }
 
 static kn_status cu_sdpa(const kn_exec *e) {
