@@ -61,7 +61,7 @@ template <int T, int R, int MM, int PK>
 __global__ void __launch_bounds__(QG_WARPS * 32)
 qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_bytes, const float *__restrict__ x,
              int64_t ldx, int M, int N, int nblk, const float *__restrict__ bias, const float *__restrict__ res,
-             const float *__restrict__ pp, float eps, int early) {
+             const float *__restrict__ pp, float eps, int early, int wr) {
     static_assert(PK == KN_GV_PRE_NONE || MM == 1, "a prologue computes one activation row");
     typedef kn_qt<T> Q;
     constexpr int BPG = QG_STEP / Q::QK;                 /* blocks a step */
@@ -70,7 +70,10 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     __shared__ uint4 win[QG_WARPS][R][W16];
     __shared__ float part[QG_WARPS][R][MM], part_ss[QG_WARPS];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int row0 = blockIdx.x * R;
+    /* wr (short rows): warp w owns rows of its own and walks all their steps,
+     * so that a block takes QG_WARPS * R rows; else the warps split R rows */
+    const int row0 = wr ? (blockIdx.x * QG_WARPS + warp) * R : blockIdx.x * R;
+    const int bstep = wr ? BPG : QG_WARPS * BPG;          /* blocks between a warp's steps */
     float acc[R][MM];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -98,7 +101,7 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
      * still runs: no kernel writes quantized data (the GPU takes quantized
      * tensors only as a matmul's weight, written by uploads, which are
      * stream-ordered copies), so W is the same before the wait as after. */
-    int b0 = warp * BPG;
+    int b0 = wr ? 0 : warp * BPG;
     if (early && b0 < nblk) fetch(b0);
     kn_pdl_enter();
     if (!early && b0 < nblk) fetch(b0);
@@ -106,7 +109,7 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
      * element once a block: the warps split the steps, the lanes the runs) */
     gx_norm nrm{(const float4 *)x, (const float4 *)pp, 0.f};
     gx_silu slu{(const float4 *)x, (const float4 *)pp};
-    for (; b0 < nblk; b0 += QG_WARPS * BPG) {
+    for (; b0 < nblk; b0 += bstep) {
         const int nb = nblk - b0 < BPG ? nblk - b0 : BPG;
         int off[R];
 #pragma unroll
@@ -117,7 +120,7 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             off[r] = shoff[r];
         }
         __syncwarp();
-        if (b0 + QG_WARPS * BPG < nblk) fetch(b0 + QG_WARPS * BPG);   /* in flight while this step computes */
+        if (b0 + bstep < nblk) fetch(b0 + bstep);        /* in flight while this step computes */
         /* 2 sub-steps of 256 columns: lane -> run g = 32 sub + lane (block g / RPB) */
         const int nruns = nb * RPB;
         const float *xs = x + (int64_t)b0 * Q::QK;
@@ -145,6 +148,23 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
             }
         }
         __syncwarp();                                    /* the window is rewritten next step */
+    }
+    if (wr) {                                            /* the warp has its rows' whole sums */
+        float t = PK == KN_GV_PRE_NORM ? kn_warp_sum(nrm.ss) : 0.f;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int m = 0; m < MM; m++) {
+                float v = kn_warp_sum(acc[r][m]);
+                const int row = row0 + r;
+                if (lane == 0 && m < M && row < N) {
+                    if (PK == KN_GV_PRE_NORM) v *= gx_norm_scale(t, nblk * Q::QK, eps);
+                    if (bias) v = v + bias[row];
+                    if (res) v = res[row] + v;
+                    y[(int64_t)m * ldy + row] = v;
+                }
+            }
+        return;
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -184,8 +204,15 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
     static const int early = kn_cuda_tune("gemv_early", 1);   /* 0: every load after the wait (to compare) */
-    kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + R - 1) / R)), dim3(QG_WARPS * 32), 0, s,
-                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res, pp, eps, early != 0);
+    /* Rows of at most qgemv_wr steps (default 2) take a warp each: split
+     * over the 4 warps, such a row left 2 or 3 of them idle, and a tall
+     * matrix (the LM head: 49152 rows of K = 576) ran as many small blocks
+     * as it had row pairs, a dozen waves of them. 0 turns it off. */
+    static const int wr_steps = kn_cuda_tune("qgemv_wr", 2);
+    const int wr = nblk <= (int64_t)wr_steps * (QG_STEP / Q::QK);
+    const int64_t rows_per_block = wr ? (int64_t)QG_WARPS * R : R;
+    kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + rows_per_block - 1) / rows_per_block)), dim3(QG_WARPS * 32), 0, s,
+                  y, ldy, (const uint8_t *)W, nblk * Q::BPB, x, ldx, M, (int)N, (int)nblk, bias, res, pp, eps, early != 0, wr);
 }
 
 template <int T>
