@@ -294,11 +294,10 @@ static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opt
 
 /* p->written: the storages the plan's effects write in place (their own
  * and the sources kn__effect_writes names), so that kn__exec_of can say
- * which leaves stay fixed for a run. Without memory for the table none is
- * fixed, which only costs speed. */
-static void mark_written(kn_plan *p) {
+ * which leaves stay fixed for a run. */
+static bool mark_written(kn_plan *p) {
     p->written = calloc(p->n_ids > 0 ? (size_t)p->n_ids : 1, 1);
-    if (!p->written) return;
+    if (!p->written) { kn__plan_nomem(p->ctx, p, "the table of written storages"); return false; }
     for (int i = 0; i < p->n; i++) {
         kn_tensor *t = p->order[i];
         unsigned mask = kn__effect_writes(t->op);
@@ -313,6 +312,7 @@ static void mark_written(kn_plan *p) {
             if (o && o->id < p->n_ids) p->written[o->id] = 1;
         }
     }
+    return true;
 }
 
 kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_opts *opts, bool stop_at_realized) {
@@ -325,11 +325,10 @@ kn_plan *kn__plan_build(kn_ctx *ctx, int nout, kn_tensor **outs, const kn_plan_o
     for (int i = 0; i < nout; i++)
         if (!outs[i]) { free(p); kn__fail(ctx, KN_ERR_INVALID, "kn_plan_new: output %d is NULL (an earlier op failed: %s)", i, kn_last_error()); return NULL; }
     if (!kn__schedule(p, nout, outs, stop_at_realized) || !rewrite(p, nout, outs, opts, stop_at_realized) ||
-        !epilogues(p, nout, outs, opts, stop_at_realized) || !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts)) {
+        !epilogues(p, nout, outs, opts, stop_at_realized) || !fuse(p, nout, outs, opts, stop_at_realized) || !fit_memory(p, nout, outs, opts) || !kn__memplan(p, nout, outs, opts) || !mark_written(p)) {
         kn_plan_free(p);
         return NULL;
     }
-    mark_written(p);
     if (kn_env_get()->debug) {
         fprintf(stderr, "plan built in %.3f ms\n", (kn__profile_now() - t0) * 1e3);
         if (p->ngroups)
