@@ -94,9 +94,10 @@ bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *e
          (epi->vpre.ndim && epi->vpre.dtype != KN_F32)))
         return false;
     /* a gated prologue computes silu K times in each of the GEMV's N blocks;
-     * past N * K = 2^pro_silu (default 22: estimated a few microseconds of
-     * the SFUs on an H100) SwiGLU's own kernel is cheaper. A Llama-3-8B down
-     * product is 2^25.8; SmolLM2's 2^19.8. KN_CUDA_TUNE=pro_silu=N moves it. */
+     * past N * K = 2^pro_silu (default 22) SwiGLU's own kernel is cheaper.
+     * A Llama-3-8B down product is 2^25.8 (taken, with pro_silu=30, its
+     * decode fell from 212 to 137 tok/s on an H200); SmolLM2's is 2^19.8.
+     * KN_CUDA_TUNE=pro_silu=N moves it. */
     static const int silu_max = kn_cuda_tune("pro_silu", 22);
     const kn_tensor *a = mm->src[0];
     if (epi->pre == KN_OP_SILU && a && a->ndim >= 1 &&
