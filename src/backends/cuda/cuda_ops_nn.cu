@@ -967,7 +967,9 @@ static kn_status sdpa_decode(const kn_exec *e) {
     const int64_t tk_max = ds ? e->node->src[1]->shape[2] : Tk;
     bool cl = sdpa_cl_ok(tk_max);
     size_t csmem = sizeof(float) * (size_t)(D + Dv + 2 + (tk_max + SDPA_CL - 1) / SDPA_CL);
-    static const int v4_on = kn_cuda_tune("sdpa_v4", 1);   /* 0: the scalar loads (to compare) */
+    /* sdpa_v4=1: the vectorised loads (off until they have run on a GPU:
+     * written in session 27, which got no device) */
+    static const int v4_on = kn_cuda_tune("sdpa_v4", 0);
     bool v4 = v4_on && sdpa_dec_v4(k, v, D, Dv);
     if (k->dtype == KN_F32) return sdpa_decode_kv<float>(e, v4, cl, smem, csmem, rows, ds, tk_sym);
     if (k->dtype == KN_F16) return sdpa_decode_kv<kv_f16>(e, v4, cl, smem, csmem, rows, ds, tk_sym);

@@ -96,11 +96,11 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
                 if (lane + 32 * k < n16[r]) pre[r][k] = __ldcs((const uint4 *)a0 + lane + 32 * k);
         }
     };
-    /* The first step's weights are loaded before the wait for the kernel
-     * before (PDL, common.cuh), so that their DRAM latency passes while it
-     * still runs: no kernel writes quantized data (the GPU takes quantized
-     * tensors only as a matmul's weight, written by uploads, which are
-     * stream-ordered copies), so W is the same before the wait as after. */
+    /* early: the first step's weights are loaded before the wait for the
+     * kernel before (PDL, common.cuh), so that their DRAM latency passes
+     * while it still runs: no kernel writes quantized data (the GPU takes
+     * quantized tensors only as a matmul's weight, written by uploads, which
+     * are stream-ordered copies), so W is the same before the wait as after. */
     int b0 = wr ? 0 : warp * BPG;
     if (early && b0 < nblk) fetch(b0);
     kn_pdl_enter();
@@ -203,12 +203,16 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
                      const float *bias, const float *res, cudaStream_t s, const float *pp = NULL, float eps = 0.f) {
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
-    static const int early = kn_cuda_tune("gemv_early", 1);   /* 0: every load after the wait (to compare) */
-    /* Rows of at most qgemv_wr steps (default 2) take a warp each: split
-     * over the 4 warps, such a row left 2 or 3 of them idle, and a tall
-     * matrix (the LM head: 49152 rows of K = 576) ran as many small blocks
-     * as it had row pairs, a dozen waves of them. 0 turns it off. */
-    static const int wr_steps = kn_cuda_tune("qgemv_wr", 2);
+    /* gemv_early=1: the first weights loaded before the PDL wait (off until
+     * it has run on a GPU: written in session 27, which got no device) */
+    static const int early = kn_cuda_tune("gemv_early", 0);
+    /* qgemv_wr=S: rows of at most S steps take a warp each (2 is the
+     * intended default). Split over the 4 warps, such a row leaves 2 or 3
+     * of them idle, and a tall matrix (the LM head: 49152 rows of K = 576)
+     * runs as many small blocks as it has row pairs, a dozen waves of them.
+     * Off (0) until it has run on a GPU: written in session 27, which got no
+     * device. */
+    static const int wr_steps = kn_cuda_tune("qgemv_wr", 0);
     const int wr = nblk <= (int64_t)wr_steps * (QG_STEP / Q::QK);
     const int64_t rows_per_block = wr ? (int64_t)QG_WARPS * R : R;
     kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + rows_per_block - 1) / rows_per_block)), dim3(QG_WARPS * 32), 0, s,
