@@ -204,6 +204,10 @@ typedef struct kn_attn_cfg {
     double rope_theta;
     double dropout;         /* on the attention output projection (training); a Block
                                applies it to its MLP output too (GPT-2's resid_pdrop) */
+    double attn_dropout;    /* on the attention probabilities (training; GPT-2's
+                               attn_pdrop). Above 0 a training forward runs the
+                               attention unfused (scores, softmax, mask, P V): the
+                               flash kernels keep no mask */
 } kn_attn_cfg;
 kn_module *kn_attention_new(kn_ctx *ctx, const kn_attn_cfg *cfg);
 /* x [B,T,C]; pos: i32 [T] positions (needed with rope, else NULL) */
@@ -228,6 +232,7 @@ kn_tensor *kn_block_forward(kn_module *m, kn_tensor *x, kn_tensor *pos);
 /* ---- models --------------------------------------------------------------- */
 typedef struct kn_gpt2_cfg {
     int64_t vocab, max_seq, dim; int n_layers, n_heads; double dropout;
+    double attn_dropout;    /* on the attention probabilities (kn_attn_cfg) */
 } kn_gpt2_cfg;
 /* Names: wte.weight [V,C], wpe.weight [maxT,C], h.<i>.ln_1.{weight,bias},
  * h.<i>.attn.c_attn.{weight [3C,C],bias}, h.<i>.attn.c_proj.*, h.<i>.ln_2.*,

@@ -309,6 +309,55 @@ TEST(attention_matches_composition) {
     kn_ctx_free(ctx);
 }
 
+/* attn_dropout: eval is the fused attention itself; training with a tiny p
+ * is the unfused path with (almost) no mask, which must be the same
+ * attention (GQA heads repeated, the causal mask, the scale); at p = 0.5
+ * about half the probabilities are dropped and the rest scaled by 2, so the
+ * output moves, and a new step draws a new mask */
+TEST(attention_prob_dropout) {
+    kn_ctx *ctx = new_ctx();
+    kn_test_seed(12);
+    int64_t B = 2, T = 6, C = 16;
+    kn_tensor *x = from(ctx, 3, (int64_t[]){B, T, C}, -1, 1);
+    kn_tensor *y[3];
+    for (int i = 0; i < 3; i++) {
+        kn_nn_manual_seed(5);                       /* the same weights each time */
+        kn_attn_cfg c = {.dim = C, .n_heads = 4, .n_kv_heads = 2, .causal = true, .attn_dropout = i == 0 ? 0.5 : i == 1 ? 1e-12 : 0.5};
+        kn_module *m = kn_attention_new(ctx, &c);
+        REQUIRE(m, "%s", kn_last_error());
+        if (i == 0) kn_module_train(m, false);
+        y[i] = kn_attention_forward(m, x, NULL);
+        REQUIRE(y[i], "%s", kn_last_error());
+        kn_module_free(m);
+    }
+    CHECK(terr(y[1], y[0]) < 1e-5, "training, p ~ 0 (unfused) against eval (fused): err %g", terr(y[1], y[0]));
+    CHECK(terr(y[2], y[0]) > 1e-2, "p = 0.5 changed nothing: err %g", terr(y[2], y[0]));
+    kn_attn_cfg bad = {.dim = C, .n_heads = 4, .attn_dropout = 1};
+    CHECK(!kn_attention_new(ctx, &bad) && strstr(kn_last_error(), "attn_dropout"), "attn_dropout 1 refused: %s", kn_last_error());
+    /* a new mask each step through the tree's rng step */
+    kn_nn_manual_seed(5);
+    kn_attn_cfg c = {.dim = C, .n_heads = 4, .causal = true, .attn_dropout = 0.5};
+    kn_module *m = kn_attention_new(ctx, &c);
+    kn_tensor *step = kn_input(ctx, KN_I64, 0, NULL);
+    REQUIRE(m && !kn_module_set_rng_step(m, step), "%s", kn_last_error());
+    kn_tensor *o = kn_attention_forward(m, x, NULL);
+    kn_plan *pl = kn_plan_new(ctx, 1, &o, NULL);
+    REQUIRE(pl, "%s", kn_last_error());
+    double *a = NULL, *b = NULL;
+    for (int64_t s = 0; s < 2; s++) {
+        kn_tensor_write(step, &s, KN_I64);
+        CHECK(!kn_plan_run(pl), "run");
+        if (s == 0) a = readall(o); else b = readall(o);
+    }
+    int diff = 0;
+    for (int i = 0; i < B * T * C; i++) diff += a[i] != b[i];
+    CHECK(diff > B * T * C / 2, "a new mask per step: %d of %d outputs differ", diff, (int)(B * T * C));
+    free(a); free(b);
+    kn_plan_free(pl);
+    kn_module_free(m);
+    kn_ctx_free(ctx);
+}
+
 /* ---- recurrent: cells against the torch formulas -------------------------------------------- */
 TEST(rnn_cells_formulas) {
     kn_ctx *ctx = new_ctx();
@@ -404,6 +453,12 @@ static kn_tensor *build_mod(kn_ctx *ctx, kn_tensor **in, void *ud) {
         break;
     }
     case 6: m = kn_batch_norm1d_new(ctx, 3, 1e-5, 0.1, true); y = kn_module_forward(m, in[0]); break;
+    case 7: {   /* dropout on the probabilities: the mask is a function of the seed, the same in every build */
+        kn_attn_cfg a = {.dim = 8, .n_heads = 4, .n_kv_heads = 2, .causal = true, .attn_dropout = 0.5};
+        m = kn_attention_new(ctx, &a);
+        y = kn_attention_forward(m, in[0], NULL);
+        break;
+    }
     }
     kn_module_free(m);
     return y;
@@ -419,6 +474,7 @@ TEST(module_gradcheck) {
         {4, {3, {1, 2, 3}, -1, 1}, "LSTM 2 layers"},
         {5, {3, {1, 3, 8}, -1, 1}, "Block"},
         {6, {2, {4, 3}, -1, 1}, "BatchNorm1d"},
+        {7, {3, {2, 4, 8}, -1, 1}, "Attention with attn_dropout"},
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
         mcase c = {cs[i].which};

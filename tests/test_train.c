@@ -414,7 +414,25 @@ TEST(cli_char_dropout_resume_bit_identical) {
     CHECK(cli(nc + 4, a) == 0 && !same_file(ca, cb), "--dropout 0.3 made no difference: %s", kn_last_error());
     a[nc - 5] = "1";                                  /* --dropout 1 */
     CHECK(cli(nc + 2, a) == 2, "--dropout 1 is a usage error");
-    remove(txt); remove(ca); remove(cb);
+    /* --attn-dropout alone: the same resume rule, and not the run without it
+     * (cb: --dropout 0, 4 steps, from above) */
+    char tx[512], cc[512], cd[512];                   /* tmp_path keeps 4 names: copies */
+    snprintf(tx, sizeof tx, "%s", txt);
+    a[2] = txt = tx;
+    snprintf(cc, sizeof cc, "%s", tmp_path("drop_c.safetensors"));
+    snprintf(cd, sizeof cd, "%s", tmp_path("drop_d.safetensors"));
+    a[nc - 5] = "0";
+    a[nc] = "--steps"; a[nc + 1] = "4"; a[nc + 2] = "--out"; a[nc + 3] = cc; a[nc + 4] = "--attn-dropout"; a[nc + 5] = "0.3";
+    CHECK(cli(nc + 6, a) == 0, "4 steps, --attn-dropout 0.3: %s", kn_last_error());
+    CHECK(!same_file(cc, cb), "--attn-dropout 0.3 made no difference");
+    a[nc + 1] = "2"; a[nc + 3] = cd;
+    CHECK(cli(nc + 6, a) == 0, "2 steps: %s", kn_last_error());
+    a[nc + 1] = "4"; a[nc + 2] = "--resume";
+    CHECK(cli(nc + 6, a) == 0, "resume to 4: %s", kn_last_error());
+    CHECK(same_file(cc, cd), "--attn-dropout: checkpoints after 4 steps differ between the straight and the resumed run");
+    a[nc + 2] = "--out"; a[nc + 5] = "1";
+    CHECK(cli(nc + 6, a) == 2, "--attn-dropout 1 is a usage error");
+    remove(txt); remove(ca); remove(cb); remove(cc); remove(cd);
     rmdir(g_dir);
 }
 

@@ -63,7 +63,7 @@ typedef struct targs {
     const char *model, *data, *out, *resume, *tokenizer, *shards, *precision;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
         eval_batches, warmup, log_every, threads, full_vocab, gpus;
-    double lr, min_lr_frac, wd, beta1, beta2, val_frac, temp, clip, dropout;
+    double lr, min_lr_frac, wd, beta1, beta2, val_frac, temp, clip, dropout, attn_dropout;
     uint64_t seed;
     kn_precision prec;                 /* parsed --precision */
     bool set[64];                      /* set[i]: option i was given */
@@ -113,6 +113,9 @@ static const topt k_opts[] = {
     {"--ctx", "T", "context length (tokens per window)", O_INT, T_LM, 1, 65536, false, false, F(ctx), NULL},
     {"--dropout", "P", "dropout on embeddings and the attention and MLP outputs while training, in [0, 1)", O_REAL, T_LM, 0, 1,
      false, true, F(dropout), NULL},
+    {"--attn-dropout", "P", "dropout on the attention probabilities while training, in [0, 1) (GPT-2's attn_pdrop; above 0 "
+     "the training forward runs attention unfused, slower than the flash kernels)", O_REAL, T_LM, 0, 1, false, true,
+     F(attn_dropout), NULL},
     {"--val-frac", "F", "fraction of the tokens held out for validation, in (0, 1)", O_REAL, T_LM, 0, 1, true,
      true, F(val_frac), NULL},
     {"--eval-every", "N", "evaluate every N steps (0: at the end only)", O_INT, T_ALL, 0, 1e9, false, false,
@@ -915,13 +918,13 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     kn_ctx *ctx = kn_ctx_new(NULL);
     kn_nn_manual_seed(a->seed + 1);
     kn_gpt2_cfg gc = {.vocab = r.V, .max_seq = r.T, .dim = a->dim, .n_layers = (int)a->layers, .n_heads = (int)a->heads,
-                      .dropout = a->dropout};
+                      .dropout = a->dropout, .attn_dropout = a->attn_dropout};
     kn_module *m = kn_gpt2_new(ctx, &gc);
     kn_optim *opt = NULL;
     kn_loss_scaler *sc = NULL;
     kn_plan *step = NULL;
     if (m && kn_module_set_precision(m, a->prec)) { fail(kn_last_error()); goto done; }
-    if (m && a->dropout > 0) {                 /* a new mask every step, a function of the step */
+    if (m && (a->dropout > 0 || a->attn_dropout > 0)) {   /* a new mask every step, a function of the step */
         r.rng = kn_input(ctx, KN_I64, 0, NULL);
         if (!r.rng || kn_module_set_rng_step(m, r.rng)) { fail(kn_last_error()); goto done; }
     }

@@ -27,6 +27,10 @@ kn_module *kn_attention_new(kn_ctx *ctx, const kn_attn_cfg *cfg) {
                  "(fused qkv needs n_kv_heads == n_heads; rope needs an even head dim)", (long long)c.dim, c.n_heads, c.n_kv_heads);
         return NULL;
     }
+    if (!(c.attn_dropout >= 0 && c.attn_dropout < 1)) {
+        kn__fail(ctx, KN_ERR_INVALID, "Attention: attn_dropout %g is outside [0, 1)", c.attn_dropout);
+        return NULL;
+    }
     if (c.rope && c.rope_theta <= 0) c.rope_theta = 10000;
     attn_t *a = calloc(1, sizeof *a);
     kn_module *m = kn_module_new(ctx, "Attention", attn_fwd1, a, true);
@@ -49,6 +53,38 @@ static kn_tensor *heads(kn_ctx *ctx, kn_tensor *x, int64_t B, int64_t T, int64_t
     static const int perm[4] = {0, 2, 1, 3};
     return kn_permute(ctx, kn_reshape(ctx, x, 4, (int64_t[]){B, T, H, D}), perm);
 }
+
+/* Attention with dropout on its probabilities, unfused (a training forward
+ * with attn_dropout > 0): s = q k^T / sqrt(D) [B,H,T,Tk] in f32, keys past a
+ * query's position masked when causal (query i sees keys j <= i + Tk - T,
+ * as kn_sdpa), p = dropout(softmax(s)), y = p v [B,H,T,D] in v's dtype
+ * (s in f32 for 16-bit q and k).
+ * Grouped kv heads are repeated to H first. The mask's seed is the module's
+ * own (seed), moved each step by the tree's rng step like every dropout. */
+static kn_tensor *attn_dropped(kn_module *m, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double p, uint64_t seed) {
+    kn_ctx *ctx = m->ctx;
+    if (!q || !k || !v) return NULL;
+    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], Tk = k->shape[2];
+    if (Hkv != H) {
+        int64_t G = H / Hkv;
+        k = kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, k, 5, (int64_t[]){B, Hkv, 1, Tk, D}), 5, (int64_t[]){B, Hkv, G, Tk, D}),
+                       4, (int64_t[]){B, H, Tk, D});
+        v = kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, v, 5, (int64_t[]){B, Hkv, 1, Tk, D}), 5, (int64_t[]){B, Hkv, G, Tk, D}),
+                       4, (int64_t[]){B, H, Tk, D});
+    }
+    kn_tensor *s = kn_matmul(ctx, q, kn_transpose(ctx, k, 2, 3));
+    if (s && (s->dtype == KN_BF16 || s->dtype == KN_F16)) s = kn_cast(ctx, s, KN_F32);   /* the softmax in f32 */
+    s = kn_mul_scalar(ctx, s, 1.0 / sqrt((double)D));
+    if (causal && s) {   /* -inf above diagonal Tk - T (the keys after each query), 0 elsewhere */
+        kn_tensor *minf = kn_full(ctx, s->dtype, 2, (int64_t[]){T, Tk}, -INFINITY);
+        s = kn_add(ctx, s, kn_triu(ctx, minf, Tk - T + 1));
+    }
+    kn_tensor *pr = kn__mod_dropout(m, kn_softmax(ctx, s, 3), p, seed);
+    if (pr && v && pr->dtype != v->dtype) pr = kn_cast(ctx, pr, v->dtype);
+    return kn_matmul(ctx, pr, v);
+}
+/* the attention-probability mask's seed: apart from the output dropout's */
+#define ATTN_PROB_SEED 0x9e3779b97f4a7c15ull
 
 kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
     if (!m || !x) return NULL;
@@ -89,7 +125,9 @@ kn_tensor *kn_attention_forward(kn_module *m, kn_tensor *x, kn_tensor *pos) {
     }
     kn_dtype out = x->dtype;
     if (q && hd != q->dtype) { q = kn_cast(ctx, q, hd); k = kn_cast(ctx, k, hd); v = kn_cast(ctx, v, hd); }
-    kn_tensor *y = kn_sdpa(ctx, q, k, v, c->causal, 0);                          /* [B,H,T,D] */
+    kn_tensor *y = m->training && c->attn_dropout > 0
+                       ? attn_dropped(m, q, k, v, c->causal, c->attn_dropout, a->drop_seed ^ ATTN_PROB_SEED)
+                       : kn_sdpa(ctx, q, k, v, c->causal, 0);                     /* [B,H,T,D] */
     static const int perm[4] = {0, 2, 1, 3};
     y = kn_reshape(ctx, kn_permute(ctx, y, perm), 3, (int64_t[]){B, T, C});    /* [B,T,C] */
     /* back to the graph's dtype after the layout copy (half the bytes in

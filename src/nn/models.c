@@ -52,7 +52,8 @@ kn_module *kn_gpt2_new(kn_ctx *ctx, const kn_gpt2_cfg *cfg) {
     g->cfg = *cfg;
     g->drop_seed = kn_nn_next_seed();
     kn_block_cfg bc = {
-        .attn = {.dim = cfg->dim, .n_heads = cfg->n_heads, .bias = true, .fused_qkv = true, .causal = true, .dropout = cfg->dropout},
+        .attn = {.dim = cfg->dim, .n_heads = cfg->n_heads, .bias = true, .fused_qkv = true, .causal = true, .dropout = cfg->dropout,
+                 .attn_dropout = cfg->attn_dropout},
         .norm = KN_NORM_LAYER, .norm_eps = 1e-5, .mlp = KN_MLP_GELU_TANH, .hidden = 4 * cfg->dim, .mlp_bias = true};
     kn_status st = kn_module_add_child(m, "wte", kn_embedding_new(ctx, cfg->vocab, cfg->dim));
     if (!st) st = kn_module_add_child(m, "wpe", kn_embedding_new(ctx, cfg->max_seq, cfg->dim));
