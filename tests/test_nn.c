@@ -233,6 +233,19 @@ TEST(batchnorm_running_stats) {
     kn_ctx_free(ctx);
 }
 
+/* y of a plan run at rng steps 0 (*a) and 1 (*b) */
+static bool two_steps(kn_ctx *ctx, kn_tensor *step, kn_tensor *y, double **a, double **b) {
+    kn_plan *pl = kn_plan_new(ctx, 1, &y, NULL);
+    if (!pl) return false;
+    bool ok = true;
+    for (int64_t s = 0; s < 2 && ok; s++) {
+        ok = kn_tensor_write(step, &s, KN_I64) == KN_OK && kn_plan_run(pl) == KN_OK;
+        if (ok) *(s == 0 ? a : b) = readall(y);
+    }
+    kn_plan_free(pl);
+    return ok;
+}
+
 TEST(dropout_module) {
     kn_ctx *ctx = new_ctx();
     kn_module *d = kn_dropout_new(ctx, 0.5);
@@ -240,14 +253,8 @@ TEST(dropout_module) {
     kn_tensor *step = kn_input(ctx, KN_I64, 0, NULL);
     CHECK(!kn_module_set_rng_step(d, step), "set step");
     kn_tensor *y = kn_module_forward(d, x);
-    kn_plan *pl = kn_plan_new(ctx, 1, &y, NULL);
-    REQUIRE(pl, "%s", kn_last_error());
     double *a = NULL, *b = NULL;
-    for (int64_t s = 0; s < 2; s++) {
-        kn_tensor_write(step, &s, KN_I64);
-        CHECK(!kn_plan_run(pl), "run");
-        if (s == 0) a = readall(y); else b = readall(y);
-    }
+    REQUIRE(two_steps(ctx, step, y, &a, &b), "%s", kn_last_error());
     int diff = 0, zeros = 0;
     double sum = 0;
     for (int i = 0; i < 1000; i++) { diff += a[i] != b[i]; zeros += a[i] == 0; sum += a[i]; CHECK(a[i] == 0 || a[i] == 2, "values 0 or 2"); if (a[i] != 0 && a[i] != 2) break; }
@@ -257,7 +264,6 @@ TEST(dropout_module) {
     free(a); free(b);
     kn_module_train(d, false);
     CHECK(kn_module_forward(d, x) == x, "eval is identity");
-    kn_plan_free(pl);
     kn_module_free(d);
     kn_ctx_free(ctx);
 }
@@ -341,19 +347,12 @@ TEST(attention_prob_dropout) {
     kn_tensor *step = kn_input(ctx, KN_I64, 0, NULL);
     REQUIRE(m && !kn_module_set_rng_step(m, step), "%s", kn_last_error());
     kn_tensor *o = kn_attention_forward(m, x, NULL);
-    kn_plan *pl = kn_plan_new(ctx, 1, &o, NULL);
-    REQUIRE(pl, "%s", kn_last_error());
     double *a = NULL, *b = NULL;
-    for (int64_t s = 0; s < 2; s++) {
-        kn_tensor_write(step, &s, KN_I64);
-        CHECK(!kn_plan_run(pl), "run");
-        if (s == 0) a = readall(o); else b = readall(o);
-    }
+    REQUIRE(two_steps(ctx, step, o, &a, &b), "%s", kn_last_error());
     int diff = 0;
     for (int i = 0; i < B * T * C; i++) diff += a[i] != b[i];
     CHECK(diff > B * T * C / 2, "a new mask per step: %d of %d outputs differ", diff, (int)(B * T * C));
     free(a); free(b);
-    kn_plan_free(pl);
     kn_module_free(m);
     kn_ctx_free(ctx);
 }
