@@ -865,11 +865,14 @@ __global__ void __launch_bounds__(128) k_sdpa_decode_cl(const float *q, kn_dview
 #endif
 }
 static bool unit_rows(const kn_tview *v) { return v->ndim == 4 && (v->st[3] == 1 || v->ne[3] == 1); }
+/* Shared memory a block may have without opting in (48 KB, static and
+ * dynamic together), less the decode kernels' static arrays (red, part) */
+#define SDPA_SMEM_MAX (48 * 1024 - sizeof(float) * (32 + SDPA_PART))
 /* The decode kernel takes e when its scores fit smem_keys keys. */
 static bool sdpa_decode_fits(const kn_exec *e, int64_t smem_keys) {
     const kn_tview *q = &e->src[0], *k = &e->src[1], *v = &e->src[2], *y = &e->dst;
     size_t smem = sizeof(float) * (size_t)(q->ne[3] + smem_keys);
-    return q->ne[2] <= 4 && k->dtype == v->dtype && q->dtype == KN_F32 && y->dtype == KN_F32 && smem <= 48 * 1024 &&
+    return q->ne[2] <= 4 && k->dtype == v->dtype && q->dtype == KN_F32 && y->dtype == KN_F32 && smem <= SDPA_SMEM_MAX &&
            (k->dtype == KN_F32 || k->dtype == KN_F16 || k->dtype == KN_BF16) && unit_rows(q) && unit_rows(k) &&
            unit_rows(v) && unit_rows(y) && k->ne[1] >= 1 && q->ne[1] % k->ne[1] == 0 && !kn_env_get()->cuda_generic;
 }
