@@ -182,13 +182,6 @@ static void g_pool(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
 }
 
 /* ---- attention ---- */
-/* [B,Hkv,T,D] -> [B,Hkv*G,T,D], head h reading kv head h / G */
-static kn_tensor *repeat_heads(kn_ctx *ctx, kn_tensor *kv, int64_t G) {
-    if (G == 1) return kv;
-    int64_t B = kv->shape[0], H = kv->shape[1], T = kv->shape[2], D = kv->shape[3];
-    int64_t s5[5] = {B, H, 1, T, D}, e5[5] = {B, H, G, T, D}, s4[4] = {B, H * G, T, D};
-    return kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, kv, 5, s5), 5, e5), 4, s4);
-}
 /* [B,Hkv*G,T,D] -> [B,Hkv,T,D], summing each group */
 static kn_tensor *sum_heads(kn_ctx *ctx, kn_tensor *x, int64_t G) {
     if (G == 1) return x;
@@ -216,7 +209,7 @@ static void g_sdpa(kn_ctx *ctx, kn_tensor *t, kn_tensor *g, kn_tensor **gin) {
     /* a symbolic batch: the same arithmetic as ordinary lazy ops */
     int64_t G = q->shape[1] / k->shape[1], Tq = q->shape[2], Tk = k->shape[2];
     double scale = t->p.sdpa.scale;
-    kn_tensor *ke = repeat_heads(ctx, k, G), *ve = repeat_heads(ctx, v, G);
+    kn_tensor *ke = kn__repeat_heads(ctx, k, G), *ve = kn__repeat_heads(ctx, v, G);
     double cap = t->p.sdpa.softcap;
     kn_tensor *s = kn_mul_scalar(ctx, kn_matmul(ctx, q, kn_transpose(ctx, ke, -1, -2)), scale);  /* [B,Hq,Tq,Tk] */
     kn_tensor *th = cap > 0 ? kn_tanh(ctx, kn_mul_scalar(ctx, s, 1 / cap)) : NULL;            /* softcap */

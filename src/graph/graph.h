@@ -70,6 +70,9 @@ bool kn__broadcast_shape(kn_ctx *ctx, const char *op, const kn_tensor *a, const 
                          int *ndim, int64_t *shape, int8_t *sym);
 kn_dtype kn__promote(kn_dtype a, kn_dtype b);
 bool kn__is_view_op(kn_op op);
+/* Grouped-query heads as full ones: kv [B,Hkv,T,D] -> [B,Hkv*G,T,D] (a view:
+ * head h reads kv head h / G); kv itself when G is 1 (ops_view.c) */
+kn_tensor *kn__repeat_heads(kn_ctx *ctx, kn_tensor *kv, int64_t G);
 /* The sources an effect node writes in place, bit k for src[k] (its own
  * storage, the dst, is written too): assign and index_copy write src[0],
  * adam_update p, exp_avg and exp_avg_sq (src 0, 2, 3); an effect not listed

@@ -171,6 +171,12 @@ kn_tensor *kn_expand(kn_ctx *ctx, kn_tensor *x, int ndim, const int64_t *shape_i
     }
     return kn__view_node(ctx, KN_OP_EXPAND, x, ndim, shape, stride, x->offset, sym);
 }
+kn_tensor *kn__repeat_heads(kn_ctx *ctx, kn_tensor *kv, int64_t G) {
+    if (!kv || G == 1) return kv;
+    int64_t B = kv->shape[0], H = kv->shape[1], T = kv->shape[2], D = kv->shape[3];
+    int64_t s5[5] = {B, H, 1, T, D}, e5[5] = {B, H, G, T, D}, s4[4] = {B, H * G, T, D};
+    return kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, kv, 5, s5), 5, e5), 4, s4);
+}
 kn_tensor *kn_broadcast_to(kn_ctx *ctx, kn_tensor *x, int ndim, const int64_t *shape) { return kn_expand(ctx, x, ndim, shape); }
 
 kn_tensor *kn_slice(kn_ctx *ctx, kn_tensor *x, int dim, int64_t start, int64_t end, int64_t step) {

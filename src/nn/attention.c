@@ -64,14 +64,9 @@ static kn_tensor *heads(kn_ctx *ctx, kn_tensor *x, int64_t B, int64_t T, int64_t
 static kn_tensor *attn_dropped(kn_module *m, kn_tensor *q, kn_tensor *k, kn_tensor *v, bool causal, double p, uint64_t seed) {
     kn_ctx *ctx = m->ctx;
     if (!q || !k || !v) return NULL;
-    int64_t B = q->shape[0], H = q->shape[1], T = q->shape[2], D = q->shape[3], Hkv = k->shape[1], Tk = k->shape[2];
-    if (Hkv != H) {
-        int64_t G = H / Hkv;
-        k = kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, k, 5, (int64_t[]){B, Hkv, 1, Tk, D}), 5, (int64_t[]){B, Hkv, G, Tk, D}),
-                       4, (int64_t[]){B, H, Tk, D});
-        v = kn_reshape(ctx, kn_expand(ctx, kn_reshape(ctx, v, 5, (int64_t[]){B, Hkv, 1, Tk, D}), 5, (int64_t[]){B, Hkv, G, Tk, D}),
-                       4, (int64_t[]){B, H, Tk, D});
-    }
+    int64_t H = q->shape[1], T = q->shape[2], D = q->shape[3], G = H / k->shape[1], Tk = k->shape[2];
+    k = kn__repeat_heads(ctx, k, G);
+    v = kn__repeat_heads(ctx, v, G);
     kn_tensor *s = kn_matmul(ctx, q, kn_transpose(ctx, k, 2, 3));
     if (s && (s->dtype == KN_BF16 || s->dtype == KN_F16)) s = kn_cast(ctx, s, KN_F32);   /* the softmax in f32 */
     s = kn_mul_scalar(ctx, s, 1.0 / sqrt((double)D));
