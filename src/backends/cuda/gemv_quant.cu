@@ -149,6 +149,14 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
         }
         __syncwarp();                                    /* the window is rewritten next step */
     }
+    /* y[m, row] from the row's dot v and its squares ss (the norm's scale,
+     * gemv_pre.cuh), + bias[row], + res[row] */
+    auto store = [&](int row, int m, float v, float ss) {
+        if (PK == KN_GV_PRE_NORM) v *= gx_norm_scale(ss, nblk * Q::QK, eps);
+        if (bias) v = v + bias[row];
+        if (res) v = res[row] + v;
+        y[(int64_t)m * ldy + row] = v;
+    };
     if (wr) {                                            /* the warp has its rows' whole sums */
         float t = PK == KN_GV_PRE_NORM ? kn_warp_sum(nrm.ss) : 0.f;
 #pragma unroll
@@ -156,13 +164,7 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
 #pragma unroll
             for (int m = 0; m < MM; m++) {
                 float v = kn_warp_sum(acc[r][m]);
-                const int row = row0 + r;
-                if (lane == 0 && m < M && row < N) {
-                    if (PK == KN_GV_PRE_NORM) v *= gx_norm_scale(t, nblk * Q::QK, eps);
-                    if (bias) v = v + bias[row];
-                    if (res) v = res[row] + v;
-                    y[(int64_t)m * ldy + row] = v;
-                }
+                if (lane == 0 && m < M && row0 + r < N) store(row0 + r, m, v, t);
             }
         return;
     }
@@ -182,18 +184,13 @@ qgemv_kernel(float *y, int64_t ldy, const uint8_t *__restrict__ W, int64_t row_b
     if (threadIdx.x < R * MM) {
         const int r = threadIdx.x / MM, m = threadIdx.x % MM, row = row0 + r;
         if (m < M && row < N) {
-            float v = 0.f;
+            float v = 0.f, t = 0.f;
 #pragma unroll
             for (int k = 0; k < QG_WARPS; k++) v += part[k][r][m];
-            if (PK == KN_GV_PRE_NORM) {   /* the norm's scale, applied to the dot (gemv_pre.cuh) */
-                float t = 0.f;
+            if (PK == KN_GV_PRE_NORM)
 #pragma unroll
                 for (int k = 0; k < QG_WARPS; k++) t += part_ss[k];
-                v *= gx_norm_scale(t, nblk * Q::QK, eps);
-            }
-            if (bias) v = v + bias[row];
-            if (res) v = res[row] + v;
-            y[(int64_t)m * ldy + row] = v;
+            store(row, m, v, t);
         }
     }
 }
