@@ -970,9 +970,10 @@ static kn_status sdpa_decode(const kn_exec *e) {
     const int64_t tk_max = ds ? e->node->src[1]->shape[2] : Tk;
     bool cl = sdpa_cl_ok(tk_max);
     size_t csmem = sizeof(float) * (size_t)(D + Dv + 2 + (tk_max + SDPA_CL - 1) / SDPA_CL);
-    /* sdpa_v4=1: the vectorised loads (off until they have run on a GPU:
-     * written in session 27, which got no device) */
-    static const int v4_on = kn_cuda_tune("sdpa_v4", 0);
+    /* sdpa_v4 (default 1): K and V read 4 elements a load, P V split over
+     * key groups, so a thread has several loads in flight. SmolLM2 Q4_1
+     * decode on an H100: 1315 -> 1411 tok/s alone (docs/PERF.md, session 28) */
+    static const int v4_on = kn_cuda_tune("sdpa_v4", 1);
     bool v4 = v4_on && sdpa_dec_v4(k, v, D, Dv);
     if (k->dtype == KN_F32) return sdpa_decode_kv<float>(e, v4, cl, smem, csmem, rows, ds, tk_sym);
     if (k->dtype == KN_F16) return sdpa_decode_kv<kv_f16>(e, v4, cl, smem, csmem, rows, ds, tk_sym);

@@ -497,10 +497,9 @@ kn_status kn_cu_matmul_gemv_epi(const kn_exec *e, const kn_cu_gemv_epi *ge, int 
          * as the unfused f32 nodes round it) and its prologue; else at least
          * the bias, which every GEMV kernel adds: y = dot + bias[n] */
         const float *bias = ge ? ge->bias : NULL;
-        /* no kernel of the plan writes W: loaded before the PDL wait with
-         * KN_CUDA_TUNE=gemv_early=1 (off until it has run on a GPU: written
-         * in session 27, which got no device) */
-        static const int early = kn_cuda_tune("gemv_early", 0);
+        /* no kernel of the plan writes W: its first step is loaded before
+         * the PDL wait (KN_CUDA_TUNE=gemv_early=0 turns that off) */
+        static const int early = kn_cuda_tune("gemv_early", 1);
         const int wfix = early && (e->fixed >> 1 & 1u);
         if ((ge && (ge->act || ge->res || pre)) || wfix) {
             kn_status st = kn_cuda_gemv_epi((int)b.dtype, (float *)d->data, b.data, (const float *)a.data, bias, ge ? ge->act : 0,

@@ -200,16 +200,16 @@ static void qgemv_go(float *y, int64_t ldy, const void *W, const float *x, int64
                      const float *bias, const float *res, cudaStream_t s, const float *pp = NULL, float eps = 0.f) {
     typedef kn_qt<T> Q;
     int64_t nblk = K / Q::QK;
-    /* gemv_early=1: the first weights loaded before the PDL wait (off until
-     * it has run on a GPU: written in session 27, which got no device) */
-    static const int early = kn_cuda_tune("gemv_early", 0);
-    /* qgemv_wr=S: rows of at most S steps take a warp each (2 is the
-     * intended default). Split over the 4 warps, such a row leaves 2 or 3
-     * of them idle, and a tall matrix (the LM head: 49152 rows of K = 576)
-     * runs as many small blocks as it has row pairs, a dozen waves of them.
-     * Off (0) until it has run on a GPU: written in session 27, which got no
-     * device. */
-    static const int wr_steps = kn_cuda_tune("qgemv_wr", 0);
+    /* gemv_early (default 1): the first weights loaded before the PDL wait,
+     * so their DRAM latency passes while the kernel before still runs
+     * (SmolLM2 Q4_1 decode on an H100: 1315 -> 1374 tok/s alone) */
+    static const int early = kn_cuda_tune("gemv_early", 1);
+    /* qgemv_wr=S (default 2): rows of at most S steps take a warp each.
+     * Split over the 4 warps, such a row leaves 2 or 3 of them idle, and a
+     * tall matrix (the LM head: 49152 rows of K = 576) runs as many small
+     * blocks as it has row pairs, a dozen waves of them (1315 -> 1372 tok/s
+     * alone; 0 turns it off) */
+    static const int wr_steps = kn_cuda_tune("qgemv_wr", 2);
     const int wr = nblk <= (int64_t)wr_steps * (QG_STEP / Q::QK);
     const int64_t rows_per_block = wr ? (int64_t)QG_WARPS * R : R;
     kn_launch_pdl(qgemv_kernel<T, R, MM, PK>, dim3((unsigned)((N + rows_per_block - 1) / rows_per_block)), dim3(QG_WARPS * 32), 0, s,
