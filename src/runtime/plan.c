@@ -43,6 +43,20 @@ static bool rewrite(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *
     return true;
 }
 
+/* What the compiler's passes may add to the arena of the plain plan: 1/16
+ * of it or 1 MiB, whichever is more. First-fit placement moves the peak by
+ * a few percent either way: GPT-2's bf16 step at B=16 needed 1.6 % more
+ * with its 192 fused groups (10.74 against 10.57 GB), no single group was
+ * the cause, and without slack all 192 went back (930 kernels a step, 0.59x
+ * compiled PyTorch on an H100). The floor is for small plans: a decode
+ * step's arena is a few KB to a few hundred KB, and 1/16 of it sent every
+ * group back (a Llama-3-8B-shaped step ran 16 kernels a layer instead of
+ * 10). Used by the matmul epilogues and by fusion (fit_memory). */
+static size_t arena_slack(size_t plain) {
+    const size_t floor = (size_t)1 << 20;
+    return plain / 16 > floor ? plain / 16 : floor;
+}
+
 /* Matmul epilogues (src/compile/epilogue.c): a matmul's elementwise consumers
  * folded into it, on a backend that says it can run them (epilogue_ok). Only
  * kn_plan_new's plans; off with KN_NOFUSE=1 or opts->no_fuse. */
@@ -87,20 +101,30 @@ static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts
     uint8_t *drop = malloc((size_t)p->n_ids);
     if (!p->epi_of || !drop) { free(orig); free(drop); kn__plan_nomem(p->ctx, p, "the matmul epilogues"); return false; }
     epi_apply(p, orig, n0, drop);
-    /* Epilogues never raise the arena: they keep a matmul's operands alive up
-     * to the chain's end and plan its last node without in-place reuse, which
-     * can cost more than the values they save (or just place blocks worse).
-     * While the plan needs more than without them, the last one goes. */
+    /* Epilogues raise the arena by at most the slack fusion has (fit_memory
+     * below): they keep a matmul's operands alive up to the chain's end and
+     * plan its last node without in-place reuse, which can cost more than
+     * the values they save, and first-fit placement moves the peak by a few
+     * KB either way. Past that bound the records are tried one at a time in
+     * schedule order and each one that takes the peak past it is left out;
+     * the others stay. (Dropping the last record while the plan needed more
+     * than the plain one let one early record take out all those after it.) */
     kn_plan q = *p;
     q.order = orig; q.n = n0; q.nepi = 0; q.epi_of = NULL;
     size_t plain = 0, with = 0;
-    bool okm = kn__memplan_peak(&q, nout, outs, opts, false, &plain);
+    bool okm = kn__memplan_peak(&q, nout, outs, opts, false, &plain) &&
+               kn__memplan_peak(p, nout, outs, opts, false, &with);
+    size_t bound = plain + arena_slack(plain);
     int dropped = 0;
-    while (okm && p->nepi) {
-        okm = kn__memplan_peak(p, nout, outs, opts, false, &with);
-        if (!okm || with <= plain) break;
-        p->nepi--;
-        dropped++;
+    if (okm && with > bound) {
+        int all = p->nepi;
+        p->nepi = 0;
+        for (int r = 0; r < all && okm; r++) {
+            p->epi[p->nepi++] = p->epi[r];          /* records 0 .. nepi-2 kept, r tried */
+            epi_apply(p, orig, n0, drop);
+            okm = kn__memplan_peak(p, nout, outs, opts, false, &with);
+            if (okm && with > bound) { p->nepi--; dropped++; }
+        }
         epi_apply(p, orig, n0, drop);
     }
     free(orig); free(drop);
@@ -110,7 +134,7 @@ static bool epilogues(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts
     if (kn_env_get()->debug) {
         fprintf(stderr, "epilogue: %d matmuls took %d nodes into their epilogues and prologues (%d prologues)", p->nepi,
                 p->epi_nodes, p->epi_pro);
-        if (dropped) fprintf(stderr, " (%d left out to keep the arena at most %zu bytes)", dropped, plain);
+        if (dropped) fprintf(stderr, " (%d left out to keep the arena at most %zu bytes)", dropped, bound);
         fprintf(stderr, "\n");
     }
     return true;
@@ -248,26 +272,17 @@ static void drop_group(kn_plan *p, int gi) {
     p->ngroups--;
 }
 
-/* Fusion raises the arena by at most 1/16 of the unfused one
- * (KN_FUSE_SLACK) or 1 MiB (KN_FUSE_SLACK_MIN), whichever is more: a group
- * keeps its operands and its stored values alive together for the length of
- * one kernel, where the hand kernels could free some and reuse them in place
- * one by one. While the fused plan needs more than that, the group with the
- * most bytes in memory (operands and stored values) goes back to the hand
- * kernels. The slack is there because first-fit placement moves the peak by
- * a few percent either way: GPT-2's bf16 step at B=16 needed 1.6 % more with
- * its 192 groups (10.74 against 10.57 GB), no single group was the cause,
- * and without slack all 192 went back (930 kernels a step, 0.59x compiled
- * PyTorch on an H100). The floor is for small plans: a decode step's arena
- * is a few KB to a few hundred KB, and 1/16 of it sent every group back
- * (a Llama-3-8B-shaped step ran 16 kernels a layer instead of 10). */
-#define KN_FUSE_SLACK 16
-#define KN_FUSE_SLACK_MIN ((size_t)1 << 20)
+/* Fusion raises the arena by at most arena_slack (above) over the unfused
+ * plan: a group keeps its operands and its stored values alive together for
+ * the length of one kernel, where the hand kernels could free some and
+ * reuse them in place one by one. While the fused plan needs more than
+ * that, the group with the most bytes in memory (operands and stored
+ * values) goes back to the hand kernels. */
 static bool fit_memory(kn_plan *p, int nout, kn_tensor **outs, const kn_plan_opts *opts) {
     if (!p->ngroups) return true;
     size_t plain = 0, fused = 0;
     if (!kn__memplan_peak(p, nout, outs, opts, false, &plain)) return false;   /* out of host memory: recorded */
-    size_t slack = plain / KN_FUSE_SLACK > KN_FUSE_SLACK_MIN ? plain / KN_FUSE_SLACK : KN_FUSE_SLACK_MIN;
+    size_t slack = arena_slack(plain);
     int dropped = 0;
     while (p->ngroups) {
         if (!kn__memplan_peak(p, nout, outs, opts, true, &fused)) return false;
