@@ -43,6 +43,19 @@ TEST(cuda_prologues) {
     for (size_t i = 0; i < sizeof g_pcases / sizeof g_pcases[0]; i++) run_pcase(&g_pcases[i], gpu(), g_pcases[i].M == 1);
 }
 
+/* Past N * K = 2^22 (KN_CUDA_TUNE pro_norm, pro_silu) the GEMV is bound by
+ * its weights' bytes and the prologue's own kernel runs instead: not taken
+ * on the GPU (the reference backend takes it), the same results */
+TEST(cuda_prologue_bound) {
+    NEED_GPU();
+    static const pcase big[] = {
+        /* name          M  K     N     pre             w  wk res bad */
+        {"norm_big_bf16", 1, 4096, 1100, KN_OP_RMS_NORM, 1, 2, 1, 0},
+        {"silu_big_f32",  1, 4096, 1100, KN_OP_SILU,     0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_pcase(&big[i], gpu(), false);
+}
+
 /* The fallback (the product off the GEMV kernels: KN_CUDA_NO_GEMV=1): A
  * from k_prologue first, the same results */
 TEST(cuda_prologue_fallback) {

@@ -35,6 +35,9 @@ static bool fake_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilo
     const char *all = getenv("KN_EPILOGUE");
     if ((all && !strcmp(all, "0")) || (!row && !(all && !strcmp(all, "1")))) return false;
     if (epi->pre != KN_OP_NONE && (!row || epi->dt != KN_F32)) return false;
+    /* prologues stop at N * K = 2^22 (pro_silu, pro_norm): bound by the weights' bytes */
+    const kn_tensor *a = mm->src[0];
+    if (epi->pre != KN_OP_NONE && a && (double)mm->shape[1] * (double)a->shape[a->ndim - 1] > (double)(1 << 22)) return false;
     return epi->dt == KN_F32 && (out == KN_F32 || out == KN_BF16 || out == KN_F16);
 }
 
