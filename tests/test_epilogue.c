@@ -219,11 +219,11 @@ TEST(never_raises_arena) {
  * add, so A and B (casts, 4 MiB each) stay alive while X @ Y (2 MiB, and Y's
  * cast 2 MiB) is computed, which the plain plan places where A and B were:
  * 12 MiB against 8, past the slack. o2 = C @ D + bias, after it, costs
- * nothing. The rule that dropped
- * the last record while the plan needed more than the plain one took both. */
+ * nothing. The rule that dropped the last record while the plan needed more
+ * than the plain one took both. */
 TEST(arena_rule_keeps_the_harmless) {
     kn_ctx *cs[2] = {kn_ctx_new(NULL), kn_ctx_new(NULL)};
-    kn_tensor *o[2][2], *mm2[2];
+    kn_tensor *o[2][2];
     kn_plan *ps[2];
     for (int j = 0; j < 2; j++) {
         kn_ctx *c = cs[j];
@@ -234,8 +234,8 @@ TEST(arena_rule_keeps_the_harmless) {
         int ax = 1;
         kn_tensor *res = kn_reshape(c, kn_sum(c, big, 1, &ax, false), 2, rs);            /* [64] -> [8, 8] */
         o[j][0] = kn_add(c, mm1, res);
-        mm2[j] = kn_matmul(c, rand_t(c, KN_F64, 2, cs_, 25), rand_t(c, KN_F64, 2, ds, 26));
-        o[j][1] = kn_add(c, mm2[j], rand_t(c, KN_F64, 1, vs, 27));
+        kn_tensor *mm2 = kn_matmul(c, rand_t(c, KN_F64, 2, cs_, 25), rand_t(c, KN_F64, 2, ds, 26));
+        o[j][1] = kn_add(c, mm2, rand_t(c, KN_F64, 1, vs, 27));
         ps[j] = kn_plan_new(c, 2, o[j], &(kn_plan_opts){.no_fuse = j == 1});
         REQUIRE(ps[j] && !kn_plan_run(ps[j]), "plan/run %d: %s", j, kn_last_error());
     }
