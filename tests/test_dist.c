@@ -399,6 +399,15 @@ static int tp_three_ranks(kn_dist *d, int rank, int world, void *arg) {
     return 0;
 }
 
+/* Three ranks over a vocabulary of 301: the head's rows go 101, 101 and 99
+ * (padded with two zero rows), Q8_0 throughout, the head tied to the
+ * embedding. The fixture is dev/quant/rand_gguf's:
+ *   rand_gguf tests/fixtures/tp/llama_v301_q8_0.gguf q8_0 96 1 6 3 96 301 */
+TEST(tensor_parallel_uneven_vocabulary) {
+    const char *path = "tests/fixtures/tp/llama_v301_q8_0.gguf";
+    SPAWN_OK(3, 60, tp_ranks, (void *)path, path);
+}
+
 TEST(tensor_parallel_refuses_what_it_cannot_split) {
     SPAWN_OK(2, 60, tp_refuse_ranks, NULL, "tp_refuse_ranks");
     /* three ranks do not divide 4 heads */

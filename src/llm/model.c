@@ -656,6 +656,17 @@ static kn_tensor *lin_b(kn_model *m, kn_tensor *x, kn_tensor *w, kn_tensor *b) {
     return b ? kn_add(m->ctx, y, b) : y;
 }
 
+/* Tensor parallel: every rank's logits of its head rows [R, Vl] gathered
+ * into [R, V] on every rank (rank r's columns at r * Vl; the rows past V,
+ * zero weights, cut off). The gather runs along dim 0, so the columns go
+ * there first: [Vl, R] -> [W * Vl, R]. */
+static kn_tensor *gather_vocab(kn_model *m, kn_tensor *lg) {
+    kn_ctx *ctx = m->ctx;
+    kn_tensor *g = kn_all_gather(ctx, kn_contiguous(ctx, kn_transpose(ctx, lg, 0, 1)), m->tp);
+    g = kn_narrow(ctx, g, 0, 0, m->cfg.n_vocab);
+    return kn_copy(ctx, kn_transpose(ctx, g, 0, 1));   /* storage of its own: eval reads the logits' buffer */
+}
+
 /* The projections back to the residual stream (wo, w2): under tensor
  * parallelism each rank's product is a partial sum over its heads or FFN
  * columns, all-reduced before the bias (model_tp.c). */
@@ -800,7 +811,8 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
     }
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
     xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
-    kn_tensor *logits = kn__arch_logits(m, lin(m, xl, m->wout));          /* [R, V] */
+    kn_tensor *logits = kn__arch_logits(m, lin(m, xl, m->wout));          /* [R, V] (tensor parallel: [R, Vl]) */
+    if (m->tp_vocab) logits = gather_vocab(m, logits);
     if (!logits) *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     return logits;
 }

@@ -5,11 +5,15 @@
  *     (its KV caches hold only those heads);
  *   wo: the matching H*D/W columns, so x . wo^T is a partial sum;
  *   w1, w3: F/W rows (gate, up); w2: the matching F/W columns.
+ *   the output head: ceil(V/W) vocabulary rows (the last rank's rows past
+ *     V are zero), so each rank computes the logits of its rows.
  * The graph (model.c) all-reduces the two partial sums of each block (after
  * wo and after w2, before their biases), so every rank ends each block with
- * the whole residual stream: norms, embeddings and the output head stay
- * whole on every rank, every rank computes the same logits, and the same
- * sampler seed gives every rank the same tokens.
+ * the whole residual stream: norms and embeddings stay whole on every rank.
+ * It all-gathers the head's logits, so every rank has the same [R, V] logits
+ * and the same sampler seed gives every rank the same tokens. (A Llama-3-8B
+ * head is 1 GB in bf16 of the 15 GB a token reads: kept whole, two ranks
+ * decoded only 1.23x one, docs/PERF.md "Several GPUs".)
  *
  * The split happens on the host, on the loaded file's tensors, before a
  * device upload: each kept slice becomes a new leaf over a copy of its bytes
@@ -30,7 +34,8 @@ static const char *at(const kn_tensor *t, int64_t row, int64_t col) {
     return (const char *)own->buf->data + kn_dtype_nbytes(t->dtype, t->offset + row * rs + col);
 }
 
-/* rows [r0, r0 + n) x columns [c0, c0 + nc) of t (1-d: elements [c0, c0 + nc)) as a new leaf */
+/* rows [r0, r0 + n) x columns [c0, c0 + nc) of t (1-d: elements [c0, c0 + nc)) as a
+ * new leaf; rows past t's last are zero bytes (0 in every type: a block's scales too) */
 static kn_tensor *cut(kn_model *m, kn_tensor *t, int64_t r0, int64_t n, int64_t c0, int64_t nc, kn_status *st) {
     if (*st || !t) return t;
     const kn_dtype_info *di = kn_dtype_get(t->dtype);
@@ -48,7 +53,10 @@ static kn_tensor *cut(kn_model *m, kn_tensor *t, int64_t r0, int64_t n, int64_t 
     int64_t rows = t->ndim == 2 ? n : 1;
     char *p = kn__model_alloc(m, row_bytes * (size_t)rows + 1);
     if (!p) { *st = kn_set_error(KN_ERR_NOMEM, "tensor parallel: out of memory cutting '%s'", t->name); return NULL; }
-    for (int64_t r = 0; r < rows; r++) memcpy(p + row_bytes * (size_t)r, at(t, t->ndim == 2 ? r0 + r : 0, c0), row_bytes);
+    for (int64_t r = 0; r < rows; r++) {
+        if (t->ndim == 2 && r0 + r >= t->shape[0]) memset(p + row_bytes * (size_t)r, 0, row_bytes);
+        else memcpy(p + row_bytes * (size_t)r, at(t, t->ndim == 2 ? r0 + r : 0, c0), row_bytes);
+    }
     int64_t shape[2] = {rows, nc};
     kn_tensor *y = t->ndim == 2 ? kn_from_ptr(m->ctx, t->dtype, 2, shape, p) : kn_from_ptr(m->ctx, t->dtype, 1, &shape[1], p);
     if (!y) { *st = kn_ctx_status(m->ctx) ? kn_ctx_status(m->ctx) : KN_ERR_NOMEM; return NULL; }
@@ -103,8 +111,13 @@ kn_status kn__model_tp_split(kn_model *m, kn_dist *d) {
         L->w3 = rows_of(m, L->w3, r * Fl, Fl, &st);
         L->w2 = cols_of(m, L->w2, r * Fl, Fl, &st);
     }
+    /* the head: a copy of this rank's rows even when tied (the embedding
+     * stays whole: every rank looks up every token) */
+    int64_t Vl = (c->n_vocab + W - 1) / W;
+    m->wout = rows_of(m, m->wout, r * Vl, Vl, &st);
     if (st) return st;
     m->tp = d;
     m->tp_world = W;
+    m->tp_vocab = Vl;
     return KN_OK;
 }
