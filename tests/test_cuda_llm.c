@@ -41,6 +41,7 @@
 #include "formats/llmc_gpt2.h"  /* defines: kn_llmc_gpt2_write */
 #include "formats/gguf_write.h" /* defines: kn_gguf_writer (the quantized test models) */
 #include "core/env.h"           /* defines: kn_env_reload (KN_CUDA_GRAPH on and off) */
+#include "backends/cuda/epilogue_rule.h"  /* defines: kn_cu_epilogue_rule (the fake device's) */
 #include <unistd.h>
 #ifdef KN_CUDA
 #include "kiln_cuda.h"
@@ -408,16 +409,15 @@ TEST(fake_device_gathers_tokens) {
 
 /* Matmul prologues and epilogues in the step plan (docs/COMPILER.md "Matmul
  * prologues"): a fake device that takes them as the CUDA backend does
- * (decode rows only; kn_cu_epilogue_ok), computing them on the cpu
- * (kn_ref_prologue). Each Llama layer's step runs its q|k|v and gate|up
+ * (its rule, backends/cuda/epilogue_rule.h; f32 products), computing them
+ * on the cpu (kn_ref_prologue). Each Llama layer's step runs its q|k|v and gate|up
  * products with the RMS norm before them, the down product with SwiGLU,
  * and the output with the final norm: 3 L + 1 prologues; prompt plans take
  * none. Logits of a prompt and two decode steps match the plain fake
  * device's. */
 static bool fdp_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
     (void)be;
-    bool row = mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
-    return row && epi->dt == KN_F32 && out == KN_F32;
+    return kn_cu_epilogue_rule(mm, epi, out) && epi->dt == KN_F32 && out == KN_F32;
 }
 TEST(fake_device_step_prologues) {
     kn_backend pro = g_fake;

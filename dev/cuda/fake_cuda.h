@@ -8,6 +8,7 @@
 #ifndef KN_DEV_FAKE_CUDA_H
 #define KN_DEV_FAKE_CUDA_H
 #include "kiln_backend.h"
+#include "backends/cuda/epilogue_rule.h"   // defines: kn_cu_epilogue_rule
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,18 +28,11 @@ static void *fake_kernel_build(kn_backend *be, const char *src, const char *name
 static kn_status fake_kernel_run(kn_backend *be, void *k, const kn_kernel_launch *l) { (void)be; (void)k; (void)l; return KN_OK; }
 static void fake_kernel_free(kn_backend *be, void *k) { (void)be; (void)k; }
 
-/* the CUDA backend's rule (cuda_ops_epilogue.cu, kn_cu_epilogue_ok): decode
- * rows only unless KN_EPILOGUE=1; the CPU backend runs what it accepts */
+/* the CUDA backend's rule (backends/cuda/epilogue_rule.h); the CPU backend
+ * runs what it takes, the f32 products */
 static bool fake_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
     (void)be;
-    bool row = mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
-    const char *all = getenv("KN_EPILOGUE");
-    if ((all && !strcmp(all, "0")) || (!row && !(all && !strcmp(all, "1")))) return false;
-    if (epi->pre != KN_OP_NONE && (!row || epi->dt != KN_F32)) return false;
-    /* prologues stop at N * K = 2^22 (pro_silu, pro_norm): bound by the weights' bytes */
-    const kn_tensor *a = mm->src[0];
-    if (epi->pre != KN_OP_NONE && a && (double)mm->shape[1] * (double)a->shape[a->ndim - 1] > (double)(1 << 22)) return false;
-    return epi->dt == KN_F32 && (out == KN_F32 || out == KN_BF16 || out == KN_F16);
+    return kn_cu_epilogue_rule(mm, epi, out) && epi->dt == KN_F32 && (out == KN_F32 || out == KN_BF16 || out == KN_F16);
 }
 
 static kn_backend *fake_cuda_backend(void) {

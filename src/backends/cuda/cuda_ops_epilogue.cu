@@ -27,7 +27,7 @@
  */
 #include "backends/cuda/cuda_ops.cuh"
 #include "backends/cuda/gemv_pre.cuh"   // defines: gx_silu1, gx_norm_scale
-#include "backends/cuda/tune.cuh"       // defines: kn_cuda_tune
+#include "backends/cuda/epilogue_rule.h"   // defines: kn_cu_epilogue_rule
 #include "graph/scalar_ops.h"   // defines: kn_scalar_unary, kn_scalar_binary
 #include <string.h>
 
@@ -78,40 +78,9 @@ __global__ void k_prologue(float *a, kn_dview x, kn_dview p, int64_t rows, int64
     }
 }
 
-static bool float_dt(kn_dtype t) { return t == KN_F32 || t == KN_F16 || t == KN_BF16 || t == KN_F64; }
-
-/* one activation row, fixed: a decode step's [1, N] product */
-static bool decode_row(const kn_tensor *mm) {
-    return mm->ndim == 2 && mm->shape[0] == 1 && mm->sym[0] == 0;
-}
-
 bool kn_cu_epilogue_ok(kn_backend *be, const kn_tensor *mm, const kn_epilogue *epi, kn_dtype out) {
     (void)be;
-    bool row = decode_row(mm);
-    if (kn_env_get()->epilogue != 1 && !row) return false;
-    if (epi->pre != KN_OP_NONE &&
-        (!row || epi->dt != KN_F32 || (epi->pre != KN_OP_RMS_NORM && epi->pre != KN_OP_SILU) ||
-         (epi->vpre.ndim && epi->vpre.dtype != KN_F32)))
-        return false;
-    /* A prologue redoes its work in each of the GEMV's N blocks, and each
-     * block loads a second K-vector besides the activations (SwiGLU: g and
-     * u, K silu evaluations; the RMS norm: its weight w, a sum of squares
-     * from the same loads of x). On a GEMV bound by its weights' bytes,
-     * past N * K = 2^pro_silu or 2^pro_norm (default 22 both), the
-     * prologue's own kernel is cheaper. A Llama-3-8B down product is
-     * 2^25.8: taken (pro_silu=30), its decode fell from 212 to 137 tok/s on
-     * an H200. With the norm prologues and residual epilogues all taken on
-     * that shape, decode ran 164 tok/s against 166 with none on an H100
-     * (docs/PERF.md, session 28); the norm's bound follows SwiGLU's and is
-     * not yet measured by itself. SmolLM2's products are 2^19.1-2^20.8
-     * (its tied LM head 2^24.8). */
-    static const int silu_max = kn_cuda_tune("pro_silu", 22), norm_max = kn_cuda_tune("pro_norm", 22);
-    const kn_tensor *a = mm->src[0];
-    double nk = a && a->ndim >= 1 ? (double)mm->shape[1] * (double)a->shape[a->ndim - 1] : 0.0;
-    if (epi->pre == KN_OP_SILU && nk > ldexp(1.0, silu_max)) return false;
-    if (epi->pre == KN_OP_RMS_NORM && nk > ldexp(1.0, norm_max)) return false;
-    return float_dt(epi->dt) && float_dt(out) && (!epi->bias || float_dt(epi->vbias.dtype)) &&
-           (!epi->res || float_dt(epi->vres.dtype));
+    return kn_cu_epilogue_rule(mm, epi, out);
 }
 
 /* e's prologue computed into a pool scratch *tmp: m->src[0] the f32 rows of A */
