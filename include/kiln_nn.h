@@ -346,6 +346,22 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
  * rank, so replicas stay equal. A world of one gives the same bits as no
  * communicator. NULL d: off. */
 kn_status kn_optim_set_dist(kn_optim *o, kn_dist *d, size_t bucket_bytes);
+/* ZeRO stage 1 (after kn_optim_set_dist, before kn_optim_build): each
+ * parameter's optimizer state lives on one rank, its owner (parameters go
+ * largest first to the rank with the fewest bytes so far), which updates
+ * it and broadcasts the parameter's new values; the other ranks free that
+ * state, so a rank keeps about 1/world of it. The parameters come out bit
+ * for bit as plain data parallelism's. kn_train_save gathers every state
+ * into the one file (every rank must call it); kn_train_load gives each
+ * rank its own. on = false: every rank keeps every state (the default). */
+kn_status kn_optim_set_zero1(kn_optim *o, bool on);
+/* The rank that keeps parameter i's state (ZeRO-1), or -1 when every rank does. */
+int kn_optim_state_owner(const kn_optim *o, int i);
+kn_dist *kn_optim_get_dist(const kn_optim *o);              /* kn_optim_set_dist's, or NULL */
+/* The state slots this optimizer keeps per parameter ("exp_avg", ...): up
+ * to max names into names, returns how many there are. States are f32 of
+ * the parameter's shape. */
+int kn_optim_state_names(const kn_optim *o, const char **names, int max);
 /* Global gradient norm before clipping (a graph node; valid after build with clip_norm > 0, else NULL). */
 kn_tensor *kn_optim_grad_norm(const kn_optim *o);
 void kn_optim_set_lr(kn_optim *o, int group, double lr);    /* group -1: every group */
@@ -355,7 +371,8 @@ int64_t kn_optim_step_count(const kn_optim *o);
 int kn_optim_n_params(const kn_optim *o);
 kn_tensor *kn_optim_param(const kn_optim *o, int i);         /* group order */
 /* State tensors of parameter i ("exp_avg", "exp_avg_sq", "momentum_buffer",
- * "square_avg", "grad_avg", "sum"), for checkpoints; NULL if absent. */
+ * "square_avg", "grad_avg", "sum"), for checkpoints; NULL if absent (or
+ * kept by another rank: kn_optim_state_owner). */
 kn_tensor *kn_optim_state(const kn_optim *o, int i, const char *name);
 kn_status kn_optim_set_step_count(kn_optim *o, int64_t step); /* resume from a checkpoint */
 void kn_optim_free(kn_optim *o);

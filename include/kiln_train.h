@@ -108,7 +108,10 @@ bool kn_train_stop_requested(void);
 void kn_train_clear_stop(void);
 
 /* Checkpoint of the model (params + buffers), the optimizer state (may be
- * NULL) and `step` (the number of steps done), with metadata pairs. */
+ * NULL) and `step` (the number of steps done), with metadata pairs. With
+ * ZeRO-1 (kn_optim_set_zero1) every rank must call it: each sends the
+ * states it keeps, rank 0 writes the one file (a file like any other: it
+ * loads on any number of ranks, or none). */
 kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t step, int n_meta,
                         const char *const meta_kv[]);
 /* Load what kn_train_save wrote into m and o (o may be NULL: the optimizer

@@ -13,6 +13,7 @@
 #include "kiln_dist.h"
 #include "kiln_nn.h"
 #include "kiln_llm.h"
+#include "kiln_train.h"
 #include "kiln_backend.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -261,7 +262,7 @@ enum { B = 8, IN = 5, HID = 7, OUT = 3, STEPS = 4 };
 
 /* Trains an MLP for STEPS AdamW steps (clipping on) on rows [row0, row0 + nb)
  * of a fixed batch; the parameters after training go into params (flat). */
-static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np) {
+static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *params, int *np, int *nstates) {
     static float xs[B * IN];
     static int64_t ys[B];
     for (int i = 0; i < B * IN; i++) xs[i] = (float)sin(0.7 * i + 0.3);
@@ -283,6 +284,7 @@ static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np)
     kn_optim *o = st ? NULL : kn_optim_new(ctx, net, &oc);
     if (!st && !o) st = KN_ERR_INVALID;
     if (!st && d) st = kn_optim_set_dist(o, d, 64);      /* small buckets: several of them */
+    if (!st && zero) st = kn_optim_set_zero1(o, true);
     kn_tensor *outs[64];
     int n = 0;
     outs[n++] = loss;
@@ -293,13 +295,18 @@ static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np)
         if (!(st = kn_optim_prepare(o))) st = kn_plan_run(p);
     }
     *np = 0;
+    if (nstates) *nstates = 0;
     for (int i = 0; i < kn_optim_n_params(o) && !st; i++) {
         kn_tensor *t = kn_optim_param(o, i);
         st = kn_tensor_read(t, params + *np, KN_F32);
         *np += (int)kn_numel(t);
+        if (nstates) *nstates += (kn_optim_state(o, i, "exp_avg") != NULL) + (kn_optim_state(o, i, "exp_avg_sq") != NULL);
     }
     kn_plan_free(p); kn_optim_free(o); kn_module_free(net); kn_ctx_free(ctx);
     return st;
+}
+static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np) {
+    return train_mlp_z(d, false, row0, nb, params, np, NULL);
 }
 
 static int ddp_ranks(kn_dist *d, int rank, int world, void *arg) {
@@ -317,6 +324,131 @@ static int ddp_ranks(kn_dist *d, int rank, int world, void *arg) {
 
 TEST(ddp_two_ranks_match_one_process) {
     SPAWN_OK(2, 60, ddp_ranks, NULL, "ddp_ranks");
+}
+
+/* ZeRO-1: each rank keeps the Adam moments of its parameters only and the
+ * parameters come out with plain data parallelism's bits. The MLP's four,
+ * largest first to the least loaded rank: the 5x7 weight (35) to rank 0,
+ * then the 7x3 weight (21), the 7 and the 3 biases all to rank 1 (21, 28,
+ * 31 against 35). */
+static int zero1_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    float got[256], want[256];
+    int n1, n2, ns1, ns2;
+    RCHECK(!train_mlp_z(d, true, rank * (B / world), B / world, got, &n1, &ns1), "%s", kn_last_error());
+    RCHECK(!train_mlp_z(d, false, rank * (B / world), B / world, want, &n2, &ns2), "%s", kn_last_error());
+    RCHECK(n1 == n2 && !memcmp(got, want, sizeof(float) * (size_t)n1), "ZeRO-1 and plain data parallel differ");
+    RCHECK(ns2 == 8 && ns1 == (rank == 0 ? 2 : 6), "moments kept: %d with ZeRO-1, %d without (want %d and 8)", ns1, ns2,
+           rank == 0 ? 2 : 6);
+    return 0;
+}
+
+TEST(zero1_matches_data_parallel_bit_for_bit) {
+    SPAWN_OK(2, 60, zero1_ranks, NULL, "zero1_ranks");
+}
+
+/* The MLP of train_mlp_z with its AdamW optimizer, before any step; rows
+ * [row0, row0 + nb) of the batch. */
+typedef struct { kn_ctx *ctx; kn_module *net; kn_optim *o; kn_plan *p; } mlp_run;
+static kn_status mlp_new(mlp_run *r, kn_dist *d, bool zero, int row0, int nb) {
+    static float xs[B * IN];
+    static int64_t ys[B];
+    for (int i = 0; i < B * IN; i++) xs[i] = (float)sin(0.7 * i + 0.3);
+    for (int i = 0; i < B; i++) ys[i] = (i * 7) % OUT;
+    memset(r, 0, sizeof *r);
+    r->ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
+    kn_nn_manual_seed(42);
+    r->net = kn_sequential_new(r->ctx, "mlp");
+    kn_sequential_add(r->net, kn_linear_new(r->ctx, IN, HID, true));
+    kn_sequential_add(r->net, kn_act_new(r->ctx, KN_ACT_TANH));
+    kn_sequential_add(r->net, kn_linear_new(r->ctx, HID, OUT, true));
+    int64_t sx[2] = {nb, IN}, sy[1] = {nb};
+    kn_tensor *x = kn_from_data(r->ctx, KN_F32, 2, sx, xs + row0 * IN), *y = kn_from_data(r->ctx, KN_I64, 1, sy, ys + row0);
+    kn_tensor *loss = kn_cross_entropy(r->ctx, kn_module_forward(r->net, x), y, NULL);
+    kn_status st = loss ? kn_backward(r->ctx, loss) : KN_ERR_INVALID;
+    kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
+    oc.lr = 0.05; oc.clip_norm = 0.5;
+    if (!st && !(r->o = kn_optim_new(r->ctx, r->net, &oc))) st = KN_ERR_INVALID;
+    if (!st && d) st = kn_optim_set_dist(r->o, d, 64);
+    if (!st && zero) st = kn_optim_set_zero1(r->o, true);
+    kn_tensor *outs[64];
+    outs[0] = loss;
+    int ne = st ? -1 : kn_optim_build(r->o, NULL, outs + 1, 63);
+    if (!st && (ne < 0 || !(r->p = kn_plan_new(r->ctx, ne + 1, outs, NULL)))) st = KN_ERR_INVALID;
+    return st;
+}
+static kn_status mlp_steps(mlp_run *r, int n) {
+    kn_status st = KN_OK;
+    for (int s = 0; s < n && !st; s++) if (!(st = kn_optim_prepare(r->o))) st = kn_plan_run(r->p);
+    return st;
+}
+static void mlp_free(mlp_run *r) { kn_plan_free(r->p); kn_optim_free(r->o); kn_module_free(r->net); kn_ctx_free(r->ctx); }
+/* every parameter and optimizer state of r, flat, into v; their count */
+static int mlp_flat(mlp_run *r, float *v) {
+    int n = 0;
+    const char *names[2] = {"exp_avg", "exp_avg_sq"};
+    for (int i = 0; i < kn_optim_n_params(r->o); i++) {
+        kn_tensor *ts[3] = {kn_optim_param(r->o, i), kn_optim_state(r->o, i, names[0]), kn_optim_state(r->o, i, names[1])};
+        for (int k = 0; k < 3; k++) {
+            if (!ts[k] || kn_tensor_read(ts[k], v + n, KN_F32)) return -1;
+            n += (int)kn_numel(ts[k]);
+        }
+    }
+    return n;
+}
+
+/* A ZeRO-1 checkpoint is one whole file: two ranks train 3 steps with
+ * ZeRO-1 and save (every rank sends its states, rank 0 writes), two train
+ * without it and rank 0 saves; one process without a communicator loads
+ * each file, and every parameter and moment is equal. Then two ZeRO-1
+ * ranks resume from the first file, each taking its own states, and one
+ * more step gives plain data parallelism's parameters. */
+static int zero1_ckpt_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    char pz[64], pd[64];
+    snprintf(pz, sizeof pz, "/tmp/kn_zero1_%d.ckpt", (int)getppid());
+    snprintf(pd, sizeof pd, "/tmp/kn_ddp_%d.ckpt", (int)getppid());
+    int r0 = rank * (B / world), nb = B / world;
+    mlp_run a, b;
+    RCHECK(!mlp_new(&a, d, true, r0, nb) && !mlp_steps(&a, 3), "zero1 run: %s", kn_last_error());
+    RCHECK(!kn_train_save(pz, a.net, a.o, 3, 0, NULL), "zero1 save: %s", kn_last_error());
+    RCHECK(!mlp_new(&b, d, false, r0, nb) && !mlp_steps(&b, 3), "ddp run: %s", kn_last_error());
+    RCHECK(rank != 0 || !kn_train_save(pd, b.net, b.o, 3, 0, NULL), "ddp save: %s", kn_last_error());
+    RCHECK(!kn_dist_barrier(d), "%s", kn_last_error());
+    if (rank == 0) {
+        static float vz[512], vd[512];
+        mlp_run lz, ld;
+        int64_t sz, sd;
+        RCHECK(!mlp_new(&lz, NULL, false, 0, B) && !kn_train_load(pz, lz.net, lz.o, 0, NULL, &sz), "load zero1 file: %s",
+               kn_last_error());
+        RCHECK(!mlp_new(&ld, NULL, false, 0, B) && !kn_train_load(pd, ld.net, ld.o, 0, NULL, &sd), "load ddp file: %s",
+               kn_last_error());
+        int nz = mlp_flat(&lz, vz), nd = mlp_flat(&ld, vd);
+        RCHECK(sz == 3 && sd == 3 && nz > 0 && nz == nd && !memcmp(vz, vd, sizeof(float) * (size_t)nz),
+               "the ZeRO-1 file differs from the plain one (%d and %d values)", nz, nd);
+        mlp_free(&lz); mlp_free(&ld);
+    }
+    RCHECK(!kn_dist_barrier(d), "%s", kn_last_error());
+    mlp_run c;
+    int64_t sc;
+    RCHECK(!mlp_new(&c, d, true, r0, nb) && !kn_train_load(pz, c.net, c.o, 0, NULL, &sc), "resume: %s", kn_last_error());
+    RCHECK(!kn_optim_set_step_count(c.o, sc) && !mlp_steps(&c, 1) && !mlp_steps(&b, 1), "step: %s", kn_last_error());
+    static float vc[512], vb[512];
+    int nc = 0, nbp = 0;
+    for (int i = 0; i < kn_optim_n_params(c.o); i++) {
+        kn_tensor *pc = kn_optim_param(c.o, i), *pb = kn_optim_param(b.o, i);
+        RCHECK(!kn_tensor_read(pc, vc + nc, KN_F32) && !kn_tensor_read(pb, vb + nbp, KN_F32), "%s", kn_last_error());
+        nc += (int)kn_numel(pc); nbp += (int)kn_numel(pb);
+    }
+    RCHECK(nc == nbp && !memcmp(vc, vb, sizeof(float) * (size_t)nc), "the resumed ZeRO-1 step differs from data parallel's");
+    mlp_free(&a); mlp_free(&b); mlp_free(&c);
+    RCHECK(!kn_dist_barrier(d), "%s", kn_last_error());
+    if (rank == 0) { unlink(pz); unlink(pd); }
+    return 0;
+}
+
+TEST(zero1_checkpoint_is_one_whole_file) {
+    SPAWN_OK(2, 60, zero1_ckpt_ranks, NULL, "zero1_ckpt_ranks");
 }
 
 TEST(ddp_world_of_one_is_bit_identical) {

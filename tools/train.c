@@ -62,7 +62,7 @@ typedef struct targs {
     unsigned task;                     /* T_MNIST, T_CHAR or T_GPT2 */
     const char *model, *data, *out, *resume, *tokenizer, *shards, *precision;
     int64_t epochs, batch, steps, layers, dim, heads, ctx, eval_every, ckpt_every, sample_every, sample_len,
-        eval_batches, warmup, log_every, threads, full_vocab, gpus;
+        eval_batches, warmup, log_every, threads, full_vocab, gpus, zero;
     double lr, min_lr_frac, wd, beta1, beta2, val_frac, temp, clip, dropout, attn_dropout;
     uint64_t seed;
     kn_precision prec;                 /* parsed --precision */
@@ -142,6 +142,8 @@ static const topt k_opts[] = {
     {"-t", "N", "threads", O_INT, T_ALL, 1, 512, false, false, F(threads), "all cores"},
     {"--gpus", "N", "data-parallel ranks, one process per GPU (KN_BACKEND=cuda) or per CPU rank; --batch is per rank "
      "(0: one process, no communicator)", O_INT, T_LM, 0, 256, false, false, F(gpus), NULL},
+    {"--zero", "STAGE", "with --gpus: 1 keeps each parameter's optimizer state on one rank only (ZeRO-1: about 1/N of it "
+     "a rank, the same results), 0 on every rank", O_INT, T_LM, 0, 1, false, false, F(zero), NULL},
 };
 #undef F
 enum { N_OPTS = (int)(sizeof k_opts / sizeof k_opts[0]) };
@@ -344,6 +346,11 @@ static int check_targs(targs *a) {
         if (a->warmup > a->steps) {
             fprintf(stderr, "%s: --warmup %lld is longer than --steps %lld\n", prog, (long long)a->warmup,
                     (long long)a->steps);
+            return -1;
+        }
+        if (a->zero && a->gpus < 1) {
+            fprintf(stderr, "%s: --zero %lld shards the optimizer state over data-parallel ranks: give --gpus N too\n", prog,
+                    (long long)a->zero);
             return -1;
         }
         if (a->batch * a->ctx > ((int64_t)1 << 24)) {
@@ -933,7 +940,7 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     r.y = kn_input(ctx, KN_I64, 2, sb);
     kn_tensor *loss = kn_cross_entropy(ctx, kn_gpt2_forward(m, r.x), r.y, NULL);
     if (!m || !loss || backward_and_opt(ctx, m, loss, a, &opt, &sc) || (a->dist && kn_optim_set_dist(opt, a->dist, 0)) ||
-        !(step = step_plan(ctx, loss, opt))) {
+        (a->dist && a->zero && kn_optim_set_zero1(opt, true)) || !(step = step_plan(ctx, loss, opt))) {
         fail(kn_last_error()); goto done;
     }
     /* eval and sample plans: fresh forwards over the same parameters */
@@ -984,13 +991,14 @@ static int train_lm(targs *a, lm_data *d, const char *kind) {
     bool lead = kn_dist_rank(a->dist) == 0;
     if (a->dist) {          /* every rank must build the same run */
         char what[512];
-        snprintf(what, sizeof what, "%s L%lld C%lld H%lld T%lld V%lld B%lld steps %lld lr %g seed %llu precision %s", kind,
-                 (long long)a->layers, (long long)a->dim, (long long)a->heads, (long long)r.T, (long long)r.V,
-                 (long long)r.B, (long long)r.total, a->lr, (unsigned long long)a->seed, a->precision);
+        snprintf(what, sizeof what, "%s L%lld C%lld H%lld T%lld V%lld B%lld steps %lld lr %g seed %llu precision %s zero %lld",
+                 kind, (long long)a->layers, (long long)a->dim, (long long)a->heads, (long long)r.T, (long long)r.V,
+                 (long long)r.B, (long long)r.total, a->lr, (unsigned long long)a->seed, a->precision, (long long)a->zero);
         if (kn_dist_check_same(a->dist, "the run", what)) { fail(kn_last_error()); goto done; }
         if (lead)
-            fprintf(stderr, "data parallel: %d ranks x batch %lld = %lld windows a step\n", kn_dist_world(a->dist),
-                    (long long)r.B, (long long)r.B * kn_dist_world(a->dist));
+            fprintf(stderr, "data parallel: %d ranks x batch %lld = %lld windows a step%s\n", kn_dist_world(a->dist),
+                    (long long)r.B, (long long)r.B * kn_dist_world(a->dist),
+                    a->zero ? "; ZeRO-1: each rank keeps its share of the optimizer state" : "");
     }
     if (lead) fprintf(stderr, "%s: GPT-2 architecture, %d layers, dim %lld, %lld heads, ctx %lld, vocab %lld: %lld parameters; "
             "%lld train / %lld val tokens; batch %lld x %lld, %lld steps, AdamW lr %g (cosine, warmup %lld), "

@@ -35,6 +35,8 @@ struct kn_optim {
     kn_loss_scaler *scaler;      /* dynamic loss scaling (precision.c), or NULL  */
     kn_dist *dist;               /* data parallel: gradients averaged over its ranks (kn_optim_set_dist) */
     size_t bucket_bytes;
+    int *owner;                  /* ZeRO-1: by parameter, the rank keeping its state; NULL: every rank */
+    bool built;                  /* kn_optim_build ran */
 };
 
 /* state slot names per kind */
@@ -104,6 +106,7 @@ void kn_optim_free(kn_optim *o) {
     if (o->scaler && o->scaler->opt == o) o->scaler->opt = NULL;
     free(o->groups);
     free(o->ps);
+    free(o->owner);
     free(o);
 }
 
@@ -325,6 +328,60 @@ kn_status kn_optim_set_dist(kn_optim *o, kn_dist *d, size_t bucket_bytes) {
     return KN_OK;
 }
 
+/* ZeRO-1: owners by size, largest parameter first to the least loaded rank
+ * (ties: the lower index, the lower rank), the same on every rank; the
+ * states of the others' parameters are freed here. */
+kn_status kn_optim_set_zero1(kn_optim *o, bool on) {
+    if (!o) return kn_set_error(KN_ERR_INVALID, "kn_optim_set_zero1: optimizer is NULL");
+    if (o->built) return kn_set_error(KN_ERR_STATE, "kn_optim_set_zero1: call it before kn_optim_build");
+    if (!on) {
+        if (o->owner) return kn_set_error(KN_ERR_STATE, "kn_optim_set_zero1: the states are already sharded; make a new optimizer");
+        return KN_OK;
+    }
+    if (!o->dist) return kn_set_error(KN_ERR_STATE, "kn_optim_set_zero1: no communicator; call kn_optim_set_dist first");
+    if (o->owner) return KN_OK;
+    int W = kn_dist_world(o->dist), me = kn_dist_rank(o->dist);
+    int *own = malloc(sizeof *own * (size_t)(o->n ? o->n : 1)), *order = malloc(sizeof *order * (size_t)(o->n ? o->n : 1));
+    int64_t *load = calloc((size_t)W, sizeof *load);
+    if (!own || !order || !load) { free(own); free(order); free(load); return kn_set_error(KN_ERR_NOMEM, "kn_optim_set_zero1: out of memory"); }
+    for (int i = 0; i < o->n; i++) order[i] = i;
+    for (int i = 1; i < o->n; i++) {            /* by numel, descending; stable */
+        int v = order[i], j = i;
+        for (; j > 0 && kn_numel(o->ps[order[j - 1]].p) < kn_numel(o->ps[v].p); j--) order[j] = order[j - 1];
+        order[j] = v;
+    }
+    for (int k = 0; k < o->n; k++) {
+        int r = 0;
+        for (int q = 1; q < W; q++) if (load[q] < load[r]) r = q;
+        own[order[k]] = r;
+        load[r] += kn_numel(o->ps[order[k]].p);
+    }
+    free(order); free(load);
+    for (int i = 0; i < o->n; i++) {
+        if (own[i] == me) continue;
+        for (int s = 0; s < 3; s++) {
+            kn_tensor *t = o->ps[i].s[s];
+            if (!t) continue;
+            kn_buffer_release(t->buf);          /* the header stays in the context, without storage */
+            t->buf = NULL;
+            o->ps[i].s[s] = NULL;
+        }
+    }
+    o->owner = own;
+    return KN_OK;
+}
+kn_dist *kn_optim_get_dist(const kn_optim *o) { return o ? o->dist : NULL; }
+int kn_optim_state_owner(const kn_optim *o, int i) { return o && o->owner && i >= 0 && i < o->n ? o->owner[i] : -1; }
+int kn_optim_state_names(const kn_optim *o, const char **names, int max) {
+    int n = 0;
+    for (int s = 0; o && s < 3; s++) {
+        if (!state_used(&o->cfg, s)) continue;
+        if (names && n < max) names[n] = state_name(o->cfg.kind, s);
+        n++;
+    }
+    return n;
+}
+
 int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int max) {
     if (!o) return -1;
     kn_ctx *ctx = o->ctx;
@@ -348,6 +405,22 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
         kn_no_grad_end(ctx); free(g);
         return -1;
     }
+    /* ZeRO-1: past this point the ranks' graphs differ (an owner's update,
+     * the others' receive), yet every rank must issue its collectives in
+     * the same order. A [1] output that reads one element of every averaged
+     * gradient, emitted first, puts all the gradients' all_reduces ahead of
+     * the first broadcast, in parameter order, on every rank (the schedule
+     * is the depth-first order from the outputs, schedule.c). */
+    if (o->owner) {
+        kn_tensor *anchor = NULL;
+        for (int i = 0; i < o->n; i++) {
+            if (!g[i]) continue;
+            int64_t n = kn_numel(g[i]);
+            kn_tensor *one = kn_cast(ctx, kn_narrow(ctx, kn_reshape(ctx, g[i], 1, &n), 0, 0, 1), KN_F32);
+            anchor = anchor ? kn_add(ctx, anchor, one) : one;
+        }
+        if (anchor) emit(&e, anchor);
+    }
     if (o->scaler) e.skip = unscale(o, g, &e);
     if (c->clip_norm > 0) {
         kn_tensor *ss = NULL;
@@ -370,6 +443,13 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
         const optim_group *gr = &o->groups[q->group];
         kn_tensor *p = q->p, *gi = g[i];
         if (!gi) continue;                                      /* unused parameter: no update, like torch */
+        /* ZeRO-1: the owner updates p and sends its new values; the other
+         * ranks take them (p itself is what they hand the broadcast) */
+        int own = o->owner ? o->owner[i] : -1;
+        if (own >= 0 && own != kn_dist_rank(o->dist)) {
+            emit(&e, kn_assign(ctx, p, kn_broadcast(ctx, p, o->dist, own)));
+            continue;
+        }
         kn_dtype dt = p->dtype;
         if (gi->dtype != dt) gi = kn_cast(ctx, gi, dt);
         kn_tensor *lr64 = kn_cast(ctx, gr->lr_in, KN_F64);
@@ -394,7 +474,8 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
                 /* one fused node: coefficients [decay, lr / bc1, sqrt(bc2)] once per group and dtype */
                 kn_tensor *cf = adam_coefs(o, coefs, q->group, dt, lr64, t);
                 double l2 = c->kind == KN_OPTIM_ADAM ? gr->wd : 0;
-                emit(&e, kn__adam_update(ctx, p, gi, q->s[0], q->s[1], cf, c->beta1, c->beta2, c->eps, l2));
+                kn_tensor *up = kn__adam_update(ctx, p, gi, q->s[0], q->s[1], cf, c->beta1, c->beta2, c->eps, l2);
+                emit(&e, own >= 0 ? kn_assign(ctx, p, kn_broadcast(ctx, up, o->dist, own)) : up);   /* up: p updated */
                 continue;
             }
             kn_tensor *pp = p;
@@ -444,8 +525,10 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
             break;
         }
         }
-        emit(&e, update(ctx, &e, p, pn));
+        if (own >= 0) emit(&e, kn_assign(ctx, p, kn_broadcast(ctx, e.skip ? kn_where(ctx, e.skip, p, pn) : pn, o->dist, own)));
+        else emit(&e, update(ctx, &e, p, pn));
     }
+    o->built = true;
     kn_no_grad_end(ctx);
     free(g);
     free(coefs);

@@ -59,14 +59,52 @@ static const char *const k_states[] = {"exp_avg", "exp_avg_sq", "momentum_buffer
 
 typedef struct ck_list { int64_t n; char **names; kn_tensor **ts; } ck_list;
 
+/* the optimizer keeps a state slot of this name for its parameters */
+static bool state_kept(const kn_optim *o, const char *name) {
+    const char *names[8];
+    int n = kn_optim_state_names(o, names, 8);
+    for (int i = 0; i < n && i < 8; i++) if (!strcmp(names[i], name)) return true;
+    return false;
+}
+
+/* ZeRO-1: each state's owner sends it (the host control channel), and rank
+ * 0, which writes the file, keeps it in its stand-in from ck_collect. Every
+ * rank walks the same states in the same order. */
+static kn_status ck_gather_states(kn_module *m, kn_optim *o, ck_list *l) {
+    kn_dist *d = kn_optim_get_dist(o);
+    int me = kn_dist_rank(d), no = kn_optim_n_params(o);
+    kn_status st = KN_OK;
+    int64_t at = kn_module_named_params(m, true, NULL, 0);      /* the states follow the parameters in l */
+    for (int i = 0; i < no && !st; i++) {
+        kn_tensor *p = kn_optim_param(o, i);
+        int own = kn_optim_state_owner(o, i);
+        for (int s = 0; s < N_STATES && !st; s++) {
+            if (!state_kept(o, k_states[s])) continue;
+            kn_tensor *t = at < l->n ? l->ts[at] : NULL;
+            at++;
+            if (own < 0) continue;
+            size_t bytes = sizeof(float) * (size_t)kn_numel(p);
+            float *buf = malloc(bytes ? bytes : 1);
+            if (!buf) return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory gathering the optimizer states");
+            if (own == me) st = kn_tensor_read(t, buf, KN_F32);
+            if (!st) st = kn_dist_broadcast_host(d, buf, bytes, own);
+            if (!st && me == 0 && own != 0) st = kn_tensor_write(t, buf, KN_F32);
+            free(buf);
+        }
+    }
+    return st;
+}
+
 static void ck_free(ck_list *l) {
     for (int64_t i = 0; i < l->n; i++) free(l->names[i]);
     free(l->names); free(l->ts);
     memset(l, 0, sizeof *l);
 }
 
-/* Every tensor a checkpoint of (m, o) holds, with its name. */
-static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l) {
+/* Every tensor a checkpoint of (m, o) holds, with its name. Under ZeRO-1
+ * (kn_optim_set_zero1) a state another rank keeps gets a stand-in of its
+ * shape in tmp (a host context), or is left out when tmp is NULL. */
+static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l, kn_ctx *tmp) {
     memset(l, 0, sizeof *l);
     if (!m) return kn_set_error(KN_ERR_INVALID, "checkpoint: model is NULL");
     int np = kn_module_named_params(m, true, NULL, 0);
@@ -89,6 +127,10 @@ static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l) {
         if (!pname) { snprintf(fallback, sizeof fallback, "param%d", i); pname = fallback; }
         for (int s = 0; s < N_STATES; s++) {
             kn_tensor *st = kn_optim_state(o, i, k_states[s]);
+            if (!st && tmp && kn_optim_state_owner(o, i) >= 0 && state_kept(o, k_states[s])) {
+                st = kn_empty(tmp, KN_F32, p->ndim, p->shape);
+                if (!st) { free(ps); ck_free(l); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
+            }
             if (!st) continue;
             size_t len = strlen(pname) + strlen(k_states[s]) + 8;
             char *nm = malloc(len);
@@ -108,11 +150,18 @@ kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t ste
                         const char *const meta_kv[]) {
     if (!path) return kn_set_error(KN_ERR_INVALID, "kn_train_save: path is NULL");
     if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return kn_set_error(KN_ERR_INVALID, "kn_train_save: bad metadata");
+    bool sharded = kn_optim_state_owner(o, 0) >= 0;
+    kn_ctx *tmp = sharded ? kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}) : NULL;
+    if (sharded && !tmp) return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory");
     ck_list l;
-    kn_status st = ck_collect(m, o, &l);
-    if (st) return st;
+    kn_status st = ck_collect(m, o, &l, tmp);
+    if (!st && sharded) {
+        st = ck_gather_states(m, o, &l);
+        if (!st && kn_dist_rank(kn_optim_get_dist(o)) != 0) { ck_free(&l); kn_ctx_free(tmp); return KN_OK; }   /* rank 0 writes */
+    }
+    if (st) { ck_free(&l); kn_ctx_free(tmp); return st; }
     const char **kv = malloc(sizeof *kv * (size_t)(2 * n_meta + 6));
-    if (!kv) { ck_free(&l); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
+    if (!kv) { ck_free(&l); kn_ctx_free(tmp); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
     char sbuf[32], scale[40], good[32];
     snprintf(sbuf, sizeof sbuf, "%lld", (long long)step);
     kv[0] = "step"; kv[1] = sbuf;
@@ -131,6 +180,7 @@ kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t ste
     st = kn_ckpt_save(path, l.n, (const char *const *)l.names, l.ts, nkv, kv);
     free(kv);
     ck_free(&l);
+    kn_ctx_free(tmp);
     return st;
 }
 
@@ -161,11 +211,16 @@ kn_status kn_train_load(const char *path, kn_module *m, kn_optim *o, int n_meta,
             return kn_set_error(KN_ERR_INVALID, "checkpoint '%s' does not match this model: %s is \"%s\" in the file "
                                 "but \"%s\" here; use the same options as the run that wrote it", path, k, val, want);
     }
+    /* ZeRO-1: every rank reads the whole file; the states other ranks keep
+     * land in stand-ins that go with tmp */
+    kn_ctx *tmp = kn_optim_state_owner(o, 0) >= 0 ? kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}) : NULL;
     ck_list l;
-    st = ck_collect(m, o, &l);
-    if (st) return st;
-    st = kn_ckpt_load_ex(path, l.n, (const char *const *)l.names, l.ts, o ? KN_CKPT_STRICT : KN_CKPT_ALLOW_UNEXPECTED);
-    ck_free(&l);
+    st = ck_collect(m, o, &l, tmp);
+    if (!st) {
+        st = kn_ckpt_load_ex(path, l.n, (const char *const *)l.names, l.ts, o ? KN_CKPT_STRICT : KN_CKPT_ALLOW_UNEXPECTED);
+        ck_free(&l);
+    }
+    kn_ctx_free(tmp);
     if (st) return st;
     if (o && (st = kn_optim_set_step_count(o, (int64_t)s))) return st;
     kn_loss_scaler *sc = kn_optim_loss_scaler(o);
@@ -277,7 +332,12 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
             stop = v > 0;
         }
         bool last = s == c->steps - 1;
+        bool save = c->ckpt_path && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last || stop);
         if (!lead) {
+            /* ZeRO-1: the optimizer states this rank keeps go to rank 0's file */
+            if (save && kn_optim_state_owner(c->opt, 0) >= 0 &&
+                (st = kn_train_save(c->ckpt_path, c->model, c->opt, s + 1, c->n_meta, c->meta_kv)))
+                break;
             if (stop) { r.interrupted = true; break; }
             continue;
         }
@@ -290,7 +350,7 @@ kn_status kn_train_run(const kn_trainer_cfg *c, int64_t start, kn_train_result *
             if (line_open) { fputc('\n', f); line_open = false; }
             if ((st = c->sample(c->ud, s))) break;
         }
-        if (c->ckpt_path && ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last || stop)) {
+        if (save) {
             if ((st = kn_train_save(c->ckpt_path, c->model, c->opt, s + 1, c->n_meta, c->meta_kv))) break;
             if (stop || last) {
                 if (line_open) { fputc('\n', f); line_open = false; }
