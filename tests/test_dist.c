@@ -262,6 +262,7 @@ enum { B = 8, IN = 5, HID = 7, OUT = 3, STEPS = 4 };
 
 /* Trains an MLP for STEPS AdamW steps (clipping on) on rows [row0, row0 + nb)
  * of a fixed batch; the parameters after training go into params (flat). */
+static kn_optim_kind g_mlp_kind = KN_OPTIM_ADAMW;   /* train_mlp_z's optimizer */
 static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *params, int *np, int *nstates) {
     static float xs[B * IN];
     static int64_t ys[B];
@@ -279,7 +280,8 @@ static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *par
     kn_tensor *y = kn_from_data(ctx, KN_I64, 1, sy, ys + row0);
     kn_tensor *loss = kn_cross_entropy(ctx, kn_module_forward(net, x), y, NULL);
     kn_status st = loss ? kn_backward(ctx, loss) : KN_ERR_INVALID;
-    kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
+    kn_optim_cfg oc = kn_optim_defaults(g_mlp_kind);
+    if (g_mlp_kind == KN_OPTIM_SGD) oc.momentum = 0.9;
     oc.lr = 0.05; oc.clip_norm = 0.5;
     kn_optim *o = st ? NULL : kn_optim_new(ctx, net, &oc);
     if (!st && !o) st = KN_ERR_INVALID;
@@ -300,7 +302,8 @@ static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *par
         kn_tensor *t = kn_optim_param(o, i);
         st = kn_tensor_read(t, params + *np, KN_F32);
         *np += (int)kn_numel(t);
-        if (nstates) *nstates += (kn_optim_state(o, i, "exp_avg") != NULL) + (kn_optim_state(o, i, "exp_avg_sq") != NULL);
+        if (nstates) *nstates += (kn_optim_state(o, i, "exp_avg") != NULL) + (kn_optim_state(o, i, "exp_avg_sq") != NULL) +
+                                 (kn_optim_state(o, i, "momentum_buffer") != NULL);
     }
     kn_plan_free(p); kn_optim_free(o); kn_module_free(net); kn_ctx_free(ctx);
     return st;
@@ -343,8 +346,23 @@ static int zero1_ranks(kn_dist *d, int rank, int world, void *arg) {
     return 0;
 }
 
+/* the same with SGD and momentum: the update built as separate nodes (one
+ * state, the momentum buffer: 1 and 3 of them) */
+static int zero1_sgd_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    g_mlp_kind = KN_OPTIM_SGD;
+    float got[256], want[256];
+    int n1, n2, ns1, ns2;
+    RCHECK(!train_mlp_z(d, true, rank * (B / world), B / world, got, &n1, &ns1), "%s", kn_last_error());
+    RCHECK(!train_mlp_z(d, false, rank * (B / world), B / world, want, &n2, &ns2), "%s", kn_last_error());
+    RCHECK(n1 == n2 && !memcmp(got, want, sizeof(float) * (size_t)n1), "ZeRO-1 and plain data parallel differ (SGD)");
+    RCHECK(ns2 == 4 && ns1 == (rank == 0 ? 1 : 3), "momentum buffers kept: %d with ZeRO-1, %d without", ns1, ns2);
+    return 0;
+}
+
 TEST(zero1_matches_data_parallel_bit_for_bit) {
     SPAWN_OK(2, 60, zero1_ranks, NULL, "zero1_ranks");
+    SPAWN_OK(2, 60, zero1_sgd_ranks, NULL, "zero1_sgd_ranks");
 }
 
 /* The MLP of train_mlp_z with its AdamW optimizer, before any step; rows
