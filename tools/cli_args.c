@@ -151,7 +151,7 @@ static const cli_opt OPTS[] = {
      "CPU threads (at most the number of cores)"},
     {"--gpus", NULL, OPT_INT, G | B | P, F(gpus), NO_FIELD, "1", NULL, 1, 256, false, NULL, false, "N",
      "tensor parallel: N ranks (one process per GPU, started by kiln run), each holding 1/N of every layer's "
-     "attention heads and FFN columns"},
+     "attention heads and FFN columns and of the output head's vocabulary rows"},
     {"-r", "--reps", OPT_INT, B, F(reps), NO_FIELD, "3", NULL, 1, 1000, false, NULL, false, "N", "runs of each test"},
     {"--kv-f16", NULL, OPT_FLAG, G | C | B | P, F(kv_f16), NO_FIELD, NULL, NULL, 0, 0, false, NULL, false, NULL,
      "keep the KV cache in f16 (half the memory)"},
