@@ -337,7 +337,9 @@ int kn_optim_add_group(kn_optim *o, int n, kn_tensor *const *params, double lr, 
 kn_optim *kn_optim_new_decay_groups(kn_ctx *ctx, kn_module *m, const kn_optim_cfg *cfg);
 /* Build the update. grads: one per parameter in group order (NULL = use
  * kn_grad(p) from kn_backward; e.g. accumulated buffers from kn_grad_accum).
- * Returns the number of effect tensors written to out (or -1 on error). */
+ * Returns the number of effect tensors written to out (or -1 on error);
+ * plan them all (with ZeRO-1 the first is a [1] value that orders the
+ * ranks' collectives, kn_optim_set_zero1). */
 int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int max);
 /* Data parallel (kiln_dist.h): before kn_optim_build, make every gradient
  * its average over d's ranks (all_reduce in buckets of about bucket_bytes,
