@@ -69,11 +69,13 @@ static bool state_kept(const kn_optim *o, const char *name) {
 
 /* ZeRO-1: each state's owner sends it (the host control channel), and rank
  * 0, which writes the file, keeps it in its stand-in from ck_collect. Every
- * rank walks the same states in the same order. */
+ * rank walks the same states in the same order; an owner that cannot read
+ * one still sends (zeros), and at the end the ranks agree whether any
+ * failed, so that rank 0 writes no file with a hole in it. */
 static kn_status ck_gather_states(kn_module *m, kn_optim *o, ck_list *l) {
     kn_dist *d = kn_optim_get_dist(o);
     int me = kn_dist_rank(d), no = kn_optim_n_params(o);
-    kn_status st = KN_OK;
+    kn_status st = KN_OK, err = KN_OK;             /* st: the channel; err: this rank's first failure */
     int64_t at = kn_module_named_params(m, true, NULL, 0);      /* the states follow the parameters in l */
     for (int i = 0; i < no && !st; i++) {
         kn_tensor *p = kn_optim_param(o, i);
@@ -84,15 +86,23 @@ static kn_status ck_gather_states(kn_module *m, kn_optim *o, ck_list *l) {
             at++;
             if (own < 0) continue;
             size_t bytes = sizeof(float) * (size_t)kn_numel(p);
-            float *buf = malloc(bytes ? bytes : 1);
+            float *buf = calloc(1, bytes ? bytes : 1);   /* without it this rank leaves; the others time out */
             if (!buf) return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory gathering the optimizer states");
-            if (own == me) st = kn_tensor_read(t, buf, KN_F32);
-            if (!st) st = kn_dist_broadcast_host(d, buf, bytes, own);
-            if (!st && me == 0 && own != 0) st = kn_tensor_write(t, buf, KN_F32);
+            kn_status rs = own == me ? kn_tensor_read(t, buf, KN_F32) : KN_OK;
+            if (rs) memset(buf, 0, bytes);
+            if (rs && !err) err = rs;
+            st = kn_dist_broadcast_host(d, buf, bytes, own);
+            if (!st && me == 0 && own != 0 && !err && (rs = kn_tensor_write(t, buf, KN_F32))) err = rs;
             free(buf);
         }
     }
-    return st;
+    if (st) return st;
+    double bad = err ? 1 : 0;
+    if ((st = kn_dist_all_reduce_host(d, KN_F64, &bad, 1, KN_DIST_MAX))) return st;
+    if (err) return err;
+    if (bad > 0) return kn_set_error(KN_ERR_STATE, "checkpoint: another rank could not send its optimizer states (see its "
+                                     "output); nothing was written");
+    return KN_OK;
 }
 
 static void ck_free(ck_list *l) {
