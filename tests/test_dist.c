@@ -263,6 +263,8 @@ enum { B = 8, IN = 5, HID = 7, OUT = 3, STEPS = 4 };
 /* Trains an MLP for STEPS AdamW steps (clipping on) on rows [row0, row0 + nb)
  * of a fixed batch; the parameters after training go into params (flat). */
 static kn_optim_kind g_mlp_kind = KN_OPTIM_ADAMW;   /* train_mlp_z's optimizer */
+static double g_mlp_scale;                          /* > 0: a loss scaler starting there; g_mlp_skipped its skips */
+static int64_t g_mlp_skipped;
 static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *params, int *np, int *nstates) {
     static float xs[B * IN];
     static int64_t ys[B];
@@ -278,13 +280,18 @@ static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *par
     int64_t sx[2] = {nb, IN}, sy[1] = {nb};
     kn_tensor *x = kn_from_data(ctx, KN_F32, 2, sx, xs + row0 * IN);
     kn_tensor *y = kn_from_data(ctx, KN_I64, 1, sy, ys + row0);
+    if (g_mlp_scale > 0) x = kn_mul_scalar(ctx, x, 64);  /* larger first-layer gradients: the top scale overflows */
     kn_tensor *loss = kn_cross_entropy(ctx, kn_module_forward(net, x), y, NULL);
-    kn_status st = loss ? kn_backward(ctx, loss) : KN_ERR_INVALID;
+    kn_loss_scaler_cfg lc = kn_loss_scaler_defaults();
+    lc.init_scale = g_mlp_scale;
+    kn_loss_scaler *sc = g_mlp_scale > 0 ? kn_loss_scaler_new(ctx, &lc) : NULL;
+    kn_status st = loss ? kn_backward(ctx, sc ? kn_loss_scaler_scale(sc, loss) : loss) : KN_ERR_INVALID;
     kn_optim_cfg oc = kn_optim_defaults(g_mlp_kind);
     if (g_mlp_kind == KN_OPTIM_SGD) oc.momentum = 0.9;
     oc.lr = 0.05; oc.clip_norm = 0.5;
     kn_optim *o = st ? NULL : kn_optim_new(ctx, net, &oc);
     if (!st && !o) st = KN_ERR_INVALID;
+    if (!st && sc) st = kn_optim_set_loss_scaler(o, sc);
     if (!st && d) st = kn_optim_set_dist(o, d, 64);      /* small buckets: several of them */
     if (!st && zero) st = kn_optim_set_zero1(o, true);
     kn_tensor *outs[64];
@@ -295,7 +302,9 @@ static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *par
     if (!st && !p) st = KN_ERR_INVALID;
     for (int s = 0; s < STEPS && !st; s++) {
         if (!(st = kn_optim_prepare(o))) st = kn_plan_run(p);
+        if (!st && sc) st = kn_loss_scaler_update(sc, NULL);
     }
+    g_mlp_skipped = sc ? kn_loss_scaler_skipped(sc) : 0;
     *np = 0;
     if (nstates) *nstates = 0;
     for (int i = 0; i < kn_optim_n_params(o) && !st; i++) {
@@ -305,7 +314,7 @@ static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *par
         if (nstates) *nstates += (kn_optim_state(o, i, "exp_avg") != NULL) + (kn_optim_state(o, i, "exp_avg_sq") != NULL) +
                                  (kn_optim_state(o, i, "momentum_buffer") != NULL);
     }
-    kn_plan_free(p); kn_optim_free(o); kn_module_free(net); kn_ctx_free(ctx);
+    kn_plan_free(p); kn_optim_free(o); kn_loss_scaler_free(sc); kn_module_free(net); kn_ctx_free(ctx);
     return st;
 }
 static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np) {
@@ -360,9 +369,29 @@ static int zero1_sgd_ranks(kn_dist *d, int rank, int world, void *arg) {
     return 0;
 }
 
+/* the same with a loss scaler that starts at the top of f32 (the inputs
+ * x64): its first steps overflow and are skipped (the update selects the
+ * old values, the owner sends them), then the scale comes down and the
+ * steps are taken; the overflow verdict reads every gradient, so it also
+ * tests that the ranks' collectives stay in one order */
+static int zero1_scaler_ranks(kn_dist *d, int rank, int world, void *arg) {
+    (void)arg;
+    g_mlp_scale = 3.4e38;
+    float got[256], want[256];
+    int n1, n2, ns1, ns2;
+    RCHECK(!train_mlp_z(d, true, rank * (B / world), B / world, got, &n1, &ns1), "%s", kn_last_error());
+    int64_t sk1 = g_mlp_skipped;
+    RCHECK(!train_mlp_z(d, false, rank * (B / world), B / world, want, &n2, &ns2), "%s", kn_last_error());
+    RCHECK(n1 == n2 && !memcmp(got, want, sizeof(float) * (size_t)n1), "ZeRO-1 and plain data parallel differ (loss scaler)");
+    RCHECK(sk1 == g_mlp_skipped && sk1 >= 1 && sk1 < STEPS, "skipped steps: %lld with ZeRO-1, %lld without (want 1..%d)",
+           (long long)sk1, (long long)g_mlp_skipped, STEPS - 1);
+    return 0;
+}
+
 TEST(zero1_matches_data_parallel_bit_for_bit) {
     SPAWN_OK(2, 60, zero1_ranks, NULL, "zero1_ranks");
     SPAWN_OK(2, 60, zero1_sgd_ranks, NULL, "zero1_sgd_ranks");
+    SPAWN_OK(2, 60, zero1_scaler_ranks, NULL, "zero1_scaler_ranks");
 }
 
 /* The MLP of train_mlp_z with its AdamW optimizer, before any step; rows
