@@ -207,11 +207,14 @@ static void emit(effects *e, kn_tensor *t) {
     else e->ok = false;
     e->n++;
 }
-/* dst = v, or with a loss scaler dst = skip ? dst : v: an overflowed step
- * leaves parameters and state as they were (v may hold inf/nan then; where
- * does not propagate the branch it does not pick). */
+/* dst's next value: v, or with a loss scaler skip ? dst : v: an overflowed
+ * step leaves parameters and state as they were (v may hold inf/nan then;
+ * where does not propagate the branch it does not pick). */
+static kn_tensor *next_value(kn_ctx *ctx, const effects *e, kn_tensor *dst, kn_tensor *v) {
+    return e->skip ? kn_where(ctx, e->skip, dst, v) : v;
+}
 static kn_tensor *update(kn_ctx *ctx, const effects *e, kn_tensor *dst, kn_tensor *v) {
-    return kn_assign(ctx, dst, e->skip ? kn_where(ctx, e->skip, dst, v) : v);
+    return kn_assign(ctx, dst, next_value(ctx, e, dst, v));
 }
 
 /* With a loss scaler: g[i] *= 1/scale (f32, exact: scales are powers of 2
@@ -525,7 +528,7 @@ int kn_optim_build(kn_optim *o, kn_tensor *const *grads, kn_tensor **out, int ma
             break;
         }
         }
-        if (own >= 0) emit(&e, kn_assign(ctx, p, kn_broadcast(ctx, e.skip ? kn_where(ctx, e.skip, p, pn) : pn, o->dist, own)));
+        if (own >= 0) emit(&e, kn_assign(ctx, p, kn_broadcast(ctx, next_value(ctx, &e, p, pn), o->dist, own)));
         else emit(&e, update(ctx, &e, p, pn));
     }
     o->built = true;
