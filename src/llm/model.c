@@ -812,7 +812,7 @@ static kn_tensor *build_forward(kn_model *m, kn_tensor *x, kn_tensor *pos, kn_te
     kn_tensor *xl = kn_index_select(ctx, x, 0, rows);                      /* [R, C] */
     xl = norm(ctx, c, xl, m->out_norm, m->out_norm_b);
     kn_tensor *logits = kn__arch_logits(m, lin(m, xl, m->wout));          /* [R, V] (tensor parallel: [R, Vl]) */
-    if (m->tp_vocab) logits = gather_vocab(m, logits);
+    if (m->tp_world > 1) logits = gather_vocab(m, logits);                 /* model_tp.c split the head */
     if (!logits) *zst = kn_ctx_status(ctx) ? kn_ctx_status(ctx) : KN_ERR_STATE;
     return logits;
 }

@@ -121,13 +121,12 @@ struct kn_model {
     void *kv_map;                      /* host backends: the caches' lazy mapping */
     kn_dist *tp;                       /* tensor parallel (model_tp.c): this rank's communicator, */
     int tp_world;                      /* the rank count (0 or 1: the whole model here)          */
-    int64_t tp_vocab;                  /* the output head's rows here, ceil(V / tp_world), or 0  */
     size_t kv_map_bytes;
 };
 
 /* model_tp.c: keep rank kn_dist_rank(d)'s share of every layer's heads and
  * FFN columns and of the output head's rows (a world of one: nothing
- * changes); sets m->tp, m->tp_world, m->tp_vocab. */
+ * changes); sets m->tp, m->tp_world. */
 kn_status kn__model_tp_split(kn_model *m, kn_dist *d);
 
 /* ---- model.c: the forward graph, shared with the batched engine (batch*.c) ---- */

@@ -118,6 +118,5 @@ kn_status kn__model_tp_split(kn_model *m, kn_dist *d) {
     if (st) return st;
     m->tp = d;
     m->tp_world = W;
-    m->tp_vocab = Vl;
     return KN_OK;
 }
