@@ -67,42 +67,72 @@ static bool state_kept(const kn_optim *o, const char *name) {
     return false;
 }
 
-/* ZeRO-1: each state's owner sends it (the host control channel), and rank
- * 0, which writes the file, keeps it in its stand-in from ck_collect. Every
- * rank walks the same states in the same order; an owner that cannot read
- * one still sends (zeros), and at the end the ranks agree whether any
- * failed, so that rank 0 writes no file with a hole in it. */
-static kn_status ck_gather_states(kn_module *m, kn_optim *o, ck_list *l) {
+/* ZeRO-1 (kn_optim_set_zero1): the states other ranks keep, as host
+ * tensors of their own context, t[i * N_STATES + s] for parameter i and
+ * slot k_states[s]; NULL where this rank keeps the state or there is none. */
+typedef struct standins { kn_ctx *ctx; kn_tensor **t; } standins;
+
+static void standins_free(standins *sd) { kn_ctx_free(sd->ctx); free(sd->t); memset(sd, 0, sizeof *sd); }
+static kn_status standins_new(const kn_optim *o, standins *sd) {
+    sd->ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
+    sd->t = calloc((size_t)kn_optim_n_params(o) * N_STATES + 1, sizeof *sd->t);
+    if (!sd->ctx || !sd->t) { standins_free(sd); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
+    return KN_OK;
+}
+
+/* Loading: every rank reads the whole file; the states others keep land in
+ * empty stand-ins. */
+static kn_status standins_for_load(const kn_optim *o, standins *sd) {
+    kn_status st = standins_new(o, sd);
+    for (int i = 0; !st && i < kn_optim_n_params(o); i++) {
+        kn_tensor *p = kn_optim_param(o, i);
+        for (int s = 0; !st && s < N_STATES; s++)
+            if (state_kept(o, k_states[s]) && !kn_optim_state(o, i, k_states[s]) &&
+                !(sd->t[i * N_STATES + s] = kn_empty(sd->ctx, KN_F32, p->ndim, p->shape)))
+                st = kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    if (st) standins_free(sd);
+    return st;
+}
+
+/* Saving: each state's owner sends it (the host control channel), and rank
+ * 0, which writes the file, keeps the ones it does not own as stand-ins.
+ * Every rank walks the same states in the same order; an owner that cannot
+ * read one still sends (zeros), and at the end the ranks agree whether any
+ * failed, so that rank 0 writes no file with a hole in it. The other ranks'
+ * sd stays empty. */
+static kn_status ck_gather_states(kn_optim *o, standins *sd) {
     kn_dist *d = kn_optim_get_dist(o);
     int me = kn_dist_rank(d), no = kn_optim_n_params(o);
-    kn_status st = KN_OK, err = KN_OK;             /* st: the channel; err: this rank's first failure */
-    int64_t at = kn_module_named_params(m, true, NULL, 0);      /* the states follow the parameters in l */
+    kn_status st = standins_new(o, sd), err = KN_OK;   /* st: the channel; err: this rank's first failure */
     for (int i = 0; i < no && !st; i++) {
         kn_tensor *p = kn_optim_param(o, i);
         int own = kn_optim_state_owner(o, i);
         for (int s = 0; s < N_STATES && !st; s++) {
-            if (!state_kept(o, k_states[s])) continue;
-            kn_tensor *t = at < l->n ? l->ts[at] : NULL;
-            at++;
-            if (own < 0) continue;
+            if (own < 0 || !state_kept(o, k_states[s])) continue;
             size_t bytes = sizeof(float) * (size_t)kn_numel(p);
             float *buf = calloc(1, bytes ? bytes : 1);   /* without it this rank leaves; the others time out */
-            if (!buf) return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory gathering the optimizer states");
-            kn_status rs = own == me ? kn_tensor_read(t, buf, KN_F32) : KN_OK;
+            if (!buf) {
+                standins_free(sd);
+                return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory gathering the optimizer states");
+            }
+            kn_status rs = own == me ? kn_tensor_read(kn_optim_state(o, i, k_states[s]), buf, KN_F32) : KN_OK;
             if (rs) memset(buf, 0, bytes);
             if (rs && !err) err = rs;
             st = kn_dist_broadcast_host(d, buf, bytes, own);
-            if (!st && me == 0 && own != 0 && !err && (rs = kn_tensor_write(t, buf, KN_F32))) err = rs;
+            if (!st && me == 0 && own != 0 && !err &&
+                !(sd->t[i * N_STATES + s] = kn_from_data(sd->ctx, KN_F32, p->ndim, p->shape, buf)))
+                err = kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory gathering the optimizer states");
             free(buf);
         }
     }
-    if (st) return st;
     double bad = err ? 1 : 0;
-    if ((st = kn_dist_all_reduce_host(d, KN_F64, &bad, 1, KN_DIST_MAX))) return st;
-    if (err) return err;
-    if (bad > 0) return kn_set_error(KN_ERR_STATE, "checkpoint: another rank could not send its optimizer states (see its "
-                                     "output); nothing was written");
-    return KN_OK;
+    if (!st) st = kn_dist_all_reduce_host(d, KN_F64, &bad, 1, KN_DIST_MAX);
+    if (!st && err) st = err;
+    if (!st && bad > 0) st = kn_set_error(KN_ERR_STATE, "checkpoint: another rank could not send its optimizer states (see "
+                                          "its output); nothing was written");
+    if (st) standins_free(sd);
+    return st;
 }
 
 static void ck_free(ck_list *l) {
@@ -111,10 +141,9 @@ static void ck_free(ck_list *l) {
     memset(l, 0, sizeof *l);
 }
 
-/* Every tensor a checkpoint of (m, o) holds, with its name. Under ZeRO-1
- * (kn_optim_set_zero1) a state another rank keeps gets a stand-in of its
- * shape in tmp (a host context), or is left out when tmp is NULL. */
-static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l, kn_ctx *tmp) {
+/* Every tensor a checkpoint of (m, o) holds, with its name; under ZeRO-1
+ * the states other ranks keep are sd's stand-ins (sd NULL: none). */
+static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l, const standins *sd) {
     memset(l, 0, sizeof *l);
     if (!m) return kn_set_error(KN_ERR_INVALID, "checkpoint: model is NULL");
     int np = kn_module_named_params(m, true, NULL, 0);
@@ -137,10 +166,7 @@ static kn_status ck_collect(kn_module *m, kn_optim *o, ck_list *l, kn_ctx *tmp) 
         if (!pname) { snprintf(fallback, sizeof fallback, "param%d", i); pname = fallback; }
         for (int s = 0; s < N_STATES; s++) {
             kn_tensor *st = kn_optim_state(o, i, k_states[s]);
-            if (!st && tmp && kn_optim_state_owner(o, i) >= 0 && state_kept(o, k_states[s])) {
-                st = kn_empty(tmp, KN_F32, p->ndim, p->shape);
-                if (!st) { free(ps); ck_free(l); return kn_set_error(KN_ERR_NOMEM, "checkpoint: out of memory"); }
-            }
+            if (!st && sd && sd->t) st = sd->t[i * N_STATES + s];
             if (!st) continue;
             size_t len = strlen(pname) + strlen(k_states[s]) + 8;
             char *nm = malloc(len);
@@ -160,18 +186,16 @@ kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t ste
                         const char *const meta_kv[]) {
     if (!path) return kn_set_error(KN_ERR_INVALID, "kn_train_save: path is NULL");
     if (n_meta < 0 || (n_meta > 0 && !meta_kv)) return kn_set_error(KN_ERR_INVALID, "kn_train_save: bad metadata");
-    bool sharded = kn_optim_state_owner(o, 0) >= 0;
-    kn_ctx *tmp = sharded ? kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}) : NULL;
-    if (sharded && !tmp) return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory");
-    ck_list l;
-    kn_status st = ck_collect(m, o, &l, tmp);
-    if (!st && sharded) {
-        st = ck_gather_states(m, o, &l);
-        if (!st && kn_dist_rank(kn_optim_get_dist(o)) != 0) { ck_free(&l); kn_ctx_free(tmp); return KN_OK; }   /* rank 0 writes */
+    standins sd = {0};
+    if (kn_optim_state_owner(o, 0) >= 0) {       /* ZeRO-1: every rank sends, rank 0 writes */
+        kn_status st = ck_gather_states(o, &sd);
+        if (st || kn_dist_rank(kn_optim_get_dist(o)) != 0) { standins_free(&sd); return st; }
     }
-    if (st) { ck_free(&l); kn_ctx_free(tmp); return st; }
+    ck_list l;
+    kn_status st = ck_collect(m, o, &l, &sd);
+    if (st) { standins_free(&sd); return st; }
     const char **kv = malloc(sizeof *kv * (size_t)(2 * n_meta + 6));
-    if (!kv) { ck_free(&l); kn_ctx_free(tmp); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
+    if (!kv) { ck_free(&l); standins_free(&sd); return kn_set_error(KN_ERR_NOMEM, "kn_train_save: out of memory"); }
     char sbuf[32], scale[40], good[32];
     snprintf(sbuf, sizeof sbuf, "%lld", (long long)step);
     kv[0] = "step"; kv[1] = sbuf;
@@ -190,7 +214,7 @@ kn_status kn_train_save(const char *path, kn_module *m, kn_optim *o, int64_t ste
     st = kn_ckpt_save(path, l.n, (const char *const *)l.names, l.ts, nkv, kv);
     free(kv);
     ck_free(&l);
-    kn_ctx_free(tmp);
+    standins_free(&sd);
     return st;
 }
 
@@ -221,16 +245,15 @@ kn_status kn_train_load(const char *path, kn_module *m, kn_optim *o, int n_meta,
             return kn_set_error(KN_ERR_INVALID, "checkpoint '%s' does not match this model: %s is \"%s\" in the file "
                                 "but \"%s\" here; use the same options as the run that wrote it", path, k, val, want);
     }
-    /* ZeRO-1: every rank reads the whole file; the states other ranks keep
-     * land in stand-ins that go with tmp */
-    kn_ctx *tmp = kn_optim_state_owner(o, 0) >= 0 ? kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()}) : NULL;
+    standins sd = {0};
+    if (kn_optim_state_owner(o, 0) >= 0 && (st = standins_for_load(o, &sd))) return st;   /* ZeRO-1 */
     ck_list l;
-    st = ck_collect(m, o, &l, tmp);
+    st = ck_collect(m, o, &l, &sd);
     if (!st) {
         st = kn_ckpt_load_ex(path, l.n, (const char *const *)l.names, l.ts, o ? KN_CKPT_STRICT : KN_CKPT_ALLOW_UNEXPECTED);
         ck_free(&l);
     }
-    kn_ctx_free(tmp);
+    standins_free(&sd);
     if (st) return st;
     if (o && (st = kn_optim_set_step_count(o, (int64_t)s))) return st;
     kn_loss_scaler *sc = kn_optim_loss_scaler(o);
