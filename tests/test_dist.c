@@ -260,61 +260,76 @@ TEST(graph_collectives_cpu) {
 
 enum { B = 8, IN = 5, HID = 7, OUT = 3, STEPS = 4 };
 
-/* Trains an MLP for STEPS AdamW steps (clipping on) on rows [row0, row0 + nb)
- * of a fixed batch; the parameters after training go into params (flat). */
-static kn_optim_kind g_mlp_kind = KN_OPTIM_ADAMW;   /* train_mlp_z's optimizer */
-static double g_mlp_scale;                          /* > 0: a loss scaler starting there; g_mlp_skipped its skips */
-static int64_t g_mlp_skipped;
-static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *params, int *np, int *nstates) {
+/* An MLP and its optimizer (AdamW, or g_mlp_kind; clipping on; a loss
+ * scaler starting at g_mlp_scale when that is above 0) on rows [row0, row0
+ * + nb) of a fixed batch, its step planned, before any step. */
+static kn_optim_kind g_mlp_kind = KN_OPTIM_ADAMW;
+static double g_mlp_scale;
+typedef struct { kn_ctx *ctx; kn_module *net; kn_optim *o; kn_plan *p; kn_loss_scaler *sc; } mlp_run;
+static kn_status mlp_new(mlp_run *r, kn_dist *d, bool zero, int row0, int nb) {
     static float xs[B * IN];
     static int64_t ys[B];
     for (int i = 0; i < B * IN; i++) xs[i] = (float)sin(0.7 * i + 0.3);
     for (int i = 0; i < B; i++) ys[i] = (i * 7) % OUT;
-    kn_ctx_opts co = {kn_backend_cpu()};
-    kn_ctx *ctx = kn_ctx_new(&co);
+    memset(r, 0, sizeof *r);
+    r->ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
     kn_nn_manual_seed(42);
-    kn_module *net = kn_sequential_new(ctx, "mlp");
-    kn_sequential_add(net, kn_linear_new(ctx, IN, HID, true));
-    kn_sequential_add(net, kn_act_new(ctx, KN_ACT_TANH));
-    kn_sequential_add(net, kn_linear_new(ctx, HID, OUT, true));
+    r->net = kn_sequential_new(r->ctx, "mlp");
+    kn_sequential_add(r->net, kn_linear_new(r->ctx, IN, HID, true));
+    kn_sequential_add(r->net, kn_act_new(r->ctx, KN_ACT_TANH));
+    kn_sequential_add(r->net, kn_linear_new(r->ctx, HID, OUT, true));
     int64_t sx[2] = {nb, IN}, sy[1] = {nb};
-    kn_tensor *x = kn_from_data(ctx, KN_F32, 2, sx, xs + row0 * IN);
-    kn_tensor *y = kn_from_data(ctx, KN_I64, 1, sy, ys + row0);
-    if (g_mlp_scale > 0) x = kn_mul_scalar(ctx, x, 64);  /* larger first-layer gradients: the top scale overflows */
-    kn_tensor *loss = kn_cross_entropy(ctx, kn_module_forward(net, x), y, NULL);
+    kn_tensor *x = kn_from_data(r->ctx, KN_F32, 2, sx, xs + row0 * IN), *y = kn_from_data(r->ctx, KN_I64, 1, sy, ys + row0);
+    if (g_mlp_scale > 0) x = kn_mul_scalar(r->ctx, x, 64);  /* larger first-layer gradients: the top scale overflows */
+    kn_tensor *loss = kn_cross_entropy(r->ctx, kn_module_forward(r->net, x), y, NULL);
     kn_loss_scaler_cfg lc = kn_loss_scaler_defaults();
     lc.init_scale = g_mlp_scale;
-    kn_loss_scaler *sc = g_mlp_scale > 0 ? kn_loss_scaler_new(ctx, &lc) : NULL;
-    kn_status st = loss ? kn_backward(ctx, sc ? kn_loss_scaler_scale(sc, loss) : loss) : KN_ERR_INVALID;
+    if (g_mlp_scale > 0) r->sc = kn_loss_scaler_new(r->ctx, &lc);
+    kn_status st = loss ? kn_backward(r->ctx, r->sc ? kn_loss_scaler_scale(r->sc, loss) : loss) : KN_ERR_INVALID;
     kn_optim_cfg oc = kn_optim_defaults(g_mlp_kind);
     if (g_mlp_kind == KN_OPTIM_SGD) oc.momentum = 0.9;
     oc.lr = 0.05; oc.clip_norm = 0.5;
-    kn_optim *o = st ? NULL : kn_optim_new(ctx, net, &oc);
-    if (!st && !o) st = KN_ERR_INVALID;
-    if (!st && sc) st = kn_optim_set_loss_scaler(o, sc);
-    if (!st && d) st = kn_optim_set_dist(o, d, 64);      /* small buckets: several of them */
-    if (!st && zero) st = kn_optim_set_zero1(o, true);
+    if (!st && !(r->o = kn_optim_new(r->ctx, r->net, &oc))) st = KN_ERR_INVALID;
+    if (!st && r->sc) st = kn_optim_set_loss_scaler(r->o, r->sc);
+    if (!st && d) st = kn_optim_set_dist(r->o, d, 64);      /* small buckets: several of them */
+    if (!st && zero) st = kn_optim_set_zero1(r->o, true);
     kn_tensor *outs[64];
-    int n = 0;
-    outs[n++] = loss;
-    int ne = st ? -1 : kn_optim_build(o, NULL, outs + 1, 63);
-    kn_plan *p = ne < 0 ? NULL : kn_plan_new(ctx, ne + 1, outs, NULL);
-    if (!st && !p) st = KN_ERR_INVALID;
-    for (int s = 0; s < STEPS && !st; s++) {
-        if (!(st = kn_optim_prepare(o))) st = kn_plan_run(p);
-        if (!st && sc) st = kn_loss_scaler_update(sc, NULL);
+    outs[0] = loss;
+    int ne = st ? -1 : kn_optim_build(r->o, NULL, outs + 1, 63);
+    if (!st && (ne < 0 || !(r->p = kn_plan_new(r->ctx, ne + 1, outs, NULL)))) st = KN_ERR_INVALID;
+    return st;
+}
+static kn_status mlp_steps(mlp_run *r, int n) {
+    kn_status st = KN_OK;
+    for (int s = 0; s < n && !st; s++) {
+        if (!(st = kn_optim_prepare(r->o))) st = kn_plan_run(r->p);
+        if (!st && r->sc) st = kn_loss_scaler_update(r->sc, NULL);
     }
-    g_mlp_skipped = sc ? kn_loss_scaler_skipped(sc) : 0;
+    return st;
+}
+static void mlp_free(mlp_run *r) {
+    kn_plan_free(r->p); kn_optim_free(r->o); kn_loss_scaler_free(r->sc); kn_module_free(r->net); kn_ctx_free(r->ctx);
+}
+
+/* Trains the MLP for STEPS steps; the parameters after training go into
+ * params (flat), the count of moments and momentum buffers this rank keeps
+ * into *nstates, the loss scaler's skipped steps into g_mlp_skipped. */
+static int64_t g_mlp_skipped;
+static kn_status train_mlp_z(kn_dist *d, bool zero, int row0, int nb, float *params, int *np, int *nstates) {
+    mlp_run r;
+    kn_status st = mlp_new(&r, d, zero, row0, nb);
+    if (!st) st = mlp_steps(&r, STEPS);
+    g_mlp_skipped = r.sc ? kn_loss_scaler_skipped(r.sc) : 0;
     *np = 0;
     if (nstates) *nstates = 0;
-    for (int i = 0; i < kn_optim_n_params(o) && !st; i++) {
-        kn_tensor *t = kn_optim_param(o, i);
+    for (int i = 0; i < kn_optim_n_params(r.o) && !st; i++) {
+        kn_tensor *t = kn_optim_param(r.o, i);
         st = kn_tensor_read(t, params + *np, KN_F32);
         *np += (int)kn_numel(t);
-        if (nstates) *nstates += (kn_optim_state(o, i, "exp_avg") != NULL) + (kn_optim_state(o, i, "exp_avg_sq") != NULL) +
-                                 (kn_optim_state(o, i, "momentum_buffer") != NULL);
+        if (nstates) *nstates += (kn_optim_state(r.o, i, "exp_avg") != NULL) + (kn_optim_state(r.o, i, "exp_avg_sq") != NULL) +
+                                 (kn_optim_state(r.o, i, "momentum_buffer") != NULL);
     }
-    kn_plan_free(p); kn_optim_free(o); kn_loss_scaler_free(sc); kn_module_free(net); kn_ctx_free(ctx);
+    mlp_free(&r);
     return st;
 }
 static kn_status train_mlp(kn_dist *d, int row0, int nb, float *params, int *np) {
@@ -394,42 +409,6 @@ TEST(zero1_matches_data_parallel_bit_for_bit) {
     SPAWN_OK(2, 60, zero1_scaler_ranks, NULL, "zero1_scaler_ranks");
 }
 
-/* The MLP of train_mlp_z with its AdamW optimizer, before any step; rows
- * [row0, row0 + nb) of the batch. */
-typedef struct { kn_ctx *ctx; kn_module *net; kn_optim *o; kn_plan *p; } mlp_run;
-static kn_status mlp_new(mlp_run *r, kn_dist *d, bool zero, int row0, int nb) {
-    static float xs[B * IN];
-    static int64_t ys[B];
-    for (int i = 0; i < B * IN; i++) xs[i] = (float)sin(0.7 * i + 0.3);
-    for (int i = 0; i < B; i++) ys[i] = (i * 7) % OUT;
-    memset(r, 0, sizeof *r);
-    r->ctx = kn_ctx_new(&(kn_ctx_opts){kn_backend_cpu()});
-    kn_nn_manual_seed(42);
-    r->net = kn_sequential_new(r->ctx, "mlp");
-    kn_sequential_add(r->net, kn_linear_new(r->ctx, IN, HID, true));
-    kn_sequential_add(r->net, kn_act_new(r->ctx, KN_ACT_TANH));
-    kn_sequential_add(r->net, kn_linear_new(r->ctx, HID, OUT, true));
-    int64_t sx[2] = {nb, IN}, sy[1] = {nb};
-    kn_tensor *x = kn_from_data(r->ctx, KN_F32, 2, sx, xs + row0 * IN), *y = kn_from_data(r->ctx, KN_I64, 1, sy, ys + row0);
-    kn_tensor *loss = kn_cross_entropy(r->ctx, kn_module_forward(r->net, x), y, NULL);
-    kn_status st = loss ? kn_backward(r->ctx, loss) : KN_ERR_INVALID;
-    kn_optim_cfg oc = kn_optim_defaults(KN_OPTIM_ADAMW);
-    oc.lr = 0.05; oc.clip_norm = 0.5;
-    if (!st && !(r->o = kn_optim_new(r->ctx, r->net, &oc))) st = KN_ERR_INVALID;
-    if (!st && d) st = kn_optim_set_dist(r->o, d, 64);
-    if (!st && zero) st = kn_optim_set_zero1(r->o, true);
-    kn_tensor *outs[64];
-    outs[0] = loss;
-    int ne = st ? -1 : kn_optim_build(r->o, NULL, outs + 1, 63);
-    if (!st && (ne < 0 || !(r->p = kn_plan_new(r->ctx, ne + 1, outs, NULL)))) st = KN_ERR_INVALID;
-    return st;
-}
-static kn_status mlp_steps(mlp_run *r, int n) {
-    kn_status st = KN_OK;
-    for (int s = 0; s < n && !st; s++) if (!(st = kn_optim_prepare(r->o))) st = kn_plan_run(r->p);
-    return st;
-}
-static void mlp_free(mlp_run *r) { kn_plan_free(r->p); kn_optim_free(r->o); kn_module_free(r->net); kn_ctx_free(r->ctx); }
 /* every parameter and optimizer state of r, flat, into v; their count */
 static int mlp_flat(mlp_run *r, float *v) {
     int n = 0;
